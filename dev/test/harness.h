@@ -1,0 +1,61 @@
+/*
+A minimal test harness for the CPU tests: CHECK records a failure (with file, line and a message)
+without stopping the test; run_test runs one named test and counts it as passed or failed;
+run_expect_fatal runs a function in a child process, so code that must exit with an error on bad
+input can be tested, and returns its exit status and what it printed to stderr.
+*/
+#ifndef DEV_TEST_HARNESS_H
+#define DEV_TEST_HARNESS_H
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/wait.h>
+
+static int g_tests_passed = 0, g_tests_failed = 0, g_check_failures = 0;
+
+#define CHECK(cond, ...) do { \
+    if (!(cond)) { \
+        g_check_failures++; \
+        fprintf(stdout, "    FAIL %s:%d: ", __FILE__, __LINE__); \
+        fprintf(stdout, __VA_ARGS__); \
+        fprintf(stdout, "\n"); \
+    } } while (0)
+
+static void run_test(const char *name, void (*fn)(void)) {
+    g_check_failures = 0;
+    fn();
+    fflush(stdout);
+    if (g_check_failures == 0) { g_tests_passed++; printf("ok   %s\n", name); }
+    else { g_tests_failed++; printf("FAIL %s (%d checks failed)\n", name, g_check_failures); }
+    fflush(stdout);
+}
+
+// Runs fn(arg) in a child. Returns the child's exit status (128 + signal if killed); its stderr
+// (up to errlen-1 bytes) lands in err. A function that returns normally gives status 0.
+static int run_expect_fatal(void (*fn)(void *), void *arg, char *err, size_t errlen) {
+    int fds[2];
+    if (pipe(fds) != 0) { perror("pipe"); return -1; }
+    fflush(stdout); fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        dup2(fds[1], 2);
+        fn(arg);
+        _exit(0);
+    }
+    close(fds[1]);
+    size_t n = 0;
+    ssize_t got;
+    while (n + 1 < errlen && (got = read(fds[0], err + n, errlen - 1 - n)) > 0) n += (size_t)got;
+    err[n] = '\0';
+    char sink[256];
+    while (read(fds[0], sink, sizeof(sink)) > 0) {}
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    return 128 + WTERMSIG(status);
+}
+
+#endif

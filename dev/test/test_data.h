@@ -1,0 +1,641 @@
+/*
+Tests of the shard loader (llmc/dataloader.h) and the tokenizer (llmc/tokenizer.h): exact batches
+from small synthetic shards written to a temporary directory, rank disjointness, shuffling, resume
+state, glob ordering, the synthetic corpus; every bad input (each must exit non-zero with a message
+naming the file and the problem); and the real TinyShakespeare files in ../shared/data.
+*/
+#ifndef DEV_TEST_TEST_DATA_H
+#define DEV_TEST_TEST_DATA_H
+
+#include <fcntl.h>
+#include "harness.h"
+#include "llmc/dataloader.h" // DataLoader, dataloader_*
+#include "llmc/tokenizer.h"  // Tokenizer, tokenizer_*
+
+#define TD_MAX_FILES 64
+static char g_td_dir[256];                    // the mkdtemp directory every test file goes in
+static char g_td_files[TD_MAX_FILES][512];    // what was written there, removed at the end
+static int g_td_num_files = 0;
+
+static const char *td_path(char *buf, const char *name) {
+    snprintf(buf, 512, "%s/%s", g_td_dir, name);
+    return buf;
+}
+
+// Remembers a file made in g_td_dir, for the cleanup at the end.
+static void td_register(const char *path) {
+    for (int i = 0; i < g_td_num_files; i++) if (strcmp(g_td_files[i], path) == 0) return;
+    if (g_td_num_files == TD_MAX_FILES) FATAL("test_data.h: raise TD_MAX_FILES");
+    strcpy(g_td_files[g_td_num_files++], path);
+}
+
+static void td_write_file(const char *name, const int32_t *header, const void *body, size_t body_bytes) {
+    char path[512];
+    td_path(path, name);
+    FILE *fp = fopenCheck(path, "wb");
+    if (header != NULL) fwriteCheck(header, sizeof(int32_t), 256, fp);
+    if (body_bytes > 0) fwriteCheck(body, 1, body_bytes, fp);
+    fcloseCheck(fp);
+    td_register(path);
+}
+
+// A shard of n tokens, token i = base + i; header fields as given (so bad headers can be made).
+static void td_write_shard_raw(const char *name, int magic, int version, uint32_t header_count, int width,
+                               uint32_t base, int64_t n) {
+    int32_t header[256] = {0};
+    header[0] = magic; header[1] = version; header[2] = (int32_t)header_count;
+    unsigned char *body = (unsigned char *)mallocCheck((size_t)n * width);
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t tok = base + (uint32_t)i;
+        if (width == 2) { uint16_t t16 = (uint16_t)tok; memcpy(body + 2 * i, &t16, 2); }
+        else memcpy(body + 4 * i, &tok, 4);
+    }
+    td_write_file(name, header, body, (size_t)n * width);
+    free(body);
+}
+
+static void td_write_shard(const char *name, int width, uint32_t base, int64_t n) {
+    td_write_shard_raw(name, width == 2 ? SHARD_MAGIC_U16 : SHARD_MAGIC_U32,
+                       width == 2 ? SHARD_VERSION_U16 : SHARD_VERSION_U32, (uint32_t)n, width, base, n);
+}
+
+// Overwrites token `index` of a shard written by td_write_shard.
+static void td_poke_token(const char *name, int width, int64_t index, uint32_t value) {
+    char path[512];
+    FILE *fp = fopenCheck(td_path(path, name), "r+b");
+    fseekCheck(fp, 1024 + index * width, SEEK_SET);
+    if (width == 2) { uint16_t v = (uint16_t)value; fwriteCheck(&v, 2, 1, fp); }
+    else fwriteCheck(&value, 4, 1, fp);
+    fcloseCheck(fp);
+}
+
+// Checks the batch is the run of B*T + 1 tokens base + start, base + start + 1, ...
+static int td_batch_is_run(const DataLoader *dl, int64_t first) {
+    int BT = dl->B * dl->T;
+    for (int i = 0; i < BT; i++) {
+        if (dl->inputs[i] != first + i || dl->targets[i] != first + i + 1) return 0;
+    }
+    return 1;
+}
+
+static void test_shard_16bit_exact_batches(void) {
+    char path[512];
+    td_write_shard("u16.bin", 2, 0, 105); // B*T = 10: positions (105 - 1) / 10 = 10
+    DataLoader dl;
+    dataloader_init(&dl, td_path(path, "u16.bin"), 2, 5, 0, 1, 0, 0, 1000);
+    CHECK(dataloader_num_tokens(&dl) == 105, "num_tokens %lld", (long long)dataloader_num_tokens(&dl));
+    CHECK(dl.batches_per_epoch == 10, "batches_per_epoch %lld", (long long)dl.batches_per_epoch);
+    for (int epoch = 0; epoch < 2; epoch++) {
+        for (int s = 0; s < 10; s++) {
+            dataloader_next_batch(&dl);
+            CHECK(td_batch_is_run(&dl, 10 * s), "epoch %d batch %d: inputs[0]=%d targets[0]=%d", epoch, s,
+                  dl.inputs[0], dl.targets[0]);
+        }
+        CHECK(dataloader_get_state(&dl).epoch == epoch + 1, "epoch counter after epoch %d", epoch);
+    }
+    dataloader_free(&dl);
+}
+
+static void test_shard_32bit_exact_batches(void) {
+    char path[512];
+    const uint32_t base = 100000; // beyond 16 bits
+    td_write_shard("u32.bin", 4, base, 61); // B*T = 12: 5 positions
+    DataLoader dl;
+    dataloader_init(&dl, td_path(path, "u32.bin"), 3, 4, 0, 1, 0, 0, 128256);
+    CHECK(dl.batches_per_epoch == 5, "batches_per_epoch %lld", (long long)dl.batches_per_epoch);
+    for (int s = 0; s < 6; s++) {
+        dataloader_next_batch(&dl);
+        CHECK(td_batch_is_run(&dl, base + 12 * (s % 5)), "batch %d: inputs[0]=%d", s, dl.inputs[0]);
+    }
+    dataloader_free(&dl);
+}
+
+// One epoch of every rank: positions disjoint and, unshuffled, exactly the first S*world.
+static void td_check_ranks(int shuffle) {
+    char path[512];
+    const int B = 2, T = 3, world = 4, BT = 6;
+    const int P = (237 - 1) / BT, S = P / world; // 39 positions, 9 steps, 3 left out
+    int seen[39] = {0};
+    for (int r = 0; r < world; r++) {
+        DataLoader dl;
+        dataloader_init(&dl, td_path(path, "ranks.bin"), B, T, r, world, shuffle, 7, 1000);
+        CHECK(dl.batches_per_epoch == S, "rank %d: batches_per_epoch %lld", r, (long long)dl.batches_per_epoch);
+        for (int s = 0; s < S; s++) {
+            dataloader_next_batch(&dl);
+            int p = dl.inputs[0] / BT;
+            CHECK(dl.inputs[0] % BT == 0 && p < P && td_batch_is_run(&dl, p * BT), "rank %d step %d: bad run", r, s);
+            if (!shuffle) CHECK(p == s * world + r, "rank %d step %d read position %d", r, s, p);
+            if (p >= 0 && p < P) seen[p]++;
+        }
+        dataloader_free(&dl);
+    }
+    int distinct = 0;
+    for (int p = 0; p < P; p++) {
+        CHECK(seen[p] <= 1, "position %d read %d times", p, seen[p]);
+        if (!shuffle) CHECK(seen[p] == (p < S * world), "position %d read %d times", p, seen[p]);
+        distinct += seen[p] > 0;
+    }
+    CHECK(distinct == S * world, "%d distinct positions, expected %d", distinct, S * world);
+}
+
+static void test_ranks_disjoint(void) {
+    td_write_shard("ranks.bin", 2, 0, 237);
+    td_check_ranks(0);
+    td_check_ranks(1);
+}
+
+// Three shards of different sizes, token values telling shard and position apart.
+static const char *td_multi_pattern(char *buf) {
+    td_write_shard("multi_0.bin", 2, 0, 81);     // B*T = 8: 10 positions
+    td_write_shard("multi_1.bin", 2, 1000, 121); // 15
+    td_write_shard("multi_2.bin", 2, 2000, 57);  // 7
+    return td_path(buf, "multi_*.bin");
+}
+
+// The first input token of each of n batches.
+static void td_read_firsts(DataLoader *dl, int *out, int n) {
+    for (int i = 0; i < n; i++) { dataloader_next_batch(dl); out[i] = dl->inputs[0]; }
+}
+
+static void test_shuffle_deterministic(void) {
+    char pattern[512];
+    td_multi_pattern(pattern);
+    enum { EPOCH = 10 + 15 + 7, N = 3 * EPOCH };
+    int a[N], b[N], c[N], plain[N];
+    DataLoader dl;
+    dataloader_init(&dl, pattern, 2, 4, 0, 1, 1, 42, 4000);
+    CHECK(dl.batches_per_epoch == EPOCH, "batches_per_epoch %lld", (long long)dl.batches_per_epoch);
+    td_read_firsts(&dl, a, N);
+    dataloader_free(&dl);
+    dataloader_init(&dl, pattern, 2, 4, 0, 1, 1, 42, 4000);
+    td_read_firsts(&dl, b, N);
+    dataloader_free(&dl);
+    dataloader_init(&dl, pattern, 2, 4, 0, 1, 1, 43, 4000);
+    td_read_firsts(&dl, c, N);
+    dataloader_free(&dl);
+    dataloader_init(&dl, pattern, 2, 4, 0, 1, 0, 42, 4000);
+    td_read_firsts(&dl, plain, N);
+    dataloader_free(&dl);
+    CHECK(memcmp(a, b, sizeof(a)) == 0, "same seed gave different sequences");
+    CHECK(memcmp(a, c, sizeof(a)) != 0, "seeds 42 and 43 gave the same sequence");
+    CHECK(memcmp(a, plain, sizeof(a)) != 0, "shuffled sequence equals the unshuffled one");
+    CHECK(memcmp(a, a + EPOCH, EPOCH * sizeof(int)) != 0, "epochs 0 and 1 came in the same order");
+    // the seed also permutes positions within a shard, not only the shard order
+    char path[512];
+    int d[10], e[10];
+    dataloader_init(&dl, td_path(path, "multi_0.bin"), 2, 4, 0, 1, 1, 42, 4000);
+    td_read_firsts(&dl, d, 10);
+    dataloader_free(&dl);
+    dataloader_init(&dl, path, 2, 4, 0, 1, 1, 43, 4000);
+    td_read_firsts(&dl, e, 10);
+    dataloader_free(&dl);
+    CHECK(memcmp(d, e, sizeof(d)) != 0, "one shard: seeds 42 and 43 gave the same position order");
+    // every epoch still reads each position of each shard exactly once (no shard has a tail: world 1)
+    for (int e = 0; e < 3; e++) {
+        int count[3000] = {0};
+        for (int i = 0; i < EPOCH; i++) {
+            int v = a[e * EPOCH + i];
+            CHECK(v % 8 == 0 && v >= 0 && v < 3000, "epoch %d: first token %d is not a position start", e, v);
+            if (v >= 0 && v < 3000) count[v]++;
+        }
+        const int positions[3] = {10, 15, 7};
+        for (int v = 0; v < 3000; v += 8) {
+            int expect = v % 1000 < 8 * positions[v / 1000];
+            CHECK(count[v] == expect, "epoch %d: position token %d read %d times", e, v, count[v]);
+        }
+    }
+    // unshuffled: name order, positions in order
+    for (int i = 0; i < EPOCH; i++) {
+        int expect = i < 10 ? 8 * i : i < 25 ? 1000 + 8 * (i - 10) : 2000 + 8 * (i - 25);
+        CHECK(plain[i] == expect, "unshuffled batch %d starts at %d, expected %d", i, plain[i], expect);
+    }
+}
+
+static void test_state_resume(void) {
+    char pattern[512];
+    td_multi_pattern(pattern);
+    // world 2, rank 1, shuffled: the resume point crosses shards and, later, epochs
+    const int B = 2, T = 4, K = 40;
+    const int skips[4] = {0, 7, 16, 38}; // 15 batches an epoch: resume points in epochs 0, 1 and 2
+    for (int k = 0; k < 4; k++) {
+        int skip = skips[k];
+        DataLoader a, b;
+        dataloader_init(&a, pattern, B, T, 1, 2, 1, 9, 4000);
+        for (int i = 0; i < skip; i++) dataloader_next_batch(&a);
+        DataLoaderState s = dataloader_get_state(&a);
+        // through a file, as a checkpoint would carry it
+        char path[512];
+        FILE *fp = fopenCheck(td_path(path, "state.bin"), "wb");
+        fwriteCheck(&s, sizeof(s), 1, fp);
+        fcloseCheck(fp);
+        td_register(path);
+        DataLoaderState r;
+        fp = fopenCheck(path, "rb");
+        freadCheck(&r, sizeof(r), 1, fp, path);
+        fcloseCheck(fp);
+        dataloader_init(&b, pattern, B, T, 1, 2, 1, 9, 4000);
+        dataloader_next_batch(&b); // somewhere else first: set_state must fully reposition
+        dataloader_set_state(&b, &r);
+        int same = 1;
+        for (int i = 0; i < K; i++) {
+            dataloader_next_batch(&a);
+            dataloader_next_batch(&b);
+            same &= memcmp(a.inputs, b.inputs, B * T * sizeof(int)) == 0;
+            same &= memcmp(a.targets, b.targets, B * T * sizeof(int)) == 0;
+        }
+        CHECK(same, "resuming after %d batches did not replay the same %d batches", skip, K);
+        CHECK(dataloader_get_state(&b).epoch >= 1, "the replay never crossed an epoch");
+        // reset goes back to the very first batch
+        DataLoader c;
+        dataloader_init(&c, pattern, B, T, 1, 2, 1, 9, 4000);
+        dataloader_next_batch(&c);
+        dataloader_reset(&b);
+        dataloader_next_batch(&b);
+        CHECK(memcmp(b.inputs, c.inputs, B * T * sizeof(int)) == 0, "reset did not return to the first batch");
+        dataloader_free(&a);
+        dataloader_free(&b);
+        dataloader_free(&c);
+    }
+}
+
+static void test_glob_order(void) {
+    char pattern[512];
+    // written out of order; the loader must sort by name; non-matching files are ignored
+    td_write_shard("glob_002.bin", 2, 2000, 17);
+    td_write_shard("glob_000.bin", 4, 0, 17);
+    td_write_shard("glob_010.bin", 2, 3000, 17);
+    td_write_shard("glob_001.bin", 2, 1000, 17);
+    td_write_shard("globX.bin", 2, 9000, 17);
+    DataLoader dl;
+    dataloader_init(&dl, td_path(pattern, "glob_*.bin"), 2, 4, 0, 1, 0, 0, 4000);
+    CHECK(dl.num_shards == 4, "%d shards matched, expected 4", dl.num_shards);
+    CHECK(dataloader_num_tokens(&dl) == 4 * 17, "num_tokens %lld", (long long)dataloader_num_tokens(&dl));
+    const int expect[8] = {0, 8, 1000, 1008, 2000, 2008, 3000, 3008};
+    for (int i = 0; i < 8; i++) {
+        dataloader_next_batch(&dl);
+        CHECK(td_batch_is_run(&dl, expect[i]), "batch %d starts at %d, expected %d", i, dl.inputs[0], expect[i]);
+    }
+    dataloader_free(&dl);
+}
+
+static void test_synthetic(void) {
+    const int B = 4, T = 64, V = 1000, BT = 256, N = 40;
+    DataLoader a, b, c, r1;
+    dataloader_init_synthetic(&a, B, T, 0, 2, V, 1234);
+    dataloader_init_synthetic(&b, B, T, 0, 2, V, 1234);
+    dataloader_init_synthetic(&c, B, T, 0, 2, V, 999);
+    dataloader_init_synthetic(&r1, B, T, 1, 2, V, 1234);
+    static unsigned char bigram[1000 * 1000];
+    memset(bigram, 0, sizeof(bigram));
+    int distinct = 0, same_b = 1, same_c = 1, same_r1 = 1, in_range = 1, shifted = 1;
+    for (int n = 0; n < N; n++) {
+        dataloader_next_batch(&a);
+        dataloader_next_batch(&b);
+        dataloader_next_batch(&c);
+        dataloader_next_batch(&r1);
+        same_b &= memcmp(a.inputs, b.inputs, BT * sizeof(int)) == 0;
+        same_c &= memcmp(a.inputs, c.inputs, BT * sizeof(int)) == 0;
+        same_r1 &= memcmp(a.inputs, r1.inputs, BT * sizeof(int)) == 0;
+        for (int i = 0; i < BT; i++) {
+            in_range &= a.inputs[i] >= 0 && a.inputs[i] < V && a.targets[i] >= 0 && a.targets[i] < V;
+            if (i + 1 < BT) shifted &= a.targets[i] == a.inputs[i + 1];
+            int k = a.inputs[i] * V + a.targets[i];
+            if (k >= 0 && k < V * V && !bigram[k]) { bigram[k] = 1; distinct++; }
+        }
+    }
+    CHECK(same_b, "same seed gave different synthetic batches");
+    CHECK(!same_c, "seeds 1234 and 999 gave the same synthetic batches");
+    CHECK(!same_r1, "ranks 0 and 1 read the same synthetic batches");
+    CHECK(in_range, "a synthetic token is outside [0, %d)", V);
+    CHECK(shifted, "synthetic targets are not the inputs shifted by one");
+    // learnable: only within-sentence transitions and sentence-to-sentence joins ever occur
+    int limit = SYNTH_SENTENCES * (SYNTH_LEN - 1) + SYNTH_SENTENCES * SYNTH_SENTENCES;
+    CHECK(distinct <= limit, "%d distinct bigrams in %d tokens, expected at most %d", distinct, N * BT, limit);
+    // resume works the same way
+    DataLoaderState s = dataloader_get_state(&a);
+    dataloader_next_batch(&a);
+    dataloader_set_state(&b, &s);
+    dataloader_next_batch(&b);
+    CHECK(memcmp(a.inputs, b.inputs, BT * sizeof(int)) == 0, "synthetic resume differs");
+    dataloader_free(&a);
+    dataloader_free(&b);
+    dataloader_free(&c);
+    dataloader_free(&r1);
+}
+
+// ---- bad inputs: each runs in a child, which must exit non-zero naming the file and the problem
+
+typedef struct {
+    const char *pattern;
+    int B, T, world, vocab, batches;
+} TdLoadArgs;
+
+static void td_load_child(void *arg) {
+    const TdLoadArgs *a = (const TdLoadArgs *)arg;
+    DataLoader dl;
+    dataloader_init(&dl, a->pattern, a->B, a->T, 0, a->world, 0, 0, a->vocab);
+    for (int i = 0; i < a->batches; i++) dataloader_next_batch(&dl);
+    dataloader_free(&dl);
+}
+
+// Runs fn(arg) in a child; checks it failed and that stderr holds `file` and both phrases.
+static void td_expect_fatal(const char *label, void (*fn)(void *), void *arg, const char *file,
+                            const char *phrase1, const char *phrase2) {
+    char err[4096];
+    int status = run_expect_fatal(fn, arg, err, sizeof(err));
+    CHECK(status != 0, "%s: exited 0, expected an error", label);
+    CHECK(file == NULL || strstr(err, file) != NULL, "%s: message does not name '%s': %s", label, file, err);
+    CHECK(strstr(err, phrase1) != NULL, "%s: message lacks '%s': %s", label, phrase1, err);
+    CHECK(phrase2 == NULL || strstr(err, phrase2) != NULL, "%s: message lacks '%s': %s", label, phrase2, err);
+}
+
+static void td_expect_load_fatal(const char *label, const char *name, int B, int T, int world, int vocab,
+                                 int batches, const char *phrase1, const char *phrase2) {
+    char path[512];
+    TdLoadArgs a;
+    a.pattern = td_path(path, name);
+    a.B = B; a.T = T; a.world = world; a.vocab = vocab; a.batches = batches;
+    td_expect_fatal(label, td_load_child, &a, path, phrase1, phrase2);
+}
+
+static void test_bad_shards(void) {
+    td_expect_load_fatal("missing file", "nope.bin", 2, 4, 1, 1000, 0, "not found", NULL);
+    td_expect_load_fatal("empty glob", "nomatch_*.bin", 2, 4, 1, 1000, 0, "no data files match the pattern", NULL);
+
+    td_write_shard_raw("bad_magic.bin", 12345, 1, 100, 2, 0, 100);
+    td_expect_load_fatal("wrong magic", "bad_magic.bin", 2, 4, 1, 1000, 0, "bad magic 12345", "expected 20240520");
+    td_write_shard_raw("bad_version16.bin", SHARD_MAGIC_U16, 7, 100, 2, 0, 100);
+    td_expect_load_fatal("wrong 16-bit version", "bad_version16.bin", 2, 4, 1, 1000, 0, "version 7", "expected 1");
+    td_write_shard_raw("bad_version32.bin", SHARD_MAGIC_U32, 1, 100, 4, 0, 100);
+    td_expect_load_fatal("wrong 32-bit version", "bad_version32.bin", 2, 4, 1, 1000, 0, "version 1", "expected 7");
+
+    td_write_file("short_header.bin", NULL, "abc", 3);
+    td_expect_load_fatal("file shorter than its header", "short_header.bin", 2, 4, 1, 1000, 0, "truncated", "header");
+    td_write_shard_raw("truncated.bin", SHARD_MAGIC_U16, 1, 1000, 2, 0, 500);
+    td_expect_load_fatal("truncated body", "truncated.bin", 2, 4, 1, 1000, 0, "truncated", "1000 tokens");
+    td_write_shard_raw("count_small.bin", SHARD_MAGIC_U32, 7, 100, 4, 0, 200);
+    td_expect_load_fatal("header count below file size", "count_small.bin", 2, 4, 1, 1000, 0,
+                         "header token count 100 disagrees with the file size", NULL);
+
+    td_write_shard("tiny.bin", 2, 0, 20);
+    td_expect_load_fatal("fewer tokens than one step", "tiny.bin", 2, 5, 2, 1000, 0, "has 20 tokens",
+                         "B*T*world + 1 = 2*5*2 + 1 = 21");
+
+    // token 57 is out of range; B*T = 10, so the 6th batch (tokens 50..60) reads it
+    td_write_shard("bad_token16.bin", 2, 0, 101);
+    td_poke_token("bad_token16.bin", 2, 57, 5000);
+    td_expect_load_fatal("token >= vocab, 16-bit", "bad_token16.bin", 2, 5, 1, 1000, 10, "token id 5000 at token 57",
+                         "vocabulary size 1000");
+    td_write_shard("bad_token32.bin", 4, 0, 101);
+    td_poke_token("bad_token32.bin", 4, 100, 0xFFFFFFFFu); // the last target; negative as an int
+    td_expect_load_fatal("token >= vocab, 32-bit", "bad_token32.bin", 2, 5, 1, 1000, 10,
+                         "token id 4294967295 at token 100", NULL);
+
+    // a bad shard among good ones is named
+    td_write_shard("mix_a.bin", 2, 0, 50);
+    td_write_shard_raw("mix_b.bin", SHARD_MAGIC_U16, 1, 50, 2, 0, 49);
+    char path[512];
+    TdLoadArgs a;
+    a.pattern = td_path(path, "mix_*.bin");
+    a.B = 2; a.T = 4; a.world = 1; a.vocab = 1000; a.batches = 0;
+    char bad[512];
+    td_expect_fatal("one bad shard of two", td_load_child, &a, td_path(bad, "mix_b.bin"), "truncated", NULL);
+}
+
+typedef struct {
+    int B, shuffle, num_shards;
+    uint64_t seed;
+    DataLoaderState state;
+} TdStateArgs;
+
+static void td_set_state_child(void *arg) {
+    TdStateArgs *a = (TdStateArgs *)arg;
+    char pattern[512];
+    DataLoader dl;
+    dataloader_init(&dl, td_path(pattern, a->num_shards == 1 ? "multi_0.bin" : "multi_*.bin"), a->B, 4, 0, 1,
+                    a->shuffle, a->seed, 4000);
+    dataloader_set_state(&dl, &a->state);
+    dataloader_free(&dl);
+}
+
+static void test_bad_state(void) {
+    char pattern[512];
+    td_multi_pattern(pattern);
+    DataLoader dl;
+    dataloader_init(&dl, pattern, 2, 4, 0, 1, 1, 5, 4000);
+    while (dataloader_get_state(&dl).shard_index == 0) dataloader_next_batch(&dl); // past the first shard
+    TdStateArgs a;
+    a.state = dataloader_get_state(&dl);
+    dataloader_free(&dl);
+    a.B = 2; a.shuffle = 1; a.seed = 5; a.num_shards = 3;
+    char err[4096];
+    CHECK(run_expect_fatal(td_set_state_child, &a, err, sizeof(err)) == 0, "a matching state was refused: %s", err);
+    a.B = 4;
+    td_expect_fatal("other geometry", td_set_state_child, &a, NULL, "B*T*world = 8 tokens per step, this run has 16", NULL);
+    a.B = 2; a.seed = 6;
+    td_expect_fatal("other seed", td_set_state_child, &a, NULL, "seed=5", "seed=6");
+    a.seed = 5; a.num_shards = 1;
+    td_expect_fatal("fewer shards", td_set_state_child, &a, NULL, "does not fit the 1 shard(s)", NULL);
+}
+
+// ---- tokenizer
+
+// A table of the given pieces; header_vocab may lie about their number.
+static void td_write_tokenizer(const char *name, int magic, int version, int header_vocab, const char *const *pieces,
+                               int n) {
+    int32_t header[256] = {0};
+    header[0] = magic; header[1] = version; header[2] = header_vocab; header[3] = 1;
+    unsigned char body[4096];
+    size_t len = 0;
+    for (int i = 0; i < n; i++) {
+        size_t l = strlen(pieces[i]);
+        body[len++] = (unsigned char)l;
+        memcpy(body + len, pieces[i], l);
+        len += l;
+    }
+    td_write_file(name, header, body, len);
+}
+
+static const char *const td_pieces[6] = {"", "<s>", "hello", " world", "\n", "\x1b[2Jx\r"};
+
+// stdout of tokenizer_safe_print(piece), captured through a temporary file.
+static void td_capture_safe_print(const char *piece, char *out, size_t outlen) {
+    char path[512];
+    td_path(path, "stdout.txt");
+    fflush(stdout);
+    int saved = dup(1);
+    int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+    dup2(fd, 1);
+    close(fd);
+    tokenizer_safe_print(piece);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    FILE *fp = fopenCheck(path, "rb");
+    size_t n = fread(out, 1, outlen - 1, fp);
+    out[n] = '\0';
+    fcloseCheck(fp);
+    remove(path);
+}
+
+static void test_tokenizer_good(void) {
+    char path[512];
+    td_write_tokenizer("tok.bin", TOKENIZER_MAGIC, TOKENIZER_VERSION, 6, td_pieces, 6);
+    Tokenizer t;
+    tokenizer_init(&t, td_path(path, "tok.bin"));
+    CHECK(t.vocab_size == 6 && t.doc_start_id == 1, "header fields: vocab %d, doc start %d", t.vocab_size, t.doc_start_id);
+    for (int i = 0; i < 6; i++) {
+        CHECK(strcmp(tokenizer_decode(&t, i), td_pieces[i]) == 0, "token %d decodes to '%s'", i, tokenizer_decode(&t, i));
+    }
+    CHECK(strcmp(tokenizer_decode(&t, 6), "<bad id 6>") == 0, "id 6 decodes to '%s'", tokenizer_decode(&t, 6));
+    CHECK(strcmp(tokenizer_decode(&t, -1), "<bad id -1>") == 0, "id -1 decodes to '%s'", tokenizer_decode(&t, -1));
+    char out[64];
+    td_capture_safe_print(tokenizer_decode(&t, 5), out, sizeof(out));
+    CHECK(strcmp(out, "[2Jx") == 0, "safe print of escape/CR piece gave '%s'", out);
+    td_capture_safe_print(" caf\xc3\xa9\n\t!", out, sizeof(out));
+    CHECK(strcmp(out, " caf\xc3\xa9\n\t!") == 0, "safe print dropped text, UTF-8 or whitespace: '%s'", out);
+    tokenizer_free(&t);
+    Tokenizer opt;
+    CHECK(tokenizer_init_optional(&opt, td_path(path, "no_tokenizer.bin")) == 0, "missing tokenizer not reported as 0");
+    CHECK(strcmp(tokenizer_decode(&opt, 3), "<bad id 3>") == 0, "an absent tokenizer must decode to placeholders");
+    tokenizer_free(&opt);
+    CHECK(tokenizer_init_optional(&opt, td_path(path, "tok.bin")) == 1 && opt.vocab_size == 6, "optional init of a good table");
+    tokenizer_free(&opt);
+}
+
+static void td_tokenizer_child(void *arg) {
+    Tokenizer t;
+    tokenizer_init(&t, (const char *)arg);
+    tokenizer_free(&t);
+}
+
+static void td_tokenizer_optional_child(void *arg) {
+    Tokenizer t;
+    tokenizer_init_optional(&t, (const char *)arg);
+    tokenizer_free(&t);
+}
+
+static void test_tokenizer_bad(void) {
+    char path[512];
+    td_expect_fatal("missing tokenizer", td_tokenizer_child, (void *)td_path(path, "no_tokenizer.bin"), path,
+                    "cannot open", NULL);
+    td_write_tokenizer("tok_magic.bin", 20240520, TOKENIZER_VERSION, 6, td_pieces, 6);
+    td_expect_fatal("tokenizer magic", td_tokenizer_child, (void *)td_path(path, "tok_magic.bin"), path,
+                    "bad magic 20240520", "expected 20240328");
+    td_write_tokenizer("tok_version.bin", TOKENIZER_MAGIC, 1, 6, td_pieces, 6);
+    td_expect_fatal("tokenizer version", td_tokenizer_child, (void *)td_path(path, "tok_version.bin"), path,
+                    "version 1, expected 2", NULL);
+    td_write_tokenizer("tok_trunc.bin", TOKENIZER_MAGIC, TOKENIZER_VERSION, 10, td_pieces, 6);
+    td_expect_fatal("tokenizer truncated", td_tokenizer_child, (void *)td_path(path, "tok_trunc.bin"), path,
+                    "truncated", "token 6 of the 10");
+    td_write_file("tok_short.bin", NULL, "xyz", 3);
+    td_expect_fatal("tokenizer shorter than its header", td_tokenizer_child, (void *)td_path(path, "tok_short.bin"),
+                    path, "truncated", "header");
+    td_write_tokenizer("tok_extra.bin", TOKENIZER_MAGIC, TOKENIZER_VERSION, 4, td_pieces, 6);
+    td_expect_fatal("tokenizer with bytes past its vocabulary", td_tokenizer_child,
+                    (void *)td_path(path, "tok_extra.bin"), path, "bytes after its 4 tokens", NULL);
+    // optional means optional only when absent: a broken file is still an error
+    td_expect_fatal("optional tokenizer, bad file", td_tokenizer_optional_child, (void *)td_path(path, "tok_magic.bin"),
+                    path, "bad magic", NULL);
+}
+
+// ---- the real data in ../shared/data (tests run from the repository root, with ../shared beside it)
+
+// Reads a whole real shard; checks the header; returns the tokens (caller frees) or NULL if absent.
+static uint32_t *td_read_real_shard(const char *path, int magic, int version, int width, int64_t *n) {
+    FILE *fp = fopen(path, "rb");
+    CHECK(fp != NULL, "'%s' not found: the tests expect ../shared (with data/) beside the repository and run"
+          " from the repository root", path);
+    if (fp == NULL) return NULL;
+    int64_t size = fileSizeCheck(fp);
+    int32_t header[256];
+    freadCheck(header, sizeof(int32_t), 256, fp, path);
+    CHECK(header[0] == magic && header[1] == version, "'%s': magic %d version %d, expected %d %d", path,
+          header[0], header[1], magic, version);
+    *n = (uint32_t)header[2];
+    CHECK(*n > 0 && size == 1024 + *n * width, "'%s': header says %lld tokens, file has %lld bytes", path,
+          (long long)*n, (long long)size);
+    if (*n <= 0 || size != 1024 + *n * width) { fcloseCheck(fp); return NULL; }
+    uint32_t *tokens = (uint32_t *)mallocCheck((size_t)*n * sizeof(uint32_t));
+    for (int64_t i = 0; i < *n; i++) {
+        tokens[i] = 0;
+        freadCheck(&tokens[i], width, 1, fp, path); // little-endian host: the low bytes come first
+    }
+    fcloseCheck(fp);
+    return tokens;
+}
+
+static void td_check_real(const char *shard, int magic, int version, int width, const char *tok_path, int V,
+                          int doc_start) {
+    int64_t n = 0;
+    uint32_t *tokens = td_read_real_shard(shard, magic, version, width, &n);
+    if (tokens == NULL) return;
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) bad += tokens[i] >= (uint32_t)V;
+    CHECK(bad == 0, "'%s': %lld tokens >= %d", shard, (long long)bad, V);
+    // the loader reads it the same way, over a whole epoch
+    DataLoader dl;
+    dataloader_init(&dl, shard, 4, 64, 0, 1, 0, 0, V);
+    int same = 1;
+    for (int64_t s = 0; s < dl.batches_per_epoch; s++) {
+        dataloader_next_batch(&dl);
+        for (int i = 0; i < 256; i++) {
+            same &= dl.inputs[i] == (int)tokens[s * 256 + i] && dl.targets[i] == (int)tokens[s * 256 + i + 1];
+        }
+    }
+    CHECK(same, "'%s': the loader's batches differ from the file's tokens", shard);
+    dataloader_free(&dl);
+    FILE *fp = fopen(tok_path, "rb");
+    CHECK(fp != NULL, "'%s' not found: the tests expect ../shared beside the repository", tok_path);
+    if (fp != NULL) {
+        fcloseCheck(fp);
+        Tokenizer t;
+        tokenizer_init(&t, tok_path);
+        CHECK(t.vocab_size == V && t.doc_start_id == doc_start, "'%s': vocab %d doc start %d, expected %d %d",
+              tok_path, t.vocab_size, t.doc_start_id, V, doc_start);
+        char text[8192] = {0};
+        for (int i = 0; i < 100 && i < n; i++) strncat(text, tokenizer_decode(&t, (int)tokens[i]), sizeof(text) - strlen(text) - 1);
+        size_t len = strlen(text), printable = 0, letters = 0;
+        for (size_t i = 0; i < len; i++) {
+            unsigned char ch = (unsigned char)text[i];
+            printable += (ch >= 0x20 && ch != 0x7F) || ch == '\n' || ch == '\t';
+            letters += (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || ch == ' ';
+        }
+        CHECK(len >= 200 && printable >= len * 98 / 100 && letters >= len / 2,
+              "'%s' decodes to %zu chars, %zu printable, %zu letters/spaces: %.200s", shard, len, printable, letters, text);
+        tokenizer_free(&t);
+    }
+    free(tokens);
+}
+
+static void test_real_llama2(void) {
+    td_check_real("../shared/data/tinyshakespeare_llama2_val.bin", SHARD_MAGIC_U16, SHARD_VERSION_U16, 2,
+                  "../shared/data/llama2_tokenizer.bin", 32000, 1);
+}
+
+static void test_real_llama3(void) {
+    td_check_real("../shared/data/tinyshakespeare_llama3_val.bin", SHARD_MAGIC_U32, SHARD_VERSION_U32, 4,
+                  "../shared/data/llama3_tokenizer.bin", 128256, 128000);
+}
+
+static void run_data_tests(void) {
+    strcpy(g_td_dir, "/tmp/test_data_XXXXXX");
+    if (mkdtemp(g_td_dir) == NULL) FATAL("mkdtemp failed: %s", strerror(errno));
+    run_test("data: 16-bit shard, exact batches and epochs", test_shard_16bit_exact_batches);
+    run_test("data: 32-bit shard, exact batches", test_shard_32bit_exact_batches);
+    run_test("data: ranks read disjoint positions covering the shard", test_ranks_disjoint);
+    run_test("data: shuffle is deterministic per seed, a permutation per epoch", test_shuffle_deterministic);
+    run_test("data: state save/restore replays the same batches; reset", test_state_resume);
+    run_test("data: glob matches are read in name order", test_glob_order);
+    run_test("data: synthetic corpus is deterministic and learnable", test_synthetic);
+    run_test("data: bad shards exit naming the file and the problem", test_bad_shards);
+    run_test("data: mismatched resume state is refused", test_bad_state);
+    run_test("tokenizer: decode table, placeholders, safe print, optional", test_tokenizer_good);
+    run_test("tokenizer: bad tables exit naming the file and the problem", test_tokenizer_bad);
+    run_test("data: real TinyShakespeare, Llama 2 (16-bit)", test_real_llama2);
+    run_test("data: real TinyShakespeare, Llama 3 (32-bit)", test_real_llama3);
+    for (int i = 0; i < g_td_num_files; i++) remove(g_td_files[i]);
+    rmdir(g_td_dir);
+}
+
+#endif

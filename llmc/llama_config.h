@@ -1,0 +1,128 @@
+/*
+The Llama model's shape: hyperparameters, named presets, and the layout of the parameter tensors
+and of the fp8 scaling state. Shared by the GPU trainer, the CPU reference (dev/test), the PyTorch
+reference (dev/reference, which mirrors these orders) and the checkpoint format, so every one of
+them agrees on which float is which. Plain C.
+
+Parameter tensors, in this order, each contiguous, all layers of one kind together (llm.c style):
+   0 wte      (V, C)                  token embedding
+   1 ln1w     (L, C)                  attention RMSNorm weight
+   2 wqkv     (L, (NH + 2*NKV)*HS, C) rows: NH query heads, then NKV key heads, then NKV value heads
+   3 wo       (L, C, NH*HS)
+   4 ln2w     (L, C)                  MLP RMSNorm weight
+   5 w13      (L, 2*FF, C)            rows [0, FF) = w1 (gate), rows [FF, 2*FF) = w3 (up)
+   6 w2       (L, C, FF)
+   7 lnfw     (C)                     final RMSNorm weight
+   8 lm_head  (V, C)                  untied output layer
+
+fp8 state: every block linear l of layer i has index lin = 4*i + {0 qkv, 1 wo, 2 w13, 3 w2}; with
+-fp8_lm_head 1 the lm_head is linear 4*L. Each linear has three tensors, kind {0 X, 1 W, 2 dY}, and
+tensor index t = 3*lin + kind. All of it lives in ONE float buffer (so one NCCL call reduces every
+amax slot and one kernel updates every scale), laid out as:
+   amax_slot    [NT]      max |value| seen since the last update (atomic max, all micro-steps)
+   amax_history [NT][H]   entry 0 is the newest
+   scale        [NT]      multiply by this before casting to fp8
+   scale_inv    [NT]      1/scale, handed to the GEMM to undo the scaling
+*/
+#ifndef LLMC_LLAMA_CONFIG_H
+#define LLMC_LLAMA_CONFIG_H
+
+#include <stddef.h>
+#include <string.h>
+
+typedef struct {
+    int V;             // vocabulary size
+    int L;             // number of layers
+    int C;             // model width
+    int NH;            // query heads
+    int NKV;           // key/value heads (NH % NKV == 0; NKV == NH is plain multi-head attention)
+    int FF;            // MLP hidden width (SwiGLU)
+    int max_T;         // longest sequence the model is set up for
+    float rope_theta;  // 10000 for Llama 2, 500000 for Llama 3
+    float norm_eps;    // RMSNorm epsilon
+} LlamaConfig;
+
+enum { NUM_PARAM_TENSORS = 9 };
+enum { P_WTE, P_LN1W, P_WQKV, P_WO, P_LN2W, P_W13, P_W2, P_LNFW, P_LM_HEAD };
+enum { LIN_QKV, LIN_WO, LIN_W13, LIN_W2, LINS_PER_LAYER };
+enum { FP8_X, FP8_W, FP8_DY, FP8_KINDS };
+
+static const char *const PARAM_NAMES[NUM_PARAM_TENSORS] = {
+    "wte", "ln1w", "wqkv", "wo", "ln2w", "w13", "w2", "lnfw", "lm_head"};
+static const char *const LINEAR_NAMES[LINS_PER_LAYER + 1] = {"qkv", "wo", "w13", "w2", "lm_head"};
+static const char *const FP8_KIND_NAMES[FP8_KINDS] = {"x", "w", "dy"};
+
+static inline int config_head_size(const LlamaConfig *c) { return c->C / c->NH; }
+static inline int config_qkv_width(const LlamaConfig *c) { return (c->NH + 2 * c->NKV) * (c->C / c->NH); }
+
+// Element count of each parameter tensor; returns the total.
+static size_t param_sizes(const LlamaConfig *c, size_t sizes[NUM_PARAM_TENSORS]) {
+    size_t V = c->V, L = c->L, C = c->C, FF = c->FF, QKV = config_qkv_width(c);
+    sizes[P_WTE] = V * C;
+    sizes[P_LN1W] = L * C;
+    sizes[P_WQKV] = L * QKV * C;
+    sizes[P_WO] = L * C * C;
+    sizes[P_LN2W] = L * C;
+    sizes[P_W13] = L * 2 * FF * C;
+    sizes[P_W2] = L * C * FF;
+    sizes[P_LNFW] = C;
+    sizes[P_LM_HEAD] = V * C;
+    size_t total = 0;
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) total += sizes[i];
+    return total;
+}
+
+// Weight decay applies to 2-D tensors only (matrices and embeddings), not to norm weights.
+static inline int param_is_decayed(int p) { return !(p == P_LN1W || p == P_LN2W || p == P_LNFW); }
+
+// Number of fp8 linears and fp8 tensors.
+static inline int fp8_num_linears(const LlamaConfig *c, int fp8_lm_head) { return LINS_PER_LAYER * c->L + (fp8_lm_head ? 1 : 0); }
+static inline int fp8_num_tensors(const LlamaConfig *c, int fp8_lm_head) { return FP8_KINDS * fp8_num_linears(c, fp8_lm_head); }
+static inline int fp8_tensor_index(int layer, int lin, int kind) { return FP8_KINDS * (LINS_PER_LAYER * layer + lin) + kind; }
+
+// Offsets (in floats) of the parts of the fp8 state buffer; total is its length.
+typedef struct {
+    size_t amax_slot, amax_history, scale, scale_inv, total;
+    int num_tensors, history_len;
+} Fp8StateLayout;
+
+static inline Fp8StateLayout fp8_state_layout(int num_tensors, int history_len) {
+    Fp8StateLayout s;
+    s.num_tensors = num_tensors;
+    s.history_len = history_len;
+    s.amax_slot = 0;
+    s.amax_history = (size_t)num_tensors;
+    s.scale = s.amax_history + (size_t)num_tensors * history_len;
+    s.scale_inv = s.scale + num_tensors;
+    s.total = s.scale_inv + num_tensors;
+    return s;
+}
+
+// Named presets; returns 0 if the name is unknown. V is a default the tokenizer/data may override.
+static int config_from_preset(const char *name, LlamaConfig *c) {
+    LlamaConfig tiny   = {32000, 4, 256, 4, 2, 768, 256, 10000.0f, 1e-5f};
+    // ../shared/docs/ANCHORS.md convergence config, so losses compare with PyTorch's there.
+    LlamaConfig m125   = {32000, 12, 768, 12, 12, 2048, 1024, 10000.0f, 1e-5f};
+    LlamaConfig l1b    = {32000, 18, 2048, 16, 16, 5632, 2048, 10000.0f, 1e-5f};
+    LlamaConfig l2_7b  = {32000, 32, 4096, 32, 32, 11008, 4096, 10000.0f, 1e-5f};
+    LlamaConfig l3_8b  = {128256, 32, 4096, 32, 8, 14336, 8192, 500000.0f, 1e-5f};
+    if (strcmp(name, "tiny") == 0) { *c = tiny; return 1; }
+    if (strcmp(name, "125m") == 0) { *c = m125; return 1; }
+    if (strcmp(name, "1b") == 0) { *c = l1b; return 1; }
+    if (strcmp(name, "llama2-7b") == 0) { *c = l2_7b; return 1; }
+    if (strcmp(name, "llama3-8b") == 0) { *c = l3_8b; return 1; }
+    return 0;
+}
+
+// Returns NULL if the config is usable, else a message saying what is wrong.
+static const char *config_check(const LlamaConfig *c) {
+    if (c->V <= 0 || c->L <= 0 || c->C <= 0 || c->NH <= 0 || c->NKV <= 0 || c->FF <= 0 || c->max_T <= 0)
+        return "every dimension (V, L, C, NH, NKV, FF, max_T) must be positive";
+    if (c->C % c->NH != 0) return "C must be a multiple of NH (head size = C / NH)";
+    if (c->NH % c->NKV != 0) return "NH must be a multiple of NKV (grouped-query attention)";
+    if ((c->C / c->NH) % 2 != 0) return "head size C / NH must be even (RoPE rotates pairs)";
+    if (!(c->rope_theta > 0.0f)) return "rope_theta must be positive";
+    return NULL;
+}
+
+#endif

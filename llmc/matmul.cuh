@@ -1,0 +1,246 @@
+/*
+The linears' GEMMs through cuBLASLt: bf16 (forward, dgrad, wgrad) and fp8 (fprop, dgrad, wgrad).
+One handle and one 32 MiB workspace for the process; each distinct GEMM (kind, m, n, k, accumulate,
+operand alignments) gets its matmul descriptor, matrix layouts and heuristic algorithm created once,
+on first use, and kept in a small table (creating them per call is a known cost of llm.c's path).
+
+Everything is row-major in C terms. A linear is Y(N, OUT) = X(N, IN) W(OUT, IN)^T with N tokens.
+cuBLASLt is column-major, and a row-major (r, c) matrix is the same bytes as a column-major (c, r)
+one, so each product is computed transposed: e.g. Y^T (OUT, N) = W (OUT, IN) . X^T (IN, N).
+
+fp8 on Hopper: only the "TN" form exists (A transposed, B not, in cuBLASLt's terms), so both operands
+must have the reduction dimension contiguous; E4M3xE4M3, E4M3xE5M2 and E5M2xE4M3 are supported,
+E5M2xE5M2 is not. The three products in that form (D, A and B are cuBLASLt's operands):
+  fprop  Y^T (OUT,N)  = W (OUT,IN)       . X^T (IN,N)    A = w    (E4M3, OUT x IN, lda IN)
+                                                         B = x    (E4M3, N x IN,   ldb IN)
+  dgrad  dX^T (IN,N)  = W^T (IN,OUT)     . dY^T (OUT,N)  A = w_t  (E4M3, IN x OUT, lda OUT)
+                                                         B = dy   (E5M2, N x OUT,  ldb OUT)
+  wgrad  dW^T (IN,OUT)= X^T (IN,N)       . dY (N,OUT)    A = x_t  (E4M3, IN x N,   lda N)
+                                                         B = dy_t (E5M2, OUT x N,  ldb N)
+(shapes of A and B as row-major C arrays). The fp8 copies are scaled: the GEMM multiplies the fp32
+sum by *A_SCALE_POINTER * *B_SCALE_POINTER, i.e. the two scale_inv values. Output is bf16; C has
+D's type and layout, and beta = 1 adds the old D (gradient accumulation), as TransformerEngine does.
+FAST_ACCUM is on in fprop only (TE/torchao: Hopper's fp8 accumulator is limited; the gradients
+get the periodically promoted, slower path).
+
+The scale pointers are set on the cached descriptor at every call: cuBLASLt reads descriptor
+attributes when cublasLtMatmul enqueues the kernel, so later changes don't affect queued work.
+Calls are not thread-safe (one host thread drives the GPU, as in llm.c).
+*/
+#ifndef LLMC_MATMUL_CUH
+#define LLMC_MATMUL_CUH
+
+#include <stdint.h>
+#include <cublasLt.h>
+#include "cuda_common.cuh" // floatX, fp8e4, fp8e5, cudaCheck, FATAL
+
+#ifndef cublasCheck
+static void cublas_check(cublasStatus_t status, const char *file, int line) {
+    if (status != CUBLAS_STATUS_SUCCESS) {
+        fatal_at(file, line, "cuBLAS error: %s (%s)", cublasLtGetStatusString(status), cublasLtGetStatusName(status));
+    }
+}
+#define cublasCheck(status) cublas_check((status), __FILE__, __LINE__)
+#endif
+
+#define MATMUL_WORKSPACE_BYTES ((size_t)32 << 20)
+#define MATMUL_MAX_PLANS 256
+
+enum { MM_BF16_FWD, MM_BF16_DX, MM_BF16_DW, MM_FP8_FPROP, MM_FP8_DGRAD, MM_FP8_WGRAD, MM_NUM_KINDS };
+static const char *const MATMUL_KIND_NAMES[MM_NUM_KINDS] = {
+    "bf16 forward", "bf16 dgrad", "bf16 wgrad", "fp8 fprop", "fp8 dgrad", "fp8 wgrad"};
+
+// One cached GEMM: everything cublasLtMatmul needs except the pointers.
+typedef struct {
+    int kind, m, n, k, accumulate;
+    int align[4]; // bytes: A, B, C(=D), and 0 (reserved)
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t a_layout, b_layout, d_layout; // C uses d_layout (same type and shape)
+    cublasLtMatmulAlgo_t algo;
+} MatmulPlan;
+
+static cublasLtHandle_t g_cublaslt = NULL;
+static void *g_matmul_workspace = NULL;
+static MatmulPlan g_matmul_plans[MATMUL_MAX_PLANS];
+static int g_matmul_num_plans = 0;
+
+void matmul_init(void) {
+    if (g_cublaslt != NULL) return;
+    cublasCheck(cublasLtCreate(&g_cublaslt));
+    g_matmul_workspace = cudaMallocCheck(MATMUL_WORKSPACE_BYTES, "the cuBLASLt workspace");
+    g_matmul_num_plans = 0;
+}
+
+void matmul_destroy(void) {
+    for (int i = 0; i < g_matmul_num_plans; i++) {
+        MatmulPlan *p = &g_matmul_plans[i];
+        cublasCheck(cublasLtMatrixLayoutDestroy(p->a_layout));
+        cublasCheck(cublasLtMatrixLayoutDestroy(p->b_layout));
+        cublasCheck(cublasLtMatrixLayoutDestroy(p->d_layout));
+        cublasCheck(cublasLtMatmulDescDestroy(p->desc));
+    }
+    g_matmul_num_plans = 0;
+    if (g_matmul_workspace != NULL) cudaCheck(cudaFree(g_matmul_workspace));
+    g_matmul_workspace = NULL;
+    if (g_cublaslt != NULL) cublasCheck(cublasLtDestroy(g_cublaslt));
+    g_cublaslt = NULL;
+}
+
+// Largest power of two (<= 256, cuBLASLt's default assumption) that divides the address: the
+// heuristic is told the real alignment, so an operand at an odd offset gets an algorithm that can read it.
+static int matmul_ptr_alignment(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    int align = 256;
+    while (align > 1 && (a % (uintptr_t)align) != 0) align /= 2;
+    return align;
+}
+
+// Operand description of each kind (cuBLASLt column-major terms): types, transposes, fast accumulation.
+typedef struct {
+    cudaDataType_t a_type, b_type;
+    cublasOperation_t op_a, op_b;
+    int8_t fast_accum; // fp8 only
+    int is_fp8;
+} MatmulKindInfo;
+
+static MatmulKindInfo matmul_kind_info(int kind) {
+    MatmulKindInfo k;
+    k.fast_accum = 0;
+    k.is_fp8 = 0;
+    switch (kind) {
+    case MM_BF16_FWD: k.a_type = CUDA_R_16BF; k.b_type = CUDA_R_16BF; k.op_a = CUBLAS_OP_T; k.op_b = CUBLAS_OP_N; break;
+    case MM_BF16_DX:  k.a_type = CUDA_R_16BF; k.b_type = CUDA_R_16BF; k.op_a = CUBLAS_OP_N; k.op_b = CUBLAS_OP_N; break;
+    case MM_BF16_DW:  k.a_type = CUDA_R_16BF; k.b_type = CUDA_R_16BF; k.op_a = CUBLAS_OP_N; k.op_b = CUBLAS_OP_T; break;
+    case MM_FP8_FPROP: k.a_type = CUDA_R_8F_E4M3; k.b_type = CUDA_R_8F_E4M3; k.op_a = CUBLAS_OP_T; k.op_b = CUBLAS_OP_N;
+                       k.fast_accum = 1; k.is_fp8 = 1; break;
+    case MM_FP8_DGRAD: k.a_type = CUDA_R_8F_E4M3; k.b_type = CUDA_R_8F_E5M2; k.op_a = CUBLAS_OP_T; k.op_b = CUBLAS_OP_N;
+                       k.is_fp8 = 1; break;
+    case MM_FP8_WGRAD: k.a_type = CUDA_R_8F_E4M3; k.b_type = CUDA_R_8F_E5M2; k.op_a = CUBLAS_OP_T; k.op_b = CUBLAS_OP_N;
+                       k.is_fp8 = 1; break;
+    default: FATAL("matmul: unknown GEMM kind %d", kind);
+    }
+    return k;
+}
+
+// Finds or creates the plan of D(m,n) = op(A)(m,k) op(B)(k,n), column-major, packed leading dimensions.
+static MatmulPlan *matmul_get_plan(int kind, int m, int n, int k, int accumulate, const void *A, const void *B,
+                                   const void *D, const float *a_scale, const float *b_scale) {
+    int align[4] = {matmul_ptr_alignment(A), matmul_ptr_alignment(B), matmul_ptr_alignment(D), 0};
+    for (int i = 0; i < g_matmul_num_plans; i++) {
+        MatmulPlan *p = &g_matmul_plans[i];
+        if (p->kind == kind && p->m == m && p->n == n && p->k == k && p->accumulate == accumulate &&
+            p->align[0] == align[0] && p->align[1] == align[1] && p->align[2] == align[2]) return p;
+    }
+    if (g_matmul_num_plans == MATMUL_MAX_PLANS) {
+        FATAL("matmul: more than %d distinct GEMMs (shape, kind, alignment); raise MATMUL_MAX_PLANS in llmc/matmul.cuh",
+              MATMUL_MAX_PLANS);
+    }
+    MatmulKindInfo info = matmul_kind_info(kind);
+    MatmulPlan *p = &g_matmul_plans[g_matmul_num_plans];
+    memset(p, 0, sizeof(*p));
+    p->kind = kind; p->m = m; p->n = n; p->k = k; p->accumulate = accumulate;
+    for (int i = 0; i < 4; i++) p->align[i] = align[i];
+
+    cublasCheck(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &info.op_a, sizeof(info.op_a)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &info.op_b, sizeof(info.op_b)));
+    if (info.is_fp8) {
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &info.fast_accum,
+                                                   sizeof(info.fast_accum)));
+        // set before the heuristic, so it sees the same descriptor the calls will use
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof(a_scale)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof(b_scale)));
+    }
+    // stored shapes: op T stores the operand as (k, m) / (n, k) column-major, op N as (m, k) / (k, n)
+    int a_rows = info.op_a == CUBLAS_OP_N ? m : k, a_cols = info.op_a == CUBLAS_OP_N ? k : m;
+    int b_rows = info.op_b == CUBLAS_OP_N ? k : n, b_cols = info.op_b == CUBLAS_OP_N ? n : k;
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->a_layout, info.a_type, a_rows, a_cols, a_rows));
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->b_layout, info.b_type, b_rows, b_cols, b_rows));
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->d_layout, CUDA_R_16BF, m, n, m));
+
+    cublasLtMatmulPreference_t pref;
+    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+    size_t ws = MATMUL_WORKSPACE_BYTES;
+    uint32_t al_a = (uint32_t)align[0], al_b = (uint32_t)align[1], al_d = (uint32_t)align[2];
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof(al_d)));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
+    cublasLtMatmulHeuristicResult_t result;
+    int found = 0;
+    cublasCheck(cublasLtMatmulAlgoGetHeuristic(g_cublaslt, p->desc, p->a_layout, p->b_layout, p->d_layout, p->d_layout,
+                                               pref, 1, &result, &found));
+    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+    if (found == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
+        FATAL("matmul: cuBLASLt has no algorithm for %s m=%d n=%d k=%d (alignments A %d, B %d, D %d bytes)%s",
+              MATMUL_KIND_NAMES[kind], m, n, k, align[0], align[1], align[2],
+              info.is_fp8 ? "; fp8 GEMMs need compute capability 8.9 or 9.0 (Ada/Hopper) and cuBLAS 12+" : "");
+    }
+    p->algo = result.algo;
+    g_matmul_num_plans++;
+    return p;
+}
+
+static void matmul_run(int kind, int m, int n, int k, const void *A, const void *B, floatX *D, int accumulate,
+                       const float *a_scale, const float *b_scale, cudaStream_t stream) {
+    if (g_cublaslt == NULL) FATAL("matmul: call matmul_init() before the first GEMM");
+    MatmulPlan *p = matmul_get_plan(kind, m, n, k, accumulate, A, B, D, a_scale, b_scale);
+    if (kind >= MM_FP8_FPROP) {
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof(a_scale)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof(b_scale)));
+    }
+    const float one = 1.0f, zero = 0.0f;
+    cublasCheck(cublasLtMatmul(g_cublaslt, p->desc, &one, A, p->a_layout, B, p->b_layout, accumulate ? &one : &zero,
+                               D, p->d_layout, D, p->d_layout, &p->algo, g_matmul_workspace, MATMUL_WORKSPACE_BYTES,
+                               stream));
+}
+
+// cuBLASLt's fp8 kernels need every dimension (and so every leading dimension) a multiple of 16 and
+// 16-byte aligned pointers.
+static void matmul_fp8_check(const char *fn, int N, int IN, int OUT, const void *a, const void *b, const void *d) {
+    if (N <= 0 || IN <= 0 || OUT <= 0 || N % 16 != 0 || IN % 16 != 0 || OUT % 16 != 0) {
+        FATAL("%s: N=%d IN=%d OUT=%d: fp8 GEMMs need every dimension a positive multiple of 16 (cuBLASLt on Hopper);"
+              " choose a batch*sequence length and model widths that are multiples of 16", fn, N, IN, OUT);
+    }
+    if (((uintptr_t)a | (uintptr_t)b | (uintptr_t)d) % 16 != 0) {
+        FATAL("%s: fp8 GEMM operands must be 16-byte aligned (got %p, %p, %p)", fn, a, b, d);
+    }
+}
+
+// y (N,OUT) = x (N,IN) w (OUT,IN)^T, bf16 in and out, fp32 accumulation.
+void matmul_forward(floatX *y, const floatX *x, const floatX *w, int N, int IN, int OUT, cudaStream_t stream) {
+    matmul_run(MM_BF16_FWD, OUT, N, IN, w, x, y, 0, NULL, NULL, stream);
+}
+
+// dx (N,IN) = dy (N,OUT) w (OUT,IN), overwritten (skipped if dx is NULL);
+// dw (OUT,IN) (+)= dy^T x, accumulated into the old dw (beta = 1) when accumulate_dw (skipped if dw is NULL).
+void matmul_backward(floatX *dx, floatX *dw, const floatX *dy, const floatX *x, const floatX *w, int N, int IN, int OUT,
+                     int accumulate_dw, cudaStream_t stream) {
+    if (dx != NULL) matmul_run(MM_BF16_DX, IN, N, OUT, w, dy, dx, 0, NULL, NULL, stream);
+    if (dw != NULL) matmul_run(MM_BF16_DW, IN, OUT, N, x, dy, dw, accumulate_dw ? 1 : 0, NULL, NULL, stream);
+}
+
+// fprop: y (N,OUT) = (x w^T) * x_scale_inv * w_scale_inv; x (N,IN) and w (OUT,IN) E4M3. Fast accumulation.
+void matmul_fp8_fprop(floatX *y, const fp8e4 *x, const fp8e4 *w, const float *x_scale_inv, const float *w_scale_inv,
+                      int N, int IN, int OUT, cudaStream_t stream) {
+    matmul_fp8_check("matmul_fp8_fprop", N, IN, OUT, x, w, y);
+    matmul_run(MM_FP8_FPROP, OUT, N, IN, w, x, y, 0, w_scale_inv, x_scale_inv, stream);
+}
+
+// dgrad: dx (N,IN) = (dy w) * dy_scale_inv * w_scale_inv; dy (N,OUT) E5M2, w_t = W^T (IN,OUT) E4M3. Overwrites dx.
+void matmul_fp8_dgrad(floatX *dx, const fp8e5 *dy, const fp8e4 *w_t, const float *dy_scale_inv, const float *w_scale_inv,
+                      int N, int IN, int OUT, cudaStream_t stream) {
+    matmul_fp8_check("matmul_fp8_dgrad", N, IN, OUT, w_t, dy, dx);
+    matmul_run(MM_FP8_DGRAD, IN, N, OUT, w_t, dy, dx, 0, w_scale_inv, dy_scale_inv, stream);
+}
+
+// wgrad: dw (OUT,IN) (+)= (dy^T x) * dy_scale_inv * x_scale_inv; dy_t = dY^T (OUT,N) E5M2, x_t = X^T (IN,N) E4M3.
+// bf16 output; accumulate adds the old dw (beta = 1).
+void matmul_fp8_wgrad(floatX *dw, const fp8e5 *dy_t, const fp8e4 *x_t, const float *dy_scale_inv, const float *x_scale_inv,
+                      int N, int IN, int OUT, int accumulate, cudaStream_t stream) {
+    matmul_fp8_check("matmul_fp8_wgrad", N, IN, OUT, x_t, dy_t, dw);
+    matmul_run(MM_FP8_WGRAD, IN, OUT, N, x_t, dy_t, dw, accumulate ? 1 : 0, x_scale_inv, dy_scale_inv, stream);
+}
+
+#endif

@@ -1,0 +1,124 @@
+/*
+Helpers shared by the memory-bound kernels (encoder, rmsnorm, rope, swiglu, fused_classifier):
+16-byte loads and stores of 8 bf16 values with fp32 math in between, the saturating fp8 cast of 8
+values, the block-wide amax commit (one atomic per block), host-side checks that pointers and
+widths allow 16-byte access, and the SM count used to size persistent grids.
+
+Why the fp8 copy is cast from the ROUNDED bf16 value: it is then exactly what a separate cast kernel
+reading the bf16 tensor would write (the trainer's live-scaling path does that), so the codes and the
+amax do not depend on whether the bf16 output is written or which path produced them.
+*/
+#ifndef LLMC_PACKED_CUH
+#define LLMC_PACKED_CUH
+
+#include <stdint.h>
+#include "cuda_common.cuh"
+
+// ----------------------------------------------------------------------------------------------
+// device side
+
+__device__ __forceinline__ uint4 load16(const void *p) { return *reinterpret_cast<const uint4 *>(p); }
+__device__ __forceinline__ void store16(void *p, uint4 v) { *reinterpret_cast<uint4 *>(p) = v; }
+__device__ __forceinline__ void store8(void *p, uint2 v) { *reinterpret_cast<uint2 *>(p) = v; }
+
+// bf16 -> fp32 is exact: the bf16 bits are the high half of the fp32 bits (element 0 is the low half).
+__device__ __forceinline__ void bf16x8_to_float(float f[8], uint4 u) {
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        f[2 * i] = __uint_as_float(w[i] << 16);
+        f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+}
+
+// Rounds f to bf16 (round-to-nearest-even) IN PLACE and returns the packed bits, so the caller can
+// cast and take the amax of exactly the values it stores.
+__device__ __forceinline__ uint4 float_to_bf16x8(float f[8]) {
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w[i]) : "f"(f[2 * i + 1]), "f"(f[2 * i]));
+        f[2 * i] = __uint_as_float(w[i] << 16);
+        f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// 8 values * scale -> 8 fp8 codes (round-to-nearest-even, saturating to the format's max finite
+// value: finite input never becomes inf/NaN). FMT is __NV_E4M3 or __NV_E5M2.
+template <__nv_fp8_interpretation_t FMT>
+__device__ __forceinline__ uint2 float_to_fp8x8(const float f[8], float scale) {
+    uint32_t w[2];
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(f[4 * j] * scale, f[4 * j + 1] * scale), __NV_SATFINITE, FMT);
+        uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(f[4 * j + 2] * scale, f[4 * j + 3] * scale), __NV_SATFINITE, FMT);
+        w[j] = lo | (hi << 16);
+    }
+    return make_uint2(w[0], w[1]);
+}
+
+// amax kept as the bit pattern of |value|: non-negative floats order like their bits, and unlike
+// fmaxf a NaN (whose |bits| exceed inf's) wins, so it reaches the history as atomic_max_nonneg intends.
+__device__ __forceinline__ uint32_t amax_bits_update(uint32_t bits, const float f[8]) {
+#pragma unroll
+    for (int i = 0; i < 8; i++) bits = max(bits, __float_as_uint(fabsf(f[i])));
+    return bits;
+}
+
+// Block-wide max of every thread's amax bits, then ONE atomic per block. Every thread of the block
+// must call it (it synchronizes); blockDim.x * blockDim.y must be a multiple of 32.
+__device__ __forceinline__ void block_commit_amax(float *amax, uint32_t bits) {
+    __shared__ uint32_t warp_max[WARP_SIZE];
+    int tid = threadIdx.x + threadIdx.y * blockDim.x;
+    int nwarps = (blockDim.x * blockDim.y) / WARP_SIZE;
+    bits = __reduce_max_sync(0xffffffffu, bits);
+    __syncthreads(); // warp_max may still be read by an earlier call
+    if (tid % WARP_SIZE == 0) warp_max[tid / WARP_SIZE] = bits;
+    __syncthreads();
+    if (tid == 0) {
+        uint32_t m = 0;
+        for (int w = 0; w < nwarps; w++) m = max(m, warp_max[w]);
+        atomic_max_nonneg(amax, __uint_as_float(m));
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// host side
+
+static void check_aligned(const void *p, size_t bytes, const char *what, const char *who) {
+    if (p != NULL && ((uintptr_t)p % bytes) != 0) {
+        FATAL("%s: %s (%p) must be %zu-byte aligned for vectorized access; offset sub-tensors by"
+              " multiples of 8 elements", who, what, p, bytes);
+    }
+}
+
+static void check_fp8_cast(const Fp8Cast *cast, const char *who) {
+    if (cast->out != NULL && cast->scale == NULL) FATAL("%s: Fp8Cast.out is set but Fp8Cast.scale is NULL", who);
+    check_aligned(cast->out, 8, "Fp8Cast.out", who);
+}
+
+// Multiprocessor count, read once from the current device when the program has not set g_num_sms.
+static int device_num_sms(void) {
+    if (g_num_sms <= 0) {
+        int dev = 0;
+        cudaCheck(cudaGetDevice(&dev));
+        cudaCheck(cudaDeviceGetAttribute(&g_num_sms, cudaDevAttrMultiProcessorCount, dev));
+    }
+    return g_num_sms;
+}
+
+// Grid for "2-D elementwise" kernels: x covers the vectors of one row, y strides over rows.
+// Enough blocks to fill every SM (2048 threads each) a few times over; the grid never changes what
+// is computed, only how the rows are spread.
+static dim3 row_grid(int vectors_per_row, int threads, long long rows) {
+    int gx = CEIL_DIV(vectors_per_row, threads);
+    long long want = (long long)device_num_sms() * (2048 / threads) * 2;
+    long long gy = CEIL_DIV(want, (long long)gx);
+    if (gy > rows) gy = rows;
+    if (gy > 65535) gy = 65535;
+    if (gy < 1) gy = 1;
+    return dim3(gx, (unsigned)gy);
+}
+
+#endif

@@ -1,0 +1,117 @@
+/*
+The tokenizer's decode side: token id -> the bytes it stands for, from llm.c's decode table
+(../shared/docs/FORMATS.md: magic 20240328, version 2, header [2] vocab size, [3] document-start id;
+then per token a uint8 length and that many raw bytes). Used to print samples. Plain C, header-only;
+also compiles as C++ under nvcc.
+
+Pieces are raw bytes, not escapes: Llama 2's byte tokens are the bytes themselves (id 13 is "\n"),
+its "▁" is already a space, and a multi-byte UTF-8 character may be split over several tokens.
+So tokenizer_safe_print filters bytes instead of whole pieces (see there).
+*/
+#ifndef LLMC_TOKENIZER_H
+#define LLMC_TOKENIZER_H
+
+#include "utils.h" // FATAL, fopenCheck, freadCheck, fileSizeCheck, mallocCheck
+
+#define TOKENIZER_MAGIC 20240328
+#define TOKENIZER_VERSION 2
+#define TOKENIZER_HEADER_INTS 256
+
+typedef struct {
+    int vocab_size;
+    int doc_start_id;    // the token every document starts with (Llama 2: 1 <s>, Llama 3: 128000)
+    int init_ok;         // 0 after tokenizer_init_optional found no file
+    char **pieces;       // (vocab_size) NUL-terminated pieces, pointing into blob
+    char *blob;          // every piece, each followed by a NUL
+    char bad_id[32];     // the placeholder tokenizer_decode returns for an out-of-range id
+} Tokenizer;
+
+static void tokenizer_init(Tokenizer *t, const char *path) {
+    memset(t, 0, sizeof(*t));
+    FILE *fp = fopenCheck(path, "rb");
+    int64_t size = fileSizeCheck(fp);
+    int64_t header_bytes = TOKENIZER_HEADER_INTS * (int64_t)sizeof(int32_t);
+    if (size < header_bytes) {
+        FATAL("tokenizer '%s' is truncated: %lld bytes, shorter than the %lld-byte header", path,
+              (long long)size, (long long)header_bytes);
+    }
+    int32_t header[TOKENIZER_HEADER_INTS];
+    freadCheck(header, sizeof(int32_t), TOKENIZER_HEADER_INTS, fp, path);
+    if (header[0] != TOKENIZER_MAGIC) {
+        FATAL("tokenizer '%s' has bad magic %d, expected %d; is it a tokenizer decode table?", path,
+              header[0], TOKENIZER_MAGIC);
+    }
+    if (header[1] != TOKENIZER_VERSION) {
+        FATAL("tokenizer '%s' has version %d, expected %d", path, header[1], TOKENIZER_VERSION);
+    }
+    if (header[2] <= 0) FATAL("tokenizer '%s' has a bad vocabulary size %d", path, header[2]);
+    t->vocab_size = header[2];
+    t->doc_start_id = header[3];
+    // the whole body at once, then split: lengths and bytes are interleaved, and the file is small
+    size_t body = (size_t)(size - header_bytes);
+    unsigned char *data = (unsigned char *)mallocCheck(body);
+    freadCheck(data, 1, body, fp, path);
+    fcloseCheck(fp);
+    // body - vocab_size bytes of text plus one NUL per piece: exactly the blob's size if well-formed
+    t->blob = (char *)mallocCheck(body + 1);
+    t->pieces = (char **)mallocCheck((size_t)t->vocab_size * sizeof(char *));
+    size_t in = 0, out = 0;
+    for (int i = 0; i < t->vocab_size; i++) {
+        if (in >= body || in + 1 + data[in] > body) {
+            FATAL("tokenizer '%s' is truncated: it ends inside token %d of the %d its header says", path,
+                  i, t->vocab_size);
+        }
+        size_t len = data[in++];
+        t->pieces[i] = t->blob + out;
+        memcpy(t->blob + out, data + in, len);
+        t->blob[out + len] = '\0';
+        in += len;
+        out += len + 1;
+    }
+    if (in != body) {
+        FATAL("tokenizer '%s' has %zu bytes after its %d tokens; the header's vocabulary size disagrees"
+              " with the file", path, body - in, t->vocab_size);
+    }
+    free(data);
+    t->init_ok = 1;
+}
+
+// Like tokenizer_init, but a missing file is not an error: returns 0 (the caller prints token ids).
+// A file that exists but is malformed is still fatal.
+static int tokenizer_init_optional(Tokenizer *t, const char *path) {
+    FILE *fp = fopen(path, "rb");
+    if (fp == NULL) {
+        memset(t, 0, sizeof(*t));
+        return 0;
+    }
+    fcloseCheck(fp);
+    tokenizer_init(t, path);
+    return 1;
+}
+
+// The piece of token `id`. An id outside the vocabulary (a model's vocabulary can be padded past the
+// tokenizer's) decodes to a visible placeholder "<bad id N>", valid until the next call, not an error.
+static const char *tokenizer_decode(Tokenizer *t, int id) {
+    if (id < 0 || id >= t->vocab_size) {
+        snprintf(t->bad_id, sizeof(t->bad_id), "<bad id %d>", id);
+        return t->bad_id;
+    }
+    return t->pieces[id];
+}
+
+// Prints a piece to stdout with control bytes dropped: printable ASCII, newline and tab pass, as do
+// bytes >= 0x80 (parts of UTF-8 characters, which a split character's tokens reassemble); the rest
+// (escape, carriage return, NUL, ...) would garble the terminal.
+static void tokenizer_safe_print(const char *piece) {
+    for (const unsigned char *p = (const unsigned char *)piece; *p != '\0'; p++) {
+        if ((*p >= 0x20 && *p != 0x7F) || *p == '\n' || *p == '\t') putchar(*p);
+    }
+}
+
+static void tokenizer_free(Tokenizer *t) {
+    free(t->pieces);
+    free(t->blob);
+    memset(t, 0, sizeof(*t));
+}
+
+#endif

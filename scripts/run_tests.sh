@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Runs the CPU test suite and, when a GPU is present, the GPU test program; prints the combined
+# "N passed, N failed" line last. Exit status is non-zero if anything failed.
+set -u
+cd "$(dirname "$0")/.."
+passed=0; failed=0
+tally() { # reads a suite's output, echoes it, adds its summary line to the totals
+    local out rc=$2
+    out=$(cat "$1")
+    local line
+    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' <<<"$out" | tail -n 1)
+    if [ -z "$line" ]; then
+        echo "suite '$3' crashed (exit $rc) before printing its summary"; failed=$((failed + 1)); return
+    fi
+    passed=$((passed + $(cut -d' ' -f1 <<<"$line")))
+    failed=$((failed + $(cut -d' ' -f3 <<<"$line")))
+    [ "$rc" -ne 0 ] && [ "$(cut -d' ' -f3 <<<"$line")" = 0 ] && { echo "suite '$3' exited $rc"; failed=$((failed + 1)); }
+}
+log=$(mktemp)
+echo "== CPU tests (dev/test/test_cpu)"
+./dev/test/test_cpu 2>&1 | tee "$log"; rc=${PIPESTATUS[0]}
+tally "$log" "$rc" cpu
+if nvidia-smi -L >/dev/null 2>&1; then
+    echo "== GPU tests (test_llama_fp8)"
+    make -s test_llama_fp8 && { ./test_llama_fp8 2>&1 | tee "$log"; rc=${PIPESTATUS[0]}; tally "$log" "$rc" gpu; } \
+        || { echo "building test_llama_fp8 failed"; failed=$((failed + 1)); }
+else
+    echo "== GPU tests skipped: no GPU on this machine (run them with: make test_llama_fp8 && ./test_llama_fp8)"
+fi
+rm -f "$log"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

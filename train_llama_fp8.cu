@@ -1,0 +1,1083 @@
+/*
+train_llama_fp8: trains a Llama on one GPU (or all GPUs of a node) with every block linear (qkv, wo,
+w1|w3, w2) as an fp8 GEMM with per-tensor DELAYED scaling, or in bf16 (-precision bf16), the
+baseline it is compared against. Reads top to bottom: config -> parameters and activations ->
+forward -> backward -> update -> checkpoints -> main loop.
+
+fp8 in one paragraph (details: ../shared/docs/FP8_RECIPE.md, dev/test/README.md): X and W are cast
+to E4M3 and dY to E5M2 by the kernels that produce them, each multiplying by its tensor's current
+scale and recording the tensor's amax into a per-step slot; after the last backward of an optimizer
+step one kernel rolls every amax history and recomputes every scale. The first step (and every cast
+under -fp8_recipe current) instead measures the amax first and scales from it ("live").
+*/
+#include <math.h>
+#include <time.h>
+#include <sys/stat.h>
+#include <glob.h>
+#include <unistd.h>
+#include "llmc/utils.h"            // FATAL, checked file I/O, random numbers
+#include "llmc/llama_config.h"     // LlamaConfig, presets, parameter and fp8-state layouts
+#include "llmc/cuda_common.cuh"    // cudaCheck, floatX, fp8 types, Fp8Cast
+#include "llmc/fp8.h"              // fp8 format maxima, fp8_compute_scale
+#include "llmc/dataloader.h"       // DataLoader: token shards or the built-in synthetic corpus
+#include "llmc/tokenizer.h"        // Tokenizer: decode table for samples
+#include "llmc/schedule.h"         // lr_at_step
+#include "llmc/mfu.h"              // model_flops_per_token, gpu_bf16_peak_tflops
+#include "llmc/encoder.cuh"        // encoder_forward, encoder_backward
+#include "llmc/rmsnorm.cuh"        // rmsnorm_forward, fused_residual_rmsnorm_forward, rmsnorm_backward
+#include "llmc/rope.cuh"           // rope_freqs, rope_forward, rope_backward
+#include "llmc/attention.cuh"      // attention_forward, attention_backward (cuDNN or plain)
+#include "llmc/swiglu.cuh"         // swiglu_forward, swiglu_backward
+#include "llmc/matmul.cuh"         // cuBLASLt bf16 and fp8 GEMMs
+#include "llmc/fp8_scaling.cuh"    // fp8_cast, fp8_transpose, amax, scale updates
+#include "llmc/fused_classifier.cuh" // fused_classifier: softmax + cross-entropy + dlogits
+#include "llmc/adamw.cuh"          // adamw_update
+#include "llmc/global_norm.cuh"    // global_norm_squared
+
+enum { PREC_BF16, PREC_FP8 };
+
+// ----------------------------------------------------------------------------------------------
+// Options: one table drives the parser and the usage text, so the two cannot disagree.
+
+typedef struct {
+    char train_pattern[512], val_pattern[512], tokenizer_path[512], log_dir[512], model[64];
+    char precision[16], fp8_recipe[16];
+    int B, T, total_batch, max_steps, warmup, val_every, val_batches, sample_every, gen_tokens;
+    int ckpt_every, resume, recompute, seed, shuffle, fp8_history, fp8_margin, fp8_lm_head, fp8_log;
+    float lr, final_lr_frac, weight_decay, grad_clip, beta1, beta2;
+    // model overrides (0: keep the preset's)
+    int V, L, C, NH, NKV, FF;
+    float rope_theta;
+} Options;
+
+typedef enum { OPT_INT, OPT_FLOAT, OPT_STR } OptType;
+typedef struct { const char *flag; OptType type; size_t offset, size; const char *help; } OptSpec;
+#define OPT(flag, type, field, help) {flag, type, offsetof(Options, field), sizeof(((Options *)0)->field), help}
+
+static const OptSpec OPTION_SPECS[] = {
+    OPT("-i", OPT_STR, train_pattern, "train token shards (glob); synthetic corpus if the default is missing"),
+    OPT("-j", OPT_STR, val_pattern, "val token shards (glob); '' for none"),
+    OPT("-tok", OPT_STR, tokenizer_path, "tokenizer decode table (samples print ids without it)"),
+    OPT("-o", OPT_STR, log_dir, "log directory: main.log, fp8.log, checkpoints ('' for none)"),
+    OPT("-e", OPT_STR, model, "model preset: tiny, 125m, 1b, llama2-7b, llama3-8b"),
+    OPT("-precision", OPT_STR, precision, "fp8 or bf16"),
+    OPT("-b", OPT_INT, B, "micro-batch size (sequences per GPU)"),
+    OPT("-t", OPT_INT, T, "sequence length"),
+    OPT("-d", OPT_INT, total_batch, "total batch in tokens (gradient accumulation fills it); 0 = B*T*ngpu"),
+    OPT("-x", OPT_INT, max_steps, "optimizer steps; -1 = one epoch of the training data"),
+    OPT("-l", OPT_FLOAT, lr, "peak learning rate"),
+    OPT("-u", OPT_INT, warmup, "warmup steps (linear)"),
+    OPT("-q", OPT_FLOAT, final_lr_frac, "final learning rate as a fraction of the peak (cosine decay)"),
+    OPT("-c", OPT_FLOAT, weight_decay, "AdamW weight decay (2-D tensors only)"),
+    OPT("-clip", OPT_FLOAT, grad_clip, "global gradient-norm clip (0: off)"),
+    OPT("-beta1", OPT_FLOAT, beta1, "AdamW beta1"),
+    OPT("-beta2", OPT_FLOAT, beta2, "AdamW beta2"),
+    OPT("-v", OPT_INT, val_every, "evaluate val loss every N steps (0: never; always at the end)"),
+    OPT("-m", OPT_INT, val_batches, "val batches per evaluation"),
+    OPT("-s", OPT_INT, sample_every, "sample text every N steps (0: never)"),
+    OPT("-g", OPT_INT, gen_tokens, "tokens to generate per sample"),
+    OPT("-n", OPT_INT, ckpt_every, "checkpoint every N steps (0: only at the end)"),
+    OPT("-y", OPT_INT, resume, "1: resume from the latest checkpoint in the log directory"),
+    OPT("-r", OPT_INT, recompute, "recompute in backward: 0 none, 1 SwiGLU output (saves memory)"),
+    OPT("-seed", OPT_INT, seed, "seed for init, data shuffling and sampling"),
+    OPT("-shuffle", OPT_INT, shuffle, "1: shuffle batch order each epoch"),
+    OPT("-fp8_recipe", OPT_STR, fp8_recipe, "delayed (amax history) or current (amax of this tensor now)"),
+    OPT("-fp8_history", OPT_INT, fp8_history, "amax history length"),
+    OPT("-fp8_margin", OPT_INT, fp8_margin, "scale margin: scale = fp8_max / (amax * 2^margin)"),
+    OPT("-fp8_lm_head", OPT_INT, fp8_lm_head, "1: lm_head as an fp8 linear too (not supported yet: refused)"),
+    OPT("-fp8_log", OPT_INT, fp8_log, "write every linear's amaxes and scales to fp8.log every N steps (0: never)"),
+    OPT("-V", OPT_INT, V, "override vocabulary size (default: the tokenizer's / data's / preset's)"),
+    OPT("-L", OPT_INT, L, "override number of layers"),
+    OPT("-C", OPT_INT, C, "override model width"),
+    OPT("-NH", OPT_INT, NH, "override query heads"),
+    OPT("-NKV", OPT_INT, NKV, "override key/value heads"),
+    OPT("-FF", OPT_INT, FF, "override MLP hidden width"),
+    OPT("-rope_theta", OPT_FLOAT, rope_theta, "override RoPE theta"),
+};
+#define NUM_OPTIONS ((int)(sizeof(OPTION_SPECS) / sizeof(OPTION_SPECS[0])))
+
+static Options default_options(void) {
+    Options o;
+    memset(&o, 0, sizeof(o));
+    strcpy(o.train_pattern, "data/tinyshakespeare_llama2_train.bin");
+    strcpy(o.val_pattern, "data/tinyshakespeare_llama2_val.bin");
+    strcpy(o.tokenizer_path, "data/llama2_tokenizer.bin");
+    strcpy(o.log_dir, "log");
+    strcpy(o.model, "125m");
+    strcpy(o.precision, "fp8");
+    strcpy(o.fp8_recipe, "delayed");
+    o.B = 16; o.T = 1024; o.total_batch = 0; o.max_steps = -1;
+    o.lr = 6e-4f; o.warmup = 100; o.final_lr_frac = 0.1f; o.weight_decay = 0.1f; o.grad_clip = 1.0f;
+    o.beta1 = 0.9f; o.beta2 = 0.95f;
+    o.val_every = 250; o.val_batches = 20; o.sample_every = 500; o.gen_tokens = 64;
+    o.ckpt_every = 0; o.resume = 0; o.recompute = 0; o.seed = 1337; o.shuffle = 0;
+    o.fp8_history = 16; o.fp8_margin = 0; o.fp8_lm_head = 0; o.fp8_log = 0;
+    return o;
+}
+
+static void print_usage(const char *prog) {
+    Options d = default_options();
+    printf("usage: %s [options]   (fp8 training by default; -precision bf16 for the baseline)\n", prog);
+    for (int i = 0; i < NUM_OPTIONS; i++) {
+        const OptSpec *s = &OPTION_SPECS[i];
+        const char *p = (const char *)&d + s->offset;
+        char def[600];
+        if (s->type == OPT_INT) snprintf(def, sizeof(def), "%d", *(const int *)p);
+        else if (s->type == OPT_FLOAT) snprintf(def, sizeof(def), "%g", *(const float *)p);
+        else snprintf(def, sizeof(def), "'%s'", p);
+        printf("  %-13s %s (default %s)\n", s->flag, s->help, def);
+    }
+    printf("  -h            this help\n");
+}
+
+static Options parse_options(int argc, char **argv) {
+    Options o = default_options();
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) { print_usage(argv[0]); exit(EXIT_SUCCESS); }
+        const OptSpec *s = NULL;
+        for (int k = 0; k < NUM_OPTIONS; k++) if (strcmp(argv[i], OPTION_SPECS[k].flag) == 0) s = &OPTION_SPECS[k];
+        if (s == NULL) { print_usage(argv[0]); FATAL("unknown option '%s' (see the list above)", argv[i]); }
+        if (i + 1 >= argc) FATAL("option %s needs a value", argv[i]);
+        const char *val = argv[++i];
+        char *p = (char *)&o + s->offset, *end = NULL;
+        if (s->type == OPT_INT) {
+            long v = strtol(val, &end, 10);
+            if (*val == '\0' || *end != '\0') FATAL("option %s wants an integer, got '%s'", s->flag, val);
+            *(int *)p = (int)v;
+        } else if (s->type == OPT_FLOAT) {
+            float v = strtof(val, &end);
+            if (*val == '\0' || *end != '\0' || !isfinite(v)) FATAL("option %s wants a number, got '%s'", s->flag, val);
+            *(float *)p = v;
+        } else {
+            if (strlen(val) >= s->size) FATAL("option %s: value longer than %zu characters", s->flag, s->size - 1);
+            strcpy(p, val);
+        }
+    }
+    return o;
+}
+
+// ----------------------------------------------------------------------------------------------
+// The model: parameters (bf16 copies the GEMMs read, fp32 master weights and AdamW state), the fp8
+// state and fp8 weight copies, activations saved for backward, and scratch.
+
+typedef struct {
+    floatX *encoded;     // (B, T, C) embedding output = residual stream into layer 0
+    floatX *res2;        // (L, B, T, C) residual after attention
+    floatX *res3;        // (L, B, T, C) residual after the MLP (into layer l+1)
+    floatX *ln1, *ln2;   // (L, B, T, C) bf16 norm outputs = X of qkv / w13 (bf16 mode only)
+    float *ln1_rstd, *ln2_rstd; // (L, B, T)
+    floatX *qkv;         // (L, B, T, (NH + 2*NKV)*HS) after RoPE
+    floatX *atty;        // (L, B, T, C) attention output = X of wo
+    float *att_stats;    // (L, B, NH, T) softmax log-sum-exp
+    floatX *fch;         // (L, B, T, 2*FF) w13 output [gate | up]
+    floatX *swiglu;      // (L or 1 with -r 1, B, T, FF) = X of w2 (bf16 mode only)
+    floatX *lnf;         // (B, T, C)
+    float *lnf_rstd;     // (B, T)
+    floatX *logits;      // (B, T, V), overwritten in place by dlogits
+    float *losses;       // (B, T)
+    // fp8 copies of the linear inputs, kept for backward instead of bf16 (half the bytes)
+    fp8e4 *ln1_fp8, *ln2_fp8, *atty_fp8; // (L, B, T, C)
+    fp8e4 *swiglu_fp8;   // (L or 1 with -r 1, B, T, FF)
+    // scratch
+    floatX *proj;        // (B, T, C) output of wo / w2 before the residual add
+    floatX *dres;        // (B, T, C) gradient of the residual stream
+    floatX *dbtc;        // (B, T, C) gradient into a norm / attention output
+    floatX *dqkv;        // (B, T, QKV)
+    floatX *dfch;        // (B, T, 2*FF)
+    floatX *dswiglu;     // (B, T, FF)
+    floatX *live_bf16;   // (B, T, max(C, 2*FF, QKV)) bf16 staging for live (current) scaling
+    fp8e5 *dy_fp8, *dy_fp8_t; // (B, T, max(QKV, C, 2*FF)) the dY being consumed and its transpose
+    fp8e4 *x_fp8_t;      // (B, T, max(C, FF)) X^T for wgrad
+    float *rmsnorm_scratch;
+    int *inputs, *targets; // (B, T) on the device
+} Activations;
+
+typedef struct {
+    LlamaConfig cfg;
+    int B, T, precision, fp8_current, fp8_history, fp8_margin, recompute;
+    size_t param_sizes[NUM_PARAM_TENSORS], num_params;
+    floatX *params_memory, *param[NUM_PARAM_TENSORS];
+    floatX *grads_memory, *grad[NUM_PARAM_TENSORS];
+    float *master, *adam_m, *adam_v; // fp32, num_params each
+    Fp8StateLayout fp8_layout;
+    float *fp8_state;                      // one buffer, see llmc/llama_config.h
+    fp8e4 *w_fp8[LINS_PER_LAYER];          // (L, OUT, IN) E4M3 weights, cast once per step
+    fp8e4 *w_fp8_t[LINS_PER_LAYER];        // (L, IN, OUT) their transposes, for dgrad
+    float *rope_freqs;
+    Activations acts;
+    EncoderBackward enc_bwd;
+    int step;          // optimizer steps completed
+    int adam_t;        // AdamW updates applied (bias correction; a skipped step does not count)
+    int micro;         // micro-step within the current optimizer step
+    int recording;     // 0 during evaluation: fp8 casts use the scales but record no amax
+    size_t bytes_allocated;
+} Model;
+
+static int linear_in(const LlamaConfig *c, int lin) { return lin == LIN_W2 ? c->FF : c->C; }
+static int linear_out(const LlamaConfig *c, int lin) {
+    return lin == LIN_QKV ? config_qkv_width(c) : lin == LIN_W13 ? 2 * c->FF : c->C;
+}
+static const int LINEAR_PARAM[LINS_PER_LAYER] = {P_WQKV, P_WO, P_W13, P_W2};
+
+static void *model_alloc(Model *m, size_t bytes, const char *what) {
+    m->bytes_allocated += bytes;
+    return cudaMallocCheck(bytes, what);
+}
+
+static void model_init(Model *m, const LlamaConfig *cfg, int B, int T, int precision, int fp8_current,
+                       int fp8_history, int fp8_margin, int recompute) {
+    memset(m, 0, sizeof(*m));
+    m->cfg = *cfg; m->B = B; m->T = T; m->precision = precision; m->fp8_current = fp8_current;
+    m->fp8_history = fp8_history; m->fp8_margin = fp8_margin; m->recompute = recompute; m->recording = 1;
+    const LlamaConfig *c = cfg;
+    size_t N = (size_t)B * T, L = c->L, C = c->C, FF = c->FF, V = c->V, QKV = config_qkv_width(c);
+    int fp8 = precision == PREC_FP8;
+
+    m->num_params = param_sizes(c, m->param_sizes);
+    m->params_memory = (floatX *)model_alloc(m, m->num_params * sizeof(floatX), "bf16 parameters");
+    m->grads_memory = (floatX *)model_alloc(m, m->num_params * sizeof(floatX), "bf16 gradients");
+    m->master = (float *)model_alloc(m, m->num_params * sizeof(float), "fp32 master weights");
+    m->adam_m = (float *)model_alloc(m, m->num_params * sizeof(float), "AdamW m");
+    m->adam_v = (float *)model_alloc(m, m->num_params * sizeof(float), "AdamW v");
+    cudaCheck(cudaMemset(m->adam_m, 0, m->num_params * sizeof(float)));
+    cudaCheck(cudaMemset(m->adam_v, 0, m->num_params * sizeof(float)));
+    size_t off = 0;
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
+        m->param[i] = m->params_memory + off;
+        m->grad[i] = m->grads_memory + off;
+        off += m->param_sizes[i];
+    }
+
+    m->fp8_layout = fp8_state_layout(fp8_num_tensors(c, 0), fp8_history);
+    if (fp8) {
+        m->fp8_state = (float *)model_alloc(m, m->fp8_layout.total * sizeof(float), "fp8 scaling state");
+        float *h = (float *)mallocCheck(m->fp8_layout.total * sizeof(float));
+        fp8_state_init(h, m->fp8_layout);
+        cudaCheck(cudaMemcpy(m->fp8_state, h, m->fp8_layout.total * sizeof(float), cudaMemcpyHostToDevice));
+        free(h);
+        for (int lin = 0; lin < LINS_PER_LAYER; lin++) {
+            size_t n = L * linear_in(c, lin) * linear_out(c, lin);
+            m->w_fp8[lin] = (fp8e4 *)model_alloc(m, n, "fp8 weights");
+            m->w_fp8_t[lin] = (fp8e4 *)model_alloc(m, n, "fp8 transposed weights");
+        }
+    }
+
+    m->rope_freqs = (float *)model_alloc(m, (size_t)T * (c->C / c->NH) * sizeof(float), "RoPE table");
+    rope_freqs(m->rope_freqs, c->C / c->NH, T, c->rope_theta);
+
+    Activations *a = &m->acts;
+    size_t swiglu_layers = recompute >= 1 ? 1 : L;
+    size_t widest = C > 2 * FF ? C : 2 * FF;
+    if (QKV > widest) widest = QKV;
+    a->encoded = (floatX *)model_alloc(m, N * C * sizeof(floatX), "activations: embedding");
+    a->res2 = (floatX *)model_alloc(m, L * N * C * sizeof(floatX), "activations: residual");
+    a->res3 = (floatX *)model_alloc(m, L * N * C * sizeof(floatX), "activations: residual");
+    a->ln1_rstd = (float *)model_alloc(m, L * N * sizeof(float), "activations: rstd");
+    a->ln2_rstd = (float *)model_alloc(m, L * N * sizeof(float), "activations: rstd");
+    a->qkv = (floatX *)model_alloc(m, L * N * QKV * sizeof(floatX), "activations: qkv");
+    a->atty = (floatX *)model_alloc(m, L * N * C * sizeof(floatX), "activations: attention output");
+    a->att_stats = (float *)model_alloc(m, L * N * c->NH * sizeof(float), "activations: attention stats");
+    a->fch = (floatX *)model_alloc(m, L * N * 2 * FF * sizeof(floatX), "activations: w13 output");
+    if (fp8) {
+        a->ln1_fp8 = (fp8e4 *)model_alloc(m, L * N * C, "activations: fp8 norm outputs");
+        a->ln2_fp8 = (fp8e4 *)model_alloc(m, L * N * C, "activations: fp8 norm outputs");
+        a->atty_fp8 = (fp8e4 *)model_alloc(m, L * N * C, "activations: fp8 attention output");
+        a->swiglu_fp8 = (fp8e4 *)model_alloc(m, swiglu_layers * N * FF, "activations: fp8 SwiGLU output");
+        a->live_bf16 = (floatX *)model_alloc(m, N * widest * sizeof(floatX), "scratch: live-scaling staging");
+        a->dy_fp8 = (fp8e5 *)model_alloc(m, N * widest, "scratch: fp8 dY");
+        a->dy_fp8_t = (fp8e5 *)model_alloc(m, N * widest, "scratch: fp8 dY^T");
+        a->x_fp8_t = (fp8e4 *)model_alloc(m, N * (C > FF ? C : FF), "scratch: fp8 X^T");
+    } else {
+        a->ln1 = (floatX *)model_alloc(m, L * N * C * sizeof(floatX), "activations: norm outputs");
+        a->ln2 = (floatX *)model_alloc(m, L * N * C * sizeof(floatX), "activations: norm outputs");
+        a->swiglu = (floatX *)model_alloc(m, swiglu_layers * N * FF * sizeof(floatX), "activations: SwiGLU output");
+    }
+    a->lnf = (floatX *)model_alloc(m, N * C * sizeof(floatX), "activations: final norm");
+    a->lnf_rstd = (float *)model_alloc(m, N * sizeof(float), "activations: rstd");
+    a->logits = (floatX *)model_alloc(m, N * V * sizeof(floatX), "activations: logits");
+    a->losses = (float *)model_alloc(m, N * sizeof(float), "activations: losses");
+    a->proj = (floatX *)model_alloc(m, N * C * sizeof(floatX), "scratch: projection");
+    a->dres = (floatX *)model_alloc(m, N * C * sizeof(floatX), "scratch: residual gradient");
+    a->dbtc = (floatX *)model_alloc(m, N * C * sizeof(floatX), "scratch: gradient");
+    a->dqkv = (floatX *)model_alloc(m, N * QKV * sizeof(floatX), "scratch: qkv gradient");
+    a->dfch = (floatX *)model_alloc(m, N * 2 * FF * sizeof(floatX), "scratch: w13 gradient");
+    a->dswiglu = (floatX *)model_alloc(m, N * FF * sizeof(floatX), "scratch: SwiGLU gradient");
+    a->rmsnorm_scratch = (float *)model_alloc(m, rmsnorm_backward_scratch_floats((int)N, (int)C) * sizeof(float), "scratch: rmsnorm");
+    a->inputs = (int *)model_alloc(m, N * sizeof(int), "token buffers");
+    a->targets = (int *)model_alloc(m, N * sizeof(int), "token buffers");
+    encoder_backward_init(&m->enc_bwd, (int)N, (int)C);
+}
+
+// Random init (README): normal(0, 0.02); wo and w2 normal(0, 0.02/sqrt(2L)); norm weights 1.
+// Drawn on the host from the seed so every GPU count and precision starts from identical weights.
+static void model_init_weights(Model *m, uint64_t seed, float *host_out) {
+    uint64_t rng = seed * 0x9E3779B97F4A7C15ull + 1;
+    size_t off = 0;
+    for (int p = 0; p < NUM_PARAM_TENSORS; p++) {
+        float std = (p == P_WO || p == P_W2) ? 0.02f / sqrtf(2.0f * m->cfg.L) : 0.02f;
+        int is_norm = p == P_LN1W || p == P_LN2W || p == P_LNFW;
+        for (size_t i = 0; i < m->param_sizes[p]; i++) host_out[off + i] = is_norm ? 1.0f : std * random_normal(&rng);
+        off += m->param_sizes[p];
+    }
+}
+
+// Load fp32 weights (host) into the master copy and the bf16 parameters.
+static void model_set_weights(Model *m, const float *host) {
+    cudaCheck(cudaMemcpy(m->master, host, m->num_params * sizeof(float), cudaMemcpyHostToDevice));
+    init_from_master(m->params_memory, m->master, m->num_params, 0);
+    cudaCheck(cudaDeviceSynchronize());
+}
+
+// ----------------------------------------------------------------------------------------------
+// fp8 plumbing
+
+static float *fp8_amax(Model *m, int t) { return m->fp8_state + m->fp8_layout.amax_slot + t; }
+static float *fp8_scale(Model *m, int t) { return m->fp8_state + m->fp8_layout.scale + t; }
+static float *fp8_scale_inv(Model *m, int t) { return m->fp8_state + m->fp8_layout.scale_inv + t; }
+static int fp8_format_of(int t) { return t % FP8_KINDS == FP8_DY ? FP8_E5M2 : FP8_E4M3; }
+static float fp8_max_of(int t) { return t % FP8_KINDS == FP8_DY ? FP8_E5M2_MAX : FP8_E4M3_MAX; }
+
+// The first step's first cast of each tensor, and every cast under -fp8_recipe current, measures the
+// amax before casting; otherwise the scale is the delayed one.
+static int fp8_is_live(const Model *m) {
+    return m->recording && (m->fp8_current || (m->step == 0 && m->micro == 0));
+}
+
+// A producer kernel about to write tensor t. Delayed scaling: the kernel writes the fp8 copy itself
+// (cast.out) and records the amax in the same pass. Live scaling: the kernel writes bf16 (to `bf16`,
+// or to the staging buffer when the caller needs no bf16 copy) and the amax; fp8_site_finish then
+// derives the scale and casts. In bf16 mode the site is inert and the kernel just writes `bf16`.
+typedef struct { Fp8Cast cast; floatX *bf16; int t, live; void *out; size_t n; } Fp8Site;
+
+static Fp8Site fp8_site(Model *m, int t, void *out, floatX *bf16, size_t n) {
+    Fp8Site s;
+    memset(&s, 0, sizeof(s));
+    s.bf16 = bf16; s.t = t; s.out = out; s.n = n;
+    if (m->precision != PREC_FP8 || t < 0) return s; // inert: the kernel just writes bf16
+    s.live = fp8_is_live(m);
+    s.cast.amax = m->recording ? fp8_amax(m, t) : NULL;
+    s.cast.scale = fp8_scale(m, t);
+    if (s.live) { if (s.bf16 == NULL) s.bf16 = m->acts.live_bf16; }
+    else s.cast.out = out;
+    return s;
+}
+
+static void fp8_site_finish(Model *m, const Fp8Site *s, cudaStream_t stream) {
+    if (m->precision != PREC_FP8 || !s->live) return;
+    fp8_scale_from_amax(fp8_scale(m, s->t), fp8_scale_inv(m, s->t), fp8_amax(m, s->t), fp8_max_of(s->t), m->fp8_margin, stream);
+    fp8_cast(s->out, fp8_format_of(s->t), s->bf16, s->n, NULL, fp8_scale(m, s->t), stream);
+}
+
+// fp8 copy of a bf16 tensor that already exists (the attention output).
+static void fp8_cast_existing(Model *m, int t, void *out, const floatX *in, size_t n, cudaStream_t stream) {
+    if (fp8_is_live(m)) {
+        amax_abs_max(fp8_amax(m, t), in, n, stream);
+        fp8_scale_from_amax(fp8_scale(m, t), fp8_scale_inv(m, t), fp8_amax(m, t), fp8_max_of(t), m->fp8_margin, stream);
+        fp8_cast(out, fp8_format_of(t), in, n, NULL, fp8_scale(m, t), stream);
+    } else {
+        fp8_cast(out, fp8_format_of(t), in, n, m->recording ? fp8_amax(m, t) : NULL, fp8_scale(m, t), stream);
+    }
+}
+
+// Once per optimizer step, before the first forward: E4M3 copies of every block weight and their
+// transposes (dgrad needs W^T: Hopper's fp8 GEMM is TN only). Each layer's W is its own tensor.
+static void fp8_cast_weights(Model *m, cudaStream_t stream) {
+    const LlamaConfig *c = &m->cfg;
+    m->micro = 0;
+    for (int lin = 0; lin < LINS_PER_LAYER; lin++) {
+        int IN = linear_in(c, lin), OUT = linear_out(c, lin);
+        size_t n = (size_t)IN * OUT;
+        for (int l = 0; l < c->L; l++) {
+            int t = fp8_tensor_index(l, lin, FP8_W);
+            fp8e4 *w = m->w_fp8[lin] + l * n;
+            fp8_cast_existing(m, t, w, m->param[LINEAR_PARAM[lin]] + l * n, n, stream);
+            fp8_transpose(m->w_fp8_t[lin] + l * n, w, OUT, IN, stream);
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// Linear layers: y = x w^T for block linear `lin` of layer l, in bf16 or fp8.
+
+static void linear_forward(Model *m, int l, int lin, floatX *y, const floatX *x, const fp8e4 *x_fp8, cudaStream_t stream) {
+    const LlamaConfig *c = &m->cfg;
+    int N = m->B * m->T, IN = linear_in(c, lin), OUT = linear_out(c, lin);
+    size_t wn = (size_t)IN * OUT;
+    if (m->precision == PREC_FP8) {
+        matmul_fp8_fprop(y, x_fp8, m->w_fp8[lin] + l * wn, fp8_scale_inv(m, fp8_tensor_index(l, lin, FP8_X)),
+                         fp8_scale_inv(m, fp8_tensor_index(l, lin, FP8_W)), N, IN, OUT, stream);
+    } else {
+        matmul_forward(y, x, m->param[LINEAR_PARAM[lin]] + l * wn, N, IN, OUT, stream);
+    }
+}
+
+// dx = dy w; dw += dy^T x. In fp8 mode dy is in acts.dy_fp8 (written by the producer of dY).
+static void linear_backward(Model *m, int l, int lin, floatX *dx, const floatX *dy, const floatX *x,
+                            const fp8e4 *x_fp8, cudaStream_t stream) {
+    const LlamaConfig *c = &m->cfg;
+    int N = m->B * m->T, IN = linear_in(c, lin), OUT = linear_out(c, lin);
+    size_t wn = (size_t)IN * OUT;
+    floatX *dw = m->grad[LINEAR_PARAM[lin]] + l * wn;
+    if (m->precision == PREC_FP8) {
+        Activations *a = &m->acts;
+        const float *dy_sinv = fp8_scale_inv(m, fp8_tensor_index(l, lin, FP8_DY));
+        fp8_transpose(a->dy_fp8_t, a->dy_fp8, N, OUT, stream);
+        fp8_transpose(a->x_fp8_t, x_fp8, N, IN, stream);
+        matmul_fp8_dgrad(dx, a->dy_fp8, m->w_fp8_t[lin] + l * wn, dy_sinv,
+                         fp8_scale_inv(m, fp8_tensor_index(l, lin, FP8_W)), N, IN, OUT, stream);
+        matmul_fp8_wgrad(dw, a->dy_fp8_t, a->x_fp8_t, dy_sinv, fp8_scale_inv(m, fp8_tensor_index(l, lin, FP8_X)),
+                         N, IN, OUT, 1, stream);
+    } else {
+        matmul_backward(dx, dw, dy, x, m->param[LINEAR_PARAM[lin]] + l * wn, N, IN, OUT, 1, stream);
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// Forward. With targets, also the loss and (in place) dlogits scaled by dloss; returns nothing:
+// per-token losses are in acts.losses.
+
+static floatX *layer_ptr(floatX *base, int l, size_t per_layer) { return base ? base + l * per_layer : NULL; }
+static fp8e4 *layer_ptr8(fp8e4 *base, int l, size_t per_layer) { return base ? base + l * per_layer : NULL; }
+
+static void model_forward(Model *m, int with_targets, float dloss, cudaStream_t stream) {
+    const LlamaConfig *c = &m->cfg;
+    Activations *a = &m->acts;
+    int B = m->B, T = m->T, N = B * T, C = c->C, FF = c->FF, NH = c->NH, NKV = c->NKV, HS = C / NH;
+    size_t NC = (size_t)N * C, NQKV = (size_t)N * config_qkv_width(c), NFF = (size_t)N * FF;
+    size_t swiglu_stride = m->recompute >= 1 ? 0 : NFF;
+
+    encoder_forward(a->encoded, a->inputs, m->param[P_WTE], N, C, stream);
+    Fp8Site s = fp8_site(m, fp8_tensor_index(0, LIN_QKV, FP8_X), a->ln1_fp8, a->ln1, NC);
+    rmsnorm_forward(s.bf16, a->ln1_rstd, a->encoded, m->param[P_LN1W], N, C, c->norm_eps, s.cast, stream);
+    fp8_site_finish(m, &s, stream);
+
+    for (int l = 0; l < c->L; l++) {
+        const floatX *res_in = l == 0 ? a->encoded : a->res3 + (l - 1) * NC;
+        floatX *qkv = a->qkv + l * NQKV, *atty = a->atty + l * NC, *fch = a->fch + l * 2 * NFF;
+        floatX *res2 = a->res2 + l * NC, *res3 = a->res3 + l * NC;
+        float *stats = a->att_stats + (size_t)l * N * NH;
+
+        linear_forward(m, l, LIN_QKV, qkv, layer_ptr(a->ln1, l, NC), layer_ptr8(a->ln1_fp8, l, NC), stream);
+        rope_forward(qkv, m->rope_freqs, B, T, NH, NKV, HS, stream);
+        attention_forward(atty, stats, qkv, B, T, NH, NKV, HS, stream);
+        if (m->precision == PREC_FP8) fp8_cast_existing(m, fp8_tensor_index(l, LIN_WO, FP8_X), a->atty_fp8 + l * NC, atty, NC, stream);
+        linear_forward(m, l, LIN_WO, a->proj, atty, layer_ptr8(a->atty_fp8, l, NC), stream);
+
+        s = fp8_site(m, fp8_tensor_index(l, LIN_W13, FP8_X), layer_ptr8(a->ln2_fp8, l, NC), layer_ptr(a->ln2, l, NC), NC);
+        fused_residual_rmsnorm_forward(res2, s.bf16, a->ln2_rstd + (size_t)l * N, res_in, a->proj,
+                                       m->param[P_LN2W] + (size_t)l * C, N, C, c->norm_eps, s.cast, stream);
+        fp8_site_finish(m, &s, stream);
+        linear_forward(m, l, LIN_W13, fch, layer_ptr(a->ln2, l, NC), layer_ptr8(a->ln2_fp8, l, NC), stream);
+
+        s = fp8_site(m, fp8_tensor_index(l, LIN_W2, FP8_X), layer_ptr8(a->swiglu_fp8, l, swiglu_stride),
+                     layer_ptr(a->swiglu, l, swiglu_stride), NFF);
+        swiglu_forward(s.bf16, fch, N, FF, s.cast, stream);
+        fp8_site_finish(m, &s, stream);
+        linear_forward(m, l, LIN_W2, a->proj, layer_ptr(a->swiglu, l, swiglu_stride),
+                       layer_ptr8(a->swiglu_fp8, l, swiglu_stride), stream);
+
+        if (l + 1 < c->L) { // the next layer's attention norm, fused with this layer's residual add
+            s = fp8_site(m, fp8_tensor_index(l + 1, LIN_QKV, FP8_X), layer_ptr8(a->ln1_fp8, l + 1, NC), layer_ptr(a->ln1, l + 1, NC), NC);
+            fused_residual_rmsnorm_forward(res3, s.bf16, a->ln1_rstd + (size_t)(l + 1) * N, res2, a->proj,
+                                           m->param[P_LN1W] + (size_t)(l + 1) * C, N, C, c->norm_eps, s.cast, stream);
+            fp8_site_finish(m, &s, stream);
+        } else {
+            Fp8Cast none = {NULL, NULL, NULL};
+            fused_residual_rmsnorm_forward(res3, a->lnf, a->lnf_rstd, res2, a->proj, m->param[P_LNFW], N, C,
+                                           c->norm_eps, none, stream);
+        }
+    }
+    matmul_forward(a->logits, a->lnf, m->param[P_LM_HEAD], N, C, c->V, stream);
+    if (with_targets) fused_classifier(a->logits, a->losses, a->targets, N, c->V, dloss, 1, stream);
+}
+
+// ----------------------------------------------------------------------------------------------
+// Backward: gradients accumulate into m->grad (zeroed once per optimizer step). Needs the forward's
+// dlogits in acts.logits. Every dY of an fp8 linear is cast by the kernel that produces it.
+
+static void model_backward(Model *m, const int *inputs_host, cudaStream_t stream) {
+    const LlamaConfig *c = &m->cfg;
+    Activations *a = &m->acts;
+    int B = m->B, T = m->T, N = B * T, C = c->C, FF = c->FF, NH = c->NH, NKV = c->NKV, HS = C / NH;
+    size_t NC = (size_t)N * C, NQKV = (size_t)N * config_qkv_width(c), NFF = (size_t)N * FF;
+    size_t swiglu_stride = m->recompute >= 1 ? 0 : NFF;
+    Fp8Cast none = {NULL, NULL, NULL};
+
+    matmul_backward(a->dbtc, m->grad[P_LM_HEAD], a->logits, a->lnf, m->param[P_LM_HEAD], N, C, c->V, 1, stream);
+    cudaCheck(cudaMemsetAsync(a->dres, 0, NC * sizeof(floatX), stream));
+    Fp8Site s = fp8_site(m, fp8_tensor_index(c->L - 1, LIN_W2, FP8_DY), a->dy_fp8, a->dres, NC);
+    rmsnorm_backward(a->dres, m->grad[P_LNFW], a->rmsnorm_scratch, a->dbtc, a->res3 + (c->L - 1) * NC,
+                     m->param[P_LNFW], a->lnf_rstd, N, C, s.cast, stream);
+    fp8_site_finish(m, &s, stream);
+
+    for (int l = c->L - 1; l >= 0; l--) {
+        const floatX *res_in = l == 0 ? a->encoded : a->res3 + (l - 1) * NC;
+        floatX *qkv = a->qkv + l * NQKV, *atty = a->atty + l * NC, *fch = a->fch + l * 2 * NFF;
+        float *stats = a->att_stats + (size_t)l * N * NH;
+
+        // MLP: w2, SwiGLU, w13, then the norm that fed it
+        if (m->recompute >= 1) { // the same scale as the forward's cast, so the same fp8 values; no amax again
+            Fp8Cast cast = none;
+            if (m->precision == PREC_FP8) cast.out = a->swiglu_fp8, cast.scale = fp8_scale(m, fp8_tensor_index(l, LIN_W2, FP8_X));
+            swiglu_forward(a->swiglu, fch, N, FF, cast, stream);
+        }
+        linear_backward(m, l, LIN_W2, a->dswiglu, a->dres, layer_ptr(a->swiglu, l, swiglu_stride),
+                        layer_ptr8(a->swiglu_fp8, l, swiglu_stride), stream);
+        s = fp8_site(m, fp8_tensor_index(l, LIN_W13, FP8_DY), a->dy_fp8, a->dfch, 2 * NFF);
+        swiglu_backward(s.bf16, a->dswiglu, fch, N, FF, s.cast, stream);
+        fp8_site_finish(m, &s, stream);
+        linear_backward(m, l, LIN_W13, a->dbtc, s.bf16, layer_ptr(a->ln2, l, NC), layer_ptr8(a->ln2_fp8, l, NC), stream);
+        s = fp8_site(m, fp8_tensor_index(l, LIN_WO, FP8_DY), a->dy_fp8, a->dres, NC);
+        rmsnorm_backward(a->dres, m->grad[P_LN2W] + (size_t)l * C, a->rmsnorm_scratch, a->dbtc, a->res2 + l * NC,
+                         m->param[P_LN2W] + (size_t)l * C, a->ln2_rstd + (size_t)l * N, N, C, s.cast, stream);
+        fp8_site_finish(m, &s, stream);
+
+        // attention: wo, the fused attention, RoPE, qkv, then the norm that fed it
+        linear_backward(m, l, LIN_WO, a->dbtc, a->dres, atty, layer_ptr8(a->atty_fp8, l, NC), stream);
+        attention_backward(a->dqkv, a->dbtc, qkv, atty, stats, B, T, NH, NKV, HS, stream);
+        s = fp8_site(m, fp8_tensor_index(l, LIN_QKV, FP8_DY), a->dy_fp8, a->dqkv, NQKV);
+        rope_backward(a->dqkv, m->rope_freqs, B, T, NH, NKV, HS, s.cast, stream);
+        fp8_site_finish(m, &s, stream);
+        linear_backward(m, l, LIN_QKV, a->dbtc, a->dqkv, layer_ptr(a->ln1, l, NC), layer_ptr8(a->ln1_fp8, l, NC), stream);
+        s = fp8_site(m, l > 0 ? fp8_tensor_index(l - 1, LIN_W2, FP8_DY) : -1, a->dy_fp8, a->dres, NC);
+        rmsnorm_backward(a->dres, m->grad[P_LN1W] + (size_t)l * C, a->rmsnorm_scratch, a->dbtc, res_in,
+                         m->param[P_LN1W] + (size_t)l * C, a->ln1_rstd + (size_t)l * N, N, C, s.cast, stream);
+        fp8_site_finish(m, &s, stream);
+    }
+    encoder_backward(&m->enc_bwd, m->grad[P_WTE], a->dres, inputs_host, N, C, stream);
+}
+
+// ----------------------------------------------------------------------------------------------
+// Update: fp8 scale update, global-norm clip, AdamW. Returns the gradient norm before clipping; a
+// non-finite norm skips the update (the weights stay as they were) and sets *skipped.
+
+typedef struct { float lr, beta1, beta2, eps, weight_decay, grad_clip; } AdamWParams;
+
+static float model_update(Model *m, const AdamWParams *h, float *norm_device, int *skipped, cudaStream_t stream) {
+    if (m->precision == PREC_FP8) fp8_update_scales(m->fp8_state, m->fp8_layout, m->fp8_margin, stream);
+    global_norm_squared(norm_device, m->grads_memory, m->num_params, stream);
+    float norm_sq;
+    cudaCheck(cudaMemcpyAsync(&norm_sq, norm_device, sizeof(float), cudaMemcpyDeviceToHost, stream));
+    cudaCheck(cudaStreamSynchronize(stream));
+    float norm = sqrtf(norm_sq);
+    m->step++;
+    *skipped = !isfinite(norm);
+    if (*skipped) return norm;
+    float clip = (h->grad_clip > 0.0f && norm > h->grad_clip) ? h->grad_clip / norm : 1.0f;
+    m->adam_t++;
+    Fp8Cast none = {NULL, NULL, NULL};
+    size_t off = 0;
+    for (int p = 0; p < NUM_PARAM_TENSORS; p++) {
+        float wd = param_is_decayed(p) ? h->weight_decay : 0.0f;
+        adamw_update(m->master + off, m->param[p], m->grad[p], m->adam_m + off, m->adam_v + off, m->param_sizes[p],
+                     h->lr, h->beta1, h->beta2, h->eps, wd, clip, m->adam_t, none, 0, 0, 0, stream);
+        off += m->param_sizes[p];
+    }
+    return norm;
+}
+
+// One optimizer step over grad_accum micro-batches; inputs and targets hold grad_accum * B * T
+// tokens each (micro-batch k at offset k * B * T). Returns the mean loss.
+static float train_step(Model *m, const int *inputs, const int *targets, int grad_accum, const AdamWParams *h,
+                        float *host_losses, float *norm_device, float *grad_norm, int *skipped, cudaStream_t stream) {
+    int N = m->B * m->T;
+    if (m->precision == PREC_FP8) fp8_cast_weights(m, stream);
+    cudaCheck(cudaMemsetAsync(m->grads_memory, 0, m->num_params * sizeof(floatX), stream));
+    for (int micro = 0; micro < grad_accum; micro++) {
+        m->micro = micro;
+        const int *in = inputs + (size_t)micro * N;
+        cudaCheck(cudaMemcpyAsync(m->acts.inputs, in, N * sizeof(int), cudaMemcpyHostToDevice, stream));
+        cudaCheck(cudaMemcpyAsync(m->acts.targets, targets + (size_t)micro * N, N * sizeof(int), cudaMemcpyHostToDevice, stream));
+        model_forward(m, 1, 1.0f / ((float)N * grad_accum), stream);
+        cudaCheck(cudaMemcpyAsync(host_losses + (size_t)micro * N, m->acts.losses, N * sizeof(float), cudaMemcpyDeviceToHost, stream));
+        model_backward(m, in, stream);
+    }
+    *grad_norm = model_update(m, h, norm_device, skipped, stream); // synchronizes the stream
+    double sum = 0.0;
+    for (size_t i = 0; i < (size_t)grad_accum * N; i++) sum += host_losses[i];
+    return (float)(sum / ((double)grad_accum * N));
+}
+
+// The next grad_accum micro-batches of the loader, gathered for train_step.
+static void next_batches(DataLoader *dl, int grad_accum, int *inputs, int *targets) {
+    size_t N = (size_t)dl->B * dl->T;
+    for (int k = 0; k < grad_accum; k++) {
+        dataloader_next_batch(dl);
+        memcpy(inputs + k * N, dl->inputs, N * sizeof(int));
+        memcpy(targets + k * N, dl->targets, N * sizeof(int));
+    }
+}
+
+// Mean val loss over `batches` batches from the start of the val data. Evaluation records no amax,
+// so it leaves the fp8 state exactly as training would have it.
+static float evaluate(Model *m, DataLoader *val, int batches, float *host_losses, cudaStream_t stream) {
+    int N = m->B * m->T;
+    m->recording = 0;
+    dataloader_reset(val);
+    double sum = 0.0;
+    for (int i = 0; i < batches; i++) {
+        dataloader_next_batch(val);
+        cudaCheck(cudaMemcpyAsync(m->acts.inputs, val->inputs, N * sizeof(int), cudaMemcpyHostToDevice, stream));
+        cudaCheck(cudaMemcpyAsync(m->acts.targets, val->targets, N * sizeof(int), cudaMemcpyHostToDevice, stream));
+        model_forward(m, 1, 0.0f, stream);
+        cudaCheck(cudaMemcpyAsync(host_losses, m->acts.losses, N * sizeof(float), cudaMemcpyDeviceToHost, stream));
+        cudaCheck(cudaStreamSynchronize(stream));
+        for (int k = 0; k < N; k++) sum += host_losses[k];
+    }
+    m->recording = 1;
+    return (float)(sum / ((double)batches * N));
+}
+
+// Sample gen_tokens tokens after the document-start token (row 0 of the batch; the model is causal,
+// so the rest of the batch does not matter). Each new token costs one full forward: simple, and
+// cheap next to training.
+static void sample_text(Model *m, const Tokenizer *tok, int have_tok, int bos, int gen_tokens, uint64_t *rng, FILE *log, cudaStream_t stream) {
+    int N = m->B * m->T, V = m->cfg.V;
+    int *tokens = (int *)callocCheck(N, sizeof(int));
+    floatX *row = (floatX *)mallocCheck(V * sizeof(floatX));
+    float *probs = (float *)mallocCheck(V * sizeof(float));
+    tokens[0] = bos;
+    if (gen_tokens > m->T - 1) gen_tokens = m->T - 1;
+    m->recording = 0;
+    printf("sample: ");
+    for (int t = 1; t <= gen_tokens; t++) {
+        cudaCheck(cudaMemcpyAsync(m->acts.inputs, tokens, N * sizeof(int), cudaMemcpyHostToDevice, stream));
+        model_forward(m, 0, 0.0f, stream);
+        cudaCheck(cudaMemcpyAsync(row, m->acts.logits + (size_t)(t - 1) * V, V * sizeof(floatX), cudaMemcpyDeviceToHost, stream));
+        cudaCheck(cudaStreamSynchronize(stream));
+        float maxv = -FLT_MAX, sum = 0.0f;
+        for (int v = 0; v < V; v++) maxv = fmaxf(maxv, __bfloat162float(row[v]));
+        for (int v = 0; v < V; v++) sum += (probs[v] = expf(__bfloat162float(row[v]) - maxv));
+        float r = random_f32(rng) * sum, acc = 0.0f;
+        int next = V - 1;
+        for (int v = 0; v < V; v++) { acc += probs[v]; if (r < acc) { next = v; break; } }
+        tokens[t] = next;
+        if (have_tok) tokenizer_safe_print(tok, next); else printf("%d ", next);
+        fflush(stdout);
+    }
+    printf("\n");
+    if (log) {
+        fprintf(log, "sample:");
+        for (int t = 1; t <= gen_tokens; t++) fprintf(log, " %d", tokens[t]);
+        fprintf(log, "\n");
+    }
+    m->recording = 1;
+    free(tokens); free(row); free(probs);
+}
+
+// ----------------------------------------------------------------------------------------------
+// Checkpoints (format in README.md): model_SSSSSSSS.bin holds the config and the fp32 master
+// weights; state_SSSSSSSS_RRRRR.bin holds one rank's AdamW m and v, the fp8 state, the data loader
+// position and the sampling RNG. Both are written to a temporary name and renamed, carry a checksum
+// of their body, and are refused on any mismatch.
+
+#define MODEL_MAGIC 20261201
+#define STATE_MAGIC 20261202
+#define CKPT_VERSION 1
+#define CKPT_CHUNK ((size_t)64 << 20)
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = (const unsigned char *)data;
+    for (size_t i = 0; i < n; i++) { h ^= p[i]; h *= 0x100000001b3ull; }
+    return h;
+}
+static const uint64_t FNV_SEED = 0xcbf29ce484222325ull;
+
+typedef struct { const void *ptr; size_t bytes; int on_device; } Section;
+
+static void put64(int *h, int at, uint64_t v) { h[at] = (int)(uint32_t)v; h[at + 1] = (int)(uint32_t)(v >> 32); }
+static uint64_t get64(const int *h, int at) { return (uint64_t)(uint32_t)h[at] | ((uint64_t)(uint32_t)h[at + 1] << 32); }
+enum { HDR_CHECKSUM = 254 }; // header[254..255]: checksum of the body
+
+static void write_sections(const char *path, int *header, const Section *sec, int nsec) {
+    char tmp[1100];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *f = fopenCheck(tmp, "wb");
+    fwriteCheck(header, sizeof(int), 256, f);
+    char *buf = (char *)mallocCheck(CKPT_CHUNK);
+    uint64_t h = FNV_SEED;
+    for (int s = 0; s < nsec; s++) {
+        for (size_t off = 0; off < sec[s].bytes; off += CKPT_CHUNK) {
+            size_t n = sec[s].bytes - off < CKPT_CHUNK ? sec[s].bytes - off : CKPT_CHUNK;
+            const char *src = (const char *)sec[s].ptr + off;
+            if (sec[s].on_device) { cudaCheck(cudaMemcpy(buf, src, n, cudaMemcpyDeviceToHost)); src = buf; }
+            h = fnv1a(h, src, n);
+            fwriteCheck(src, 1, n, f);
+        }
+    }
+    free(buf);
+    put64(header, HDR_CHECKSUM, h);
+    fseekCheck(f, 0, SEEK_SET);
+    fwriteCheck(header, sizeof(int), 256, f);
+    if (fflush(f) != 0 || fsync(fileno(f)) != 0) FATAL("flushing checkpoint '%s' failed: %s", tmp, strerror(errno));
+    fcloseCheck(f);
+    renameCheck(tmp, path);
+}
+
+// Reads and verifies a file written by write_sections; `expect` gives the header words that must
+// match (index, value, name), so a mismatch says exactly what differs.
+typedef struct { int at, value; const char *name; } HeaderExpect;
+
+static void read_sections(const char *path, int magic, const HeaderExpect *expect, int nexpect, const Section *sec, int nsec) {
+    FILE *f = fopenCheck(path, "rb");
+    int header[256];
+    int64_t size = fileSizeCheck(f);
+    if (size < (int64_t)sizeof(header)) FATAL("checkpoint '%s' is truncated (%lld bytes)", path, (long long)size);
+    freadCheck(header, sizeof(int), 256, f, path);
+    if (header[0] != magic) FATAL("'%s' is not a train_llama_fp8 checkpoint of this kind (magic %d, expected %d)", path, header[0], magic);
+    if (header[1] != CKPT_VERSION) FATAL("checkpoint '%s' has version %d; this build reads version %d", path, header[1], CKPT_VERSION);
+    for (int i = 0; i < nexpect; i++) {
+        if (header[expect[i].at] != expect[i].value)
+            FATAL("checkpoint '%s' does not match this run: %s is %d in the file, %d here", path, expect[i].name, header[expect[i].at], expect[i].value);
+    }
+    int64_t want = sizeof(header);
+    for (int s = 0; s < nsec; s++) want += (int64_t)sec[s].bytes;
+    if (size != want) FATAL("checkpoint '%s' has %lld bytes, expected %lld: truncated or from another configuration", path, (long long)size, (long long)want);
+    char *buf = (char *)mallocCheck(CKPT_CHUNK);
+    uint64_t h = FNV_SEED;
+    for (int s = 0; s < nsec; s++) {
+        for (size_t off = 0; off < sec[s].bytes; off += CKPT_CHUNK) {
+            size_t n = sec[s].bytes - off < CKPT_CHUNK ? sec[s].bytes - off : CKPT_CHUNK;
+            char *dst = sec[s].on_device ? buf : (char *)sec[s].ptr + off;
+            freadCheck(dst, 1, n, f, path);
+            h = fnv1a(h, dst, n);
+            if (sec[s].on_device) cudaCheck(cudaMemcpy((char *)sec[s].ptr + off, buf, n, cudaMemcpyHostToDevice));
+        }
+    }
+    free(buf);
+    fcloseCheck(f);
+    if (h != get64(header, HDR_CHECKSUM)) FATAL("checkpoint '%s' is corrupt (checksum mismatch)", path);
+}
+
+static void model_header(const Model *m, int *h) {
+    memset(h, 0, 256 * sizeof(int));
+    const LlamaConfig *c = &m->cfg;
+    h[0] = MODEL_MAGIC; h[1] = CKPT_VERSION;
+    h[2] = c->V; h[3] = c->L; h[4] = c->C; h[5] = c->NH; h[6] = c->NKV; h[7] = c->FF; h[8] = m->step;
+    memcpy(&h[9], &c->rope_theta, sizeof(float));
+    memcpy(&h[10], &c->norm_eps, sizeof(float));
+}
+
+typedef struct { int step, grad_accum, world, rank; uint64_t rng; DataLoaderState data; } TrainState;
+
+static void state_header(const Model *m, const TrainState *ts, int *h) {
+    memset(h, 0, 256 * sizeof(int));
+    h[0] = STATE_MAGIC; h[1] = CKPT_VERSION;
+    h[2] = m->step; h[3] = m->cfg.V; h[4] = m->cfg.L; h[5] = m->cfg.C; h[6] = m->cfg.NH; h[7] = m->cfg.NKV; h[8] = m->cfg.FF;
+    h[9] = m->B; h[10] = m->T; h[11] = ts->grad_accum; h[12] = ts->world; h[13] = ts->rank;
+    h[14] = m->precision; h[15] = m->fp8_current; h[16] = m->fp8_history; h[17] = m->fp8_margin;
+    h[18] = (int)sizeof(DataLoaderState); h[19] = m->adam_t;
+}
+
+static void checkpoint_paths(const char *dir, int step, int rank, char *model_path, char *state_path) {
+    snprintf(model_path, 1024, "%s/model_%08d.bin", dir, step);
+    snprintf(state_path, 1024, "%s/state_%08d_%05d.bin", dir, step, rank);
+}
+
+static void save_checkpoint(Model *m, const TrainState *ts, const char *dir) {
+    char model_path[1024], state_path[1024];
+    checkpoint_paths(dir, m->step, ts->rank, model_path, state_path);
+    int h[256];
+    size_t pbytes = m->num_params * sizeof(float);
+    // the state file first: a model file without its state is never taken for a resumable checkpoint
+    state_header(m, ts, h);
+    Section st[] = {{m->adam_m, pbytes, 1}, {m->adam_v, pbytes, 1}, {m->fp8_state, m->fp8_state ? m->fp8_layout.total * sizeof(float) : 0, 1},
+                    {&ts->rng, sizeof(ts->rng), 0}, {&ts->data, sizeof(ts->data), 0}};
+    write_sections(state_path, h, st, 5);
+    if (ts->rank == 0) {
+        model_header(m, h);
+        Section ms[] = {{m->master, pbytes, 1}};
+        write_sections(model_path, h, ms, 1);
+    }
+}
+
+// Loads the fp32 weights of a model file into m (whose config must match).
+static void load_model_file(Model *m, const char *path) {
+    int h[256];
+    model_header(m, h);
+    HeaderExpect ex[] = {{2, h[2], "vocab size V"}, {3, h[3], "layers L"}, {4, h[4], "width C"}, {5, h[5], "heads NH"},
+                         {6, h[6], "kv heads NKV"}, {7, h[7], "MLP width FF"}, {9, h[9], "rope_theta (bits)"}, {10, h[10], "norm eps (bits)"}};
+    Section ms[] = {{m->master, m->num_params * sizeof(float), 1}};
+    // the step word (h[8]) may differ: a model file from any step loads
+    read_sections(path, MODEL_MAGIC, ex, 8, ms, 1);
+    init_from_master(m->params_memory, m->master, m->num_params, 0);
+    cudaCheck(cudaDeviceSynchronize());
+}
+
+static void load_checkpoint(Model *m, TrainState *ts, const char *dir, int step) {
+    char model_path[1024], state_path[1024];
+    checkpoint_paths(dir, step, ts->rank, model_path, state_path);
+    load_model_file(m, model_path);
+    m->step = step;
+    int h[256];
+    state_header(m, ts, h);
+    const char *names[] = {"", "", "step", "V", "L", "C", "NH", "NKV", "FF", "micro-batch B", "sequence length T",
+                           "gradient accumulation steps", "number of GPUs", "rank", "precision (0 bf16, 1 fp8)",
+                           "fp8 recipe (1 current)", "fp8 history length", "fp8 margin", "data loader state size"};
+    HeaderExpect ex[17];
+    for (int i = 2; i <= 18; i++) ex[i - 2] = (HeaderExpect){i, h[i], names[i]};
+    size_t pbytes = m->num_params * sizeof(float);
+    Section st[] = {{m->adam_m, pbytes, 1}, {m->adam_v, pbytes, 1}, {m->fp8_state, m->fp8_state ? m->fp8_layout.total * sizeof(float) : 0, 1},
+                    {&ts->rng, sizeof(ts->rng), 0}, {&ts->data, sizeof(ts->data), 0}};
+    read_sections(state_path, STATE_MAGIC, ex, 17, st, 5);
+    // adam_t is the one word not checked against this run: it is read back from the file's header
+    FILE *f = fopenCheck(state_path, "rb");
+    freadCheck(h, sizeof(int), 256, f, state_path);
+    fcloseCheck(f);
+    m->adam_t = h[19];
+}
+
+// The latest step with both a model and a rank-0 state file in dir, or -1.
+static int latest_checkpoint(const char *dir) {
+    int best = -1;
+    char model_path[1024], state_path[1024], cmd[1200];
+    glob_t g;
+    snprintf(cmd, sizeof(cmd), "%s/state_*_00000.bin", dir);
+    if (glob(cmd, 0, NULL, &g) == 0) {
+        for (size_t i = 0; i < g.gl_pathc; i++) {
+            int step;
+            const char *base = strrchr(g.gl_pathv[i], '/');
+            if (sscanf(base ? base + 1 : g.gl_pathv[i], "state_%d_00000.bin", &step) != 1) continue;
+            checkpoint_paths(dir, step, 0, model_path, state_path);
+            if (access(model_path, R_OK) == 0 && step > best) best = step;
+        }
+        globfree(&g);
+    }
+    return best;
+}
+
+// ----------------------------------------------------------------------------------------------
+// fp8 log: every linear's newest amax and scale of X, W and dY, one line per linear.
+
+static void write_fp8_log(Model *m, FILE *f) {
+    Fp8StateLayout lay = m->fp8_layout;
+    float *h = (float *)mallocCheck(lay.total * sizeof(float));
+    cudaCheck(cudaMemcpy(h, m->fp8_state, lay.total * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int l = 0; l < m->cfg.L; l++) {
+        for (int lin = 0; lin < LINS_PER_LAYER; lin++) {
+            fprintf(f, "s:%d layer:%d linear:%s", m->step, l, LINEAR_NAMES[lin]);
+            for (int k = 0; k < FP8_KINDS; k++) {
+                int t = fp8_tensor_index(l, lin, k);
+                fprintf(f, " %s_amax:%.6e %s_scale:%.6e", FP8_KIND_NAMES[k], h[lay.amax_history + (size_t)t * lay.history_len],
+                        FP8_KIND_NAMES[k], h[lay.scale + t]);
+            }
+            fprintf(f, "\n");
+        }
+    }
+    fflush(f);
+    free(h);
+}
+
+static int compare_floats(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+#ifndef TESTING
+int main(int argc, char **argv) {
+    Options o = parse_options(argc, argv);
+    Options defaults = default_options();
+    int precision = strcmp(o.precision, "fp8") == 0 ? PREC_FP8 : strcmp(o.precision, "bf16") == 0 ? PREC_BF16 : -1;
+    if (precision < 0) FATAL("-precision must be fp8 or bf16, got '%s'", o.precision);
+    int fp8_current = strcmp(o.fp8_recipe, "current") == 0;
+    if (!fp8_current && strcmp(o.fp8_recipe, "delayed") != 0) FATAL("-fp8_recipe must be delayed or current, got '%s'", o.fp8_recipe);
+    if (o.fp8_lm_head) FATAL("-fp8_lm_head 1 is not implemented yet; lm_head runs in bf16 (the recipe's default)");
+    if (o.B <= 0 || o.T <= 0) FATAL("-b and -t must be positive");
+    if (o.fp8_history < 1 || o.fp8_history > 1024) FATAL("-fp8_history must be in [1, 1024], got %d", o.fp8_history);
+    if (o.warmup < 0 || o.val_batches < 0 || o.gen_tokens < 0) FATAL("-u, -m and -g must not be negative");
+    if (o.recompute < 0 || o.recompute > 1) FATAL("-r must be 0 or 1");
+    int rank = 0, world = 1;
+
+    int ndev = 0;
+    cudaError_t derr = cudaGetDeviceCount(&ndev);
+    if (derr != cudaSuccess || ndev == 0) FATAL("no CUDA GPU found (%s): this trainer needs an NVIDIA GPU", cudaGetErrorString(derr));
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    g_num_sms = prop.multiProcessorCount;
+    if (precision == PREC_FP8 && prop.major * 10 + prop.minor < 89)
+        FATAL("fp8 GEMMs need compute capability 8.9+ (Ada/Hopper); %s is %d.%d. Use -precision bf16.", prop.name, prop.major, prop.minor);
+
+    // data first: the tokenizer decides the vocabulary size
+    Tokenizer tok;
+    int have_tok = tokenizer_init_optional(&tok, o.tokenizer_path);
+    LlamaConfig cfg;
+    if (!config_from_preset(o.model, &cfg)) FATAL("unknown model preset '%s' (tiny, 125m, 1b, llama2-7b, llama3-8b)", o.model);
+    if (have_tok) cfg.V = tok.vocab_size;
+    if (o.V) cfg.V = o.V;
+    if (o.L) cfg.L = o.L;
+    if (o.C) cfg.C = o.C;
+    if (o.NH) cfg.NH = o.NH;
+    if (o.NKV) cfg.NKV = o.NKV;
+    if (o.FF) cfg.FF = o.FF;
+    if (o.rope_theta > 0.0f) cfg.rope_theta = o.rope_theta;
+    if (o.T > cfg.max_T) cfg.max_T = o.T;
+    const char *bad = config_check(&cfg);
+    if (bad) FATAL("bad model config: %s", bad);
+    if (precision == PREC_FP8 && (cfg.C % 16 || cfg.FF % 16 || (o.B * o.T) % 16))
+        FATAL("fp8 GEMMs need C, FF and B*T to be multiples of 16 (C=%d FF=%d B*T=%d)", cfg.C, cfg.FF, o.B * o.T);
+
+    DataLoader train, val;
+    int synthetic = 0, have_val = 0;
+    glob_t g;
+    int found = glob(o.train_pattern, 0, NULL, &g) == 0;
+    if (found) globfree(&g);
+    if (!found && strcmp(o.train_pattern, defaults.train_pattern) == 0) {
+        synthetic = 1;
+        printf("no training data at '%s': training on the built-in synthetic corpus instead.\n"
+               "  For real text: bash dev/data/get_data.sh (copies TinyShakespeare and the Gutenberg corpus into data/)\n", o.train_pattern);
+        dataloader_init_synthetic(&train, o.B, o.T, rank, world, cfg.V, (uint64_t)o.seed);
+        dataloader_init_synthetic(&val, o.B, o.T, rank, world, cfg.V, (uint64_t)o.seed + 1);
+        have_val = 1;
+    } else {
+        dataloader_init(&train, o.train_pattern, o.B, o.T, rank, world, o.shuffle, (uint64_t)o.seed, cfg.V);
+        if (o.val_pattern[0]) {
+            found = glob(o.val_pattern, 0, NULL, &g) == 0;
+            if (found) globfree(&g);
+            if (found || strcmp(o.val_pattern, defaults.val_pattern) != 0) {
+                dataloader_init(&val, o.val_pattern, o.B, o.T, rank, world, 0, 0, cfg.V);
+                have_val = 1;
+            } else {
+                printf("no val data at '%s': skipping validation\n", o.val_pattern);
+            }
+        }
+    }
+
+    int tokens_per_micro = o.B * o.T * world;
+    if (o.total_batch == 0) o.total_batch = tokens_per_micro;
+    if (o.total_batch % tokens_per_micro != 0)
+        FATAL("-d %d (total batch tokens) must be a multiple of B*T*ngpu = %d", o.total_batch, tokens_per_micro);
+    int grad_accum = o.total_batch / tokens_per_micro;
+    if (o.max_steps < 0) {
+        o.max_steps = (int)(dataloader_num_tokens(&train) / o.total_batch);
+        if (o.max_steps < 1) o.max_steps = 1;
+    }
+
+    Model m;
+    model_init(&m, &cfg, o.B, o.T, precision, fp8_current, o.fp8_history, o.fp8_margin, o.recompute);
+    matmul_init();
+    attention_init(1);
+    TrainState ts;
+    memset(&ts, 0, sizeof(ts));
+    ts.grad_accum = grad_accum; ts.world = world; ts.rank = rank;
+    ts.rng = (uint64_t)o.seed * 0x2545F4914F6CDD1Dull + 7;
+
+    int have_dir = o.log_dir[0] != '\0';
+    if (have_dir && mkdir(o.log_dir, 0755) != 0 && errno != EEXIST) FATAL("cannot create log directory '%s': %s", o.log_dir, strerror(errno));
+    int resumed_from = -1;
+    if (o.resume) {
+        if (!have_dir) FATAL("-y 1 needs a log directory (-o) to resume from");
+        resumed_from = latest_checkpoint(o.log_dir);
+        if (resumed_from < 0) FATAL("-y 1: no checkpoint (model_*.bin + state_*_00000.bin) in '%s'", o.log_dir);
+        load_checkpoint(&m, &ts, o.log_dir, resumed_from);
+        dataloader_set_state(&train, &ts.data);
+    } else {
+        float *w = (float *)mallocCheck(m.num_params * sizeof(float));
+        model_init_weights(&m, (uint64_t)o.seed, w);
+        model_set_weights(&m, w);
+        free(w);
+    }
+    FILE *logf = NULL, *fp8f = NULL;
+    if (have_dir) {
+        char path[1100];
+        snprintf(path, sizeof(path), "%s/main.log", o.log_dir);
+        logf = fopenCheck(path, resumed_from >= 0 ? "a" : "w");
+        if (precision == PREC_FP8 && o.fp8_log > 0) {
+            snprintf(path, sizeof(path), "%s/fp8.log", o.log_dir);
+            fp8f = fopenCheck(path, resumed_from >= 0 ? "a" : "w");
+        }
+    }
+
+    double flops_per_token = model_flops_per_token(&cfg, o.T);
+    double peak = gpu_bf16_peak_tflops(prop.name);
+    printf("train_llama_fp8 | %s | %s%s | model %s: V %d L %d C %d NH %d NKV %d FF %d theta %g | %.1fM params\n",
+           prop.name, o.precision, precision == PREC_FP8 ? (fp8_current ? " (current scaling)" : " (delayed scaling)") : "",
+           o.model, cfg.V, cfg.L, cfg.C, cfg.NH, cfg.NKV, cfg.FF, cfg.rope_theta, m.num_params / 1e6);
+    printf("B %d T %d | total batch %d tokens (grad accum %d) | %d steps | lr %g warmup %d final %g | wd %g clip %g | %s attention\n",
+           o.B, o.T, o.total_batch, grad_accum, o.max_steps, o.lr, o.warmup, o.final_lr_frac, o.weight_decay, o.grad_clip,
+           attention_uses_cudnn(o.B, o.T, cfg.NH, cfg.NKV, cfg.C / cfg.NH) ? "cuDNN fused" : "plain");
+    printf("device memory allocated: %.2f GiB%s\n", m.bytes_allocated / 1073741824.0,
+           resumed_from >= 0 ? " | resumed" : "");
+    if (resumed_from >= 0) printf("resumed from step %d of '%s'\n", resumed_from, o.log_dir);
+    if (logf) fprintf(logf, "# %s precision %s model %s V %d L %d C %d NH %d NKV %d FF %d B %d T %d total_batch %d%s\n",
+                      prop.name, o.precision, o.model, cfg.V, cfg.L, cfg.C, cfg.NH, cfg.NKV, cfg.FF, o.B, o.T, o.total_batch,
+                      synthetic ? " data synthetic" : "");
+
+    AdamWParams hp = {o.lr, o.beta1, o.beta2, 1e-8f, o.weight_decay, o.grad_clip};
+    size_t N = (size_t)o.B * o.T;
+    float *host_losses;
+    int *host_inputs, *host_targets; // pinned: the per-micro-step uploads run asynchronously
+    cudaCheck(cudaMallocHost(&host_losses, (size_t)grad_accum * N * sizeof(float)));
+    cudaCheck(cudaMallocHost(&host_inputs, (size_t)grad_accum * N * sizeof(int)));
+    cudaCheck(cudaMallocHost(&host_targets, (size_t)grad_accum * N * sizeof(int)));
+    float *norm_device = (float *)cudaMallocCheck(sizeof(float), "gradient norm");
+    cudaStream_t stream;
+    cudaCheck(cudaStreamCreate(&stream));
+    cudaEvent_t ev0, ev1;
+    cudaCheck(cudaEventCreate(&ev0));
+    cudaCheck(cudaEventCreate(&ev1));
+    int bos = have_tok ? tok.bos_id : 1;
+    int bad_steps = 0, start_step = m.step, timed = 0;
+    float *step_ms = (float *)mallocCheck((size_t)(o.max_steps > start_step ? o.max_steps - start_step : 1) * sizeof(float));
+    size_t mem_used = 0;
+
+    for (int step = m.step; step < o.max_steps; step++) {
+        hp.lr = lr_at_step(step, o.max_steps, o.lr, o.warmup, o.final_lr_frac);
+        float grad_norm;
+        int skipped;
+        cudaCheck(cudaEventRecord(ev0, stream));
+        next_batches(&train, grad_accum, host_inputs, host_targets);
+        float loss = train_step(&m, host_inputs, host_targets, grad_accum, &hp, host_losses, norm_device, &grad_norm, &skipped, stream);
+        cudaCheck(cudaEventRecord(ev1, stream));
+        cudaCheck(cudaEventSynchronize(ev1));
+        float ms;
+        cudaCheck(cudaEventElapsedTime(&ms, ev0, ev1));
+        if (step >= start_step + 3) step_ms[timed++] = ms; // the first steps build GEMM and attention plans
+        if (step == start_step) { size_t free_b, total_b; cudaCheck(cudaMemGetInfo(&free_b, &total_b)); mem_used = total_b - free_b; }
+        double tok_per_s = o.total_batch / (ms / 1000.0);
+        char mfu[32];
+        if (peak > 0) snprintf(mfu, sizeof(mfu), "%.1f%%", 100.0 * flops_per_token * tok_per_s / (peak * 1e12));
+        else snprintf(mfu, sizeof(mfu), "n/a");
+        printf("step %5d/%d | loss %.6f | norm %.4f | lr %.3e | %.2f ms | %.0f tok/s | MFU %s%s\n", step + 1, o.max_steps,
+               loss, grad_norm, hp.lr, ms, tok_per_s, mfu, skipped ? " | update SKIPPED (non-finite gradient)" : "");
+        if (logf) { fprintf(logf, "s:%d trl:%.6f norm:%.4f lr:%.4e ms:%.2f tok/s:%.0f\n", step + 1, loss, grad_norm, hp.lr, ms, tok_per_s); fflush(logf); }
+        if (!isfinite(loss) || skipped) {
+            if (++bad_steps >= 5) FATAL("5 consecutive steps with a non-finite loss or gradient: stopping (last good checkpoint kept)");
+            continue;
+        }
+        bad_steps = 0;
+        int last = step + 1 == o.max_steps;
+        if (fp8f && ((step + 1) % o.fp8_log == 0 || last)) write_fp8_log(&m, fp8f);
+        if (have_val && o.val_batches > 0 && ((o.val_every > 0 && (step + 1) % o.val_every == 0) || last)) {
+            float vl = evaluate(&m, &val, o.val_batches, host_losses, stream);
+            printf("val loss %.6f\n", vl);
+            if (logf) { fprintf(logf, "s:%d tel:%.6f\n", step + 1, vl); fflush(logf); }
+        }
+        if (o.sample_every > 0 && ((step + 1) % o.sample_every == 0 || last) && o.gen_tokens > 0)
+            sample_text(&m, &tok, have_tok, bos, o.gen_tokens, &ts.rng, logf, stream);
+        if (have_dir && ((o.ckpt_every > 0 && (step + 1) % o.ckpt_every == 0) || last)) {
+            dataloader_get_state(&train, &ts.data);
+            save_checkpoint(&m, &ts, o.log_dir);
+            printf("checkpoint written: %s/model_%08d.bin\n", o.log_dir, m.step);
+        }
+    }
+    if (timed > 0) {
+        qsort(step_ms, timed, sizeof(float), compare_floats);
+        float ms = step_ms[timed / 2];
+        printf("median step %.2f ms over %d steps after warm-up | %.0f tok/s | MFU %.1f%% | device memory in use %.2f GiB\n",
+               ms, timed, o.total_batch / (ms / 1000.0), peak > 0 ? 100.0 * flops_per_token * o.total_batch / (ms / 1000.0) / (peak * 1e12) : 0.0,
+               mem_used / 1073741824.0);
+    }
+    free(step_ms);
+    if (logf) fcloseCheck(logf);
+    if (fp8f) fcloseCheck(fp8f);
+    cudaCheck(cudaFreeHost(host_losses));
+    cudaCheck(cudaFreeHost(host_inputs));
+    cudaCheck(cudaFreeHost(host_targets));
+    matmul_destroy();
+    attention_destroy();
+    dataloader_free(&train);
+    if (have_val) dataloader_free(&val);
+    if (have_tok) tokenizer_free(&tok);
+    return 0;
+}
+#endif
