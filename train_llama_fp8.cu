@@ -211,6 +211,8 @@ typedef struct {
     int micro;         // micro-step within the current optimizer step
     int recording;     // 0 during evaluation: fp8 casts use the scales but record no amax
     size_t bytes_allocated;
+    void *allocations[64]; // every device buffer above, for model_free
+    int num_allocations;
 } Model;
 
 static int linear_in(const LlamaConfig *c, int lin) { return lin == LIN_W2 ? c->FF : c->C; }
@@ -220,8 +222,9 @@ static int linear_out(const LlamaConfig *c, int lin) {
 static const int LINEAR_PARAM[LINS_PER_LAYER] = {P_WQKV, P_WO, P_W13, P_W2};
 
 static void *model_alloc(Model *m, size_t bytes, const char *what) {
+    if (m->num_allocations == (int)(sizeof(m->allocations) / sizeof(m->allocations[0]))) FATAL("model_alloc: too many buffers");
     m->bytes_allocated += bytes;
-    return cudaMallocCheck(bytes, what);
+    return m->allocations[m->num_allocations++] = cudaMallocCheck(bytes, what);
 }
 
 static void model_init(Model *m, const LlamaConfig *cfg, int B, int T, int precision, int fp8_current,
@@ -306,6 +309,12 @@ static void model_init(Model *m, const LlamaConfig *cfg, int B, int T, int preci
     a->inputs = (int *)model_alloc(m, N * sizeof(int), "token buffers");
     a->targets = (int *)model_alloc(m, N * sizeof(int), "token buffers");
     encoder_backward_init(&m->enc_bwd, (int)N, (int)C);
+}
+
+static void model_free(Model *m) {
+    for (int i = 0; i < m->num_allocations; i++) cudaCheck(cudaFree(m->allocations[i]));
+    encoder_backward_free(&m->enc_bwd);
+    memset(m, 0, sizeof(*m));
 }
 
 // Random init (README): normal(0, 0.02); wo and w2 normal(0, 0.02/sqrt(2L)); norm weights 1.
@@ -631,7 +640,7 @@ static float evaluate(Model *m, DataLoader *val, int batches, float *host_losses
 // Sample gen_tokens tokens after the document-start token (row 0 of the batch; the model is causal,
 // so the rest of the batch does not matter). Each new token costs one full forward: simple, and
 // cheap next to training.
-static void sample_text(Model *m, const Tokenizer *tok, int have_tok, int bos, int gen_tokens, uint64_t *rng, FILE *log, cudaStream_t stream) {
+static void sample_text(Model *m, Tokenizer *tok, int have_tok, int bos, int gen_tokens, uint64_t *rng, FILE *log, cudaStream_t stream) {
     int N = m->B * m->T, V = m->cfg.V;
     int *tokens = (int *)callocCheck(N, sizeof(int));
     floatX *row = (floatX *)mallocCheck(V * sizeof(floatX));
@@ -652,7 +661,7 @@ static void sample_text(Model *m, const Tokenizer *tok, int have_tok, int bos, i
         int next = V - 1;
         for (int v = 0; v < V; v++) { acc += probs[v]; if (r < acc) { next = v; break; } }
         tokens[t] = next;
-        if (have_tok) tokenizer_safe_print(tok, next); else printf("%d ", next);
+        if (have_tok) tokenizer_safe_print(tokenizer_decode(tok, next)); else printf("%d ", next);
         fflush(stdout);
     }
     printf("\n");
@@ -947,7 +956,10 @@ int main(int argc, char **argv) {
     if (o.total_batch % tokens_per_micro != 0)
         FATAL("-d %d (total batch tokens) must be a multiple of B*T*ngpu = %d", o.total_batch, tokens_per_micro);
     int grad_accum = o.total_batch / tokens_per_micro;
-    if (o.max_steps < 0) {
+    if (o.max_steps < 0 && synthetic) {
+        o.max_steps = 100;
+        printf("synthetic corpus: -x not given, training %d steps\n", o.max_steps);
+    } else if (o.max_steps < 0) {
         o.max_steps = (int)(dataloader_num_tokens(&train) / o.total_batch);
         if (o.max_steps < 1) o.max_steps = 1;
     }
@@ -1015,7 +1027,7 @@ int main(int argc, char **argv) {
     cudaEvent_t ev0, ev1;
     cudaCheck(cudaEventCreate(&ev0));
     cudaCheck(cudaEventCreate(&ev1));
-    int bos = have_tok ? tok.bos_id : 1;
+    int bos = have_tok ? tok.doc_start_id : 1;
     int bad_steps = 0, start_step = m.step, timed = 0;
     float *step_ms = (float *)mallocCheck((size_t)(o.max_steps > start_step ? o.max_steps - start_step : 1) * sizeof(float));
     size_t mem_used = 0;
@@ -1055,7 +1067,7 @@ int main(int argc, char **argv) {
         if (o.sample_every > 0 && ((step + 1) % o.sample_every == 0 || last) && o.gen_tokens > 0)
             sample_text(&m, &tok, have_tok, bos, o.gen_tokens, &ts.rng, logf, stream);
         if (have_dir && ((o.ckpt_every > 0 && (step + 1) % o.ckpt_every == 0) || last)) {
-            dataloader_get_state(&train, &ts.data);
+            ts.data = dataloader_get_state(&train);
             save_checkpoint(&m, &ts, o.log_dir);
             printf("checkpoint written: %s/model_%08d.bin\n", o.log_dir, m.step);
         }

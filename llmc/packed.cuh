@@ -12,7 +12,7 @@ amax do not depend on whether the bf16 output is written or which path produced 
 #define LLMC_PACKED_CUH
 
 #include <stdint.h>
-#include "cuda_common.cuh"
+#include "cuda_common.cuh" // floatX, fp8 types, Fp8Cast, atomic_max_nonneg, g_num_sms, FATAL
 
 // ----------------------------------------------------------------------------------------------
 // device side

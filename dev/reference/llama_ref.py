@@ -18,7 +18,6 @@ CPU only, one thread, deterministic.
 import argparse
 import math
 import os
-import struct
 import sys
 
 import numpy as np

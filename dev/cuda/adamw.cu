@@ -1,0 +1,284 @@
+/*
+The optimizer step's kernels: adamw_update (llmc/adamw.cuh), with and without the fused E4M3 weight
+cast, init_from_master, and global_norm_squared (llmc/global_norm.cuh) that computes the clip factor.
+
+Validation against CPU references:
+  adamw_update: 5 steps on fp32 master/m/v vs the dev/test/README.md formula in float on the CPU
+    (tolerances cover --use_fast_math's approximate divide/sqrt and FMA contraction: a few ulp);
+    param must be exactly bf16(master); the fp8 copy must equal fp8_encode(param * scale[l*stride])
+    byte for byte and amax[l*stride] = max |param| of slice l bit for bit, the amax/scale entries
+    between the strides untouched; vectorized, scalar (slice not a multiple of 8) and misaligned paths.
+  init_from_master: exact round-to-nearest-even.
+  global_norm_squared: vs a CPU double sum (rel 1e-5), bit-identical over repeated runs, n = 0 and 1.
+Timing: Llama-2-7B's wqkv tensor (32 layers x 12288 x 4096 = 1.61e9 elements) with and without the
+cast, and the global norm over the same count; bandwidth against the measured 4.17 TB/s copy.
+
+Build (from dev/cuda):  nvcc -O3 -arch=sm_90 -std=c++17 --use_fast_math -I../.. adamw.cu -lcublasLt -lcublas -o adamw
+                        (or: make -C dev/cuda adamw)
+Run:                    ./adamw          (needs ~28 GB of GPU memory for the timing)
+The last line is "adamw: ALL PASS" or "adamw: N FAILED"; exit status 0 / 1.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <algorithm>
+#include <vector>
+#include "llmc/cuda_common.cuh"
+#include "llmc/fp8.h"          // fp8_encode: the CPU cast
+#include "llmc/adamw.cuh"      // adamw_update, init_from_master
+#include "llmc/global_norm.cuh" // global_norm_squared
+
+static int g_failures = 0;
+static void report(const char *what, bool ok, const char *detail) {
+    printf("%s  %s%s%s\n", ok ? "PASS" : "FAIL", what, detail[0] ? ": " : "", detail);
+    if (!ok) g_failures++;
+}
+
+static uint16_t bf16_bits(float x) { __nv_bfloat16 b = __float2bfloat16_rn(x); return *(uint16_t *)&b; }
+static float bf16_to_float(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
+static uint32_t fbits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
+template <class T> static T *dalloc(size_t n) { return (T *)cudaMallocCheck(n * sizeof(T) + 64, "test buffer"); }
+template <class T> static void upload(T *d, const T *h, size_t n) { cudaCheck(cudaMemcpy(d, h, n * sizeof(T), cudaMemcpyHostToDevice)); }
+template <class T> static void download(T *h, const T *d, size_t n) { cudaCheck(cudaMemcpy(h, d, n * sizeof(T), cudaMemcpyDeviceToHost)); }
+
+struct Hyper { float lr, b1, b2, eps, wd, grad_scale; };
+
+static void cpu_adamw(std::vector<float> &w, std::vector<float> &m, std::vector<float> &v, const std::vector<uint16_t> &g,
+                      const Hyper &h, int t) {
+    const float bc1 = 1.0f - powf(h.b1, (float)t), bc2 = 1.0f - powf(h.b2, (float)t);
+    for (size_t i = 0; i < w.size(); i++) {
+        const float gi = bf16_to_float(g[i]) * h.grad_scale;
+        m[i] = h.b1 * m[i] + (1.0f - h.b1) * gi;
+        v[i] = h.b2 * v[i] + (1.0f - h.b2) * gi * gi;
+        const float mhat = m[i] / bc1, vhat = v[i] / bc2;
+        w[i] -= h.lr * (mhat / (sqrtf(vhat) + h.eps) + h.wd * w[i]);
+    }
+}
+
+// Case: n elements; layers > 0 turns on the fp8 cast (n = layers * layer_numel); offset misaligns
+// every pointer by that many elements.
+static void validate_adamw(const char *name, size_t n, int layers, size_t layer_numel, int stride, size_t offset) {
+    const Hyper h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f};
+    const bool cast = layers > 0;
+    uint64_t s = 1234 + n;
+    std::vector<float> w(n), m(n, 0.0f), v(n, 0.0f);
+    for (size_t i = 0; i < n; i++) w[i] = random_normal(&s) * 0.02f;
+    float *d_w = dalloc<float>(n + offset), *d_m = dalloc<float>(n + offset), *d_v = dalloc<float>(n + offset);
+    floatX *d_p = dalloc<floatX>(n + offset), *d_g = dalloc<floatX>(n + offset);
+    uint8_t *d_q = dalloc<uint8_t>(n + offset);
+    float *W = d_w + offset, *M = d_m + offset, *Vv = d_v + offset;
+    floatX *P = d_p + offset, *G = d_g + offset;
+    uint8_t *Q = d_q + offset;
+    upload(W, w.data(), n); upload(M, m.data(), n); upload(Vv, v.data(), n);
+    // per-layer scales and amax slots at a stride, with sentinels between them that must not change
+    const int nslots = cast ? layers * stride : 1;
+    std::vector<float> scales(nslots, -7.0f), amax0(nslots, 12345.0f);
+    for (int l = 0; l < layers; l++) {
+        const float choices[4] = {4000.0f, 25000.0f, 17.3f, 448.0f / 0.06f}; // typical, saturating, underflowing
+        scales[(size_t)l * stride] = choices[l % 4];
+        amax0[(size_t)l * stride] = l == 0 ? 0.01f : 0.0f; // an earlier value in the slot
+    }
+    float *d_scales = dalloc<float>(nslots), *d_amax = dalloc<float>(nslots);
+    upload(d_scales, scales.data(), nslots);
+    upload(d_amax, amax0.data(), nslots);
+    Fp8Cast wc = {NULL, NULL, NULL};
+    if (cast) { wc.out = Q; wc.amax = d_amax; wc.scale = d_scales; }
+
+    char detail[256] = "";
+    bool ok = true;
+    std::vector<float> gw(n), gm(n), gv(n);
+    std::vector<uint16_t> gp(n);
+    std::vector<uint8_t> gq(n);
+    for (int t = 1; t <= 5 && ok; t++) {
+        std::vector<uint16_t> g(n);
+        for (size_t i = 0; i < n; i++) g[i] = bf16_bits(random_normal(&s) * 0.01f);
+        upload((uint16_t *)G, g.data(), n);
+        adamw_update(W, P, G, M, Vv, n, h.lr, h.b1, h.b2, h.eps, h.wd, h.grad_scale, t, wc, layers, layer_numel, stride, 0);
+        cpu_adamw(w, m, v, g, h, t);
+        cudaCheck(cudaDeviceSynchronize());
+        download(gw.data(), W, n); download(gm.data(), M, n); download(gv.data(), Vv, n);
+        download(gp.data(), (const uint16_t *)P, n);
+        double ms = 0, vs = 0;
+        for (size_t i = 0; i < n; i++) { ms += (double)m[i] * m[i]; vs += (double)v[i] * v[i]; }
+        const double m_rms = sqrt(ms / n), v_rms = sqrt(vs / n);
+        for (size_t i = 0; i < n && ok; i++) {
+            const double tw = 2e-5 * h.lr + 1e-6 * fabs(w[i]), tm = 1e-6 * m_rms + 2e-6 * fabs(m[i]), tv = 1e-6 * v_rms + 2e-6 * fabs(v[i]);
+            if (!(fabs(gw[i] - w[i]) <= tw) || !(fabs(gm[i] - m[i]) <= tm) || !(fabs(gv[i] - v[i]) <= tv)) {
+                snprintf(detail, sizeof(detail), "step %d elem %zu: master %.9g/%.9g m %.6g/%.6g v %.6g/%.6g (gpu/cpu)", t, i,
+                         gw[i], w[i], gm[i], m[i], gv[i], v[i]);
+                ok = false;
+            } else if (gp[i] != bf16_bits(gw[i])) {
+                snprintf(detail, sizeof(detail), "step %d elem %zu: param 0x%04x != bf16(master %.9g) 0x%04x", t, i, gp[i],
+                         gw[i], bf16_bits(gw[i]));
+                ok = false;
+            }
+        }
+        if (ok && cast) {
+            download(gq.data(), Q, n);
+            std::vector<float> amax_got(nslots);
+            download(amax_got.data(), d_amax, nslots);
+            for (int l = 0; l < layers && ok; l++) {
+                const float sc = scales[(size_t)l * stride];
+                uint32_t amax_bits = fbits(amax0[(size_t)l * stride]);
+                for (size_t i = (size_t)l * layer_numel; i < (size_t)(l + 1) * layer_numel; i++) {
+                    amax_bits = std::max(amax_bits, (uint32_t)(gp[i] & 0x7fff) << 16);
+                    const uint8_t want = fp8_encode(bf16_to_float(gp[i]) * sc, FP8_E4M3);
+                    if (gq[i] != want) {
+                        snprintf(detail, sizeof(detail), "step %d layer %d elem %zu: fp8 0x%02x, want 0x%02x (param 0x%04x, scale %g)",
+                                 t, l, i, gq[i], want, gp[i], sc);
+                        ok = false;
+                        break;
+                    }
+                }
+                if (ok && fbits(amax_got[(size_t)l * stride]) != amax_bits) {
+                    snprintf(detail, sizeof(detail), "step %d layer %d: amax 0x%08x, want 0x%08x", t, l,
+                             fbits(amax_got[(size_t)l * stride]), amax_bits);
+                    ok = false;
+                }
+                amax0[(size_t)l * stride] = amax_got[(size_t)l * stride]; // the slot keeps accumulating
+            }
+            for (int k = 0; k < nslots && ok; k++) {
+                if (k % stride != 0 && amax_got[k] != 12345.0f) {
+                    snprintf(detail, sizeof(detail), "amax entry %d (not a multiple of the stride) was written", k);
+                    ok = false;
+                }
+            }
+        }
+    }
+    char what[200];
+    snprintf(what, sizeof(what), "adamw_update %s: n=%zu%s", name, n, cast ? "" : ", no cast");
+    report(what, ok, detail);
+    cudaCheck(cudaFree(d_w)); cudaCheck(cudaFree(d_m)); cudaCheck(cudaFree(d_v)); cudaCheck(cudaFree(d_p));
+    cudaCheck(cudaFree(d_g)); cudaCheck(cudaFree(d_q)); cudaCheck(cudaFree(d_scales)); cudaCheck(cudaFree(d_amax));
+}
+
+static void validate_init_from_master(size_t n) {
+    uint64_t s = 99;
+    std::vector<float> w(n);
+    for (size_t i = 0; i < n; i++) w[i] = random_normal(&s) * expf(10.0f * (random_f32(&s) - 0.5f));
+    float *d_w = dalloc<float>(n);
+    floatX *d_p = dalloc<floatX>(n);
+    upload(d_w, w.data(), n);
+    init_from_master(d_p, d_w, n, 0);
+    std::vector<uint16_t> got(n);
+    download(got.data(), (const uint16_t *)d_p, n);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += got[i] != bf16_bits(w[i]);
+    char detail[96] = "", what[96];
+    if (bad) snprintf(detail, sizeof(detail), "%zu of %zu differ", bad, n);
+    snprintf(what, sizeof(what), "init_from_master n=%zu", n);
+    report(what, bad == 0, detail);
+    cudaCheck(cudaFree(d_w)); cudaCheck(cudaFree(d_p));
+}
+
+static void validate_global_norm(size_t n, size_t offset) {
+    uint64_t s = 555 + n;
+    std::vector<uint16_t> g(n);
+    double want = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        g[i] = bf16_bits(random_normal(&s) * 0.01f);
+        const double x = bf16_to_float(g[i]);
+        want += x * x;
+    }
+    floatX *d_g = dalloc<floatX>(n + offset);
+    float *d_out = dalloc<float>(3);
+    if (n) upload((uint16_t *)(d_g + offset), g.data(), n);
+    for (int r = 0; r < 3; r++) global_norm_squared(d_out + r, d_g + offset, n, 0);
+    float got[3];
+    download(got, d_out, 3);
+    const bool same = fbits(got[0]) == fbits(got[1]) && fbits(got[1]) == fbits(got[2]);
+    const bool close = n == 0 ? got[0] == 0.0f : fabs(got[0] - want) <= 1e-5 * want;
+    char detail[160] = "", what[96];
+    if (!same || !close) snprintf(detail, sizeof(detail), "runs %a %a %a, CPU %.9g", got[0], got[1], got[2], want);
+    snprintf(what, sizeof(what), "global_norm_squared n=%zu offset=%zu (3 runs bit-identical)", n, offset);
+    report(what, same && close, detail);
+    cudaCheck(cudaFree(d_g)); cudaCheck(cudaFree(d_out));
+}
+
+// ---------------------------------------------------------------------------------------------
+// timing
+
+template <class F> static float median_ms(F fn, int warmup = 3, int reps = 21) {
+    for (int i = 0; i < warmup; i++) fn(i);
+    std::vector<cudaEvent_t> ev(2 * reps);
+    for (auto &e : ev) cudaCheck(cudaEventCreate(&e));
+    for (int i = 0; i < reps; i++) {
+        cudaCheck(cudaEventRecord(ev[2 * i], 0));
+        fn(i);
+        cudaCheck(cudaEventRecord(ev[2 * i + 1], 0));
+    }
+    cudaCheck(cudaEventSynchronize(ev.back()));
+    std::vector<float> t(reps);
+    for (int i = 0; i < reps; i++) cudaCheck(cudaEventElapsedTime(&t[i], ev[2 * i], ev[2 * i + 1]));
+    for (auto &e : ev) cudaCheck(cudaEventDestroy(e));
+    std::sort(t.begin(), t.end());
+    return t[reps / 2];
+}
+
+__global__ void fill_kernel(float *w, floatX *g, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u;
+        h ^= h >> 15; h *= 0x2c1b3c6du; h ^= h >> 12;
+        const float u = (float)(h & 0xffff) / 65536.0f - 0.5f;
+        w[i] = u * 0.04f;
+        g[i] = __float2bfloat16(u * 0.01f);
+    }
+}
+
+static void bench(void) {
+    const int L = 32;
+    const size_t layer_numel = (size_t)12288 * 4096, n = L * layer_numel;
+    const double peak = 4170.0;
+    printf("\nTiming: Llama-2-7B wqkv, %d x 12288 x 4096 = %zu elements (median of 21)\n", L, n);
+    float *w = dalloc<float>(n), *m = dalloc<float>(n), *v = dalloc<float>(n);
+    floatX *p = dalloc<floatX>(n), *g = dalloc<floatX>(n);
+    uint8_t *q = dalloc<uint8_t>(n);
+    const int stride = FP8_KINDS * LINS_PER_LAYER; // the trainer's W tensors of one linear kind, layer by layer
+    float *sc = dalloc<float>((size_t)L * stride), *am = dalloc<float>((size_t)L * stride);
+    std::vector<float> ones((size_t)L * stride, 1000.0f);
+    upload(sc, ones.data(), ones.size());
+    cudaCheck(cudaMemset(am, 0, (size_t)L * stride * sizeof(float)));
+    cudaCheck(cudaMemset(m, 0, n * sizeof(float)));
+    cudaCheck(cudaMemset(v, 0, n * sizeof(float)));
+    fill_kernel<<<4096, 256>>>(w, g, n);
+    cudaLaunchCheck();
+    Fp8Cast none = {NULL, NULL, NULL}, wc = {q, am, sc};
+    float t_plain = median_ms([&](int i) { adamw_update(w, p, g, m, v, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, i + 1, none, 0, 0, 0, 0); });
+    float t_cast = median_ms([&](int i) { adamw_update(w, p, g, m, v, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, i + 1, wc, L, layer_numel, stride, 0); });
+    float *out = dalloc<float>(1);
+    float t_norm = median_ms([&](int) { global_norm_squared(out, g, n, 0); });
+    cudaCheck(cudaDeviceSynchronize());
+    const double gb_plain = 28.0 * n / (t_plain * 1e6), gb_cast = 29.0 * n / (t_cast * 1e6), gb_norm = 2.0 * n / (t_norm * 1e6);
+    printf("%-44s %9s %9s %7s\n", "kernel", "ms", "GB/s", "% 4.17");
+    printf("%-44s %9.3f %9.0f %6.1f%%\n", "adamw_update (28 B/elem)", t_plain, gb_plain, 100 * gb_plain / peak);
+    printf("%-44s %9.3f %9.0f %6.1f%%\n", "adamw_update + E4M3 cast, 32 slices (29 B/elem)", t_cast, gb_cast, 100 * gb_cast / peak);
+    printf("%-44s %9.3f %9.0f %6.1f%%\n", "global_norm_squared (2 B/elem)", t_norm, gb_norm, 100 * gb_norm / peak);
+    printf("the fused cast costs %.3f ms here; a separate fp8_cast pass over the bf16 param would move 3 B/elem "
+           "(~%.3f ms at 4.17 TB/s)\n", t_cast - t_plain, 3.0 * n / (peak * 1e6));
+    cudaCheck(cudaFree(w)); cudaCheck(cudaFree(m)); cudaCheck(cudaFree(v)); cudaCheck(cudaFree(p)); cudaCheck(cudaFree(g));
+    cudaCheck(cudaFree(q)); cudaCheck(cudaFree(sc)); cudaCheck(cudaFree(am)); cudaCheck(cudaFree(out));
+}
+
+int main(void) {
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    g_num_sms = prop.multiProcessorCount;
+    printf("device: %s, %d SMs\n\nValidation\n", prop.name, prop.multiProcessorCount);
+    validate_adamw("plain, vector path + tail", 1000003, 0, 0, 1, 0);
+    validate_adamw("plain, misaligned (scalar path)", 5003, 0, 0, 1, 1);
+    validate_adamw("fp8 cast, 3 layers x 65544, stride 12", 3 * 65544, 3, 65544, 12, 0);
+    validate_adamw("fp8 cast, 4 layers x 1001 (scalar path), stride 3", 4 * 1001, 4, 1001, 3, 0);
+    validate_adamw("fp8 cast, 1 layer, stride 1", 4096, 1, 4096, 1, 0);
+    validate_init_from_master(1000003);
+    validate_global_norm(10000019, 0);
+    validate_global_norm(77777, 1);
+    validate_global_norm(1, 0);
+    validate_global_norm(0, 0);
+    bench();
+    global_norm_free();
+    if (g_failures == 0) printf("\nadamw: ALL PASS\n");
+    else printf("\nadamw: %d FAILED\n", g_failures);
+    return g_failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,375 @@
+/*
+The linears' GEMMs (llmc/matmul.cuh): fp8 fprop / dgrad / wgrad against bf16, on the eight
+../shared/docs/ANCHORS.md shapes, named (M, K, N) = (tokens, in_features, out_features).
+
+Validation (small shapes, CPU double-precision references):
+  fp8: operands quantized on the CPU with llmc/fp8.h (non-trivial per-tensor scales), the GPU GEMM's
+       bf16 output compared with sum(decoded a * decoded b) * scale_inv_a * scale_inv_b; wgrad also
+       with accumulate (beta = 1). Then the trainer's path: the same operands made on the GPU by
+       fp8_cast / fp8_cast_transpose / fp8_transpose (bytes must equal the CPU's) feed the GEMMs.
+  bf16: matmul_forward, matmul_backward (dx; dw with and without accumulate) against the CPU.
+  Tolerance per element: |gpu - ref| <= 1e-2 |ref| + 1e-2 rms(ref) (bf16 output rounding is 2^-9;
+  a wrong transpose, operand or scale gives O(1) errors).
+Timing: CUDA events, 5 warm-ups, median of 25, rotating among 3 copies of every input so the 50 MB
+L2 doesn't hold them. For each of fprop, dgrad, wgrad: bf16 GEMM, fp8 GEMM, and the fp8 "linear"
+= the GEMM plus the casts/transposes the trainer really does for it:
+  fprop: fp8_cast of X (the producer kernel normally fuses it; counted as a separate pass here);
+         W's cast is once per optimizer step and not counted
+  dgrad: fp8_cast_transpose of dY (one read of bf16 dY -> dY and dY^T in E5M2); W^T once per step
+  wgrad: fp8_transpose of the saved fp8 X -> X^T (dY^T comes from dgrad's cast_transpose)
+TFLOP/s = 2 M K N / time.
+
+Build (from dev/cuda):  nvcc -O3 -arch=sm_90 -std=c++17 --use_fast_math -I../.. fp8_gemm.cu -lcublasLt -lcublas -o fp8_gemm
+                        (or: make -C dev/cuda fp8_gemm)
+Run:                    ./fp8_gemm [shape]     shape 1..8 times only that ANCHORS.md shape (default all)
+The last line is "fp8_gemm: ALL PASS" or "fp8_gemm: N FAILED"; exit status 0 / 1.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <algorithm>
+#include <vector>
+#include "llmc/cuda_common.cuh"
+#include "llmc/fp8.h"           // fp8_encode, fp8_decode, fp8_compute_scale: the CPU side
+#include "llmc/matmul.cuh"      // the GEMMs under test
+#include "llmc/fp8_scaling.cuh" // casts and transposes of the linear path
+
+static int g_failures = 0;
+static void report(const char *what, bool ok, const char *detail) {
+    printf("%s  %s%s%s\n", ok ? "PASS" : "FAIL", what, detail[0] ? ": " : "", detail);
+    if (!ok) g_failures++;
+}
+
+static uint16_t bf16_bits(float x) { __nv_bfloat16 b = __float2bfloat16_rn(x); return *(uint16_t *)&b; }
+static float bf16_to_float(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
+
+template <class T> static T *dalloc(size_t n) { return (T *)cudaMallocCheck(n * sizeof(T), "test buffer"); }
+template <class T> static void upload(T *d, const T *h, size_t n) { cudaCheck(cudaMemcpy(d, h, n * sizeof(T), cudaMemcpyHostToDevice)); }
+template <class T> static void download(T *h, const T *d, size_t n) { cudaCheck(cudaMemcpy(h, d, n * sizeof(T), cudaMemcpyDeviceToHost)); }
+
+static std::vector<uint16_t> random_bf16(size_t n, float stddev, uint64_t seed) {
+    std::vector<uint16_t> h(n);
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 7;
+    for (size_t i = 0; i < n; i++) h[i] = bf16_bits(random_normal(&s) * stddev);
+    return h;
+}
+static float amax_of(const std::vector<uint16_t> &h) {
+    float m = 0.0f;
+    for (uint16_t v : h) m = fmaxf(m, fabsf(bf16_to_float(v)));
+    return m;
+}
+static std::vector<uint8_t> transpose8(const std::vector<uint8_t> &a, int rows, int cols) {
+    std::vector<uint8_t> t(a.size());
+    for (int r = 0; r < rows; r++) for (int c = 0; c < cols; c++) t[(size_t)c * rows + r] = a[(size_t)r * cols + c];
+    return t;
+}
+
+// C (R, S) = sum_k A[r][k] * B[s][k] (both k-contiguous), in double, times alpha, plus C0 (may be NULL)
+static std::vector<double> ref_gemm_nt(const std::vector<float> &A, const std::vector<float> &B, int R, int S, int K,
+                                       double alpha, const std::vector<float> *C0) {
+    std::vector<double> C((size_t)R * S);
+    for (int r = 0; r < R; r++)
+        for (int s = 0; s < S; s++) {
+            const float *a = &A[(size_t)r * K], *b = &B[(size_t)s * K];
+            double acc = 0.0;
+            for (int k = 0; k < K; k++) acc += (double)a[k] * (double)b[k];
+            C[(size_t)r * S + s] = acc * alpha + (C0 ? (double)(*C0)[(size_t)r * S + s] : 0.0);
+        }
+    return C;
+}
+
+static void check_output(const char *what, const floatX *d_out, const std::vector<double> &ref) {
+    std::vector<uint16_t> got(ref.size());
+    download(got.data(), (const uint16_t *)d_out, ref.size());
+    double ss = 0.0;
+    for (double r : ref) ss += r * r;
+    const double rms = sqrt(ss / ref.size());
+    size_t bad = 0, worst = 0;
+    double worst_ratio = 0.0;
+    for (size_t i = 0; i < ref.size(); i++) {
+        const double g = bf16_to_float(got[i]), err = fabs(g - ref[i]), tol = 1e-2 * fabs(ref[i]) + 1e-2 * rms;
+        const double ratio = isfinite(g) ? err / tol : INFINITY;
+        if (!(ratio <= 1.0)) bad++;
+        if (!(ratio <= worst_ratio)) { worst_ratio = ratio; worst = i; }
+    }
+    char detail[256];
+    snprintf(detail, sizeof(detail), "%zu of %zu outside tolerance; worst at %zu: gpu %.6g ref %.6g (err/tol %.3f), rms(ref) %.3g",
+             bad, ref.size(), worst, bf16_to_float(got[worst]), ref[worst], worst_ratio, rms);
+    report(what, bad == 0 && rms > 0.0, detail);
+}
+
+static void check_bytes(const char *what, const uint8_t *d, const std::vector<uint8_t> &want) {
+    std::vector<uint8_t> got(want.size());
+    download(got.data(), d, want.size());
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < want.size(); i++) if (got[i] != want[i]) { if (bad++ == 0) first = i; }
+    char detail[160] = "";
+    if (bad) snprintf(detail, sizeof(detail), "%zu of %zu bytes differ, first at %zu: 0x%02x vs 0x%02x", bad, want.size(),
+                      first, got[first], want[first]);
+    report(what, bad == 0, detail);
+}
+
+static void validate_shape(int N, int IN, int OUT) {
+    printf("-- N=%d IN=%d OUT=%d\n", N, IN, OUT);
+    // bf16 data with the magnitudes of a linear: activations ~1, weights ~0.02, gradients ~1e-4
+    std::vector<uint16_t> x = random_bf16((size_t)N * IN, 1.0f, 1 + N), w = random_bf16((size_t)OUT * IN, 0.02f, 2 + IN),
+                          dy = random_bf16((size_t)N * OUT, 1e-4f, 3 + OUT), dw0 = random_bf16((size_t)OUT * IN, 0.01f, 4);
+    // per-tensor scales as the recipe computes them (non-powers of two, so a lost scale shows)
+    const float sx = fp8_compute_scale(amax_of(x), FP8_E4M3_MAX, 0, 1.0f), sw = fp8_compute_scale(amax_of(w), FP8_E4M3_MAX, 0, 1.0f),
+                sdy = fp8_compute_scale(amax_of(dy), FP8_E5M2_MAX, 0, 1.0f);
+    const float scales[6] = {sx, sw, sdy, 1.0f / sx, 1.0f / sw, 1.0f / sdy};
+    // CPU quantization
+    std::vector<uint8_t> xq(x.size()), wq(w.size()), dyq(dy.size());
+    std::vector<float> xd(x.size()), wd(w.size()), dyd(dy.size());
+    for (size_t i = 0; i < x.size(); i++) { xq[i] = fp8_encode(bf16_to_float(x[i]) * sx, FP8_E4M3); xd[i] = fp8_decode(xq[i], FP8_E4M3); }
+    for (size_t i = 0; i < w.size(); i++) { wq[i] = fp8_encode(bf16_to_float(w[i]) * sw, FP8_E4M3); wd[i] = fp8_decode(wq[i], FP8_E4M3); }
+    for (size_t i = 0; i < dy.size(); i++) { dyq[i] = fp8_encode(bf16_to_float(dy[i]) * sdy, FP8_E5M2); dyd[i] = fp8_decode(dyq[i], FP8_E5M2); }
+    std::vector<uint8_t> wq_t = transpose8(wq, OUT, IN), xq_t = transpose8(xq, N, IN), dyq_t = transpose8(dyq, N, OUT);
+    std::vector<float> xd_t(xd.size()), dyd_t(dyd.size()), wd_t(wd.size());
+    for (int n = 0; n < N; n++) for (int i = 0; i < IN; i++) xd_t[(size_t)i * N + n] = xd[(size_t)n * IN + i];
+    for (int n = 0; n < N; n++) for (int o = 0; o < OUT; o++) dyd_t[(size_t)o * N + n] = dyd[(size_t)n * OUT + o];
+    for (int o = 0; o < OUT; o++) for (int i = 0; i < IN; i++) wd_t[(size_t)i * OUT + o] = wd[(size_t)o * IN + i];
+    std::vector<float> dw0f(dw0.size());
+    for (size_t i = 0; i < dw0.size(); i++) dw0f[i] = bf16_to_float(dw0[i]);
+    // fp8 references (what the GEMM must compute from the decoded codes and the float scale_invs)
+    const double ax_w = (double)scales[3] * scales[4], ady_w = (double)scales[5] * scales[4], ady_x = (double)scales[5] * scales[3];
+    std::vector<double> y_ref = ref_gemm_nt(xd, wd, N, OUT, IN, ax_w, NULL);            // Y = X W^T
+    std::vector<double> dx_ref = ref_gemm_nt(dyd, wd_t, N, IN, OUT, ady_w, NULL);       // dX = dY W
+    std::vector<double> dw_ref = ref_gemm_nt(dyd_t, xd_t, OUT, IN, N, ady_x, NULL);     // dW = dY^T X
+    std::vector<double> dw_acc_ref = ref_gemm_nt(dyd_t, xd_t, OUT, IN, N, ady_x, &dw0f);
+
+    // device buffers
+    uint8_t *d_xq = dalloc<uint8_t>(xq.size()), *d_wq = dalloc<uint8_t>(wq.size()), *d_dyq = dalloc<uint8_t>(dyq.size());
+    uint8_t *d_wq_t = dalloc<uint8_t>(wq.size()), *d_xq_t = dalloc<uint8_t>(xq.size()), *d_dyq_t = dalloc<uint8_t>(dyq.size());
+    floatX *d_x = dalloc<floatX>(x.size()), *d_w = dalloc<floatX>(w.size()), *d_dy = dalloc<floatX>(dy.size());
+    floatX *d_y = dalloc<floatX>((size_t)N * OUT), *d_dx = dalloc<floatX>(x.size()), *d_dw = dalloc<floatX>(w.size());
+    float *d_scales = dalloc<float>(6), *d_amax = dalloc<float>(3);
+    upload(d_scales, scales, 6);
+    cudaCheck(cudaMemset(d_amax, 0, 3 * sizeof(float)));
+    upload((uint16_t *)d_x, x.data(), x.size());
+    upload((uint16_t *)d_w, w.data(), w.size());
+    upload((uint16_t *)d_dy, dy.data(), dy.size());
+    const float *sxi = d_scales + 3, *swi = d_scales + 4, *sdyi = d_scales + 5;
+
+    // 1. fp8 GEMMs on CPU-made operands
+    upload(d_xq, xq.data(), xq.size()); upload(d_wq, wq.data(), wq.size()); upload(d_dyq, dyq.data(), dyq.size());
+    upload(d_wq_t, wq_t.data(), wq_t.size()); upload(d_xq_t, xq_t.data(), xq_t.size()); upload(d_dyq_t, dyq_t.data(), dyq_t.size());
+    matmul_fp8_fprop(d_y, (const fp8e4 *)d_xq, (const fp8e4 *)d_wq, sxi, swi, N, IN, OUT, 0);
+    check_output("fp8 fprop  Y = X W^T (fast accum)", d_y, y_ref);
+    matmul_fp8_dgrad(d_dx, (const fp8e5 *)d_dyq, (const fp8e4 *)d_wq_t, sdyi, swi, N, IN, OUT, 0);
+    check_output("fp8 dgrad  dX = dY W", d_dx, dx_ref);
+    matmul_fp8_wgrad(d_dw, (const fp8e5 *)d_dyq_t, (const fp8e4 *)d_xq_t, sdyi, sxi, N, IN, OUT, 0, 0);
+    check_output("fp8 wgrad  dW = dY^T X", d_dw, dw_ref);
+    upload((uint16_t *)d_dw, dw0.data(), dw0.size());
+    matmul_fp8_wgrad(d_dw, (const fp8e5 *)d_dyq_t, (const fp8e4 *)d_xq_t, sdyi, sxi, N, IN, OUT, 1, 0);
+    check_output("fp8 wgrad  dW += dY^T X (accumulate)", d_dw, dw_acc_ref);
+
+    // 2. the trainer's path: operands made by the GPU kernels from bf16, same GEMMs
+    cudaCheck(cudaMemset(d_xq, 0, xq.size())); cudaCheck(cudaMemset(d_wq, 0, wq.size())); cudaCheck(cudaMemset(d_dyq, 0, dyq.size()));
+    cudaCheck(cudaMemset(d_wq_t, 0, wq.size())); cudaCheck(cudaMemset(d_xq_t, 0, xq.size())); cudaCheck(cudaMemset(d_dyq_t, 0, dyq.size()));
+    fp8_cast(d_xq, FP8_E4M3, d_x, x.size(), d_amax + 0, d_scales + 0, 0);
+    fp8_cast(d_wq, FP8_E4M3, d_w, w.size(), d_amax + 1, d_scales + 1, 0);
+    fp8_transpose(d_wq_t, d_wq, OUT, IN, 0);
+    fp8_cast_transpose(d_dyq, d_dyq_t, FP8_E5M2, d_dy, N, OUT, d_amax + 2, d_scales + 2, 0);
+    fp8_transpose(d_xq_t, d_xq, N, IN, 0);
+    check_bytes("path: fp8_cast X == CPU", d_xq, xq);
+    check_bytes("path: fp8_cast W == CPU", d_wq, wq);
+    check_bytes("path: fp8_transpose W -> W^T == CPU", d_wq_t, wq_t);
+    check_bytes("path: fp8_cast_transpose dY == CPU", d_dyq, dyq);
+    check_bytes("path: fp8_cast_transpose dY^T == CPU", d_dyq_t, dyq_t);
+    check_bytes("path: fp8_transpose X -> X^T == CPU", d_xq_t, xq_t);
+    matmul_fp8_fprop(d_y, (const fp8e4 *)d_xq, (const fp8e4 *)d_wq, sxi, swi, N, IN, OUT, 0);
+    check_output("path: fp8 fprop", d_y, y_ref);
+    matmul_fp8_dgrad(d_dx, (const fp8e5 *)d_dyq, (const fp8e4 *)d_wq_t, sdyi, swi, N, IN, OUT, 0);
+    check_output("path: fp8 dgrad", d_dx, dx_ref);
+    matmul_fp8_wgrad(d_dw, (const fp8e5 *)d_dyq_t, (const fp8e4 *)d_xq_t, sdyi, sxi, N, IN, OUT, 0, 0);
+    check_output("path: fp8 wgrad", d_dw, dw_ref);
+
+    // 3. bf16
+    std::vector<float> xf(x.size()), wf(w.size()), dyf(dy.size());
+    for (size_t i = 0; i < x.size(); i++) xf[i] = bf16_to_float(x[i]);
+    for (size_t i = 0; i < w.size(); i++) wf[i] = bf16_to_float(w[i]);
+    for (size_t i = 0; i < dy.size(); i++) dyf[i] = bf16_to_float(dy[i]);
+    std::vector<float> xf_t(xf.size()), dyf_t(dyf.size()), wf_t(wf.size());
+    for (int n = 0; n < N; n++) for (int i = 0; i < IN; i++) xf_t[(size_t)i * N + n] = xf[(size_t)n * IN + i];
+    for (int n = 0; n < N; n++) for (int o = 0; o < OUT; o++) dyf_t[(size_t)o * N + n] = dyf[(size_t)n * OUT + o];
+    for (int o = 0; o < OUT; o++) for (int i = 0; i < IN; i++) wf_t[(size_t)i * OUT + o] = wf[(size_t)o * IN + i];
+    matmul_forward(d_y, d_x, d_w, N, IN, OUT, 0);
+    check_output("bf16 matmul_forward  Y = X W^T", d_y, ref_gemm_nt(xf, wf, N, OUT, IN, 1.0, NULL));
+    matmul_backward(d_dx, d_dw, d_dy, d_x, d_w, N, IN, OUT, 0, 0);
+    check_output("bf16 matmul_backward dX = dY W", d_dx, ref_gemm_nt(dyf, wf_t, N, IN, OUT, 1.0, NULL));
+    check_output("bf16 matmul_backward dW = dY^T X", d_dw, ref_gemm_nt(dyf_t, xf_t, OUT, IN, N, 1.0, NULL));
+    upload((uint16_t *)d_dw, dw0.data(), dw0.size());
+    matmul_backward(NULL, d_dw, d_dy, d_x, d_w, N, IN, OUT, 1, 0);
+    check_output("bf16 matmul_backward dW += dY^T X (accumulate, dx NULL)", d_dw, ref_gemm_nt(dyf_t, xf_t, OUT, IN, N, 1.0, &dw0f));
+
+    cudaCheck(cudaFree(d_xq)); cudaCheck(cudaFree(d_wq)); cudaCheck(cudaFree(d_dyq));
+    cudaCheck(cudaFree(d_wq_t)); cudaCheck(cudaFree(d_xq_t)); cudaCheck(cudaFree(d_dyq_t));
+    cudaCheck(cudaFree(d_x)); cudaCheck(cudaFree(d_w)); cudaCheck(cudaFree(d_dy));
+    cudaCheck(cudaFree(d_y)); cudaCheck(cudaFree(d_dx)); cudaCheck(cudaFree(d_dw));
+    cudaCheck(cudaFree(d_scales)); cudaCheck(cudaFree(d_amax));
+}
+
+// ---------------------------------------------------------------------------------------------
+// timing
+
+template <class F> static float median_ms(F fn, int warmup = 5, int reps = 25) {
+    for (int i = 0; i < warmup; i++) fn(i);
+    std::vector<cudaEvent_t> ev(2 * reps);
+    for (auto &e : ev) cudaCheck(cudaEventCreate(&e));
+    for (int i = 0; i < reps; i++) {
+        cudaCheck(cudaEventRecord(ev[2 * i], 0));
+        fn(i);
+        cudaCheck(cudaEventRecord(ev[2 * i + 1], 0));
+    }
+    cudaCheck(cudaEventSynchronize(ev.back()));
+    std::vector<float> t(reps);
+    for (int i = 0; i < reps; i++) cudaCheck(cudaEventElapsedTime(&t[i], ev[2 * i], ev[2 * i + 1]));
+    for (auto &e : ev) cudaCheck(cudaEventDestroy(e));
+    std::sort(t.begin(), t.end());
+    return t[reps / 2];
+}
+
+__global__ void fill_normalish_kernel(floatX *p, size_t n, uint32_t seed, float stddev) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        h ^= h >> 15; h *= 0x2c1b3c6du; h ^= h >> 12; h *= 0x297a2d39u; h ^= h >> 15;
+        // sum of two uniforms: a cheap bell shape with mean 0, stddev ~ stddev
+        float u = ((float)(h & 0xffff) + (float)(h >> 16)) / 65536.0f - 1.0f;
+        p[i] = __float2bfloat16(u * 2.45f * stddev);
+    }
+}
+
+struct Shape { const char *name; int M, K, N; double anchor_bf16, anchor_fp8; };
+static const Shape SHAPES[] = {
+    {"70B/TP8 attn.wqkv", 16384, 8192, 1280, 787, 1379}, {"70B/TP8 attn.w0", 16384, 1024, 8192, 702, 1090},
+    {"70B/TP8 ffn.w13", 16384, 8192, 7168, 709, 1279},   {"70B/TP8 ffn.w2", 16384, 3584, 8192, 650, 1196},
+    {"7B qkv", 8192, 4096, 12288, 688, 1221},            {"7B wo", 8192, 4096, 4096, 612, 1234},
+    {"7B w13", 8192, 4096, 22016, 631, 1250},            {"7B w2", 8192, 11008, 4096, 696, 1276},
+};
+enum { FPROP, DGRAD, WGRAD };
+struct Times { float bf16, fp8, lin; };
+
+#define COPIES 3
+static void bench_shape(const Shape &s, Times out[3]) {
+    const int N = s.M, IN = s.K, OUT = s.N;
+    const size_t nx = (size_t)N * IN, nw = (size_t)OUT * IN, ndy = (size_t)N * OUT;
+    floatX *x[COPIES], *w[COPIES], *dy[COPIES];
+    uint8_t *xq[COPIES], *wq[COPIES], *wq_t[COPIES], *dyq[COPIES], *dyq_t[COPIES], *xq_t[COPIES];
+    float *state = dalloc<float>(9 * COPIES); // per copy: scale x, w, dy | scale_inv x, w, dy | amax x, w, dy
+    cudaCheck(cudaMemset(state, 0, 9 * COPIES * sizeof(float)));
+    for (int c = 0; c < COPIES; c++) {
+        x[c] = dalloc<floatX>(nx); w[c] = dalloc<floatX>(nw); dy[c] = dalloc<floatX>(ndy);
+        xq[c] = dalloc<uint8_t>(nx); xq_t[c] = dalloc<uint8_t>(nx); wq[c] = dalloc<uint8_t>(nw); wq_t[c] = dalloc<uint8_t>(nw);
+        dyq[c] = dalloc<uint8_t>(ndy); dyq_t[c] = dalloc<uint8_t>(ndy);
+        fill_normalish_kernel<<<2048, 256>>>(x[c], nx, 11u + c, 1.0f);
+        fill_normalish_kernel<<<2048, 256>>>(w[c], nw, 23u + c, 0.02f);
+        fill_normalish_kernel<<<2048, 256>>>(dy[c], ndy, 37u + c, 1e-4f);
+        cudaLaunchCheck();
+        float *sc = state + 9 * c, *si = sc + 3, *am = sc + 6;
+        const float one[3] = {1.0f, 1.0f, 1.0f};
+        upload(sc, one, 3);
+        // live scaling, as the trainer's first step does
+        amax_abs_max(am + 0, x[c], nx, 0); amax_abs_max(am + 1, w[c], nw, 0); amax_abs_max(am + 2, dy[c], ndy, 0);
+        fp8_scale_from_amax(sc + 0, si + 0, am + 0, FP8_E4M3_MAX, 0, 0);
+        fp8_scale_from_amax(sc + 1, si + 1, am + 1, FP8_E4M3_MAX, 0, 0);
+        fp8_scale_from_amax(sc + 2, si + 2, am + 2, FP8_E5M2_MAX, 0, 0);
+        fp8_cast(xq[c], FP8_E4M3, x[c], nx, am + 0, sc + 0, 0);
+        fp8_cast(wq[c], FP8_E4M3, w[c], nw, am + 1, sc + 1, 0);
+        fp8_transpose(wq_t[c], wq[c], OUT, IN, 0);
+        fp8_cast_transpose(dyq[c], dyq_t[c], FP8_E5M2, dy[c], N, OUT, am + 2, sc + 2, 0);
+        fp8_transpose(xq_t[c], xq[c], N, IN, 0);
+    }
+    floatX *y = dalloc<floatX>(ndy), *dx = dalloc<floatX>(nx), *dw = dalloc<floatX>(nw);
+    cudaCheck(cudaDeviceSynchronize());
+#define SC(c) (state + 9 * (c))
+#define SI(c) (state + 9 * (c) + 3)
+#define AM(c) (state + 9 * (c) + 6)
+    out[FPROP].bf16 = median_ms([&](int i) { int c = i % COPIES; matmul_forward(y, x[c], w[c], N, IN, OUT, 0); });
+    out[FPROP].fp8 = median_ms([&](int i) { int c = i % COPIES;
+        matmul_fp8_fprop(y, (const fp8e4 *)xq[c], (const fp8e4 *)wq[c], SI(c) + 0, SI(c) + 1, N, IN, OUT, 0); });
+    out[FPROP].lin = median_ms([&](int i) { int c = i % COPIES;
+        fp8_cast(xq[c], FP8_E4M3, x[c], nx, AM(c) + 0, SC(c) + 0, 0);
+        matmul_fp8_fprop(y, (const fp8e4 *)xq[c], (const fp8e4 *)wq[c], SI(c) + 0, SI(c) + 1, N, IN, OUT, 0); });
+    out[DGRAD].bf16 = median_ms([&](int i) { int c = i % COPIES; matmul_backward(dx, NULL, dy[c], x[c], w[c], N, IN, OUT, 0, 0); });
+    out[DGRAD].fp8 = median_ms([&](int i) { int c = i % COPIES;
+        matmul_fp8_dgrad(dx, (const fp8e5 *)dyq[c], (const fp8e4 *)wq_t[c], SI(c) + 2, SI(c) + 1, N, IN, OUT, 0); });
+    out[DGRAD].lin = median_ms([&](int i) { int c = i % COPIES;
+        fp8_cast_transpose(dyq[c], dyq_t[c], FP8_E5M2, dy[c], N, OUT, AM(c) + 2, SC(c) + 2, 0);
+        matmul_fp8_dgrad(dx, (const fp8e5 *)dyq[c], (const fp8e4 *)wq_t[c], SI(c) + 2, SI(c) + 1, N, IN, OUT, 0); });
+    out[WGRAD].bf16 = median_ms([&](int i) { int c = i % COPIES; matmul_backward(NULL, dw, dy[c], x[c], w[c], N, IN, OUT, 0, 0); });
+    out[WGRAD].fp8 = median_ms([&](int i) { int c = i % COPIES;
+        matmul_fp8_wgrad(dw, (const fp8e5 *)dyq_t[c], (const fp8e4 *)xq_t[c], SI(c) + 2, SI(c) + 0, N, IN, OUT, 0, 0); });
+    out[WGRAD].lin = median_ms([&](int i) { int c = i % COPIES;
+        fp8_transpose(xq_t[c], xq[c], N, IN, 0);
+        matmul_fp8_wgrad(dw, (const fp8e5 *)dyq_t[c], (const fp8e4 *)xq_t[c], SI(c) + 2, SI(c) + 0, N, IN, OUT, 0, 0); });
+#undef SC
+#undef SI
+#undef AM
+    cudaCheck(cudaDeviceSynchronize());
+    for (int c = 0; c < COPIES; c++) {
+        cudaCheck(cudaFree(x[c])); cudaCheck(cudaFree(w[c])); cudaCheck(cudaFree(dy[c]));
+        cudaCheck(cudaFree(xq[c])); cudaCheck(cudaFree(xq_t[c])); cudaCheck(cudaFree(wq[c])); cudaCheck(cudaFree(wq_t[c]));
+        cudaCheck(cudaFree(dyq[c])); cudaCheck(cudaFree(dyq_t[c]));
+    }
+    cudaCheck(cudaFree(y)); cudaCheck(cudaFree(dx)); cudaCheck(cudaFree(dw)); cudaCheck(cudaFree(state));
+}
+
+static void print_table(const char *title, const std::vector<int> &which, const std::vector<Times> &t, int mode) {
+    printf("\n%s\n", title);
+    printf("%-18s %-20s %8s %8s %8s %8s %8s %8s %8s %8s\n", "shape", "(M, K, N)", "bf16 ms", "fp8 ms", "lin ms",
+           "fp8/bf16", "lin/bf16", "bf16 TF", "fp8 TF", "lin TF");
+    for (size_t j = 0; j < which.size(); j++) {
+        const Shape &s = SHAPES[which[j]];
+        const Times &x = t[3 * j + mode];
+        const double flop = 2.0 * s.M * s.K * s.N;
+        char dims[32];
+        snprintf(dims, sizeof(dims), "(%d,%d,%d)", s.M, s.K, s.N);
+        printf("%-18s %-20s %8.3f %8.3f %8.3f %7.2fx %7.2fx %8.0f %8.0f %8.0f\n", s.name, dims, x.bf16, x.fp8, x.lin,
+               x.bf16 / x.fp8, x.bf16 / x.lin, flop / (x.bf16 * 1e9), flop / (x.fp8 * 1e9), flop / (x.lin * 1e9));
+    }
+}
+
+int main(int argc, char **argv) {
+    int only = argc > 1 ? atoi(argv[1]) : 0;
+    if (only < 0 || only > 8) FATAL("usage: %s [shape 1..8]", argv[0]);
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    g_num_sms = prop.multiProcessorCount;
+    printf("device: %s (sm_%d%d), cuBLASLt %zu\n", prop.name, prop.major, prop.minor, cublasLtGetVersion());
+    if (prop.major * 10 + prop.minor < 89) FATAL("fp8 GEMMs need compute capability 8.9+ (this is %d.%d)", prop.major, prop.minor);
+    matmul_init();
+
+    printf("\nValidation\n");
+    validate_shape(256, 512, 384);
+    validate_shape(48, 80, 112);
+    validate_shape(128, 2048, 96);
+
+    std::vector<int> which;
+    for (int i = 0; i < 8; i++) if (only == 0 || only == i + 1) which.push_back(i);
+    std::vector<Times> t;
+    for (int i : which) {
+        Times tt[3];
+        bench_shape(SHAPES[i], tt);
+        for (int m = 0; m < 3; m++) t.push_back(tt[m]);
+    }
+    printf("\nTiming: median of 25 after 5 warm-ups, 3 rotating input copies. TF = TFLOP/s (2MKN / time).\n"
+           "lin = the fp8 GEMM plus the casts/transposes the trainer does for it.");
+    print_table("fprop  Y = X W^T        fp8: E4M3 x E4M3, fast accum;  lin = fp8_cast(X) + GEMM", which, t, FPROP);
+    print_table("dgrad  dX = dY W        fp8: E4M3 W^T x E5M2 dY;       lin = fp8_cast_transpose(dY) + GEMM", which, t, DGRAD);
+    print_table("wgrad  dW = dY^T X      fp8: E4M3 X^T x E5M2 dY^T;     lin = fp8_transpose(X fp8) + GEMM", which, t, WGRAD);
+    printf("\nwhole linear (fprop + dgrad + wgrad), and the ANCHORS.md torch numbers for fprop's shape\n");
+    printf("%-18s %9s %9s %9s %9s | %-24s\n", "shape", "bf16 ms", "fp8 ms", "lin ms", "lin/bf16", "anchor bf16/fp8 TF (x)");
+    for (size_t j = 0; j < which.size(); j++) {
+        const Shape &s = SHAPES[which[j]];
+        float b = 0, f = 0, l = 0;
+        for (int m = 0; m < 3; m++) { b += t[3 * j + m].bf16; f += t[3 * j + m].fp8; l += t[3 * j + m].lin; }
+        printf("%-18s %9.3f %9.3f %9.3f %8.2fx | %4.0f / %4.0f (%.2fx)\n", s.name, b, f, l, b / l, s.anchor_bf16,
+               s.anchor_fp8, s.anchor_fp8 / s.anchor_bf16);
+    }
+    matmul_destroy();
+    if (g_failures == 0) printf("\nfp8_gemm: ALL PASS\n");
+    else printf("\nfp8_gemm: %d FAILED\n", g_failures);
+    return g_failures == 0 ? 0 : 1;
+}

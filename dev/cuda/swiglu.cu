@@ -1,0 +1,141 @@
+/*
+SwiGLU kernels of llmc/swiglu.cuh: validation against a CPU reference, then timing.
+Build and run (from the repository root):
+    make -C dev/cuda swiglu && ./dev/cuda/swiglu
+  or without make:  nvcc -O3 -arch=sm_90 -std=c++17 --use_fast_math -I. dev/cuda/swiglu.cu -o dev/cuda/swiglu
+Optional arguments: N FF (the timed shape; default 8192 11008, Llama-2-7B's MLP at B*T = 8192).
+
+What is validated, for several shapes (FF a multiple of 8 but not of the block's 1024 values; odd N):
+swiglu_forward (bf16 out, E4M3 copy, amax; then the fp8-only mode, which must give the same bytes),
+swiglu_backward (din = [dg | du], E5M2 copy over both halves, amax), the in-place backward
+(din == in) equal to the out-of-place one, and bit-identical repeated runs.
+Outputs are NaN-poisoned first. Tolerances: dev/cuda/kernel_test.h. Exit status 1 on any failure.
+There is one version of each kernel (the one in llmc/).
+*/
+#include "llmc/swiglu.cuh" // the kernels under test
+#include "kernel_test.h"     // CPU bf16, comparisons, poison, timing
+
+static void validate(int N, int FF) {
+    printf("validate N = %d, FF = %d\n", N, FF);
+    size_t NF = (size_t)N * FF;
+    // g over a wide range (silu's both tails and its minimum near -1.28), u and dout ~ N(0, 1)
+    std::vector<uint16_t> in = random_bf16(2 * NF, 0.0f, 3.0f), dout = random_bf16(NF, 0.0f, 1.0f);
+    floatX *d_in = (floatX *)to_device(in), *d_dout = (floatX *)to_device(dout);
+    floatX *d_out = device_alloc<floatX>(NF), *d_din = device_alloc<floatX>(2 * NF);
+    float *d_amax = device_alloc<float>(1), *d_scale = device_alloc<float>(1);
+    uint8_t *d_f8 = device_alloc<uint8_t>(2 * NF), *d_f8b = device_alloc<uint8_t>(2 * NF);
+
+    // forward
+    const float scale = 448.0f / 4.0f; // |out| > 4 saturates
+    set_float(d_scale, scale);
+    Fp8Cast cast = {d_f8, d_amax, d_scale};
+    poison(d_out, NF * 2); poison(d_f8, NF); set_float(d_amax, 0.0f);
+    swiglu_forward(d_out, d_in, N, FF, cast, 0);
+    std::vector<uint16_t> out = to_host<uint16_t>(d_out, NF);
+    {
+        Cmp c = cmp_begin("forward out");
+        for (int n = 0; n < N; n++)
+            for (int j = 0; j < FF; j++) {
+                double g = bf16_to_float(in[(size_t)n * 2 * FF + j]), u = bf16_to_float(in[(size_t)n * 2 * FF + FF + j]);
+                double ref = g / (1.0 + exp(-g)) * u;
+                cmp_add(&c, (size_t)n * FF + j, bf16_to_float(out[(size_t)n * FF + j]), ref, (1.0 / 256 + 1e-5) * fabs(ref));
+            }
+        cmp_end(&c);
+    }
+    std::vector<uint8_t> f8 = to_host<uint8_t>(d_f8, NF);
+    check_fp8("forward fp8 e4m3", f8.data(), out.data(), NF, scale, FP8_E4M3);
+    float amax_fwd = get_float(d_amax);
+    check_amax("forward amax", amax_fwd, out.data(), NF);
+    poison(d_f8b, NF); set_float(d_amax, 0.0f);
+    Fp8Cast cast_b = {d_f8b, d_amax, d_scale};
+    swiglu_forward(NULL, d_in, N, FF, cast_b, 0);
+    {
+        std::vector<uint8_t> f8b = to_host<uint8_t>(d_f8b, NF);
+        check_bitwise("forward fp8-only == with out", f8.data(), f8b.data(), NF);
+        Cmp c = cmp_begin("forward fp8-only amax");
+        cmp_add(&c, 0, get_float(d_amax), amax_fwd, 0.0);
+        cmp_end(&c);
+    }
+
+    // backward
+    const float bscale = 57344.0f / 8.0f;
+    set_float(d_scale, bscale);
+    poison(d_din, 2 * NF * 2); poison(d_f8, 2 * NF); set_float(d_amax, 0.0f);
+    swiglu_backward(d_din, d_dout, d_in, N, FF, cast, 0);
+    std::vector<uint16_t> din = to_host<uint16_t>(d_din, 2 * NF);
+    std::vector<uint8_t> f8d = to_host<uint8_t>(d_f8, 2 * NF);
+    float amax_bwd = get_float(d_amax);
+    {
+        Cmp cg = cmp_begin("backward dg"), cu = cmp_begin("backward du");
+        for (int n = 0; n < N; n++)
+            for (int j = 0; j < FF; j++) {
+                size_t gi = (size_t)n * 2 * FF + j;
+                double g = bf16_to_float(in[gi]), u = bf16_to_float(in[gi + FF]), dy = bf16_to_float(dout[(size_t)n * FF + j]);
+                double sig = 1.0 / (1.0 + exp(-g));
+                double dg = dy * u * sig * (1.0 + g * (1.0 - sig)), du = dy * g * sig;
+                // 1 + g (1 - sig) cancels near g = -1.28: measure fp32 error against its terms
+                double dg_mag = fabs(dy * u) * sig * (1.0 + fabs(g) * (1.0 - sig));
+                cmp_add(&cg, gi, bf16_to_float(din[gi]), dg, fabs(dg) / 256 + 1e-5 * dg_mag);
+                cmp_add(&cu, gi + FF, bf16_to_float(din[gi + FF]), du, (1.0 / 256 + 1e-5) * fabs(du));
+            }
+        cmp_end(&cg);
+        cmp_end(&cu);
+    }
+    check_fp8("backward fp8 e5m2", f8d.data(), din.data(), 2 * NF, bscale, FP8_E5M2);
+    check_amax("backward amax", amax_bwd, din.data(), 2 * NF);
+
+    // repeat: bit-identical
+    poison(d_din, 2 * NF * 2); poison(d_f8, 2 * NF); set_float(d_amax, 0.0f);
+    swiglu_backward(d_din, d_dout, d_in, N, FF, cast, 0);
+    {
+        std::vector<uint16_t> din2 = to_host<uint16_t>(d_din, 2 * NF);
+        check_bitwise("backward deterministic", din.data(), din2.data(), 2 * NF * 2);
+    }
+    // in place: din == in
+    poison(d_f8b, 2 * NF); set_float(d_amax, 0.0f);
+    swiglu_backward(d_in, d_dout, d_in, N, FF, cast_b, 0);
+    {
+        std::vector<uint16_t> din3 = to_host<uint16_t>(d_in, 2 * NF);
+        std::vector<uint8_t> f8e = to_host<uint8_t>(d_f8b, 2 * NF);
+        check_bitwise("backward in place == out of place", din.data(), din3.data(), 2 * NF * 2);
+        check_bitwise("backward in place fp8", f8d.data(), f8e.data(), 2 * NF);
+        Cmp c = cmp_begin("backward in place amax");
+        cmp_add(&c, 0, get_float(d_amax), amax_bwd, 0.0);
+        cmp_end(&c);
+    }
+    cudaCheck(cudaFree(d_in)); cudaCheck(cudaFree(d_dout)); cudaCheck(cudaFree(d_out)); cudaCheck(cudaFree(d_din));
+    cudaCheck(cudaFree(d_amax)); cudaCheck(cudaFree(d_scale)); cudaCheck(cudaFree(d_f8)); cudaCheck(cudaFree(d_f8b));
+}
+
+static void benchmark(int N, int FF) {
+    printf("benchmark N = %d, FF = %d (bytes: the kernel's necessary reads + writes)\n", N, FF);
+    size_t NF = (size_t)N * FF;
+    std::vector<uint16_t> in = random_bf16(2 * NF, 0.0f, 3.0f);
+    floatX *d_in = (floatX *)to_device(in), *d_out = device_alloc<floatX>(NF), *d_din = device_alloc<floatX>(2 * NF);
+    float *d_amax = device_alloc<float>(1), *d_scale = device_alloc<float>(1);
+    uint8_t *d_f8 = device_alloc<uint8_t>(2 * NF);
+    set_float(d_scale, 1.0f);
+    set_float(d_amax, 0.0f);
+    Fp8Cast cast = {d_f8, d_amax, d_scale};
+    const double nf = (double)NF;
+    float ms;
+    ms = time_median_ms([&] { swiglu_forward(d_out, d_in, N, FF, cast, 0); });
+    report_bandwidth("swiglu_forward (out + fp8 + amax)", ms, nf * (4 + 2 + 1));
+    ms = time_median_ms([&] { swiglu_forward(NULL, d_in, N, FF, cast, 0); });
+    report_bandwidth("swiglu_forward (fp8 + amax only)", ms, nf * (4 + 1));
+    ms = time_median_ms([&] { swiglu_backward(d_din, d_out, d_in, N, FF, cast, 0); });
+    report_bandwidth("swiglu_backward (din + fp8 + amax)", ms, nf * (2 + 4 + 4 + 2));
+    ms = time_median_ms([&] { swiglu_backward(NULL, d_out, d_in, N, FF, cast, 0); });
+    report_bandwidth("swiglu_backward (fp8 + amax only)", ms, nf * (2 + 4 + 2));
+    cudaCheck(cudaFree(d_in)); cudaCheck(cudaFree(d_out)); cudaCheck(cudaFree(d_din)); cudaCheck(cudaFree(d_amax));
+    cudaCheck(cudaFree(d_scale)); cudaCheck(cudaFree(d_f8));
+}
+
+int main(int argc, char **argv) {
+    int N = argc > 1 ? atoi(argv[1]) : 8192, FF = argc > 2 ? atoi(argv[2]) : 11008;
+    dev_setup();
+    const int shapes[][2] = {{8192, 11008}, {37, 768}, {5, 8}, {129, 1032}, {2, 14336}};
+    for (const auto &s : shapes) validate(s[0], s[1]);
+    benchmark(N, FF);
+    return finish("swiglu");
+}

@@ -1,0 +1,615 @@
+/*
+The CPU reference Llama of dev/test/README.md: forward, hand-written backward, AdamW with global
+gradient-norm clipping, gradient accumulation, and the fp8 emulation of the GPU trainer's fp8
+linears (per-tensor delayed scaling with llmc/fp8.h). It is the yardstick for the GPU trainer
+(test_llama_fp8.cu) and is itself checked against finite differences and the PyTorch fixtures
+(dev/test/test_ref.h). Written to be read, not to be fast: plain loops over row-major arrays, the
+arithmetic in double and every stored value rounded to ref_real, so the fp32 reference rounds where
+an fp32 implementation stores a tensor (and where fp8 emulation casts), not inside each sum.
+
+ref_real is float (the fp32 reference). Defining LLAMA_REF_DOUBLE before including this header makes
+it double: dev/test/gradcheck.c compiles such a copy, in its own translation unit, for finite
+differences precise enough to check every gradient. Every function is static, so the two copies
+never meet. Plain C that also compiles as C++ (nvcc).
+
+Usage: ref_init, ref_init_weights (or write params), then ref_train_step per optimizer step; or
+ref_compute_grads for one step's gradient without an update; ref_forward/ref_backward are the
+micro-steps of the current optimizer step. ref_free at the end.
+*/
+#ifndef DEV_TEST_LLAMA_REF_H
+#define DEV_TEST_LLAMA_REF_H
+
+#include <math.h>
+#include <string.h>
+#include "llmc/llama_config.h" // LlamaConfig, parameter order, fp8 state layout
+#include "llmc/utils.h"        // FATAL, mallocCheck, callocCheck, random_normal
+#include "llmc/fp8.h"          // fp8_quantize, fp8_compute_scale, fp8_update_state
+
+#ifdef LLAMA_REF_DOUBLE
+typedef double ref_real;
+#else
+typedef float ref_real;
+#endif
+
+// Activations of one micro-step (N = B*T tokens), kept for the backward, and the backward's scratch.
+#define NUM_REF_ACTS 28
+typedef struct {
+    ref_real *x;        // (L+1, N, C) residual stream entering each layer; x[L] enters the final norm
+    ref_real *h;        // (L, N, C) residual stream after the attention block
+    ref_real *ln1;      // (L, N, C) attention RMSNorm output, input of qkv
+    ref_real *ln1_rstd; // (L, N)
+    ref_real *qkv;      // (L, N, (NH + 2*NKV)*HS) q and k after RoPE, v
+    ref_real *att;      // (L, B, NH, T, T) softmax probabilities (0 above the diagonal)
+    ref_real *atty;     // (L, N, C) attention output, input of wo
+    ref_real *ln2;      // (L, N, C) MLP RMSNorm output, input of w13
+    ref_real *ln2_rstd; // (L, N)
+    ref_real *gu;       // (L, N, 2*FF) w13 output: gate | up
+    ref_real *swi;      // (L, N, FF) silu(gate) * up, input of w2
+    ref_real *lnf;      // (N, C) final RMSNorm output, input of lm_head
+    ref_real *lnf_rstd; // (N)
+    ref_real *logits;   // (N, V)
+    ref_real *lse;      // (N) log-sum-exp of each row of logits
+    // fp8 emulation only (empty otherwise): the decoded E4M3 copy of each fp8 linear's input, in the
+    // scaled domain, which the forward multiplies and the weight gradient reuses
+    ref_real *xq_qkv;   // (L, N, C)
+    ref_real *xq_wo;    // (L, N, C)
+    ref_real *xq_w13;   // (L, N, C)
+    ref_real *xq_w2;    // (L, N, FF)
+    ref_real *xq_lm;    // (N, C) with fp8_lm_head
+    ref_real *dyq;      // (N, widest linear output) the decoded E5M2 copy of the dY being back-propagated
+    // backward scratch
+    ref_real *dres;     // (N, C) gradient of the residual stream
+    ref_real *dln;      // (N, C) gradient of a RMSNorm output
+    ref_real *datty;    // (N, C)
+    ref_real *dqkv;     // (N, (NH + 2*NKV)*HS)
+    ref_real *dgu;      // (N, 2*FF)
+    ref_real *dswi;     // (N, FF)
+    ref_real *dlogits;  // (N, V)
+} RefActs;
+
+typedef struct {
+    LlamaConfig cfg;
+    int B, T;
+    size_t num_params;
+    size_t param_sizes[NUM_PARAM_TENSORS];
+    ref_real *params, *grads, *m, *v; // (num_params) each; m and v are AdamW's moments
+    ref_real *param_ptr[NUM_PARAM_TENSORS], *grad_ptr[NUM_PARAM_TENSORS];
+    ref_real *logits;  // (B, T, V) of the last forward
+    // fp8 emulation of the block linears (and of lm_head with fp8_lm_head)
+    int fp8, fp8_current, fp8_lm_head, fp8_history, fp8_margin;
+    Fp8StateLayout fp8_layout;
+    float *fp8_state;    // the GPU's state buffer, layout of llama_config.h (NULL without fp8)
+    ref_real *params_fp8; // (num_params) decoded E4M3 copies of the fp8 linears' weights (scaled domain)
+    int step;          // optimizer steps taken
+    int micro_step;    // micro-step of the last forward within the current step, -1 before the first
+    int w_fp8_step;    // the step whose weights params_fp8 holds, -1 for none
+    RefActs acts;
+    ref_real *act_memory;
+    int *inputs, *targets; // (B, T) of the last forward
+} RefModel;
+
+static void ref_act_sizes(RefModel *model, size_t sizes[NUM_REF_ACTS], ref_real **ptrs[NUM_REF_ACTS]) {
+    const LlamaConfig *c = &model->cfg;
+    size_t N = (size_t)model->B * model->T, L = c->L, C = c->C, FF = c->FF, V = c->V;
+    size_t QKV = config_qkv_width(c), ATT = (size_t)model->B * c->NH * model->T * model->T;
+    size_t widest = V > QKV ? V : QKV; // the widest linear output: lm_head, qkv, w13 or wo/w2
+    if (2 * FF > widest) widest = 2 * FF;
+    if (C > widest) widest = C;
+    // multipliers that give the fp8-only buffers size 0 when they are not used
+    size_t f8 = model->fp8 ? 1 : 0, f8lm = model->fp8 && model->fp8_lm_head ? 1 : 0;
+    RefActs *a = &model->acts;
+    size_t s[NUM_REF_ACTS] = {(L + 1) * N * C, L * N * C, L * N * C, L * N, L * N * QKV, L * ATT,
+                              L * N * C, L * N * C, L * N, L * N * 2 * FF, L * N * FF, N * C, N, N * V, N,
+                              f8 * L * N * C, f8 * L * N * C, f8 * L * N * C, f8 * L * N * FF, f8lm * N * C, f8 * N * widest,
+                              N * C, N * C, N * C, N * QKV, N * 2 * FF, N * FF, N * V};
+    ref_real **p[NUM_REF_ACTS] = {&a->x, &a->h, &a->ln1, &a->ln1_rstd, &a->qkv, &a->att, &a->atty, &a->ln2,
+                                  &a->ln2_rstd, &a->gu, &a->swi, &a->lnf, &a->lnf_rstd, &a->logits, &a->lse,
+                                  &a->xq_qkv, &a->xq_wo, &a->xq_w13, &a->xq_w2, &a->xq_lm, &a->dyq,
+                                  &a->dres, &a->dln, &a->datty, &a->dqkv, &a->dgu, &a->dswi, &a->dlogits};
+    memcpy(sizes, s, sizeof(s));
+    memcpy(ptrs, p, sizeof(p));
+}
+
+static void ref_init(RefModel *model, const LlamaConfig *cfg, int B, int T, int fp8, int fp8_current, int fp8_lm_head,
+                     int fp8_history, int fp8_margin) {
+    const char *bad = config_check(cfg);
+    if (bad != NULL) FATAL("reference model: bad config: %s", bad);
+    if (B <= 0 || T <= 0 || T > cfg->max_T) FATAL("reference model: need B > 0 and 0 < T <= max_T (%d), got B %d T %d", cfg->max_T, B, T);
+    if (fp8 && fp8_history < 1) FATAL("reference model: fp8 amax history length must be >= 1, got %d", fp8_history);
+    memset(model, 0, sizeof(*model));
+    model->cfg = *cfg;
+    model->B = B;
+    model->T = T;
+    model->num_params = param_sizes(cfg, model->param_sizes);
+    model->params = (ref_real *)callocCheck(model->num_params, sizeof(ref_real));
+    model->grads = (ref_real *)callocCheck(model->num_params, sizeof(ref_real));
+    model->m = (ref_real *)callocCheck(model->num_params, sizeof(ref_real));
+    model->v = (ref_real *)callocCheck(model->num_params, sizeof(ref_real));
+    size_t off = 0;
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
+        model->param_ptr[i] = model->params + off;
+        model->grad_ptr[i] = model->grads + off;
+        off += model->param_sizes[i];
+    }
+    model->fp8 = fp8;
+    model->fp8_current = fp8_current;
+    model->fp8_lm_head = fp8_lm_head;
+    model->fp8_history = fp8_history;
+    model->fp8_margin = fp8_margin;
+    if (fp8) {
+        model->fp8_layout = fp8_state_layout(fp8_num_tensors(cfg, fp8_lm_head), fp8_history);
+        model->fp8_state = (float *)mallocCheck(model->fp8_layout.total * sizeof(float));
+        fp8_state_init(model->fp8_state, model->fp8_layout);
+        model->params_fp8 = (ref_real *)callocCheck(model->num_params, sizeof(ref_real));
+    }
+    size_t sizes[NUM_REF_ACTS], total = 0;
+    ref_real **ptrs[NUM_REF_ACTS];
+    ref_act_sizes(model, sizes, ptrs);
+    for (int i = 0; i < NUM_REF_ACTS; i++) total += sizes[i];
+    model->act_memory = (ref_real *)callocCheck(total, sizeof(ref_real));
+    off = 0;
+    for (int i = 0; i < NUM_REF_ACTS; i++) {
+        *ptrs[i] = model->act_memory + off;
+        off += sizes[i];
+    }
+    model->logits = model->acts.logits;
+    model->inputs = (int *)callocCheck((size_t)B * T, sizeof(int));
+    model->targets = (int *)callocCheck((size_t)B * T, sizeof(int));
+    model->micro_step = -1;
+    model->w_fp8_step = -1;
+}
+
+static void ref_free(RefModel *model) {
+    free(model->params);
+    free(model->grads);
+    free(model->m);
+    free(model->v);
+    free(model->fp8_state);
+    free(model->params_fp8);
+    free(model->act_memory);
+    free(model->inputs);
+    free(model->targets);
+    memset(model, 0, sizeof(*model));
+}
+
+// GPT-2/llm.c-style init: normal(0, 0.02), the residual projections wo and w2 scaled down by
+// sqrt(2L) (each layer adds two of them to the residual stream), RMSNorm weights 1. One draw per
+// element of each matrix, tensors in llama_config.h order; norm weights take no draws.
+static void ref_init_weights(RefModel *model, uint64_t seed) {
+    uint64_t rng = seed;
+    double resid_std = 0.02 / sqrt(2.0 * model->cfg.L);
+    for (int p = 0; p < NUM_PARAM_TENSORS; p++) {
+        ref_real *w = model->param_ptr[p];
+        int is_norm = !param_is_decayed(p);
+        double std = (p == P_WO || p == P_W2) ? resid_std : 0.02;
+        for (size_t i = 0; i < model->param_sizes[p]; i++) {
+            w[i] = is_norm ? (ref_real)1.0 : (ref_real)(std * random_normal(&rng));
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// fp8 emulation
+
+static int ref_linear_is_fp8(const RefModel *model, int lin) {
+    return model->fp8 && (lin < LINS_PER_LAYER * model->cfg.L || model->fp8_lm_head);
+}
+
+// Live scaling: in the first optimizer step the first cast of every tensor sets its scale from its
+// own amax (there is no history yet); with the `current` recipe every cast does.
+static int ref_fp8_live(const RefModel *model) {
+    return model->fp8_current || (model->step == 0 && model->micro_step == 0);
+}
+
+// Casts n values of fp8 tensor t into out (decoded, in the scaled domain), recording their amax in
+// the tensor's slot (max over the step's micro-steps; a NaN sticks, as with the GPU's atomic max).
+static void ref_fp8_cast(RefModel *model, int t, const ref_real *in, ref_real *out, size_t n, int live) {
+    float *state = model->fp8_state;
+    Fp8StateLayout lay = model->fp8_layout;
+    Fp8Format fmt = fp8_kind_format(t % FP8_KINDS);
+    float amax = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        float a = fabsf((float)in[i]);
+        if (isnan(a)) { amax = a; break; }
+        if (a > amax) amax = a;
+    }
+    float *slot = state + lay.amax_slot + t;
+    if (amax > *slot || isnan(amax)) *slot = amax;
+    if (live) {
+        state[lay.scale + t] = fp8_compute_scale(amax, fp8_format_max(fmt), model->fp8_margin, state[lay.scale + t]);
+        state[lay.scale_inv + t] = 1.0f / state[lay.scale + t];
+    }
+    float scale = state[lay.scale + t];
+    for (size_t i = 0; i < n; i++) out[i] = (ref_real)fp8_quantize((float)in[i], scale, fmt);
+}
+
+static float ref_fp8_scale_inv(const RefModel *model, int lin, int kind) {
+    return model->fp8_state[model->fp8_layout.scale_inv + FP8_KINDS * lin + kind];
+}
+
+// W of every fp8 linear is cast once per optimizer step, before its first forward (TE's weight
+// caching), with the scale current then (live in the first step).
+static void ref_fp8_cast_weights(RefModel *model) {
+    const LlamaConfig *c = &model->cfg;
+    size_t C = c->C, FF = c->FF, QKV = config_qkv_width(c);
+    int live = model->fp8_current || model->step == 0;
+    const int ptensor[LINS_PER_LAYER] = {P_WQKV, P_WO, P_W13, P_W2};
+    const size_t per_layer[LINS_PER_LAYER] = {QKV * C, C * C, 2 * FF * C, C * FF};
+    for (int l = 0; l < c->L; l++) {
+        for (int k = 0; k < LINS_PER_LAYER; k++) {
+            size_t off = (model->param_ptr[ptensor[k]] - model->params) + l * per_layer[k];
+            ref_fp8_cast(model, fp8_tensor_index(l, k, FP8_W), model->params + off, model->params_fp8 + off,
+                         per_layer[k], live);
+        }
+    }
+    if (model->fp8_lm_head) {
+        size_t off = model->param_ptr[P_LM_HEAD] - model->params;
+        ref_fp8_cast(model, FP8_KINDS * LINS_PER_LAYER * c->L + FP8_W, model->params + off, model->params_fp8 + off,
+                     model->param_sizes[P_LM_HEAD], live);
+    }
+    model->w_fp8_step = model->step;
+}
+
+// ----------------------------------------------------------------------------------------------
+// layers; N tokens, row-major
+
+// out (N, M) = alpha * inp (N, K) @ w (M, K)^T
+static void matmul_forward(ref_real *out, const ref_real *inp, const ref_real *w, int N, int K, int M, double alpha) {
+    for (int n = 0; n < N; n++) {
+        for (int o = 0; o < M; o++) {
+            double sum = 0.0;
+            for (int k = 0; k < K; k++) sum += (double)inp[(size_t)n * K + k] * w[(size_t)o * K + k];
+            out[(size_t)n * M + o] = (ref_real)(sum * alpha);
+        }
+    }
+}
+
+// dinp (N, K) = alpha_dx * dout @ w (overwritten); dw (M, K) += alpha_dw * dout^T @ inp
+static void matmul_backward(ref_real *dinp, ref_real *dw, const ref_real *dout, const ref_real *inp, const ref_real *w,
+                            int N, int K, int M, double alpha_dx, double alpha_dw) {
+    for (int n = 0; n < N; n++) {
+        for (int k = 0; k < K; k++) {
+            double sum = 0.0;
+            for (int o = 0; o < M; o++) sum += (double)dout[(size_t)n * M + o] * w[(size_t)o * K + k];
+            dinp[(size_t)n * K + k] = (ref_real)(sum * alpha_dx);
+        }
+    }
+    for (int o = 0; o < M; o++) {
+        for (int k = 0; k < K; k++) {
+            double sum = 0.0;
+            for (int n = 0; n < N; n++) sum += (double)dout[(size_t)n * M + o] * inp[(size_t)n * K + k];
+            dw[(size_t)o * K + k] += (ref_real)(sum * alpha_dw);
+        }
+    }
+}
+
+// A linear out = inp @ w^T, w = rows [off, off + M*K) of parameter tensor p, global linear index lin.
+// As an fp8 linear it multiplies the E4M3 copies of inp (made here, into xq) and of w (made once per
+// step), then multiplies the sum by scale_inv(x) * scale_inv(w), that product rounded to fp32 first
+// (as the PyTorch reference does).
+static void linear_forward(RefModel *model, int lin, ref_real *out, const ref_real *inp, ref_real *xq, int p, size_t off,
+                           int N, int K, int M) {
+    size_t w = (size_t)(model->param_ptr[p] - model->params) + off;
+    if (!ref_linear_is_fp8(model, lin)) {
+        matmul_forward(out, inp, model->params + w, N, K, M, 1.0);
+        return;
+    }
+    ref_fp8_cast(model, FP8_KINDS * lin + FP8_X, inp, xq, (size_t)N * K, ref_fp8_live(model));
+    float alpha = ref_fp8_scale_inv(model, lin, FP8_X) * ref_fp8_scale_inv(model, lin, FP8_W);
+    matmul_forward(out, xq, model->params_fp8 + w, N, K, M, alpha);
+}
+
+// Its backward: dinp = dout @ w (overwritten), dw += dout^T @ inp. As an fp8 linear dout is cast to
+// E5M2 first and both products use the fp8 copies the forward used.
+static void linear_backward(RefModel *model, int lin, ref_real *dinp, const ref_real *dout, const ref_real *inp,
+                            const ref_real *xq, int p, size_t off, int N, int K, int M) {
+    size_t w = (size_t)(model->param_ptr[p] - model->params) + off;
+    if (!ref_linear_is_fp8(model, lin)) {
+        matmul_backward(dinp, model->grads + w, dout, inp, model->params + w, N, K, M, 1.0, 1.0);
+        return;
+    }
+    ref_real *dyq = model->acts.dyq;
+    ref_fp8_cast(model, FP8_KINDS * lin + FP8_DY, dout, dyq, (size_t)N * M, ref_fp8_live(model));
+    float sdy = ref_fp8_scale_inv(model, lin, FP8_DY);
+    matmul_backward(dinp, model->grads + w, dyq, xq, model->params_fp8 + w, N, K, M,
+                    sdy * ref_fp8_scale_inv(model, lin, FP8_W), sdy * ref_fp8_scale_inv(model, lin, FP8_X));
+}
+
+// y = x / sqrt(mean(x^2) + eps) * w, per row of C
+static void rmsnorm_forward(ref_real *out, ref_real *rstd, const ref_real *inp, const ref_real *w, int N, int C, float eps) {
+    for (int n = 0; n < N; n++) {
+        const ref_real *x = inp + (size_t)n * C;
+        double ss = 0.0;
+        for (int i = 0; i < C; i++) ss += (double)x[i] * x[i];
+        double r = 1.0 / sqrt(ss / C + eps);
+        for (int i = 0; i < C; i++) out[(size_t)n * C + i] = (ref_real)(x[i] * r * w[i]);
+        rstd[n] = (ref_real)r;
+    }
+}
+
+// With r = rstd: dx_j = r * (dy_j w_j - x_j r^2 mean_i(dy_i w_i x_i)), dw_i += dy_i x_i r.
+// dinp is accumulated into (it is the residual stream's gradient).
+static void rmsnorm_backward(ref_real *dinp, ref_real *dw, const ref_real *dout, const ref_real *inp, const ref_real *w,
+                             const ref_real *rstd, int N, int C) {
+    for (int n = 0; n < N; n++) {
+        const ref_real *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+        double r = rstd[n], dot = 0.0;
+        for (int i = 0; i < C; i++) dot += (double)dy[i] * w[i] * x[i];
+        for (int i = 0; i < C; i++) {
+            dinp[(size_t)n * C + i] += (ref_real)(r * (dy[i] * (double)w[i] - x[i] * r * r * dot / C));
+            dw[i] += (ref_real)(dy[i] * (double)x[i] * r);
+        }
+    }
+}
+
+// RoPE on the q and k heads of qkv (B, T, (NH + 2*NKV)*HS): each adjacent pair (2i, 2i+1) of a head
+// at position t rotates by t * theta^(-2i/HS). dir = -1 applies the inverse rotation (the backward).
+static void rope(ref_real *qkv, int B, int T, int NH, int NKV, int HS, float theta, int dir) {
+    int width = (NH + 2 * NKV) * HS;
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            ref_real *row = qkv + ((size_t)b * T + t) * width;
+            for (int i = 0; i < HS / 2; i++) {
+                double angle = t * pow((double)theta, -2.0 * i / HS);
+                double cs = cos(angle), sn = dir * sin(angle);
+                for (int head = 0; head < NH + NKV; head++) { // the q heads, then the k heads
+                    ref_real *p = row + head * HS + 2 * i;
+                    double x0 = p[0], x1 = p[1];
+                    p[0] = (ref_real)(x0 * cs - x1 * sn);
+                    p[1] = (ref_real)(x0 * sn + x1 * cs);
+                }
+            }
+        }
+    }
+}
+
+// Causal grouped-query attention. Query head h reads key/value head h / (NH/NKV).
+static void attention_forward(ref_real *out, ref_real *att, const ref_real *qkv, int B, int T, int NH, int NKV, int HS) {
+    int width = (NH + 2 * NKV) * HS, group = NH / NKV, C = NH * HS;
+    double scale = 1.0 / sqrt((double)HS);
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            int koff = (NH + h / group) * HS, voff = (NH + NKV + h / group) * HS;
+            for (int t = 0; t < T; t++) {
+                const ref_real *q = qkv + ((size_t)b * T + t) * width + h * HS;
+                ref_real *p = att + (((size_t)b * NH + h) * T + t) * T;
+                double maxs = -INFINITY, sum = 0.0;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const ref_real *k = qkv + ((size_t)b * T + t2) * width + koff;
+                    double s = 0.0;
+                    for (int d = 0; d < HS; d++) s += (double)q[d] * k[d];
+                    p[t2] = (ref_real)(s * scale);
+                    if (p[t2] > maxs) maxs = p[t2];
+                }
+                for (int t2 = 0; t2 <= t; t2++) sum += exp(p[t2] - maxs);
+                for (int t2 = 0; t2 < T; t2++) p[t2] = t2 <= t ? (ref_real)(exp(p[t2] - maxs) / sum) : (ref_real)0.0;
+                ref_real *y = out + ((size_t)b * T + t) * C + h * HS;
+                for (int d = 0; d < HS; d++) {
+                    double acc = 0.0;
+                    for (int t2 = 0; t2 <= t; t2++) acc += (double)p[t2] * qkv[((size_t)b * T + t2) * width + voff + d];
+                    y[d] = (ref_real)acc;
+                }
+            }
+        }
+    }
+}
+
+// dqkv (overwritten) from dout: dv += p dy, dp = dy . v, ds = p (dp - sum(p dp)), dq = ds k / sqrt(HS),
+// dk += ds q / sqrt(HS); the key/value gradients sum over the query heads of their group.
+static void attention_backward(ref_real *dqkv, const ref_real *dout, const ref_real *qkv, const ref_real *att,
+                               int B, int T, int NH, int NKV, int HS) {
+    int width = (NH + 2 * NKV) * HS, group = NH / NKV, C = NH * HS;
+    double scale = 1.0 / sqrt((double)HS);
+    memset(dqkv, 0, (size_t)B * T * width * sizeof(ref_real));
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            int koff = (NH + h / group) * HS, voff = (NH + NKV + h / group) * HS;
+            for (int t = 0; t < T; t++) {
+                const ref_real *p = att + (((size_t)b * NH + h) * T + t) * T;
+                const ref_real *dy = dout + ((size_t)b * T + t) * C + h * HS;
+                const ref_real *q = qkv + ((size_t)b * T + t) * width + h * HS;
+                ref_real *dq = dqkv + ((size_t)b * T + t) * width + h * HS;
+                double pdp = 0.0; // sum over t2 of p * dp
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const ref_real *v = qkv + ((size_t)b * T + t2) * width + voff;
+                    double dp = 0.0;
+                    for (int d = 0; d < HS; d++) dp += (double)dy[d] * v[d];
+                    pdp += p[t2] * dp;
+                }
+                for (int t2 = 0; t2 <= t; t2++) {
+                    size_t row = ((size_t)b * T + t2) * width;
+                    const ref_real *k = qkv + row + koff, *v = qkv + row + voff;
+                    ref_real *dk = dqkv + row + koff, *dv = dqkv + row + voff;
+                    double dp = 0.0;
+                    for (int d = 0; d < HS; d++) dp += (double)dy[d] * v[d];
+                    double ds = p[t2] * (dp - pdp) * scale;
+                    for (int d = 0; d < HS; d++) {
+                        dq[d] += (ref_real)(ds * k[d]);
+                        dk[d] += (ref_real)(ds * q[d]);
+                        dv[d] += (ref_real)(p[t2] * (double)dy[d]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+// out = silu(g) * u with [g | u] = gu, g = the first FF columns
+static void swiglu_forward(ref_real *out, const ref_real *gu, int N, int FF) {
+    for (int n = 0; n < N; n++) {
+        for (int i = 0; i < FF; i++) {
+            double g = gu[(size_t)n * 2 * FF + i], u = gu[(size_t)n * 2 * FF + FF + i];
+            out[(size_t)n * FF + i] = (ref_real)(g / (1.0 + exp(-g)) * u);
+        }
+    }
+}
+
+// d silu(g)/dg = sig(g) (1 + g (1 - sig(g)))
+static void swiglu_backward(ref_real *dgu, const ref_real *dout, const ref_real *gu, int N, int FF) {
+    for (int n = 0; n < N; n++) {
+        for (int i = 0; i < FF; i++) {
+            double g = gu[(size_t)n * 2 * FF + i], u = gu[(size_t)n * 2 * FF + FF + i];
+            double sig = 1.0 / (1.0 + exp(-g)), dy = dout[(size_t)n * FF + i];
+            dgu[(size_t)n * 2 * FF + i] = (ref_real)(dy * u * sig * (1.0 + g * (1.0 - sig)));
+            dgu[(size_t)n * 2 * FF + FF + i] = (ref_real)(dy * g * sig);
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// the model
+
+static void ref_check_tokens(const int *tokens, int n, int V, const char *what) {
+    for (int i = 0; i < n; i++) {
+        if (tokens[i] < 0 || tokens[i] >= V) FATAL("reference model: %s[%d] = %d is outside the vocabulary [0, %d)", what, i, tokens[i], V);
+    }
+}
+
+// One micro-step's forward on inputs/targets (B, T). Returns the mean cross-entropy loss; the logits
+// stay in model->logits. In fp8 emulation the first forward of an optimizer step also casts the weights.
+static ref_real ref_forward(RefModel *model, const int *inputs, const int *targets) {
+    const LlamaConfig *c = &model->cfg;
+    int B = model->B, T = model->T, N = B * T, L = c->L, C = c->C, FF = c->FF, V = c->V;
+    int NH = c->NH, NKV = c->NKV, HS = config_head_size(c), QKV = config_qkv_width(c);
+    ref_check_tokens(inputs, N, V, "inputs");
+    ref_check_tokens(targets, N, V, "targets");
+    memcpy(model->inputs, inputs, N * sizeof(int));
+    memcpy(model->targets, targets, N * sizeof(int));
+    model->micro_step++;
+    if (model->fp8 && model->w_fp8_step != model->step) ref_fp8_cast_weights(model);
+    RefActs *a = &model->acts;
+    ref_real *const *P = model->param_ptr;
+    size_t NC = (size_t)N * C;
+    for (int n = 0; n < N; n++) memcpy(a->x + (size_t)n * C, P[P_WTE] + (size_t)inputs[n] * C, C * sizeof(ref_real));
+    for (int l = 0; l < L; l++) {
+        ref_real *x = a->x + l * NC, *h = a->h + l * NC, *xout = a->x + (l + 1) * NC;
+        ref_real *ln1 = a->ln1 + l * NC, *qkv = a->qkv + (size_t)l * N * QKV, *atty = a->atty + l * NC;
+        ref_real *ln2 = a->ln2 + l * NC, *gu = a->gu + (size_t)l * N * 2 * FF, *swi = a->swi + (size_t)l * N * FF;
+        size_t wqkv = (size_t)l * QKV * C, wo = (size_t)l * C * C, w13 = (size_t)l * 2 * FF * C, w2 = (size_t)l * C * FF;
+        int lin = LINS_PER_LAYER * l;
+        rmsnorm_forward(ln1, a->ln1_rstd + (size_t)l * N, x, P[P_LN1W] + (size_t)l * C, N, C, c->norm_eps);
+        linear_forward(model, lin + LIN_QKV, qkv, ln1, a->xq_qkv + l * NC, P_WQKV, wqkv, N, C, QKV);
+        rope(qkv, B, T, NH, NKV, HS, c->rope_theta, 1);
+        attention_forward(atty, a->att + (size_t)l * B * NH * T * T, qkv, B, T, NH, NKV, HS);
+        linear_forward(model, lin + LIN_WO, h, atty, a->xq_wo + l * NC, P_WO, wo, N, C, C);
+        for (size_t i = 0; i < NC; i++) h[i] += x[i];
+        rmsnorm_forward(ln2, a->ln2_rstd + (size_t)l * N, h, P[P_LN2W] + (size_t)l * C, N, C, c->norm_eps);
+        linear_forward(model, lin + LIN_W13, gu, ln2, a->xq_w13 + l * NC, P_W13, w13, N, C, 2 * FF);
+        swiglu_forward(swi, gu, N, FF);
+        linear_forward(model, lin + LIN_W2, xout, swi, a->xq_w2 + (size_t)l * N * FF, P_W2, w2, N, FF, C);
+        for (size_t i = 0; i < NC; i++) xout[i] += h[i];
+    }
+    rmsnorm_forward(a->lnf, a->lnf_rstd, a->x + L * NC, P[P_LNFW], N, C, c->norm_eps);
+    linear_forward(model, LINS_PER_LAYER * L, a->logits, a->lnf, a->xq_lm, P_LM_HEAD, 0, N, C, V);
+    double loss = 0.0;
+    for (int n = 0; n < N; n++) {
+        const ref_real *row = a->logits + (size_t)n * V;
+        double maxv = -INFINITY, sum = 0.0;
+        for (int i = 0; i < V; i++) if (row[i] > maxv) maxv = row[i];
+        for (int i = 0; i < V; i++) sum += exp(row[i] - maxv);
+        double lse = maxv + log(sum);
+        a->lse[n] = (ref_real)lse;
+        loss += lse - row[targets[n]];
+    }
+    return (ref_real)(loss / N);
+}
+
+// Backward of the last forward, for the loss scaled by dloss (1/grad_accum); accumulates into grads.
+static void ref_backward(RefModel *model, ref_real dloss) {
+    if (model->micro_step < 0) FATAL("reference model: ref_backward called without a forward in this step");
+    const LlamaConfig *c = &model->cfg;
+    int B = model->B, T = model->T, N = B * T, L = c->L, C = c->C, FF = c->FF, V = c->V;
+    int NH = c->NH, NKV = c->NKV, HS = config_head_size(c), QKV = config_qkv_width(c);
+    RefActs *a = &model->acts;
+    ref_real *const *P = model->param_ptr, *const *G = model->grad_ptr;
+    size_t NC = (size_t)N * C;
+    // d(mean cross-entropy)/dlogits = (softmax - onehot(target)) / N
+    for (int n = 0; n < N; n++) {
+        const ref_real *row = a->logits + (size_t)n * V;
+        ref_real *drow = a->dlogits + (size_t)n * V;
+        for (int i = 0; i < V; i++) {
+            double p = exp(row[i] - (double)a->lse[n]);
+            drow[i] = (ref_real)((p - (i == model->targets[n] ? 1.0 : 0.0)) * dloss / N);
+        }
+    }
+    linear_backward(model, LINS_PER_LAYER * L, a->dln, a->dlogits, a->lnf, a->xq_lm, P_LM_HEAD, 0, N, C, V);
+    memset(a->dres, 0, NC * sizeof(ref_real));
+    rmsnorm_backward(a->dres, G[P_LNFW], a->dln, a->x + L * NC, P[P_LNFW], a->lnf_rstd, N, C);
+    for (int l = L - 1; l >= 0; l--) {
+        ref_real *x = a->x + l * NC, *h = a->h + l * NC;
+        ref_real *ln1 = a->ln1 + l * NC, *qkv = a->qkv + (size_t)l * N * QKV, *atty = a->atty + l * NC;
+        ref_real *ln2 = a->ln2 + l * NC, *gu = a->gu + (size_t)l * N * 2 * FF, *swi = a->swi + (size_t)l * N * FF;
+        size_t wqkv = (size_t)l * QKV * C, wo = (size_t)l * C * C, w13 = (size_t)l * 2 * FF * C, w2 = (size_t)l * C * FF;
+        int lin = LINS_PER_LAYER * l;
+        // dres is the gradient at this layer's output: it reaches w2 directly and h through the residual
+        linear_backward(model, lin + LIN_W2, a->dswi, a->dres, swi, a->xq_w2 + (size_t)l * N * FF, P_W2, w2, N, FF, C);
+        swiglu_backward(a->dgu, a->dswi, gu, N, FF);
+        linear_backward(model, lin + LIN_W13, a->dln, a->dgu, ln2, a->xq_w13 + l * NC, P_W13, w13, N, C, 2 * FF);
+        rmsnorm_backward(a->dres, G[P_LN2W] + (size_t)l * C, a->dln, h, P[P_LN2W] + (size_t)l * C,
+                         a->ln2_rstd + (size_t)l * N, N, C);
+        // now dres is the gradient at h
+        linear_backward(model, lin + LIN_WO, a->datty, a->dres, atty, a->xq_wo + l * NC, P_WO, wo, N, C, C);
+        attention_backward(a->dqkv, a->datty, qkv, a->att + (size_t)l * B * NH * T * T, B, T, NH, NKV, HS);
+        rope(a->dqkv, B, T, NH, NKV, HS, c->rope_theta, -1); // a rotation's transpose is its inverse
+        linear_backward(model, lin + LIN_QKV, a->dln, a->dqkv, ln1, a->xq_qkv + l * NC, P_WQKV, wqkv, N, C, QKV);
+        rmsnorm_backward(a->dres, G[P_LN1W] + (size_t)l * C, a->dln, x, P[P_LN1W] + (size_t)l * C,
+                         a->ln1_rstd + (size_t)l * N, N, C);
+    }
+    for (int n = 0; n < N; n++) {
+        ref_real *dw = G[P_WTE] + (size_t)model->inputs[n] * C;
+        for (int i = 0; i < C; i++) dw[i] += a->dres[(size_t)n * C + i];
+    }
+}
+
+// One optimizer step's gradient, up to but excluding the fp8 state update, clipping and AdamW:
+// zeroes the gradient, then forward + backward of each of grad_accum micro-batches (inputs and
+// targets hold grad_accum * B * T tokens), each loss scaled by 1/grad_accum. Returns the mean loss.
+static ref_real ref_compute_grads(RefModel *model, const int *inputs, const int *targets, int grad_accum) {
+    if (grad_accum < 1) FATAL("reference model: grad_accum must be >= 1, got %d", grad_accum);
+    size_t BT = (size_t)model->B * model->T;
+    memset(model->grads, 0, model->num_params * sizeof(ref_real));
+    model->micro_step = -1;
+    double loss = 0.0;
+    for (int k = 0; k < grad_accum; k++) {
+        loss += ref_forward(model, inputs + k * BT, targets + k * BT);
+        ref_backward(model, (ref_real)(1.0 / grad_accum));
+    }
+    return (ref_real)(loss / grad_accum);
+}
+
+// A full optimizer step: gradient, fp8 state update (after the last backward, before the update),
+// global-norm clipping (grad_clip > 0), AdamW. Returns the mean loss; grad_norm (may be NULL) gets
+// the norm before clipping.
+static ref_real ref_train_step(RefModel *model, const int *inputs, const int *targets, int grad_accum, float lr,
+                               float beta1, float beta2, float eps, float weight_decay, float grad_clip, ref_real *grad_norm) {
+    ref_real loss = ref_compute_grads(model, inputs, targets, grad_accum);
+    if (model->fp8) fp8_update_state(model->fp8_state, model->fp8_layout, model->fp8_margin);
+    double ss = 0.0;
+    for (size_t i = 0; i < model->num_params; i++) ss += (double)model->grads[i] * model->grads[i];
+    double norm = sqrt(ss);
+    if (grad_norm != NULL) *grad_norm = (ref_real)norm;
+    if (grad_clip > 0.0f && norm > grad_clip) {
+        double s = grad_clip / norm;
+        for (size_t i = 0; i < model->num_params; i++) model->grads[i] = (ref_real)(model->grads[i] * s);
+    }
+    int t = model->step + 1;
+    double bc1 = 1.0 - pow((double)beta1, t), bc2 = 1.0 - pow((double)beta2, t);
+    for (int p = 0; p < NUM_PARAM_TENSORS; p++) {
+        size_t off = model->param_ptr[p] - model->params;
+        double wd = param_is_decayed(p) ? weight_decay : 0.0;
+        for (size_t i = off; i < off + model->param_sizes[p]; i++) {
+            double g = model->grads[i];
+            double m = beta1 * (double)model->m[i] + (1.0 - beta1) * g;
+            double v = beta2 * (double)model->v[i] + (1.0 - beta2) * g * g;
+            model->m[i] = (ref_real)m;
+            model->v[i] = (ref_real)v;
+            double p_old = model->params[i];
+            model->params[i] = (ref_real)(p_old - lr * ((m / bc1) / (sqrt(v / bc2) + eps) + wd * p_old));
+        }
+    }
+    model->step++;
+    model->micro_step = -1;
+    return loss;
+}
+
+#endif

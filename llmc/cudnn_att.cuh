@@ -1,0 +1,640 @@
+/*
+Fused causal GQA attention through cuDNN's backend (graph) C API: a forward graph that also emits the
+softmax Stats (log-sum-exp per query row, needed by the backward) and a deterministic backward graph.
+No cudnn-frontend: every tensor and operation is a cudnnBackend descriptor (../shared/docs/ATTENTION_CUDNN.md
+has the recipe). Graphs are built once per (B, T, NH, NKV, HS, direction) and cached with their plan;
+all plans share one workspace that only grows when a plan is built, never in steady state.
+Compiled only when the Makefile defines ENABLE_CUDNN (link -lcudnn); llmc/attention.cuh dispatches here
+for the shapes cudnn_att_unsupported() accepts and falls back to its plain kernels otherwise, including
+when building a plan fails (printed once per shape, never fatal).
+
+Layouts: qkv is packed (B, T, NH + 2*NKV, HS), so Q, K, V (and dQ, dK, dV in dqkv) are strided views
+(B, H, T, HS) with strides {T*H3*HS, HS, H3*HS, 1}, H3 = NH + 2*NKV, at head offsets 0, NH, NH + NKV.
+K^T and V^T are the same memory with the last two dims/strides swapped. out/dout are (B, T, NH*HS);
+stats is (B, NH, T) fp32.
+
+Determinism (the trainer's resume is bit-exact): the backward writes dQ straight from the dS x K matmul
+instead of through an fp32 dQ accumulator (the accumulator path uses atomics). That is cuDNN's
+deterministic form on Hopper for cuDNN < 9.25; it costs a workspace of about B*NH*T*T*2 bytes.
+Engine configs that cuDNN marks NONDETERMINISTIC are refused for the backward.
+*/
+#ifndef LLMC_CUDNN_ATT_CUH
+#define LLMC_CUDNN_ATT_CUH
+
+#include <cudnn.h>
+#include "cuda_common.cuh"
+
+// ---------------------------------------------------------------------------------------------------
+// state
+
+static cudnnHandle_t g_cudnn_handle = NULL;
+static size_t g_cudnn_version = 0;        // cudnnGetVersion() of the library actually loaded
+static void *g_cudnn_workspace = NULL;    // shared by every plan: calls must be stream-ordered
+static size_t g_cudnn_workspace_bytes = 0;
+
+#define CUDNN_ATT_MAX_DESCS 192 // descriptors one plan is built from (~80 for the backward graph + engine configs)
+#define CUDNN_ATT_MAX_OPS 48
+#define CUDNN_ATT_MAX_PLANS 16
+
+typedef struct {
+    int B, T, NH, NKV, HS, backward;
+    int failed;                     // building failed: the plain kernel runs, nothing is retried
+    cudnnBackendDescriptor_t plan;
+    cudnnBackendDescriptor_t descs[CUDNN_ATT_MAX_DESCS]; // everything the plan was built from
+    int ndescs;
+    int64_t plan_workspace;         // bytes the plan itself needs
+    size_t softmax_sum_offset;      // backward: byte offset of softmax_sum (B, NH, T) fp32 in the workspace
+    float scale, neg_inf, one;      // by-value scalars: their host addresses go in the variant pack
+} CudnnAttPlan;
+
+static CudnnAttPlan g_cudnn_plans[CUDNN_ATT_MAX_PLANS];
+static int g_cudnn_nplans = 0;
+
+// Unique ids of the non-virtual tensors (the variant pack's keys); virtual ones count up from 100.
+enum {
+    ATT_UID_Q = 1, ATT_UID_KT, ATT_UID_V, ATT_UID_VT, ATT_UID_O, ATT_UID_STATS, ATT_UID_SCALE,
+    ATT_UID_NEG_INF, ATT_UID_DO, ATT_UID_DQ, ATT_UID_DK, ATT_UID_DV, ATT_UID_ONE, ATT_UID_SOFTMAX_SUM,
+    ATT_UID_FIRST_VIRTUAL = 100
+};
+
+static void cudnn_check(cudnnStatus_t status, const char *file, int line) {
+    if (status != CUDNN_STATUS_SUCCESS) {
+        char detail[512] = "";
+        cudnnGetLastErrorString(detail, sizeof(detail));
+        fatal_at(file, line, "cuDNN error: %s (%s)", cudnnGetErrorString(status), detail);
+    }
+}
+#define cudnnCheck(status) cudnn_check((status), __FILE__, __LINE__)
+
+// ---------------------------------------------------------------------------------------------------
+// graph building: every call is checked; the first failure is kept with the call, the descriptor and
+// the attribute it concerned, later calls are skipped, and the caller prints it and falls back.
+
+typedef struct {
+    CudnnAttPlan *p;
+    cudnnStatus_t status;       // CUDNN_STATUS_SUCCESS until something fails
+    char where[256];            // what failed
+    cudnnBackendDescriptor_t ops[CUDNN_ATT_MAX_OPS];
+    int nops;
+    int64_t next_uid;           // for virtual tensors
+} CudnnGraph;
+
+typedef struct { int64_t v[4]; } Dims4;
+static Dims4 dims4(int64_t a, int64_t b, int64_t c, int64_t d) { Dims4 r = {{a, b, c, d}}; return r; }
+
+static int cg_ok(const CudnnGraph *g) { return g->status == CUDNN_STATUS_SUCCESS; }
+
+static void cg_check(CudnnGraph *g, cudnnStatus_t status, const char *call, const char *what, const char *attr) {
+    if (status == CUDNN_STATUS_SUCCESS || !cg_ok(g)) return;
+    g->status = status;
+    snprintf(g->where, sizeof(g->where), "%s(%s%s%s)", call, what, attr ? ", " : "", attr ? attr : "");
+}
+
+#define CG_SET(g, desc, what, attr, type, count, ptr)                                               \
+    do {                                                                                             \
+        if (cg_ok(g)) cg_check((g), cudnnBackendSetAttribute((desc), (attr), (type), (count), (ptr)), \
+                               "cudnnBackendSetAttribute", (what), #attr);                           \
+    } while (0)
+
+static cudnnBackendDescriptor_t cg_create(CudnnGraph *g, cudnnBackendDescriptorType_t type, const char *what) {
+    if (!cg_ok(g)) return NULL;
+    if (g->p->ndescs == CUDNN_ATT_MAX_DESCS) {
+        cg_check(g, CUDNN_STATUS_INTERNAL_ERROR, "too many descriptors (raise CUDNN_ATT_MAX_DESCS)", what, NULL);
+        return NULL;
+    }
+    cudnnBackendDescriptor_t desc = NULL;
+    cg_check(g, cudnnBackendCreateDescriptor(type, &desc), "cudnnBackendCreateDescriptor", what, NULL);
+    if (desc != NULL) g->p->descs[g->p->ndescs++] = desc;
+    return desc;
+}
+
+static void cg_finalize(CudnnGraph *g, cudnnBackendDescriptor_t desc, const char *what) {
+    if (cg_ok(g)) cg_check(g, cudnnBackendFinalize(desc), "cudnnBackendFinalize", what, NULL);
+}
+
+static cudnnBackendDescriptor_t cg_tensor(CudnnGraph *g, const char *name, int64_t uid, cudnnDataType_t dtype,
+                                          Dims4 dims, Dims4 strides, int is_virtual, int by_value) {
+    cudnnBackendDescriptor_t t = cg_create(g, CUDNN_BACKEND_TENSOR_DESCRIPTOR, name);
+    int64_t alignment = 16;
+    bool virt = is_virtual != 0, byval = by_value != 0;
+    CG_SET(g, t, name, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dtype);
+    CG_SET(g, t, name, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims.v);
+    CG_SET(g, t, name, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides.v);
+    CG_SET(g, t, name, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
+    CG_SET(g, t, name, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment);
+    if (virt) CG_SET(g, t, name, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt);
+    if (byval) CG_SET(g, t, name, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &byval);
+    cg_finalize(g, t, name);
+    return t;
+}
+
+static cudnnBackendDescriptor_t cg_virtual(CudnnGraph *g, const char *name, cudnnDataType_t dtype, Dims4 dims, Dims4 strides) {
+    return cg_tensor(g, name, g->next_uid++, dtype, dims, strides, 1, 0);
+}
+
+// an fp32 scalar passed by value (a host pointer in the variant pack)
+static cudnnBackendDescriptor_t cg_scalar(CudnnGraph *g, const char *name, int64_t uid) {
+    return cg_tensor(g, name, uid, CUDNN_DATA_FLOAT, dims4(1, 1, 1, 1), dims4(1, 1, 1, 1), 0, 1);
+}
+
+static void cg_add_op(CudnnGraph *g, cudnnBackendDescriptor_t op, const char *name) {
+    if (!cg_ok(g)) return;
+    if (g->nops == CUDNN_ATT_MAX_OPS) {
+        cg_check(g, CUDNN_STATUS_INTERNAL_ERROR, "too many operations (raise CUDNN_ATT_MAX_OPS)", name, NULL);
+        return;
+    }
+    g->ops[g->nops++] = op;
+}
+
+// y = mode(x [, b] [, t]); t is the condition of BINARY_SELECT (y = t ? x : b). axis >= 0: GEN_INDEX's axis.
+static void cg_pointwise(CudnnGraph *g, const char *name, cudnnPointwiseMode_t mode, cudnnDataType_t prec,
+                         cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t t,
+                         cudnnBackendDescriptor_t y, int64_t axis) {
+    cudnnBackendDescriptor_t pw = cg_create(g, CUDNN_BACKEND_POINTWISE_DESCRIPTOR, name);
+    CG_SET(g, pw, name, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
+    CG_SET(g, pw, name, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec);
+    if (axis >= 0) CG_SET(g, pw, name, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
+    cg_finalize(g, pw, name);
+    cudnnBackendDescriptor_t op = cg_create(g, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, name);
+    float alpha = 1.0f;
+    CG_SET(g, op, name, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw);
+    CG_SET(g, op, name, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
+    if (b) CG_SET(g, op, name, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b);
+    if (t) CG_SET(g, op, name, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t);
+    CG_SET(g, op, name, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
+    CG_SET(g, op, name, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, 1, &alpha);
+    CG_SET(g, op, name, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &alpha);
+    cg_finalize(g, op, name);
+    cg_add_op(g, op, name);
+}
+
+// c = a x b over the last two dims, batched over the first two (b's head dim broadcasts for GQA)
+static void cg_matmul(CudnnGraph *g, const char *name, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b,
+                      cudnnBackendDescriptor_t c) {
+    cudnnDataType_t comp = CUDNN_DATA_FLOAT;
+    cudnnBackendDescriptor_t mm = cg_create(g, CUDNN_BACKEND_MATMUL_DESCRIPTOR, name);
+    CG_SET(g, mm, name, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp);
+    cg_finalize(g, mm, name);
+    cudnnBackendDescriptor_t op = cg_create(g, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, name);
+    CG_SET(g, op, name, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a);
+    CG_SET(g, op, name, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b);
+    CG_SET(g, op, name, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c);
+    CG_SET(g, op, name, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mm);
+    cg_finalize(g, op, name);
+    cg_add_op(g, op, name);
+}
+
+// y = reduce(x) over the dims where y has size 1 (or, for the GQA head sums, y has fewer heads).
+// deterministic: -1 leaves the attribute unset (it exists from cuDNN 9.11).
+static void cg_reduction(CudnnGraph *g, const char *name, cudnnReduceTensorOp_t reduce_op,
+                         cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y, int deterministic) {
+    cudnnDataType_t comp = CUDNN_DATA_FLOAT;
+    cudnnBackendDescriptor_t rd = cg_create(g, CUDNN_BACKEND_REDUCTION_DESCRIPTOR, name);
+    CG_SET(g, rd, name, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &reduce_op);
+    CG_SET(g, rd, name, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp);
+#if CUDNN_VERSION >= 91100
+    if (deterministic >= 0) {
+        bool det = deterministic != 0;
+        CG_SET(g, rd, name, CUDNN_ATTR_REDUCTION_IS_DETERMINISTIC, CUDNN_TYPE_BOOLEAN, 1, &det);
+    }
+#else
+    (void)deterministic;
+#endif
+    cg_finalize(g, rd, name);
+    cudnnBackendDescriptor_t op = cg_create(g, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, name);
+    CG_SET(g, op, name, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
+    CG_SET(g, op, name, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
+    CG_SET(g, op, name, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &rd);
+    cg_finalize(g, op, name);
+    cg_add_op(g, op, name);
+}
+
+// y = x seen with other dims/strides (here: a transpose of the last two dims)
+static void cg_reshape(CudnnGraph *g, const char *name, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
+    cudnnBackendDescriptor_t op = cg_create(g, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, name);
+    CG_SET(g, op, name, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
+    CG_SET(g, op, name, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
+    cg_finalize(g, op, name);
+    cg_add_op(g, op, name);
+}
+
+// y = causal_mask(x): x where row (query) >= col (key), fill elsewhere
+static void cg_causal_mask(CudnnGraph *g, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t fill,
+                           cudnnBackendDescriptor_t y, Dims4 dims, Dims4 strides) {
+    cudnnBackendDescriptor_t row = cg_virtual(g, "row_index", CUDNN_DATA_INT32, dims, strides);
+    cudnnBackendDescriptor_t col = cg_virtual(g, "col_index", CUDNN_DATA_INT32, dims, strides);
+    cudnnBackendDescriptor_t keep = cg_virtual(g, "causal_keep", CUDNN_DATA_BOOLEAN, dims, strides);
+    cg_pointwise(g, "gen_row_index", CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, x, NULL, NULL, row, 2);
+    cg_pointwise(g, "gen_col_index", CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, x, NULL, NULL, col, 3);
+    cg_pointwise(g, "row_ge_col", CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, row, col, NULL, keep, -1);
+    cg_pointwise(g, "causal_select", CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, x, fill, keep, y, -1);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// the two graphs (../shared/docs/ATTENTION_CUDNN.md, steps in the same order)
+
+static void cudnn_att_forward_graph(CudnnGraph *g, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS) {
+    const cudnnDataType_t BF16 = CUDNN_DATA_BFLOAT16, F32 = CUDNN_DATA_FLOAT;
+    int64_t H3 = NH + 2 * NKV;
+    Dims4 scores = dims4(B, NH, T, T), scores_st = dims4(NH * T * T, T * T, T, 1);
+    Dims4 rows = dims4(B, NH, T, 1), rows_st = dims4(NH * T, T, 1, 1);
+    cudnnBackendDescriptor_t Q = cg_tensor(g, "Q", ATT_UID_Q, BF16, dims4(B, NH, T, HS), dims4(T * H3 * HS, HS, H3 * HS, 1), 0, 0);
+    cudnnBackendDescriptor_t KT = cg_tensor(g, "K^T", ATT_UID_KT, BF16, dims4(B, NKV, HS, T), dims4(T * H3 * HS, HS, 1, H3 * HS), 0, 0);
+    cudnnBackendDescriptor_t V = cg_tensor(g, "V", ATT_UID_V, BF16, dims4(B, NKV, T, HS), dims4(T * H3 * HS, HS, H3 * HS, 1), 0, 0);
+    cudnnBackendDescriptor_t O = cg_tensor(g, "O", ATT_UID_O, BF16, dims4(B, NH, T, HS), dims4(T * NH * HS, HS, NH * HS, 1), 0, 0);
+    cudnnBackendDescriptor_t stats = cg_tensor(g, "Stats", ATT_UID_STATS, F32, rows, rows_st, 0, 0);
+    cudnnBackendDescriptor_t scale = cg_scalar(g, "attn_scale", ATT_UID_SCALE);
+    cudnnBackendDescriptor_t neg_inf = cg_scalar(g, "-inf", ATT_UID_NEG_INF);
+
+    cudnnBackendDescriptor_t s = cg_virtual(g, "S", F32, scores, scores_st);
+    cg_matmul(g, "Q x K^T", Q, KT, s);
+    cudnnBackendDescriptor_t s_scaled = cg_virtual(g, "S_scaled", F32, scores, scores_st);
+    cg_pointwise(g, "mul_scale", CUDNN_POINTWISE_MUL, F32, s, scale, NULL, s_scaled, -1);
+    cudnnBackendDescriptor_t s_masked = cg_virtual(g, "S_masked", F32, scores, scores_st);
+    cg_causal_mask(g, s_scaled, neg_inf, s_masked, scores, scores_st);
+    cudnnBackendDescriptor_t m = cg_virtual(g, "row_max", F32, rows, rows_st);
+    cg_reduction(g, "reduce_max", CUDNN_REDUCE_TENSOR_MAX, s_masked, m, -1);
+    cudnnBackendDescriptor_t s_sub = cg_virtual(g, "S_minus_max", F32, scores, scores_st);
+    cg_pointwise(g, "sub_max", CUDNN_POINTWISE_SUB, F32, s_masked, m, NULL, s_sub, -1);
+    cudnnBackendDescriptor_t e = cg_virtual(g, "exp_S", F32, scores, scores_st);
+    cg_pointwise(g, "exp", CUDNN_POINTWISE_EXP, F32, s_sub, NULL, NULL, e, -1);
+    cudnnBackendDescriptor_t l = cg_virtual(g, "row_sum", F32, rows, rows_st);
+    cg_reduction(g, "reduce_sum", CUDNN_REDUCE_TENSOR_ADD, e, l, -1);
+    cudnnBackendDescriptor_t log_l = cg_virtual(g, "log_row_sum", F32, rows, rows_st);
+    cg_pointwise(g, "log", CUDNN_POINTWISE_LOG, F32, l, NULL, NULL, log_l, -1);
+    cg_pointwise(g, "stats", CUDNN_POINTWISE_ADD, F32, m, log_l, NULL, stats, -1);
+    cudnnBackendDescriptor_t P = cg_virtual(g, "P", BF16, scores, scores_st); // bmm2's A must be the i/o type
+    cg_pointwise(g, "div_sum", CUDNN_POINTWISE_DIV, F32, e, l, NULL, P, -1);
+    cg_matmul(g, "P x V", P, V, O);
+}
+
+// mask_after_stats: 0 = the recipe's order (mask, then subtract Stats, as cudnn-frontend 1.0-1.5 built
+// it), 1 = subtract Stats, then mask (newer cudnn-frontend); both compute the same P.
+// det_head_sum: for GQA, the IS_DETERMINISTIC attribute of the head reductions of dK, dV (-1: unset).
+static void cudnn_att_backward_graph(CudnnGraph *g, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+                                     int mask_after_stats, int det_head_sum) {
+    const cudnnDataType_t BF16 = CUDNN_DATA_BFLOAT16, F32 = CUDNN_DATA_FLOAT;
+    int64_t H3 = NH + 2 * NKV;
+    Dims4 scores = dims4(B, NH, T, T), scores_st = dims4(NH * T * T, T * T, T, 1);
+    Dims4 scores_t_st = dims4(NH * T * T, T * T, 1, T); // the transpose, same memory
+    Dims4 rows = dims4(B, NH, T, 1), rows_st = dims4(NH * T, T, 1, 1);
+    Dims4 q_dims = dims4(B, NH, T, HS), kv_dims = dims4(B, NKV, T, HS), kv_t_dims = dims4(B, NKV, HS, T);
+    Dims4 qkv_st = dims4(T * H3 * HS, HS, H3 * HS, 1), qkv_t_st = dims4(T * H3 * HS, HS, 1, H3 * HS);
+    Dims4 o_st = dims4(T * NH * HS, HS, NH * HS, 1);
+    Dims4 full_head_st = dims4(NH * T * HS, T * HS, HS, 1);
+
+    cudnnBackendDescriptor_t Q = cg_tensor(g, "Q", ATT_UID_Q, BF16, q_dims, qkv_st, 0, 0);
+    cudnnBackendDescriptor_t KT = cg_tensor(g, "K^T", ATT_UID_KT, BF16, kv_t_dims, qkv_t_st, 0, 0);
+    cudnnBackendDescriptor_t VT = cg_tensor(g, "V^T", ATT_UID_VT, BF16, kv_t_dims, qkv_t_st, 0, 0);
+    cudnnBackendDescriptor_t O = cg_tensor(g, "O", ATT_UID_O, BF16, q_dims, o_st, 0, 0);
+    cudnnBackendDescriptor_t dO = cg_tensor(g, "dO", ATT_UID_DO, BF16, q_dims, o_st, 0, 0);
+    cudnnBackendDescriptor_t stats = cg_tensor(g, "Stats", ATT_UID_STATS, F32, rows, rows_st, 0, 0);
+    cudnnBackendDescriptor_t scale = cg_scalar(g, "attn_scale", ATT_UID_SCALE);
+    cudnnBackendDescriptor_t neg_inf = cg_scalar(g, "-inf", ATT_UID_NEG_INF);
+    cudnnBackendDescriptor_t one = cg_scalar(g, "1.0", ATT_UID_ONE);
+    cudnnBackendDescriptor_t dQ = cg_tensor(g, "dQ", ATT_UID_DQ, BF16, q_dims, qkv_st, 0, 0);
+    cudnnBackendDescriptor_t dK = cg_tensor(g, "dK", ATT_UID_DK, BF16, kv_dims, qkv_st, 0, 0);
+    cudnnBackendDescriptor_t dV = cg_tensor(g, "dV", ATT_UID_DV, BF16, kv_dims, qkv_st, 0, 0);
+    cudnnBackendDescriptor_t softmax_sum = cg_tensor(g, "softmax_sum", ATT_UID_SOFTMAX_SUM, F32, rows, rows_st, 0, 0);
+
+    // 1. softmax_sum = rowsum(dO * O) (= rowsum(P * dP))
+    cudnnBackendDescriptor_t do_o = cg_virtual(g, "dO*O", F32, q_dims, o_st);
+    cg_pointwise(g, "mul_dO_O", CUDNN_POINTWISE_MUL, F32, dO, O, NULL, do_o, -1);
+    cudnnBackendDescriptor_t do_o_sum = cg_virtual(g, "rowsum_dO*O", F32, rows, rows_st);
+    cg_reduction(g, "reduce_dO_O", CUDNN_REDUCE_TENSOR_ADD, do_o, do_o_sum, -1);
+    cg_pointwise(g, "softmax_sum", CUDNN_POINTWISE_MUL, F32, do_o_sum, one, NULL, softmax_sum, -1);
+
+    // 2. recompute P = exp(mask(scale * Q K^T) - Stats)
+    cudnnBackendDescriptor_t s = cg_virtual(g, "S", F32, scores, scores_st);
+    cg_matmul(g, "Q x K^T", Q, KT, s);
+    cudnnBackendDescriptor_t s_scaled = cg_virtual(g, "S_scaled", F32, scores, scores_st);
+    cg_pointwise(g, "mul_scale", CUDNN_POINTWISE_MUL, F32, s, scale, NULL, s_scaled, -1);
+    cudnnBackendDescriptor_t s_shifted = cg_virtual(g, "S_minus_stats", F32, scores, scores_st);
+    cudnnBackendDescriptor_t s_masked = cg_virtual(g, "S_masked", F32, scores, scores_st);
+    if (!mask_after_stats) {
+        cg_causal_mask(g, s_scaled, neg_inf, s_masked, scores, scores_st);
+        cg_pointwise(g, "sub_stats", CUDNN_POINTWISE_SUB, F32, s_masked, stats, NULL, s_shifted, -1);
+    } else {
+        cg_pointwise(g, "sub_stats", CUDNN_POINTWISE_SUB, F32, s_scaled, stats, NULL, s_shifted, -1);
+        cg_causal_mask(g, s_shifted, neg_inf, s_masked, scores, scores_st);
+    }
+    cudnnBackendDescriptor_t P = cg_virtual(g, "P", F32, scores, scores_st);
+    cg_pointwise(g, "exp", CUDNN_POINTWISE_EXP, F32, mask_after_stats ? s_masked : s_shifted, NULL, NULL, P, -1);
+
+    // 3. dV = P^T x dO (GQA: per query head, then summed over each kv head's group)
+    cudnnBackendDescriptor_t PT = cg_virtual(g, "P^T", BF16, scores, scores_t_st);
+    cg_reshape(g, "transpose_P", P, PT);
+    if (NH == NKV) {
+        cg_matmul(g, "P^T x dO", PT, dO, dV);
+    } else {
+        cudnnBackendDescriptor_t dv_full = cg_virtual(g, "dV_full_heads", BF16, q_dims, full_head_st);
+        cg_matmul(g, "P^T x dO", PT, dO, dv_full);
+        cg_reduction(g, "sum_dV_heads", CUDNN_REDUCE_TENSOR_ADD, dv_full, dV, det_head_sum);
+    }
+
+    // 4. dS = scale * P * (dO V^T - softmax_sum)
+    cudnnBackendDescriptor_t dP = cg_virtual(g, "dP", F32, scores, scores_st);
+    cg_matmul(g, "dO x V^T", dO, VT, dP);
+    cudnnBackendDescriptor_t dp_sub = cg_virtual(g, "dP_minus_sum", F32, scores, scores_st);
+    cg_pointwise(g, "sub_softmax_sum", CUDNN_POINTWISE_SUB, F32, dP, softmax_sum, NULL, dp_sub, -1);
+    cudnnBackendDescriptor_t dp_p = cg_virtual(g, "dP_times_P", F32, scores, scores_st);
+    cg_pointwise(g, "mul_P", CUDNN_POINTWISE_MUL, F32, dp_sub, P, NULL, dp_p, -1);
+    cudnnBackendDescriptor_t dS = cg_virtual(g, "dS", F32, scores, scores_st);
+    cg_pointwise(g, "mul_scale_dS", CUDNN_POINTWISE_MUL, F32, dp_p, scale, NULL, dS, -1);
+
+    // 5. dK = dS^T x Q (GQA as for dV)
+    cudnnBackendDescriptor_t dST = cg_virtual(g, "dS^T", BF16, scores, scores_t_st);
+    cg_reshape(g, "transpose_dS", dS, dST);
+    if (NH == NKV) {
+        cg_matmul(g, "dS^T x Q", dST, Q, dK);
+    } else {
+        cudnnBackendDescriptor_t dk_full = cg_virtual(g, "dK_full_heads", BF16, q_dims, full_head_st);
+        cg_matmul(g, "dS^T x Q", dST, Q, dk_full);
+        cg_reduction(g, "sum_dK_heads", CUDNN_REDUCE_TENSOR_ADD, dk_full, dK, det_head_sum);
+    }
+
+    // 6. dQ = dS x K, written directly (bf16): the deterministic form, no fp32 accumulator + atomics.
+    // K is K^T reshaped back; cudnn-frontend leaves this virtual tensor at the intermediate type (fp32).
+    cudnnBackendDescriptor_t K = cg_virtual(g, "K", F32, kv_dims, qkv_st);
+    cg_reshape(g, "transpose_K^T", KT, K);
+    cg_matmul(g, "dS x K", dS, K, dQ);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// plan: heuristics -> the first engine config that finalizes (backward: not marked NONDETERMINISTIC)
+
+static int cudnn_att_config_is_nondeterministic(cudnnBackendDescriptor_t cfg, int64_t *engine_index) {
+    cudnnBackendDescriptor_t engine = NULL;
+    int nondet = 0;
+    *engine_index = -1;
+    if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine) != CUDNN_STATUS_SUCCESS) return 0;
+    int64_t n = 0;
+    if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &engine) == CUDNN_STATUS_SUCCESS) {
+        cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, engine_index);
+        cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+        int64_t nnotes = 0;
+        if (cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                                     CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &nnotes, notes) == CUDNN_STATUS_SUCCESS) {
+            for (int64_t i = 0; i < nnotes; i++) nondet |= notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC;
+        }
+    }
+    cudnnBackendDestroyDescriptor(engine);
+    return nondet;
+}
+
+// Finalizes g's operation graph and finds a plan: 1 on success (engine = its global index), else 0 with
+// g->status and g->where saying why.
+static int cudnn_att_make_plan(CudnnGraph *g, int deterministic, int64_t *engine) {
+    CudnnAttPlan *p = g->p;
+    cudnnBackendDescriptor_t graph = cg_create(g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph");
+    CG_SET(g, graph, "operation graph", CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &g_cudnn_handle);
+    CG_SET(g, graph, "operation graph", CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, g->nops, g->ops);
+    cg_finalize(g, graph, "operation graph");
+    if (!cg_ok(g)) return 0;
+
+    const cudnnBackendHeurMode_t modes[2] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
+    const char *mode_names[2] = {"heuristics mode A", "heuristics mode FALLBACK"};
+    cudnnStatus_t last_status = CUDNN_STATUS_NOT_SUPPORTED;
+    char last_where[256] = "no engine config offered by the heuristics";
+    int skipped_nondet = 0;
+    for (int mi = 0; mi < 2; mi++) {
+        cudnnBackendDescriptor_t heur = cg_create(g, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, mode_names[mi]);
+        CG_SET(g, heur, mode_names[mi], CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
+        CG_SET(g, heur, mode_names[mi], CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &modes[mi]);
+        cg_finalize(g, heur, mode_names[mi]);
+        int64_t count = 0;
+        if (cg_ok(g)) {
+            cg_check(g, cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, NULL),
+                     "cudnnBackendGetAttribute", mode_names[mi], "CUDNN_ATTR_ENGINEHEUR_RESULTS (count)");
+        }
+        if (!cg_ok(g)) { // a failing heuristics mode is not fatal: remember it and try the next one
+            last_status = g->status;
+            snprintf(last_where, sizeof(last_where), "%s", g->where);
+            g->status = CUDNN_STATUS_SUCCESS;
+            continue;
+        }
+        if (count > 16) count = 16;
+        cudnnBackendDescriptor_t cfgs[16];
+        for (int64_t i = 0; i < count; i++) cfgs[i] = cg_create(g, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "engine config");
+        int64_t got = 0;
+        if (cg_ok(g) && count > 0) {
+            cg_check(g, cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, cfgs),
+                     "cudnnBackendGetAttribute", mode_names[mi], "CUDNN_ATTR_ENGINEHEUR_RESULTS");
+        }
+        if (!cg_ok(g)) return 0;
+        for (int64_t i = 0; i < got; i++) {
+            int64_t engine_index = -1;
+            if (deterministic && cudnn_att_config_is_nondeterministic(cfgs[i], &engine_index)) {
+                skipped_nondet++;
+                continue;
+            }
+            cudnnBackendDescriptor_t plan = NULL;
+            cudnnStatus_t st = cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan);
+            if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &g_cudnn_handle);
+            if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfgs[i]);
+            if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendFinalize(plan); // compiles the kernel (NVRTC): slow
+            int64_t n = 0, ws = 0;
+            if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &ws);
+            if (st == CUDNN_STATUS_SUCCESS) {
+                p->plan = plan;
+                p->plan_workspace = ws;
+                if (engine_index < 0) cudnn_att_config_is_nondeterministic(cfgs[i], &engine_index);
+                *engine = engine_index;
+                return 1;
+            }
+            char detail[200] = "";
+            cudnnGetLastErrorString(detail, sizeof(detail));
+            last_status = st;
+            snprintf(last_where, sizeof(last_where), "execution plan for %s config %lld: %s", mode_names[mi], (long long)i, detail);
+            if (plan) cudnnBackendDestroyDescriptor(plan);
+        }
+    }
+    g->status = last_status;
+    if (skipped_nondet > 0) {
+        snprintf(g->where, sizeof(g->where), "%s; %d engine config(s) refused as NONDETERMINISTIC", last_where, skipped_nondet);
+    } else {
+        snprintf(g->where, sizeof(g->where), "%s", last_where);
+    }
+    return 0;
+}
+
+static void cudnn_att_free_plan(CudnnAttPlan *p) {
+    if (p->plan) cudnnBackendDestroyDescriptor(p->plan);
+    for (int i = p->ndescs - 1; i >= 0; i--) cudnnBackendDestroyDescriptor(p->descs[i]);
+    p->plan = NULL;
+    p->ndescs = 0;
+}
+
+// Grows the shared workspace (only ever while a plan is being built).
+static void cudnn_att_reserve_workspace(size_t bytes) {
+    if (bytes <= g_cudnn_workspace_bytes) return;
+    if (g_cudnn_workspace) cudaCheck(cudaFree(g_cudnn_workspace)); // cudaFree waits for work still using it
+    g_cudnn_workspace = cudaMallocCheck(bytes, "the cuDNN attention workspace");
+    g_cudnn_workspace_bytes = bytes;
+}
+
+// The cached plan for this shape and direction, built on first use; NULL if it cannot be built.
+static CudnnAttPlan *cudnn_att_get_plan(int B, int T, int NH, int NKV, int HS, int backward) {
+    for (int i = 0; i < g_cudnn_nplans; i++) {
+        CudnnAttPlan *p = &g_cudnn_plans[i];
+        if (p->B == B && p->T == T && p->NH == NH && p->NKV == NKV && p->HS == HS && p->backward == backward) {
+            return p->failed ? NULL : p;
+        }
+    }
+    const char *dir = backward ? "backward" : "forward";
+    if (g_cudnn_nplans == CUDNN_ATT_MAX_PLANS) {
+        printf("attention: cuDNN %s plan cache full (%d shapes); B=%d T=%d NH=%d NKV=%d HS=%d uses the plain kernel\n",
+               dir, CUDNN_ATT_MAX_PLANS, B, T, NH, NKV, HS);
+        return NULL;
+    }
+    CudnnAttPlan *p = &g_cudnn_plans[g_cudnn_nplans++];
+    memset(p, 0, sizeof(*p));
+    p->B = B; p->T = T; p->NH = NH; p->NKV = NKV; p->HS = HS; p->backward = backward;
+    p->scale = 1.0f / sqrtf((float)HS);
+    p->neg_inf = -INFINITY;
+    p->one = 1.0f;
+
+    // Backward variants, tried in order until one gets a plan: the recipe's mask order, then the newer
+    // cudnn-frontend's; for GQA on cuDNN >= 9.11 each first with the head sums flagged deterministic.
+    static const char *variant_names[4] = {"mask before Stats", "mask before Stats, head sums IS_DETERMINISTIC",
+                                           "mask after Stats", "mask after Stats, head sums IS_DETERMINISTIC"};
+    int variants[4], nvariants = 0;
+    if (!backward) {
+        variants[nvariants++] = 0;
+    } else if (NH != NKV && g_cudnn_version >= 91100 && CUDNN_VERSION >= 91100) {
+        variants[nvariants++] = 1; variants[nvariants++] = 0; variants[nvariants++] = 3; variants[nvariants++] = 2;
+    } else {
+        variants[nvariants++] = 0; variants[nvariants++] = 2;
+    }
+    int64_t engine = -1;
+    int vi = 0;
+    for (; vi < nvariants; vi++) {
+        int v = variants[vi];
+        cudnn_att_free_plan(p);
+        CudnnGraph g;
+        memset(&g, 0, sizeof(g));
+        g.p = p;
+        g.status = CUDNN_STATUS_SUCCESS;
+        g.next_uid = ATT_UID_FIRST_VIRTUAL;
+        if (backward) {
+            cudnn_att_backward_graph(&g, B, T, NH, NKV, HS, v >= 2, (v & 1) ? 1 : -1);
+        } else {
+            cudnn_att_forward_graph(&g, B, T, NH, NKV, HS);
+        }
+        if (cg_ok(&g) && cudnn_att_make_plan(&g, backward, &engine)) break;
+        char detail[256] = "";
+        cudnnGetLastErrorString(detail, sizeof(detail));
+        printf("attention: cuDNN %s graph for B=%d T=%d NH=%d NKV=%d HS=%d%s%s: %s failed: %s%s%s\n", dir, B, T, NH, NKV, HS,
+               backward ? ", variant " : "", backward ? variant_names[v] : "", g.where, cudnnGetErrorString(g.status),
+               detail[0] ? " - " : "", detail);
+    }
+    if (vi == nvariants) {
+        printf("attention: no cuDNN %s plan for B=%d T=%d NH=%d NKV=%d HS=%d; this shape uses the plain kernel\n",
+               dir, B, T, NH, NKV, HS);
+        cudnn_att_free_plan(p);
+        p->failed = 1;
+        return NULL;
+    }
+    size_t need = (size_t)p->plan_workspace;
+    if (backward) {
+        p->softmax_sum_offset = CEIL_DIV(need, 256) * 256;
+        need = p->softmax_sum_offset + (size_t)B * NH * T * sizeof(float);
+    }
+    cudnn_att_reserve_workspace(need);
+    printf("attention: cuDNN %s plan for B=%d T=%d NH=%d NKV=%d HS=%d: engine %lld, workspace %.1f MiB%s%s\n",
+           dir, B, T, NH, NKV, HS, (long long)engine, p->plan_workspace / 1048576.0,
+           backward ? ", graph variant: " : "", backward ? variant_names[variants[vi]] : "");
+    return p;
+}
+
+static void cudnn_att_execute(CudnnAttPlan *p, int n, const int64_t *uids, void **ptrs, cudaStream_t stream) {
+    cudnnBackendDescriptor_t pack = NULL;
+    cudnnCheck(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack));
+    cudnnCheck(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids));
+    cudnnCheck(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs));
+    cudnnCheck(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &g_cudnn_workspace));
+    cudnnCheck(cudnnBackendFinalize(pack));
+    cudnnCheck(cudnnSetStream(g_cudnn_handle, stream));
+    cudnnCheck(cudnnBackendExecute(g_cudnn_handle, p->plan, pack));
+    cudnnCheck(cudnnBackendDestroyDescriptor(pack));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// what llmc/attention.cuh calls
+
+// NULL if cuDNN's fused attention takes this shape, else why not (for logs).
+static const char *cudnn_att_unsupported(int T, int NH, int NKV, int HS) {
+    if (g_cudnn_handle == NULL) return "plain (cuDNN not initialized)";
+    if (T % 128 != 0) return "plain (T % 128 != 0: cuDNN <= 9.15 backward NaNs)";
+    if (HS % 8 != 0 || HS > 128) return "plain (cuDNN path needs HS % 8 == 0 and HS <= 128)";
+    if (NKV <= 0 || NH % NKV != 0) return "plain (NH % NKV != 0)";
+    return NULL;
+}
+
+// 1 if a plan for this shape exists or could be built now.
+static int cudnn_att_plan_ready(int B, int T, int NH, int NKV, int HS, int backward) {
+    return cudnn_att_get_plan(B, T, NH, NKV, HS, backward) != NULL;
+}
+
+// Returns 0 (having done nothing) if there is no plan for the shape: the caller runs the plain kernel.
+static int cudnn_att_forward(floatX *out, float *stats, const floatX *qkv, int B, int T, int NH, int NKV, int HS,
+                             cudaStream_t stream) {
+    CudnnAttPlan *p = cudnn_att_get_plan(B, T, NH, NKV, HS, 0);
+    if (p == NULL) return 0;
+    int64_t uids[7] = {ATT_UID_Q, ATT_UID_KT, ATT_UID_V, ATT_UID_O, ATT_UID_STATS, ATT_UID_SCALE, ATT_UID_NEG_INF};
+    void *ptrs[7] = {(void *)qkv, (void *)(qkv + (size_t)NH * HS), (void *)(qkv + (size_t)(NH + NKV) * HS),
+                     (void *)out, (void *)stats, &p->scale, &p->neg_inf};
+    cudnn_att_execute(p, 7, uids, ptrs, stream);
+    return 1;
+}
+
+static int cudnn_att_backward(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *stats,
+                              int B, int T, int NH, int NKV, int HS, cudaStream_t stream) {
+    CudnnAttPlan *p = cudnn_att_get_plan(B, T, NH, NKV, HS, 1);
+    if (p == NULL) return 0;
+    void *softmax_sum = (char *)g_cudnn_workspace + p->softmax_sum_offset;
+    int64_t uids[13] = {ATT_UID_Q, ATT_UID_KT, ATT_UID_VT, ATT_UID_O, ATT_UID_DO, ATT_UID_STATS, ATT_UID_SCALE,
+                        ATT_UID_NEG_INF, ATT_UID_ONE, ATT_UID_DQ, ATT_UID_DK, ATT_UID_DV, ATT_UID_SOFTMAX_SUM};
+    void *ptrs[13] = {(void *)qkv, (void *)(qkv + (size_t)NH * HS), (void *)(qkv + (size_t)(NH + NKV) * HS),
+                      (void *)out, (void *)dout, (void *)stats, &p->scale, &p->neg_inf, &p->one,
+                      (void *)dqkv, (void *)(dqkv + (size_t)NH * HS), (void *)(dqkv + (size_t)(NH + NKV) * HS), softmax_sum};
+    cudnn_att_execute(p, 13, uids, ptrs, stream);
+    return 1;
+}
+
+// 1 if the fused path is usable; prints what was found either way.
+static int cudnn_att_init(void) {
+    if (g_cudnn_handle != NULL) return 1;
+    g_cudnn_version = cudnnGetVersion();
+    int major = (int)(g_cudnn_version / 10000), minor = (int)(g_cudnn_version / 100 % 100), patch = (int)(g_cudnn_version % 100);
+    if (g_cudnn_version < 90000) {
+        printf("attention: cuDNN %d.%d.%d is older than 9.0; using the plain attention kernels\n", major, minor, patch);
+        return 0;
+    }
+    if (g_cudnn_version == 91000 || g_cudnn_version == 91001) {
+        printf("attention: cuDNN %d.%d.%d has known-bad fused attention (9.10.0/9.10.1); using the plain attention kernels\n",
+               major, minor, patch);
+        return 0;
+    }
+    cudnnStatus_t st = cudnnCreate(&g_cudnn_handle);
+    if (st != CUDNN_STATUS_SUCCESS) {
+        printf("attention: cudnnCreate failed (%s); using the plain attention kernels\n", cudnnGetErrorString(st));
+        g_cudnn_handle = NULL;
+        return 0;
+    }
+    printf("attention: cuDNN %d.%d.%d (built against %d.%d.%d) fused attention for T %% 128 == 0, HS %% 8 == 0, HS <= 128;"
+           " plain kernels otherwise\n", major, minor, patch, CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL);
+    return 1;
+}
+
+static void cudnn_att_destroy(void) {
+    for (int i = 0; i < g_cudnn_nplans; i++) cudnn_att_free_plan(&g_cudnn_plans[i]);
+    g_cudnn_nplans = 0;
+    if (g_cudnn_workspace) cudaCheck(cudaFree(g_cudnn_workspace));
+    g_cudnn_workspace = NULL;
+    g_cudnn_workspace_bytes = 0;
+    if (g_cudnn_handle) cudnnCheck(cudnnDestroy(g_cudnn_handle));
+    g_cudnn_handle = NULL;
+}
+
+#endif

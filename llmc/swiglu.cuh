@@ -1,0 +1,114 @@
+/*
+SwiGLU, the Llama MLP's activation: each row of the w13 output is [g | u] (g = the first FF columns,
+from w1; u = the last FF, from w3), and out = silu(g) * u with silu(g) = g / (1 + exp(-g)).
+  swiglu_forward   out (N, FF) and/or its E4M3 copy = X of w2, with amax
+  swiglu_backward  din (N, 2*FF) = [dg | du] and/or its E5M2 copy = dY of w13, with amax:
+                   du = dout * silu(g),  dg = dout * u * sig(g) * (1 + g * (1 - sig(g)))
+Elementwise, 16-byte vectors, fp32 math; the fp8 copy is cast from the rounded bf16 value
+(llmc/packed.cuh says why). The grid's x covers one row's vectors and its y strides over rows, so no
+64-bit division per element; each block commits its amax once.
+*/
+#ifndef LLMC_SWIGLU_CUH
+#define LLMC_SWIGLU_CUH
+
+#include "cuda_common.cuh" // floatX, fp8 types, Fp8Cast, block_reduce, cudaCheck, FATAL
+#include "packed.cuh" // 16-byte bf16 vectors, fp8x8 cast, block amax commit
+
+#define SWIGLU_THREADS 128
+
+// ----------------------------------------------------------------------------------------------
+// kernels
+
+__global__ void __launch_bounds__(SWIGLU_THREADS) swiglu_forward_kernel(
+    floatX *__restrict__ out, const floatX *__restrict__ in, int N, int FF, Fp8Cast cast) {
+    const int nvec = FF / 8;
+    const int vi = blockIdx.x * blockDim.x + threadIdx.x;
+    const float scale = cast.out != NULL ? *cast.scale : 1.0f;
+    uint32_t amax_bits = 0;
+    if (vi < nvec) {
+        for (int row = blockIdx.y; row < N; row += gridDim.y) {
+            const floatX *g_ptr = in + (size_t)row * 2 * FF + (size_t)vi * 8;
+            float g[8], u[8], y[8];
+            bf16x8_to_float(g, load16(g_ptr));
+            bf16x8_to_float(u, load16(g_ptr + FF));
+#pragma unroll
+            for (int i = 0; i < 8; i++) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+            uint4 packed = float_to_bf16x8(y);
+            const size_t o = (size_t)row * FF + (size_t)vi * 8;
+            if (out != NULL) store16(out + o, packed);
+            if (cast.out != NULL) store8((fp8e4 *)cast.out + o, float_to_fp8x8<__NV_E4M3>(y, scale));
+            amax_bits = amax_bits_update(amax_bits, y);
+        }
+    }
+    if (cast.amax != NULL) block_commit_amax(cast.amax, amax_bits); // every thread, even idle ones
+}
+
+// din may be the same array as in (each element is read before it is written, by the same thread),
+// which lets the trainer overwrite the w13 output it no longer needs; so neither is __restrict__.
+__global__ void __launch_bounds__(SWIGLU_THREADS) swiglu_backward_kernel(
+    floatX *din, const floatX *__restrict__ dout, const floatX *in, int N, int FF, Fp8Cast cast) {
+    const int nvec = FF / 8;
+    const int vi = blockIdx.x * blockDim.x + threadIdx.x;
+    const float scale = cast.out != NULL ? *cast.scale : 1.0f;
+    uint32_t amax_bits = 0;
+    if (vi < nvec) {
+        for (int row = blockIdx.y; row < N; row += gridDim.y) {
+            const size_t gi = (size_t)row * 2 * FF + (size_t)vi * 8;
+            float g[8], u[8], dy[8], dg[8], du[8];
+            bf16x8_to_float(g, load16(in + gi));
+            bf16x8_to_float(u, load16(in + gi + FF));
+            bf16x8_to_float(dy, load16(dout + (size_t)row * FF + (size_t)vi * 8));
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                const float sig = 1.0f / (1.0f + expf(-g[i]));
+                const float silu = g[i] * sig;
+                du[i] = dy[i] * silu;
+                dg[i] = dy[i] * u[i] * (sig * (1.0f + g[i] * (1.0f - sig)));
+            }
+            uint4 pg = float_to_bf16x8(dg), pu = float_to_bf16x8(du);
+            if (din != NULL) {
+                store16(din + gi, pg);
+                store16(din + gi + FF, pu);
+            }
+            if (cast.out != NULL) {
+                store8((fp8e5 *)cast.out + gi, float_to_fp8x8<__NV_E5M2>(dg, scale));
+                store8((fp8e5 *)cast.out + gi + FF, float_to_fp8x8<__NV_E5M2>(du, scale));
+            }
+            amax_bits = amax_bits_update(amax_bits_update(amax_bits, dg), du);
+        }
+    }
+    if (cast.amax != NULL) block_commit_amax(cast.amax, amax_bits);
+}
+
+// ----------------------------------------------------------------------------------------------
+// launchers
+
+static void swiglu_check(const char *who, int FF, const void *p0, const void *p1, const void *p2, const Fp8Cast *cast) {
+    if (FF <= 0 || FF % 8 != 0) FATAL("%s: FF = %d must be a positive multiple of 8 (16-byte vectors)", who, FF);
+    check_aligned(p0, 16, "a bf16 tensor", who);
+    check_aligned(p1, 16, "a bf16 tensor", who);
+    check_aligned(p2, 16, "a bf16 tensor", who);
+    check_fp8_cast(cast, who);
+}
+
+// in (N, 2*FF) = [g | u] per row; out (N, FF) = silu(g) * u, may be NULL (fp8 copy and/or amax only).
+static void swiglu_forward(floatX *out, const floatX *in, int N, int FF, Fp8Cast cast, cudaStream_t stream) {
+    swiglu_check("swiglu_forward", FF, out, in, NULL, &cast);
+    if (N <= 0) return;
+    dim3 grid = row_grid(FF / 8, SWIGLU_THREADS, N);
+    swiglu_forward_kernel<<<grid, SWIGLU_THREADS, 0, stream>>>(out, in, N, FF, cast);
+    cudaLaunchCheck();
+}
+
+// dout (N, FF), in (N, 2*FF) the forward's input; din (N, 2*FF) = [dg | du], may be NULL and may be
+// the same array as in. cast (E5M2) covers all of din.
+static void swiglu_backward(floatX *din, const floatX *dout, const floatX *in, int N, int FF, Fp8Cast cast,
+                            cudaStream_t stream) {
+    swiglu_check("swiglu_backward", FF, din, dout, in, &cast);
+    if (N <= 0) return;
+    dim3 grid = row_grid(FF / 8, SWIGLU_THREADS, N);
+    swiglu_backward_kernel<<<grid, SWIGLU_THREADS, 0, stream>>>(din, dout, in, N, FF, cast);
+    cudaLaunchCheck();
+}
+
+#endif
