@@ -2,9 +2,10 @@
 The two fp8 formats (E4M3 "fn" for X and W, E5M2 for dY) as plain arithmetic: encode with
 round-to-nearest-even and saturation, decode, and the delayed-scaling state machine of
 ../shared/docs/FP8_RECIPE.md (amax history roll, scale = fp8_max / amax / 2^margin).
-The CPU reference and tests use it directly; the GPU trainer's state-update kernel calls
-fp8_update_tensor, so everything a kernel needs is __host__ __device__ (FP8_HD).
-Plain C, also compiled by nvcc.
+This is the definition the CPU reference, the tests and the GPU kernels are held to. The codec and
+the scale rule are __host__ __device__ (FP8_HD), but note that nvcc --use_fast_math turns the
+device versions' divisions approximate and flushes subnormals, so kernels that must match bit for
+bit restate them with exact operations (llmc/fp8_scaling.cuh). Plain C, also compiled by nvcc.
 */
 #ifndef LLMC_FP8_H
 #define LLMC_FP8_H

@@ -254,7 +254,7 @@ static void ref_fp8_cast_weights(RefModel *model) {
 // layers; N tokens, row-major
 
 // out (N, M) = alpha * inp (N, K) @ w (M, K)^T
-static void matmul_forward(ref_real *out, const ref_real *inp, const ref_real *w, int N, int K, int M, double alpha) {
+static void ref_matmul_forward(ref_real *out, const ref_real *inp, const ref_real *w, int N, int K, int M, double alpha) {
     for (int n = 0; n < N; n++) {
         for (int o = 0; o < M; o++) {
             double sum = 0.0;
@@ -265,7 +265,7 @@ static void matmul_forward(ref_real *out, const ref_real *inp, const ref_real *w
 }
 
 // dinp (N, K) = alpha_dx * dout @ w (overwritten); dw (M, K) += alpha_dw * dout^T @ inp
-static void matmul_backward(ref_real *dinp, ref_real *dw, const ref_real *dout, const ref_real *inp, const ref_real *w,
+static void ref_matmul_backward(ref_real *dinp, ref_real *dw, const ref_real *dout, const ref_real *inp, const ref_real *w,
                             int N, int K, int M, double alpha_dx, double alpha_dw) {
     for (int n = 0; n < N; n++) {
         for (int k = 0; k < K; k++) {
@@ -287,36 +287,36 @@ static void matmul_backward(ref_real *dinp, ref_real *dw, const ref_real *dout, 
 // As an fp8 linear it multiplies the E4M3 copies of inp (made here, into xq) and of w (made once per
 // step), then multiplies the sum by scale_inv(x) * scale_inv(w), that product rounded to fp32 first
 // (as the PyTorch reference does).
-static void linear_forward(RefModel *model, int lin, ref_real *out, const ref_real *inp, ref_real *xq, int p, size_t off,
+static void ref_linear_forward(RefModel *model, int lin, ref_real *out, const ref_real *inp, ref_real *xq, int p, size_t off,
                            int N, int K, int M) {
     size_t w = (size_t)(model->param_ptr[p] - model->params) + off;
     if (!ref_linear_is_fp8(model, lin)) {
-        matmul_forward(out, inp, model->params + w, N, K, M, 1.0);
+        ref_matmul_forward(out, inp, model->params + w, N, K, M, 1.0);
         return;
     }
     ref_fp8_cast(model, FP8_KINDS * lin + FP8_X, inp, xq, (size_t)N * K, ref_fp8_live(model));
     float alpha = ref_fp8_scale_inv(model, lin, FP8_X) * ref_fp8_scale_inv(model, lin, FP8_W);
-    matmul_forward(out, xq, model->params_fp8 + w, N, K, M, alpha);
+    ref_matmul_forward(out, xq, model->params_fp8 + w, N, K, M, alpha);
 }
 
 // Its backward: dinp = dout @ w (overwritten), dw += dout^T @ inp. As an fp8 linear dout is cast to
 // E5M2 first and both products use the fp8 copies the forward used.
-static void linear_backward(RefModel *model, int lin, ref_real *dinp, const ref_real *dout, const ref_real *inp,
+static void ref_linear_backward(RefModel *model, int lin, ref_real *dinp, const ref_real *dout, const ref_real *inp,
                             const ref_real *xq, int p, size_t off, int N, int K, int M) {
     size_t w = (size_t)(model->param_ptr[p] - model->params) + off;
     if (!ref_linear_is_fp8(model, lin)) {
-        matmul_backward(dinp, model->grads + w, dout, inp, model->params + w, N, K, M, 1.0, 1.0);
+        ref_matmul_backward(dinp, model->grads + w, dout, inp, model->params + w, N, K, M, 1.0, 1.0);
         return;
     }
     ref_real *dyq = model->acts.dyq;
     ref_fp8_cast(model, FP8_KINDS * lin + FP8_DY, dout, dyq, (size_t)N * M, ref_fp8_live(model));
     float sdy = ref_fp8_scale_inv(model, lin, FP8_DY);
-    matmul_backward(dinp, model->grads + w, dyq, xq, model->params_fp8 + w, N, K, M,
+    ref_matmul_backward(dinp, model->grads + w, dyq, xq, model->params_fp8 + w, N, K, M,
                     sdy * ref_fp8_scale_inv(model, lin, FP8_W), sdy * ref_fp8_scale_inv(model, lin, FP8_X));
 }
 
 // y = x / sqrt(mean(x^2) + eps) * w, per row of C
-static void rmsnorm_forward(ref_real *out, ref_real *rstd, const ref_real *inp, const ref_real *w, int N, int C, float eps) {
+static void ref_rmsnorm_forward(ref_real *out, ref_real *rstd, const ref_real *inp, const ref_real *w, int N, int C, float eps) {
     for (int n = 0; n < N; n++) {
         const ref_real *x = inp + (size_t)n * C;
         double ss = 0.0;
@@ -329,7 +329,7 @@ static void rmsnorm_forward(ref_real *out, ref_real *rstd, const ref_real *inp, 
 
 // With r = rstd: dx_j = r * (dy_j w_j - x_j r^2 mean_i(dy_i w_i x_i)), dw_i += dy_i x_i r.
 // dinp is accumulated into (it is the residual stream's gradient).
-static void rmsnorm_backward(ref_real *dinp, ref_real *dw, const ref_real *dout, const ref_real *inp, const ref_real *w,
+static void ref_rmsnorm_backward(ref_real *dinp, ref_real *dw, const ref_real *dout, const ref_real *inp, const ref_real *w,
                              const ref_real *rstd, int N, int C) {
     for (int n = 0; n < N; n++) {
         const ref_real *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
@@ -344,7 +344,7 @@ static void rmsnorm_backward(ref_real *dinp, ref_real *dw, const ref_real *dout,
 
 // RoPE on the q and k heads of qkv (B, T, (NH + 2*NKV)*HS): each adjacent pair (2i, 2i+1) of a head
 // at position t rotates by t * theta^(-2i/HS). dir = -1 applies the inverse rotation (the backward).
-static void rope(ref_real *qkv, int B, int T, int NH, int NKV, int HS, float theta, int dir) {
+static void ref_rope(ref_real *qkv, int B, int T, int NH, int NKV, int HS, float theta, int dir) {
     int width = (NH + 2 * NKV) * HS;
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
@@ -364,7 +364,7 @@ static void rope(ref_real *qkv, int B, int T, int NH, int NKV, int HS, float the
 }
 
 // Causal grouped-query attention. Query head h reads key/value head h / (NH/NKV).
-static void attention_forward(ref_real *out, ref_real *att, const ref_real *qkv, int B, int T, int NH, int NKV, int HS) {
+static void ref_attention_forward(ref_real *out, ref_real *att, const ref_real *qkv, int B, int T, int NH, int NKV, int HS) {
     int width = (NH + 2 * NKV) * HS, group = NH / NKV, C = NH * HS;
     double scale = 1.0 / sqrt((double)HS);
     for (int b = 0; b < B; b++) {
@@ -396,7 +396,7 @@ static void attention_forward(ref_real *out, ref_real *att, const ref_real *qkv,
 
 // dqkv (overwritten) from dout: dv += p dy, dp = dy . v, ds = p (dp - sum(p dp)), dq = ds k / sqrt(HS),
 // dk += ds q / sqrt(HS); the key/value gradients sum over the query heads of their group.
-static void attention_backward(ref_real *dqkv, const ref_real *dout, const ref_real *qkv, const ref_real *att,
+static void ref_attention_backward(ref_real *dqkv, const ref_real *dout, const ref_real *qkv, const ref_real *att,
                                int B, int T, int NH, int NKV, int HS) {
     int width = (NH + 2 * NKV) * HS, group = NH / NKV, C = NH * HS;
     double scale = 1.0 / sqrt((double)HS);
@@ -435,7 +435,7 @@ static void attention_backward(ref_real *dqkv, const ref_real *dout, const ref_r
 }
 
 // out = silu(g) * u with [g | u] = gu, g = the first FF columns
-static void swiglu_forward(ref_real *out, const ref_real *gu, int N, int FF) {
+static void ref_swiglu_forward(ref_real *out, const ref_real *gu, int N, int FF) {
     for (int n = 0; n < N; n++) {
         for (int i = 0; i < FF; i++) {
             double g = gu[(size_t)n * 2 * FF + i], u = gu[(size_t)n * 2 * FF + FF + i];
@@ -445,7 +445,7 @@ static void swiglu_forward(ref_real *out, const ref_real *gu, int N, int FF) {
 }
 
 // d silu(g)/dg = sig(g) (1 + g (1 - sig(g)))
-static void swiglu_backward(ref_real *dgu, const ref_real *dout, const ref_real *gu, int N, int FF) {
+static void ref_swiglu_backward(ref_real *dgu, const ref_real *dout, const ref_real *gu, int N, int FF) {
     for (int n = 0; n < N; n++) {
         for (int i = 0; i < FF; i++) {
             double g = gu[(size_t)n * 2 * FF + i], u = gu[(size_t)n * 2 * FF + FF + i];
@@ -487,20 +487,20 @@ static ref_real ref_forward(RefModel *model, const int *inputs, const int *targe
         ref_real *ln2 = a->ln2 + l * NC, *gu = a->gu + (size_t)l * N * 2 * FF, *swi = a->swi + (size_t)l * N * FF;
         size_t wqkv = (size_t)l * QKV * C, wo = (size_t)l * C * C, w13 = (size_t)l * 2 * FF * C, w2 = (size_t)l * C * FF;
         int lin = LINS_PER_LAYER * l;
-        rmsnorm_forward(ln1, a->ln1_rstd + (size_t)l * N, x, P[P_LN1W] + (size_t)l * C, N, C, c->norm_eps);
-        linear_forward(model, lin + LIN_QKV, qkv, ln1, a->xq_qkv + l * NC, P_WQKV, wqkv, N, C, QKV);
-        rope(qkv, B, T, NH, NKV, HS, c->rope_theta, 1);
-        attention_forward(atty, a->att + (size_t)l * B * NH * T * T, qkv, B, T, NH, NKV, HS);
-        linear_forward(model, lin + LIN_WO, h, atty, a->xq_wo + l * NC, P_WO, wo, N, C, C);
+        ref_rmsnorm_forward(ln1, a->ln1_rstd + (size_t)l * N, x, P[P_LN1W] + (size_t)l * C, N, C, c->norm_eps);
+        ref_linear_forward(model, lin + LIN_QKV, qkv, ln1, a->xq_qkv + l * NC, P_WQKV, wqkv, N, C, QKV);
+        ref_rope(qkv, B, T, NH, NKV, HS, c->rope_theta, 1);
+        ref_attention_forward(atty, a->att + (size_t)l * B * NH * T * T, qkv, B, T, NH, NKV, HS);
+        ref_linear_forward(model, lin + LIN_WO, h, atty, a->xq_wo + l * NC, P_WO, wo, N, C, C);
         for (size_t i = 0; i < NC; i++) h[i] += x[i];
-        rmsnorm_forward(ln2, a->ln2_rstd + (size_t)l * N, h, P[P_LN2W] + (size_t)l * C, N, C, c->norm_eps);
-        linear_forward(model, lin + LIN_W13, gu, ln2, a->xq_w13 + l * NC, P_W13, w13, N, C, 2 * FF);
-        swiglu_forward(swi, gu, N, FF);
-        linear_forward(model, lin + LIN_W2, xout, swi, a->xq_w2 + (size_t)l * N * FF, P_W2, w2, N, FF, C);
+        ref_rmsnorm_forward(ln2, a->ln2_rstd + (size_t)l * N, h, P[P_LN2W] + (size_t)l * C, N, C, c->norm_eps);
+        ref_linear_forward(model, lin + LIN_W13, gu, ln2, a->xq_w13 + l * NC, P_W13, w13, N, C, 2 * FF);
+        ref_swiglu_forward(swi, gu, N, FF);
+        ref_linear_forward(model, lin + LIN_W2, xout, swi, a->xq_w2 + (size_t)l * N * FF, P_W2, w2, N, FF, C);
         for (size_t i = 0; i < NC; i++) xout[i] += h[i];
     }
-    rmsnorm_forward(a->lnf, a->lnf_rstd, a->x + L * NC, P[P_LNFW], N, C, c->norm_eps);
-    linear_forward(model, LINS_PER_LAYER * L, a->logits, a->lnf, a->xq_lm, P_LM_HEAD, 0, N, C, V);
+    ref_rmsnorm_forward(a->lnf, a->lnf_rstd, a->x + L * NC, P[P_LNFW], N, C, c->norm_eps);
+    ref_linear_forward(model, LINS_PER_LAYER * L, a->logits, a->lnf, a->xq_lm, P_LM_HEAD, 0, N, C, V);
     double loss = 0.0;
     for (int n = 0; n < N; n++) {
         const ref_real *row = a->logits + (size_t)n * V;
@@ -532,9 +532,9 @@ static void ref_backward(RefModel *model, ref_real dloss) {
             drow[i] = (ref_real)((p - (i == model->targets[n] ? 1.0 : 0.0)) * dloss / N);
         }
     }
-    linear_backward(model, LINS_PER_LAYER * L, a->dln, a->dlogits, a->lnf, a->xq_lm, P_LM_HEAD, 0, N, C, V);
+    ref_linear_backward(model, LINS_PER_LAYER * L, a->dln, a->dlogits, a->lnf, a->xq_lm, P_LM_HEAD, 0, N, C, V);
     memset(a->dres, 0, NC * sizeof(ref_real));
-    rmsnorm_backward(a->dres, G[P_LNFW], a->dln, a->x + L * NC, P[P_LNFW], a->lnf_rstd, N, C);
+    ref_rmsnorm_backward(a->dres, G[P_LNFW], a->dln, a->x + L * NC, P[P_LNFW], a->lnf_rstd, N, C);
     for (int l = L - 1; l >= 0; l--) {
         ref_real *x = a->x + l * NC, *h = a->h + l * NC;
         ref_real *ln1 = a->ln1 + l * NC, *qkv = a->qkv + (size_t)l * N * QKV, *atty = a->atty + l * NC;
@@ -542,17 +542,17 @@ static void ref_backward(RefModel *model, ref_real dloss) {
         size_t wqkv = (size_t)l * QKV * C, wo = (size_t)l * C * C, w13 = (size_t)l * 2 * FF * C, w2 = (size_t)l * C * FF;
         int lin = LINS_PER_LAYER * l;
         // dres is the gradient at this layer's output: it reaches w2 directly and h through the residual
-        linear_backward(model, lin + LIN_W2, a->dswi, a->dres, swi, a->xq_w2 + (size_t)l * N * FF, P_W2, w2, N, FF, C);
-        swiglu_backward(a->dgu, a->dswi, gu, N, FF);
-        linear_backward(model, lin + LIN_W13, a->dln, a->dgu, ln2, a->xq_w13 + l * NC, P_W13, w13, N, C, 2 * FF);
-        rmsnorm_backward(a->dres, G[P_LN2W] + (size_t)l * C, a->dln, h, P[P_LN2W] + (size_t)l * C,
+        ref_linear_backward(model, lin + LIN_W2, a->dswi, a->dres, swi, a->xq_w2 + (size_t)l * N * FF, P_W2, w2, N, FF, C);
+        ref_swiglu_backward(a->dgu, a->dswi, gu, N, FF);
+        ref_linear_backward(model, lin + LIN_W13, a->dln, a->dgu, ln2, a->xq_w13 + l * NC, P_W13, w13, N, C, 2 * FF);
+        ref_rmsnorm_backward(a->dres, G[P_LN2W] + (size_t)l * C, a->dln, h, P[P_LN2W] + (size_t)l * C,
                          a->ln2_rstd + (size_t)l * N, N, C);
         // now dres is the gradient at h
-        linear_backward(model, lin + LIN_WO, a->datty, a->dres, atty, a->xq_wo + l * NC, P_WO, wo, N, C, C);
-        attention_backward(a->dqkv, a->datty, qkv, a->att + (size_t)l * B * NH * T * T, B, T, NH, NKV, HS);
-        rope(a->dqkv, B, T, NH, NKV, HS, c->rope_theta, -1); // a rotation's transpose is its inverse
-        linear_backward(model, lin + LIN_QKV, a->dln, a->dqkv, ln1, a->xq_qkv + l * NC, P_WQKV, wqkv, N, C, QKV);
-        rmsnorm_backward(a->dres, G[P_LN1W] + (size_t)l * C, a->dln, x, P[P_LN1W] + (size_t)l * C,
+        ref_linear_backward(model, lin + LIN_WO, a->datty, a->dres, atty, a->xq_wo + l * NC, P_WO, wo, N, C, C);
+        ref_attention_backward(a->dqkv, a->datty, qkv, a->att + (size_t)l * B * NH * T * T, B, T, NH, NKV, HS);
+        ref_rope(a->dqkv, B, T, NH, NKV, HS, c->rope_theta, -1); // a rotation's transpose is its inverse
+        ref_linear_backward(model, lin + LIN_QKV, a->dln, a->dqkv, ln1, a->xq_qkv + l * NC, P_WQKV, wqkv, N, C, QKV);
+        ref_rmsnorm_backward(a->dres, G[P_LN1W] + (size_t)l * C, a->dln, x, P[P_LN1W] + (size_t)l * C,
                          a->ln1_rstd + (size_t)l * N, N, C);
     }
     for (int n = 0; n < N; n++) {

@@ -1,0 +1,200 @@
+/*
+What the dev/cuda kernel programs share: a CPU model of bf16 rounding (the fp8 casts' CPU model is
+llmc/fp8.h's fp8_encode, written from the format definitions, so it checks the GPU's conversions
+rather than repeating them), random bf16 inputs, NaN poisoning of outputs, an
+element-wise comparison that counts failures and reports the worst one, and a CUDA-event timer
+that reports the median of many runs as GB/s against the H200's copy bandwidth.
+
+Tolerances used by the programs, and why: every kernel reads bf16, computes in fp32 and rounds its
+result once to bf16. The CPU reference computes in double from the same bf16 inputs, so the only
+differences are (a) the final rounding, at most half a bf16 ulp <= 2^-8 |value|, and (b) fp32
+arithmetic, a few 1e-7 relative to the magnitude of the terms summed (also __expf / rsqrt under
+--use_fast_math). Hence tol = 2^-8 |ref| + 1e-5 * (sum of |terms|). fp8 copies are checked
+EXACTLY: the kernels cast the rounded bf16 output, so the CPU cast of the GPU's bf16 value must give
+the same code; amaxes are checked exactly against the max |bf16 output|.
+*/
+#ifndef DEV_CUDA_KERNEL_TEST_H
+#define DEV_CUDA_KERNEL_TEST_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+#include <vector>
+#include <algorithm>
+#include "llmc/cuda_common.cuh"
+#include "llmc/fp8.h" // fp8_encode: the CPU cast (round-to-nearest-even, saturating), Fp8Format
+
+#define H200_COPY_GBPS 4170.0 // measured device-to-device copy bandwidth, the roofline for these kernels
+
+static int g_failures = 0; // validation failures over the whole program
+
+// ----------------------------------------------------------------------------------------------
+// CPU bf16
+
+static float bf16_to_float(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static uint16_t float_to_bf16(float f) { // round to nearest even
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0; // NaN
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static float round_bf16(float f) { return bf16_to_float(float_to_bf16(f)); }
+
+// ----------------------------------------------------------------------------------------------
+// inputs, device buffers
+
+static uint64_t g_rng = 0x1234abcd5678ef01ull;
+
+// n bf16 values ~ mean + stddev * N(0, 1), never exactly zero (so every output carries signal).
+static std::vector<uint16_t> random_bf16(size_t n, float mean, float stddev) {
+    std::vector<uint16_t> v(n);
+    for (size_t i = 0; i < n; i++) {
+        float x = mean + stddev * random_normal(&g_rng);
+        if (x == 0.0f) x = stddev * 0.5f;
+        v[i] = float_to_bf16(x);
+        if ((v[i] & 0x7fff) == 0) v[i] = float_to_bf16(stddev * 0.5f);
+    }
+    return v;
+}
+
+template <typename T>
+static T *to_device(const std::vector<T> &h) {
+    T *d = (T *)cudaMallocCheck(h.size() * sizeof(T) + 16, "test buffer");
+    cudaCheck(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+    return d;
+}
+template <typename T>
+static T *device_alloc(size_t n) { return (T *)cudaMallocCheck(n * sizeof(T) + 16, "test buffer"); }
+template <typename T>
+static std::vector<T> to_host(const void *d, size_t n) {
+    std::vector<T> h(n);
+    cudaCheck(cudaDeviceSynchronize());
+    cudaCheck(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+}
+// All-ones bytes: NaN as bf16 (0xFFFF), fp32 (0xFFFFFFFF), E4M3 and E5M2 (0xFF): an element the
+// kernel forgot to write fails every comparison.
+static void poison(void *d, size_t bytes) { cudaCheck(cudaMemset(d, 0xff, bytes)); }
+static void set_float(float *d, float v) { cudaCheck(cudaMemcpy(d, &v, sizeof(float), cudaMemcpyHostToDevice)); }
+static float get_float(const float *d) {
+    float v;
+    cudaCheck(cudaMemcpy(&v, d, sizeof(float), cudaMemcpyDeviceToHost));
+    return v;
+}
+
+// ----------------------------------------------------------------------------------------------
+// comparison
+
+typedef struct {
+    const char *name;
+    size_t n, fails, worst_i;
+    double worst_ratio, worst_gpu, worst_ref, worst_tol;
+} Cmp;
+
+static Cmp cmp_begin(const char *name) {
+    Cmp c;
+    memset(&c, 0, sizeof(c));
+    c.name = name;
+    c.worst_ratio = -1.0;
+    return c;
+}
+// Passes when |gpu - ref| <= tol (tol 0: exact). NaN fails and is reported as the worst.
+static inline void cmp_add(Cmp *c, size_t i, double gpu, double ref, double tol) {
+    double err = fabs(gpu - ref);
+    bool ok = err <= tol;
+    double ratio = ok ? (tol > 0 ? err / tol : 0.0) : (isnan(err) ? INFINITY : (tol > 0 ? err / tol : INFINITY));
+    c->n++;
+    if (!ok) c->fails++;
+    if (ratio > c->worst_ratio || (!ok && c->fails == 1)) {
+        c->worst_ratio = ratio, c->worst_i = i, c->worst_gpu = gpu, c->worst_ref = ref, c->worst_tol = tol;
+    }
+}
+static void cmp_end(const Cmp *c) {
+    if (c->fails) {
+        g_failures++;
+        printf("  FAIL %-34s %zu of %zu wrong; worst [%zu]: gpu %.9g ref %.9g tol %.3g\n", c->name, c->fails, c->n,
+               c->worst_i, c->worst_gpu, c->worst_ref, c->worst_tol);
+    } else {
+        printf("  ok   %-34s %zu values, worst err/tol %.3f\n", c->name, c->n, c->worst_ratio < 0 ? 0.0 : c->worst_ratio);
+    }
+}
+static void check_true(const char *name, bool ok, const char *detail) {
+    if (!ok) g_failures++;
+    printf("  %s %-34s %s\n", ok ? "ok  " : "FAIL", name, detail);
+}
+
+// fp8 codes must equal the CPU cast of the GPU's bf16 values times scale (fp32 multiply, as the kernel).
+static void check_fp8(const char *name, const uint8_t *codes, const uint16_t *bf16, size_t n, float scale, Fp8Format f) {
+    Cmp c = cmp_begin(name);
+    for (size_t i = 0; i < n; i++) cmp_add(&c, i, codes[i], fp8_encode(bf16_to_float(bf16[i]) * scale, f), 0.0);
+    cmp_end(&c);
+}
+// amax must equal max |bf16 value| exactly.
+static void check_amax(const char *name, float amax, const uint16_t *bf16, size_t n) {
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i++) m = fmaxf(m, fabsf(bf16_to_float(bf16[i])));
+    Cmp c = cmp_begin(name);
+    cmp_add(&c, 0, amax, m, 0.0);
+    cmp_end(&c);
+}
+static void check_bitwise(const char *name, const void *a, const void *b, size_t bytes) {
+    char detail[64];
+    bool same = memcmp(a, b, bytes) == 0;
+    snprintf(detail, sizeof(detail), "%zu bytes %s", bytes, same ? "identical" : "DIFFER");
+    check_true(name, same, detail);
+}
+
+// ----------------------------------------------------------------------------------------------
+// setup and timing
+
+static void dev_setup(void) {
+    int dev = 0;
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaGetDeviceProperties(&prop, dev));
+    g_num_sms = prop.multiProcessorCount;
+    printf("device: %s, %d SMs, %.0f MB L2\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1048576.0);
+}
+
+// Median over reps of the time of f() (each run timed alone by events), after warm-up runs.
+template <typename F>
+static float time_median_ms(F f, int reps = 25, int warmup = 5) {
+    for (int i = 0; i < warmup; i++) f();
+    cudaEvent_t start, stop;
+    cudaCheck(cudaEventCreate(&start));
+    cudaCheck(cudaEventCreate(&stop));
+    std::vector<float> ms(reps);
+    for (int i = 0; i < reps; i++) {
+        cudaCheck(cudaEventRecord(start));
+        f();
+        cudaCheck(cudaEventRecord(stop));
+        cudaCheck(cudaEventSynchronize(stop));
+        cudaCheck(cudaEventElapsedTime(&ms[i], start, stop));
+    }
+    cudaCheck(cudaEventDestroy(start));
+    cudaCheck(cudaEventDestroy(stop));
+    std::sort(ms.begin(), ms.end());
+    return ms[reps / 2];
+}
+
+static void report_bandwidth(const char *name, float ms, double bytes) {
+    double gbps = bytes / (ms * 1e-3) / 1e9;
+    printf("  %-44s %9.2f us %8.1f GB/s  %5.1f%% of %.0f GB/s\n", name, ms * 1e3, gbps, 100.0 * gbps / H200_COPY_GBPS,
+           H200_COPY_GBPS);
+}
+
+static int finish(const char *program) {
+    if (g_failures) printf("%s: FAIL (%d checks failed)\n", program, g_failures);
+    else printf("%s: PASS\n", program);
+    return g_failures ? 1 : 0;
+}
+
+#endif
