@@ -25,7 +25,7 @@ define probe
 $(shell for inc in $(4); do for lib in $(5); do \
   printf '#include <%s>\nint main(void){ %s; return 0; }\n' '$(2)' '$(3)' > /tmp/probe_$$$$.cu; \
   if $(NVCC) -arch=$(GPU_ARCH) -I$$inc -L$$lib /tmp/probe_$$$$.cu -l$(1) -o /tmp/probe_$$$$ >/dev/null 2>&1; then \
-    echo "-I$$inc -L$$lib -Wl,-rpath,$$lib"; rm -f /tmp/probe_$$$$ /tmp/probe_$$$$.cu; exit 0; fi; \
+    echo "-I$$inc -L$$lib -Xlinker -rpath=$$lib"; rm -f /tmp/probe_$$$$ /tmp/probe_$$$$.cu; exit 0; fi; \
   done; done; rm -f /tmp/probe_$$$$ /tmp/probe_$$$$.cu)
 endef
 

@@ -292,7 +292,7 @@ static void test_fp8_dy_amax_updates(void) {
                   "layer %d %s: dY amax slot not updated by the backward pass (%g)", l, LINEAR_NAMES[lin], after_bwd[lay.amax_slot + t]);
         }
     }
-    fp8_update_scales(m.fp8_state, lay, 0, g_stream);
+    fp8_update_scales(m.fp8_state, m.gemm_scale_inv, lay, 0, g_stream);
     float *after = download_f32(m.fp8_state, lay.total);
     for (int t = 0; t < lay.num_tensors; t++) {
         CHECK(after[lay.amax_history + (size_t)t * 4] == after_bwd[lay.amax_slot + t], "tensor %d: history[0] is not the slot", t);
@@ -396,7 +396,7 @@ static void test_fp8_update_keeps_scale_on_bad_amax(void) {
     h[lay.amax_slot + 5] = 7.0f;
     float *d = (float *)cudaMallocCheck(lay.total * sizeof(float), "test state");
     cudaCheck(cudaMemcpy(d, h, lay.total * sizeof(float), cudaMemcpyHostToDevice));
-    fp8_update_scales(d, lay, 0, g_stream);
+    fp8_update_scales(d, NULL, lay, 0, g_stream);
     cudaCheck(cudaMemcpy(h2, d, lay.total * sizeof(float), cudaMemcpyDeviceToHost));
     CHECK(h2[lay.scale + 0] == 4.0f, "zero amax changed the scale to %g", h2[lay.scale + 0]);
     CHECK(h2[lay.scale + 1] == 4.0f, "NaN amax changed the scale to %g", h2[lay.scale + 1]);

@@ -201,6 +201,7 @@ typedef struct {
     float *master, *adam_m, *adam_v; // fp32, num_params each
     Fp8StateLayout fp8_layout;
     float *fp8_state;                      // one buffer, see llmc/llama_config.h
+    float *gemm_scale_inv;                 // (NT, FP8_GEMM_SCALE_STRIDE) aligned copies of scale_inv for cuBLASLt
     fp8e4 *w_fp8[LINS_PER_LAYER];          // (L, OUT, IN) E4M3 weights, cast once per step
     fp8e4 *w_fp8_t[LINS_PER_LAYER];        // (L, IN, OUT) their transposes, for dgrad
     float *rope_freqs;
@@ -258,6 +259,12 @@ static void model_init(Model *m, const LlamaConfig *cfg, int B, int T, int preci
         fp8_state_init(h, m->fp8_layout);
         cudaCheck(cudaMemcpy(m->fp8_state, h, m->fp8_layout.total * sizeof(float), cudaMemcpyHostToDevice));
         free(h);
+        size_t nt = (size_t)m->fp8_layout.num_tensors;
+        m->gemm_scale_inv = (float *)model_alloc(m, nt * FP8_GEMM_SCALE_STRIDE * sizeof(float), "fp8 GEMM scales");
+        float *ones = (float *)mallocCheck(nt * FP8_GEMM_SCALE_STRIDE * sizeof(float));
+        for (size_t i = 0; i < nt * FP8_GEMM_SCALE_STRIDE; i++) ones[i] = 1.0f; // scale_inv starts at 1
+        cudaCheck(cudaMemcpy(m->gemm_scale_inv, ones, nt * FP8_GEMM_SCALE_STRIDE * sizeof(float), cudaMemcpyHostToDevice));
+        free(ones);
         for (int lin = 0; lin < LINS_PER_LAYER; lin++) {
             size_t n = L * linear_in(c, lin) * linear_out(c, lin);
             m->w_fp8[lin] = (fp8e4 *)model_alloc(m, n, "fp8 weights");
@@ -343,6 +350,7 @@ static void model_set_weights(Model *m, const float *host) {
 static float *fp8_amax(Model *m, int t) { return m->fp8_state + m->fp8_layout.amax_slot + t; }
 static float *fp8_scale(Model *m, int t) { return m->fp8_state + m->fp8_layout.scale + t; }
 static float *fp8_scale_inv(Model *m, int t) { return m->fp8_state + m->fp8_layout.scale_inv + t; }
+static float *fp8_gemm_scale_inv(Model *m, int t) { return m->gemm_scale_inv + (size_t)FP8_GEMM_SCALE_STRIDE * t; }
 static int fp8_format_of(int t) { return t % FP8_KINDS == FP8_DY ? FP8_E5M2 : FP8_E4M3; }
 static float fp8_max_of(int t) { return t % FP8_KINDS == FP8_DY ? FP8_E5M2_MAX : FP8_E4M3_MAX; }
 
@@ -373,7 +381,8 @@ static Fp8Site fp8_site(Model *m, int t, void *out, floatX *bf16, size_t n) {
 
 static void fp8_site_finish(Model *m, const Fp8Site *s, cudaStream_t stream) {
     if (m->precision != PREC_FP8 || !s->live) return;
-    fp8_scale_from_amax(fp8_scale(m, s->t), fp8_scale_inv(m, s->t), fp8_amax(m, s->t), fp8_max_of(s->t), m->fp8_margin, stream);
+    fp8_scale_from_amax(fp8_scale(m, s->t), fp8_scale_inv(m, s->t), fp8_gemm_scale_inv(m, s->t), fp8_amax(m, s->t),
+                        fp8_max_of(s->t), m->fp8_margin, stream);
     fp8_cast(s->out, fp8_format_of(s->t), s->bf16, s->n, NULL, fp8_scale(m, s->t), stream);
 }
 
@@ -381,7 +390,8 @@ static void fp8_site_finish(Model *m, const Fp8Site *s, cudaStream_t stream) {
 static void fp8_cast_existing(Model *m, int t, void *out, const floatX *in, size_t n, cudaStream_t stream) {
     if (fp8_is_live(m)) {
         amax_abs_max(fp8_amax(m, t), in, n, stream);
-        fp8_scale_from_amax(fp8_scale(m, t), fp8_scale_inv(m, t), fp8_amax(m, t), fp8_max_of(t), m->fp8_margin, stream);
+        fp8_scale_from_amax(fp8_scale(m, t), fp8_scale_inv(m, t), fp8_gemm_scale_inv(m, t), fp8_amax(m, t), fp8_max_of(t),
+                            m->fp8_margin, stream);
         fp8_cast(out, fp8_format_of(t), in, n, NULL, fp8_scale(m, t), stream);
     } else {
         fp8_cast(out, fp8_format_of(t), in, n, m->recording ? fp8_amax(m, t) : NULL, fp8_scale(m, t), stream);
@@ -413,8 +423,8 @@ static void linear_forward(Model *m, int l, int lin, floatX *y, const floatX *x,
     int N = m->B * m->T, IN = linear_in(c, lin), OUT = linear_out(c, lin);
     size_t wn = (size_t)IN * OUT;
     if (m->precision == PREC_FP8) {
-        matmul_fp8_fprop(y, x_fp8, m->w_fp8[lin] + l * wn, fp8_scale_inv(m, fp8_tensor_index(l, lin, FP8_X)),
-                         fp8_scale_inv(m, fp8_tensor_index(l, lin, FP8_W)), N, IN, OUT, stream);
+        matmul_fp8_fprop(y, x_fp8, m->w_fp8[lin] + l * wn, fp8_gemm_scale_inv(m, fp8_tensor_index(l, lin, FP8_X)),
+                         fp8_gemm_scale_inv(m, fp8_tensor_index(l, lin, FP8_W)), N, IN, OUT, stream);
     } else {
         matmul_forward(y, x, m->param[LINEAR_PARAM[lin]] + l * wn, N, IN, OUT, stream);
     }
@@ -429,12 +439,12 @@ static void linear_backward(Model *m, int l, int lin, floatX *dx, const floatX *
     floatX *dw = m->grad[LINEAR_PARAM[lin]] + l * wn;
     if (m->precision == PREC_FP8) {
         Activations *a = &m->acts;
-        const float *dy_sinv = fp8_scale_inv(m, fp8_tensor_index(l, lin, FP8_DY));
+        const float *dy_sinv = fp8_gemm_scale_inv(m, fp8_tensor_index(l, lin, FP8_DY));
         fp8_transpose(a->dy_fp8_t, a->dy_fp8, N, OUT, stream);
         fp8_transpose(a->x_fp8_t, x_fp8, N, IN, stream);
         matmul_fp8_dgrad(dx, a->dy_fp8, m->w_fp8_t[lin] + l * wn, dy_sinv,
-                         fp8_scale_inv(m, fp8_tensor_index(l, lin, FP8_W)), N, IN, OUT, stream);
-        matmul_fp8_wgrad(dw, a->dy_fp8_t, a->x_fp8_t, dy_sinv, fp8_scale_inv(m, fp8_tensor_index(l, lin, FP8_X)),
+                         fp8_gemm_scale_inv(m, fp8_tensor_index(l, lin, FP8_W)), N, IN, OUT, stream);
+        matmul_fp8_wgrad(dw, a->dy_fp8_t, a->x_fp8_t, dy_sinv, fp8_gemm_scale_inv(m, fp8_tensor_index(l, lin, FP8_X)),
                          N, IN, OUT, 1, stream);
     } else {
         matmul_backward(dx, dw, dy, x, m->param[LINEAR_PARAM[lin]] + l * wn, N, IN, OUT, 1, stream);
@@ -563,7 +573,7 @@ static void model_backward(Model *m, const int *inputs_host, cudaStream_t stream
 typedef struct { float lr, beta1, beta2, eps, weight_decay, grad_clip; } AdamWParams;
 
 static float model_update(Model *m, const AdamWParams *h, float *norm_device, int *skipped, cudaStream_t stream) {
-    if (m->precision == PREC_FP8) fp8_update_scales(m->fp8_state, m->fp8_layout, m->fp8_margin, stream);
+    if (m->precision == PREC_FP8) fp8_update_scales(m->fp8_state, m->gemm_scale_inv, m->fp8_layout, m->fp8_margin, stream);
     global_norm_squared(norm_device, m->grads_memory, m->num_params, stream);
     float norm_sq;
     cudaCheck(cudaMemcpyAsync(&norm_sq, norm_device, sizeof(float), cudaMemcpyDeviceToHost, stream));
@@ -829,6 +839,8 @@ static void load_checkpoint(Model *m, TrainState *ts, const char *dir, int step)
     Section st[] = {{m->adam_m, pbytes, 1}, {m->adam_v, pbytes, 1}, {m->fp8_state, m->fp8_state ? m->fp8_layout.total * sizeof(float) : 0, 1},
                     {&ts->rng, sizeof(ts->rng), 0}, {&ts->data, sizeof(ts->data), 0}};
     read_sections(state_path, STATE_MAGIC, ex, 17, st, 5);
+    if (m->precision == PREC_FP8)
+        fp8_publish_scale_inv(m->gemm_scale_inv, m->fp8_state + m->fp8_layout.scale_inv, m->fp8_layout.num_tensors, 0);
     // adam_t is the one word not checked against this run: it is read back from the file's header
     FILE *f = fopenCheck(state_path, "rb");
     freadCheck(h, sizeof(int), 256, f, state_path);

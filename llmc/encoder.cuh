@@ -93,7 +93,7 @@ typedef struct {
     int max_N, C;
     int *count;          // host, count_cap entries, all zero between calls: per token count, then write cursor
     int count_cap;       // grows to the largest token id seen + 1
-    int *host_list;      // pinned, 2 * max_N + 1 ints: the layout encoder_backward_kernel reads
+    int *host_list;      // pinned, 3 * max_N + 1 ints: the layout encoder_backward_kernel reads
     int *device_list;    // same size, on the device
     cudaEvent_t uploaded; // recorded after each upload of host_list
 } EncoderBackward;
@@ -106,7 +106,7 @@ static void encoder_backward_init(EncoderBackward *eb, int max_N, int C) {
     eb->C = C;
     eb->count = NULL;
     eb->count_cap = 0;
-    size_t bytes = (2 * (size_t)max_N + 1) * sizeof(int);
+    size_t bytes = (3 * (size_t)max_N + 1) * sizeof(int); // list (G) + starts (G + 1) + positions (N), G <= N
     cudaCheck(cudaMallocHost((void **)&eb->host_list, bytes));
     eb->device_list = (int *)cudaMallocCheck(bytes, "encoder backward token groups");
     cudaCheck(cudaEventCreateWithFlags(&eb->uploaded, cudaEventDisableTiming));

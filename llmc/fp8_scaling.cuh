@@ -366,27 +366,49 @@ void amax_abs_max(float *amax, const floatX *in, size_t n, cudaStream_t stream) 
 // ---------------------------------------------------------------------------------------------
 // scale updates
 
+// cuBLASLt 13.1 refuses fp8 GEMMs (NOT_SUPPORTED at launch) whose scale pointers are not 16-byte
+// aligned (seen on H200: a pointer 4 bytes past an aligned one fails, the aligned one runs). The
+// state buffer packs scale_inv densely, so the updates also publish each tensor's scale_inv at
+// gemm_scale_inv[FP8_GEMM_SCALE_STRIDE * t], 16-byte aligned, for the GEMMs to read.
+#define FP8_GEMM_SCALE_STRIDE 4
+
 static void fp8_check_margin(const char *fn, int margin) {
     if (margin < 0 || margin > 100) FATAL("%s: margin %d is outside [0, 100]", fn, margin);
 }
 
-__global__ void fp8_scale_from_amax_kernel(float *scale, float *scale_inv, const float *amax, float fmax, int margin) {
+__global__ void fp8_scale_from_amax_kernel(float *scale, float *scale_inv, float *gemm_scale_inv, const float *amax,
+                                           float fmax, int margin) {
     if (threadIdx.x != 0 || blockIdx.x != 0) return;
     const float s = fp8_scale_rule_device(__float_as_uint(*amax), fmax, margin, *scale);
     *scale = s;
     *scale_inv = frcp_exact(s);
+    if (gemm_scale_inv) *gemm_scale_inv = *scale_inv;
 }
 
-// Live scaling of one tensor: *scale = rule(*amax) (kept if *amax is 0, NaN or inf), *scale_inv = 1 / *scale.
-void fp8_scale_from_amax(float *scale, float *scale_inv, const float *amax, float fmax, int margin, cudaStream_t stream) {
+// Live scaling of one tensor: *scale = rule(*amax) (kept if *amax is 0, NaN or inf), *scale_inv = 1 / *scale,
+// copied to *gemm_scale_inv too unless it is NULL.
+void fp8_scale_from_amax(float *scale, float *scale_inv, float *gemm_scale_inv, const float *amax, float fmax, int margin,
+                         cudaStream_t stream) {
     fp8_check_margin("fp8_scale_from_amax", margin);
-    fp8_scale_from_amax_kernel<<<1, 32, 0, stream>>>(scale, scale_inv, amax, fmax, margin);
+    fp8_scale_from_amax_kernel<<<1, 32, 0, stream>>>(scale, scale_inv, gemm_scale_inv, amax, fmax, margin);
+    cudaLaunchCheck();
+}
+
+__global__ void fp8_publish_scale_inv_kernel(float *gemm_scale_inv, const float *scale_inv, int n) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < n) gemm_scale_inv[FP8_GEMM_SCALE_STRIDE * t] = scale_inv[t];
+}
+
+// The aligned GEMM copies of n scale_invs, for a state loaded from a checkpoint.
+void fp8_publish_scale_inv(float *gemm_scale_inv, const float *scale_inv, int n, cudaStream_t stream) {
+    if (n <= 0) return;
+    fp8_publish_scale_inv_kernel<<<CEIL_DIV(n, 128), 128, 0, stream>>>(gemm_scale_inv, scale_inv, n);
     cudaLaunchCheck();
 }
 
 // One thread per tensor: history[0] := slot (older entries move down one, the oldest drops), slot := 0,
 // scale from the largest FINITE history entry, scale_inv = 1 / scale.
-__global__ void fp8_update_scales_kernel(float *state, Fp8StateLayout lay, int margin) {
+__global__ void fp8_update_scales_kernel(float *state, float *gemm_scale_inv, Fp8StateLayout lay, int margin) {
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= lay.num_tensors) return;
     const int H = lay.history_len;
@@ -409,15 +431,17 @@ __global__ void fp8_update_scales_kernel(float *state, Fp8StateLayout lay, int m
     const float s = fp8_scale_rule_device((unsigned)best, fmax, margin, state[lay.scale + t]);
     state[lay.scale + t] = s;
     state[lay.scale_inv + t] = frcp_exact(s);
+    if (gemm_scale_inv) gemm_scale_inv[FP8_GEMM_SCALE_STRIDE * t] = state[lay.scale_inv + t];
 }
 
 // Once per optimizer step (after the amax all-reduce): every tensor's history, slot, scale and scale_inv.
-void fp8_update_scales(float *state, Fp8StateLayout lay, int margin, cudaStream_t stream) {
+// gemm_scale_inv (NULL: none) receives the aligned copies of every scale_inv (FP8_GEMM_SCALE_STRIDE).
+void fp8_update_scales(float *state, float *gemm_scale_inv, Fp8StateLayout lay, int margin, cudaStream_t stream) {
     fp8_check_margin("fp8_update_scales", margin);
     if (lay.num_tensors <= 0) return;
     if (lay.history_len < 1) FATAL("fp8_update_scales: amax history length %d must be at least 1", lay.history_len);
     const int block = 128;
-    fp8_update_scales_kernel<<<CEIL_DIV(lay.num_tensors, block), block, 0, stream>>>(state, lay, margin);
+    fp8_update_scales_kernel<<<CEIL_DIV(lay.num_tensors, block), block, 0, stream>>>(state, gemm_scale_inv, lay, margin);
     cudaLaunchCheck();
 }
 

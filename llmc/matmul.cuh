@@ -45,6 +45,10 @@ static void cublas_check(cublasStatus_t status, const char *file, int line) {
 
 #define MATMUL_WORKSPACE_BYTES ((size_t)32 << 20)
 #define MATMUL_MAX_PLANS 256
+// The heuristic can rank first an algorithm that cublasLtMatmul then refuses (seen on H200 with
+// cuBLASLt 13.1 for fp8 GEMMs: NOT_SUPPORTED at launch). Each plan keeps several candidates and uses
+// the first that runs; the choice is fixed after the first call, so results stay deterministic.
+#define MATMUL_CANDIDATES 8
 
 enum { MM_BF16_FWD, MM_BF16_DX, MM_BF16_DW, MM_FP8_FPROP, MM_FP8_DGRAD, MM_FP8_WGRAD, MM_NUM_KINDS };
 static const char *const MATMUL_KIND_NAMES[MM_NUM_KINDS] = {
@@ -55,8 +59,12 @@ typedef struct {
     int kind, m, n, k, accumulate;
     int align[4]; // bytes: A, B, C(=D), and 0 (reserved)
     cublasLtMatmulDesc_t desc;
-    cublasLtMatrixLayout_t a_layout, b_layout, d_layout; // C uses d_layout (same type and shape)
-    cublasLtMatmulAlgo_t algo;
+    // C gets its own layout object although it equals D's: cuBLASLt 13.1 refuses every fp8 algorithm
+    // (NOT_SUPPORTED at launch) when Cdesc and Ddesc are the same object; bf16 does not mind.
+    cublasLtMatrixLayout_t a_layout, b_layout, c_layout, d_layout;
+    cublasLtMatmulAlgo_t algos[MATMUL_CANDIDATES]; // the heuristic's candidates, best first
+    int num_algos;
+    int chosen; // index of the first candidate that ran; -1 until the first call
 } MatmulPlan;
 
 static cublasLtHandle_t g_cublaslt = NULL;
@@ -76,6 +84,7 @@ void matmul_destroy(void) {
         MatmulPlan *p = &g_matmul_plans[i];
         cublasCheck(cublasLtMatrixLayoutDestroy(p->a_layout));
         cublasCheck(cublasLtMatrixLayoutDestroy(p->b_layout));
+        cublasCheck(cublasLtMatrixLayoutDestroy(p->c_layout));
         cublasCheck(cublasLtMatrixLayoutDestroy(p->d_layout));
         cublasCheck(cublasLtMatmulDescDestroy(p->desc));
     }
@@ -156,6 +165,7 @@ static MatmulPlan *matmul_get_plan(int kind, int m, int n, int k, int accumulate
     int b_rows = info.op_b == CUBLAS_OP_N ? k : n, b_cols = info.op_b == CUBLAS_OP_N ? n : k;
     cublasCheck(cublasLtMatrixLayoutCreate(&p->a_layout, info.a_type, a_rows, a_cols, a_rows));
     cublasCheck(cublasLtMatrixLayoutCreate(&p->b_layout, info.b_type, b_rows, b_cols, b_rows));
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->c_layout, CUDA_R_16BF, m, n, m));
     cublasCheck(cublasLtMatrixLayoutCreate(&p->d_layout, CUDA_R_16BF, m, n, m));
 
     cublasLtMatmulPreference_t pref;
@@ -167,17 +177,20 @@ static MatmulPlan *matmul_get_plan(int kind, int m, int n, int k, int accumulate
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof(al_d)));
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
-    cublasLtMatmulHeuristicResult_t result;
+    cublasLtMatmulHeuristicResult_t results[MATMUL_CANDIDATES];
     int found = 0;
-    cublasCheck(cublasLtMatmulAlgoGetHeuristic(g_cublaslt, p->desc, p->a_layout, p->b_layout, p->d_layout, p->d_layout,
-                                               pref, 1, &result, &found));
+    cublasCheck(cublasLtMatmulAlgoGetHeuristic(g_cublaslt, p->desc, p->a_layout, p->b_layout, p->c_layout, p->d_layout,
+                                               pref, MATMUL_CANDIDATES, results, &found));
     cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
-    if (found == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
+    for (int i = 0; i < found; i++) {
+        if (results[i].state == CUBLAS_STATUS_SUCCESS) p->algos[p->num_algos++] = results[i].algo;
+    }
+    p->chosen = -1;
+    if (p->num_algos == 0) {
         FATAL("matmul: cuBLASLt has no algorithm for %s m=%d n=%d k=%d (alignments A %d, B %d, D %d bytes)%s",
               MATMUL_KIND_NAMES[kind], m, n, k, align[0], align[1], align[2],
               info.is_fp8 ? "; fp8 GEMMs need compute capability 8.9 or 9.0 (Ada/Hopper) and cuBLAS 12+" : "");
     }
-    p->algo = result.algo;
     g_matmul_num_plans++;
     return p;
 }
@@ -191,13 +204,32 @@ static void matmul_run(int kind, int m, int n, int k, const void *A, const void 
         cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof(b_scale)));
     }
     const float one = 1.0f, zero = 0.0f;
-    cublasCheck(cublasLtMatmul(g_cublaslt, p->desc, &one, A, p->a_layout, B, p->b_layout, accumulate ? &one : &zero,
-                               D, p->d_layout, D, p->d_layout, &p->algo, g_matmul_workspace, MATMUL_WORKSPACE_BYTES,
-                               stream));
+    if (p->chosen >= 0) {
+        cublasCheck(cublasLtMatmul(g_cublaslt, p->desc, &one, A, p->a_layout, B, p->b_layout, accumulate ? &one : &zero,
+                                   D, p->c_layout, D, p->d_layout, &p->algos[p->chosen], g_matmul_workspace,
+                                   MATMUL_WORKSPACE_BYTES, stream));
+        return;
+    }
+    // first call: a refused candidate returns before launching anything, so D is untouched
+    for (int i = 0; i < p->num_algos; i++) {
+        cublasStatus_t st = cublasLtMatmul(g_cublaslt, p->desc, &one, A, p->a_layout, B, p->b_layout,
+                                           accumulate ? &one : &zero, D, p->c_layout, D, p->d_layout, &p->algos[i],
+                                           g_matmul_workspace, MATMUL_WORKSPACE_BYTES, stream);
+        if (st == CUBLAS_STATUS_SUCCESS) { p->chosen = i; return; }
+        if (st != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(st);
+    }
+    FATAL("matmul: cuBLASLt refused all %d candidate algorithms for %s m=%d n=%d k=%d", p->num_algos,
+          MATMUL_KIND_NAMES[kind], m, n, k);
 }
 
 // cuBLASLt's fp8 kernels need every dimension (and so every leading dimension) a multiple of 16 and
 // 16-byte aligned pointers.
+static void matmul_fp8_check_scale(const char *fn, const float *a_scale, const float *b_scale) {
+    if ((uintptr_t)a_scale % 16 != 0 || (uintptr_t)b_scale % 16 != 0)
+        FATAL("%s: fp8 scale pointers must be 16-byte aligned (cuBLASLt refuses others); got %p and %p", fn,
+              (const void *)a_scale, (const void *)b_scale);
+}
+
 static void matmul_fp8_check(const char *fn, int N, int IN, int OUT, const void *a, const void *b, const void *d) {
     if (N <= 0 || IN <= 0 || OUT <= 0 || N % 16 != 0 || IN % 16 != 0 || OUT % 16 != 0) {
         FATAL("%s: N=%d IN=%d OUT=%d: fp8 GEMMs need every dimension a positive multiple of 16 (cuBLASLt on Hopper);"
@@ -225,6 +257,7 @@ void matmul_backward(floatX *dx, floatX *dw, const floatX *dy, const floatX *x, 
 void matmul_fp8_fprop(floatX *y, const fp8e4 *x, const fp8e4 *w, const float *x_scale_inv, const float *w_scale_inv,
                       int N, int IN, int OUT, cudaStream_t stream) {
     matmul_fp8_check("matmul_fp8_fprop", N, IN, OUT, x, w, y);
+    matmul_fp8_check_scale("matmul_fp8_fprop", x_scale_inv, w_scale_inv);
     matmul_run(MM_FP8_FPROP, OUT, N, IN, w, x, y, 0, w_scale_inv, x_scale_inv, stream);
 }
 
@@ -232,6 +265,7 @@ void matmul_fp8_fprop(floatX *y, const fp8e4 *x, const fp8e4 *w, const float *x_
 void matmul_fp8_dgrad(floatX *dx, const fp8e5 *dy, const fp8e4 *w_t, const float *dy_scale_inv, const float *w_scale_inv,
                       int N, int IN, int OUT, cudaStream_t stream) {
     matmul_fp8_check("matmul_fp8_dgrad", N, IN, OUT, w_t, dy, dx);
+    matmul_fp8_check_scale("matmul_fp8_dgrad", dy_scale_inv, w_scale_inv);
     matmul_run(MM_FP8_DGRAD, IN, N, OUT, w_t, dy, dx, 0, w_scale_inv, dy_scale_inv, stream);
 }
 
@@ -240,6 +274,7 @@ void matmul_fp8_dgrad(floatX *dx, const fp8e5 *dy, const fp8e4 *w_t, const float
 void matmul_fp8_wgrad(floatX *dw, const fp8e5 *dy_t, const fp8e4 *x_t, const float *dy_scale_inv, const float *x_scale_inv,
                       int N, int IN, int OUT, int accumulate, cudaStream_t stream) {
     matmul_fp8_check("matmul_fp8_wgrad", N, IN, OUT, x_t, dy_t, dw);
+    matmul_fp8_check_scale("matmul_fp8_wgrad", dy_scale_inv, x_scale_inv);
     matmul_run(MM_FP8_WGRAD, IN, OUT, N, x_t, dy_t, dw, accumulate ? 1 : 0, x_scale_inv, dy_scale_inv, stream);
 }
 

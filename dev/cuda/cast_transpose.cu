@@ -239,7 +239,7 @@ static void validate_update_scales(int num_tensors, int H, int margin, int steps
             cpu[lay.amax_slot + t] = a;
         }
         upload(d_state + lay.amax_slot, cpu.data() + lay.amax_slot, num_tensors);
-        fp8_update_scales(d_state, lay, margin, 0);
+        fp8_update_scales(d_state, NULL, lay, margin, 0);
         fp8_update_state(cpu.data(), lay, margin);
         cudaCheck(cudaDeviceSynchronize());
         download(got.data(), d_state, lay.total);
@@ -270,7 +270,7 @@ static void validate_scale_from_amax(void) {
         const float prev = 0.75f;
         upload(d_amax, &a, 1);
         upload(d_scale, &prev, 1);
-        fp8_scale_from_amax(d_scale, d_scale_inv, d_amax, fm, mg, 0);
+        fp8_scale_from_amax(d_scale, d_scale_inv, NULL, d_amax, fm, mg, 0);
         cudaCheck(cudaDeviceSynchronize());
         float gs = read_scalar(d_scale), gi = read_scalar(d_scale_inv);
         float ws = fp8_compute_scale(a, fm, mg, prev), wi = 1.0f / ws;
@@ -384,7 +384,7 @@ static void bench(int version) {
     fp8_state_init(h.data(), lay);
     float *d_state = dalloc<float>(lay.total);
     upload(d_state, h.data(), lay.total);
-    float t_upd = median_ms([&](int) { fp8_update_scales(d_state, lay, 0, 0); });
+    float t_upd = median_ms([&](int) { fp8_update_scales(d_state, NULL, lay, 0, 0); });
     printf("fp8_update_scales, Llama-2-7B state (%d tensors, history %d): %.1f us per step\n", lay.num_tensors,
            lay.history_len, t_upd * 1000.0f);
     for (int c = 0; c < 2; c++) { cudaCheck(cudaFree(in[c])); cudaCheck(cudaFree(o1[c])); cudaCheck(cudaFree(o2[c])); }

@@ -144,13 +144,15 @@ static void validate_shape(int N, int IN, int OUT) {
     uint8_t *d_wq_t = dalloc<uint8_t>(wq.size()), *d_xq_t = dalloc<uint8_t>(xq.size()), *d_dyq_t = dalloc<uint8_t>(dyq.size());
     floatX *d_x = dalloc<floatX>(x.size()), *d_w = dalloc<floatX>(w.size()), *d_dy = dalloc<floatX>(dy.size());
     floatX *d_y = dalloc<floatX>((size_t)N * OUT), *d_dx = dalloc<floatX>(x.size()), *d_dw = dalloc<floatX>(w.size());
-    float *d_scales = dalloc<float>(6), *d_amax = dalloc<float>(3);
-    upload(d_scales, scales, 6);
+    // scale_inv pointers 16-byte aligned, as cuBLASLt requires (llmc/fp8_scaling.cuh: FP8_GEMM_SCALE_STRIDE)
+    const float scales16[16] = {scales[0], scales[1], scales[2], 0, scales[3], 0, 0, 0, scales[4], 0, 0, 0, scales[5], 0, 0, 0};
+    float *d_scales = dalloc<float>(16), *d_amax = dalloc<float>(3);
+    upload(d_scales, scales16, 16);
     cudaCheck(cudaMemset(d_amax, 0, 3 * sizeof(float)));
     upload((uint16_t *)d_x, x.data(), x.size());
     upload((uint16_t *)d_w, w.data(), w.size());
     upload((uint16_t *)d_dy, dy.data(), dy.size());
-    const float *sxi = d_scales + 3, *swi = d_scales + 4, *sdyi = d_scales + 5;
+    const float *sxi = d_scales + 4, *swi = d_scales + 8, *sdyi = d_scales + 12;
 
     // 1. fp8 GEMMs on CPU-made operands
     upload(d_xq, xq.data(), xq.size()); upload(d_wq, wq.data(), wq.size()); upload(d_dyq, dyq.data(), dyq.size());
@@ -257,8 +259,10 @@ static void bench_shape(const Shape &s, Times out[3]) {
     const size_t nx = (size_t)N * IN, nw = (size_t)OUT * IN, ndy = (size_t)N * OUT;
     floatX *x[COPIES], *w[COPIES], *dy[COPIES];
     uint8_t *xq[COPIES], *wq[COPIES], *wq_t[COPIES], *dyq[COPIES], *dyq_t[COPIES], *xq_t[COPIES];
-    float *state = dalloc<float>(9 * COPIES); // per copy: scale x, w, dy | scale_inv x, w, dy | amax x, w, dy
-    cudaCheck(cudaMemset(state, 0, 9 * COPIES * sizeof(float)));
+    // per copy, 32 floats: scale x, w, dy at 0..2 | scale_inv x, w, dy at 4, 8, 12 (16-byte aligned for
+    // cuBLASLt) | amax x, w, dy at 16..18
+    float *state = dalloc<float>(32 * COPIES);
+    cudaCheck(cudaMemset(state, 0, 32 * COPIES * sizeof(float)));
     for (int c = 0; c < COPIES; c++) {
         x[c] = dalloc<floatX>(nx); w[c] = dalloc<floatX>(nw); dy[c] = dalloc<floatX>(ndy);
         xq[c] = dalloc<uint8_t>(nx); xq_t[c] = dalloc<uint8_t>(nx); wq[c] = dalloc<uint8_t>(nw); wq_t[c] = dalloc<uint8_t>(nw);
@@ -267,14 +271,14 @@ static void bench_shape(const Shape &s, Times out[3]) {
         fill_normalish_kernel<<<2048, 256>>>(w[c], nw, 23u + c, 0.02f);
         fill_normalish_kernel<<<2048, 256>>>(dy[c], ndy, 37u + c, 1e-4f);
         cudaLaunchCheck();
-        float *sc = state + 9 * c, *si = sc + 3, *am = sc + 6;
+        float *sc = state + 32 * c, *si = sc + 4, *am = sc + 16;
         const float one[3] = {1.0f, 1.0f, 1.0f};
         upload(sc, one, 3);
         // live scaling, as the trainer's first step does
         amax_abs_max(am + 0, x[c], nx, 0); amax_abs_max(am + 1, w[c], nw, 0); amax_abs_max(am + 2, dy[c], ndy, 0);
-        fp8_scale_from_amax(sc + 0, si + 0, am + 0, FP8_E4M3_MAX, 0, 0);
-        fp8_scale_from_amax(sc + 1, si + 1, am + 1, FP8_E4M3_MAX, 0, 0);
-        fp8_scale_from_amax(sc + 2, si + 2, am + 2, FP8_E5M2_MAX, 0, 0);
+        fp8_scale_from_amax(sc + 0, si + 0, NULL, am + 0, FP8_E4M3_MAX, 0, 0);
+        fp8_scale_from_amax(sc + 1, si + 4, NULL, am + 1, FP8_E4M3_MAX, 0, 0);
+        fp8_scale_from_amax(sc + 2, si + 8, NULL, am + 2, FP8_E5M2_MAX, 0, 0);
         fp8_cast(xq[c], FP8_E4M3, x[c], nx, am + 0, sc + 0, 0);
         fp8_cast(wq[c], FP8_E4M3, w[c], nw, am + 1, sc + 1, 0);
         fp8_transpose(wq_t[c], wq[c], OUT, IN, 0);
@@ -283,27 +287,27 @@ static void bench_shape(const Shape &s, Times out[3]) {
     }
     floatX *y = dalloc<floatX>(ndy), *dx = dalloc<floatX>(nx), *dw = dalloc<floatX>(nw);
     cudaCheck(cudaDeviceSynchronize());
-#define SC(c) (state + 9 * (c))
-#define SI(c) (state + 9 * (c) + 3)
-#define AM(c) (state + 9 * (c) + 6)
+#define SC(c) (state + 32 * (c))
+#define SI(c) (state + 32 * (c) + 4)
+#define AM(c) (state + 32 * (c) + 16)
     out[FPROP].bf16 = median_ms([&](int i) { int c = i % COPIES; matmul_forward(y, x[c], w[c], N, IN, OUT, 0); });
     out[FPROP].fp8 = median_ms([&](int i) { int c = i % COPIES;
-        matmul_fp8_fprop(y, (const fp8e4 *)xq[c], (const fp8e4 *)wq[c], SI(c) + 0, SI(c) + 1, N, IN, OUT, 0); });
+        matmul_fp8_fprop(y, (const fp8e4 *)xq[c], (const fp8e4 *)wq[c], SI(c) + 0, SI(c) + 4, N, IN, OUT, 0); });
     out[FPROP].lin = median_ms([&](int i) { int c = i % COPIES;
         fp8_cast(xq[c], FP8_E4M3, x[c], nx, AM(c) + 0, SC(c) + 0, 0);
-        matmul_fp8_fprop(y, (const fp8e4 *)xq[c], (const fp8e4 *)wq[c], SI(c) + 0, SI(c) + 1, N, IN, OUT, 0); });
+        matmul_fp8_fprop(y, (const fp8e4 *)xq[c], (const fp8e4 *)wq[c], SI(c) + 0, SI(c) + 4, N, IN, OUT, 0); });
     out[DGRAD].bf16 = median_ms([&](int i) { int c = i % COPIES; matmul_backward(dx, NULL, dy[c], x[c], w[c], N, IN, OUT, 0, 0); });
     out[DGRAD].fp8 = median_ms([&](int i) { int c = i % COPIES;
-        matmul_fp8_dgrad(dx, (const fp8e5 *)dyq[c], (const fp8e4 *)wq_t[c], SI(c) + 2, SI(c) + 1, N, IN, OUT, 0); });
+        matmul_fp8_dgrad(dx, (const fp8e5 *)dyq[c], (const fp8e4 *)wq_t[c], SI(c) + 8, SI(c) + 4, N, IN, OUT, 0); });
     out[DGRAD].lin = median_ms([&](int i) { int c = i % COPIES;
         fp8_cast_transpose(dyq[c], dyq_t[c], FP8_E5M2, dy[c], N, OUT, AM(c) + 2, SC(c) + 2, 0);
-        matmul_fp8_dgrad(dx, (const fp8e5 *)dyq[c], (const fp8e4 *)wq_t[c], SI(c) + 2, SI(c) + 1, N, IN, OUT, 0); });
+        matmul_fp8_dgrad(dx, (const fp8e5 *)dyq[c], (const fp8e4 *)wq_t[c], SI(c) + 8, SI(c) + 4, N, IN, OUT, 0); });
     out[WGRAD].bf16 = median_ms([&](int i) { int c = i % COPIES; matmul_backward(NULL, dw, dy[c], x[c], w[c], N, IN, OUT, 0, 0); });
     out[WGRAD].fp8 = median_ms([&](int i) { int c = i % COPIES;
-        matmul_fp8_wgrad(dw, (const fp8e5 *)dyq_t[c], (const fp8e4 *)xq_t[c], SI(c) + 2, SI(c) + 0, N, IN, OUT, 0, 0); });
+        matmul_fp8_wgrad(dw, (const fp8e5 *)dyq_t[c], (const fp8e4 *)xq_t[c], SI(c) + 8, SI(c) + 0, N, IN, OUT, 0, 0); });
     out[WGRAD].lin = median_ms([&](int i) { int c = i % COPIES;
         fp8_transpose(xq_t[c], xq[c], N, IN, 0);
-        matmul_fp8_wgrad(dw, (const fp8e5 *)dyq_t[c], (const fp8e4 *)xq_t[c], SI(c) + 2, SI(c) + 0, N, IN, OUT, 0, 0); });
+        matmul_fp8_wgrad(dw, (const fp8e5 *)dyq_t[c], (const fp8e4 *)xq_t[c], SI(c) + 8, SI(c) + 0, N, IN, OUT, 0, 0); });
 #undef SC
 #undef SI
 #undef AM

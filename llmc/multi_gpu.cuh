@@ -1,0 +1,772 @@
+/*
+Data parallelism on one node: how the ranks are started, the NCCL communicator, the collectives the
+trainer needs, the ZeRO-1 sharding arithmetic, and failure handling that ends every rank in bounded
+time instead of hanging. Without ENABLE_NCCL this compiles to a single-GPU version (world 1, every
+collective a no-op) and asking for more GPUs is a clear error.
+
+Launch (multi_gpu_init decides, in this order):
+  1. LLAMA_FP8_RANK is set: this process is rank LLAMA_FP8_RANK of LLAMA_FP8_WORLD, started by the
+     fork launcher below; it reads the NCCL unique id from the file LLAMA_FP8_ID_FILE.
+  2. An MPI launcher's variables are set (OMPI_COMM_WORLD_SIZE, PMI_SIZE, MV2_COMM_WORLD_SIZE) with
+     more than one rank: MPI_Init, rank 0 makes the id and MPI_Bcast hands it out (needs ENABLE_MPI;
+     without it the launch is refused, since N copies would otherwise train N separate models).
+  3. -ngpu N (N > 1): this process becomes the launcher. It starts N ranks by fork + execve of
+     /proc/self/exe with the same argv and the same environment plus LLAMA_FP8_RANK, LLAMA_FP8_WORLD
+     and LLAMA_FP8_ID_FILE=/tmp/llama_fp8_nccl_<launcher pid>, then only watches them: it never
+     touches a GPU beyond counting them, so it never returns from multi_gpu_init. Rank 0 writes the
+     id file atomically (temporary name + rename); the others poll for it, up to the timeout. If any
+     rank exits non-zero or is killed, the launcher sends SIGTERM to the rest, SIGKILL after 5 s, and
+     exits 1; if the launcher itself dies, every rank gets SIGKILL (PR_SET_PDEATHSIG).
+  4. Otherwise: one GPU, no communicator.
+The environment passes to the ranks unchanged (NCCL_* settings such as NCCL_NVLS_ENABLE included);
+rank r uses local device r (CUDA_VISIBLE_DEVICES is respected, not rewritten).
+
+Streams: every collective runs on mg->comm_stream (non-blocking, highest priority). A collective
+given the compute stream first makes the comm stream wait for the work queued there so far (an
+event), so it sees the data the compute stream produced, and the compute stream carries on with the
+next layer's backward meanwhile. Results reach the compute stream only after mg_join(mg, stream).
+
+Failure handling: the communicator is non-blocking (ncclConfig_t.blocking = 0), and the host never
+waits on anything NCCL touches with a blocking CUDA call: mg_wait polls the stream and
+ncclCommGetAsyncError, and on an NCCL error or after timeout_s seconds (LLAMA_FP8_NCCL_TIMEOUT_S,
+default 60) it prints the rank, the GPU and the error, aborts the communicator and exits 1. Any other
+fatal error (FATAL, cudaCheck) aborts the communicator on the way out (an atexit hook), so peers
+waiting on this rank see an error instead of waiting forever. An alarm bounds the abort itself.
+The timeout has to exceed the longest time one rank may legitimately run ahead of another between
+two collectives: rank-0-only work (a checkpoint write) should end in mg_barrier with a longer limit.
+
+ZeRO-1: the flat parameter vector (n elements) is padded to a multiple of world * MG_SHARD_ALIGN and
+cut into world equal shards; mg_shard_pieces lists which parts of which tensors a rank's shard holds,
+so AdamW runs per piece with the tensor's own weight decay. Padding elements belong to no tensor.
+*/
+#ifndef LLMC_MULTI_GPU_CUH
+#define LLMC_MULTI_GPU_CUH
+
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/wait.h>
+#include <sys/prctl.h>
+#include "utils.h"        // FATAL, fatal_at
+#include "cuda_common.cuh" // cudaCheck, floatX
+#ifdef ENABLE_NCCL
+#include <nccl.h>
+#if defined(ENABLE_MPI)
+#include <mpi.h>
+#define MG_USE_MPI 1     // MPI is only of use to hand out the NCCL id
+#endif
+#endif
+
+extern char **environ;
+
+#define MG_SHARD_ALIGN 512         // elements: a shard boundary is 1 KiB aligned in bf16, 2 KiB in fp32
+#define MG_DEFAULT_TIMEOUT_S 60.0  // LLAMA_FP8_NCCL_TIMEOUT_S overrides
+#define MG_ABORT_ALARM_S 10        // a rank that is aborting is killed by SIGALRM if that takes longer
+#define MG_KILL_GRACE_S 5.0        // launcher: SIGTERM, then SIGKILL after this long
+
+enum { MG_LAUNCH_SINGLE, MG_LAUNCH_FORK, MG_LAUNCH_MPI };
+static const char *const MG_LAUNCH_NAMES[] = {"single GPU", "-ngpu fork launcher", "mpirun"};
+typedef enum { MG_SUM, MG_AVG } MgOp;
+
+typedef struct {
+    int rank, world;               // this process's rank; number of ranks (1: no communicator)
+    int local_rank, local_world;   // within this node (equal to rank, world on one node)
+    int local_device;              // CUDA device of this rank, made current by multi_gpu_init
+    int launch;                    // MG_LAUNCH_*
+    double timeout_s;              // the longest any wait may take before the job is ended
+    cudaStream_t comm_stream;      // every collective runs here
+    cudaEvent_t ready, done, waited; // compute -> comm, comm -> compute, mg_wait's marker
+    void *scratch;                 // device, 64 bytes: barrier, scalar sums, agreement checks
+    void *host_scratch;            // pinned, 64 bytes
+    char id_path[64];              // fork launch: the NCCL id file
+#ifdef ENABLE_NCCL
+    ncclComm_t comm;
+#endif
+} MultiGpu;
+
+// What the atexit hook and the failure path must reach without a MultiGpu pointer (the struct may
+// be a local of main that is gone by the time exit handlers run).
+#ifdef ENABLE_NCCL
+static ncclComm_t g_mg_comm = NULL; // live communicator, NULL once freed or aborted
+#endif
+static int g_mg_mpi_live = 0;       // MPI initialized and not finalized
+
+static double mg_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int mg_is_main(const MultiGpu *mg) { return mg->rank == 0; }
+
+// Abort whatever is live (communicator, MPI), bounded by an alarm: used on every failure path.
+static void mg_abort_all(void) {
+    alarm(MG_ABORT_ALARM_S);
+#ifdef ENABLE_NCCL
+    if (g_mg_comm != NULL) {
+        ncclComm_t c = g_mg_comm;
+        g_mg_comm = NULL;
+        ncclCommAbort(c); // makes NCCL kernels still waiting on a peer return
+    }
+#endif
+#ifdef MG_USE_MPI
+    if (g_mg_mpi_live) {
+        g_mg_mpi_live = 0;
+        MPI_Abort(MPI_COMM_WORLD, EXIT_FAILURE); // mpirun ends the other ranks
+    }
+#endif
+}
+
+// atexit: a rank leaving with its communicator still live (FATAL, cudaCheck, or main returning
+// without multi_gpu_free) aborts it, so its peers get an error instead of waiting on it.
+static void mg_atexit(void) {
+    int live = g_mg_mpi_live;
+#ifdef ENABLE_NCCL
+    live |= g_mg_comm != NULL;
+#endif
+    if (live) mg_abort_all();
+}
+
+// A failure on a rank: says which rank and GPU, aborts, exits 1 at once (no exit handlers: they
+// could block on a stream that waits for a dead peer).
+static void mg_fail_at(const MultiGpu *mg, const char *file, int line, const char *fmt, ...) {
+    char msg[1536];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+    fprintf(stderr, "error (%s:%d): rank %d of %d (GPU %d): %s\n", file, line, mg->rank, mg->world, mg->local_device, msg);
+    fflush(stderr);
+    mg_abort_all();
+    _exit(EXIT_FAILURE);
+}
+#define MG_FAIL(mg, ...) mg_fail_at((mg), __FILE__, __LINE__, __VA_ARGS__)
+
+#ifdef ENABLE_NCCL
+// Polls a non-blocking communicator until a call that returned ncclInProgress has settled (NCCL
+// forbids the next call before that), failing on an error or after the timeout.
+static void mg_nccl_settle(const MultiGpu *mg, const char *what, const char *file, int line) {
+    double t0 = mg_now();
+    for (;;) {
+        ncclResult_t state = ncclInProgress;
+        ncclResult_t r = ncclCommGetAsyncError(mg->comm, &state);
+        if (r != ncclSuccess) state = r;
+        if (state == ncclSuccess) return;
+        if (state != ncclInProgress) {
+            mg_fail_at(mg, file, line, "NCCL %s failed: %s (%s)", what, ncclGetErrorString(state), ncclGetLastError(mg->comm));
+        }
+        if (mg_now() - t0 > mg->timeout_s) {
+            mg_fail_at(mg, file, line, "NCCL %s did not complete within %.0f s: another rank has probably died, hung or"
+                       " was started with different settings (LLAMA_FP8_NCCL_TIMEOUT_S sets the limit)", what, mg->timeout_s);
+        }
+        usleep(1000);
+    }
+}
+static void mg_nccl_check(const MultiGpu *mg, ncclResult_t r, const char *what, const char *file, int line) {
+    if (r == ncclSuccess) return;
+    if (r == ncclInProgress) { mg_nccl_settle(mg, what, file, line); return; }
+    mg_fail_at(mg, file, line, "NCCL %s failed: %s (%s)", what, ncclGetErrorString(r), ncclGetLastError(mg->comm));
+}
+#define mgNcclCheck(mg, call, what) mg_nccl_check((mg), (call), (what), __FILE__, __LINE__)
+#endif
+
+#ifdef MG_USE_MPI
+static void mg_mpi_check(int err, const char *file, int line) {
+    if (err != MPI_SUCCESS) {
+        char s[MPI_MAX_ERROR_STRING];
+        int len = 0;
+        MPI_Error_string(err, s, &len);
+        fatal_at(file, line, "MPI error: %s", s);
+    }
+}
+#define mpiCheck(err) mg_mpi_check((err), __FILE__, __LINE__)
+#endif
+
+// ----------------------------------------------------------------------------------------------
+// Waiting with a deadline
+
+// Waits on the host until everything queued so far on `stream` has run, never longer than
+// timeout_s: on an NCCL error, a CUDA error or the deadline it ends this rank (see the file comment).
+// Use it in place of cudaStreamSynchronize wherever the stream may depend on a collective.
+static void mg_wait_for(MultiGpu *mg, cudaStream_t stream, const char *what, double timeout_s) {
+    if (mg->world == 1) {
+        cudaCheck(cudaStreamSynchronize(stream));
+        return;
+    }
+    cudaCheck(cudaEventRecord(mg->waited, stream));
+    double t0 = mg_now();
+    for (long spins = 0;; spins++) {
+        cudaError_t q = cudaEventQuery(mg->waited);
+        if (q == cudaSuccess) return;
+        if (q != cudaErrorNotReady) MG_FAIL(mg, "CUDA error while waiting for %s: %s (%s)", what, cudaGetErrorString(q), cudaGetErrorName(q));
+#ifdef ENABLE_NCCL
+        if (spins % 64 == 0) {
+            ncclResult_t state = ncclSuccess;
+            ncclResult_t r = ncclCommGetAsyncError(mg->comm, &state);
+            if (r != ncclSuccess) state = r;
+            if (state != ncclSuccess && state != ncclInProgress) {
+                MG_FAIL(mg, "NCCL error while waiting for %s: %s (%s)", what, ncclGetErrorString(state), ncclGetLastError(mg->comm));
+            }
+        }
+#endif
+        double waited = mg_now() - t0;
+        if (waited > timeout_s) {
+            MG_FAIL(mg, "waited %.0f s for %s without it finishing: another rank has probably died or hung. If a"
+                    " rank is only slow (checkpoint, sampling), raise LLAMA_FP8_NCCL_TIMEOUT_S", waited, what);
+        }
+        if (waited > 0.002) usleep(50); // spin briefly (end-of-step latency), then stop burning a core
+    }
+}
+static void mg_wait(MultiGpu *mg, cudaStream_t stream, const char *what) { mg_wait_for(mg, stream, what, mg->timeout_s); }
+
+// Makes `stream` wait (on the GPU) for every collective issued so far: call before the compute
+// stream reads a collective's result.
+static void mg_join(MultiGpu *mg, cudaStream_t stream) {
+    if (mg->world == 1 || stream == mg->comm_stream) return;
+    cudaCheck(cudaEventRecord(mg->done, mg->comm_stream));
+    cudaCheck(cudaStreamWaitEvent(stream, mg->done, 0));
+}
+
+// The comm stream waits for the work queued on `stream` so far (the producer of the data).
+static void mg_after(MultiGpu *mg, cudaStream_t stream) {
+    if (stream == mg->comm_stream) return;
+    cudaCheck(cudaEventRecord(mg->ready, stream));
+    cudaCheck(cudaStreamWaitEvent(mg->comm_stream, mg->ready, 0));
+}
+
+// ----------------------------------------------------------------------------------------------
+// Collectives. All asynchronous: queued on the comm stream after the work already on `stream`;
+// the result is ready for `stream` after mg_join. With world 1 they do nothing (or a copy when the
+// output is a different buffer). Counts are in elements of the named type.
+
+// ncclGroupStart/End around several collectives: one launch, e.g. a layer's gradient slices.
+static void mg_group_start(MultiGpu *mg) {
+#ifdef ENABLE_NCCL
+    if (mg->world > 1) mgNcclCheck(mg, ncclGroupStart(), "group start");
+#else
+    (void)mg;
+#endif
+}
+static void mg_group_end(MultiGpu *mg) {
+#ifdef ENABLE_NCCL
+    if (mg->world > 1) mgNcclCheck(mg, ncclGroupEnd(), "group end");
+#else
+    (void)mg;
+#endif
+}
+
+// In place: buf (n bf16) = sum (or mean) over ranks. MG_AVG lets NCCL scale by 1/world, which is
+// exact only for a power-of-two world; folding 1/world into the loss gradient and using MG_SUM is exact.
+static void mg_allreduce_bf16(MultiGpu *mg, floatX *buf, size_t n, MgOp op, cudaStream_t stream) {
+    if (mg->world == 1 || n == 0) return;
+    mg_after(mg, stream);
+#ifdef ENABLE_NCCL
+    mgNcclCheck(mg, ncclAllReduce(buf, buf, n, ncclBfloat16, op == MG_AVG ? ncclAvg : ncclSum, mg->comm, mg->comm_stream),
+                "all-reduce (bf16)");
+#endif
+}
+
+// send holds world * shard_n bf16; recv (shard_n) = sum (or mean) over ranks of send's shard `rank`.
+// In place when recv == send + rank * shard_n (the ZeRO-1 gradient reduce).
+static void mg_reducescatter_bf16(MultiGpu *mg, const floatX *send, floatX *recv, size_t shard_n, MgOp op, cudaStream_t stream) {
+    if (shard_n == 0) return;
+    if (mg->world == 1) {
+        if (recv != send) cudaCheck(cudaMemcpyAsync(recv, send, shard_n * sizeof(floatX), cudaMemcpyDeviceToDevice, stream));
+        return;
+    }
+    mg_after(mg, stream);
+#ifdef ENABLE_NCCL
+    mgNcclCheck(mg, ncclReduceScatter(send, recv, shard_n, ncclBfloat16, op == MG_AVG ? ncclAvg : ncclSum, mg->comm, mg->comm_stream),
+                "reduce-scatter (bf16)");
+#endif
+}
+
+// recv (world * shard_n bf16) = every rank's send (shard_n) in rank order. In place when
+// send == recv + rank * shard_n (the parameters after a ZeRO-1 update).
+static void mg_allgather_bf16(MultiGpu *mg, const floatX *send, floatX *recv, size_t shard_n, cudaStream_t stream) {
+    if (shard_n == 0) return;
+    if (mg->world == 1) {
+        if (recv != send) cudaCheck(cudaMemcpyAsync(recv, send, shard_n * sizeof(floatX), cudaMemcpyDeviceToDevice, stream));
+        return;
+    }
+    mg_after(mg, stream);
+#ifdef ENABLE_NCCL
+    mgNcclCheck(mg, ncclAllGather(send, recv, shard_n, ncclBfloat16, mg->comm, mg->comm_stream), "all-gather (bf16)");
+#endif
+}
+
+// The same for raw bytes (fp8 copies, fp32 master weights for a checkpoint): shard_bytes per rank.
+static void mg_allgather_bytes(MultiGpu *mg, const void *send, void *recv, size_t shard_bytes, cudaStream_t stream) {
+    if (shard_bytes == 0) return;
+    if (mg->world == 1) {
+        if (recv != send) cudaCheck(cudaMemcpyAsync(recv, send, shard_bytes, cudaMemcpyDeviceToDevice, stream));
+        return;
+    }
+    mg_after(mg, stream);
+#ifdef ENABLE_NCCL
+    mgNcclCheck(mg, ncclAllGather(send, recv, shard_bytes, ncclUint8, mg->comm, mg->comm_stream), "all-gather (bytes)");
+#endif
+}
+
+// In place: amax[i] = max over ranks, for the n amax slots (FP8_RECIPE.md step 4: one call for all
+// of them). The slots are non-negative floats, which order like their int32 bit patterns, so the
+// reduction runs on the bits as int32: that is exactly the kernels' atomic_max_nonneg order, and a
+// NaN amax on any rank (bits above inf's) reaches every rank's history as it would on one GPU
+// (a float max could drop it: fmaxf prefers the number). Needs every value >= +0.
+static void mg_allreduce_amax(MultiGpu *mg, float *amax, size_t n, cudaStream_t stream) {
+    if (mg->world == 1 || n == 0) return;
+    mg_after(mg, stream);
+#ifdef ENABLE_NCCL
+    mgNcclCheck(mg, ncclAllReduce(amax, amax, n, ncclInt32, ncclMax, mg->comm, mg->comm_stream), "all-reduce (amax max)");
+#endif
+}
+
+// In place: buf (n fp32, on the device) = sum over ranks (a squared gradient norm of a shard).
+static void mg_allreduce_sum_f32(MultiGpu *mg, float *buf, size_t n, cudaStream_t stream) {
+    if (mg->world == 1 || n == 0) return;
+    mg_after(mg, stream);
+#ifdef ENABLE_NCCL
+    mgNcclCheck(mg, ncclAllReduce(buf, buf, n, ncclFloat32, ncclSum, mg->comm, mg->comm_stream), "all-reduce (fp32 sum)");
+#endif
+}
+
+// Synchronous: the sum over ranks of a host float (losses). Waits for the comm stream (bounded).
+static float mg_allreduce_sum_float(MultiGpu *mg, float v) {
+    if (mg->world == 1) return v;
+    float *h = (float *)mg->host_scratch;
+    h[0] = v;
+    cudaCheck(cudaMemcpyAsync(mg->scratch, h, sizeof(float), cudaMemcpyHostToDevice, mg->comm_stream));
+#ifdef ENABLE_NCCL
+    mgNcclCheck(mg, ncclAllReduce(mg->scratch, mg->scratch, 1, ncclFloat32, ncclSum, mg->comm, mg->comm_stream), "all-reduce (float sum)");
+#endif
+    cudaCheck(cudaMemcpyAsync(h, mg->scratch, sizeof(float), cudaMemcpyDeviceToHost, mg->comm_stream));
+    mg_wait(mg, mg->comm_stream, "a float sum across ranks");
+    return h[0];
+}
+
+// Every rank waits here for every other, at most timeout_s seconds (<= 0: mg->timeout_s). Only the
+// host meets: work queued on compute streams is not waited for.
+static void mg_barrier(MultiGpu *mg, double timeout_s) {
+    if (mg->world == 1) return;
+#ifdef ENABLE_NCCL
+    mgNcclCheck(mg, ncclAllReduce(mg->scratch, mg->scratch, 1, ncclInt32, ncclSum, mg->comm, mg->comm_stream), "barrier");
+#endif
+    mg_wait_for(mg, mg->comm_stream, "the barrier", timeout_s > 0 ? timeout_s : mg->timeout_s);
+}
+
+// Do all ranks hold the same v? Returns 1 if so; *vmin / *vmax (may be NULL) get the extremes.
+static int mg_all_agree(MultiGpu *mg, long long v, long long *vmin, long long *vmax) {
+    long long lo = v, hi = v;
+    if (mg->world > 1) {
+        long long *h = (long long *)mg->host_scratch;
+        h[0] = v;
+        h[1] = -v; // max of -v = -(min of v): one call for both
+        cudaCheck(cudaMemcpyAsync(mg->scratch, h, 2 * sizeof(long long), cudaMemcpyHostToDevice, mg->comm_stream));
+#ifdef ENABLE_NCCL
+        mgNcclCheck(mg, ncclAllReduce(mg->scratch, mg->scratch, 2, ncclInt64, ncclMax, mg->comm, mg->comm_stream), "all-reduce (agreement)");
+#endif
+        cudaCheck(cudaMemcpyAsync(h, mg->scratch, 2 * sizeof(long long), cudaMemcpyDeviceToHost, mg->comm_stream));
+        mg_wait(mg, mg->comm_stream, "an agreement check across ranks");
+        hi = h[0];
+        lo = -h[1];
+    }
+    if (vmin) *vmin = lo;
+    if (vmax) *vmax = hi;
+    return lo == hi;
+}
+
+// Ends every rank with a message if the ranks disagree about `what` (a size, a step, a setting).
+static void mg_check_agree(MultiGpu *mg, long long v, const char *what) {
+    long long lo, hi;
+    if (!mg_all_agree(mg, v, &lo, &hi)) {
+        MG_FAIL(mg, "the ranks disagree about %s: this rank has %lld, the values range over [%lld, %lld]."
+                " Every rank must be started with the same settings and files", what, v, lo, hi);
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// ZeRO-1 sharding arithmetic (pure host code; the zero_* forms take rank/world for the tests)
+
+typedef struct { size_t start, end; } ShardRange; // [start, end) of the padded flat vector
+
+typedef struct {
+    int tensor;     // parameter tensor index (P_WTE ...)
+    size_t offset;  // first element of the piece within that tensor
+    size_t count;   // elements
+    size_t flat;    // index of the first element in the flat vector (params, grads)
+    size_t local;   // flat - shard start: index in this rank's shard (ZeRO-1 master, m, v)
+} ShardPiece;
+
+// n rounded up to a multiple of world * MG_SHARD_ALIGN: shards are equal and aligned.
+static size_t zero_padded_size(int world, size_t n) {
+    size_t unit = (size_t)world * MG_SHARD_ALIGN;
+    return (n + unit - 1) / unit * unit;
+}
+static void zero_check_padded(int world, size_t padded, const char *fn) {
+    if (world < 1 || padded % ((size_t)world * MG_SHARD_ALIGN) != 0) {
+        FATAL("%s: %zu elements is not a multiple of world (%d) * %d: pass the result of mg_padded_size", fn, padded, world, MG_SHARD_ALIGN);
+    }
+}
+static ShardRange zero_shard_range(int rank, int world, size_t padded) {
+    zero_check_padded(world, padded, "shard range");
+    size_t shard = padded / world;
+    ShardRange r = {(size_t)rank * shard, (size_t)(rank + 1) * shard};
+    return r;
+}
+// This rank's pieces of the tensors (sizes[0..ntensors), laid out one after another from flat index
+// 0) in flat order; out must hold ntensors entries. Returns the number of pieces (empty tensors and
+// the padding give none).
+static int zero_shard_pieces(int rank, int world, const size_t *sizes, int ntensors, size_t padded, ShardPiece *out) {
+    ShardRange s = zero_shard_range(rank, world, padded);
+    size_t total = 0;
+    for (int t = 0; t < ntensors; t++) total += sizes[t];
+    if (total > padded) FATAL("shard pieces: the tensors hold %zu elements, more than the padded %zu", total, padded);
+    int n = 0;
+    size_t base = 0;
+    for (int t = 0; t < ntensors; t++) {
+        size_t lo = base > s.start ? base : s.start, end_t = base + sizes[t], hi = end_t < s.end ? end_t : s.end;
+        if (lo < hi) {
+            ShardPiece p = {t, lo - base, hi - lo, lo, lo - s.start};
+            out[n++] = p;
+        }
+        base = end_t;
+    }
+    return n;
+}
+static size_t mg_padded_size(const MultiGpu *mg, size_t n) { return zero_padded_size(mg->world, n); }
+static ShardRange mg_shard_range(const MultiGpu *mg, size_t padded) { return zero_shard_range(mg->rank, mg->world, padded); }
+static int mg_shard_pieces(const MultiGpu *mg, const size_t *sizes, int ntensors, size_t padded, ShardPiece *out) {
+    return zero_shard_pieces(mg->rank, mg->world, sizes, ntensors, padded, out);
+}
+
+// ----------------------------------------------------------------------------------------------
+// Launch
+
+// The rank count an MPI launcher announced in the environment, 0 if none.
+static int mg_mpi_env_size(void) {
+    const char *names[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE"};
+    for (int i = 0; i < 3; i++) {
+        const char *v = getenv(names[i]);
+        if (v && atoi(v) > 0) return atoi(v);
+    }
+    return 0;
+}
+
+static int mg_env_int(const char *name) {
+    const char *v = getenv(name);
+    char *end = NULL;
+    long x = v ? strtol(v, &end, 10) : -1;
+    if (v == NULL || *v == '\0' || *end != '\0' || x < 0 || x > 1000000) {
+        FATAL("environment variable %s is '%s', not a rank number: it is set by the -ngpu launcher and should not be set by hand",
+              name, v ? v : "(unset)");
+    }
+    return (int)x;
+}
+
+static void mg_check_gpus(int wanted, const char *how) {
+    int ndev = 0;
+    cudaError_t err = cudaGetDeviceCount(&ndev);
+    if (err != cudaSuccess || ndev == 0) {
+        FATAL("%s asks for %d GPUs, but no CUDA GPU is visible (%s)", how, wanted, err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+    }
+    if (wanted > ndev) {
+        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+        FATAL("%s asks for %d GPUs on this node, but only %d %s visible (CUDA_VISIBLE_DEVICES=%s): use at most %d",
+              how, wanted, ndev, ndev == 1 ? "is" : "are", vis ? vis : "(unset)", ndev);
+    }
+}
+
+static const char *mg_describe_status(int status, char *buf, size_t n) {
+    if (WIFEXITED(status)) snprintf(buf, n, "exited with status %d", WEXITSTATUS(status));
+    else if (WIFSIGNALED(status)) snprintf(buf, n, "was killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
+    else snprintf(buf, n, "stopped (status 0x%x)", status);
+    return buf;
+}
+
+// The -ngpu launcher: starts world ranks and watches them. Never returns.
+static void mg_launch_ranks(int world, char **argv) {
+    double t0 = mg_now();
+    char id_path[64], tmp_path[96];
+    snprintf(id_path, sizeof(id_path), "/tmp/llama_fp8_nccl_%d", (int)getpid());
+    snprintf(tmp_path, sizeof(tmp_path), "%s.tmp", id_path);
+    unlink(id_path); // a file left by an earlier process with this pid must never be read
+    unlink(tmp_path);
+
+    // Each rank's environment: ours, unchanged, plus (replacing any stale copies of) the three variables.
+    int nenv = 0;
+    while (environ[nenv]) nenv++;
+    char ***envs = (char ***)mallocCheck(world * sizeof(char **));
+    for (int r = 0; r < world; r++) {
+        char **e = envs[r] = (char **)mallocCheck((nenv + 4) * sizeof(char *));
+        int k = 0;
+        for (int i = 0; i < nenv; i++) {
+            if (strncmp(environ[i], "LLAMA_FP8_RANK=", 15) == 0 || strncmp(environ[i], "LLAMA_FP8_WORLD=", 16) == 0 ||
+                strncmp(environ[i], "LLAMA_FP8_ID_FILE=", 18) == 0) continue;
+            e[k++] = environ[i];
+        }
+        e[k] = (char *)mallocCheck(32);
+        snprintf(e[k++], 32, "LLAMA_FP8_RANK=%d", r);
+        e[k] = (char *)mallocCheck(32);
+        snprintf(e[k++], 32, "LLAMA_FP8_WORLD=%d", world);
+        e[k] = (char *)mallocCheck(96);
+        snprintf(e[k++], 96, "LLAMA_FP8_ID_FILE=%s", id_path);
+        e[k] = NULL;
+    }
+
+    printf("multi-GPU: starting %d ranks on this node (NCCL id file %s)\n", world, id_path);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t parent = getpid();
+    pid_t *pids = (pid_t *)mallocCheck(world * sizeof(pid_t));
+    for (int r = 0; r < world; r++) {
+        pid_t p = fork();
+        if (p < 0) {
+            int err = errno;
+            for (int k = 0; k < r; k++) kill(pids[k], SIGKILL);
+            FATAL("fork of rank %d failed: %s", r, strerror(err));
+        }
+        if (p == 0) { // child: only async-signal-safe calls until execve
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (getppid() != parent) _exit(EXIT_FAILURE); // the launcher died before prctl
+            execve("/proc/self/exe", argv, envs[r]);
+            const char msg[] = "multi-GPU launcher: execve(/proc/self/exe) failed\n";
+            ssize_t ignored = write(2, msg, sizeof(msg) - 1);
+            (void)ignored;
+            _exit(127);
+        }
+        pids[r] = p;
+    }
+
+    int alive = world, failed_rank = -1, term_sent = 0, kill_sent = 0;
+    double t_fail = 0.0;
+    while (alive > 0) {
+        int status = 0;
+        pid_t p = waitpid(-1, &status, failed_rank < 0 ? 0 : WNOHANG);
+        if (p < 0 && errno == EINTR) continue;
+        if (p < 0) break; // no children left
+        if (p > 0) {
+            int r = -1;
+            for (int k = 0; k < world; k++) if (pids[k] == p) r = k;
+            if (r < 0) continue;
+            pids[r] = 0;
+            alive--;
+            int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+            if (!ok && failed_rank < 0) {
+                char desc[96];
+                failed_rank = r;
+                t_fail = mg_now();
+                fprintf(stderr, "multi-GPU launcher: rank %d %s after %.1f s: stopping the other ranks\n", r,
+                        mg_describe_status(status, desc, sizeof(desc)), t_fail - t0);
+                fflush(stderr);
+            }
+            continue;
+        }
+        // p == 0: a failure is being handled and some ranks are still alive
+        if (!term_sent) {
+            for (int k = 0; k < world; k++) if (pids[k] > 0) kill(pids[k], SIGTERM);
+            term_sent = 1;
+        } else if (!kill_sent && mg_now() - t_fail > MG_KILL_GRACE_S) {
+            for (int k = 0; k < world; k++) if (pids[k] > 0) kill(pids[k], SIGKILL);
+            kill_sent = 1;
+        }
+        usleep(20000);
+    }
+    unlink(id_path);
+    unlink(tmp_path);
+    if (failed_rank >= 0) {
+        fprintf(stderr, "multi-GPU launcher: all %d ranks ended %.2f s after rank %d failed (%.1f s after the start); exit status 1\n",
+                world, mg_now() - t_fail, failed_rank, mg_now() - t0);
+        exit(EXIT_FAILURE);
+    }
+    exit(EXIT_SUCCESS);
+}
+
+#ifdef ENABLE_NCCL
+// The id file: magic, world, then the id; written by rank 0 under a temporary name and renamed, so
+// a reader sees all of it or nothing.
+typedef struct { char magic[8]; int world, launcher_pid; ncclUniqueId id; } MgIdFile;
+static const char MG_ID_MAGIC[8] = {'L', 'F', '8', 'N', 'C', 'C', 'L', '1'};
+
+static void mg_write_id(const MultiGpu *mg, const ncclUniqueId *id) {
+    char tmp[96];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", mg->id_path);
+    MgIdFile f;
+    memset(&f, 0, sizeof(f));
+    memcpy(f.magic, MG_ID_MAGIC, 8);
+    f.world = mg->world;
+    f.launcher_pid = (int)getppid();
+    f.id = *id;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) MG_FAIL(mg, "cannot create the NCCL id file '%s': %s", tmp, strerror(errno));
+    if (write(fd, &f, sizeof(f)) != (ssize_t)sizeof(f)) MG_FAIL(mg, "cannot write the NCCL id file '%s': %s", tmp, strerror(errno));
+    if (close(fd) != 0) MG_FAIL(mg, "cannot close the NCCL id file '%s': %s", tmp, strerror(errno));
+    if (rename(tmp, mg->id_path) != 0) MG_FAIL(mg, "rename '%s' -> '%s' failed: %s", tmp, mg->id_path, strerror(errno));
+}
+
+static void mg_read_id(const MultiGpu *mg, ncclUniqueId *id) {
+    double t0 = mg_now();
+    MgIdFile f;
+    for (;;) {
+        int fd = open(mg->id_path, O_RDONLY);
+        if (fd >= 0) {
+            ssize_t got = read(fd, &f, sizeof(f));
+            close(fd);
+            if (got != (ssize_t)sizeof(f) || memcmp(f.magic, MG_ID_MAGIC, 8) != 0) {
+                MG_FAIL(mg, "the NCCL id file '%s' is not one this program wrote (%zd bytes)", mg->id_path, got);
+            }
+            break;
+        }
+        if (errno != ENOENT) MG_FAIL(mg, "cannot open the NCCL id file '%s': %s", mg->id_path, strerror(errno));
+        if (mg_now() - t0 > mg->timeout_s) {
+            MG_FAIL(mg, "rank 0 did not write the NCCL id file '%s' within %.0f s (did it fail to start?)", mg->id_path, mg->timeout_s);
+        }
+        usleep(10000);
+    }
+    if (f.launcher_pid != (int)getppid()) {
+        MG_FAIL(mg, "the NCCL id file '%s' belongs to another launch (launcher pid %d, ours %d)", mg->id_path, f.launcher_pid, (int)getppid());
+    }
+    if (f.world != mg->world) {
+        MG_FAIL(mg, "world sizes disagree: the NCCL id file '%s' was written for %d ranks, this rank was started as one of %d",
+                mg->id_path, f.world, mg->world);
+    }
+    *id = f.id;
+}
+#endif
+
+// Sets up this process's part of the job (see the file comment); ngpu is the -ngpu flag (0: one
+// GPU, or as many as mpirun started). Makes the rank's GPU current. Call it first in main, after
+// parsing the options and before any other CUDA call. The -ngpu launcher process never returns.
+static void multi_gpu_init(MultiGpu *mg, char **argv, int ngpu) {
+    memset(mg, 0, sizeof(*mg));
+    mg->world = mg->local_world = 1;
+    mg->launch = MG_LAUNCH_SINGLE;
+    mg->timeout_s = MG_DEFAULT_TIMEOUT_S;
+    const char *tv = getenv("LLAMA_FP8_NCCL_TIMEOUT_S");
+    if (tv && *tv) {
+        char *end = NULL;
+        double t = strtod(tv, &end);
+        if (*end != '\0' || !(t > 0.0)) FATAL("LLAMA_FP8_NCCL_TIMEOUT_S must be a positive number of seconds, got '%s'", tv);
+        mg->timeout_s = t;
+    }
+    if (ngpu < 0) FATAL("-ngpu must be 0 (one GPU, or mpirun's rank count) or a GPU count, got %d", ngpu);
+
+    int mpi_size = mg_mpi_env_size();
+    if (getenv("LLAMA_FP8_RANK") != NULL) {
+        mg->launch = MG_LAUNCH_FORK;
+        mg->rank = mg_env_int("LLAMA_FP8_RANK");
+        mg->world = mg_env_int("LLAMA_FP8_WORLD");
+        const char *idf = getenv("LLAMA_FP8_ID_FILE");
+        if (idf == NULL || strlen(idf) >= sizeof(mg->id_path)) FATAL("LLAMA_FP8_ID_FILE is unset or too long: it is set by the -ngpu launcher");
+        strcpy(mg->id_path, idf);
+        if (mg->world < 2 || mg->rank >= mg->world) FATAL("LLAMA_FP8_RANK=%d / LLAMA_FP8_WORLD=%d make no sense", mg->rank, mg->world);
+        if (ngpu != mg->world) FATAL("world sizes disagree: this rank was started as one of %d but its -ngpu is %d", mg->world, ngpu);
+        mg->local_rank = mg->rank;
+        mg->local_world = mg->world;
+    } else if (mpi_size > 1 || (mpi_size == 1 && ngpu > 1)) {
+        if (ngpu > 0 && ngpu != mpi_size) {
+            FATAL("world sizes disagree: mpirun started %d rank%s but -ngpu is %d. Under mpirun leave -ngpu out (or give the"
+                  " same count); without mpirun, -ngpu N starts the ranks itself", mpi_size, mpi_size == 1 ? "" : "s", ngpu);
+        }
+#ifndef ENABLE_NCCL
+        FATAL("mpirun started %d ranks, but this build has no NCCL, so it can only train on one GPU: install NCCL"
+              " (libnccl-dev) and rebuild (make prints whether it found NCCL)", mpi_size);
+#elif !defined(MG_USE_MPI)
+        FATAL("mpirun started %d ranks, but this build has no MPI: run it without mpirun as '%s -ngpu %d ...'"
+              " (or install MPI and rebuild)", mpi_size, argv[0], mpi_size);
+#else
+        mg->launch = MG_LAUNCH_MPI;
+        mpiCheck(MPI_Init(NULL, NULL));
+        g_mg_mpi_live = 1;
+        mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &mg->rank));
+        mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &mg->world));
+        if (mg->world != mpi_size) FATAL("MPI reports %d ranks but the launcher's environment says %d", mg->world, mpi_size);
+        MPI_Comm node;
+        mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, mg->rank, MPI_INFO_NULL, &node));
+        mpiCheck(MPI_Comm_rank(node, &mg->local_rank));
+        mpiCheck(MPI_Comm_size(node, &mg->local_world));
+        mpiCheck(MPI_Comm_free(&node));
+#endif
+    } else if (ngpu > 1) {
+#ifndef ENABLE_NCCL
+        FATAL("-ngpu %d: this build has no NCCL, so it can only train on one GPU. Install NCCL (libnccl-dev) and"
+              " rebuild (make prints whether it found NCCL), or run with -ngpu 1", ngpu);
+#else
+        mg_check_gpus(ngpu, "-ngpu");
+        mg_launch_ranks(ngpu, argv); // never returns
+#endif
+    }
+
+    if (mg->world > 1) mg_check_gpus(mg->local_world, "this job");
+    mg->local_device = mg->local_rank;
+    cudaCheck(cudaSetDevice(mg->local_device));
+    int lo_prio = 0, hi_prio = 0;
+    cudaCheck(cudaDeviceGetStreamPriorityRange(&lo_prio, &hi_prio));
+    cudaCheck(cudaStreamCreateWithPriority(&mg->comm_stream, cudaStreamNonBlocking, hi_prio));
+    cudaCheck(cudaEventCreateWithFlags(&mg->ready, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&mg->done, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&mg->waited, cudaEventDisableTiming));
+    mg->scratch = cudaMallocCheck(64, "multi-GPU scratch");
+    cudaCheck(cudaMemset(mg->scratch, 0, 64));
+    cudaCheck(cudaMallocHost(&mg->host_scratch, 64));
+    if (mg->world == 1) return;
+
+#ifdef ENABLE_NCCL
+    atexit(mg_atexit); // after the CUDA runtime's own handler, so it runs before the runtime tears down
+    ncclUniqueId id;
+    if (mg->rank == 0) mgNcclCheck(mg, ncclGetUniqueId(&id), "unique id");
+    if (mg->launch == MG_LAUNCH_FORK) {
+        if (mg->rank == 0) mg_write_id(mg, &id);
+        else mg_read_id(mg, &id);
+    }
+#ifdef MG_USE_MPI
+    if (mg->launch == MG_LAUNCH_MPI) mpiCheck(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD));
+#endif
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0; // every call returns at once; mg_nccl_settle / mg_wait poll with a deadline
+    ncclResult_t r = ncclCommInitRankConfig(&mg->comm, mg->world, id, mg->rank, &config);
+    g_mg_comm = mg->comm;
+    mgNcclCheck(mg, r, "communicator setup");
+    int count = 0, user_rank = -1;
+    mgNcclCheck(mg, ncclCommCount(mg->comm, &count), "comm count");
+    mgNcclCheck(mg, ncclCommUserRank(mg->comm, &user_rank), "comm rank");
+    if (count != mg->world || user_rank != mg->rank) {
+        MG_FAIL(mg, "world sizes disagree: the communicator has %d ranks and calls this one %d", count, user_rank);
+    }
+    // once every rank is in the communicator, every rank has read the id file
+    if (mg->launch == MG_LAUNCH_FORK && mg->rank == 0) unlink(mg->id_path);
+    mg_check_agree(mg, mg->world, "the number of ranks");
+    mg_check_agree(mg, ngpu, "-ngpu");
+#endif
+}
+
+// Drains the comm stream (bounded), then closes the communicator, MPI and the scratch buffers.
+static void multi_gpu_free(MultiGpu *mg) {
+    if (mg->comm_stream == NULL) return;
+    if (mg->world > 1) {
+        mg_wait(mg, mg->comm_stream, "the last collectives");
+#ifdef ENABLE_NCCL
+        mgNcclCheck(mg, ncclCommFinalize(mg->comm), "finalize");
+        g_mg_comm = NULL;
+        ncclCommDestroy(mg->comm);
+        mg->comm = NULL;
+#endif
+#ifdef MG_USE_MPI
+        if (g_mg_mpi_live) {
+            g_mg_mpi_live = 0;
+            mpiCheck(MPI_Finalize());
+        }
+#endif
+    }
+    cudaCheck(cudaFree(mg->scratch));
+    cudaCheck(cudaFreeHost(mg->host_scratch));
+    cudaCheck(cudaEventDestroy(mg->ready));
+    cudaCheck(cudaEventDestroy(mg->done));
+    cudaCheck(cudaEventDestroy(mg->waited));
+    cudaCheck(cudaStreamDestroy(mg->comm_stream));
+    mg->comm_stream = NULL;
+}
+
+#endif

@@ -1,0 +1,240 @@
+#!/usr/bin/env bash
+# Speed benchmark on one GPU: our trainer (bf16 and fp8) against the PyTorch reference
+# (dev/reference/bench_torch.py, bf16 and fp8 tensorwise, torch.compile) on the same model, B and T.
+# Builds the trainer if needed, runs each system as its own process (one after the other, so no
+# memory is shared or leaked between them), then prints one markdown table and writes it to --out.
+# A run that fails, runs out of memory or times out shows as such in the table; the others still run.
+#
+#   bash scripts/benchmark.sh                                  # llama2-7b, B 2, T 4096 (the ANCHORS row)
+#   bash scripts/benchmark.sh --model 1b --B 4 --T 2048 --steps 20 --out /tmp/b.md
+#   bash scripts/benchmark.sh --systems ours-fp8,ours-fp8-current,torch-fp8
+#   bash scripts/benchmark.sh --table-only                     # rebuild the table from the logs
+#
+# Options (environment variable in brackets; the flag wins):
+#   --model NAME      tiny, 125m, 1b, llama2-7b, llama3-8b              [BENCH_MODEL, default llama2-7b]
+#   --B N, --T N      micro-batch (sequences) and sequence length       [BENCH_B 2, BENCH_T 4096]
+#   --steps N         timed steps per run; the median is reported       [BENCH_STEPS, default 10]
+#   --warmup N        untimed PyTorch steps first (compilation);        [BENCH_WARMUP, default 5]
+#                     our trainer always leaves out its first 3 steps
+#   --systems LIST    comma-separated, in table order, from ours-bf16 ours-fp8 ours-fp8-current
+#                     torch-bf16 torch-fp8       [BENCH_SYSTEMS, default ours-bf16,ours-fp8,torch-bf16,torch-fp8]
+#   --out FILE        where the table goes                              [BENCH_OUT, default bench_results.md]
+#   --logdir DIR      one log per system, DIR/<system>.log              [BENCH_LOGDIR, default log_bench]
+#   --timeout S       kill a run after S seconds (0: never)             [BENCH_TIMEOUT, default 0]
+#   --trainer-args S  extra flags for ./train_llama_fp8, e.g. '-r 1'    [BENCH_TRAINER_ARGS]
+#   --torch-args S    extra flags for bench_torch.py, e.g. '--no-compile' [BENCH_TORCH_ARGS]
+#   --table-only      run nothing; tabulate the existing logs of --systems
+#   PYTHON=...        the Python with PyTorch (default python3)
+# Relative paths (--out, --logdir) are taken from the repository root.
+# Exit status: 0 when every system produced a number, 1 otherwise (the table is written either way).
+set -u
+cd "$(dirname "$0")/.." || exit 2
+
+MODEL=${BENCH_MODEL:-llama2-7b}
+BATCH=${BENCH_B:-2}
+SEQ=${BENCH_T:-4096}
+STEPS=${BENCH_STEPS:-10}
+WARMUP=${BENCH_WARMUP:-5}
+SYSTEMS=${BENCH_SYSTEMS:-ours-bf16,ours-fp8,torch-bf16,torch-fp8}
+OUTFILE=${BENCH_OUT:-bench_results.md}
+LOGDIR=${BENCH_LOGDIR:-log_bench}
+TIMEOUT=${BENCH_TIMEOUT:-0}
+TRAINER_ARGS=${BENCH_TRAINER_ARGS:-}
+TORCH_ARGS=${BENCH_TORCH_ARGS:-}
+PYTHON=${PYTHON:-python3}
+TABLE_ONLY=0
+
+usage() { sed -n '2,/^set -u/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; }
+while [ $# -gt 0 ]; do
+    case $1 in
+        -h|--help) usage; exit 0 ;;
+        --table-only) TABLE_ONLY=1; shift; continue ;;
+    esac
+    [ $# -ge 2 ] || { echo "option $1 needs a value (see --help)" >&2; exit 2; }
+    case $1 in
+        --model) MODEL=$2 ;;
+        --B|-b) BATCH=$2 ;;
+        --T|-t) SEQ=$2 ;;
+        --steps) STEPS=$2 ;;
+        --warmup) WARMUP=$2 ;;
+        --systems) SYSTEMS=$2 ;;
+        --out) OUTFILE=$2 ;;
+        --logdir) LOGDIR=$2 ;;
+        --timeout) TIMEOUT=$2 ;;
+        --trainer-args) TRAINER_ARGS=$2 ;;
+        --torch-args) TORCH_ARGS=$2 ;;
+        *) echo "unknown option '$1' (see --help)" >&2; exit 2 ;;
+    esac
+    shift 2
+done
+for v in BATCH SEQ STEPS WARMUP TIMEOUT; do
+    [[ ${!v} =~ ^[0-9]+$ ]] || { echo "$v must be a non-negative integer, got '${!v}'" >&2; exit 2; }
+done
+IFS=, read -r -a SYS_LIST <<<"$SYSTEMS"
+for s in "${SYS_LIST[@]}"; do
+    case $s in ours-bf16|ours-fp8|ours-fp8-current|torch-bf16|torch-fp8) ;;
+        *) echo "unknown system '$s' (ours-bf16 ours-fp8 ours-fp8-current torch-bf16 torch-fp8)" >&2; exit 2 ;;
+    esac
+done
+mkdir -p "$LOGDIR"
+
+# run_one NAME COMMAND...: runs the command, its output to the screen and to LOGDIR/NAME.log, and
+# appends "BENCH_EXIT rc" to the log (the table reads the logs, never this shell's state).
+run_one() {
+    local name=$1; shift
+    local log="$LOGDIR/$name.log"
+    [ "$TIMEOUT" -gt 0 ] && set -- timeout -k 30 "$TIMEOUT" "$@"
+    echo
+    local cmd; cmd=$(printf '%q ' "$@")   # quoted, so empty arguments show as ''
+    echo "=== $name: $cmd"
+    echo "BENCH_CMD $cmd" >"$log"
+    "$@" 2>&1 | tee -a "$log"
+    echo "BENCH_EXIT ${PIPESTATUS[0]}" >>"$log"
+}
+
+if [ "$TABLE_ONLY" = 0 ]; then
+    if ! nvidia-smi -L >/dev/null 2>&1 && [ "${BENCH_ALLOW_NO_GPU:-0}" != 1 ]; then
+        echo "no NVIDIA GPU answers nvidia-smi: this benchmark needs one (BENCH_ALLOW_NO_GPU=1 runs anyway)" >&2
+        exit 2
+    fi
+    echo "benchmark: model $MODEL, B $BATCH, T $SEQ, $STEPS timed steps | systems: ${SYS_LIST[*]} | logs in $LOGDIR/"
+    built=unknown
+    LINEBUF=""   # line-buffered trainer output, so a crash still leaves its last lines in the log
+    command -v stdbuf >/dev/null && LINEBUF="stdbuf -oL -eL"
+    for s in "${SYS_LIST[@]}"; do
+        case $s in
+            ours-*)
+                if [ "$built" = unknown ]; then
+                    echo "=== building train_llama_fp8 (make train_llama_fp8)"
+                    if make train_llama_fp8; then built=yes; else built=no; fi
+                fi
+                if [ "$built" = no ]; then
+                    printf 'BENCH_CMD make train_llama_fp8\nerror: building train_llama_fp8 failed (run make train_llama_fp8)\nBENCH_EXIT 1\n' >"$LOGDIR/$s.log"
+                    continue
+                fi
+                prec=${s#ours-}; recipe=""
+                [ "$prec" = fp8-current ] && { prec=fp8; recipe="-fp8_recipe current"; }
+                # no logs, checkpoints, val, samples or tokenizer (so V stays the preset's); the
+                # trainer's median leaves out its first 3 steps, so run 3 more than STEPS.
+                # shellcheck disable=SC2086  # recipe and TRAINER_ARGS are split on spaces on purpose
+                run_one "$s" $LINEBUF ./train_llama_fp8 -e "$MODEL" -b "$BATCH" -t "$SEQ" -x $((STEPS + 3)) \
+                    -precision "$prec" $recipe -o '' -j '' -tok '' -v 0 -m 0 -s 0 $TRAINER_ARGS
+                ;;
+            torch-*)
+                # shellcheck disable=SC2086
+                run_one "$s" "$PYTHON" -u dev/reference/bench_torch.py --model "$MODEL" --B "$BATCH" \
+                    --T "$SEQ" --steps "$STEPS" --warmup "$WARMUP" --precision "${s#torch-}" $TORCH_ARGS
+                ;;
+        esac
+    done
+    echo
+fi
+
+# The table, from the logs.
+"$PYTHON" - "$LOGDIR" "$OUTFILE" "$SYSTEMS" "$MODEL" "$BATCH" "$SEQ" "$STEPS" "$WARMUP" <<'EOF'
+import datetime, os, re, sys
+
+logdir, outfile, systems, model, B, T, steps, warmup = sys.argv[1:]
+B, T = int(B), int(T)
+LABELS = {"ours-bf16": "ours bf16 (train_llama_fp8)",
+          "ours-fp8": "ours fp8, delayed scaling (train_llama_fp8)",
+          "ours-fp8-current": "ours fp8, current scaling (train_llama_fp8)",
+          "torch-bf16": "PyTorch bf16, torch.compile",
+          "torch-bf16-eager": "PyTorch bf16, eager",
+          "torch-fp8": "PyTorch fp8 tensorwise (dynamic), torch.compile",
+          "torch-fp8-eager": "PyTorch fp8 tensorwise (dynamic), eager"}
+DIMS = re.compile(r"model (\S+): V (\d+) L (\d+) C (\d+) NH (\d+) NKV (\d+) FF (\d+)")
+
+
+def flops_per_token(V, L, C, NH, NKV, FF, T):
+    """../shared/docs/ANCHORS.md: 6 * (params - embedding) + causal attention counted half."""
+    qkv = (NH + 2 * NKV) * (C // NH)
+    params = 2 * V * C + L * (2 * C + qkv * C + C * C + 3 * FF * C) + C
+    return 6.0 * (params - V * C) + 6.0 * L * T * C
+
+
+def failure(text, rc):
+    """(table cell, reason) for a run that printed no result."""
+    lines = [l.strip() for l in text.splitlines() if l.strip() and not l.startswith("BENCH_")]
+    why = next((l for l in reversed(lines) if re.search(r"out of (gpu )?memory|error", l, re.I)), lines[-1] if lines else "no output")
+    if re.search(r"out of (gpu )?memory|OutOfMemoryError|tok_s=OOM", text, re.I):
+        return "OOM", why
+    if rc in (124, 137):
+        return "TIMEOUT", "killed by --timeout"
+    return "FAILED (exit %s)" % rc, why
+
+
+rows, notes, gpu = [], [], None
+for name in systems.split(","):
+    path = os.path.join(logdir, name + ".log")
+    row = dict(name=name, label=LABELS[name], tok=None, tflops=None, peak=None, dev=None, cell="not run")
+    rows.append(row)
+    if not os.path.exists(path):
+        continue
+    text = open(path, errors="replace").read()
+    m = re.search(r"^BENCH_EXIT (\d+)", text, re.M)
+    rc = int(m.group(1)) if m else None
+    if gpu is None:
+        m = re.search(r"^train_llama_fp8 \| ([^|]+?) \|", text, re.M) or re.search(r"^PyTorch \S+ \| (.+?) \(sm_", text, re.M)
+        gpu = m.group(1) if m else None
+    dims = DIMS.search(text)
+    m = re.search(r"^B (\d+) T (\d+) \|", text, re.M) or re.search(r"^RESULT .*? B=(\d+) T=(\d+)", text, re.M)
+    if (dims and dims.group(1) != model) or (m and (int(m.group(1)), int(m.group(2))) != (B, T)):
+        notes.append("%s: its log is for a different run (%s, B %s T %s) than the table's header: re-run it"
+                     % (name, dims.group(1) if dims else "?", m.group(1) if m else "?", m.group(2) if m else "?"))
+    if name.startswith("ours-"):
+        med = re.search(r"^median step ([\d.]+) ms over (\d+) steps .*?\| (\d+) tok/s \| MFU .*?\| "
+                        r"device memory in use ([\d.]+) GiB", text, re.M)
+        alloc = re.search(r"^device memory allocated: ([\d.]+) GiB", text, re.M)
+        if med and dims:
+            row["tok"] = float(med.group(3))
+            row["tflops"] = row["tok"] * flops_per_token(*(int(g) for g in dims.groups()[1:]), T) / 1e12
+            row["dev"] = float(med.group(4))
+            row["peak"] = float(alloc.group(1)) if alloc else None
+            row["fpt"] = flops_per_token(*(int(g) for g in dims.groups()[1:]), T)
+    else:
+        res = re.findall(r"^RESULT (.*)$", text, re.M)
+        kv = dict(f.split("=", 1) for f in res[-1].split()) if res else {}
+        if kv.get("system"):
+            row["label"] = LABELS.get(kv["system"], kv["system"])
+        try:
+            row["tok"], row["tflops"] = float(kv["tok_s"]), float(kv["tflops"])
+            row["peak"], row["dev"] = float(kv["mem_gib"]), float(kv["dev_gib"])
+            row["fpt"] = float(kv["flops_tok"])
+        except (KeyError, ValueError):
+            row["tok"] = None
+    if row["tok"] is None:
+        row["cell"], why = failure(text, rc)
+        notes.append("%s: %s" % (name, why))
+
+fpts = {r["name"]: r["fpt"] for r in rows if r.get("fpt")}
+if fpts and max(fpts.values()) > 1.001 * min(fpts.values()):
+    notes.append("model FLOPs per token differ between systems (%s): the runs are not the same model"
+                 % ", ".join("%s %.4g" % kv for kv in fpts.items()))
+base = next((r["tok"] for r in rows if r["name"] == "torch-bf16" and r["tok"]), None)
+f = lambda v, fmt: "-" if v is None or v != v else fmt % v   # v != v: NaN (no GPU memory on the CPU)
+out = ["## Training speed: %s, B %d x T %d (%d tokens/step)%s, %s" % (
+           model, B, T, B * T, ", " + gpu if gpu else "", datetime.date.today().isoformat()),
+       "",
+       "| system | tokens/s | model TFLOP/s | peak memory GiB | device memory GiB | speedup vs PyTorch bf16 |",
+       "|---|---|---|---|---|---|"]
+for r in rows:
+    ok = r["tok"] is not None
+    out.append("| %s | %s | %s | %s | %s | %s |" % (
+        r["label"], "{:,.0f}".format(r["tok"]) if ok else r["cell"], f(r["tflops"], "%.0f"), f(r["peak"], "%.1f"),
+        f(r["dev"], "%.1f"), "%.2fx" % (r["tok"] / base) if ok and base else "-"))
+out += ["",
+        "Median step time: PyTorch over %s steps after %s warm-up steps; ours over the steps after its first 3. "
+        "Model TFLOP/s = tokens/s x (6 x (params - embedding) + 6 x L x T x C) (ANCHORS.md). "
+        "Peak memory: PyTorch torch.cuda.max_memory_allocated during the timed steps; ours what the trainer "
+        "allocates up front (its 'device memory allocated' line). Device memory: what the GPU has in use (cudaMemGetInfo: allocator "
+        "cache, workspaces and CUDA context included), after our first step / after PyTorch's last." % (steps, warmup)]
+if notes:
+    out += [""] + ["- " + n for n in notes]
+table = "\n".join(out) + "\n"
+print(table, end="")
+with open(outfile, "w") as fh:
+    fh.write(table)
+print("(written to %s)" % outfile)
+sys.exit(0 if all(r["tok"] is not None for r in rows) else 1)
+EOF

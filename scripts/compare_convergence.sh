@@ -1,0 +1,302 @@
+#!/usr/bin/env bash
+# Trains the same model from the same initial weights and data order in bf16 and in fp8 (delayed
+# scaling; with --current also fp8 with current scaling), then plots and tabulates the losses.
+#
+#   scripts/compare_convergence.sh [options] -- [trainer flags]
+#   e.g. scripts/compare_convergence.sh --out conv125m -- -e 125m -i 'data/gutenberg_llama2_train_*.bin' \
+#            -j data/gutenberg_llama2_val.bin -b 16 -t 1024 -d 16384 -x 1500 -v 100 -m 20
+#
+# Every run gets the same trainer flags (so the same seed, init and data order) plus -o OUT/<run>
+# and -precision; the fp8 runs also get -fp8_log N and -fp8_recipe. Run it from the repository root
+# when the flags use the trainer's relative default paths (data/...).
+# Writes into OUT: bf16/, fp8/, fp8_current/ (each: main.log, fp8.log, console.log, checkpoint,
+# flags.txt, and DONE once the run finished), loss.png, fp8_scales.png (fp8_current_scales.png),
+# summary.md.
+# Exit status: 0 all runs finished and each fp8 run's final val loss is within --threshold of
+# bf16's; 1 an fp8 run is worse than that (or has no finite val loss); 2 bad usage; 3 a run crashed
+# or the comparison could not be made.
+set -euo pipefail
+
+script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo_dir=$(dirname "$script_dir")
+
+usage() {
+    cat <<EOF
+usage: $0 [options] -- [train_llama_fp8 flags]
+  --out DIR          output folder (default convergence)
+  --current          also train fp8 with -fp8_recipe current
+  --threshold X      fail when an fp8 run's final val loss exceeds bf16's by more than X, relative
+                     (default 0.01 = 1%)
+  --skip-existing    reuse runs that finished before (OUT/<run>/DONE) with the same flags
+  --fp8-log N        -fp8_log for the fp8 runs (default 10; 0: no fp8.log, no scale plot)
+  --smooth K         train-loss smoothing (trailing mean over K steps) in loss.png (default 20)
+  --bin PATH         trainer binary (default: train_llama_fp8 in the repository; built with make if missing)
+  --python PATH      python with matplotlib for the plots (default: \$PYTHON or python3)
+  --quiet            trainer output only to OUT/<run>/console.log, not also to the terminal
+  -h, --help         this help
+Not allowed after --: -o, -precision, -fp8_recipe, -fp8_log, -y (the script sets them per run).
+EOF
+}
+
+die_usage() { echo "compare_convergence.sh: $*" >&2; echo "(see $0 --help)" >&2; exit 2; }
+
+out=convergence
+current=0
+threshold=0.01
+skip_existing=0
+fp8_log=10
+smooth=20
+bin="$repo_dir/train_llama_fp8"
+bin_given=0
+python=${PYTHON:-python3}
+quiet=0
+trainer_args=()
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --out) [ $# -ge 2 ] || die_usage "--out needs a value"; out=$2; shift 2 ;;
+        --out=*) out=${1#--out=}; shift ;;
+        --current) current=1; shift ;;
+        --threshold) [ $# -ge 2 ] || die_usage "--threshold needs a value"; threshold=$2; shift 2 ;;
+        --threshold=*) threshold=${1#--threshold=}; shift ;;
+        --skip-existing) skip_existing=1; shift ;;
+        --fp8-log) [ $# -ge 2 ] || die_usage "--fp8-log needs a value"; fp8_log=$2; shift 2 ;;
+        --fp8-log=*) fp8_log=${1#--fp8-log=}; shift ;;
+        --smooth) [ $# -ge 2 ] || die_usage "--smooth needs a value"; smooth=$2; shift 2 ;;
+        --smooth=*) smooth=${1#--smooth=}; shift ;;
+        --bin) [ $# -ge 2 ] || die_usage "--bin needs a value"; bin=$2; bin_given=1; shift 2 ;;
+        --bin=*) bin=${1#--bin=}; bin_given=1; shift ;;
+        --python) [ $# -ge 2 ] || die_usage "--python needs a value"; python=$2; shift 2 ;;
+        --python=*) python=${1#--python=}; shift ;;
+        --quiet) quiet=1; shift ;;
+        -h|--help) usage; exit 0 ;;
+        --) shift; trainer_args=("$@"); break ;;
+        *) die_usage "unknown option '$1' (trainer flags go after --)" ;;
+    esac
+done
+
+[ -n "$out" ] || die_usage "--out must not be empty"
+[[ $threshold =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]] || die_usage "--threshold wants a non-negative number, got '$threshold'"
+[[ $fp8_log =~ ^[0-9]+$ ]] || die_usage "--fp8-log wants a non-negative integer, got '$fp8_log'"
+if ! [[ $smooth =~ ^[0-9]+$ ]] || [ "$smooth" -lt 1 ]; then die_usage "--smooth wants a positive integer, got '$smooth'"; fi
+# flags that must differ per run (or would break the comparison) are the script's to set; the
+# trainer's parser reads flag/value pairs, so only even positions are flags
+for ((i = 0; i < ${#trainer_args[@]}; i += 2)); do
+    case "${trainer_args[i]}" in
+        -o) die_usage "don't pass -o: each run logs into --out DIR/<run>" ;;
+        -precision) die_usage "don't pass -precision: the script runs bf16 and fp8" ;;
+        -fp8_recipe) die_usage "don't pass -fp8_recipe: the fp8 run is delayed scaling; --current adds a current-scaling run" ;;
+        -fp8_log) die_usage "don't pass -fp8_log: use --fp8-log N" ;;
+        -y) die_usage "don't pass -y: runs start from step 0 (use --skip-existing to reuse finished runs)" ;;
+        -h|--help) die_usage "for the trainer's flags run: $bin -h" ;;
+    esac
+done
+[ $(( ${#trainer_args[@]} % 2 )) -eq 0 ] || die_usage "trainer flags come in pairs (-flag value); got an odd number: ${trainer_args[*]}"
+
+if [ ! -x "$bin" ]; then
+    if [ "$bin_given" = 1 ]; then
+        echo "compare_convergence.sh: trainer '$bin' not found or not executable" >&2; exit 2
+    fi
+    echo "== $bin not built: make train_llama_fp8"
+    make -C "$repo_dir" train_llama_fp8 || { echo "compare_convergence.sh: building the trainer failed" >&2; exit 3; }
+fi
+
+mkdir -p -- "$out"
+
+runs=(bf16 fp8)
+[ "$current" = 1 ] && runs+=(fp8_current)
+
+run_flags() { # the per-run flags, minus -o
+    case "$1" in
+        bf16) printf '%s\n' -precision bf16 ;;
+        fp8) printf '%s\n' -precision fp8 -fp8_recipe delayed -fp8_log "$fp8_log" ;;
+        fp8_current) printf '%s\n' -precision fp8 -fp8_recipe current -fp8_log "$fp8_log" ;;
+    esac
+}
+
+finished=()
+failed=()
+for run in "${runs[@]}"; do
+    dir="$out/$run"
+    mapfile -t extra < <(run_flags "$run")
+    args=("${trainer_args[@]}" "${extra[@]}")
+    flags_now=$(printf '%q ' "${args[@]}")
+    if [ "$skip_existing" = 1 ] && [ -f "$dir/DONE" ]; then
+        flags_then=$(cat "$dir/flags.txt" 2>/dev/null || true)
+        if [ "$flags_then" = "$flags_now" ]; then
+            echo "== $run: reusing the finished run in $dir"
+            finished+=("$run")
+            continue
+        fi
+        echo "compare_convergence.sh: $dir holds a finished run with other flags:" >&2
+        echo "  then: $flags_then" >&2
+        echo "  now:  $flags_now" >&2
+        echo "  use another --out, or delete $dir to re-run it" >&2
+        exit 2
+    fi
+    mkdir -p -- "$dir"
+    rm -f -- "$dir/DONE" "$dir/main.log" "$dir/fp8.log"
+    printf '%s' "$flags_now" >"$dir/flags.txt"
+    echo "== $run: $bin $flags_now-o $(printf '%q' "$dir")"
+    set +e
+    if [ "$quiet" = 1 ]; then
+        "$bin" "${args[@]}" -o "$dir" >"$dir/console.log" 2>&1
+        rc=$?
+    else
+        "$bin" "${args[@]}" -o "$dir" 2>&1 | tee "$dir/console.log"
+        rc=${PIPESTATUS[0]}
+    fi
+    set -e
+    if [ "$rc" -eq 130 ] || [ "$rc" -eq 143 ]; then
+        echo "compare_convergence.sh: $run interrupted (exit $rc); stopping" >&2
+        exit "$rc"
+    fi
+    if [ "$rc" -ne 0 ]; then
+        echo "" >&2
+        echo "compare_convergence.sh: RUN FAILED: $run exited with status $rc. Last lines of $dir/console.log:" >&2
+        tail -n 15 -- "$dir/console.log" | sed 's/^/  | /' >&2
+        failed+=("$run")
+        continue
+    fi
+    if ! grep -q '^s:[0-9]* trl:' "$dir/main.log" 2>/dev/null; then
+        echo "compare_convergence.sh: RUN FAILED: $run exited 0 but wrote no training steps to $dir/main.log" >&2
+        failed+=("$run")
+        continue
+    fi
+    date -u '+%Y-%m-%dT%H:%M:%SZ' >"$dir/DONE"
+    finished+=("$run")
+done
+
+if [ ${#finished[@]} -eq 0 ]; then
+    echo "compare_convergence.sh: every run failed (${failed[*]}); nothing to compare" >&2
+    exit 3
+fi
+
+# plots: a missing matplotlib costs the pictures, not the comparison
+plot_failed=()
+rm -f -- "$out/loss.png" "$out"/fp8*_scales.png
+logs=()
+for run in "${finished[@]}"; do logs+=("$out/$run/main.log"); done
+"$python" "$script_dir/plot_log.py" "${logs[@]}" --labels "${finished[@]}" --smooth "$smooth" \
+    --threshold "$threshold" --title "convergence: ${finished[*]} ($out)" --out "$out/loss.png" \
+    || plot_failed+=(loss.png)
+for run in "${finished[@]}"; do
+    case "$run" in fp8*) ;; *) continue ;; esac
+    [ -s "$out/$run/fp8.log" ] || continue
+    "$python" "$script_dir/plot_fp8.py" "$out/$run/fp8.log" --title "fp8 scales: $run ($out)" \
+        --out "$out/${run}_scales.png" || plot_failed+=("${run}_scales.png")
+done
+
+# summary table and the threshold check (standard library only, via plot_log's parser)
+rm -f -- "$out/summary.md"
+set +e
+"$python" - "$script_dir" "$out" "$threshold" "$(printf '%q ' "${trainer_args[@]}")" "${failed[*]}" "${finished[@]}" <<'EOF'
+import math, os, statistics, sys
+sys.path.insert(0, sys.argv[1])
+from plot_log import parse_main_log
+
+out, threshold, flags, failed, runs = sys.argv[2], float(sys.argv[3]), sys.argv[4], sys.argv[5].split(), sys.argv[6:]
+stats = {}
+for run in runs:
+    log = parse_main_log(os.path.join(out, run, "main.log"))
+    steps = log.train_steps()
+    last20 = [log.train[s]["trl"] for s in steps[-20:]]
+    # tokens/s as the trainer's own median: leave out the first 3 steps (GEMM and attention plans)
+    tps = [log.train[s]["tok/s"] for s in steps[3:] if "tok/s" in log.train[s]] or \
+          [log.train[s]["tok/s"] for s in steps if "tok/s" in log.train[s]]
+    vsteps = log.val_steps()
+    stats[run] = dict(
+        last_step=steps[-1] if steps else None,
+        train=sum(last20) / len(last20) if last20 else float("nan"),
+        n_train=len(last20),
+        val=log.val[vsteps[-1]] if vsteps else float("nan"),
+        val_step=vsteps[-1] if vsteps else None,
+        tps=statistics.median(tps) if tps else float("nan"),
+    )
+
+def rel(a, b):  # (a - b) / b
+    return (a - b) / b if math.isfinite(a) and math.isfinite(b) and b != 0 else float("nan")
+
+def pct(x):
+    return "n/a" if not math.isfinite(x) else f"{100 * x:+.2f}%"
+
+def num(x, fmt):
+    return "n/a" if not math.isfinite(x) else format(x, fmt)
+
+def ratio(a, b):
+    return f"{a / b:.2f}x" if math.isfinite(a) and math.isfinite(b) and b > 0 else "n/a"
+
+base = stats.get("bf16")
+lines = [f"# Convergence: {', '.join(runs)}", "",
+         f"Trainer flags (all runs): `{flags.strip()}`", "",
+         "| run | steps | final train loss (mean of last 20) | train vs bf16 | final val loss (step) | val vs bf16 | median tok/s | tok/s vs bf16 |",
+         "|---|---|---|---|---|---|---|---|"]
+for run in runs:
+    s = stats[run]
+    is_base = run == "bf16"
+    lines.append("| {} | {} | {} | {} | {} | {} | {} | {} |".format(
+        run, s["last_step"] if s["last_step"] is not None else "n/a",
+        num(s["train"], ".4f") + ("" if s["n_train"] in (0, 20) else f" (of {s['n_train']})"),
+        "-" if is_base else pct(rel(s["train"], base["train"])) if base else "n/a",
+        num(s["val"], ".4f") + (f" ({s['val_step']})" if s["val_step"] is not None else ""),
+        "-" if is_base else pct(rel(s["val"], base["val"])) if base else "n/a",
+        num(s["tps"], ",.0f"),
+        "-" if is_base else ratio(s["tps"], base["tps"] if base else float("nan"))))
+lines.append("")
+
+status = 0
+notes = []
+if base is None:
+    notes.append("No finished bf16 run: the fp8 runs cannot be checked against it.")
+    status = 5
+elif not math.isfinite(base["val"]):
+    notes.append("bf16 has no finite final val loss (was there val data, -j?): nothing to check against.")
+    status = 5
+else:
+    for run in runs:
+        if run == "bf16":
+            continue
+        s = stats[run]
+        d = rel(s["val"], base["val"])
+        if s["val_step"] != base["val_step"]:
+            notes.append(f"Warning: {run}'s last val loss is at step {s['val_step']}, bf16's at step {base['val_step']}.")
+        if not math.isfinite(d):
+            notes.append(f"FAIL: {run} has no finite final val loss.")
+            status = 4
+        elif d > threshold:
+            notes.append(f"FAIL: {run} final val loss {s['val']:.4f} is {pct(d)} vs bf16 {base['val']:.4f}, over the threshold +{100 * threshold:g}%.")
+            status = 4
+        else:
+            notes.append(f"PASS: {run} final val loss {s['val']:.4f} is {pct(d)} vs bf16 {base['val']:.4f} (threshold +{100 * threshold:g}%).")
+lines += notes
+for run in failed:
+    lines.append(f"CRASHED: {run} did not finish (see {run}/console.log); it is left out above.")
+pngs = [p for p in ["loss.png"] + [f"{r}_scales.png" for r in runs] if os.path.exists(os.path.join(out, p))]
+lines += ["", "Plots: " + (", ".join(pngs) if pngs else "none (plotting failed)")]
+text = "\n".join(lines) + "\n"
+with open(os.path.join(out, "summary.md"), "w") as f:
+    f.write(text)
+print(text, end="")
+sys.exit(status)
+EOF
+gate=$?
+set -e
+
+if [ -f "$out/summary.md" ]; then echo "summary written to $out/summary.md"; fi
+if [ ${#plot_failed[@]} -gt 0 ]; then
+    echo "compare_convergence.sh: WARNING: plotting failed for: ${plot_failed[*]} (needs matplotlib: --python /path/to/python)" >&2
+fi
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "compare_convergence.sh: FAILED: run(s) crashed: ${failed[*]} (see $out/<run>/console.log)" >&2
+    exit 3
+fi
+case "$gate" in
+    0) ;;
+    4) echo "compare_convergence.sh: FAILED: fp8 final val loss worse than bf16's by more than the threshold ($threshold)" >&2
+       exit 1 ;;
+    5) echo "compare_convergence.sh: FAILED: could not compare (see the summary above)" >&2
+       exit 3 ;;
+    *) echo "compare_convergence.sh: FAILED: writing the summary failed (exit $gate of $python)" >&2
+       exit 3 ;;
+esac
+echo "compare_convergence.sh: OK"
