@@ -124,6 +124,7 @@ static void test_bf16_first_step_vs_cpu(void) {
     CHECK(fabsf(g.loss - ref_loss) / ref_loss < 1e-2, "loss %.6f vs %.6f", g.loss, ref_loss);
     check_grads(&m, g.grads, ref.grads, 5e-2, "bf16 vs cpu");
     free_step_zero(&g);
+    model_free(&m);
     free(in); free(tg);
     ref_free(&ref);
 }
@@ -152,12 +153,13 @@ static void test_bf16_ten_steps_vs_cpu(void) {
         CHECK(!skipped && fabsf(l - lref) / lref < 1.5e-2, "step %d loss %.5f vs %.5f", step, l, lref);
     }
     free(losses); free(in); free(tg);
+    model_free(&m);
     ref_free(&ref);
 }
 
 static void test_bf16_vs_pytorch_fixture(void) {
     Fixture fx;
-    if (!fixture_load(&fx, "dev/test/fixtures/llama_fp32.bin")) { CHECK(0, "fixture missing: python3 dev/reference/llama_ref.py --out dev/test/fixtures"); return; }
+    if (!fixture_load(&fx, "dev/test/fixtures/llama_fp32.bin")) { CHECK(0, "%s (make it: python3 dev/reference/llama_ref.py --out dev/test/fixtures)", fx.error); return; }
     int N = fx.B * fx.T;
     Model m;
     model_init(&m, &fx.cfg, fx.B, fx.T, PREC_BF16, 0, 16, 0, 0);
@@ -170,52 +172,100 @@ static void test_bf16_vs_pytorch_fixture(void) {
     CHECK(fabsf(g.loss - fx.loss) / fx.loss < 1e-2, "loss %.6f vs %.6f", g.loss, fx.loss);
     check_grads(&m, g.grads, fx.grads, 5e-2, "bf16 vs torch");
     free_step_zero(&g);
+    model_free(&m);
     fixture_free(&fx);
 }
 
 // ----------------------------------------------------------------------------------------------
 // fp8 against the C reference's emulation
 
+// ||a - ref|| / ||ref||: a robust whole-tensor measure, for comparisons of two noise sources.
+static double rms_rel(const float *a, const float *ref, size_t n) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) { double d = (double)a[i] - ref[i]; num += d * d; den += (double)ref[i] * ref[i]; }
+    return den > 0.0 ? sqrt(num / den) : sqrt(num);
+}
+
+// The GPU casts bf16 values to fp8, the reference fp32 ones: an element within bf16 rounding of an fp8
+// rounding boundary lands one fp8 step (up to 12.5% for E4M3) away, a noise as large as fp8
+// quantization itself. Its size is measured, not guessed: the reference run again with every fp8
+// cast's input rounded to bf16 first (fp8_bf16_inputs) differs from the plain reference by exactly
+// that kind of flips, the "floor". The GPU may differ by that noise (twice: its other bf16
+// roundings shift values too) plus the bf16 arithmetic budget of the bf16 tests.
+static double fp8_tolerance(double floor, double bf16_budget) { return 2.0 * floor + bf16_budget; }
+
 static void test_fp8_first_step_vs_cpu(void) {
     LlamaConfig c = small_config();
     int B = 2, T = 128, N = B * T;
-    RefModel ref, ref32;
+    RefModel ref, refb, ref32;
     ref_init(&ref, &c, B, T, 1, 0, 0, 16, 0);
     ref_init_weights(&ref, 42);
+    ref_init(&refb, &c, B, T, 1, 0, 0, 16, 0);
+    ref_init_weights(&refb, 42);
+    refb.fp8_bf16_inputs = 1;
     ref_init(&ref32, &c, B, T, 0, 0, 0, 16, 0);
     ref_init_weights(&ref32, 42);
     int *in = (int *)mallocCheck(N * sizeof(int)), *tg = (int *)mallocCheck(N * sizeof(int));
     random_tokens(in, N, c.V, 1);
     random_tokens(tg, N, c.V, 2);
     float ref_loss = ref_compute_grads(&ref, in, tg, 1);
+    ref_compute_grads(&refb, in, tg, 1);
     ref_compute_grads(&ref32, in, tg, 1);
 
     Model m;
     model_init(&m, &c, B, T, PREC_FP8, 0, 16, 0, 0);
     model_set_weights(&m, ref.params);
     StepZero g = gpu_step_zero(&m, in, tg);
-    // The GPU quantizes bf16 values, the reference fp32 ones: an element within bf16 rounding of an
-    // fp8 rounding boundary lands one fp8 step (2^-3 for E4M3) away. That is a few % of elements,
-    // averaging out in the GEMM sums. The sharp check is the second: the GPU must be much closer to
-    // the fp8 emulation than the emulation is to fp32, i.e. it really quantizes like the recipe.
-    double el = rel_err(g.logits, ref.logits, (size_t)N * c.V);
-    double el_q = rel_err(ref.logits, ref32.logits, (size_t)N * c.V);
-    printf("    logits rel %.2e (fp8 emulation vs fp32: %.2e) | loss gpu %.6f cpu %.6f\n", el, el_q, g.loss, ref_loss);
-    CHECK(el < 5e-2, "logits rel %.3e", el);
-    CHECK(el < 0.5 * el_q, "GPU fp8 logits are not closer to the fp8 emulation (%.3e) than fp8 is to fp32 (%.3e)", el, el_q);
+    size_t nl = (size_t)N * c.V;
+    double el = rel_err(g.logits, ref.logits, nl), floor_l = rel_err(refb.logits, ref.logits, nl);
+    double tol_l = fp8_tolerance(floor_l, 3e-2);
+    printf("    logits rel %.2e (flip floor %.2e, tolerance %.2e) | loss gpu %.6f cpu %.6f\n", el, floor_l, tol_l, g.loss, ref_loss);
+    CHECK(el < tol_l, "logits rel %.3e >= %.3e", el, tol_l);
+    // it must be fp8 at all: closer (RMS) to the fp8 emulation than to the fp32 model
+    double to_fp8 = rms_rel(g.logits, ref.logits, nl), to_fp32 = rms_rel(g.logits, ref32.logits, nl);
+    printf("    logits RMS rel: to the fp8 emulation %.2e, to fp32 %.2e\n", to_fp8, to_fp32);
+    CHECK(to_fp8 < to_fp32, "GPU fp8 logits are closer to fp32 (%.3e) than to the fp8 emulation (%.3e)", to_fp32, to_fp8);
     CHECK(fabsf(g.loss - ref_loss) / ref_loss < 1e-2, "loss %.6f vs %.6f", g.loss, ref_loss);
-    check_grads(&m, g.grads, ref.grads, 1e-1, "fp8 vs cpu");
+    size_t off = 0;
+    for (int p = 0; p < NUM_PARAM_TENSORS; p++) {
+        size_t n = m.param_sizes[p];
+        double e = rel_err(g.grads + off, ref.grads + off, n), fl = rel_err(refb.grads + off, ref.grads + off, n);
+        double tol = fp8_tolerance(fl, 5e-2);
+        printf("    fp8 grad %-8s rel %.2e (flip floor %.2e, tolerance %.2e)\n", PARAM_NAMES[p], e, fl, tol);
+        CHECK(e < tol, "gradient of %s: rel %.3e >= %.3e", PARAM_NAMES[p], e, tol);
+        off += n;
+    }
     free_step_zero(&g);
+    model_free(&m);
     free(in); free(tg);
-    ref_free(&ref); ref_free(&ref32);
+    ref_free(&ref); ref_free(&refb); ref_free(&ref32);
+}
+
+// Worst relative difference of two fp8 states' history and scale entries; counts entries that are
+// zero on one side only.
+static double fp8_state_diff(const float *a, const float *r, Fp8StateLayout lay, int *zero_mismatch) {
+    double worst = 0.0;
+    int H = lay.history_len;
+    for (int t = 0; t < lay.num_tensors; t++) {
+        for (int k = 0; k < H; k++) {
+            float x = a[lay.amax_history + (size_t)t * H + k], y = r[lay.amax_history + (size_t)t * H + k];
+            if ((x == 0.0f) != (y == 0.0f)) (*zero_mismatch)++;
+            else if (y != 0.0f) worst = fmax(worst, fabs(x - y) / y);
+        }
+        worst = fmax(worst, fabs(a[lay.scale + t] - r[lay.scale + t]) / r[lay.scale + t]);
+    }
+    return worst;
 }
 
 static void test_fp8_state_vs_cpu(void) {
     LlamaConfig c = small_config();
     int B = 2, T = 128, N = B * T, grad_accum = 2, H = 4;
-    RefModel ref;
+    RefModel ref, refb;
     ref_init(&ref, &c, B, T, 1, 0, 0, H, 0);
     ref_init_weights(&ref, 9);
+    ref_init(&refb, &c, B, T, 1, 0, 0, H, 0);
+    ref_init_weights(&refb, 9);
+    refb.fp8_bf16_inputs = 1;
     int *in = (int *)mallocCheck(grad_accum * N * sizeof(int)), *tg = (int *)mallocCheck(grad_accum * N * sizeof(int));
     random_tokens(in, grad_accum * N, c.V, 5);
     random_tokens(tg, grad_accum * N, c.V, 6);
@@ -228,32 +278,30 @@ static void test_fp8_state_vs_cpu(void) {
         float gn_ref, gn;
         int skipped;
         float lref = ref_train_step(&ref, in, tg, grad_accum, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.grad_clip, &gn_ref);
+        float lb = ref_train_step(&refb, in, tg, grad_accum, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.grad_clip, &gn_ref);
         float l = train_step(&m, in, tg, grad_accum, &h, losses, g_norm_device, &gn, &skipped, g_stream);
-        printf("    step %d loss gpu %.5f cpu %.5f\n", step, l, lref);
-        CHECK(fabsf(l - lref) / lref < 2e-2, "step %d loss %.5f vs %.5f", step, l, lref);
+        double tol = fp8_tolerance(fabs(lb - lref) / lref, 1.5e-2); // 1.5e-2: the bf16 10-step budget
+        printf("    step %d loss gpu %.5f cpu %.5f (bf16-input cpu %.5f, tolerance %.2e)\n", step, l, lref, lb, tol);
+        CHECK(fabs(l - lref) / lref < tol, "step %d loss %.5f vs %.5f", step, l, lref);
     }
     Fp8StateLayout lay = m.fp8_layout;
     float *st = download_f32(m.fp8_state, lay.total);
-    // amaxes are maxima of bf16-rounded values on the GPU (2^-9) on trajectories that drift apart by
-    // ~1% over 6 steps (see the loss check); scales are fp8_max / amax, so the same relative error.
-    double worst = 0.0;
-    int zero_mismatch = 0;
+    int zero_gpu = 0, zero_floor = 0;
+    double worst = fp8_state_diff(st, ref.fp8_state, lay, &zero_gpu);
+    double floor = fp8_state_diff(refb.fp8_state, ref.fp8_state, lay, &zero_floor);
+    // amaxes also drift with the trajectories (their losses differ by up to 1.5e-2 after 6 steps)
+    double tol = fp8_tolerance(floor, 3e-2);
     for (int t = 0; t < lay.num_tensors; t++) {
-        for (int k = 0; k < H; k++) {
-            float a = st[lay.amax_history + (size_t)t * H + k], r = ref.fp8_state[lay.amax_history + (size_t)t * H + k];
-            if ((a == 0.0f) != (r == 0.0f)) zero_mismatch++;
-            else if (r != 0.0f) worst = fmax(worst, fabs(a - r) / r);
-        }
-        float s = st[lay.scale + t], r = ref.fp8_state[lay.scale + t];
-        worst = fmax(worst, fabs(s - r) / r);
-        CHECK(st[lay.scale_inv + t] == 1.0f / s, "scale_inv of tensor %d is not 1/scale", t);
+        CHECK(st[lay.scale_inv + t] == 1.0f / st[lay.scale + t], "scale_inv of tensor %d is not 1/scale", t);
         CHECK(st[lay.amax_slot + t] == 0.0f, "amax slot of tensor %d not cleared by the update", t);
     }
-    printf("    fp8 state: worst relative difference of amax history and scale entries %.2e\n", worst);
-    CHECK(zero_mismatch == 0, "%d history entries zero on one side only", zero_mismatch);
-    CHECK(worst < 3e-2, "fp8 state differs: %.3e", worst);
+    printf("    fp8 state: worst relative difference of history and scale entries %.2e (flip floor %.2e, tolerance %.2e)\n",
+           worst, floor, tol);
+    CHECK(zero_gpu == 0, "%d history entries zero on one side only", zero_gpu);
+    CHECK(worst < tol, "fp8 state differs: %.3e >= %.3e", worst, tol);
     free(st); free(losses); free(in); free(tg);
-    ref_free(&ref);
+    model_free(&m);
+    ref_free(&ref); ref_free(&refb);
 }
 
 // The seed bug: dY amax buffers never updated. Every linear's dY slot must be non-zero after a
@@ -299,6 +347,7 @@ static void test_fp8_dy_amax_updates(void) {
         CHECK(after[lay.amax_history + (size_t)t * 4 + 1] == before[lay.amax_history + (size_t)t * 4], "tensor %d: history did not roll", t);
     }
     free(before); free(after_fwd); free(after_bwd); free(after); free(w); free(in); free(tg); free(losses);
+    model_free(&m);
 }
 
 // With gradient accumulation the slot must hold the max over all micro-steps, not the last one's.
@@ -343,6 +392,7 @@ static void test_fp8_amax_max_over_microsteps(void) {
     CHECK(differ > 0, "the two micro-batches gave identical amaxes: the test cannot tell max from last");
     for (int r = 0; r < 3; r++) free(slots[r]);
     free(w); free(in); free(tg); free(losses);
+    model_free(&m);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -411,6 +461,63 @@ static void test_fp8_update_keeps_scale_on_bad_amax(void) {
 }
 
 // ----------------------------------------------------------------------------------------------
+// Attention: the cuDNN fused path against the plain kernel (forward and backward) where cuDNN takes
+// the shape, and the dispatcher's fallback (T not a multiple of 128) against the plain kernel.
+
+static floatX *upload_random_bf16(size_t n, uint64_t seed, float scale) {
+    floatX *h = (floatX *)mallocCheck(n * sizeof(floatX));
+    uint64_t rng = seed;
+    for (size_t i = 0; i < n; i++) h[i] = __float2bfloat16(scale * random_normal(&rng));
+    floatX *d = (floatX *)cudaMallocCheck(n * sizeof(floatX), "test tensor");
+    cudaCheck(cudaMemcpy(d, h, n * sizeof(floatX), cudaMemcpyHostToDevice));
+    free(h);
+    return d;
+}
+
+// The dispatcher (cuDNN when it takes the shape, else the plain kernel) and the plain kernel, each
+// against the fp32 C reference on the same bf16 inputs. Both compute in fp32 and round the outputs
+// to bf16 once (2^-9); the backward sums over up to T keys in its own order and rounds dq, dk, dv,
+// so 1e-2 of the largest element bounds the error of either.
+static void attention_case(int B, int T, int NH, int NKV, int HS) {
+    size_t nqkv = (size_t)B * T * (NH + 2 * NKV) * HS, nout = (size_t)B * T * NH * HS, nst = (size_t)B * NH * T;
+    floatX *qkv = upload_random_bf16(nqkv, 100 + T, 1.0f), *dout = upload_random_bf16(nout, 200 + T, 1.0f);
+    float *hq = download_bf16(qkv, nqkv), *hd = download_bf16(dout, nout);
+    float *ref_out = (float *)mallocCheck(nout * sizeof(float)), *ref_dqkv = (float *)callocCheck(nqkv, sizeof(float));
+    float *att = (float *)mallocCheck((size_t)B * NH * T * T * sizeof(float));
+    ref_attention_forward(ref_out, att, hq, B, T, NH, NKV, HS);
+    ref_attention_backward(ref_dqkv, hd, hq, att, B, T, NH, NKV, HS);
+    floatX *out = (floatX *)cudaMallocCheck(nout * sizeof(floatX), "test out");
+    floatX *dqkv = (floatX *)cudaMallocCheck(nqkv * sizeof(floatX), "test dqkv");
+    float *stats = (float *)cudaMallocCheck(nst * sizeof(float), "test stats");
+    for (int plain = 0; plain < 2; plain++) {
+        if (plain) {
+            attention_forward_plain(out, stats, qkv, B, T, NH, NKV, HS, g_stream);
+            attention_backward_plain(dqkv, dout, qkv, out, stats, B, T, NH, NKV, HS, g_stream);
+        } else {
+            attention_forward(out, stats, qkv, B, T, NH, NKV, HS, g_stream);
+            attention_backward(dqkv, dout, qkv, out, stats, B, T, NH, NKV, HS, g_stream);
+        }
+        cudaCheck(cudaDeviceSynchronize());
+        float *o = download_bf16(out, nout), *d = download_bf16(dqkv, nqkv);
+        double eo = rel_err(o, ref_out, nout), ed = rel_err(d, ref_dqkv, nqkv);
+        const char *path = plain ? "plain" : attention_path(B, T, NH, NKV, HS, 1);
+        printf("    B %d T %d NH %d NKV %d HS %d, %s: out rel %.2e, dqkv rel %.2e\n", B, T, NH, NKV, HS, path, eo, ed);
+        CHECK(eo < 1e-2 && ed < 1e-2, "attention (%s, T %d) vs reference: out %.3e dqkv %.3e", path, T, eo, ed);
+        free(o); free(d);
+    }
+    free(hq); free(hd); free(ref_out); free(ref_dqkv); free(att);
+    cudaCheck(cudaFree(out)); cudaCheck(cudaFree(dqkv)); cudaCheck(cudaFree(stats));
+    cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(dout));
+}
+
+static void test_attention_paths(void) {
+    attention_case(2, 256, 8, 2, 64);   // T % 128 == 0: the cuDNN path (when built with cuDNN), GQA
+    attention_case(1, 384, 4, 4, 128);  // multi-head, head size 128
+    attention_case(2, 200, 4, 2, 64);   // T % 128 != 0: the dispatcher falls back to the plain kernel
+    CHECK(strcmp(attention_path(2, 200, 4, 2, 64, 1), "cudnn") != 0, "T = 200 must not take the cuDNN path");
+}
+
+// ----------------------------------------------------------------------------------------------
 // Resume: 6 steps straight == 3 steps, checkpoint, fresh process state, load, 3 steps (bit-exact).
 
 static void resume_check(int precision) {
@@ -472,6 +579,7 @@ int main(void) {
     attention_init(1);
     run_test("fp8 GPU casts saturate and match the host codec", test_fp8_cast_saturates_and_matches_host);
     run_test("fp8 scale update keeps the scale on zero/NaN/inf amax", test_fp8_update_keeps_scale_on_bad_amax);
+    run_test("attention: cuDNN fused and plain kernel vs reference, forward and backward", test_attention_paths);
     run_test("bf16 first step vs C reference", test_bf16_first_step_vs_cpu);
     run_test("bf16 first step vs PyTorch fixture", test_bf16_vs_pytorch_fixture);
     run_test("bf16 10 steps vs C reference", test_bf16_ten_steps_vs_cpu);

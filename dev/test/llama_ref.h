@@ -80,6 +80,8 @@ typedef struct {
     Fp8StateLayout fp8_layout;
     float *fp8_state;    // the GPU's state buffer, layout of llama_config.h (NULL without fp8)
     ref_real *params_fp8; // (num_params) decoded E4M3 copies of the fp8 linears' weights (scaled domain)
+    int fp8_bf16_inputs; // round every fp8 cast's input to bf16 first (the GPU casts bf16 values): the
+                         // tests use the difference this makes as the noise floor of GPU-vs-reference
     int step;          // optimizer steps taken
     int micro_step;    // micro-step of the last forward within the current step, -1 before the first
     int w_fp8_step;    // the step whose weights params_fp8 holds, -1 for none
@@ -201,6 +203,16 @@ static int ref_fp8_live(const RefModel *model) {
     return model->fp8_current || (model->step == 0 && model->micro_step == 0);
 }
 
+// Round to the nearest bf16 (ties to even), as the GPU's bf16 activations are.
+static float ref_round_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) == 0x7f800000u) return x; // inf, NaN
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
 // Casts n values of fp8 tensor t into out (decoded, in the scaled domain), recording their amax in
 // the tensor's slot (max over the step's micro-steps; a NaN sticks, as with the GPU's atomic max).
 static void ref_fp8_cast(RefModel *model, int t, const ref_real *in, ref_real *out, size_t n, int live) {
@@ -208,8 +220,9 @@ static void ref_fp8_cast(RefModel *model, int t, const ref_real *in, ref_real *o
     Fp8StateLayout lay = model->fp8_layout;
     Fp8Format fmt = fp8_kind_format(t % FP8_KINDS);
     float amax = 0.0f;
+    const int round_in = model->fp8_bf16_inputs;
     for (size_t i = 0; i < n; i++) {
-        float a = fabsf((float)in[i]);
+        float a = fabsf(round_in ? ref_round_bf16((float)in[i]) : (float)in[i]);
         if (isnan(a)) { amax = a; break; }
         if (a > amax) amax = a;
     }
@@ -220,7 +233,10 @@ static void ref_fp8_cast(RefModel *model, int t, const ref_real *in, ref_real *o
         state[lay.scale_inv + t] = 1.0f / state[lay.scale + t];
     }
     float scale = state[lay.scale + t];
-    for (size_t i = 0; i < n; i++) out[i] = (ref_real)fp8_quantize((float)in[i], scale, fmt);
+    for (size_t i = 0; i < n; i++) {
+        float x = round_in ? ref_round_bf16((float)in[i]) : (float)in[i];
+        out[i] = (ref_real)fp8_quantize(x, scale, fmt);
+    }
 }
 
 static float ref_fp8_scale_inv(const RefModel *model, int lin, int kind) {
