@@ -87,7 +87,7 @@ test: dev/test/test_cpu
 	@bash scripts/run_tests.sh
 
 dev:
-	$(MAKE) -C dev/cuda NVCC="$(NVCC)" GPU_ARCH=$(GPU_ARCH) CUDNN_FLAGS="$(CUDNN_FLAGS)"
+	$(MAKE) -C dev/cuda NVCC="$(NVCC)" GPU_ARCH=$(GPU_ARCH) CUDNN_FLAGS="$(CUDNN_FLAGS)" NCCL_FLAGS="$(NCCL_FLAGS)" MPI_FLAGS="$(MPI_FLAGS)"
 
 clean:
 	rm -f train_llama_fp8 test_llama_fp8 dev/test/test_cpu

@@ -9,6 +9,13 @@ to E4M3 and dY to E5M2 by the kernels that produce them, each multiplying by its
 scale and recording the tensor's amax into a per-step slot; after the last backward of an optimizer
 step one kernel rolls every amax history and recomputes every scale. The first step (and every cast
 under -fp8_recipe current) instead measures the amax first and scales from it ("live").
+
+Several GPUs (-ngpu N, or mpirun -np N): data parallel over NCCL with ZeRO-1 (llmc/multi_gpu.cuh;
+the layout is described above zero_layout). Each rank reads its own batches, reduce-scatters the
+gradients of each layer while the backward pass goes on with the layer below, updates its shard of
+the fp32 master weights and AdamW state, and all-gathers the bf16 weights. Once per optimizer step
+every amax slot is MAX-reduced across the ranks (one NCCL call) before the scales are updated, so
+every rank casts with the same scales. With one GPU none of this runs: no NCCL call is made.
 */
 #include <math.h>
 #include <time.h>
@@ -33,6 +40,7 @@ under -fp8_recipe current) instead measures the amax first and scales from it ("
 #include "llmc/fused_classifier.cuh" // fused_classifier: softmax + cross-entropy + dlogits
 #include "llmc/adamw.cuh"          // adamw_update
 #include "llmc/global_norm.cuh"    // global_norm_squared
+#include "llmc/multi_gpu.cuh"      // MultiGpu: launch, NCCL collectives with deadlines, ZeRO-1 padding
 
 enum { PREC_BF16, PREC_FP8 };
 
@@ -43,7 +51,7 @@ typedef struct {
     char train_pattern[512], val_pattern[512], tokenizer_path[512], log_dir[512], model[64];
     char precision[16], fp8_recipe[16];
     int B, T, total_batch, max_steps, warmup, val_every, val_batches, sample_every, gen_tokens;
-    int ckpt_every, resume, recompute, seed, shuffle, fp8_history, fp8_margin, fp8_lm_head, fp8_log;
+    int ckpt_every, resume, recompute, seed, shuffle, fp8_history, fp8_margin, fp8_lm_head, fp8_log, fp8_dump, ngpu;
     float lr, final_lr_frac, weight_decay, grad_clip, beta1, beta2;
     // model overrides (0: keep the preset's)
     int V, L, C, NH, NKV, FF;
@@ -61,6 +69,7 @@ static const OptSpec OPTION_SPECS[] = {
     OPT("-o", OPT_STR, log_dir, "log directory: main.log, fp8.log, checkpoints ('' for none)"),
     OPT("-e", OPT_STR, model, "model preset: tiny, 125m, 1b, llama2-7b, llama3-8b"),
     OPT("-precision", OPT_STR, precision, "fp8 or bf16"),
+    OPT("-ngpu", OPT_INT, ngpu, "GPUs of this node to train on (data parallel); under mpirun leave it out"),
     OPT("-b", OPT_INT, B, "micro-batch size (sequences per GPU)"),
     OPT("-t", OPT_INT, T, "sequence length"),
     OPT("-d", OPT_INT, total_batch, "total batch in tokens (gradient accumulation fills it); 0 = B*T*ngpu"),
@@ -73,7 +82,7 @@ static const OptSpec OPTION_SPECS[] = {
     OPT("-beta1", OPT_FLOAT, beta1, "AdamW beta1"),
     OPT("-beta2", OPT_FLOAT, beta2, "AdamW beta2"),
     OPT("-v", OPT_INT, val_every, "evaluate val loss every N steps (0: never; always at the end)"),
-    OPT("-m", OPT_INT, val_batches, "val batches per evaluation"),
+    OPT("-m", OPT_INT, val_batches, "val batches per evaluation (shared out over the GPUs)"),
     OPT("-s", OPT_INT, sample_every, "sample text every N steps (0: never)"),
     OPT("-g", OPT_INT, gen_tokens, "tokens to generate per sample"),
     OPT("-n", OPT_INT, ckpt_every, "checkpoint every N steps (0: only at the end)"),
@@ -86,6 +95,7 @@ static const OptSpec OPTION_SPECS[] = {
     OPT("-fp8_margin", OPT_INT, fp8_margin, "scale margin: scale = fp8_max / (amax * 2^margin)"),
     OPT("-fp8_lm_head", OPT_INT, fp8_lm_head, "1: lm_head as an fp8 linear too (not supported yet: refused)"),
     OPT("-fp8_log", OPT_INT, fp8_log, "write every linear's amaxes and scales to fp8.log every N steps (0: never)"),
+    OPT("-fp8_dump", OPT_INT, fp8_dump, "1: at the end each GPU writes its whole fp8 state to fp8_state_rank<r>.bin in -o (ranks must agree)"),
     OPT("-V", OPT_INT, V, "override vocabulary size (default: the tokenizer's / data's / preset's)"),
     OPT("-L", OPT_INT, L, "override number of layers"),
     OPT("-C", OPT_INT, C, "override model width"),
@@ -111,7 +121,7 @@ static Options default_options(void) {
     o.beta1 = 0.9f; o.beta2 = 0.95f;
     o.val_every = 250; o.val_batches = 20; o.sample_every = 500; o.gen_tokens = 64;
     o.ckpt_every = 0; o.resume = 0; o.recompute = 0; o.seed = 1337; o.shuffle = 0;
-    o.fp8_history = 16; o.fp8_margin = 0; o.fp8_lm_head = 0; o.fp8_log = 0;
+    o.fp8_history = 16; o.fp8_margin = 0; o.fp8_lm_head = 0; o.fp8_log = 0; o.fp8_dump = 0; o.ngpu = 0;
     return o;
 }
 
@@ -192,13 +202,30 @@ typedef struct {
     int *inputs, *targets; // (B, T) on the device
 } Activations;
 
+// A run of the flat parameter vector that is reduce-scattered as one (see zero_layout).
+typedef struct {
+    size_t start, count; // [start, start + count) of the padded vector; count a multiple of world * MG_SHARD_ALIGN
+    size_t shard;        // where this rank's part (count / world elements) starts in its shard
+    int stage;           // the backward stage after which every element of it is final
+} GradBucket;
+
 typedef struct {
     LlamaConfig cfg;
     int B, T, precision, fp8_current, fp8_history, fp8_margin, recompute;
     size_t param_sizes[NUM_PARAM_TENSORS], num_params;
-    floatX *params_memory, *param[NUM_PARAM_TENSORS];
-    floatX *grads_memory, *grad[NUM_PARAM_TENSORS];
-    float *master, *adam_m, *adam_v; // fp32, num_params each
+    MultiGpu *mg;                    // the data-parallel ranks (world 1: no collectives)
+    size_t padded_params;            // num_params padded so every bucket splits evenly (= num_params on one GPU)
+    size_t shard_params;             // this rank's share of the vector (= num_params on one GPU)
+    floatX *params_memory, *param[NUM_PARAM_TENSORS]; // padded_params: the whole model on every rank
+    floatX *grads_memory, *grad[NUM_PARAM_TENSORS];   // padded_params: this rank's gradients
+    floatX *grad_shard;              // (shard_params) the reduced gradients of this rank's shard (one GPU: grads_memory)
+    float *master, *adam_m, *adam_v; // fp32, shard_params each: this rank's shard (ZeRO-1)
+    GradBucket *buckets;             // none on one GPU
+    int num_buckets;
+    ShardPiece *pieces;              // this rank's shard cut at tensor edges: AdamW runs per piece
+    int num_pieces;
+    int reduce_grads;                // set for the last micro-step of a multi-GPU step: backward reduces as it goes
+    float *norm_host;                // pinned, so reading the gradient norm never blocks outside mg_wait
     Fp8StateLayout fp8_layout;
     float *fp8_state;                      // one buffer, see llmc/llama_config.h
     float *gemm_scale_inv;                 // (NT, FP8_GEMM_SCALE_STRIDE) aligned copies of scale_inv for cuBLASLt
@@ -221,6 +248,7 @@ static int linear_out(const LlamaConfig *c, int lin) {
     return lin == LIN_QKV ? config_qkv_width(c) : lin == LIN_W13 ? 2 * c->FF : c->C;
 }
 static const int LINEAR_PARAM[LINS_PER_LAYER] = {P_WQKV, P_WO, P_W13, P_W2};
+static int param_is_per_layer(int p) { return p != P_WTE && p != P_LNFW && p != P_LM_HEAD; }
 
 static void *model_alloc(Model *m, size_t bytes, const char *what) {
     if (m->num_allocations == (int)(sizeof(m->allocations) / sizeof(m->allocations[0]))) FATAL("model_alloc: too many buffers");
@@ -228,23 +256,117 @@ static void *model_alloc(Model *m, size_t bytes, const char *what) {
     return m->allocations[m->num_allocations++] = cudaMallocCheck(bytes, what);
 }
 
+static int compare_sizes(const void *a, const void *b) {
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return (x > y) - (x < y);
+}
+
+// ZeRO-1 with the gradient reduction overlapping the backward pass.
+// Backward finishes the parameters in stages: stage 0 the lm_head and the final norm, stage k (1..L)
+// the six slices of layer L-k, stage L+1 the embedding. The padded flat vector is cut at the slice
+// edges into buckets; each is reduce-scattered as soon as backward has finished its stage, while the
+// compute stream goes on with the layer below. Every bucket splits into world equal parts and rank r
+// owns part r of each; its shard (fp32 master, AdamW m and v, the reduced gradient) is those parts
+// one after another, so the gradient norm and AdamW read it contiguously, and after the update one
+// all-gather per bucket rebuilds the whole bf16 model on every rank.
+// Cuts are rounded to multiples of world * MG_SHARD_ALIGN elements, so the parts are equal and aligned
+// (the padding at the end makes the total a multiple too). A cut inside a slice moves towards the
+// neighbour that is final later, so a bucket waits for no layer but its own. Whatever the rounding
+// does, a bucket's stage is the latest stage of any element in it: it is reduced only when all of it
+// is final. (Splitting the vector into world contiguous shards would give no overlap: each shard spans
+// many layers of several tensors and is final only when backward ends.)
+// One GPU: one shard, the whole vector, and one AdamW piece per tensor, exactly as without ZeRO.
+static void zero_layout(Model *m) {
+    int W = m->mg->world, L = m->cfg.L;
+    size_t n = m->num_params, off = 0;
+    if (W == 1) {
+        m->padded_params = m->shard_params = n;
+        m->pieces = (ShardPiece *)mallocCheck(NUM_PARAM_TENSORS * sizeof(ShardPiece));
+        for (int p = 0; p < NUM_PARAM_TENSORS; p++) {
+            ShardPiece piece = {p, 0, m->param_sizes[p], off, off};
+            m->pieces[m->num_pieces++] = piece;
+            off += m->param_sizes[p];
+        }
+        return;
+    }
+    size_t unit = (size_t)W * MG_SHARD_ALIGN, padded = mg_padded_size(m->mg, n);
+    // the slices in flat order and the stage after which each is final (the padding: stage 0)
+    int S = 0, max_slices = NUM_PARAM_TENSORS * L + 1;
+    size_t *lo = (size_t *)mallocCheck(max_slices * sizeof(size_t)), *hi = (size_t *)mallocCheck(max_slices * sizeof(size_t));
+    int *stage = (int *)mallocCheck(max_slices * sizeof(int));
+    for (int p = 0; p < NUM_PARAM_TENSORS; p++) {
+        int layers = param_is_per_layer(p) ? L : 1;
+        size_t per = m->param_sizes[p] / layers;
+        for (int l = 0; l < layers; l++, S++) {
+            lo[S] = off + l * per;
+            hi[S] = lo[S] + per;
+            stage[S] = p == P_WTE ? L + 1 : param_is_per_layer(p) ? L - l : 0;
+        }
+        off += m->param_sizes[p];
+    }
+    if (padded > n) { lo[S] = n; hi[S] = padded; stage[S] = 0; S++; }
+    size_t *cut = (size_t *)mallocCheck((S + 1) * sizeof(size_t));
+    int nc = 0;
+    cut[nc++] = 0;
+    cut[nc++] = padded;
+    for (int i = 1; i < S; i++) {
+        size_t down = lo[i] / unit * unit, up = down == lo[i] ? down : down + unit;
+        cut[nc++] = stage[i - 1] >= stage[i] ? up : down;
+    }
+    qsort(cut, nc, sizeof(size_t), compare_sizes);
+    m->buckets = (GradBucket *)mallocCheck(nc * sizeof(GradBucket));
+    m->pieces = (ShardPiece *)mallocCheck(nc * NUM_PARAM_TENSORS * sizeof(ShardPiece));
+    size_t shard = 0;
+    for (int k = 0; k + 1 < nc; k++) {
+        if (cut[k] == cut[k + 1]) continue;
+        GradBucket b = {cut[k], cut[k + 1] - cut[k], shard, 0};
+        for (int i = 0; i < S; i++) if (lo[i] < b.start + b.count && hi[i] > b.start && stage[i] > b.stage) b.stage = stage[i];
+        // this rank's part of the bucket, cut at tensor edges
+        size_t part = b.count / W, ps = b.start + (size_t)m->mg->rank * part, pe = ps + part, base = 0;
+        for (int p = 0; p < NUM_PARAM_TENSORS; p++) {
+            size_t a = ps > base ? ps : base, e = pe < base + m->param_sizes[p] ? pe : base + m->param_sizes[p];
+            if (a < e) {
+                ShardPiece piece = {p, a - base, e - a, a, shard + (a - ps)};
+                m->pieces[m->num_pieces++] = piece;
+            }
+            base += m->param_sizes[p];
+        }
+        m->buckets[m->num_buckets++] = b;
+        shard += part;
+    }
+    m->padded_params = padded;
+    m->shard_params = shard; // = padded / W
+    free(lo); free(hi); free(stage); free(cut);
+}
+
+// mg: the data-parallel ranks; NULL (the tests) for one GPU.
 static void model_init(Model *m, const LlamaConfig *cfg, int B, int T, int precision, int fp8_current,
-                       int fp8_history, int fp8_margin, int recompute) {
+                       int fp8_history, int fp8_margin, int recompute, MultiGpu *mg = NULL) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg; m->B = B; m->T = T; m->precision = precision; m->fp8_current = fp8_current;
     m->fp8_history = fp8_history; m->fp8_margin = fp8_margin; m->recompute = recompute; m->recording = 1;
+    m->mg = mg ? mg : mg_single_gpu();
     const LlamaConfig *c = cfg;
     size_t N = (size_t)B * T, L = c->L, C = c->C, FF = c->FF, V = c->V, QKV = config_qkv_width(c);
     int fp8 = precision == PREC_FP8;
 
     m->num_params = param_sizes(c, m->param_sizes);
-    m->params_memory = (floatX *)model_alloc(m, m->num_params * sizeof(floatX), "bf16 parameters");
-    m->grads_memory = (floatX *)model_alloc(m, m->num_params * sizeof(floatX), "bf16 gradients");
-    m->master = (float *)model_alloc(m, m->num_params * sizeof(float), "fp32 master weights");
-    m->adam_m = (float *)model_alloc(m, m->num_params * sizeof(float), "AdamW m");
-    m->adam_v = (float *)model_alloc(m, m->num_params * sizeof(float), "AdamW v");
-    cudaCheck(cudaMemset(m->adam_m, 0, m->num_params * sizeof(float)));
-    cudaCheck(cudaMemset(m->adam_v, 0, m->num_params * sizeof(float)));
+    zero_layout(m);
+    m->params_memory = (floatX *)model_alloc(m, m->padded_params * sizeof(floatX), "bf16 parameters");
+    m->grads_memory = (floatX *)model_alloc(m, m->padded_params * sizeof(floatX), "bf16 gradients");
+    m->master = (float *)model_alloc(m, m->shard_params * sizeof(float), "fp32 master weights");
+    m->adam_m = (float *)model_alloc(m, m->shard_params * sizeof(float), "AdamW m");
+    m->adam_v = (float *)model_alloc(m, m->shard_params * sizeof(float), "AdamW v");
+    cudaCheck(cudaMemset(m->adam_m, 0, m->shard_params * sizeof(float)));
+    cudaCheck(cudaMemset(m->adam_v, 0, m->shard_params * sizeof(float)));
+    m->grad_shard = m->grads_memory;
+    if (m->mg->world > 1) {
+        m->grad_shard = (floatX *)model_alloc(m, m->shard_params * sizeof(floatX), "bf16 gradient shard");
+        // no AdamW piece covers the padding: zero once, it travels in the all-gathers as zeros
+        cudaCheck(cudaMemset(m->params_memory, 0, m->padded_params * sizeof(floatX)));
+        cudaCheck(cudaMemset(m->master, 0, m->shard_params * sizeof(float)));
+    }
+    cudaCheck(cudaMallocHost(&m->norm_host, sizeof(float)));
     size_t off = 0;
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
         m->param[i] = m->params_memory + off;
@@ -321,6 +443,9 @@ static void model_init(Model *m, const LlamaConfig *cfg, int B, int T, int preci
 static void model_free(Model *m) {
     for (int i = 0; i < m->num_allocations; i++) cudaCheck(cudaFree(m->allocations[i]));
     encoder_backward_free(&m->enc_bwd);
+    cudaCheck(cudaFreeHost(m->norm_host));
+    free(m->buckets);
+    free(m->pieces);
     memset(m, 0, sizeof(*m));
 }
 
@@ -337,11 +462,28 @@ static void model_init_weights(Model *m, uint64_t seed, float *host_out) {
     }
 }
 
-// Load fp32 weights (host) into the master copy and the bf16 parameters.
+// Load fp32 weights (host, num_params) into the master copy and the bf16 parameters. With several
+// GPUs each rank keeps its shard of the fp32 copy and the whole model in bf16.
 static void model_set_weights(Model *m, const float *host) {
-    cudaCheck(cudaMemcpy(m->master, host, m->num_params * sizeof(float), cudaMemcpyHostToDevice));
-    init_from_master(m->params_memory, m->master, m->num_params, 0);
+    if (m->mg->world == 1) {
+        cudaCheck(cudaMemcpy(m->master, host, m->num_params * sizeof(float), cudaMemcpyHostToDevice));
+        init_from_master(m->params_memory, m->master, m->num_params, 0);
+        cudaCheck(cudaDeviceSynchronize());
+        return;
+    }
+    for (int i = 0; i < m->num_pieces; i++) {
+        const ShardPiece *p = &m->pieces[i];
+        cudaCheck(cudaMemcpy(m->master + p->local, host + p->flat, p->count * sizeof(float), cudaMemcpyHostToDevice));
+    }
+    size_t chunk = m->num_params < ((size_t)16 << 20) ? m->num_params : ((size_t)16 << 20);
+    float *staging = (float *)cudaMallocCheck(chunk * sizeof(float), "weight upload staging");
+    for (size_t off = 0; off < m->num_params; off += chunk) {
+        size_t k = m->num_params - off < chunk ? m->num_params - off : chunk;
+        cudaCheck(cudaMemcpy(staging, host + off, k * sizeof(float), cudaMemcpyHostToDevice)); // waits for the last chunk's kernel
+        init_from_master(m->params_memory + off, staging, k, 0);
+    }
     cudaCheck(cudaDeviceSynchronize());
+    cudaCheck(cudaFree(staging));
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -514,6 +656,22 @@ static void model_forward(Model *m, int with_targets, float dloss, cudaStream_t 
 // Backward: gradients accumulate into m->grad (zeroed once per optimizer step). Needs the forward's
 // dlogits in acts.logits. Every dY of an fp8 linear is cast by the kernel that produces it.
 
+// In the last micro-step of a multi-GPU step: reduce-scatter, in one NCCL group on the comm stream,
+// every bucket that backward stage `stage` has made final (see zero_layout). The compute stream does
+// not wait: the layers it works on next write other buckets.
+static void reduce_finished_grads(Model *m, int stage, cudaStream_t stream) {
+    if (!m->reduce_grads) return;
+    MultiGpu *mg = m->mg;
+    mg_group_start(mg);
+    for (int k = 0; k < m->num_buckets; k++) {
+        const GradBucket *b = &m->buckets[k];
+        if (b->stage == stage) {
+            mg_reducescatter_bf16(mg, m->grads_memory + b->start, m->grad_shard + b->shard, b->count / mg->world, MG_SUM, stream);
+        }
+    }
+    mg_group_end(mg);
+}
+
 static void model_backward(Model *m, const int *inputs_host, cudaStream_t stream) {
     const LlamaConfig *c = &m->cfg;
     Activations *a = &m->acts;
@@ -528,6 +686,7 @@ static void model_backward(Model *m, const int *inputs_host, cudaStream_t stream
     rmsnorm_backward(a->dres, m->grad[P_LNFW], a->rmsnorm_scratch, a->dbtc, a->res3 + (c->L - 1) * NC,
                      m->param[P_LNFW], a->lnf_rstd, N, C, s.cast, stream);
     fp8_site_finish(m, &s, stream);
+    reduce_finished_grads(m, 0, stream);
 
     for (int l = c->L - 1; l >= 0; l--) {
         const floatX *res_in = l == 0 ? a->encoded : a->res3 + (l - 1) * NC;
@@ -562,8 +721,10 @@ static void model_backward(Model *m, const int *inputs_host, cudaStream_t stream
         rmsnorm_backward(a->dres, m->grad[P_LN1W] + (size_t)l * C, a->rmsnorm_scratch, a->dbtc, res_in,
                          m->param[P_LN1W] + (size_t)l * C, a->ln1_rstd + (size_t)l * N, N, C, s.cast, stream);
         fp8_site_finish(m, &s, stream);
+        reduce_finished_grads(m, c->L - l, stream);
     }
     encoder_backward(&m->enc_bwd, m->grad[P_WTE], a->dres, inputs_host, N, C, stream);
+    reduce_finished_grads(m, c->L + 1, stream);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -572,49 +733,83 @@ static void model_backward(Model *m, const int *inputs_host, cudaStream_t stream
 
 typedef struct { float lr, beta1, beta2, eps, weight_decay, grad_clip; } AdamWParams;
 
+#define GATHERS_PER_GROUP 512 // NCCL takes at most 2048 operations in one group
+
+// Several GPUs: every rank's updated part of every bucket into every rank's bf16 parameters (in
+// place). The compute stream waits for it: the next step's weight casts and forward read them all.
+static void gather_params(Model *m, cudaStream_t stream) {
+    MultiGpu *mg = m->mg;
+    if (mg->world == 1) return;
+    for (int k0 = 0; k0 < m->num_buckets; k0 += GATHERS_PER_GROUP) {
+        mg_group_start(mg);
+        for (int k = k0; k < m->num_buckets && k < k0 + GATHERS_PER_GROUP; k++) {
+            const GradBucket *b = &m->buckets[k];
+            size_t part = b->count / mg->world;
+            mg_allgather_bf16(mg, m->params_memory + b->start + (size_t)mg->rank * part, m->params_memory + b->start, part, stream);
+        }
+        mg_group_end(mg);
+    }
+    mg_join(mg, stream);
+}
+
 static float model_update(Model *m, const AdamWParams *h, float *norm_device, int *skipped, cudaStream_t stream) {
+    MultiGpu *mg = m->mg;
+    // FP8_RECIPE.md step 4: one MAX all-reduce of every amax slot, so every rank rolls the same
+    // histories into the same scales. It queues behind the gradient buckets; the join makes the
+    // compute stream wait for all of them.
+    if (m->precision == PREC_FP8) mg_allreduce_amax(mg, m->fp8_state + m->fp8_layout.amax_slot, m->fp8_layout.num_tensors, stream);
+    mg_join(mg, stream);
     if (m->precision == PREC_FP8) fp8_update_scales(m->fp8_state, m->gemm_scale_inv, m->fp8_layout, m->fp8_margin, stream);
-    global_norm_squared(norm_device, m->grads_memory, m->num_params, stream);
-    float norm_sq;
-    cudaCheck(cudaMemcpyAsync(&norm_sq, norm_device, sizeof(float), cudaMemcpyDeviceToHost, stream));
-    cudaCheck(cudaStreamSynchronize(stream));
-    float norm = sqrtf(norm_sq);
+    global_norm_squared(norm_device, m->grad_shard, m->shard_params, stream);
+    mg_allreduce_sum_f32(mg, norm_device, 1, stream); // the shards' squared norms add up to the whole one
+    mg_join(mg, stream);
+    cudaCheck(cudaMemcpyAsync(m->norm_host, norm_device, sizeof(float), cudaMemcpyDeviceToHost, stream));
+    mg_wait(mg, stream, "the gradient norm");
+    float norm = sqrtf(*m->norm_host);
     m->step++;
-    *skipped = !isfinite(norm);
+    *skipped = !isfinite(norm); // every rank reads the same reduced norm, so all skip or none
     if (*skipped) return norm;
     float clip = (h->grad_clip > 0.0f && norm > h->grad_clip) ? h->grad_clip / norm : 1.0f;
     m->adam_t++;
     Fp8Cast none = {NULL, NULL, NULL};
-    size_t off = 0;
-    for (int p = 0; p < NUM_PARAM_TENSORS; p++) {
-        float wd = param_is_decayed(p) ? h->weight_decay : 0.0f;
-        adamw_update(m->master + off, m->param[p], m->grad[p], m->adam_m + off, m->adam_v + off, m->param_sizes[p],
-                     h->lr, h->beta1, h->beta2, h->eps, wd, clip, m->adam_t, none, 0, 0, 0, stream);
-        off += m->param_sizes[p];
+    for (int i = 0; i < m->num_pieces; i++) {
+        const ShardPiece *p = &m->pieces[i];
+        float wd = param_is_decayed(p->tensor) ? h->weight_decay : 0.0f;
+        adamw_update(m->master + p->local, m->params_memory + p->flat, m->grad_shard + p->local, m->adam_m + p->local,
+                     m->adam_v + p->local, p->count, h->lr, h->beta1, h->beta2, h->eps, wd, clip, m->adam_t, none, 0, 0, 0, stream);
     }
+    gather_params(m, stream);
     return norm;
 }
 
 // One optimizer step over grad_accum micro-batches; inputs and targets hold grad_accum * B * T
-// tokens each (micro-batch k at offset k * B * T). Returns the mean loss.
+// tokens each (micro-batch k at offset k * B * T). Returns the mean loss (over every rank's tokens).
+// With several GPUs a live fp8 scale (the first step, or -fp8_recipe current) comes from this rank's
+// own amax; every delayed scale is the same on all ranks.
 static float train_step(Model *m, const int *inputs, const int *targets, int grad_accum, const AdamWParams *h,
                         float *host_losses, float *norm_device, float *grad_norm, int *skipped, cudaStream_t stream) {
+    MultiGpu *mg = m->mg;
     int N = m->B * m->T;
     if (m->precision == PREC_FP8) fp8_cast_weights(m, stream);
-    cudaCheck(cudaMemsetAsync(m->grads_memory, 0, m->num_params * sizeof(floatX), stream));
+    cudaCheck(cudaMemsetAsync(m->grads_memory, 0, m->padded_params * sizeof(floatX), stream));
     for (int micro = 0; micro < grad_accum; micro++) {
         m->micro = micro;
         const int *in = inputs + (size_t)micro * N;
         cudaCheck(cudaMemcpyAsync(m->acts.inputs, in, N * sizeof(int), cudaMemcpyHostToDevice, stream));
         cudaCheck(cudaMemcpyAsync(m->acts.targets, targets + (size_t)micro * N, N * sizeof(int), cudaMemcpyHostToDevice, stream));
-        model_forward(m, 1, 1.0f / ((float)N * grad_accum), stream);
+        // the mean over every token of the step on every rank: the ranks' gradients then just add (MG_SUM, exact)
+        model_forward(m, 1, 1.0f / ((float)N * grad_accum * mg->world), stream);
         cudaCheck(cudaMemcpyAsync(host_losses + (size_t)micro * N, m->acts.losses, N * sizeof(float), cudaMemcpyDeviceToHost, stream));
+        m->reduce_grads = mg->world > 1 && micro == grad_accum - 1; // gradients are final in the last micro-step only
         model_backward(m, in, stream);
     }
-    *grad_norm = model_update(m, h, norm_device, skipped, stream); // synchronizes the stream
+    m->reduce_grads = 0;
+    *grad_norm = model_update(m, h, norm_device, skipped, stream); // waits for the stream up to the norm, losses included
     double sum = 0.0;
     for (size_t i = 0; i < (size_t)grad_accum * N; i++) sum += host_losses[i];
-    return (float)(sum / ((double)grad_accum * N));
+    float loss = (float)(sum / ((double)grad_accum * N));
+    // every rank reports, and decides on, the same mean
+    return mg->world == 1 ? loss : mg_allreduce_sum_float(mg, loss) / mg->world;
 }
 
 // The next grad_accum micro-batches of the loader, gathered for train_step.
@@ -627,8 +822,10 @@ static void next_batches(DataLoader *dl, int grad_accum, int *inputs, int *targe
     }
 }
 
-// Mean val loss over `batches` batches from the start of the val data. Evaluation records no amax,
-// so it leaves the fp8 state exactly as training would have it.
+// Mean val loss over `batches` batches per rank from the start of the val data; the loader deals the
+// batches out to the ranks as in training, so with batches = B_total / world the ranks together see
+// the batches one GPU would. Evaluation records no amax, so it leaves the fp8 state exactly as
+// training would have it.
 static float evaluate(Model *m, DataLoader *val, int batches, float *host_losses, cudaStream_t stream) {
     int N = m->B * m->T;
     m->recording = 0;
@@ -640,17 +837,20 @@ static float evaluate(Model *m, DataLoader *val, int batches, float *host_losses
         cudaCheck(cudaMemcpyAsync(m->acts.targets, val->targets, N * sizeof(int), cudaMemcpyHostToDevice, stream));
         model_forward(m, 1, 0.0f, stream);
         cudaCheck(cudaMemcpyAsync(host_losses, m->acts.losses, N * sizeof(float), cudaMemcpyDeviceToHost, stream));
-        cudaCheck(cudaStreamSynchronize(stream));
+        mg_wait(m->mg, stream, "a validation batch");
         for (int k = 0; k < N; k++) sum += host_losses[k];
     }
     m->recording = 1;
-    return (float)(sum / ((double)batches * N));
+    float loss = (float)(sum / ((double)batches * N));
+    return m->mg->world == 1 ? loss : mg_allreduce_sum_float(m->mg, loss) / m->mg->world; // equal counts: the mean of means
 }
 
 // Sample gen_tokens tokens after the document-start token (row 0 of the batch; the model is causal,
 // so the rest of the batch does not matter). Each new token costs one full forward: simple, and
-// cheap next to training.
-static void sample_text(Model *m, Tokenizer *tok, int have_tok, int bos, int gen_tokens, uint64_t *rng, FILE *log, cudaStream_t stream) {
+// cheap next to training. Every rank samples (the same weights, the same rng), so the ranks stay in
+// step and keep equal rngs; only the one with print set prints.
+static void sample_text(Model *m, Tokenizer *tok, int have_tok, int bos, int gen_tokens, uint64_t *rng, FILE *log, int print,
+                        cudaStream_t stream) {
     int N = m->B * m->T, V = m->cfg.V;
     int *tokens = (int *)callocCheck(N, sizeof(int));
     floatX *row = (floatX *)mallocCheck(V * sizeof(floatX));
@@ -658,12 +858,12 @@ static void sample_text(Model *m, Tokenizer *tok, int have_tok, int bos, int gen
     tokens[0] = bos;
     if (gen_tokens > m->T - 1) gen_tokens = m->T - 1;
     m->recording = 0;
-    printf("sample: ");
+    if (print) printf("sample: ");
     for (int t = 1; t <= gen_tokens; t++) {
         cudaCheck(cudaMemcpyAsync(m->acts.inputs, tokens, N * sizeof(int), cudaMemcpyHostToDevice, stream));
         model_forward(m, 0, 0.0f, stream);
         cudaCheck(cudaMemcpyAsync(row, m->acts.logits + (size_t)(t - 1) * V, V * sizeof(floatX), cudaMemcpyDeviceToHost, stream));
-        cudaCheck(cudaStreamSynchronize(stream));
+        mg_wait(m->mg, stream, "a sampling step");
         float maxv = -FLT_MAX, sum = 0.0f;
         for (int v = 0; v < V; v++) maxv = fmaxf(maxv, __bfloat162float(row[v]));
         for (int v = 0; v < V; v++) sum += (probs[v] = expf(__bfloat162float(row[v]) - maxv));
@@ -671,10 +871,11 @@ static void sample_text(Model *m, Tokenizer *tok, int have_tok, int bos, int gen
         int next = V - 1;
         for (int v = 0; v < V; v++) { acc += probs[v]; if (r < acc) { next = v; break; } }
         tokens[t] = next;
+        if (!print) continue;
         if (have_tok) tokenizer_safe_print(tokenizer_decode(tok, next)); else printf("%d ", next);
         fflush(stdout);
     }
-    printf("\n");
+    if (print) printf("\n");
     if (log) {
         fprintf(log, "sample:");
         for (int t = 1; t <= gen_tokens; t++) fprintf(log, " %d", tokens[t]);
@@ -686,7 +887,8 @@ static void sample_text(Model *m, Tokenizer *tok, int have_tok, int bos, int gen
 
 // ----------------------------------------------------------------------------------------------
 // Checkpoints (format in README.md): model_SSSSSSSS.bin holds the config and the fp32 master
-// weights; state_SSSSSSSS_RRRRR.bin holds one rank's AdamW m and v, the fp8 state, the data loader
+// weights (all of them: with several GPUs rank 0 gathers the shards and writes it);
+// state_SSSSSSSS_RRRRR.bin holds one rank's AdamW m and v (its shard), the fp8 state, the data loader
 // position and the sampling RNG. Both are written to a temporary name and renamed, carry a checksum
 // of their body, and are refused on any mismatch.
 
@@ -793,21 +995,49 @@ static void checkpoint_paths(const char *dir, int step, int rank, char *model_pa
     snprintf(state_path, 1024, "%s/state_%08d_%05d.bin", dir, step, rank);
 }
 
+// Several GPUs: the whole fp32 master (num_params floats) into `host` on rank 0 (NULL on the others),
+// one bucket at a time through a bucket-sized device buffer; every rank must call it. The compute
+// stream must be idle (the main loop has waited for the step).
+static void gather_master(Model *m, float *host) {
+    MultiGpu *mg = m->mg;
+    size_t biggest = 0;
+    for (int k = 0; k < m->num_buckets; k++) if (m->buckets[k].count > biggest) biggest = m->buckets[k].count;
+    float *bucket = (float *)cudaMallocCheck(biggest * sizeof(float), "checkpoint gather buffer");
+    for (int k = 0; k < m->num_buckets; k++) {
+        const GradBucket *b = &m->buckets[k];
+        mg_allgather_bytes(mg, m->master + b->shard, bucket, b->count / mg->world * sizeof(float), mg->comm_stream);
+        mg_wait(mg, mg->comm_stream, "gathering the master weights for a checkpoint");
+        if (host != NULL && b->start < m->num_params) {
+            size_t n = m->num_params - b->start < b->count ? m->num_params - b->start : b->count; // not the padding
+            cudaCheck(cudaMemcpy(host + b->start, bucket, n * sizeof(float), cudaMemcpyDeviceToHost));
+        }
+    }
+    cudaCheck(cudaFree(bucket));
+}
+
 static void save_checkpoint(Model *m, const TrainState *ts, const char *dir) {
     char model_path[1024], state_path[1024];
     checkpoint_paths(dir, m->step, ts->rank, model_path, state_path);
     int h[256];
-    size_t pbytes = m->num_params * sizeof(float);
-    // the state file first: a model file without its state is never taken for a resumable checkpoint
+    size_t pbytes = m->num_params * sizeof(float), shard_bytes = m->shard_params * sizeof(float);
+    // the state file first: a model file without its state is never taken for a resumable checkpoint.
+    // With several GPUs rank 0 writes the model file after the gather, which no rank joins before it
+    // has written its own state file.
     state_header(m, ts, h);
-    Section st[] = {{m->adam_m, pbytes, 1}, {m->adam_v, pbytes, 1}, {m->fp8_state, m->fp8_state ? m->fp8_layout.total * sizeof(float) : 0, 1},
+    Section st[] = {{m->adam_m, shard_bytes, 1}, {m->adam_v, shard_bytes, 1}, {m->fp8_state, m->fp8_state ? m->fp8_layout.total * sizeof(float) : 0, 1},
                     {&ts->rng, sizeof(ts->rng), 0}, {&ts->data, sizeof(ts->data), 0}};
     write_sections(state_path, h, st, 5);
+    float *whole = NULL; // several GPUs: the gathered master, on rank 0
+    if (m->mg->world > 1) {
+        if (ts->rank == 0) whole = (float *)mallocCheck(pbytes);
+        gather_master(m, whole);
+    }
     if (ts->rank == 0) {
         model_header(m, h);
-        Section ms[] = {{m->master, pbytes, 1}};
+        Section ms[] = {{whole ? whole : m->master, pbytes, whole == NULL}};
         write_sections(model_path, h, ms, 1);
     }
+    free(whole);
 }
 
 // Loads the fp32 weights of a model file into m (whose config must match).
@@ -816,9 +1046,17 @@ static void load_model_file(Model *m, const char *path) {
     model_header(m, h);
     HeaderExpect ex[] = {{2, h[2], "vocab size V"}, {3, h[3], "layers L"}, {4, h[4], "width C"}, {5, h[5], "heads NH"},
                          {6, h[6], "kv heads NKV"}, {7, h[7], "MLP width FF"}, {9, h[9], "rope_theta (bits)"}, {10, h[10], "norm eps (bits)"}};
-    Section ms[] = {{m->master, m->num_params * sizeof(float), 1}};
+    size_t pbytes = m->num_params * sizeof(float);
+    // one GPU: straight into the master weights; several: through the host, each rank keeping its shard
+    float *whole = m->mg->world > 1 ? (float *)mallocCheck(pbytes) : NULL;
+    Section ms[] = {{whole ? whole : m->master, pbytes, whole == NULL}};
     // the step word (h[8]) may differ: a model file from any step loads
     read_sections(path, MODEL_MAGIC, ex, 8, ms, 1);
+    if (whole) {
+        model_set_weights(m, whole);
+        free(whole);
+        return;
+    }
     init_from_master(m->params_memory, m->master, m->num_params, 0);
     cudaCheck(cudaDeviceSynchronize());
 }
@@ -835,8 +1073,8 @@ static void load_checkpoint(Model *m, TrainState *ts, const char *dir, int step)
                            "fp8 recipe (1 current)", "fp8 history length", "fp8 margin", "data loader state size"};
     HeaderExpect ex[17];
     for (int i = 2; i <= 18; i++) ex[i - 2] = (HeaderExpect){i, h[i], names[i]};
-    size_t pbytes = m->num_params * sizeof(float);
-    Section st[] = {{m->adam_m, pbytes, 1}, {m->adam_v, pbytes, 1}, {m->fp8_state, m->fp8_state ? m->fp8_layout.total * sizeof(float) : 0, 1},
+    size_t shard_bytes = m->shard_params * sizeof(float);
+    Section st[] = {{m->adam_m, shard_bytes, 1}, {m->adam_v, shard_bytes, 1}, {m->fp8_state, m->fp8_state ? m->fp8_layout.total * sizeof(float) : 0, 1},
                     {&ts->rng, sizeof(ts->rng), 0}, {&ts->data, sizeof(ts->data), 0}};
     read_sections(state_path, STATE_MAGIC, ex, 17, st, 5);
     if (m->precision == PREC_FP8)
@@ -895,6 +1133,25 @@ static int compare_floats(const void *a, const void *b) {
 }
 
 #ifndef TESTING
+// After loading weights and after writing a checkpoint the ranks meet with this deadline, not the
+// usual collective timeout: for a large model, reading the model file (every rank) or writing it
+// (rank 0 alone) can take minutes, and the ranks need not take equally long.
+#define IO_BARRIER_TIMEOUT_S 1800.0
+
+// -fp8_dump: this rank's whole fp8 state buffer (amax slots, histories, scales, scale_invs) as raw
+// floats, so a test can check that every rank holds the same bits.
+static void dump_fp8_state(Model *m, const char *dir, int rank) {
+    char path[1100];
+    snprintf(path, sizeof(path), "%s/fp8_state_rank%d.bin", dir, rank);
+    size_t n = m->fp8_layout.total;
+    float *h = (float *)mallocCheck(n * sizeof(float));
+    cudaCheck(cudaMemcpy(h, m->fp8_state, n * sizeof(float), cudaMemcpyDeviceToHost));
+    FILE *f = fopenCheck(path, "wb");
+    fwriteCheck(h, sizeof(float), n, f);
+    fcloseCheck(f);
+    free(h);
+}
+
 int main(int argc, char **argv) {
     Options o = parse_options(argc, argv);
     Options defaults = default_options();
@@ -907,13 +1164,24 @@ int main(int argc, char **argv) {
     if (o.fp8_history < 1 || o.fp8_history > 1024) FATAL("-fp8_history must be in [1, 1024], got %d", o.fp8_history);
     if (o.warmup < 0 || o.val_batches < 0 || o.gen_tokens < 0) FATAL("-u, -m and -g must not be negative");
     if (o.recompute < 0 || o.recompute > 1) FATAL("-r must be 0 or 1");
-    int rank = 0, world = 1;
+    if (o.fp8_dump && (precision != PREC_FP8 || o.log_dir[0] == '\0')) FATAL("-fp8_dump 1 needs -precision fp8 and a log directory (-o)");
+    // the total batch must split over the ranks: refused here, before -ngpu starts any
+    int planned_world = mg_planned_world(o.ngpu);
+    long long tokens_per_micro = (long long)o.B * o.T * planned_world;
+    if (o.total_batch == 0) o.total_batch = (int)tokens_per_micro;
+    if (o.total_batch <= 0 || o.total_batch % tokens_per_micro != 0)
+        FATAL("-d %d (total batch tokens) must be a multiple of B*T*ngpu = %d*%d*%d = %lld", o.total_batch, o.B, o.T,
+              planned_world, tokens_per_micro);
+    int grad_accum = (int)(o.total_batch / tokens_per_micro);
 
     int ndev = 0;
     cudaError_t derr = cudaGetDeviceCount(&ndev);
     if (derr != cudaSuccess || ndev == 0) FATAL("no CUDA GPU found (%s): this trainer needs an NVIDIA GPU", cudaGetErrorString(derr));
+    MultiGpu mg;
+    multi_gpu_init(&mg, argv, o.ngpu); // with -ngpu N > 1 this process starts N ranks, watches them and never returns
+    int rank = mg.rank, world = mg.world, main_rank = mg_is_main(&mg); // only the main rank prints and logs
     cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    cudaCheck(cudaGetDeviceProperties(&prop, mg.local_device));
     g_num_sms = prop.multiProcessorCount;
     if (precision == PREC_FP8 && prop.major * 10 + prop.minor < 89)
         FATAL("fp8 GEMMs need compute capability 8.9+ (Ada/Hopper); %s is %d.%d. Use -precision bf16.", prop.name, prop.major, prop.minor);
@@ -944,8 +1212,9 @@ int main(int argc, char **argv) {
     if (found) globfree(&g);
     if (!found && strcmp(o.train_pattern, defaults.train_pattern) == 0) {
         synthetic = 1;
-        printf("no training data at '%s': training on the built-in synthetic corpus instead.\n"
-               "  For real text: bash dev/data/get_data.sh (copies TinyShakespeare and the Gutenberg corpus into data/)\n", o.train_pattern);
+        if (main_rank) printf("no training data at '%s': training on the built-in synthetic corpus instead.\n"
+                              "  For real text: bash dev/data/get_data.sh (copies TinyShakespeare and the Gutenberg corpus into data/)\n",
+                              o.train_pattern);
         dataloader_init_synthetic(&train, o.B, o.T, rank, world, cfg.V, (uint64_t)o.seed);
         dataloader_init_synthetic(&val, o.B, o.T, rank, world, cfg.V, (uint64_t)o.seed + 1);
         have_val = 1;
@@ -957,27 +1226,25 @@ int main(int argc, char **argv) {
             if (found || strcmp(o.val_pattern, defaults.val_pattern) != 0) {
                 dataloader_init(&val, o.val_pattern, o.B, o.T, rank, world, 0, 0, cfg.V);
                 have_val = 1;
-            } else {
+            } else if (main_rank) {
                 printf("no val data at '%s': skipping validation\n", o.val_pattern);
             }
         }
     }
+    int val_batches = (o.val_batches + world - 1) / world; // per rank
 
-    int tokens_per_micro = o.B * o.T * world;
-    if (o.total_batch == 0) o.total_batch = tokens_per_micro;
-    if (o.total_batch % tokens_per_micro != 0)
-        FATAL("-d %d (total batch tokens) must be a multiple of B*T*ngpu = %d", o.total_batch, tokens_per_micro);
-    int grad_accum = o.total_batch / tokens_per_micro;
     if (o.max_steps < 0 && synthetic) {
         o.max_steps = 100;
-        printf("synthetic corpus: -x not given, training %d steps\n", o.max_steps);
+        if (main_rank) printf("synthetic corpus: -x not given, training %d steps\n", o.max_steps);
     } else if (o.max_steps < 0) {
         o.max_steps = (int)(dataloader_num_tokens(&train) / o.total_batch);
         if (o.max_steps < 1) o.max_steps = 1;
     }
 
     Model m;
-    model_init(&m, &cfg, o.B, o.T, precision, fp8_current, o.fp8_history, o.fp8_margin, o.recompute);
+    model_init(&m, &cfg, o.B, o.T, precision, fp8_current, o.fp8_history, o.fp8_margin, o.recompute, &mg);
+    mg_check_agree(&mg, (long long)m.num_params, "the number of parameters");
+    mg_check_agree(&mg, grad_accum, "the gradient accumulation steps");
     matmul_init();
     attention_init(1);
     TrainState ts;
@@ -992,6 +1259,7 @@ int main(int argc, char **argv) {
         if (!have_dir) FATAL("-y 1 needs a log directory (-o) to resume from");
         resumed_from = latest_checkpoint(o.log_dir);
         if (resumed_from < 0) FATAL("-y 1: no checkpoint (model_*.bin + state_*_00000.bin) in '%s'", o.log_dir);
+        mg_check_agree(&mg, resumed_from, "the checkpoint step to resume from (do all ranks see the same -o directory?)");
         load_checkpoint(&m, &ts, o.log_dir, resumed_from);
         dataloader_set_state(&train, &ts.data);
     } else {
@@ -1000,8 +1268,9 @@ int main(int argc, char **argv) {
         model_set_weights(&m, w);
         free(w);
     }
+    mg_barrier(&mg, IO_BARRIER_TIMEOUT_S);
     FILE *logf = NULL, *fp8f = NULL;
-    if (have_dir) {
+    if (have_dir && main_rank) {
         char path[1100];
         snprintf(path, sizeof(path), "%s/main.log", o.log_dir);
         logf = fopenCheck(path, resumed_from >= 0 ? "a" : "w");
@@ -1012,19 +1281,25 @@ int main(int argc, char **argv) {
     }
 
     double flops_per_token = model_flops_per_token(&cfg, o.T);
-    double peak = gpu_bf16_peak_tflops(prop.name);
-    printf("train_llama_fp8 | %s | %s%s | model %s: V %d L %d C %d NH %d NKV %d FF %d theta %g | %.1fM params\n",
-           prop.name, o.precision, precision == PREC_FP8 ? (fp8_current ? " (current scaling)" : " (delayed scaling)") : "",
-           o.model, cfg.V, cfg.L, cfg.C, cfg.NH, cfg.NKV, cfg.FF, cfg.rope_theta, m.num_params / 1e6);
-    printf("B %d T %d | total batch %d tokens (grad accum %d) | %d steps | lr %g warmup %d final %g | wd %g clip %g | %s attention\n",
-           o.B, o.T, o.total_batch, grad_accum, o.max_steps, o.lr, o.warmup, o.final_lr_frac, o.weight_decay, o.grad_clip,
-           attention_uses_cudnn(o.B, o.T, cfg.NH, cfg.NKV, cfg.C / cfg.NH) ? "cuDNN fused" : "plain");
-    printf("device memory allocated: %.2f GiB%s\n", m.bytes_allocated / 1073741824.0,
-           resumed_from >= 0 ? " | resumed" : "");
-    if (resumed_from >= 0) printf("resumed from step %d of '%s'\n", resumed_from, o.log_dir);
-    if (logf) fprintf(logf, "# %s precision %s model %s V %d L %d C %d NH %d NKV %d FF %d B %d T %d total_batch %d%s\n",
+    double peak = gpu_bf16_peak_tflops(prop.name) * world; // MFU of all the GPUs together
+    if (main_rank) {
+        char gpus[320];
+        if (world > 1) snprintf(gpus, sizeof(gpus), "%d x %s (%s)", world, prop.name, MG_LAUNCH_NAMES[mg.launch]);
+        else snprintf(gpus, sizeof(gpus), "%s", prop.name);
+        printf("train_llama_fp8 | %s | %s%s | model %s: V %d L %d C %d NH %d NKV %d FF %d theta %g | %.1fM params\n",
+               gpus, o.precision, precision == PREC_FP8 ? (fp8_current ? " (current scaling)" : " (delayed scaling)") : "",
+               o.model, cfg.V, cfg.L, cfg.C, cfg.NH, cfg.NKV, cfg.FF, cfg.rope_theta, m.num_params / 1e6);
+        printf("B %d T %d | total batch %d tokens (grad accum %d) | %d steps | lr %g warmup %d final %g | wd %g clip %g | %s attention\n",
+               o.B, o.T, o.total_batch, grad_accum, o.max_steps, o.lr, o.warmup, o.final_lr_frac, o.weight_decay, o.grad_clip,
+               attention_uses_cudnn(o.B, o.T, cfg.NH, cfg.NKV, cfg.C / cfg.NH) ? "cuDNN fused" : "plain");
+        printf("device memory allocated: %.2f GiB%s%s\n", m.bytes_allocated / 1073741824.0, world > 1 ? " per GPU (ZeRO-1)" : "",
+               resumed_from >= 0 ? " | resumed" : "");
+        if (resumed_from >= 0) printf("resumed from step %d of '%s'\n", resumed_from, o.log_dir);
+    }
+    if (logf) fprintf(logf, "# %s precision %s model %s V %d L %d C %d NH %d NKV %d FF %d B %d T %d total_batch %d%s",
                       prop.name, o.precision, o.model, cfg.V, cfg.L, cfg.C, cfg.NH, cfg.NKV, cfg.FF, o.B, o.T, o.total_batch,
                       synthetic ? " data synthetic" : "");
+    if (logf) fprintf(logf, world > 1 ? " gpus %d\n" : "\n", world);
 
     AdamWParams hp = {o.lr, o.beta1, o.beta2, 1e-8f, o.weight_decay, o.grad_clip};
     size_t N = (size_t)o.B * o.T;
@@ -1052,7 +1327,7 @@ int main(int argc, char **argv) {
         next_batches(&train, grad_accum, host_inputs, host_targets);
         float loss = train_step(&m, host_inputs, host_targets, grad_accum, &hp, host_losses, norm_device, &grad_norm, &skipped, stream);
         cudaCheck(cudaEventRecord(ev1, stream));
-        cudaCheck(cudaEventSynchronize(ev1));
+        mg_wait(&mg, stream, "the training step"); // bounded: the stream may wait on a collective with a dead rank
         float ms;
         cudaCheck(cudaEventElapsedTime(&ms, ev0, ev1));
         if (step >= start_step + 3) step_ms[timed++] = ms; // the first steps build GEMM and attention plans
@@ -1061,9 +1336,10 @@ int main(int argc, char **argv) {
         char mfu[32];
         if (peak > 0) snprintf(mfu, sizeof(mfu), "%.1f%%", 100.0 * flops_per_token * tok_per_s / (peak * 1e12));
         else snprintf(mfu, sizeof(mfu), "n/a");
-        printf("step %5d/%d | loss %.6f | norm %.4f | lr %.3e | %.2f ms | %.0f tok/s | MFU %s%s\n", step + 1, o.max_steps,
-               loss, grad_norm, hp.lr, ms, tok_per_s, mfu, skipped ? " | update SKIPPED (non-finite gradient)" : "");
+        if (main_rank) printf("step %5d/%d | loss %.6f | norm %.4f | lr %.3e | %.2f ms | %.0f tok/s | MFU %s%s\n", step + 1, o.max_steps,
+                              loss, grad_norm, hp.lr, ms, tok_per_s, mfu, skipped ? " | update SKIPPED (non-finite gradient)" : "");
         if (logf) { fprintf(logf, "s:%d trl:%.6f norm:%.4f lr:%.4e ms:%.2f tok/s:%.0f\n", step + 1, loss, grad_norm, hp.lr, ms, tok_per_s); fflush(logf); }
+        // loss and norm are reduced over the ranks: every rank takes the same branches from here on
         if (!isfinite(loss) || skipped) {
             if (++bad_steps >= 5) FATAL("5 consecutive steps with a non-finite loss or gradient: stopping (last good checkpoint kept)");
             continue;
@@ -1071,26 +1347,28 @@ int main(int argc, char **argv) {
         bad_steps = 0;
         int last = step + 1 == o.max_steps;
         if (fp8f && ((step + 1) % o.fp8_log == 0 || last)) write_fp8_log(&m, fp8f);
-        if (have_val && o.val_batches > 0 && ((o.val_every > 0 && (step + 1) % o.val_every == 0) || last)) {
-            float vl = evaluate(&m, &val, o.val_batches, host_losses, stream);
-            printf("val loss %.6f\n", vl);
+        if (have_val && val_batches > 0 && ((o.val_every > 0 && (step + 1) % o.val_every == 0) || last)) {
+            float vl = evaluate(&m, &val, val_batches, host_losses, stream);
+            if (main_rank) printf("val loss %.6f\n", vl);
             if (logf) { fprintf(logf, "s:%d tel:%.6f\n", step + 1, vl); fflush(logf); }
         }
         if (o.sample_every > 0 && ((step + 1) % o.sample_every == 0 || last) && o.gen_tokens > 0)
-            sample_text(&m, &tok, have_tok, bos, o.gen_tokens, &ts.rng, logf, stream);
+            sample_text(&m, &tok, have_tok, bos, o.gen_tokens, &ts.rng, logf, main_rank, stream);
         if (have_dir && ((o.ckpt_every > 0 && (step + 1) % o.ckpt_every == 0) || last)) {
             ts.data = dataloader_get_state(&train);
             save_checkpoint(&m, &ts, o.log_dir);
-            printf("checkpoint written: %s/model_%08d.bin\n", o.log_dir, m.step);
+            mg_barrier(&mg, IO_BARRIER_TIMEOUT_S);
+            if (main_rank) printf("checkpoint written: %s/model_%08d.bin\n", o.log_dir, m.step);
         }
     }
-    if (timed > 0) {
+    if (timed > 0 && main_rank) {
         qsort(step_ms, timed, sizeof(float), compare_floats);
         float ms = step_ms[timed / 2];
-        printf("median step %.2f ms over %d steps after warm-up | %.0f tok/s | MFU %.1f%% | device memory in use %.2f GiB\n",
+        printf("median step %.2f ms over %d steps after warm-up | %.0f tok/s | MFU %.1f%% | device memory in use %.2f GiB%s\n",
                ms, timed, o.total_batch / (ms / 1000.0), peak > 0 ? 100.0 * flops_per_token * o.total_batch / (ms / 1000.0) / (peak * 1e12) : 0.0,
-               mem_used / 1073741824.0);
+               mem_used / 1073741824.0, world > 1 ? " (rank 0)" : "");
     }
+    if (o.fp8_dump) dump_fp8_state(&m, o.log_dir, rank);
     free(step_ms);
     if (logf) fcloseCheck(logf);
     if (fp8f) fcloseCheck(fp8f);
@@ -1102,6 +1380,7 @@ int main(int argc, char **argv) {
     dataloader_free(&train);
     if (have_val) dataloader_free(&val);
     if (have_tok) tokenizer_free(&tok);
+    multi_gpu_free(&mg); // also the sign of a clean exit: a rank that leaves without it aborts the communicator
     return 0;
 }
 #endif

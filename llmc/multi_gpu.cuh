@@ -38,6 +38,8 @@ two collectives: rank-0-only work (a checkpoint write) should end in mg_barrier 
 ZeRO-1: the flat parameter vector (n elements) is padded to a multiple of world * MG_SHARD_ALIGN and
 cut into world equal shards; mg_shard_pieces lists which parts of which tensors a rank's shard holds,
 so AdamW runs per piece with the tensor's own weight decay. Padding elements belong to no tensor.
+(train_llama_fp8 pads the same way but cuts the vector into per-layer buckets, each split over the
+ranks, so that gradients can be reduce-scattered while backward runs: see zero_layout there.)
 */
 #ifndef LLMC_MULTI_GPU_CUH
 #define LLMC_MULTI_GPU_CUH
@@ -100,6 +102,15 @@ static double mg_now(void) {
 }
 
 static int mg_is_main(const MultiGpu *mg) { return mg->rank == 0; }
+
+// A world-1 MultiGpu for code that runs without multi_gpu_init (the GPU tests). With world 1 every
+// collective returns at once and mg_wait is a plain stream synchronize, so nothing else is touched.
+static MultiGpu *mg_single_gpu(void) {
+    static MultiGpu one;
+    one.world = one.local_world = 1;
+    one.timeout_s = MG_DEFAULT_TIMEOUT_S;
+    return &one;
+}
 
 // Abort whatever is live (communicator, MPI), bounded by an alarm: used on every failure path.
 static void mg_abort_all(void) {
@@ -636,9 +647,20 @@ static void mg_read_id(const MultiGpu *mg, ncclUniqueId *id) {
 }
 #endif
 
+// The number of ranks multi_gpu_init will give this launch, known before it runs, so that settings
+// that cannot work with it (a total batch that does not split over the ranks) are refused before any
+// rank starts. Mirrors multi_gpu_init's decision; a launch that it refuses may get any answer here.
+static int mg_planned_world(int ngpu) {
+    if (getenv("LLAMA_FP8_RANK") != NULL) return mg_env_int("LLAMA_FP8_WORLD");
+    int mpi_size = mg_mpi_env_size();
+    if (mpi_size > 1 || (mpi_size == 1 && ngpu > 1)) return mpi_size;
+    return ngpu > 1 ? ngpu : 1;
+}
+
 // Sets up this process's part of the job (see the file comment); ngpu is the -ngpu flag (0: one
 // GPU, or as many as mpirun started). Makes the rank's GPU current. Call it first in main, after
-// parsing the options and before any other CUDA call. The -ngpu launcher process never returns.
+// parsing the options and before any CUDA call other than counting the GPUs (which the launcher does
+// itself: it makes no context). The -ngpu launcher process never returns.
 static void multi_gpu_init(MultiGpu *mg, char **argv, int ngpu) {
     memset(mg, 0, sizeof(*mg));
     mg->world = mg->local_world = 1;

@@ -1,0 +1,440 @@
+#!/usr/bin/env bash
+# Multi-GPU checks of train_llama_fp8 (data parallel over NCCL, ZeRO-1, fp8 amax reduction) on one
+# node with at least 2 GPUs:
+#   bash scripts/test_multi_gpu.sh            build, then every check
+#   bash scripts/test_multi_gpu.sh 2 5        build, then checks 2 and 5 only (any check makes the runs it needs)
+# Environment: LOG_DIR (default log_mgpu/: one log per run); for check 7 the trainer to compare the
+# single-GPU path with: BASE_SRC (a train_llama_fp8.cu, built with this tree's llmc/), else BASE_REV
+# (default HEAD) read with git archive. NVLink multicast stays off: NCCL_NVLS_ENABLE must be unset or
+# 0 and is exported as 0, so every rank (forked or started by mpirun) sees it.
+#
+# The runs: the tiny preset, B 2, T 128, 20 steps, total batch 1024 tokens, on data/tinyshakespeare
+# when present, else the built-in synthetic corpus (the trainer's defaults decide). The data loader
+# deals batch positions out in turn: in its k-th read, rank r of N takes position k*N + r. So 2 ranks
+# with 2 micro-batches each (positions 4s..4s+3 at step s) see exactly the tokens of 1 rank with 4
+# micro-batches, and 1 val batch per rank the tokens of 2 val batches on one GPU (-m 2).
+#
+# Checks (PASS / FAIL / SKIP each, then "N passed, N failed"; exit status 1 on any failure):
+#   0  ZeRO-1 bucket layout, host only, presets tiny..llama3-8b and odd shapes, worlds 1-8: every
+#      parameter element is in exactly one rank's shard; buckets split evenly; no bucket is reduced
+#      before backward has finished every element in it
+#   1  dev/cuda/nccl_check -ngpu 2 passes; with --kill-rank 1 it exits non-zero within 60 s
+#   2  bf16 and fp8: 2 ranks vs 1 rank with twice the gradient accumulation, same tokens: per-step
+#      train loss, gradient norm and val loss (tolerances where they are checked, below)
+#   3  fp8: both ranks end with the same fp8 state (amax slots, histories, scales), bit for bit
+#   4  mpirun -np 2 (when mpirun exists and the build has MPI): nccl_check passes, and training gives
+#      the -ngpu 2 run's losses, norms and final weights bit for bit
+#   5  resume with 2 ranks is bit-exact (bf16, fp8): checkpoint files after 10 + 10 steps == after 20
+#   6  refused before any rank starts: more ranks than GPUs; -d not a multiple of B*T*ranks
+#   7  one GPU unchanged: BASE_REV's trainer and this one write byte-identical checkpoints (bf16, fp8)
+#   8  a rank that stops responding (SIGSTOP) mid-training ends the job, non-zero, within 60 s
+set -u
+cd "$(dirname "$0")/.." || exit 2
+LOG=${LOG_DIR:-log_mgpu}
+BASE_REV=${BASE_REV:-HEAD}
+mkdir -p "$LOG"
+pass=0
+fail=0
+report() { # report PASS|FAIL|SKIP name [detail]
+    printf '%-4s  %s%s\n' "$1" "$2" "${3:+  ($3)}"
+    [ "$1" = PASS ] && pass=$((pass + 1))
+    [ "$1" = FAIL ] && fail=$((fail + 1))
+    return 0
+}
+finish() { echo "$pass passed, $fail failed"; [ "$fail" -eq 0 ]; exit $?; }
+want() { [ ${#checks[@]} -eq 0 ] && return 0; for c in "${checks[@]}"; do [ "$c" = "$1" ] && return 0; done; return 1; }
+checks=("$@")
+
+if [ -n "${NCCL_NVLS_ENABLE:-}" ] && [ "$NCCL_NVLS_ENABLE" != 0 ]; then
+    echo "NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE: NVLink multicast must stay off; unset it or set it to 0"
+    exit 2
+fi
+export NCCL_NVLS_ENABLE=0
+ngpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+if [ "$ngpus" -lt 2 ]; then echo "these checks need 2 GPUs; nvidia-smi lists $ngpus"; exit 2; fi
+echo "GPUs: $ngpus | logs in $LOG/ | NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE"
+
+# ---- build: the trainer and nccl_check with NCCL (MPI when found). A binary left by a build without
+# NCCL looks up to date to make, so a missing libnccl forces a rebuild.
+{ make train_llama_fp8 && { ldd train_llama_fp8 | grep -q libnccl || make -B train_llama_fp8; }; } > "$LOG/build.log" 2>&1
+rm -f dev/cuda/nccl_check
+make -k dev >> "$LOG/build.log" 2>&1 # -k: another dev program failing must not stop nccl_check
+grep -E '^(cuDNN|NCCL|MPI):' "$LOG/build.log" | sort -u
+if ! ldd train_llama_fp8 2>/dev/null | grep -q libnccl || ! ldd dev/cuda/nccl_check 2>/dev/null | grep -q libnccl; then
+    tail -n 20 "$LOG/build.log"
+    report FAIL "build with NCCL" "see $LOG/build.log: the Makefile must find NCCL for multi-GPU"
+    finish
+fi
+nvcc_line=$(make -s -n -B train_llama_fp8 2>/dev/null | grep -F ' train_llama_fp8.cu ')
+
+# ---- helpers
+trainer_args="-e tiny -b 2 -t 128 -d 1024 -x 20 -l 1e-3 -u 5 -q 1.0 -c 0.1 -v 10 -m 2 -n 10 -s 20 -g 8 -seed 7"
+run() { # run NAME CMD...: output to $LOG/NAME.txt, returns the exit status
+    local name=$1
+    shift
+    "$@" > "$LOG/$name.txt" 2>&1
+}
+same_files() { # same_files DIR_A DIR_B FILE...: "" if every FILE is byte-identical in both, else what differs
+    local a=$1 b=$2 out=""
+    shift 2
+    for f in "$@"; do cmp -s "$a/$f" "$b/$f" || out="$out $f"; done
+    echo "$out"
+}
+# compare_logs A/main.log B/main.log MODE: per-step train loss (trl), grad norm (norm), val loss (tel).
+#   exact                 the same printed values (the runs must be bit-identical)
+#   tol F1 L NF1 N        |rel diff|: step-1 loss <= F1, any loss <= L, step-1 norm <= NF1, any norm <= N
+compare_logs() {
+    python3 - "$@" <<'EOF'
+import re, sys
+a, b, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+def read(path):
+    rows = {}
+    for line in open(path):
+        m = re.match(r"s:(\d+) trl:(\S+) norm:(\S+)", line)
+        if m: rows[("trl", int(m[1]))], rows[("norm", int(m[1]))] = m[2], m[3]
+        m = re.match(r"s:(\d+) tel:(\S+)", line)
+        if m: rows[("tel", int(m[1]))] = m[2]
+    return rows
+A, B = read(a), read(b)
+if not A or set(A) != set(B):
+    print(f"different or missing steps: {len(A)} vs {len(B)} values"); sys.exit(1)
+worst = {}
+for key in sorted(A):
+    x, y = A[key], B[key]
+    if mode == "exact":
+        if x != y: print(f"{key[0]} at step {key[1]}: {x} vs {y}"); sys.exit(1)
+        continue
+    f1, l, nf1, n = map(float, sys.argv[4:8])
+    x, y = float(x), float(y)
+    rel = abs(x - y) / max(abs(y), 1e-12)
+    kind, step = key
+    bound = (nf1 if step == 1 else n) if kind == "norm" else (f1 if step == 1 and kind == "trl" else l)
+    if rel > bound: print(f"{kind} at step {step}: {x} vs {y}, relative difference {rel:.2e} > {bound:g}"); sys.exit(1)
+    worst[kind] = max(worst.get(kind, 0.0), rel)
+print("; ".join(f"max rel diff {k} {v:.1e}" for k, v in sorted(worst.items())) if worst else "identical")
+EOF
+}
+
+# ---- 0: the ZeRO-1 layout, host only
+if want 0; then
+    src="$LOG/zero_layout_check.cu"
+    cat > "$src" <<'EOF'
+// zero_layout of train_llama_fp8.cu for every rank of worlds 1-8 and several shapes: the buckets tile
+// the padded vector in runs that split evenly; every piece sits in its rank's part of a bucket at the
+// matching shard offset; all ranks' pieces cover every element of every tensor exactly once; and a
+// bucket's stage is no earlier than the backward stage of any element in it.
+#define TESTING
+#include "train_llama_fp8.cu"
+#include <vector>
+#include <algorithm>
+static int stage_of(const LlamaConfig *c, int p, int l) { return p == P_WTE ? c->L + 1 : param_is_per_layer(p) ? c->L - l : 0; }
+static const char *check(LlamaConfig c, int W) {
+    size_t sizes[NUM_PARAM_TENSORS], n = param_sizes(&c, sizes);
+    std::vector<ShardPiece> all;
+    for (int r = 0; r < W; r++) {
+        MultiGpu mg;
+        memset(&mg, 0, sizeof(mg));
+        mg.world = W; mg.rank = r;
+        Model m;
+        memset(&m, 0, sizeof(m));
+        m.cfg = c; m.mg = &mg;
+        m.num_params = param_sizes(&c, m.param_sizes);
+        zero_layout(&m);
+        if (m.shard_params * W != m.padded_params || m.padded_params < n) return "shard size";
+        size_t pos = 0, shard = 0;
+        for (int k = 0; k < m.num_buckets; k++) {
+            GradBucket b = m.buckets[k];
+            if (b.start != pos || b.count == 0 || b.count % ((size_t)W * MG_SHARD_ALIGN) != 0 || b.shard != shard)
+                return "buckets do not tile the padded vector in evenly splitting runs";
+            pos += b.count;
+            shard += b.count / W;
+            size_t off = 0;
+            for (int p = 0; p < NUM_PARAM_TENSORS; p++) {
+                int layers = param_is_per_layer(p) ? c.L : 1;
+                for (int l = 0; l < layers; l++) {
+                    size_t lo = off + l * (sizes[p] / layers), hi = lo + sizes[p] / layers;
+                    if (lo < b.start + b.count && hi > b.start && b.stage < stage_of(&c, p, l)) return "a bucket is reduced before backward finished it";
+                }
+                off += sizes[p];
+            }
+        }
+        if (W > 1 && pos != m.padded_params) return "buckets stop short of the padded end";
+        for (int i = 0; i < m.num_pieces; i++) {
+            ShardPiece p = m.pieces[i];
+            size_t base = 0;
+            for (int t = 0; t < p.tensor; t++) base += sizes[t];
+            if (p.count == 0 || p.flat != base + p.offset || p.local + p.count > m.shard_params) return "piece out of range";
+            int inside = W == 1 && p.local == p.flat;
+            for (int k = 0; k < m.num_buckets; k++) {
+                GradBucket b = m.buckets[k];
+                size_t part = b.count / W, ps = b.start + (size_t)r * part;
+                if (p.flat >= ps && p.flat + p.count <= ps + part && p.local == b.shard + (p.flat - ps)) inside = 1;
+            }
+            if (!inside) return "a piece is not where its rank's part of a bucket is";
+            all.push_back(p);
+        }
+        free(m.buckets);
+        free(m.pieces);
+    }
+    std::sort(all.begin(), all.end(), [](const ShardPiece &x, const ShardPiece &y) {
+        return x.tensor != y.tensor ? x.tensor < y.tensor : x.offset < y.offset;
+    });
+    std::vector<size_t> next(NUM_PARAM_TENSORS, 0);
+    for (const ShardPiece &p : all) {
+        if (p.offset != next[p.tensor]) return "an element is in no shard or in two";
+        next[p.tensor] += p.count;
+    }
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) if (next[t] != sizes[t]) return "a tensor's end is in no shard";
+    return NULL;
+}
+int main(void) {
+    const char *presets[] = {"tiny", "125m", "1b", "llama2-7b", "llama3-8b"};
+    LlamaConfig shapes[7];
+    for (int i = 0; i < 5; i++) config_from_preset(presets[i], &shapes[i]);
+    LlamaConfig one_layer = {1001, 1, 24, 2, 1, 40, 64, 10000.0f, 1e-5f}, small = {517, 3, 8, 2, 2, 24, 64, 10000.0f, 1e-5f};
+    shapes[5] = one_layer;
+    shapes[6] = small;
+    int bad = 0;
+    for (int s = 0; s < 7; s++) {
+        for (int W = 1; W <= 8; W++) {
+            const char *why = check(shapes[s], W);
+            if (why) { printf("shape %d (L %d C %d) world %d: %s\n", s, shapes[s].L, shapes[s].C, W, why); bad++; }
+        }
+    }
+    printf("%s\n", bad ? "layout: FAILED" : "layout: all shapes and worlds OK");
+    return bad != 0;
+}
+EOF
+    exe="$LOG/zero_layout_check"
+    cmd=$(echo "$nvcc_line" | sed "s| train_llama_fp8.cu | $src |; s|-o train_llama_fp8\$|-o $exe|")
+    if ! eval "$cmd" > "$LOG/zero_layout_check.build.txt" 2>&1; then
+        report FAIL "0 ZeRO-1 bucket layout" "does not compile: $LOG/zero_layout_check.build.txt"
+    elif run zero_layout_check "$exe"; then
+        report PASS "0 ZeRO-1 bucket layout (host; tiny..llama3-8b and odd shapes, worlds 1-8)"
+    else
+        report FAIL "0 ZeRO-1 bucket layout" "$(head -n 3 "$LOG/zero_layout_check.txt" | tr '\n' ' ')"
+    fi
+fi
+
+# ---- 1: nccl_check, and a rank that dies
+if want 1; then
+    if run nccl_check dev/cuda/nccl_check -ngpu 2 && tail -n 1 "$LOG/nccl_check.txt" | grep -q 'ALL PASS'; then
+        report PASS "1 nccl_check -ngpu 2" "$(grep -m1 -E '^bench all-reduce' "$LOG/nccl_check.txt" | tr -s ' ')"
+    else
+        report FAIL "1 nccl_check -ngpu 2" "$(tail -n 1 "$LOG/nccl_check.txt")"
+    fi
+    t0=$(date +%s%N)
+    timeout 120 dev/cuda/nccl_check -ngpu 2 --kill-rank 1 --no-bench > "$LOG/nccl_check_kill.txt" 2>&1
+    rc=$?
+    ms=$((($(date +%s%N) - t0) / 1000000))
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $ms -lt 60000 ]; then
+        report PASS "1 nccl_check --kill-rank 1 ends the job" "exit $rc after $ms ms"
+    else
+        report FAIL "1 nccl_check --kill-rank 1 ends the job" "exit $rc after $ms ms; want non-zero within 60 s"
+    fi
+fi
+
+# ---- 2, 3: 2 ranks vs 1 rank. The tolerances, from the sources of difference:
+#  step 1, loss: the same weights and tokens through the same kernels with the same shapes, so every
+#    per-token loss is identical; only the mean is formed differently (a double sum on one GPU; a
+#    float mean per rank, summed in fp32 by NCCL). bf16: 1e-5 relative (float rounding, and %.6f
+#    printing). fp8: rank 1's micro-batches are cast with scales from its own first one's amaxes
+#    (the live first step) where one GPU uses micro-batch 0's, which changes which E4M3 value some
+#    elements round to (<= 2^-4 relative each, averaging out over the batch): 1e-3.
+#  step 1, norm: one GPU adds micro-batch gradients into bf16 in sequence; two ranks round their own
+#    sums and NCCL rounds the total: <= 1 bf16 ulp (2^-8 relative) per element, of random sign, which
+#    cancels in a norm over 20M elements: 1e-3 (bf16); fp8 also re-rounds as above: 1e-2.
+#  later steps: the runs then differ by those roundings, carried through AdamW (which acts per element
+#    on g / sqrt(v), so a 2^-8 relative change in g changes its step by about as much) and, in fp8,
+#    by the amaxes and hence scales moving with the weights. Over 20 steps at lr 1e-3 that keeps
+#    losses within 2% and norms within 5%. A lost rank's gradient or a missing 1/world shows as a
+#    factor ~2 in the norm; a missing bucket is check 0's business.
+if want 2 || want 3 || want 5; then
+    for prec in bf16 fp8; do
+        extra=""
+        [ $prec = fp8 ] && extra="-fp8_dump 1"
+        rm -rf "$LOG/r1_$prec" "$LOG/r2_$prec"
+        run r1_$prec ./train_llama_fp8 $trainer_args -precision $prec -o "$LOG/r1_$prec"
+        rc1=$?
+        run r2_$prec ./train_llama_fp8 $trainer_args -precision $prec -ngpu 2 -o "$LOG/r2_$prec" $extra
+        rc2=$?
+        if want 2; then
+            if [ $rc1 -ne 0 ] || [ $rc2 -ne 0 ]; then
+                report FAIL "2 $prec: 2 ranks vs 1 rank" "runs exited $rc1 (1 rank), $rc2 (2 ranks): see $LOG/r1_$prec.txt, $LOG/r2_$prec.txt"
+            else
+                if [ $prec = bf16 ]; then tol="1e-5 2e-2 1e-3 5e-2"; else tol="1e-3 2e-2 1e-2 5e-2"; fi
+                out=$(compare_logs "$LOG/r2_$prec/main.log" "$LOG/r1_$prec/main.log" tol $tol)
+                if [ $? -eq 0 ]; then report PASS "2 $prec: 2 ranks vs 1 rank, 20 steps" "$out"
+                else report FAIL "2 $prec: 2 ranks vs 1 rank, 20 steps" "$out"; fi
+            fi
+        fi
+    done
+fi
+if want 3; then
+    d="$LOG/r2_fp8"
+    if [ ! -f "$d/fp8_state_rank0.bin" ] || [ ! -f "$d/fp8_state_rank1.bin" ]; then
+        report FAIL "3 fp8 state identical on both ranks" "no fp8_state_rank*.bin in $d"
+    elif ! cmp -s "$d/fp8_state_rank0.bin" "$d/fp8_state_rank1.bin"; then
+        report FAIL "3 fp8 state identical on both ranks" "$(cmp "$d/fp8_state_rank0.bin" "$d/fp8_state_rank1.bin" | head -n 1)"
+    elif python3 -c "import array, sys; a = array.array('f', open(sys.argv[1], 'rb').read()); sys.exit(0 if sum(x != 0 for x in a) > len(a) // 2 else 1)" "$d/fp8_state_rank0.bin"; then
+        report PASS "3 fp8 state identical on both ranks" "$(stat -c %s "$d/fp8_state_rank0.bin") bytes"
+    else
+        report FAIL "3 fp8 state identical on both ranks" "identical but mostly zero: no amax history was recorded"
+    fi
+fi
+
+# ---- 4: mpirun
+if want 4; then
+    if ! command -v mpirun > /dev/null; then
+        report SKIP "4 mpirun -np 2" "no mpirun on this machine"
+    elif ! ldd train_llama_fp8 | grep -q libmpi || ! ldd dev/cuda/nccl_check | grep -q libmpi; then
+        report SKIP "4 mpirun -np 2" "the Makefile found no MPI, so the build cannot run under mpirun"
+    else
+        mpi=(mpirun --allow-run-as-root --bind-to none -np 2 -x NCCL_NVLS_ENABLE)
+        if run mpi_nccl_check "${mpi[@]}" dev/cuda/nccl_check --no-bench && tail -n 1 "$LOG/mpi_nccl_check.txt" | grep -q 'ALL PASS'; then
+            report PASS "4 mpirun -np 2 nccl_check"
+        else
+            report FAIL "4 mpirun -np 2 nccl_check" "$(tail -n 1 "$LOG/mpi_nccl_check.txt")"
+        fi
+        # two ranks add two bf16 values per element: the result does not depend on the order, so the
+        # launcher cannot change a bit
+        rm -rf "$LOG/mpi_bf16"
+        [ -f "$LOG/r2_bf16/main.log" ] || run r2_bf16 ./train_llama_fp8 $trainer_args -precision bf16 -ngpu 2 -o "$LOG/r2_bf16"
+        if ! run mpi_bf16 "${mpi[@]}" ./train_llama_fp8 $trainer_args -precision bf16 -o "$LOG/mpi_bf16"; then
+            report FAIL "4 mpirun -np 2 training == -ngpu 2" "exit non-zero: $LOG/mpi_bf16.txt"
+        else
+            out=$(compare_logs "$LOG/mpi_bf16/main.log" "$LOG/r2_bf16/main.log" exact)
+            rc=$?
+            diff=$(same_files "$LOG/mpi_bf16" "$LOG/r2_bf16" model_00000020.bin)
+            if [ $rc -eq 0 ] && [ -z "$diff" ]; then report PASS "4 mpirun -np 2 training == -ngpu 2" "losses, norms, final weights"
+            else report FAIL "4 mpirun -np 2 training == -ngpu 2" "$out${diff:+ differing:$diff}"; fi
+        fi
+    fi
+fi
+
+# ---- 5: resume with 2 ranks: restart from check 2's step-10 checkpoint
+if want 5; then
+    for prec in bf16 fp8; do
+        a="$LOG/r2_$prec" b="$LOG/r2_${prec}_resumed"
+        rm -rf "$b"
+        mkdir -p "$b"
+        if ! cp "$a/model_00000010.bin" "$a/state_00000010_00000.bin" "$a/state_00000010_00001.bin" "$b/" 2> /dev/null; then
+            report FAIL "5 $prec: resume with 2 ranks is bit-exact" "no step-10 checkpoint in $a (check 2's run failed?)"
+            continue
+        fi
+        extra=""
+        [ $prec = fp8 ] && extra="-fp8_dump 1"
+        if ! run r2_${prec}_resumed ./train_llama_fp8 $trainer_args -precision $prec -ngpu 2 -y 1 -o "$b" $extra; then
+            report FAIL "5 $prec: resume with 2 ranks is bit-exact" "exit non-zero: $LOG/r2_${prec}_resumed.txt"
+            continue
+        fi
+        diff=$(same_files "$a" "$b" model_00000020.bin state_00000020_00000.bin state_00000020_00001.bin)
+        # the straight run's log has steps 1-20, the resumed one 11-20: compare those
+        grep -E '^s:(1[1-9]|20) ' "$a/main.log" > "$b/straight_11_20.log"
+        out=$(compare_logs "$b/main.log" "$b/straight_11_20.log" exact)
+        rc=$?
+        if [ -z "$diff" ] && [ $rc -eq 0 ]; then report PASS "5 $prec: resume with 2 ranks is bit-exact" "checkpoint files at step 20 identical"
+        else report FAIL "5 $prec: resume with 2 ranks is bit-exact" "${diff:+differing:$diff }$out"; fi
+    done
+fi
+
+# ---- 6: refusals
+if want 6; then
+    run refuse_gpus timeout 60 ./train_llama_fp8 -e tiny -ngpu $((ngpus + 1)) -o ''
+    rc=$?
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "GPUs on this node" "$LOG/refuse_gpus.txt" && ! grep -q "starting" "$LOG/refuse_gpus.txt"; then
+        report PASS "6 -ngpu $((ngpus + 1)) refused" "$(grep -m1 error "$LOG/refuse_gpus.txt" | cut -c1-120)"
+    else
+        report FAIL "6 -ngpu $((ngpus + 1)) refused" "exit $rc: $LOG/refuse_gpus.txt"
+    fi
+    run refuse_batch timeout 60 ./train_llama_fp8 -e tiny -b 2 -t 128 -d 768 -ngpu 2 -o ''
+    rc=$?
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "must be a multiple of B\*T\*ngpu" "$LOG/refuse_batch.txt" && ! grep -q "starting" "$LOG/refuse_batch.txt"; then
+        report PASS "6 -d 768 with B*T*2 = 512 refused before launch"
+    else
+        report FAIL "6 -d 768 with B*T*2 = 512 refused before launch" "exit $rc: $LOG/refuse_batch.txt"
+    fi
+fi
+
+# ---- 7: the single-GPU path against BASE_REV's trainer (the same runs as check 2's 1-rank ones)
+if want 7; then
+    base="$LOG/base_src"
+    rm -rf "$base"
+    mkdir -p "$base"
+    if [ -n "${BASE_SRC:-}" ]; then
+        BASE_REV=$BASE_SRC
+        cp -r llmc "$base/" && cp "$BASE_SRC" "$base/train_llama_fp8.cu"
+        got=$?
+    elif git rev-parse --git-dir > /dev/null 2>&1; then
+        git archive "$BASE_REV" train_llama_fp8.cu llmc | tar -x -C "$base" 2> "$LOG/base_build.txt"
+        got=$?
+    else
+        got=2
+        echo "no git repository here: set BASE_SRC to the trainer to compare with" > "$LOG/base_build.txt"
+    fi
+    if [ $got -ne 0 ]; then
+        report SKIP "7 one GPU unchanged vs $BASE_REV" "no base trainer: $(head -n 1 "$LOG/base_build.txt")"
+    elif cmp -s "$base/train_llama_fp8.cu" train_llama_fp8.cu; then
+        report SKIP "7 one GPU unchanged vs $BASE_REV" "$BASE_REV's trainer is this one: set BASE_REV or BASE_SRC to the one before multi-GPU"
+    elif ! (cd "$base" && eval "$nvcc_line") >> "$LOG/base_build.txt" 2>&1; then
+        report FAIL "7 one GPU unchanged vs $BASE_REV" "the base trainer does not build: $LOG/base_build.txt"
+    else
+        for prec in bf16 fp8; do
+            [ -f "$LOG/r1_$prec/main.log" ] || run r1_$prec ./train_llama_fp8 $trainer_args -precision $prec -o "$LOG/r1_$prec"
+            rm -rf "$LOG/base_$prec"
+            if ! run base_$prec "$base/train_llama_fp8" $trainer_args -precision $prec -o "$LOG/base_$prec"; then
+                report FAIL "7 $prec: one GPU unchanged vs $BASE_REV" "the base run failed: $LOG/base_$prec.txt"
+                continue
+            fi
+            diff=$(same_files "$LOG/base_$prec" "$LOG/r1_$prec" model_00000010.bin model_00000020.bin state_00000020_00000.bin)
+            out=$(compare_logs "$LOG/r1_$prec/main.log" "$LOG/base_$prec/main.log" exact)
+            rc=$?
+            if [ -z "$diff" ] && [ $rc -eq 0 ]; then report PASS "7 $prec: one GPU unchanged vs $BASE_REV" "checkpoints byte-identical"
+            else report FAIL "7 $prec: one GPU unchanged vs $BASE_REV" "${diff:+differing:$diff }$out"; fi
+        done
+    fi
+fi
+
+# ---- 8: a rank that hangs. The collective timeout is 10 s here; the launcher then needs up to 5 s
+# to end the stopped rank.
+if want 8; then
+    rm -rf "$LOG/hang"
+    LLAMA_FP8_NCCL_TIMEOUT_S=10 ./train_llama_fp8 -e tiny -b 2 -t 128 -d 1024 -x 100000 -v 0 -s 0 -precision bf16 \
+        -ngpu 2 -o "$LOG/hang" > "$LOG/hang.txt" 2>&1 &
+    launcher=$!
+    for _ in $(seq 240); do # up to 120 s for 3 steps (start-up included)
+        [ "$(grep -c '^s:' "$LOG/hang/main.log" 2> /dev/null)" -ge 3 ] && break
+        kill -0 $launcher 2> /dev/null || break
+        sleep 0.5
+    done
+    rank1=""
+    for d in /proc/[0-9]*; do
+        [ "$(awk '{print $4}' "$d/stat" 2> /dev/null)" = "$launcher" ] || continue
+        tr '\0' '\n' < "$d/environ" 2> /dev/null | grep -qx 'LLAMA_FP8_RANK=1' && rank1=${d#/proc/}
+    done
+    if [ -z "$rank1" ]; then
+        kill -KILL $launcher 2> /dev/null
+        wait $launcher 2> /dev/null
+        report FAIL "8 a stopped rank ends the job" "rank 1 not found running: $LOG/hang.txt"
+    else
+        kill -STOP "$rank1"
+        t0=$(date +%s)
+        while kill -0 $launcher 2> /dev/null && [ $(($(date +%s) - t0)) -lt 90 ]; do sleep 0.5; done
+        if kill -0 $launcher 2> /dev/null; then # still running: clean up (the ranks die with the launcher)
+            kill -KILL $launcher
+            kill -KILL "$rank1" 2> /dev/null
+            wait $launcher 2> /dev/null
+            report FAIL "8 a stopped rank ends the job" "still running after 90 s: $LOG/hang.txt"
+        else
+            wait $launcher
+            rc=$?
+            secs=$(($(date +%s) - t0))
+            if [ $rc -ne 0 ] && [ $secs -le 60 ]; then
+                report PASS "8 a stopped rank ends the job" "exit $rc after ${secs} s: $(grep -m1 'rank 0 of 2' "$LOG/hang.txt" | cut -c1-140)"
+            else
+                report FAIL "8 a stopped rank ends the job" "exit $rc after ${secs} s: $LOG/hang.txt"
+            fi
+        fi
+    fi
+fi
+finish
