@@ -12,8 +12,8 @@ CC ?= gcc
 GPU_ARCH ?= sm_90
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
 
-NVCC_FLAGS = -O3 -arch=$(GPU_ARCH) -std=c++17 --use_fast_math -Xcompiler -Wall -Xcompiler -Wno-unused-function -I.
-NVCC_LDLIBS = -lcublasLt -lcublas
+NVCC_FLAGS = -O3 -arch=$(GPU_ARCH) -std=c++17 --use_fast_math -Xcompiler -Wall -Xcompiler -Wno-unused-function -Xcompiler -fopenmp -I.
+NVCC_LDLIBS = -lcublasLt -lcublas -lgomp
 CPU_CFLAGS = -O2 -Wall -Wno-unused-function -I.
 
 ifeq ($(CUDA_HOME),)

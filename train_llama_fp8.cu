@@ -230,7 +230,9 @@ typedef struct {
     float *fp8_state;                      // one buffer, see llmc/llama_config.h
     float *gemm_scale_inv;                 // (NT, FP8_GEMM_SCALE_STRIDE) aligned copies of scale_inv for cuBLASLt
     fp8e4 *w_fp8[LINS_PER_LAYER];          // (L, OUT, IN) E4M3 weights, cast once per step
-    fp8e4 *w_fp8_t[LINS_PER_LAYER];        // (L, IN, OUT) their transposes, for dgrad
+    fp8e4 *w_fp8_t;                        // (max IN*OUT) one layer's W^T (IN, OUT) for its dgrad; made
+                                           // right before it, not kept for all layers: that would cost
+                                           // 1 byte/param (6.5 GB at 7B) to save ~1 ms of transposes
     float *rope_freqs;
     Activations acts;
     EncoderBackward enc_bwd;
@@ -387,11 +389,13 @@ static void model_init(Model *m, const LlamaConfig *cfg, int B, int T, int preci
         for (size_t i = 0; i < nt * FP8_GEMM_SCALE_STRIDE; i++) ones[i] = 1.0f; // scale_inv starts at 1
         cudaCheck(cudaMemcpy(m->gemm_scale_inv, ones, nt * FP8_GEMM_SCALE_STRIDE * sizeof(float), cudaMemcpyHostToDevice));
         free(ones);
+        size_t widest_w = 0;
         for (int lin = 0; lin < LINS_PER_LAYER; lin++) {
-            size_t n = L * linear_in(c, lin) * linear_out(c, lin);
-            m->w_fp8[lin] = (fp8e4 *)model_alloc(m, n, "fp8 weights");
-            m->w_fp8_t[lin] = (fp8e4 *)model_alloc(m, n, "fp8 transposed weights");
+            size_t n = (size_t)linear_in(c, lin) * linear_out(c, lin);
+            m->w_fp8[lin] = (fp8e4 *)model_alloc(m, L * n, "fp8 weights");
+            if (n > widest_w) widest_w = n;
         }
+        m->w_fp8_t = (fp8e4 *)model_alloc(m, widest_w, "fp8 transposed weight (one layer)");
     }
 
     m->rope_freqs = (float *)model_alloc(m, (size_t)T * (c->C / c->NH) * sizeof(float), "RoPE table");
@@ -452,13 +456,24 @@ static void model_free(Model *m) {
 // Random init (README): normal(0, 0.02); wo and w2 normal(0, 0.02/sqrt(2L)); norm weights 1.
 // Drawn on the host from the seed so every GPU count and precision starts from identical weights.
 static void model_init_weights(Model *m, uint64_t seed, float *host_out) {
-    uint64_t rng = seed * 0x9E3779B97F4A7C15ull + 1;
+    // Chunks of 2^20 values draw from their own streams (seeded by seed, tensor and chunk), so the
+    // weights are the same for any number of threads: a 7B model takes seconds, not minutes.
+    const size_t CHUNK = (size_t)1 << 20;
     size_t off = 0;
     for (int p = 0; p < NUM_PARAM_TENSORS; p++) {
         float std = (p == P_WO || p == P_W2) ? 0.02f / sqrtf(2.0f * m->cfg.L) : 0.02f;
         int is_norm = p == P_LN1W || p == P_LN2W || p == P_LNFW;
-        for (size_t i = 0; i < m->param_sizes[p]; i++) host_out[off + i] = is_norm ? 1.0f : std * random_normal(&rng);
-        off += m->param_sizes[p];
+        float *out = host_out + off;
+        size_t n = m->param_sizes[p];
+        long long chunks = (long long)CEIL_DIV(n, CHUNK);
+        #pragma omp parallel for schedule(dynamic)
+        for (long long k = 0; k < chunks; k++) {
+            uint64_t rng = (seed * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)(p + 1) << 48) ^ ((uint64_t)k * 0xD1B54A32D192ED03ull);
+            rng = rng ? rng : 1;
+            size_t end = (size_t)(k + 1) * CHUNK < n ? (size_t)(k + 1) * CHUNK : n;
+            for (size_t i = (size_t)k * CHUNK; i < end; i++) out[i] = is_norm ? 1.0f : std * random_normal(&rng);
+        }
+        off += n;
     }
 }
 
@@ -540,8 +555,8 @@ static void fp8_cast_existing(Model *m, int t, void *out, const floatX *in, size
     }
 }
 
-// Once per optimizer step, before the first forward: E4M3 copies of every block weight and their
-// transposes (dgrad needs W^T: Hopper's fp8 GEMM is TN only). Each layer's W is its own tensor.
+// Once per optimizer step, before the first forward: E4M3 copies of every block weight, each
+// layer's W its own tensor with its own scale.
 static void fp8_cast_weights(Model *m, cudaStream_t stream) {
     const LlamaConfig *c = &m->cfg;
     m->micro = 0;
@@ -552,7 +567,6 @@ static void fp8_cast_weights(Model *m, cudaStream_t stream) {
             int t = fp8_tensor_index(l, lin, FP8_W);
             fp8e4 *w = m->w_fp8[lin] + l * n;
             fp8_cast_existing(m, t, w, m->param[LINEAR_PARAM[lin]] + l * n, n, stream);
-            fp8_transpose(m->w_fp8_t[lin] + l * n, w, OUT, IN, stream);
         }
     }
 }
@@ -584,7 +598,8 @@ static void linear_backward(Model *m, int l, int lin, floatX *dx, const floatX *
         const float *dy_sinv = fp8_gemm_scale_inv(m, fp8_tensor_index(l, lin, FP8_DY));
         fp8_transpose(a->dy_fp8_t, a->dy_fp8, N, OUT, stream);
         fp8_transpose(a->x_fp8_t, x_fp8, N, IN, stream);
-        matmul_fp8_dgrad(dx, a->dy_fp8, m->w_fp8_t[lin] + l * wn, dy_sinv,
+        fp8_transpose(m->w_fp8_t, m->w_fp8[lin] + l * wn, OUT, IN, stream); // dgrad needs W^T: fp8 GEMMs are TN only
+        matmul_fp8_dgrad(dx, a->dy_fp8, m->w_fp8_t, dy_sinv,
                          fp8_gemm_scale_inv(m, fp8_tensor_index(l, lin, FP8_W)), N, IN, OUT, stream);
         matmul_fp8_wgrad(dw, a->dy_fp8_t, a->x_fp8_t, dy_sinv, fp8_gemm_scale_inv(m, fp8_tensor_index(l, lin, FP8_X)),
                          N, IN, OUT, 1, stream);
@@ -1375,6 +1390,7 @@ int main(int argc, char **argv) {
     cudaCheck(cudaFreeHost(host_losses));
     cudaCheck(cudaFreeHost(host_inputs));
     cudaCheck(cudaFreeHost(host_targets));
+    model_free(&m);
     matmul_destroy();
     attention_destroy();
     dataloader_free(&train);
