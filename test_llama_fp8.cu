@@ -395,6 +395,33 @@ static void test_fp8_amax_max_over_microsteps(void) {
     model_free(&m);
 }
 
+// -fp8_weight_cache 0 casts each layer's W when it is used instead of all of them once per step:
+// the same scales and codes, so the same training, bit for bit.
+static void test_fp8_weight_cache_off_identical(void) {
+    LlamaConfig c = small_config();
+    int B = 2, T = 128, N = B * T, grad_accum = 2;
+    int *in = (int *)mallocCheck(grad_accum * N * sizeof(int)), *tg = (int *)mallocCheck(grad_accum * N * sizeof(int));
+    random_tokens(in, grad_accum * N, c.V, 31);
+    random_tokens(tg, grad_accum * N, c.V, 32);
+    AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    float *losses = (float *)mallocCheck(grad_accum * N * sizeof(float)), gn, l[2][3];
+    float *w = NULL;
+    int skipped;
+    for (int cache = 0; cache < 2; cache++) {
+        Model m;
+        model_init(&m, &c, B, T, PREC_FP8, 0, 4, 0, 0, NULL, cache);
+        if (!w) { w = (float *)mallocCheck(m.num_params * sizeof(float)); model_init_weights(&m, 13, w); }
+        model_set_weights(&m, w);
+        for (int s = 0; s < 3; s++) l[cache][s] = train_step(&m, in, tg, grad_accum, &h, losses, g_norm_device, &gn, &skipped, g_stream);
+        model_free(&m);
+    }
+    for (int s = 0; s < 3; s++) {
+        printf("    step %d loss cache off %.7f on %.7f\n", s, l[0][s], l[1][s]);
+        CHECK(l[0][s] == l[1][s], "step %d: %.9g without the weight cache, %.9g with it", s, l[0][s], l[1][s]);
+    }
+    free(w); free(in); free(tg); free(losses);
+}
+
 // ----------------------------------------------------------------------------------------------
 // Safety: saturation, zero and NaN amaxes; the GPU casts agree with the host codec.
 
@@ -587,6 +614,7 @@ int main(void) {
     run_test("fp8 state after 6 steps with grad accumulation vs C reference", test_fp8_state_vs_cpu);
     run_test("fp8 dY amax updated by the backward pass", test_fp8_dy_amax_updates);
     run_test("fp8 amax slot is the max over micro-steps", test_fp8_amax_max_over_microsteps);
+    run_test("fp8 weight cache off trains bit-identically", test_fp8_weight_cache_off_identical);
     run_test("resume is bit-exact (bf16)", test_resume_bitexact_bf16);
     run_test("resume is bit-exact (fp8)", test_resume_bitexact_fp8);
     printf("%d passed, %d failed\n", g_tests_passed, g_tests_failed);

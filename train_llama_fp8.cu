@@ -51,7 +51,7 @@ typedef struct {
     char train_pattern[512], val_pattern[512], tokenizer_path[512], log_dir[512], model[64];
     char precision[16], fp8_recipe[16];
     int B, T, total_batch, max_steps, warmup, val_every, val_batches, sample_every, gen_tokens;
-    int ckpt_every, resume, recompute, seed, shuffle, fp8_history, fp8_margin, fp8_lm_head, fp8_log, fp8_dump, ngpu;
+    int ckpt_every, resume, recompute, seed, shuffle, fp8_history, fp8_margin, fp8_lm_head, fp8_log, fp8_dump, ngpu, fp8_weight_cache;
     float lr, final_lr_frac, weight_decay, grad_clip, beta1, beta2;
     // model overrides (0: keep the preset's)
     int V, L, C, NH, NKV, FF;
@@ -93,6 +93,7 @@ static const OptSpec OPTION_SPECS[] = {
     OPT("-fp8_recipe", OPT_STR, fp8_recipe, "delayed (amax history) or current (amax of this tensor now)"),
     OPT("-fp8_history", OPT_INT, fp8_history, "amax history length"),
     OPT("-fp8_margin", OPT_INT, fp8_margin, "scale margin: scale = fp8_max / (amax * 2^margin)"),
+    OPT("-fp8_weight_cache", OPT_INT, fp8_weight_cache, "1: cast all weights to fp8 once per step (fast); 0: per layer when used (saves 1 byte/param)"),
     OPT("-fp8_lm_head", OPT_INT, fp8_lm_head, "1: lm_head as an fp8 linear too (not supported yet: refused)"),
     OPT("-fp8_log", OPT_INT, fp8_log, "write every linear's amaxes and scales to fp8.log every N steps (0: never)"),
     OPT("-fp8_dump", OPT_INT, fp8_dump, "1: at the end each GPU writes its whole fp8 state to fp8_state_rank<r>.bin in -o (ranks must agree)"),
@@ -121,7 +122,7 @@ static Options default_options(void) {
     o.beta1 = 0.9f; o.beta2 = 0.95f;
     o.val_every = 250; o.val_batches = 20; o.sample_every = 500; o.gen_tokens = 64;
     o.ckpt_every = 0; o.resume = 0; o.recompute = 0; o.seed = 1337; o.shuffle = 0;
-    o.fp8_history = 16; o.fp8_margin = 0; o.fp8_lm_head = 0; o.fp8_log = 0; o.fp8_dump = 0; o.ngpu = 0;
+    o.fp8_history = 16; o.fp8_margin = 0; o.fp8_lm_head = 0; o.fp8_log = 0; o.fp8_weight_cache = 1; o.fp8_dump = 0; o.ngpu = 0;
     return o;
 }
 
@@ -186,7 +187,8 @@ typedef struct {
     floatX *logits;      // (B, T, V), overwritten in place by dlogits
     float *losses;       // (B, T)
     // fp8 copies of the linear inputs, kept for backward instead of bf16 (half the bytes)
-    fp8e4 *ln1_fp8, *ln2_fp8, *atty_fp8; // (L, B, T, C)
+    fp8e4 *ln1_fp8, *ln2_fp8; // (L, B, T, C)
+    fp8e4 *atty_fp8;     // (B, T, C) one layer's: the backward recasts the saved bf16 output straight to X^T
     fp8e4 *swiglu_fp8;   // (L or 1 with -r 1, B, T, FF)
     // scratch
     floatX *proj;        // (B, T, C) output of wo / w2 before the residual add
@@ -229,7 +231,9 @@ typedef struct {
     Fp8StateLayout fp8_layout;
     float *fp8_state;                      // one buffer, see llmc/llama_config.h
     float *gemm_scale_inv;                 // (NT, FP8_GEMM_SCALE_STRIDE) aligned copies of scale_inv for cuBLASLt
-    fp8e4 *w_fp8[LINS_PER_LAYER];          // (L, OUT, IN) E4M3 weights, cast once per step
+    int fp8_weight_cache;                  // 1: w_fp8 holds every layer's E4M3 weights, cast once per step;
+                                           // 0: w_fp8 is one layer's, cast right before each use
+    fp8e4 *w_fp8[LINS_PER_LAYER];          // (L or 1, OUT, IN) E4M3 weights
     fp8e4 *w_fp8_t;                        // (max IN*OUT) one layer's W^T (IN, OUT) for its dgrad; made
                                            // right before it, not kept for all layers: that would cost
                                            // 1 byte/param (6.5 GB at 7B) to save ~1 ms of transposes
@@ -343,8 +347,9 @@ static void zero_layout(Model *m) {
 
 // mg: the data-parallel ranks; NULL (the tests) for one GPU.
 static void model_init(Model *m, const LlamaConfig *cfg, int B, int T, int precision, int fp8_current,
-                       int fp8_history, int fp8_margin, int recompute, MultiGpu *mg = NULL) {
+                       int fp8_history, int fp8_margin, int recompute, MultiGpu *mg = NULL, int fp8_weight_cache = 1) {
     memset(m, 0, sizeof(*m));
+    m->fp8_weight_cache = fp8_weight_cache;
     m->cfg = *cfg; m->B = B; m->T = T; m->precision = precision; m->fp8_current = fp8_current;
     m->fp8_history = fp8_history; m->fp8_margin = fp8_margin; m->recompute = recompute; m->recording = 1;
     m->mg = mg ? mg : mg_single_gpu();
@@ -392,8 +397,12 @@ static void model_init(Model *m, const LlamaConfig *cfg, int B, int T, int preci
         size_t widest_w = 0;
         for (int lin = 0; lin < LINS_PER_LAYER; lin++) {
             size_t n = (size_t)linear_in(c, lin) * linear_out(c, lin);
-            m->w_fp8[lin] = (fp8e4 *)model_alloc(m, L * n, "fp8 weights");
+            if (fp8_weight_cache) m->w_fp8[lin] = (fp8e4 *)model_alloc(m, L * n, "fp8 weights");
             if (n > widest_w) widest_w = n;
+        }
+        if (!fp8_weight_cache) {
+            fp8e4 *layer_w = (fp8e4 *)model_alloc(m, widest_w, "fp8 weight (one layer)");
+            for (int lin = 0; lin < LINS_PER_LAYER; lin++) m->w_fp8[lin] = layer_w;
         }
         m->w_fp8_t = (fp8e4 *)model_alloc(m, widest_w, "fp8 transposed weight (one layer)");
     }
@@ -417,7 +426,7 @@ static void model_init(Model *m, const LlamaConfig *cfg, int B, int T, int preci
     if (fp8) {
         a->ln1_fp8 = (fp8e4 *)model_alloc(m, L * N * C, "activations: fp8 norm outputs");
         a->ln2_fp8 = (fp8e4 *)model_alloc(m, L * N * C, "activations: fp8 norm outputs");
-        a->atty_fp8 = (fp8e4 *)model_alloc(m, L * N * C, "activations: fp8 attention output");
+        a->atty_fp8 = (fp8e4 *)model_alloc(m, N * C, "scratch: fp8 attention output");
         a->swiglu_fp8 = (fp8e4 *)model_alloc(m, swiglu_layers * N * FF, "activations: fp8 SwiGLU output");
         a->live_bf16 = (floatX *)model_alloc(m, N * widest * sizeof(floatX), "scratch: live-scaling staging");
         a->dy_fp8 = (fp8e5 *)model_alloc(m, N * widest, "scratch: fp8 dY");
@@ -560,6 +569,7 @@ static void fp8_cast_existing(Model *m, int t, void *out, const floatX *in, size
 static void fp8_cast_weights(Model *m, cudaStream_t stream) {
     const LlamaConfig *c = &m->cfg;
     m->micro = 0;
+    if (!m->fp8_weight_cache) return; // linear_forward casts each layer's W when it needs it
     for (int lin = 0; lin < LINS_PER_LAYER; lin++) {
         int IN = linear_in(c, lin), OUT = linear_out(c, lin);
         size_t n = (size_t)IN * OUT;
@@ -579,7 +589,10 @@ static void linear_forward(Model *m, int l, int lin, floatX *y, const floatX *x,
     int N = m->B * m->T, IN = linear_in(c, lin), OUT = linear_out(c, lin);
     size_t wn = (size_t)IN * OUT;
     if (m->precision == PREC_FP8) {
-        matmul_fp8_fprop(y, x_fp8, m->w_fp8[lin] + l * wn, fp8_gemm_scale_inv(m, fp8_tensor_index(l, lin, FP8_X)),
+        const fp8e4 *w = m->w_fp8[lin] + (m->fp8_weight_cache ? l * wn : 0);
+        if (!m->fp8_weight_cache) // the same cast the cache would have made: live in the first step, amax recorded
+            fp8_cast_existing(m, fp8_tensor_index(l, lin, FP8_W), m->w_fp8[lin], m->param[LINEAR_PARAM[lin]] + l * wn, wn, stream);
+        matmul_fp8_fprop(y, x_fp8, w, fp8_gemm_scale_inv(m, fp8_tensor_index(l, lin, FP8_X)),
                          fp8_gemm_scale_inv(m, fp8_tensor_index(l, lin, FP8_W)), N, IN, OUT, stream);
     } else {
         matmul_forward(y, x, m->param[LINEAR_PARAM[lin]] + l * wn, N, IN, OUT, stream);
@@ -597,8 +610,14 @@ static void linear_backward(Model *m, int l, int lin, floatX *dx, const floatX *
         Activations *a = &m->acts;
         const float *dy_sinv = fp8_gemm_scale_inv(m, fp8_tensor_index(l, lin, FP8_DY));
         fp8_transpose(a->dy_fp8_t, a->dy_fp8, N, OUT, stream);
-        fp8_transpose(a->x_fp8_t, x_fp8, N, IN, stream);
-        fp8_transpose(m->w_fp8_t, m->w_fp8[lin] + l * wn, OUT, IN, stream); // dgrad needs W^T: fp8 GEMMs are TN only
+        // X^T for wgrad: from the saved fp8 X, or (x_fp8 NULL) recast from the saved bf16 X with the
+        // forward's scale, which gives the forward's codes.
+        if (x_fp8) fp8_transpose(a->x_fp8_t, x_fp8, N, IN, stream);
+        else fp8_cast_transpose(NULL, a->x_fp8_t, FP8_E4M3, x, N, IN, NULL, fp8_scale(m, fp8_tensor_index(l, lin, FP8_X)), stream);
+        // dgrad needs W^T (fp8 GEMMs are TN only): from the cached fp8 W, or cast from bf16 W directly
+        if (m->fp8_weight_cache) fp8_transpose(m->w_fp8_t, m->w_fp8[lin] + l * wn, OUT, IN, stream);
+        else fp8_cast_transpose(NULL, m->w_fp8_t, FP8_E4M3, m->param[LINEAR_PARAM[lin]] + l * wn, OUT, IN, NULL,
+                                fp8_scale(m, fp8_tensor_index(l, lin, FP8_W)), stream);
         matmul_fp8_dgrad(dx, a->dy_fp8, m->w_fp8_t, dy_sinv,
                          fp8_gemm_scale_inv(m, fp8_tensor_index(l, lin, FP8_W)), N, IN, OUT, stream);
         matmul_fp8_wgrad(dw, a->dy_fp8_t, a->x_fp8_t, dy_sinv, fp8_gemm_scale_inv(m, fp8_tensor_index(l, lin, FP8_X)),
@@ -636,8 +655,8 @@ static void model_forward(Model *m, int with_targets, float dloss, cudaStream_t 
         linear_forward(m, l, LIN_QKV, qkv, layer_ptr(a->ln1, l, NC), layer_ptr8(a->ln1_fp8, l, NC), stream);
         rope_forward(qkv, m->rope_freqs, B, T, NH, NKV, HS, stream);
         attention_forward(atty, stats, qkv, B, T, NH, NKV, HS, stream);
-        if (m->precision == PREC_FP8) fp8_cast_existing(m, fp8_tensor_index(l, LIN_WO, FP8_X), a->atty_fp8 + l * NC, atty, NC, stream);
-        linear_forward(m, l, LIN_WO, a->proj, atty, layer_ptr8(a->atty_fp8, l, NC), stream);
+        if (m->precision == PREC_FP8) fp8_cast_existing(m, fp8_tensor_index(l, LIN_WO, FP8_X), a->atty_fp8, atty, NC, stream);
+        linear_forward(m, l, LIN_WO, a->proj, atty, a->atty_fp8, stream);
 
         s = fp8_site(m, fp8_tensor_index(l, LIN_W13, FP8_X), layer_ptr8(a->ln2_fp8, l, NC), layer_ptr(a->ln2, l, NC), NC);
         fused_residual_rmsnorm_forward(res2, s.bf16, a->ln2_rstd + (size_t)l * N, res_in, a->proj,
@@ -726,7 +745,7 @@ static void model_backward(Model *m, const int *inputs_host, cudaStream_t stream
         fp8_site_finish(m, &s, stream);
 
         // attention: wo, the fused attention, RoPE, qkv, then the norm that fed it
-        linear_backward(m, l, LIN_WO, a->dbtc, a->dres, atty, layer_ptr8(a->atty_fp8, l, NC), stream);
+        linear_backward(m, l, LIN_WO, a->dbtc, a->dres, atty, NULL, stream); // X^T recast from the bf16 output
         attention_backward(a->dqkv, a->dbtc, qkv, atty, stats, B, T, NH, NKV, HS, stream);
         s = fp8_site(m, fp8_tensor_index(l, LIN_QKV, FP8_DY), a->dy_fp8, a->dqkv, NQKV);
         rope_backward(a->dqkv, m->rope_freqs, B, T, NH, NKV, HS, s.cast, stream);
@@ -1142,6 +1161,12 @@ static void write_fp8_log(Model *m, FILE *f) {
     free(h);
 }
 
+// MFU of `flops_per_s` against `peak` TFLOP/s; "n/a" for a GPU whose peak is unknown.
+static void format_mfu(char *buf, size_t n, double flops_per_s, double peak_tflops) {
+    if (peak_tflops > 0) snprintf(buf, n, "%.1f%%", 100.0 * flops_per_s / (peak_tflops * 1e12));
+    else snprintf(buf, n, "n/a");
+}
+
 static int compare_floats(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
     return (x > y) - (x < y);
@@ -1179,6 +1204,7 @@ int main(int argc, char **argv) {
     if (o.fp8_history < 1 || o.fp8_history > 1024) FATAL("-fp8_history must be in [1, 1024], got %d", o.fp8_history);
     if (o.warmup < 0 || o.val_batches < 0 || o.gen_tokens < 0) FATAL("-u, -m and -g must not be negative");
     if (o.recompute < 0 || o.recompute > 1) FATAL("-r must be 0 or 1");
+    if (o.fp8_weight_cache != 0 && o.fp8_weight_cache != 1) FATAL("-fp8_weight_cache must be 0 or 1");
     if (o.fp8_dump && (precision != PREC_FP8 || o.log_dir[0] == '\0')) FATAL("-fp8_dump 1 needs -precision fp8 and a log directory (-o)");
     // the total batch must split over the ranks: refused here, before -ngpu starts any
     int planned_world = mg_planned_world(o.ngpu);
@@ -1257,7 +1283,7 @@ int main(int argc, char **argv) {
     }
 
     Model m;
-    model_init(&m, &cfg, o.B, o.T, precision, fp8_current, o.fp8_history, o.fp8_margin, o.recompute, &mg);
+    model_init(&m, &cfg, o.B, o.T, precision, fp8_current, o.fp8_history, o.fp8_margin, o.recompute, &mg, o.fp8_weight_cache);
     mg_check_agree(&mg, (long long)m.num_params, "the number of parameters");
     mg_check_agree(&mg, grad_accum, "the gradient accumulation steps");
     matmul_init();
@@ -1349,8 +1375,7 @@ int main(int argc, char **argv) {
         if (step == start_step) { size_t free_b, total_b; cudaCheck(cudaMemGetInfo(&free_b, &total_b)); mem_used = total_b - free_b; }
         double tok_per_s = o.total_batch / (ms / 1000.0);
         char mfu[32];
-        if (peak > 0) snprintf(mfu, sizeof(mfu), "%.1f%%", 100.0 * flops_per_token * tok_per_s / (peak * 1e12));
-        else snprintf(mfu, sizeof(mfu), "n/a");
+        format_mfu(mfu, sizeof(mfu), flops_per_token * tok_per_s, peak);
         if (main_rank) printf("step %5d/%d | loss %.6f | norm %.4f | lr %.3e | %.2f ms | %.0f tok/s | MFU %s%s\n", step + 1, o.max_steps,
                               loss, grad_norm, hp.lr, ms, tok_per_s, mfu, skipped ? " | update SKIPPED (non-finite gradient)" : "");
         if (logf) { fprintf(logf, "s:%d trl:%.6f norm:%.4f lr:%.4e ms:%.2f tok/s:%.0f\n", step + 1, loss, grad_norm, hp.lr, ms, tok_per_s); fflush(logf); }
@@ -1379,9 +1404,10 @@ int main(int argc, char **argv) {
     if (timed > 0 && main_rank) {
         qsort(step_ms, timed, sizeof(float), compare_floats);
         float ms = step_ms[timed / 2];
-        printf("median step %.2f ms over %d steps after warm-up | %.0f tok/s | MFU %.1f%% | device memory in use %.2f GiB%s\n",
-               ms, timed, o.total_batch / (ms / 1000.0), peak > 0 ? 100.0 * flops_per_token * o.total_batch / (ms / 1000.0) / (peak * 1e12) : 0.0,
-               mem_used / 1073741824.0, world > 1 ? " (rank 0)" : "");
+        char mfu[32];
+        format_mfu(mfu, sizeof(mfu), flops_per_token * o.total_batch / (ms / 1000.0), peak);
+        printf("median step %.2f ms over %d steps after warm-up | %.0f tok/s | MFU %s | device memory in use %.2f GiB%s\n",
+               ms, timed, o.total_batch / (ms / 1000.0), mfu, mem_used / 1073741824.0, world > 1 ? " (rank 0)" : "");
     }
     if (o.fp8_dump) dump_fp8_state(&m, o.log_dir, rank);
     free(step_ms);
