@@ -231,6 +231,7 @@ typedef struct {
     Fp8StateLayout fp8_layout;
     float *fp8_state;                      // one buffer, see llmc/llama_config.h
     float *gemm_scale_inv;                 // (NT, FP8_GEMM_SCALE_STRIDE) aligned copies of scale_inv for cuBLASLt
+    float *live_amax;                      // (1) amax of the cast being scaled live, before it joins its slot
     int fp8_weight_cache;                  // 1: w_fp8 holds every layer's E4M3 weights, cast once per step;
                                            // 0: w_fp8 is one layer's, cast right before each use
     fp8e4 *w_fp8[LINS_PER_LAYER];          // (L or 1, OUT, IN) E4M3 weights
@@ -388,6 +389,8 @@ static void model_init(Model *m, const LlamaConfig *cfg, int B, int T, int preci
         fp8_state_init(h, m->fp8_layout);
         cudaCheck(cudaMemcpy(m->fp8_state, h, m->fp8_layout.total * sizeof(float), cudaMemcpyHostToDevice));
         free(h);
+        m->live_amax = (float *)model_alloc(m, sizeof(float), "fp8 live amax");
+        cudaCheck(cudaMemset(m->live_amax, 0, sizeof(float)));
         size_t nt = (size_t)m->fp8_layout.num_tensors;
         m->gemm_scale_inv = (float *)model_alloc(m, nt * FP8_GEMM_SCALE_STRIDE * sizeof(float), "fp8 GEMM scales");
         float *ones = (float *)mallocCheck(nt * FP8_GEMM_SCALE_STRIDE * sizeof(float));
@@ -538,26 +541,35 @@ static Fp8Site fp8_site(Model *m, int t, void *out, floatX *bf16, size_t n) {
     s.bf16 = bf16; s.t = t; s.out = out; s.n = n;
     if (m->precision != PREC_FP8 || t < 0) return s; // inert: the kernel just writes bf16
     s.live = fp8_is_live(m);
-    s.cast.amax = m->recording ? fp8_amax(m, t) : NULL;
+    s.cast.amax = s.live ? m->live_amax : m->recording ? fp8_amax(m, t) : NULL;
     s.cast.scale = fp8_scale(m, t);
     if (s.live) { if (s.bf16 == NULL) s.bf16 = m->acts.live_bf16; }
     else s.cast.out = out;
     return s;
 }
 
+// Live scaling of tensor t from m->live_amax, the amax of this cast alone: MAX-reduced over the ranks
+// first, so every rank casts with the same scale from the very first step.
+static void fp8_live_scale(Model *m, int t, cudaStream_t stream) {
+    if (m->mg && m->mg->world > 1) {
+        mg_allreduce_amax(m->mg, m->live_amax, 1, stream);
+        mg_join(m->mg, stream);
+    }
+    fp8_scale_from_live_amax(fp8_scale(m, t), fp8_scale_inv(m, t), fp8_gemm_scale_inv(m, t), m->live_amax, fp8_amax(m, t),
+                             fp8_max_of(t), m->fp8_margin, stream);
+}
+
 static void fp8_site_finish(Model *m, const Fp8Site *s, cudaStream_t stream) {
     if (m->precision != PREC_FP8 || !s->live) return;
-    fp8_scale_from_amax(fp8_scale(m, s->t), fp8_scale_inv(m, s->t), fp8_gemm_scale_inv(m, s->t), fp8_amax(m, s->t),
-                        fp8_max_of(s->t), m->fp8_margin, stream);
+    fp8_live_scale(m, s->t, stream);
     fp8_cast(s->out, fp8_format_of(s->t), s->bf16, s->n, NULL, fp8_scale(m, s->t), stream);
 }
 
 // fp8 copy of a bf16 tensor that already exists (the attention output).
 static void fp8_cast_existing(Model *m, int t, void *out, const floatX *in, size_t n, cudaStream_t stream) {
     if (fp8_is_live(m)) {
-        amax_abs_max(fp8_amax(m, t), in, n, stream);
-        fp8_scale_from_amax(fp8_scale(m, t), fp8_scale_inv(m, t), fp8_gemm_scale_inv(m, t), fp8_amax(m, t), fp8_max_of(t),
-                            m->fp8_margin, stream);
+        amax_abs_max(m->live_amax, in, n, stream);
+        fp8_live_scale(m, t, stream);
         fp8_cast(out, fp8_format_of(t), in, n, NULL, fp8_scale(m, t), stream);
     } else {
         fp8_cast(out, fp8_format_of(t), in, n, m->recording ? fp8_amax(m, t) : NULL, fp8_scale(m, t), stream);

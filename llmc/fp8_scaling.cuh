@@ -376,13 +376,18 @@ static void fp8_check_margin(const char *fn, int margin) {
     if (margin < 0 || margin > 100) FATAL("%s: margin %d is outside [0, 100]", fn, margin);
 }
 
-__global__ void fp8_scale_from_amax_kernel(float *scale, float *scale_inv, float *gemm_scale_inv, const float *amax,
-                                           float fmax, int margin) {
+__global__ void fp8_scale_from_amax_kernel(float *scale, float *scale_inv, float *gemm_scale_inv, float *amax,
+                                           float *slot, float fmax, int margin) {
     if (threadIdx.x != 0 || blockIdx.x != 0) return;
-    const float s = fp8_scale_rule_device(__float_as_uint(*amax), fmax, margin, *scale);
+    const float a = *amax;
+    const float s = fp8_scale_rule_device(__float_as_uint(a), fmax, margin, *scale);
     *scale = s;
     *scale_inv = frcp_exact(s);
     if (gemm_scale_inv) *gemm_scale_inv = *scale_inv;
+    if (slot) { // the live amax joins the step's slot (bit-pattern max, as atomic_max_nonneg) and is consumed
+        if (__float_as_int(a) > __float_as_int(*slot)) *slot = a;
+        *amax = 0.0f;
+    }
 }
 
 // Live scaling of one tensor: *scale = rule(*amax) (kept if *amax is 0, NaN or inf), *scale_inv = 1 / *scale,
@@ -390,7 +395,16 @@ __global__ void fp8_scale_from_amax_kernel(float *scale, float *scale_inv, float
 void fp8_scale_from_amax(float *scale, float *scale_inv, float *gemm_scale_inv, const float *amax, float fmax, int margin,
                          cudaStream_t stream) {
     fp8_check_margin("fp8_scale_from_amax", margin);
-    fp8_scale_from_amax_kernel<<<1, 32, 0, stream>>>(scale, scale_inv, gemm_scale_inv, amax, fmax, margin);
+    fp8_scale_from_amax_kernel<<<1, 32, 0, stream>>>(scale, scale_inv, gemm_scale_inv, (float *)amax, NULL, fmax, margin);
+    cudaLaunchCheck();
+}
+
+// The same from the amax of this cast alone (*live_amax, then zeroed), which then joins the step's
+// amax slot: "current" scaling of a tensor that may be cast several times per optimizer step.
+void fp8_scale_from_live_amax(float *scale, float *scale_inv, float *gemm_scale_inv, float *live_amax, float *slot,
+                              float fmax, int margin, cudaStream_t stream) {
+    fp8_check_margin("fp8_scale_from_live_amax", margin);
+    fp8_scale_from_amax_kernel<<<1, 32, 0, stream>>>(scale, scale_inv, gemm_scale_inv, live_amax, slot, fmax, margin);
     cudaLaunchCheck();
 }
 
