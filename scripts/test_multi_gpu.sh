@@ -83,6 +83,8 @@ same_files() { # same_files DIR_A DIR_B FILE...: "" if every FILE is byte-identi
 # compare_logs A/main.log B/main.log MODE: per-step train loss (trl), grad norm (norm), val loss (tel).
 #   exact                 the same printed values (the runs must be bit-identical)
 #   tol F1 L NF1 N        |rel diff|: step-1 loss <= F1, any loss <= L, step-1 norm <= NF1, any norm <= N
+#   tol F1 L NF1 N FP8 BF16   the same, but a later step's bound is at least twice the largest relative
+#                         difference so far between the 1-rank fp8 log FP8 and the 1-rank bf16 log BF16
 compare_logs() {
     python3 - "$@" <<'EOF'
 import re, sys
@@ -96,6 +98,15 @@ def read(path):
         if m: rows[("tel", int(m[1]))] = m[2]
     return rows
 A, B = read(a), read(b)
+effect = {} # (kind, step) -> largest |fp8 - bf16| / bf16 of the 1-rank runs up to that step
+if mode == "tol" and len(sys.argv) > 8:
+    F, G = read(sys.argv[8]), read(sys.argv[9])
+    run = {}
+    for kind, step in sorted(F, key=lambda k: k[1]):
+        if (kind, step) in G:
+            e = abs(float(F[(kind, step)]) - float(G[(kind, step)])) / max(abs(float(G[(kind, step)])), 1e-12)
+            run[kind] = max(run.get(kind, 0.0), e)
+            effect[(kind, step)] = run[kind]
 if not A or set(A) != set(B):
     print(f"different or missing steps: {len(A)} vs {len(B)} values"); sys.exit(1)
 worst = {}
@@ -109,6 +120,7 @@ for key in sorted(A):
     rel = abs(x - y) / max(abs(y), 1e-12)
     kind, step = key
     bound = (nf1 if step == 1 else n) if kind == "norm" else (f1 if step == 1 and kind == "trl" else l)
+    if step > 1: bound = max(bound, 2.0 * effect.get(key, 0.0))
     if rel > bound: print(f"{kind} at step {step}: {x} vs {y}, relative difference {rel:.2e} > {bound:g}"); sys.exit(1)
     worst[kind] = max(worst.get(kind, 0.0), rel)
 print("; ".join(f"max rel diff {k} {v:.1e}" for k, v in sorted(worst.items())) if worst else "identical")
@@ -247,8 +259,12 @@ fi
 #  later steps: the runs then differ by those roundings, carried through AdamW (which acts per element
 #    on g / sqrt(v), so a 2^-8 relative change in g changes its step by about as much) and, in fp8,
 #    by the amaxes and hence scales moving with the weights. Over 20 steps at lr 1e-3 that keeps
-#    losses within 2% and norms within 5%. A lost rank's gradient or a missing 1/world shows as a
-#    factor ~2 in the norm; a missing bucket is check 0's business.
+#    losses within 2% and norms within 5% in bf16. In fp8 the step-1 rounding differences grow
+#    chaotically like any fp8 noise (seen on 2 H200s: a norm 16% apart at step 7 of 20), so a later
+#    fp8 step may differ by up to twice what fp8 itself does to the 1-rank trajectory (fp8 vs bf16,
+#    the largest relative gap so far): two runs that each deviate from bf16 by fp8 noise are at most
+#    that far apart. A lost rank's gradient or a missing 1/world shows as a factor ~2 in the norm;
+#    a missing bucket is check 0's business.
 if want 2 || want 3 || want 5; then
     for prec in bf16 fp8; do
         extra=""
@@ -262,7 +278,8 @@ if want 2 || want 3 || want 5; then
             if [ $rc1 -ne 0 ] || [ $rc2 -ne 0 ]; then
                 report FAIL "2 $prec: 2 ranks vs 1 rank" "runs exited $rc1 (1 rank), $rc2 (2 ranks): see $LOG/r1_$prec.txt, $LOG/r2_$prec.txt"
             else
-                if [ $prec = bf16 ]; then tol="1e-5 2e-2 1e-3 5e-2"; else tol="1e-3 2e-2 1e-2 5e-2"; fi
+                if [ $prec = bf16 ]; then tol="1e-5 2e-2 1e-3 5e-2"
+                else tol="1e-3 2e-2 1e-2 5e-2 $LOG/r1_fp8/main.log $LOG/r1_bf16/main.log"; fi
                 out=$(compare_logs "$LOG/r2_$prec/main.log" "$LOG/r1_$prec/main.log" tol $tol)
                 if [ $? -eq 0 ]; then report PASS "2 $prec: 2 ranks vs 1 rank, 20 steps" "$out"
                 else report FAIL "2 $prec: 2 ranks vs 1 rank, 20 steps" "$out"; fi
