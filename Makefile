@@ -70,7 +70,7 @@ endif
 HEADERS = $(wildcard llmc/*.h llmc/*.cuh)
 
 .PHONY: all test dev clean
-all: train_llama_fp8 test_llama_fp8 dev dev/test/test_cpu
+all: train_llama_fp8 test_llama_fp8 dev dev/test/test_cpu dev/test/test_zero_layout
 
 train_llama_fp8: train_llama_fp8.cu $(HEADERS)
 	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDFLAGS) $(NVCC_LDLIBS) -o $@
@@ -78,17 +78,21 @@ train_llama_fp8: train_llama_fp8.cu $(HEADERS)
 test_llama_fp8: test_llama_fp8.cu train_llama_fp8.cu $(HEADERS) $(wildcard dev/test/*.h)
 	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDFLAGS) $(NVCC_LDLIBS) -o $@
 
+# host-only checks of trainer code (no GPU needed), built with nvcc
+dev/test/test_zero_layout: dev/test/test_zero_layout.cu train_llama_fp8.cu $(HEADERS)
+	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDFLAGS) $(NVCC_LDLIBS) -o $@
+
 dev/test/test_cpu: $(wildcard dev/test/*.c dev/test/*.h) $(HEADERS)
 	$(CC) $(CPU_CFLAGS) $(wildcard dev/test/*.c) -lm -o $@
 
 # CPU suite always; the GPU suite as well when a GPU answers. scripts/run_tests.sh prints the
 # combined "N passed, N failed" line last.
-test: dev/test/test_cpu
+test: dev/test/test_cpu dev/test/test_zero_layout
 	@bash scripts/run_tests.sh
 
 dev:
 	$(MAKE) -C dev/cuda NVCC="$(NVCC)" GPU_ARCH=$(GPU_ARCH) CUDNN_FLAGS="$(CUDNN_FLAGS)" NCCL_FLAGS="$(NCCL_FLAGS)" MPI_FLAGS="$(MPI_FLAGS)"
 
 clean:
-	rm -f train_llama_fp8 test_llama_fp8 dev/test/test_cpu
+	rm -f train_llama_fp8 test_llama_fp8 dev/test/test_cpu dev/test/test_zero_layout
 	$(MAKE) -C dev/cuda clean

@@ -129,102 +129,13 @@ EOF
 
 # ---- 0: the ZeRO-1 layout, host only
 if want 0; then
-    src="$LOG/zero_layout_check.cu"
-    cat > "$src" <<'EOF'
-// zero_layout of train_llama_fp8.cu for every rank of worlds 1-8 and several shapes: the buckets tile
-// the padded vector in runs that split evenly; every piece sits in its rank's part of a bucket at the
-// matching shard offset; all ranks' pieces cover every element of every tensor exactly once; and a
-// bucket's stage is no earlier than the backward stage of any element in it.
-#define TESTING
-#include "train_llama_fp8.cu"
-#include <vector>
-#include <algorithm>
-static int stage_of(const LlamaConfig *c, int p, int l) { return p == P_WTE ? c->L + 1 : param_is_per_layer(p) ? c->L - l : 0; }
-static const char *check(LlamaConfig c, int W) {
-    size_t sizes[NUM_PARAM_TENSORS], n = param_sizes(&c, sizes);
-    std::vector<ShardPiece> all;
-    for (int r = 0; r < W; r++) {
-        MultiGpu mg;
-        memset(&mg, 0, sizeof(mg));
-        mg.world = W; mg.rank = r;
-        Model m;
-        memset(&m, 0, sizeof(m));
-        m.cfg = c; m.mg = &mg;
-        m.num_params = param_sizes(&c, m.param_sizes);
-        zero_layout(&m);
-        if (m.shard_params * W != m.padded_params || m.padded_params < n) return "shard size";
-        size_t pos = 0, shard = 0;
-        for (int k = 0; k < m.num_buckets; k++) {
-            GradBucket b = m.buckets[k];
-            if (b.start != pos || b.count == 0 || b.count % ((size_t)W * MG_SHARD_ALIGN) != 0 || b.shard != shard)
-                return "buckets do not tile the padded vector in evenly splitting runs";
-            pos += b.count;
-            shard += b.count / W;
-            size_t off = 0;
-            for (int p = 0; p < NUM_PARAM_TENSORS; p++) {
-                int layers = param_is_per_layer(p) ? c.L : 1;
-                for (int l = 0; l < layers; l++) {
-                    size_t lo = off + l * (sizes[p] / layers), hi = lo + sizes[p] / layers;
-                    if (lo < b.start + b.count && hi > b.start && b.stage < stage_of(&c, p, l)) return "a bucket is reduced before backward finished it";
-                }
-                off += sizes[p];
-            }
-        }
-        if (W > 1 && pos != m.padded_params) return "buckets stop short of the padded end";
-        for (int i = 0; i < m.num_pieces; i++) {
-            ShardPiece p = m.pieces[i];
-            size_t base = 0;
-            for (int t = 0; t < p.tensor; t++) base += sizes[t];
-            if (p.count == 0 || p.flat != base + p.offset || p.local + p.count > m.shard_params) return "piece out of range";
-            int inside = W == 1 && p.local == p.flat;
-            for (int k = 0; k < m.num_buckets; k++) {
-                GradBucket b = m.buckets[k];
-                size_t part = b.count / W, ps = b.start + (size_t)r * part;
-                if (p.flat >= ps && p.flat + p.count <= ps + part && p.local == b.shard + (p.flat - ps)) inside = 1;
-            }
-            if (!inside) return "a piece is not where its rank's part of a bucket is";
-            all.push_back(p);
-        }
-        free(m.buckets);
-        free(m.pieces);
-    }
-    std::sort(all.begin(), all.end(), [](const ShardPiece &x, const ShardPiece &y) {
-        return x.tensor != y.tensor ? x.tensor < y.tensor : x.offset < y.offset;
-    });
-    std::vector<size_t> next(NUM_PARAM_TENSORS, 0);
-    for (const ShardPiece &p : all) {
-        if (p.offset != next[p.tensor]) return "an element is in no shard or in two";
-        next[p.tensor] += p.count;
-    }
-    for (int t = 0; t < NUM_PARAM_TENSORS; t++) if (next[t] != sizes[t]) return "a tensor's end is in no shard";
-    return NULL;
-}
-int main(void) {
-    const char *presets[] = {"tiny", "125m", "1b", "llama2-7b", "llama3-8b"};
-    LlamaConfig shapes[7];
-    for (int i = 0; i < 5; i++) config_from_preset(presets[i], &shapes[i]);
-    LlamaConfig one_layer = {1001, 1, 24, 2, 1, 40, 64, 10000.0f, 1e-5f}, small = {517, 3, 8, 2, 2, 24, 64, 10000.0f, 1e-5f};
-    shapes[5] = one_layer;
-    shapes[6] = small;
-    int bad = 0;
-    for (int s = 0; s < 7; s++) {
-        for (int W = 1; W <= 8; W++) {
-            const char *why = check(shapes[s], W);
-            if (why) { printf("shape %d (L %d C %d) world %d: %s\n", s, shapes[s].L, shapes[s].C, W, why); bad++; }
-        }
-    }
-    printf("%s\n", bad ? "layout: FAILED" : "layout: all shapes and worlds OK");
-    return bad != 0;
-}
-EOF
-    exe="$LOG/zero_layout_check"
-    cmd=$(echo "$nvcc_line" | sed "s| train_llama_fp8.cu | $src |; s|-o train_llama_fp8\$|-o $exe|")
-    if ! eval "$cmd" > "$LOG/zero_layout_check.build.txt" 2>&1; then
+    exe=dev/test/test_zero_layout
+    if ! make -s "$exe" > "$LOG/zero_layout_check.build.txt" 2>&1; then
         report FAIL "0 ZeRO-1 bucket layout" "does not compile: $LOG/zero_layout_check.build.txt"
     elif run zero_layout_check "$exe"; then
         report PASS "0 ZeRO-1 bucket layout (host; tiny..llama3-8b and odd shapes, worlds 1-8)"
     else
-        report FAIL "0 ZeRO-1 bucket layout" "$(head -n 3 "$LOG/zero_layout_check.txt" | tr '\n' ' ')"
+        report FAIL "0 ZeRO-1 bucket layout" "$(grep FAIL "$LOG/zero_layout_check.txt" | head -n 3 | tr '\n' ' ')"
     fi
 fi
 
