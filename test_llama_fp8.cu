@@ -257,20 +257,20 @@ static double fp8_state_diff(const float *a, const float *r, Fp8StateLayout lay,
     return worst;
 }
 
-static void fp8_state_check(int current) {
+static void fp8_state_check(int current, int lm_head) {
     LlamaConfig c = small_config();
     int B = 2, T = 128, N = B * T, grad_accum = 2, H = 4;
     RefModel ref, refb;
-    ref_init(&ref, &c, B, T, 1, current, 0, H, 0);
+    ref_init(&ref, &c, B, T, 1, current, lm_head, H, 0);
     ref_init_weights(&ref, 9);
-    ref_init(&refb, &c, B, T, 1, current, 0, H, 0);
+    ref_init(&refb, &c, B, T, 1, current, lm_head, H, 0);
     ref_init_weights(&refb, 9);
     refb.fp8_bf16_inputs = 1;
     int *in = (int *)mallocCheck(grad_accum * N * sizeof(int)), *tg = (int *)mallocCheck(grad_accum * N * sizeof(int));
     random_tokens(in, grad_accum * N, c.V, 5);
     random_tokens(tg, grad_accum * N, c.V, 6);
     Model m;
-    model_init(&m, &c, B, T, PREC_FP8, current, H, 0, 0);
+    model_init(&m, &c, B, T, PREC_FP8, current, H, 0, 0, NULL, 1, lm_head);
     model_set_weights(&m, ref.params);
     AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
     float *losses = (float *)mallocCheck(grad_accum * N * sizeof(float));
@@ -303,8 +303,9 @@ static void fp8_state_check(int current) {
     model_free(&m);
     ref_free(&ref); ref_free(&refb);
 }
-static void test_fp8_state_vs_cpu(void) { fp8_state_check(0); }
-static void test_fp8_current_recipe_vs_cpu(void) { fp8_state_check(1); }
+static void test_fp8_state_vs_cpu(void) { fp8_state_check(0, 0); }
+static void test_fp8_current_recipe_vs_cpu(void) { fp8_state_check(1, 0); }
+static void test_fp8_lm_head_vs_cpu(void) { fp8_state_check(0, 1); }
 
 // The seed bug: dY amax buffers never updated. Every linear's dY slot must be non-zero after a
 // backward, and the update must move it into the history.
@@ -615,6 +616,7 @@ int main(void) {
     run_test("fp8 first step vs C reference emulation", test_fp8_first_step_vs_cpu);
     run_test("fp8 state after 6 steps with grad accumulation vs C reference", test_fp8_state_vs_cpu);
     run_test("fp8 current recipe: 6 steps with grad accumulation vs C reference", test_fp8_current_recipe_vs_cpu);
+    run_test("fp8 with -fp8_lm_head 1: 6 steps with grad accumulation vs C reference", test_fp8_lm_head_vs_cpu);
     run_test("fp8 dY amax updated by the backward pass", test_fp8_dy_amax_updates);
     run_test("fp8 amax slot is the max over micro-steps", test_fp8_amax_max_over_microsteps);
     run_test("fp8 weight cache off trains bit-identically", test_fp8_weight_cache_off_identical);

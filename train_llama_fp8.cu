@@ -94,7 +94,7 @@ static const OptSpec OPTION_SPECS[] = {
     OPT("-fp8_history", OPT_INT, fp8_history, "amax history length"),
     OPT("-fp8_margin", OPT_INT, fp8_margin, "scale margin: scale = fp8_max / (amax * 2^margin)"),
     OPT("-fp8_weight_cache", OPT_INT, fp8_weight_cache, "1: cast all weights to fp8 once per step (fast); 0: per layer when used (saves 1 byte/param)"),
-    OPT("-fp8_lm_head", OPT_INT, fp8_lm_head, "1: lm_head as an fp8 linear too (not supported yet: refused)"),
+    OPT("-fp8_lm_head", OPT_INT, fp8_lm_head, "1: lm_head as an fp8 linear too (the recipe keeps it bf16)"),
     OPT("-fp8_log", OPT_INT, fp8_log, "write every linear's amaxes and scales to fp8.log every N steps (0: never)"),
     OPT("-fp8_dump", OPT_INT, fp8_dump, "1: at the end each GPU writes its whole fp8 state to fp8_state_rank<r>.bin in -o (ranks must agree)"),
     OPT("-V", OPT_INT, V, "override vocabulary size (default: the tokenizer's / data's / preset's)"),
@@ -189,6 +189,7 @@ typedef struct {
     // fp8 copies of the linear inputs, kept for backward instead of bf16 (half the bytes)
     fp8e4 *ln1_fp8, *ln2_fp8; // (L, B, T, C)
     fp8e4 *atty_fp8;     // (B, T, C) one layer's: the backward recasts the saved bf16 output straight to X^T
+    fp8e4 *lnf_fp8;      // (B, T, C) X of lm_head with -fp8_lm_head 1
     fp8e4 *swiglu_fp8;   // (L or 1 with -r 1, B, T, FF)
     // scratch
     floatX *proj;        // (B, T, C) output of wo / w2 before the residual add
@@ -234,7 +235,8 @@ typedef struct {
     float *live_amax;                      // (1) amax of the cast being scaled live, before it joins its slot
     int fp8_weight_cache;                  // 1: w_fp8 holds every layer's E4M3 weights, cast once per step;
                                            // 0: w_fp8 is one layer's, cast right before each use
-    fp8e4 *w_fp8[LINS_PER_LAYER];          // (L or 1, OUT, IN) E4M3 weights
+    int fp8_lm_head;                       // 1: lm_head is an fp8 linear too
+    fp8e4 *w_fp8[LINS_PER_LAYER + 1];      // (L or 1, OUT, IN) E4M3 weights; [LIN_LM_HEAD] (V, C) with fp8_lm_head
     fp8e4 *w_fp8_t;                        // (max IN*OUT) one layer's W^T (IN, OUT) for its dgrad; made
                                            // right before it, not kept for all layers: that would cost
                                            // 1 byte/param (6.5 GB at 7B) to save ~1 ms of transposes
@@ -250,11 +252,17 @@ typedef struct {
     int num_allocations;
 } Model;
 
+// With -fp8_lm_head 1 the lm_head is an fp8 linear too: "linear" LIN_LM_HEAD of a single layer 0.
+#define LIN_LM_HEAD LINS_PER_LAYER
 static int linear_in(const LlamaConfig *c, int lin) { return lin == LIN_W2 ? c->FF : c->C; }
 static int linear_out(const LlamaConfig *c, int lin) {
-    return lin == LIN_QKV ? config_qkv_width(c) : lin == LIN_W13 ? 2 * c->FF : c->C;
+    return lin == LIN_QKV ? config_qkv_width(c) : lin == LIN_W13 ? 2 * c->FF : lin == LIN_LM_HEAD ? c->V : c->C;
 }
-static const int LINEAR_PARAM[LINS_PER_LAYER] = {P_WQKV, P_WO, P_W13, P_W2};
+static const int LINEAR_PARAM[LINS_PER_LAYER + 1] = {P_WQKV, P_WO, P_W13, P_W2, P_LM_HEAD};
+// The fp8 state index of tensor `kind` of linear `lin` of layer l (the lm_head's come after every block's).
+static int fp8_tensor(const LlamaConfig *c, int l, int lin, int kind) {
+    return lin == LIN_LM_HEAD ? fp8_tensor_index(c->L, 0, kind) : fp8_tensor_index(l, lin, kind);
+}
 static int param_is_per_layer(int p) { return p != P_WTE && p != P_LNFW && p != P_LM_HEAD; }
 
 static void *model_alloc(Model *m, size_t bytes, const char *what) {
@@ -348,9 +356,11 @@ static void zero_layout(Model *m) {
 
 // mg: the data-parallel ranks; NULL (the tests) for one GPU.
 static void model_init(Model *m, const LlamaConfig *cfg, int B, int T, int precision, int fp8_current,
-                       int fp8_history, int fp8_margin, int recompute, MultiGpu *mg = NULL, int fp8_weight_cache = 1) {
+                       int fp8_history, int fp8_margin, int recompute, MultiGpu *mg = NULL, int fp8_weight_cache = 1,
+                       int fp8_lm_head = 0) {
     memset(m, 0, sizeof(*m));
     m->fp8_weight_cache = fp8_weight_cache;
+    m->fp8_lm_head = precision == PREC_FP8 && fp8_lm_head;
     m->cfg = *cfg; m->B = B; m->T = T; m->precision = precision; m->fp8_current = fp8_current;
     m->fp8_history = fp8_history; m->fp8_margin = fp8_margin; m->recompute = recompute; m->recording = 1;
     m->mg = mg ? mg : mg_single_gpu();
@@ -382,7 +392,7 @@ static void model_init(Model *m, const LlamaConfig *cfg, int B, int T, int preci
         off += m->param_sizes[i];
     }
 
-    m->fp8_layout = fp8_state_layout(fp8_num_tensors(c, 0), fp8_history);
+    m->fp8_layout = fp8_state_layout(fp8_num_tensors(c, m->fp8_lm_head), fp8_history);
     if (fp8) {
         m->fp8_state = (float *)model_alloc(m, m->fp8_layout.total * sizeof(float), "fp8 scaling state");
         float *h = (float *)mallocCheck(m->fp8_layout.total * sizeof(float));
@@ -398,14 +408,14 @@ static void model_init(Model *m, const LlamaConfig *cfg, int B, int T, int preci
         cudaCheck(cudaMemcpy(m->gemm_scale_inv, ones, nt * FP8_GEMM_SCALE_STRIDE * sizeof(float), cudaMemcpyHostToDevice));
         free(ones);
         size_t widest_w = 0;
-        for (int lin = 0; lin < LINS_PER_LAYER; lin++) {
+        for (int lin = 0; lin < LINS_PER_LAYER + m->fp8_lm_head; lin++) {
             size_t n = (size_t)linear_in(c, lin) * linear_out(c, lin);
-            if (fp8_weight_cache) m->w_fp8[lin] = (fp8e4 *)model_alloc(m, L * n, "fp8 weights");
+            if (fp8_weight_cache) m->w_fp8[lin] = (fp8e4 *)model_alloc(m, (lin == LIN_LM_HEAD ? 1 : L) * n, "fp8 weights");
             if (n > widest_w) widest_w = n;
         }
         if (!fp8_weight_cache) {
             fp8e4 *layer_w = (fp8e4 *)model_alloc(m, widest_w, "fp8 weight (one layer)");
-            for (int lin = 0; lin < LINS_PER_LAYER; lin++) m->w_fp8[lin] = layer_w;
+            for (int lin = 0; lin < LINS_PER_LAYER + m->fp8_lm_head; lin++) m->w_fp8[lin] = layer_w;
         }
         m->w_fp8_t = (fp8e4 *)model_alloc(m, widest_w, "fp8 transposed weight (one layer)");
     }
@@ -417,6 +427,7 @@ static void model_init(Model *m, const LlamaConfig *cfg, int B, int T, int preci
     size_t swiglu_layers = recompute >= 1 ? 1 : L;
     size_t widest = C > 2 * FF ? C : 2 * FF;
     if (QKV > widest) widest = QKV;
+    size_t widest_dy = m->fp8_lm_head && V > widest ? V : widest; // the lm_head's dY is (B, T, V)
     a->encoded = (floatX *)model_alloc(m, N * C * sizeof(floatX), "activations: embedding");
     a->res2 = (floatX *)model_alloc(m, L * N * C * sizeof(floatX), "activations: residual");
     a->res3 = (floatX *)model_alloc(m, L * N * C * sizeof(floatX), "activations: residual");
@@ -432,8 +443,9 @@ static void model_init(Model *m, const LlamaConfig *cfg, int B, int T, int preci
         a->atty_fp8 = (fp8e4 *)model_alloc(m, N * C, "scratch: fp8 attention output");
         a->swiglu_fp8 = (fp8e4 *)model_alloc(m, swiglu_layers * N * FF, "activations: fp8 SwiGLU output");
         a->live_bf16 = (floatX *)model_alloc(m, N * widest * sizeof(floatX), "scratch: live-scaling staging");
-        a->dy_fp8 = (fp8e5 *)model_alloc(m, N * widest, "scratch: fp8 dY");
-        a->dy_fp8_t = (fp8e5 *)model_alloc(m, N * widest, "scratch: fp8 dY^T");
+        a->dy_fp8 = (fp8e5 *)model_alloc(m, N * widest_dy, "scratch: fp8 dY");
+        a->dy_fp8_t = (fp8e5 *)model_alloc(m, N * widest_dy, "scratch: fp8 dY^T");
+        if (m->fp8_lm_head) a->lnf_fp8 = (fp8e4 *)model_alloc(m, N * C, "activations: fp8 final norm");
         a->x_fp8_t = (fp8e4 *)model_alloc(m, N * (C > FF ? C : FF), "scratch: fp8 X^T");
     } else {
         a->ln1 = (floatX *)model_alloc(m, L * N * C * sizeof(floatX), "activations: norm outputs");
@@ -582,11 +594,11 @@ static void fp8_cast_weights(Model *m, cudaStream_t stream) {
     const LlamaConfig *c = &m->cfg;
     m->micro = 0;
     if (!m->fp8_weight_cache) return; // linear_forward casts each layer's W when it needs it
-    for (int lin = 0; lin < LINS_PER_LAYER; lin++) {
+    for (int lin = 0; lin < LINS_PER_LAYER + m->fp8_lm_head; lin++) {
         int IN = linear_in(c, lin), OUT = linear_out(c, lin);
         size_t n = (size_t)IN * OUT;
-        for (int l = 0; l < c->L; l++) {
-            int t = fp8_tensor_index(l, lin, FP8_W);
+        for (int l = 0; l < (lin == LIN_LM_HEAD ? 1 : c->L); l++) {
+            int t = fp8_tensor(c, l, lin, FP8_W);
             fp8e4 *w = m->w_fp8[lin] + l * n;
             fp8_cast_existing(m, t, w, m->param[LINEAR_PARAM[lin]] + l * n, n, stream);
         }
@@ -603,9 +615,9 @@ static void linear_forward(Model *m, int l, int lin, floatX *y, const floatX *x,
     if (m->precision == PREC_FP8) {
         const fp8e4 *w = m->w_fp8[lin] + (m->fp8_weight_cache ? l * wn : 0);
         if (!m->fp8_weight_cache) // the same cast the cache would have made: live in the first step, amax recorded
-            fp8_cast_existing(m, fp8_tensor_index(l, lin, FP8_W), m->w_fp8[lin], m->param[LINEAR_PARAM[lin]] + l * wn, wn, stream);
-        matmul_fp8_fprop(y, x_fp8, w, fp8_gemm_scale_inv(m, fp8_tensor_index(l, lin, FP8_X)),
-                         fp8_gemm_scale_inv(m, fp8_tensor_index(l, lin, FP8_W)), N, IN, OUT, stream);
+            fp8_cast_existing(m, fp8_tensor(c, l, lin, FP8_W), m->w_fp8[lin], m->param[LINEAR_PARAM[lin]] + l * wn, wn, stream);
+        matmul_fp8_fprop(y, x_fp8, w, fp8_gemm_scale_inv(m, fp8_tensor(c, l, lin, FP8_X)),
+                         fp8_gemm_scale_inv(m, fp8_tensor(c, l, lin, FP8_W)), N, IN, OUT, stream);
     } else {
         matmul_forward(y, x, m->param[LINEAR_PARAM[lin]] + l * wn, N, IN, OUT, stream);
     }
@@ -620,19 +632,19 @@ static void linear_backward(Model *m, int l, int lin, floatX *dx, const floatX *
     floatX *dw = m->grad[LINEAR_PARAM[lin]] + l * wn;
     if (m->precision == PREC_FP8) {
         Activations *a = &m->acts;
-        const float *dy_sinv = fp8_gemm_scale_inv(m, fp8_tensor_index(l, lin, FP8_DY));
+        const float *dy_sinv = fp8_gemm_scale_inv(m, fp8_tensor(c, l, lin, FP8_DY));
         fp8_transpose(a->dy_fp8_t, a->dy_fp8, N, OUT, stream);
         // X^T for wgrad: from the saved fp8 X, or (x_fp8 NULL) recast from the saved bf16 X with the
         // forward's scale, which gives the forward's codes.
         if (x_fp8) fp8_transpose(a->x_fp8_t, x_fp8, N, IN, stream);
-        else fp8_cast_transpose(NULL, a->x_fp8_t, FP8_E4M3, x, N, IN, NULL, fp8_scale(m, fp8_tensor_index(l, lin, FP8_X)), stream);
+        else fp8_cast_transpose(NULL, a->x_fp8_t, FP8_E4M3, x, N, IN, NULL, fp8_scale(m, fp8_tensor(c, l, lin, FP8_X)), stream);
         // dgrad needs W^T (fp8 GEMMs are TN only): from the cached fp8 W, or cast from bf16 W directly
         if (m->fp8_weight_cache) fp8_transpose(m->w_fp8_t, m->w_fp8[lin] + l * wn, OUT, IN, stream);
         else fp8_cast_transpose(NULL, m->w_fp8_t, FP8_E4M3, m->param[LINEAR_PARAM[lin]] + l * wn, OUT, IN, NULL,
-                                fp8_scale(m, fp8_tensor_index(l, lin, FP8_W)), stream);
+                                fp8_scale(m, fp8_tensor(c, l, lin, FP8_W)), stream);
         matmul_fp8_dgrad(dx, a->dy_fp8, m->w_fp8_t, dy_sinv,
-                         fp8_gemm_scale_inv(m, fp8_tensor_index(l, lin, FP8_W)), N, IN, OUT, stream);
-        matmul_fp8_wgrad(dw, a->dy_fp8_t, a->x_fp8_t, dy_sinv, fp8_gemm_scale_inv(m, fp8_tensor_index(l, lin, FP8_X)),
+                         fp8_gemm_scale_inv(m, fp8_tensor(c, l, lin, FP8_W)), N, IN, OUT, stream);
+        matmul_fp8_wgrad(dw, a->dy_fp8_t, a->x_fp8_t, dy_sinv, fp8_gemm_scale_inv(m, fp8_tensor(c, l, lin, FP8_X)),
                          N, IN, OUT, 1, stream);
     } else {
         matmul_backward(dx, dw, dy, x, m->param[LINEAR_PARAM[lin]] + l * wn, N, IN, OUT, 1, stream);
@@ -688,13 +700,15 @@ static void model_forward(Model *m, int with_targets, float dloss, cudaStream_t 
             fused_residual_rmsnorm_forward(res3, s.bf16, a->ln1_rstd + (size_t)(l + 1) * N, res2, a->proj,
                                            m->param[P_LN1W] + (size_t)(l + 1) * C, N, C, c->norm_eps, s.cast, stream);
             fp8_site_finish(m, &s, stream);
-        } else {
-            Fp8Cast none = {NULL, NULL, NULL};
-            fused_residual_rmsnorm_forward(res3, a->lnf, a->lnf_rstd, res2, a->proj, m->param[P_LNFW], N, C,
-                                           c->norm_eps, none, stream);
+        } else { // the final norm: with -fp8_lm_head 1 it also writes the lm_head's E4M3 X
+            s = fp8_site(m, m->fp8_lm_head ? fp8_tensor(c, 0, LIN_LM_HEAD, FP8_X) : -1, a->lnf_fp8, a->lnf, NC);
+            fused_residual_rmsnorm_forward(res3, s.bf16, a->lnf_rstd, res2, a->proj, m->param[P_LNFW], N, C,
+                                           c->norm_eps, s.cast, stream);
+            fp8_site_finish(m, &s, stream);
         }
     }
-    matmul_forward(a->logits, a->lnf, m->param[P_LM_HEAD], N, C, c->V, stream);
+    if (m->fp8_lm_head) linear_forward(m, 0, LIN_LM_HEAD, a->logits, a->lnf, a->lnf_fp8, stream);
+    else matmul_forward(a->logits, a->lnf, m->param[P_LM_HEAD], N, C, c->V, stream);
     if (with_targets) fused_classifier(a->logits, a->losses, a->targets, N, c->V, dloss, 1, stream);
 }
 
@@ -726,7 +740,12 @@ static void model_backward(Model *m, const int *inputs_host, cudaStream_t stream
     size_t swiglu_stride = m->recompute >= 1 ? 0 : NFF;
     Fp8Cast none = {NULL, NULL, NULL};
 
-    matmul_backward(a->dbtc, m->grad[P_LM_HEAD], a->logits, a->lnf, m->param[P_LM_HEAD], N, C, c->V, 1, stream);
+    if (m->fp8_lm_head) { // dlogits (in place of the logits) are the lm_head's dY
+        fp8_cast_existing(m, fp8_tensor(c, 0, LIN_LM_HEAD, FP8_DY), a->dy_fp8, a->logits, (size_t)N * c->V, stream);
+        linear_backward(m, 0, LIN_LM_HEAD, a->dbtc, a->logits, a->lnf, a->lnf_fp8, stream);
+    } else {
+        matmul_backward(a->dbtc, m->grad[P_LM_HEAD], a->logits, a->lnf, m->param[P_LM_HEAD], N, C, c->V, 1, stream);
+    }
     cudaCheck(cudaMemsetAsync(a->dres, 0, NC * sizeof(floatX), stream));
     Fp8Site s = fp8_site(m, fp8_tensor_index(c->L - 1, LIN_W2, FP8_DY), a->dy_fp8, a->dres, NC);
     rmsnorm_backward(a->dres, m->grad[P_LNFW], a->rmsnorm_scratch, a->dbtc, a->res3 + (c->L - 1) * NC,
@@ -1033,7 +1052,7 @@ static void state_header(const Model *m, const TrainState *ts, int *h) {
     h[2] = m->step; h[3] = m->cfg.V; h[4] = m->cfg.L; h[5] = m->cfg.C; h[6] = m->cfg.NH; h[7] = m->cfg.NKV; h[8] = m->cfg.FF;
     h[9] = m->B; h[10] = m->T; h[11] = ts->grad_accum; h[12] = ts->world; h[13] = ts->rank;
     h[14] = m->precision; h[15] = m->fp8_current; h[16] = m->fp8_history; h[17] = m->fp8_margin;
-    h[18] = (int)sizeof(DataLoaderState); h[19] = m->adam_t;
+    h[18] = (int)sizeof(DataLoaderState); h[19] = m->adam_t; h[20] = m->fp8_lm_head;
 }
 
 static void checkpoint_paths(const char *dir, int step, int rank, char *model_path, char *state_path) {
@@ -1116,13 +1135,15 @@ static void load_checkpoint(Model *m, TrainState *ts, const char *dir, int step)
     state_header(m, ts, h);
     const char *names[] = {"", "", "step", "V", "L", "C", "NH", "NKV", "FF", "micro-batch B", "sequence length T",
                            "gradient accumulation steps", "number of GPUs", "rank", "precision (0 bf16, 1 fp8)",
-                           "fp8 recipe (1 current)", "fp8 history length", "fp8 margin", "data loader state size"};
-    HeaderExpect ex[17];
+                           "fp8 recipe (1 current)", "fp8 history length", "fp8 margin", "data loader state size", "",
+                           "-fp8_lm_head"};
+    HeaderExpect ex[18];
     for (int i = 2; i <= 18; i++) ex[i - 2] = (HeaderExpect){i, h[i], names[i]};
+    ex[17] = (HeaderExpect){20, h[20], names[20]}; // [19], AdamW's step count, is read back, not checked
     size_t shard_bytes = m->shard_params * sizeof(float);
     Section st[] = {{m->adam_m, shard_bytes, 1}, {m->adam_v, shard_bytes, 1}, {m->fp8_state, m->fp8_state ? m->fp8_layout.total * sizeof(float) : 0, 1},
                     {&ts->rng, sizeof(ts->rng), 0}, {&ts->data, sizeof(ts->data), 0}};
-    read_sections(state_path, STATE_MAGIC, ex, 17, st, 5);
+    read_sections(state_path, STATE_MAGIC, ex, 18, st, 5);
     if (m->precision == PREC_FP8)
         fp8_publish_scale_inv(m->gemm_scale_inv, m->fp8_state + m->fp8_layout.scale_inv, m->fp8_layout.num_tensors, 0);
     // adam_t is the one word not checked against this run: it is read back from the file's header
@@ -1159,10 +1180,10 @@ static void write_fp8_log(Model *m, FILE *f) {
     float *h = (float *)mallocCheck(lay.total * sizeof(float));
     cudaCheck(cudaMemcpy(h, m->fp8_state, lay.total * sizeof(float), cudaMemcpyDeviceToHost));
     for (int l = 0; l < m->cfg.L; l++) {
-        for (int lin = 0; lin < LINS_PER_LAYER; lin++) {
+        for (int lin = 0; lin < LINS_PER_LAYER + (l == 0 ? m->fp8_lm_head : 0); lin++) {
             fprintf(f, "s:%d layer:%d linear:%s", m->step, l, LINEAR_NAMES[lin]);
             for (int k = 0; k < FP8_KINDS; k++) {
-                int t = fp8_tensor_index(l, lin, k);
+                int t = fp8_tensor(&m->cfg, l, lin, k);
                 fprintf(f, " %s_amax:%.6e %s_scale:%.6e", FP8_KIND_NAMES[k], h[lay.amax_history + (size_t)t * lay.history_len],
                         FP8_KIND_NAMES[k], h[lay.scale + t]);
             }
@@ -1211,7 +1232,8 @@ int main(int argc, char **argv) {
     if (precision < 0) FATAL("-precision must be fp8 or bf16, got '%s'", o.precision);
     int fp8_current = strcmp(o.fp8_recipe, "current") == 0;
     if (!fp8_current && strcmp(o.fp8_recipe, "delayed") != 0) FATAL("-fp8_recipe must be delayed or current, got '%s'", o.fp8_recipe);
-    if (o.fp8_lm_head) FATAL("-fp8_lm_head 1 is not implemented yet; lm_head runs in bf16 (the recipe's default)");
+    if (o.fp8_lm_head != 0 && o.fp8_lm_head != 1) FATAL("-fp8_lm_head must be 0 or 1");
+    if (o.fp8_lm_head && precision != PREC_FP8) FATAL("-fp8_lm_head 1 needs -precision fp8");
     if (o.B <= 0 || o.T <= 0) FATAL("-b and -t must be positive");
     if (o.fp8_history < 1 || o.fp8_history > 1024) FATAL("-fp8_history must be in [1, 1024], got %d", o.fp8_history);
     if (o.warmup < 0 || o.val_batches < 0 || o.gen_tokens < 0) FATAL("-u, -m and -g must not be negative");
@@ -1295,7 +1317,7 @@ int main(int argc, char **argv) {
     }
 
     Model m;
-    model_init(&m, &cfg, o.B, o.T, precision, fp8_current, o.fp8_history, o.fp8_margin, o.recompute, &mg, o.fp8_weight_cache);
+    model_init(&m, &cfg, o.B, o.T, precision, fp8_current, o.fp8_history, o.fp8_margin, o.recompute, &mg, o.fp8_weight_cache, o.fp8_lm_head);
     mg_check_agree(&mg, (long long)m.num_params, "the number of parameters");
     mg_check_agree(&mg, grad_accum, "the gradient accumulation steps");
     matmul_init();
