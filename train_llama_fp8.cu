@@ -849,8 +849,8 @@ static float model_update(Model *m, const AdamWParams *h, float *norm_device, in
 
 // One optimizer step over grad_accum micro-batches; inputs and targets hold grad_accum * B * T
 // tokens each (micro-batch k at offset k * B * T). Returns the mean loss (over every rank's tokens).
-// With several GPUs a live fp8 scale (the first step, or -fp8_recipe current) comes from this rank's
-// own amax; every delayed scale is the same on all ranks.
+// With several GPUs every fp8 scale is the same on all ranks: delayed ones come from the reduced
+// histories, live ones (the first step, -fp8_recipe current) from amaxes MAX-reduced on the spot.
 static float train_step(Model *m, const int *inputs, const int *targets, int grad_accum, const AdamWParams *h,
                         float *host_losses, float *norm_device, float *grad_norm, int *skipped, cudaStream_t stream) {
     MultiGpu *mg = m->mg;
