@@ -70,7 +70,7 @@ endif
 HEADERS = $(wildcard llmc/*.h llmc/*.cuh)
 
 .PHONY: all test dev clean
-all: train_llama_fp8 test_llama_fp8 dev dev/test/test_cpu dev/test/test_zero_layout
+all: train_llama_fp8 test_llama_fp8 dev dev/test/test_cpu $(HOST_TESTS)
 
 train_llama_fp8: train_llama_fp8.cu $(HEADERS)
 	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDFLAGS) $(NVCC_LDLIBS) -o $@
@@ -79,7 +79,8 @@ test_llama_fp8: test_llama_fp8.cu train_llama_fp8.cu $(HEADERS) $(wildcard dev/t
 	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDFLAGS) $(NVCC_LDLIBS) -o $@
 
 # host-only checks of trainer code (no GPU needed), built with nvcc
-dev/test/test_zero_layout: dev/test/test_zero_layout.cu train_llama_fp8.cu $(HEADERS)
+HOST_TESTS = dev/test/test_zero_layout dev/test/test_trainer_host
+dev/test/test_%: dev/test/test_%.cu train_llama_fp8.cu $(HEADERS) dev/test/harness.h
 	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDFLAGS) $(NVCC_LDLIBS) -o $@
 
 dev/test/test_cpu: $(wildcard dev/test/*.c dev/test/*.h) $(HEADERS)
@@ -87,12 +88,12 @@ dev/test/test_cpu: $(wildcard dev/test/*.c dev/test/*.h) $(HEADERS)
 
 # CPU suite always; the GPU suite as well when a GPU answers. scripts/run_tests.sh prints the
 # combined "N passed, N failed" line last.
-test: dev/test/test_cpu dev/test/test_zero_layout
+test: dev/test/test_cpu $(HOST_TESTS)
 	@bash scripts/run_tests.sh
 
 dev:
 	$(MAKE) -C dev/cuda NVCC="$(NVCC)" GPU_ARCH=$(GPU_ARCH) CUDNN_FLAGS="$(CUDNN_FLAGS)" NCCL_FLAGS="$(NCCL_FLAGS)" MPI_FLAGS="$(MPI_FLAGS)"
 
 clean:
-	rm -f train_llama_fp8 test_llama_fp8 dev/test/test_cpu dev/test/test_zero_layout
+	rm -f train_llama_fp8 test_llama_fp8 dev/test/test_cpu $(HOST_TESTS)
 	$(MAKE) -C dev/cuda clean

@@ -992,6 +992,7 @@ static void write_sections(const char *path, int *header, const Section *sec, in
         }
     }
     free(buf);
+    if (fflush(f) != 0) FATAL("writing checkpoint '%s' failed: %s (disk full?); the previous checkpoint is kept", tmp, strerror(errno));
     put64(header, HDR_CHECKSUM, h);
     fseekCheck(f, 0, SEEK_SET);
     fwriteCheck(header, sizeof(int), 256, f);

@@ -20,9 +20,11 @@ log=$(mktemp)
 echo "== CPU tests (dev/test/test_cpu)"
 ./dev/test/test_cpu 2>&1 | tee "$log"; rc=${PIPESTATUS[0]}
 tally "$log" "$rc" cpu
-echo "== host-only trainer checks (dev/test/test_zero_layout)"
-./dev/test/test_zero_layout 2>&1 | tee "$log"; rc=${PIPESTATUS[0]}
-tally "$log" "$rc" zero_layout
+for t in test_trainer_host test_zero_layout; do
+    echo "== host-only trainer checks (dev/test/$t)"
+    ./dev/test/$t 2>&1 | tee "$log"; rc=${PIPESTATUS[0]}
+    tally "$log" "$rc" "$t"
+done
 if nvidia-smi -L >/dev/null 2>&1; then
     echo "== GPU tests (test_llama_fp8)"
     make -s test_llama_fp8 && { ./test_llama_fp8 2>&1 | tee "$log"; rc=${PIPESTATUS[0]}; tally "$log" "$rc" gpu; } \

@@ -1,0 +1,206 @@
+/*
+Host-only tests of trainer code that needs no GPU (CI runs them): the checkpoint file format (a file
+written and read back; every kind of bad file refused with a message, and a refused write never
+replacing the good file), the option parser (its errors, and that every documented flag parses), the
+learning-rate schedule and the MFU text.
+Build and run: make dev/test/test_trainer_host && ./dev/test/test_trainer_host
+*/
+#define TESTING
+#include "train_llama_fp8.cu"
+#include <signal.h>
+#include <sys/resource.h>
+#include "dev/test/harness.h" // CHECK, run_test, run_expect_fatal
+
+static char g_dir[64];
+
+static void path_in_dir(char *out, size_t n, const char *name) { snprintf(out, n, "%s/%s", g_dir, name); }
+
+// A small checkpoint-like file: header words 2..4 set, two host sections.
+static void write_sample(const char *path, int word3, float first) {
+    int h[256];
+    memset(h, 0, sizeof(h));
+    h[0] = STATE_MAGIC; h[1] = CKPT_VERSION; h[2] = 7; h[3] = word3; h[4] = 11;
+    static float a[1000];
+    uint64_t b = 0x1234;
+    for (int i = 0; i < 1000; i++) a[i] = first + i;
+    Section sec[] = {{a, sizeof(a), 0}, {&b, sizeof(b), 0}};
+    write_sections(path, h, sec, 2);
+}
+
+typedef struct { const char *path; int expect3; } ReadArgs;
+
+static void read_sample(void *arg) {
+    const ReadArgs *r = (const ReadArgs *)arg;
+    static float a[1000];
+    uint64_t b;
+    HeaderExpect ex[] = {{2, 7, "step"}, {3, r->expect3, "layers L"}};
+    Section sec[] = {{a, sizeof(a), 0}, {&b, sizeof(b), 0}};
+    read_sections(r->path, STATE_MAGIC, ex, 2, sec, 2);
+}
+
+static long file_size(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fclose(f);
+    return n;
+}
+
+static void patch_file(const char *path, long offset, const void *bytes, size_t n) {
+    FILE *f = fopen(path, "r+b");
+    fseek(f, offset, SEEK_SET);
+    fwrite(bytes, 1, n, f);
+    fclose(f);
+}
+
+static void copy_file(const char *from, const char *to) {
+    FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), a)) > 0) fwrite(buf, 1, n, b);
+    fclose(a);
+    fclose(b);
+}
+
+// Runs read_sample on path in a child; the read must fail with a message containing `want`.
+static void expect_refused(const char *path, int expect3, const char *want, const char *what) {
+    ReadArgs r = {path, expect3};
+    char err[2048];
+    int status = run_expect_fatal(read_sample, &r, err, sizeof(err));
+    CHECK(status != 0, "%s: accepted (exit 0)", what);
+    CHECK(strstr(err, want) != NULL, "%s: message lacks '%s': %s", what, want, err);
+}
+
+static void test_checkpoint_round_trip(void) {
+    char good[128];
+    path_in_dir(good, sizeof(good), "good.bin");
+    write_sample(good, 5, 1.0f);
+    ReadArgs r = {good, 5};
+    char err[2048];
+    CHECK(run_expect_fatal(read_sample, &r, err, sizeof(err)) == 0, "a good file was refused: %s", err);
+    char tmp[140];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", good);
+    CHECK(access(tmp, F_OK) != 0, "the temporary file was left behind");
+}
+
+static void test_checkpoint_refusals(void) {
+    char good[128], bad[128];
+    path_in_dir(good, sizeof(good), "good.bin");
+    path_in_dir(bad, sizeof(bad), "bad.bin");
+    write_sample(good, 5, 1.0f);
+    long size = file_size(good);
+
+    expect_refused(good, 6, "layers L is 5 in the file, 6 here", "mismatched configuration");
+
+    copy_file(good, bad);
+    float x = 99.0f;
+    patch_file(bad, 1024 + 40, &x, sizeof(x));
+    expect_refused(bad, 5, "corrupt", "a flipped body value");
+
+    copy_file(good, bad);
+    CHECK(truncate(bad, size - 100) == 0, "truncate");
+    expect_refused(bad, 5, "truncated", "a truncated file");
+
+    copy_file(good, bad);
+    int v = CKPT_VERSION + 1;
+    patch_file(bad, 4, &v, sizeof(v));
+    expect_refused(bad, 5, "version", "another version");
+
+    copy_file(good, bad);
+    int magic = MODEL_MAGIC;
+    patch_file(bad, 0, &magic, sizeof(magic));
+    expect_refused(bad, 5, "magic", "a model file read as a state file");
+
+    path_in_dir(bad, sizeof(bad), "missing.bin");
+    expect_refused(bad, 5, "cannot open", "a missing file");
+}
+
+// A write that fails midway (here: a file-size limit, as a full disk would) must leave the previous
+// file as it was: the new one goes to a temporary name and only a complete one is renamed over it.
+static void write_past_limit(void *arg) {
+    const char *path = (const char *)arg;
+    struct rlimit lim = {4096, 4096};
+    signal(SIGXFSZ, SIG_IGN); // so the write fails with EFBIG instead of killing the process
+    setrlimit(RLIMIT_FSIZE, &lim);
+    write_sample(path, 5, 4.0f);
+}
+
+static void test_checkpoint_crash_keeps_old(void) {
+    char good[128];
+    path_in_dir(good, sizeof(good), "keep.bin");
+    write_sample(good, 5, 3.0f);
+    long before = file_size(good);
+    char err[512];
+    int status = run_expect_fatal(write_past_limit, good, err, sizeof(err));
+    CHECK(status != 0 && strstr(err, "failed") != NULL, "the failing write was not reported: %s", err);
+    CHECK(file_size(good) == before, "the good file changed size after a failed write");
+    ReadArgs r = {good, 5};
+    CHECK(run_expect_fatal(read_sample, &r, err, sizeof(err)) == 0, "the good file no longer reads: %s", err);
+}
+
+static void parse_in_child(void *arg) {
+    char **argv = (char **)arg;
+    int argc = 0;
+    while (argv[argc]) argc++;
+    if (!freopen("/dev/null", "w", stdout)) return; // the usage text an unknown option prints
+    Options o = parse_options(argc, argv);
+    (void)o;
+}
+
+static void expect_option_error(const char *a1, const char *a2, const char *want) {
+    const char *argv[] = {"train_llama_fp8", a1, a2, NULL};
+    if (a2 == NULL) argv[2] = NULL;
+    char err[4096];
+    int status = run_expect_fatal(parse_in_child, (void *)argv, err, sizeof(err));
+    CHECK(status != 0, "'%s %s' accepted", a1, a2 ? a2 : "");
+    CHECK(strstr(err, want) != NULL, "'%s %s': message lacks '%s': %s", a1, a2 ? a2 : "", want, err);
+}
+
+static void test_options(void) {
+    expect_option_error("-bogus", "1", "unknown option '-bogus'");
+    expect_option_error("-b", "x", "wants an integer");
+    expect_option_error("-l", "fast", "wants a number");
+    expect_option_error("-b", NULL, "needs a value");
+    // every flag of the table parses a value of its type, and lands in its own field
+    for (int i = 0; i < NUM_OPTIONS; i++) {
+        const OptSpec *s = &OPTION_SPECS[i];
+        const char *val = s->type == OPT_INT ? "3" : s->type == OPT_FLOAT ? "0.25" : "x";
+        char *argv[] = {(char *)"train_llama_fp8", (char *)s->flag, (char *)val, NULL};
+        Options o = parse_options(3, argv);
+        const char *p = (const char *)&o + s->offset;
+        int ok = s->type == OPT_INT ? *(const int *)p == 3 : s->type == OPT_FLOAT ? *(const float *)p == 0.25f : strcmp(p, "x") == 0;
+        CHECK(ok, "option %s did not set its field", s->flag);
+    }
+}
+
+static void test_lr_schedule(void) {
+    float lr = 6e-4f;
+    CHECK(fabsf(lr_at_step(0, 1500, lr, 100, 0.1f) - lr / 100) < 1e-9f, "first warmup step");
+    CHECK(fabsf(lr_at_step(99, 1500, lr, 100, 0.1f) - lr) < 1e-9f, "end of warmup");
+    CHECK(fabsf(lr_at_step(1499, 1500, lr, 100, 0.1f) - 0.1f * lr) < 1e-8f, "last step: final fraction");
+    float mid = lr_at_step(100 + 1399 / 2, 1500, lr, 100, 0.1f);
+    CHECK(fabsf(mid - 0.55f * lr) < 1e-6f, "cosine midpoint %g", mid);
+    for (int s = 100; s < 1499; s++) CHECK(lr_at_step(s + 1, 1500, lr, 100, 0.1f) <= lr_at_step(s, 1500, lr, 100, 0.1f), "decay not monotone at %d", s);
+}
+
+static void test_mfu_text(void) {
+    char buf[32];
+    format_mfu(buf, sizeof(buf), 494.7e12, 989.4);
+    CHECK(strcmp(buf, "50.0%") == 0, "MFU text '%s'", buf);
+    format_mfu(buf, sizeof(buf), 494.7e12, gpu_bf16_peak_tflops("Some Future GPU"));
+    CHECK(strcmp(buf, "n/a") == 0, "an unknown GPU's MFU must read n/a, got '%s'", buf);
+}
+
+int main(void) {
+    snprintf(g_dir, sizeof(g_dir), "/tmp/llama_fp8_host_XXXXXX");
+    if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
+    run_test("checkpoint: written to a temporary name, renamed, read back", test_checkpoint_round_trip);
+    run_test("checkpoint: mismatched, corrupt, truncated, other version or kind, missing: refused", test_checkpoint_refusals);
+    run_test("checkpoint: a write that fails midway leaves the previous file intact", test_checkpoint_crash_keeps_old);
+    run_test("options: errors name the problem; every documented flag parses", test_options);
+    run_test("learning-rate schedule: warmup, cosine, final fraction", test_lr_schedule);
+    run_test("MFU: percent for a known GPU, n/a for an unknown one", test_mfu_text);
+    printf("%d passed, %d failed\n", g_tests_passed, g_tests_failed);
+    return g_tests_failed == 0 ? 0 : 1;
+}
