@@ -307,16 +307,23 @@ static void test_fp8_state_vs_cpu(void) { fp8_state_check(0, 0); }
 static void test_fp8_current_recipe_vs_cpu(void) { fp8_state_check(1, 0); }
 static void test_fp8_lm_head_vs_cpu(void) { fp8_state_check(0, 1); }
 
+// A small fp8 model with the trainer's own random init.
+static void small_fp8_model(Model *m, int history, uint64_t seed) {
+    LlamaConfig c = small_config();
+    model_init(m, &c, 2, 128, PREC_FP8, 0, history, 0, 0);
+    float *w = (float *)mallocCheck(m->num_params * sizeof(float));
+    model_init_weights(m, seed, w);
+    model_set_weights(m, w);
+    free(w);
+}
+
 // The seed bug: dY amax buffers never updated. Every linear's dY slot must be non-zero after a
 // backward, and the update must move it into the history.
 static void test_fp8_dy_amax_updates(void) {
     LlamaConfig c = small_config();
     int B = 2, T = 128, N = B * T;
     Model m;
-    model_init(&m, &c, B, T, PREC_FP8, 0, 4, 0, 0);
-    float *w = (float *)mallocCheck(m.num_params * sizeof(float));
-    model_init_weights(&m, 3, w);
-    model_set_weights(&m, w);
+    small_fp8_model(&m, 4, 3);
     int *in = (int *)mallocCheck(N * sizeof(int)), *tg = (int *)mallocCheck(N * sizeof(int));
     random_tokens(in, N, c.V, 11);
     random_tokens(tg, N, c.V, 12);
@@ -349,7 +356,7 @@ static void test_fp8_dy_amax_updates(void) {
         CHECK(after[lay.amax_history + (size_t)t * 4] == after_bwd[lay.amax_slot + t], "tensor %d: history[0] is not the slot", t);
         CHECK(after[lay.amax_history + (size_t)t * 4 + 1] == before[lay.amax_history + (size_t)t * 4], "tensor %d: history did not roll", t);
     }
-    free(before); free(after_fwd); free(after_bwd); free(after); free(w); free(in); free(tg); free(losses);
+    free(before); free(after_fwd); free(after_bwd); free(after); free(in); free(tg); free(losses);
     model_free(&m);
 }
 
@@ -358,10 +365,7 @@ static void test_fp8_amax_max_over_microsteps(void) {
     LlamaConfig c = small_config();
     int B = 2, T = 128, N = B * T;
     Model m;
-    model_init(&m, &c, B, T, PREC_FP8, 0, 4, 0, 0);
-    float *w = (float *)mallocCheck(m.num_params * sizeof(float));
-    model_init_weights(&m, 5, w);
-    model_set_weights(&m, w);
+    small_fp8_model(&m, 4, 5);
     int *in = (int *)mallocCheck(2 * N * sizeof(int)), *tg = (int *)mallocCheck(2 * N * sizeof(int));
     random_tokens(in, 2 * N, c.V, 21);
     random_tokens(tg, 2 * N, c.V, 22);
@@ -394,7 +398,7 @@ static void test_fp8_amax_max_over_microsteps(void) {
     }
     CHECK(differ > 0, "the two micro-batches gave identical amaxes: the test cannot tell max from last");
     for (int r = 0; r < 3; r++) free(slots[r]);
-    free(w); free(in); free(tg); free(losses);
+    free(in); free(tg); free(losses);
     model_free(&m);
 }
 
