@@ -18,30 +18,10 @@ Build (from dev/cuda):  nvcc -O3 -arch=sm_90 -std=c++17 --use_fast_math -I../.. 
 Run:                    ./adamw          (needs ~28 GB of GPU memory for the timing)
 The last line is "adamw: ALL PASS" or "adamw: N FAILED"; exit status 0 / 1.
 */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <math.h>
-#include <algorithm>
-#include <vector>
-#include "llmc/cuda_common.cuh"
-#include "llmc/fp8.h"          // fp8_encode: the CPU cast
-#include "llmc/adamw.cuh"      // adamw_update, init_from_master
+#include "llmc/fp8.h"           // fp8_encode: the CPU cast
+#include "llmc/adamw.cuh"       // adamw_update, init_from_master
 #include "llmc/global_norm.cuh" // global_norm_squared
-
-static int g_failures = 0;
-static void report(const char *what, bool ok, const char *detail) {
-    printf("%s  %s%s%s\n", ok ? "PASS" : "FAIL", what, detail[0] ? ": " : "", detail);
-    if (!ok) g_failures++;
-}
-
-static uint16_t bf16_bits(float x) { __nv_bfloat16 b = __float2bfloat16_rn(x); return *(uint16_t *)&b; }
-static float bf16_to_float(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
-static uint32_t fbits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-
-template <class T> static T *dalloc(size_t n) { return (T *)cudaMallocCheck(n * sizeof(T) + 64, "test buffer"); }
-template <class T> static void upload(T *d, const T *h, size_t n) { cudaCheck(cudaMemcpy(d, h, n * sizeof(T), cudaMemcpyHostToDevice)); }
-template <class T> static void download(T *h, const T *d, size_t n) { cudaCheck(cudaMemcpy(h, d, n * sizeof(T), cudaMemcpyDeviceToHost)); }
+#include "kernel_test.h"        // bf16 bits, device buffers, fill, timing, report
 
 struct Hyper { float lr, b1, b2, eps, wd, grad_scale; };
 
@@ -65,9 +45,9 @@ static void validate_adamw(const char *name, size_t n, int layers, size_t layer_
     uint64_t s = 1234 + n;
     std::vector<float> w(n), m(n, 0.0f), v(n, 0.0f);
     for (size_t i = 0; i < n; i++) w[i] = random_normal(&s) * 0.02f;
-    float *d_w = dalloc<float>(n + offset), *d_m = dalloc<float>(n + offset), *d_v = dalloc<float>(n + offset);
-    floatX *d_p = dalloc<floatX>(n + offset), *d_g = dalloc<floatX>(n + offset);
-    uint8_t *d_q = dalloc<uint8_t>(n + offset);
+    float *d_w = device_alloc<float>(n + offset), *d_m = device_alloc<float>(n + offset), *d_v = device_alloc<float>(n + offset);
+    floatX *d_p = device_alloc<floatX>(n + offset), *d_g = device_alloc<floatX>(n + offset);
+    uint8_t *d_q = device_alloc<uint8_t>(n + offset);
     float *W = d_w + offset, *M = d_m + offset, *Vv = d_v + offset;
     floatX *P = d_p + offset, *G = d_g + offset;
     uint8_t *Q = d_q + offset;
@@ -80,7 +60,7 @@ static void validate_adamw(const char *name, size_t n, int layers, size_t layer_
         scales[(size_t)l * stride] = choices[l % 4];
         amax0[(size_t)l * stride] = l == 0 ? 0.01f : 0.0f; // an earlier value in the slot
     }
-    float *d_scales = dalloc<float>(nslots), *d_amax = dalloc<float>(nslots);
+    float *d_scales = device_alloc<float>(nslots), *d_amax = device_alloc<float>(nslots);
     upload(d_scales, scales.data(), nslots);
     upload(d_amax, amax0.data(), nslots);
     Fp8Cast wc = {NULL, NULL, NULL};
@@ -93,13 +73,13 @@ static void validate_adamw(const char *name, size_t n, int layers, size_t layer_
     std::vector<uint8_t> gq(n);
     for (int t = 1; t <= 5 && ok; t++) {
         std::vector<uint16_t> g(n);
-        for (size_t i = 0; i < n; i++) g[i] = bf16_bits(random_normal(&s) * 0.01f);
-        upload((uint16_t *)G, g.data(), n);
+        for (size_t i = 0; i < n; i++) g[i] = float_to_bf16(random_normal(&s) * 0.01f);
+        upload(G, g.data(), n);
         adamw_update(W, P, G, M, Vv, n, h.lr, h.b1, h.b2, h.eps, h.wd, h.grad_scale, t, wc, layers, layer_numel, stride, 0);
         cpu_adamw(w, m, v, g, h, t);
         cudaCheck(cudaDeviceSynchronize());
         download(gw.data(), W, n); download(gm.data(), M, n); download(gv.data(), Vv, n);
-        download(gp.data(), (const uint16_t *)P, n);
+        download(gp.data(), P, n);
         double ms = 0, vs = 0;
         for (size_t i = 0; i < n; i++) { ms += (double)m[i] * m[i]; vs += (double)v[i] * v[i]; }
         const double m_rms = sqrt(ms / n), v_rms = sqrt(vs / n);
@@ -109,9 +89,9 @@ static void validate_adamw(const char *name, size_t n, int layers, size_t layer_
                 snprintf(detail, sizeof(detail), "step %d elem %zu: master %.9g/%.9g m %.6g/%.6g v %.6g/%.6g (gpu/cpu)", t, i,
                          gw[i], w[i], gm[i], m[i], gv[i], v[i]);
                 ok = false;
-            } else if (gp[i] != bf16_bits(gw[i])) {
+            } else if (gp[i] != float_to_bf16(gw[i])) {
                 snprintf(detail, sizeof(detail), "step %d elem %zu: param 0x%04x != bf16(master %.9g) 0x%04x", t, i, gp[i],
-                         gw[i], bf16_bits(gw[i]));
+                         gw[i], float_to_bf16(gw[i]));
                 ok = false;
             }
         }
@@ -121,7 +101,7 @@ static void validate_adamw(const char *name, size_t n, int layers, size_t layer_
             download(amax_got.data(), d_amax, nslots);
             for (int l = 0; l < layers && ok; l++) {
                 const float sc = scales[(size_t)l * stride];
-                uint32_t amax_bits = fbits(amax0[(size_t)l * stride]);
+                uint32_t amax_bits = float_bits(amax0[(size_t)l * stride]);
                 for (size_t i = (size_t)l * layer_numel; i < (size_t)(l + 1) * layer_numel; i++) {
                     amax_bits = std::max(amax_bits, (uint32_t)(gp[i] & 0x7fff) << 16);
                     const uint8_t want = fp8_encode(bf16_to_float(gp[i]) * sc, FP8_E4M3);
@@ -132,9 +112,9 @@ static void validate_adamw(const char *name, size_t n, int layers, size_t layer_
                         break;
                     }
                 }
-                if (ok && fbits(amax_got[(size_t)l * stride]) != amax_bits) {
+                if (ok && float_bits(amax_got[(size_t)l * stride]) != amax_bits) {
                     snprintf(detail, sizeof(detail), "step %d layer %d: amax 0x%08x, want 0x%08x", t, l,
-                             fbits(amax_got[(size_t)l * stride]), amax_bits);
+                             float_bits(amax_got[(size_t)l * stride]), amax_bits);
                     ok = false;
                 }
                 amax0[(size_t)l * stride] = amax_got[(size_t)l * stride]; // the slot keeps accumulating
@@ -158,14 +138,14 @@ static void validate_init_from_master(size_t n) {
     uint64_t s = 99;
     std::vector<float> w(n);
     for (size_t i = 0; i < n; i++) w[i] = random_normal(&s) * expf(10.0f * (random_f32(&s) - 0.5f));
-    float *d_w = dalloc<float>(n);
-    floatX *d_p = dalloc<floatX>(n);
+    float *d_w = device_alloc<float>(n);
+    floatX *d_p = device_alloc<floatX>(n);
     upload(d_w, w.data(), n);
     init_from_master(d_p, d_w, n, 0);
     std::vector<uint16_t> got(n);
-    download(got.data(), (const uint16_t *)d_p, n);
+    download(got.data(), d_p, n);
     size_t bad = 0;
-    for (size_t i = 0; i < n; i++) bad += got[i] != bf16_bits(w[i]);
+    for (size_t i = 0; i < n; i++) bad += got[i] != float_to_bf16(w[i]);
     char detail[96] = "", what[96];
     if (bad) snprintf(detail, sizeof(detail), "%zu of %zu differ", bad, n);
     snprintf(what, sizeof(what), "init_from_master n=%zu", n);
@@ -178,17 +158,17 @@ static void validate_global_norm(size_t n, size_t offset) {
     std::vector<uint16_t> g(n);
     double want = 0.0;
     for (size_t i = 0; i < n; i++) {
-        g[i] = bf16_bits(random_normal(&s) * 0.01f);
+        g[i] = float_to_bf16(random_normal(&s) * 0.01f);
         const double x = bf16_to_float(g[i]);
         want += x * x;
     }
-    floatX *d_g = dalloc<floatX>(n + offset);
-    float *d_out = dalloc<float>(3);
-    if (n) upload((uint16_t *)(d_g + offset), g.data(), n);
+    floatX *d_g = device_alloc<floatX>(n + offset);
+    float *d_out = device_alloc<float>(3);
+    if (n) upload(d_g + offset, g.data(), n);
     for (int r = 0; r < 3; r++) global_norm_squared(d_out + r, d_g + offset, n, 0);
     float got[3];
     download(got, d_out, 3);
-    const bool same = fbits(got[0]) == fbits(got[1]) && fbits(got[1]) == fbits(got[2]);
+    const bool same = float_bits(got[0]) == float_bits(got[1]) && float_bits(got[1]) == float_bits(got[2]);
     const bool close = n == 0 ? got[0] == 0.0f : fabs(got[0] - want) <= 1e-5 * want;
     char detail[160] = "", what[96];
     if (!same || !close) snprintf(detail, sizeof(detail), "runs %a %a %a, CPU %.9g", got[0], got[1], got[2], want);
@@ -200,71 +180,46 @@ static void validate_global_norm(size_t n, size_t offset) {
 // ---------------------------------------------------------------------------------------------
 // timing
 
-template <class F> static float median_ms(F fn, int warmup = 3, int reps = 21) {
-    for (int i = 0; i < warmup; i++) fn(i);
-    std::vector<cudaEvent_t> ev(2 * reps);
-    for (auto &e : ev) cudaCheck(cudaEventCreate(&e));
-    for (int i = 0; i < reps; i++) {
-        cudaCheck(cudaEventRecord(ev[2 * i], 0));
-        fn(i);
-        cudaCheck(cudaEventRecord(ev[2 * i + 1], 0));
-    }
-    cudaCheck(cudaEventSynchronize(ev.back()));
-    std::vector<float> t(reps);
-    for (int i = 0; i < reps; i++) cudaCheck(cudaEventElapsedTime(&t[i], ev[2 * i], ev[2 * i + 1]));
-    for (auto &e : ev) cudaCheck(cudaEventDestroy(e));
-    std::sort(t.begin(), t.end());
-    return t[reps / 2];
-}
-
-__global__ void fill_kernel(float *w, floatX *g, size_t n) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u;
-        h ^= h >> 15; h *= 0x2c1b3c6du; h ^= h >> 12;
-        const float u = (float)(h & 0xffff) / 65536.0f - 0.5f;
-        w[i] = u * 0.04f;
-        g[i] = __float2bfloat16(u * 0.01f);
-    }
-}
-
 static void bench(void) {
     const int L = 32;
     const size_t layer_numel = (size_t)12288 * 4096, n = L * layer_numel;
-    const double peak = 4170.0;
     printf("\nTiming: Llama-2-7B wqkv, %d x 12288 x 4096 = %zu elements (median of 21)\n", L, n);
-    float *w = dalloc<float>(n), *m = dalloc<float>(n), *v = dalloc<float>(n);
-    floatX *p = dalloc<floatX>(n), *g = dalloc<floatX>(n);
-    uint8_t *q = dalloc<uint8_t>(n);
+    float *w = device_alloc<float>(n), *m = device_alloc<float>(n), *v = device_alloc<float>(n);
+    floatX *p = device_alloc<floatX>(n), *g = device_alloc<floatX>(n);
+    uint8_t *q = device_alloc<uint8_t>(n);
     const int stride = FP8_KINDS * LINS_PER_LAYER; // the trainer's W tensors of one linear kind, layer by layer
-    float *sc = dalloc<float>((size_t)L * stride), *am = dalloc<float>((size_t)L * stride);
+    float *sc = device_alloc<float>((size_t)L * stride), *am = device_alloc<float>((size_t)L * stride);
     std::vector<float> ones((size_t)L * stride, 1000.0f);
     upload(sc, ones.data(), ones.size());
     cudaCheck(cudaMemset(am, 0, (size_t)L * stride * sizeof(float)));
     cudaCheck(cudaMemset(m, 0, n * sizeof(float)));
     cudaCheck(cudaMemset(v, 0, n * sizeof(float)));
-    fill_kernel<<<4096, 256>>>(w, g, n);
-    cudaLaunchCheck();
+    fill_uniform(w, n, 0, 0.02f);
+    fill_uniform(g, n, 0, 0.005f);
     Fp8Cast none = {NULL, NULL, NULL}, wc = {q, am, sc};
-    float t_plain = median_ms([&](int i) { adamw_update(w, p, g, m, v, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, i + 1, none, 0, 0, 0, 0); });
-    float t_cast = median_ms([&](int i) { adamw_update(w, p, g, m, v, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, i + 1, wc, L, layer_numel, stride, 0); });
-    float *out = dalloc<float>(1);
-    float t_norm = median_ms([&](int) { global_norm_squared(out, g, n, 0); });
+    const int reps = 21, warmup = 3;
+    float t_plain = time_median_ms_queued(
+        [&](int i) { adamw_update(w, p, g, m, v, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, i + 1, none, 0, 0, 0, 0); }, reps, warmup);
+    float t_cast = time_median_ms_queued(
+        [&](int i) { adamw_update(w, p, g, m, v, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, i + 1, wc, L, layer_numel, stride, 0); },
+        reps, warmup);
+    float *out = device_alloc<float>(1);
+    float t_norm = time_median_ms_queued([&](int) { global_norm_squared(out, g, n, 0); }, reps, warmup);
     cudaCheck(cudaDeviceSynchronize());
     const double gb_plain = 28.0 * n / (t_plain * 1e6), gb_cast = 29.0 * n / (t_cast * 1e6), gb_norm = 2.0 * n / (t_norm * 1e6);
     printf("%-44s %9s %9s %7s\n", "kernel", "ms", "GB/s", "% 4.17");
-    printf("%-44s %9.3f %9.0f %6.1f%%\n", "adamw_update (28 B/elem)", t_plain, gb_plain, 100 * gb_plain / peak);
-    printf("%-44s %9.3f %9.0f %6.1f%%\n", "adamw_update + E4M3 cast, 32 slices (29 B/elem)", t_cast, gb_cast, 100 * gb_cast / peak);
-    printf("%-44s %9.3f %9.0f %6.1f%%\n", "global_norm_squared (2 B/elem)", t_norm, gb_norm, 100 * gb_norm / peak);
+    printf("%-44s %9.3f %9.0f %6.1f%%\n", "adamw_update (28 B/elem)", t_plain, gb_plain, 100 * gb_plain / H200_COPY_GBPS);
+    printf("%-44s %9.3f %9.0f %6.1f%%\n", "adamw_update + E4M3 cast, 32 slices (29 B/elem)", t_cast, gb_cast,
+           100 * gb_cast / H200_COPY_GBPS);
+    printf("%-44s %9.3f %9.0f %6.1f%%\n", "global_norm_squared (2 B/elem)", t_norm, gb_norm, 100 * gb_norm / H200_COPY_GBPS);
     printf("the fused cast costs %.3f ms here; a separate fp8_cast pass over the bf16 param would move 3 B/elem "
-           "(~%.3f ms at 4.17 TB/s)\n", t_cast - t_plain, 3.0 * n / (peak * 1e6));
+           "(~%.3f ms at 4.17 TB/s)\n", t_cast - t_plain, 3.0 * n / (H200_COPY_GBPS * 1e6));
     cudaCheck(cudaFree(w)); cudaCheck(cudaFree(m)); cudaCheck(cudaFree(v)); cudaCheck(cudaFree(p)); cudaCheck(cudaFree(g));
     cudaCheck(cudaFree(q)); cudaCheck(cudaFree(sc)); cudaCheck(cudaFree(am)); cudaCheck(cudaFree(out));
 }
 
 int main(void) {
-    cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    g_num_sms = prop.multiProcessorCount;
+    cudaDeviceProp prop = device_properties();
     printf("device: %s, %d SMs\n\nValidation\n", prop.name, prop.multiProcessorCount);
     validate_adamw("plain, vector path + tail", 1000003, 0, 0, 1, 0);
     validate_adamw("plain, misaligned (scalar path)", 5003, 0, 0, 1, 1);
@@ -278,7 +233,5 @@ int main(void) {
     validate_global_norm(0, 0);
     bench();
     global_norm_free();
-    if (g_failures == 0) printf("\nadamw: ALL PASS\n");
-    else printf("\nadamw: %d FAILED\n", g_failures);
-    return g_failures == 0 ? 0 : 1;
+    return report_summary("adamw");
 }

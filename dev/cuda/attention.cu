@@ -26,6 +26,7 @@ What it checks (every line says PASS or FAIL; the exit status is non-zero if any
      forward 4*B*NH*T*T*HS/2, backward 2.5x that; plus a bitwise determinism check at that size.
 */
 #include "llmc/attention.cuh"
+#include "bench_common.h" // upload, download, fill_uniform, time_median_ms, device_properties
 
 // ---------------------------------------------------------------------------------------------------
 // Tolerances. bf16 keeps 8 significant bits: one rounding of a value errs by up to 2^-9 ~ 0.2% of it.
@@ -159,16 +160,19 @@ static int check_stats(const double *gpu, const double *ref, size_t n) {
     return ok;
 }
 
-// heads [h0, h0 + nh) of a (B, T, H, HS) tensor, as doubles
-static double *extract_heads_bf16(const floatX *x, Shape s, int H, int h0, int nh) {
-    double *r = (double *)mallocCheck((size_t)s.B * s.T * nh * s.HS * sizeof(double));
-    size_t k = 0;
-    for (size_t bt = 0; bt < (size_t)s.B * s.T; bt++)
-        for (int h = h0; h < h0 + nh; h++)
-            for (int d = 0; d < s.HS; d++) r[k++] = __bfloat162float(x[(bt * H + h) * s.HS + d]);
+static double *to_double_bf16(const floatX *x, size_t n) {
+    double *r = (double *)mallocCheck(n * sizeof(double));
+    for (size_t i = 0; i < n; i++) r[i] = __bfloat162float(x[i]);
     return r;
 }
-static double *extract_heads_double(const double *x, Shape s, int H, int h0, int nh) {
+static double *to_double_f32(const float *x, size_t n) {
+    double *r = (double *)mallocCheck(n * sizeof(double));
+    for (size_t i = 0; i < n; i++) r[i] = x[i];
+    return r;
+}
+
+// heads [h0, h0 + nh) of a (B, T, H, HS) tensor
+static double *extract_heads(const double *x, Shape s, int H, int h0, int nh) {
     double *r = (double *)mallocCheck((size_t)s.B * s.T * nh * s.HS * sizeof(double));
     size_t k = 0;
     for (size_t bt = 0; bt < (size_t)s.B * s.T; bt++)
@@ -182,13 +186,15 @@ static void check_dqkv(const floatX *gpu, const double *ref, Shape s) {
     const int H3 = s.NH + 2 * s.NKV;
     const char *names[3] = {"dq", "dk", "dv"};
     const int h0[3] = {0, s.NH, s.NH + s.NKV}, nh[3] = {s.NH, s.NKV, s.NKV};
+    double *gpu_all = to_double_bf16(gpu, (size_t)s.B * s.T * H3 * s.HS);
     for (int i = 0; i < 3; i++) {
-        double *g = extract_heads_bf16(gpu, s, H3, h0[i], nh[i]);
-        double *r = extract_heads_double(ref, s, H3, h0[i], nh[i]);
+        double *g = extract_heads(gpu_all, s, H3, h0[i], nh[i]);
+        double *r = extract_heads(ref, s, H3, h0[i], nh[i]);
         check_close(names[i], g, r, (size_t)s.B * s.T * nh[i] * s.HS);
         free(g);
         free(r);
     }
+    free(gpu_all);
 }
 
 static void check_bitwise(const char *what, const void *a, const void *b, size_t bytes) {
@@ -292,27 +298,29 @@ static void run_both(int path, Buffers *d, HostResults *r) {
     run_forward(path, d);
     run_backward(path, d);
     cudaCheck(cudaDeviceSynchronize());
-    cudaCheck(cudaMemcpy(r->out, d->out, d->n_out * sizeof(floatX), cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(r->stats, d->stats, d->n_stats * sizeof(float), cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(r->dqkv, d->dqkv, d->n_qkv * sizeof(floatX), cudaMemcpyDeviceToHost));
+    download(r->out, d->out, d->n_out);
+    download(r->stats, d->stats, d->n_stats);
+    download(r->dqkv, d->dqkv, d->n_qkv);
 }
 
 static void fill_host_random(floatX *x_bf16, float *x_f32, size_t n, uint64_t *rng) {
     for (size_t i = 0; i < n; i++) {
         x_bf16[i] = __float2bfloat16(random_normal(rng));
-        x_f32[i] = __bfloat162float(x_bf16[i]); // the reference sees exactly the bf16 values
+        if (x_f32) x_f32[i] = __bfloat162float(x_bf16[i]); // the reference sees exactly the bf16 values
     }
 }
 
-static double *to_double_bf16(const floatX *x, size_t n) {
-    double *r = (double *)mallocCheck(n * sizeof(double));
-    for (size_t i = 0; i < n; i++) r[i] = __bfloat162float(x[i]);
-    return r;
-}
-static double *to_double_f32(const float *x, size_t n) {
-    double *r = (double *)mallocCheck(n * sizeof(double));
-    for (size_t i = 0; i < n; i++) r[i] = x[i];
-    return r;
+// d's qkv and dout get N(0, 1) values rounded to bf16, drawn from seed; qkv_f and dout_f (unless NULL)
+// the same values as floats, for the CPU reference.
+static void upload_random_inputs(Buffers *d, uint64_t seed, float *qkv_f, float *dout_f) {
+    floatX *qkv_h = (floatX *)mallocCheck(d->n_qkv * sizeof(floatX)), *dout_h = (floatX *)mallocCheck(d->n_out * sizeof(floatX));
+    uint64_t rng = seed;
+    fill_host_random(qkv_h, qkv_f, d->n_qkv, &rng);
+    fill_host_random(dout_h, dout_f, d->n_out, &rng);
+    upload(d->qkv, qkv_h, d->n_qkv);
+    upload(d->dout, dout_h, d->n_out);
+    free(qkv_h);
+    free(dout_h);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -321,13 +329,8 @@ static double *to_double_f32(const float *x, size_t n) {
 static void validate_small(Shape s, const int use[2], uint64_t seed) {
     printf("\nB=%d T=%d NH=%d NKV=%d HS=%d vs CPU reference (double)\n", s.B, s.T, s.NH, s.NKV, s.HS);
     Buffers d = buffers_alloc(s);
-    floatX *qkv_h = (floatX *)mallocCheck(d.n_qkv * sizeof(floatX)), *dout_h = (floatX *)mallocCheck(d.n_out * sizeof(floatX));
     float *qkv_f = (float *)mallocCheck(d.n_qkv * sizeof(float)), *dout_f = (float *)mallocCheck(d.n_out * sizeof(float));
-    uint64_t rng = seed;
-    fill_host_random(qkv_h, qkv_f, d.n_qkv, &rng);
-    fill_host_random(dout_h, dout_f, d.n_out, &rng);
-    cudaCheck(cudaMemcpy(d.qkv, qkv_h, d.n_qkv * sizeof(floatX), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(d.dout, dout_h, d.n_out * sizeof(floatX), cudaMemcpyHostToDevice));
+    upload_random_inputs(&d, seed, qkv_f, dout_f);
     double *out_ref = (double *)mallocCheck(d.n_out * sizeof(double));
     double *lse_ref = (double *)mallocCheck(d.n_stats * sizeof(double));
     double *dqkv_ref = (double *)mallocCheck(d.n_qkv * sizeof(double));
@@ -375,14 +378,14 @@ static void validate_small(Shape s, const int use[2], uint64_t seed) {
         attention_forward(d.out, d.stats, d.qkv, s.B, s.T, s.NH, s.NKV, s.HS, 0);
         attention_backward(d.dqkv, d.dout, d.qkv, d.out, d.stats, s.B, s.T, s.NH, s.NKV, s.HS, 0);
         cudaCheck(cudaDeviceSynchronize());
-        cudaCheck(cudaMemcpy(again.out, d.out, d.n_out * sizeof(floatX), cudaMemcpyDeviceToHost));
-        cudaCheck(cudaMemcpy(again.dqkv, d.dqkv, d.n_qkv * sizeof(floatX), cudaMemcpyDeviceToHost));
+        download(again.out, d.out, d.n_out);
+        download(again.dqkv, d.dqkv, d.n_qkv);
         check_bitwise("dispatcher out == its path's", again.out, res[fwd_is].out, d.n_out * sizeof(floatX));
         check_bitwise("dispatcher dqkv == its path's", again.dqkv, res[fwd_is].dqkv, d.n_qkv * sizeof(floatX));
     }
     for (int path = 0; path < 2; path++) if (ran[path]) results_free(&res[path]);
     results_free(&again);
-    free(qkv_h); free(dout_h); free(qkv_f); free(dout_f);
+    free(qkv_f); free(dout_f);
     free(out_ref); free(lse_ref); free(dqkv_ref);
     buffers_free(&d);
 }
@@ -398,13 +401,7 @@ static void validate_cudnn_vs_plain(Shape s, uint64_t seed) {
         return;
     }
     Buffers d = buffers_alloc(s);
-    floatX *qkv_h = (floatX *)mallocCheck(d.n_qkv * sizeof(floatX)), *dout_h = (floatX *)mallocCheck(d.n_out * sizeof(floatX));
-    float *qkv_f = (float *)mallocCheck(d.n_qkv * sizeof(float)), *dout_f = (float *)mallocCheck(d.n_out * sizeof(float));
-    uint64_t rng = seed;
-    fill_host_random(qkv_h, qkv_f, d.n_qkv, &rng);
-    fill_host_random(dout_h, dout_f, d.n_out, &rng);
-    cudaCheck(cudaMemcpy(d.qkv, qkv_h, d.n_qkv * sizeof(floatX), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(d.dout, dout_h, d.n_out * sizeof(floatX), cudaMemcpyHostToDevice));
+    upload_random_inputs(&d, seed, NULL, NULL);
     HostResults plain = results_alloc(&d), fused = results_alloc(&d);
     run_both(PATH_PLAIN, &d, &plain);
     run_both(PATH_CUDNN, &d, &fused);
@@ -420,53 +417,17 @@ static void validate_cudnn_vs_plain(Shape s, uint64_t seed) {
     free(r);
     results_free(&plain);
     results_free(&fused);
-    free(qkv_h); free(dout_h); free(qkv_f); free(dout_f);
     buffers_free(&d);
 }
 
 // ---------------------------------------------------------------------------------------------------
 // 3. timing
 
-__global__ void fill_uniform_kernel(floatX *x, size_t n, uint32_t seed) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 0x9E3779B1u ^ seed;
-        h ^= h >> 16; h *= 0x85EBCA6Bu; h ^= h >> 13; h *= 0xC2B2AE35u; h ^= h >> 16;
-        x[i] = __float2bfloat16((h >> 8) * (2.0f / 16777216.0f) - 1.0f); // uniform in [-1, 1)
-    }
-}
-
-static int compare_floats(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
-// median time (ms) of iters calls of fn, after warmup calls
-static float time_median_ms(int path, Buffers *d, int backward, int warmup, int iters) {
-    cudaEvent_t start, stop;
-    cudaCheck(cudaEventCreate(&start));
-    cudaCheck(cudaEventCreate(&stop));
-    float times[64];
-    if (iters > 64) iters = 64;
-    for (int i = 0; i < warmup + iters; i++) {
-        cudaCheck(cudaEventRecord(start, 0));
-        if (backward) run_backward(path, d); else run_forward(path, d);
-        cudaCheck(cudaEventRecord(stop, 0));
-        cudaCheck(cudaEventSynchronize(stop));
-        if (i >= warmup) cudaCheck(cudaEventElapsedTime(&times[i - warmup], start, stop));
-    }
-    cudaCheck(cudaEventDestroy(start));
-    cudaCheck(cudaEventDestroy(stop));
-    qsort(times, iters, sizeof(float), compare_floats);
-    return times[iters / 2];
-}
-
 static void benchmark(Shape s, const int use[2]) {
     printf("\nB=%d T=%d NH=%d NKV=%d HS=%d timing (median; causal FLOPs halved)\n", s.B, s.T, s.NH, s.NKV, s.HS);
     Buffers d = buffers_alloc(s);
-    fill_uniform_kernel<<<1024, 256>>>(d.qkv, d.n_qkv, 1234u);
-    cudaLaunchCheck();
-    fill_uniform_kernel<<<1024, 256>>>(d.dout, d.n_out, 5678u);
-    cudaLaunchCheck();
+    fill_uniform(d.qkv, d.n_qkv, 1234u, 1.0f);
+    fill_uniform(d.dout, d.n_out, 5678u, 1.0f);
     cudaCheck(cudaDeviceSynchronize());
     const double fwd_flops = 4.0 * s.B * s.NH * (double)s.T * s.T * s.HS / 2.0, bwd_flops = 2.5 * fwd_flops;
     HostResults first = results_alloc(&d), second = results_alloc(&d);
@@ -478,8 +439,8 @@ static void benchmark(Shape s, const int use[2]) {
             continue;
         }
         const int iters = path == PATH_PLAIN ? 5 : 20;
-        const float fwd_ms = time_median_ms(path, &d, 0, 2, iters); // leaves out/stats for the backward
-        const float bwd_ms = time_median_ms(path, &d, 1, 2, iters);
+        const float fwd_ms = time_median_ms([&] { run_forward(path, &d); }, iters, 2); // leaves out/stats for the backward
+        const float bwd_ms = time_median_ms([&] { run_backward(path, &d); }, iters, 2);
         printf("  %-6s forward %8.3f ms %7.1f TFLOP/s | backward %8.3f ms %7.1f TFLOP/s\n", path_names[path],
                fwd_ms, fwd_flops / fwd_ms / 1e9, bwd_ms, bwd_flops / bwd_ms / 1e9);
         run_both(path, &d, &first);
@@ -506,8 +467,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s [all|plain|cudnn]\n", argv[0]);
         return EXIT_FAILURE;
     }
-    cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    cudaDeviceProp prop = device_properties();
     printf("device: %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
     attention_init(use[PATH_CUDNN]);
 

@@ -15,36 +15,12 @@ Run:                    ./cast_transpose [version]
 Prints PASS/FAIL per check; the last line is "cast_transpose: ALL PASS" or "cast_transpose: N FAILED",
 exit status 0 / 1. Timing is the median of 25 runs after 5 warm-ups, rotating between two copies.
 */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <algorithm>
-#include <vector>
-#include "llmc/cuda_common.cuh"
 #include "llmc/fp8.h"           // fp8_encode, fp8_update_state, fp8_compute_scale: the CPU rule
 #include "llmc/fp8_scaling.cuh" // the kernels under test
-
-static int g_failures = 0;
-static void report(const char *what, bool ok, const char *detail) {
-    printf("%s  %s%s%s\n", ok ? "PASS" : "FAIL", what, detail[0] ? ": " : "", detail);
-    if (!ok) g_failures++;
-}
+#include "kernel_test.h"        // bf16 bits, device buffers, fill, timing, report
 
 // ---------------------------------------------------------------------------------------------
 // host helpers
-
-static uint16_t bf16_bits(float x) { // round to nearest even (finite inputs)
-    __nv_bfloat16 b = __float2bfloat16_rn(x);
-    return *(uint16_t *)&b;
-}
-static float bf16_to_float(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static uint32_t fbits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-static float bits_f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
 // bf16 test data: normal values of mixed magnitudes plus specials sprinkled in (when with_specials).
 static std::vector<uint16_t> make_bf16(size_t n, uint64_t seed, float mag, bool with_specials) {
@@ -54,7 +30,7 @@ static std::vector<uint16_t> make_bf16(size_t n, uint64_t seed, float mag, bool 
         float x = random_normal(&s) * mag;
         if ((random_u32(&s) & 7) == 0) x *= 16.0f; // some large values (saturate with a large scale)
         if ((random_u32(&s) & 31) == 0) x *= 1e-4f; // some small values (fp8 subnormals / underflow)
-        h[i] = bf16_bits(x);
+        h[i] = float_to_bf16(x);
     }
     if (with_specials && n >= 64) {
         const uint16_t specials[] = {0x0000, 0x8000, 0x0001, 0x8001, 0x007f, 0x0080, 0x7f7f, 0xff7f,
@@ -75,16 +51,11 @@ static uint8_t cpu_cast(uint16_t h, float scale, int fmt) {
     return fp8_encode(bf16_to_float(h) * scale, (Fp8Format)fmt);
 }
 
-template <class T> static T *dalloc(size_t n) { return (T *)cudaMallocCheck(n * sizeof(T) + 64, "test buffer"); }
-template <class T> static void upload(T *d, const T *h, size_t n) { cudaCheck(cudaMemcpy(d, h, n * sizeof(T), cudaMemcpyHostToDevice)); }
-template <class T> static void download(T *h, const T *d, size_t n) { cudaCheck(cudaMemcpy(h, d, n * sizeof(T), cudaMemcpyDeviceToHost)); }
-
 static float *d_scalar(float v) {
-    float *d = dalloc<float>(1);
-    upload(d, &v, 1);
+    float *d = device_alloc<float>(1);
+    set_float(d, v);
     return d;
 }
-static float read_scalar(const float *d) { float v; download(&v, d, 1); return v; }
 
 // Compares fp8 codes; describes the first mismatch.
 static bool compare_codes(const uint8_t *gpu, const uint8_t *cpu, size_t n, char *detail, size_t dlen,
@@ -105,8 +76,8 @@ static void validate_cast(int fmt, size_t n, size_t offset, float scale, bool wi
     snprintf(what, sizeof(what), "fp8_cast %s n=%zu offset=%zu scale=%g%s%s", fmt == FP8_E4M3 ? "E4M3" : "E5M2", n,
              offset, scale, with_amax ? "" : " amax=NULL", with_specials ? " +specials" : "");
     std::vector<uint16_t> h = make_bf16(n, n + offset + fmt, 3.0f, with_specials);
-    uint16_t *d_in = dalloc<uint16_t>(n + offset);
-    uint8_t *d_out = dalloc<uint8_t>(n + offset);
+    uint16_t *d_in = device_alloc<uint16_t>(n + offset);
+    uint8_t *d_out = device_alloc<uint8_t>(n + offset);
     upload(d_in + offset, h.data(), n);
     float *d_scale = d_scalar(scale);
     const float prior = 0.25f; // the slot already holds an amax from an earlier micro-step
@@ -118,9 +89,9 @@ static void validate_cast(int fmt, size_t n, size_t offset, float scale, bool wi
     for (size_t i = 0; i < n; i++) want[i] = cpu_cast(h[i], scale, fmt);
     bool ok = compare_codes(got.data(), want.data(), n, detail, sizeof(detail), h.data());
     if (ok) {
-        uint32_t want_amax = std::max(cpu_amax_bits(h.data(), n), fbits(prior));
-        if (!with_amax) want_amax = fbits(prior);
-        uint32_t got_amax = fbits(read_scalar(d_amax));
+        uint32_t want_amax = std::max(cpu_amax_bits(h.data(), n), float_bits(prior));
+        if (!with_amax) want_amax = float_bits(prior);
+        uint32_t got_amax = float_bits(get_float(d_amax));
         if (got_amax != want_amax) {
             ok = false;
             snprintf(detail, sizeof(detail), "amax bits 0x%08x, want 0x%08x", got_amax, want_amax);
@@ -136,8 +107,8 @@ static void validate_cast_transpose(int fmt, int rows, int cols, size_t offset, 
              cols, offset, with_out ? "" : " out=NULL");
     size_t n = (size_t)rows * cols;
     std::vector<uint16_t> h = make_bf16(n, n * 3 + fmt + offset, 2.0f, true);
-    uint16_t *d_in = dalloc<uint16_t>(n + offset);
-    uint8_t *d_out = dalloc<uint8_t>(n + offset), *d_out_t = dalloc<uint8_t>(n + offset);
+    uint16_t *d_in = device_alloc<uint16_t>(n + offset);
+    uint8_t *d_out = device_alloc<uint8_t>(n + offset), *d_out_t = device_alloc<uint8_t>(n + offset);
     cudaCheck(cudaMemset(d_out, 0xAB, n + offset));
     upload(d_in + offset, h.data(), n);
     float *d_scale = d_scalar(scale), *d_amax = d_scalar(0.0f);
@@ -159,7 +130,7 @@ static void validate_cast_transpose(int fmt, int rows, int cols, size_t offset, 
         for (size_t i = 0; i < n && ok; i++) if (got[i] != 0xAB) { ok = false; snprintf(detail, sizeof(detail), "out=NULL but out written at %zu", i); }
     }
     if (ok) {
-        uint32_t got_amax = fbits(read_scalar(d_amax)), want_amax = cpu_amax_bits(h.data(), n);
+        uint32_t got_amax = float_bits(get_float(d_amax)), want_amax = cpu_amax_bits(h.data(), n);
         if (got_amax != want_amax) { ok = false; snprintf(detail, sizeof(detail), "amax bits 0x%08x, want 0x%08x", got_amax, want_amax); }
     }
     report(what, ok, detail);
@@ -175,7 +146,7 @@ static void validate_transpose(int rows, int cols, size_t offset) {
     uint64_t s = 12345 + n;
     for (size_t i = 0; i < n; i++) h[i] = (uint8_t)random_u32(&s);
     for (int r = 0; r < rows; r++) for (int c = 0; c < cols; c++) want[(size_t)c * rows + r] = h[(size_t)r * cols + c];
-    uint8_t *d_in = dalloc<uint8_t>(n + offset), *d_out = dalloc<uint8_t>(n + offset);
+    uint8_t *d_in = device_alloc<uint8_t>(n + offset), *d_out = device_alloc<uint8_t>(n + offset);
     upload(d_in + offset, h.data(), n);
     fp8_transpose(d_out + offset, d_in + offset, rows, cols, 0);
     cudaCheck(cudaDeviceSynchronize());
@@ -193,12 +164,12 @@ static void validate_amax(size_t n, size_t offset, int mode /*0 normal, 1 with N
     if (mode == 1) h[n / 3] = 0x7fc1;
     if (mode == 2) for (size_t i = 0; i < n; i++) h[i] = (uint16_t)((random_u32(&s) & 0x807f)); // bf16 subnormals and +-0
     if (mode == 3) for (size_t i = 0; i < n; i++) h[i] = (i & 1) ? 0x8000 : 0x0000;
-    uint16_t *d_in = dalloc<uint16_t>(n + offset);
+    uint16_t *d_in = device_alloc<uint16_t>(n + offset);
     upload(d_in + offset, h.data(), n);
     float *d_amax = d_scalar(0.0f);
     amax_abs_max(d_amax, (const floatX *)(d_in + offset), n, 0);
     cudaCheck(cudaDeviceSynchronize());
-    uint32_t got = fbits(read_scalar(d_amax)), want = cpu_amax_bits(h.data(), n);
+    uint32_t got = float_bits(get_float(d_amax)), want = cpu_amax_bits(h.data(), n);
     bool ok = got == want;
     if (!ok) snprintf(detail, sizeof(detail), "amax bits 0x%08x, want 0x%08x", got, want);
     report(what, ok, detail);
@@ -211,10 +182,10 @@ static float awkward_amax(uint64_t *s) {
     case 0: return 0.0f;
     case 1: return NAN;
     case 2: return INFINITY;
-    case 3: return bits_f(1 + random_u32(s) % 0x7fffff); // subnormal
-    case 4: return 1e-38f * (1.0f + random_f32(s));      // tiny normal: scale overflows -> FLT_MAX
+    case 3: return float_from_bits(1 + random_u32(s) % 0x7fffff); // subnormal
+    case 4: return 1e-38f * (1.0f + random_f32(s));               // tiny normal: scale overflows -> FLT_MAX
     case 5: return FLT_MAX;
-    case 6: return -1.0f;                                 // never produced, but must not reach a scale
+    case 6: return -1.0f;                                          // never produced, but must not reach a scale
     case 7: return -0.0f;
     default: return expf(20.0f * (random_f32(s) - 0.5f)) * (1.0f + random_f32(s));
     }
@@ -230,7 +201,7 @@ static void validate_update_scales(int num_tensors, int H, int margin, int steps
     uint64_t s = 4242 + H + margin;
     for (size_t i = lay.amax_history; i < lay.scale; i++) cpu[i] = awkward_amax(&s);
     for (int t = 0; t < num_tensors; t++) cpu[lay.scale + t] = 0.5f + random_f32(&s);
-    float *d_state = dalloc<float>(lay.total);
+    float *d_state = device_alloc<float>(lay.total);
     upload(d_state, cpu.data(), lay.total);
     bool ok = true;
     for (int step = 0; step < steps && ok; step++) {
@@ -244,11 +215,11 @@ static void validate_update_scales(int num_tensors, int H, int margin, int steps
         cudaCheck(cudaDeviceSynchronize());
         download(got.data(), d_state, lay.total);
         for (size_t i = 0; i < lay.total; i++) {
-            if (fbits(got[i]) != fbits(cpu[i])) {
+            if (float_bits(got[i]) != float_bits(cpu[i])) {
                 const char *part = i < lay.amax_history ? "amax_slot" : i < lay.scale ? "amax_history"
                                    : i < lay.scale_inv ? "scale" : "scale_inv";
                 snprintf(detail, sizeof(detail), "step %d: state[%zu] (%s) = %a (0x%08x), CPU %a (0x%08x)", step, i, part,
-                         got[i], fbits(got[i]), cpu[i], fbits(cpu[i]));
+                         got[i], float_bits(got[i]), cpu[i], float_bits(cpu[i]));
                 ok = false;
                 break;
             }
@@ -259,11 +230,11 @@ static void validate_update_scales(int num_tensors, int H, int margin, int steps
 }
 
 static void validate_scale_from_amax(void) {
-    const float amaxes[] = {0.0f, -0.0f, NAN, INFINITY, -INFINITY, bits_f(1), bits_f(0x7fffff), 1e-38f, 1.2e-38f,
-                            1e-30f, 0.001f, 1.0f, 3.0f, 448.0f, 57344.0f, 1e30f, 3e38f, FLT_MAX};
+    const float amaxes[] = {0.0f, -0.0f, NAN, INFINITY, -INFINITY, float_from_bits(1), float_from_bits(0x7fffff), 1e-38f,
+                            1.2e-38f, 1e-30f, 0.001f, 1.0f, 3.0f, 448.0f, 57344.0f, 1e30f, 3e38f, FLT_MAX};
     const float fmaxes[] = {FP8_E4M3_MAX, FP8_E5M2_MAX};
     const int margins[] = {0, 1, 3};
-    float *d_scale = dalloc<float>(1), *d_scale_inv = dalloc<float>(1), *d_amax = dalloc<float>(1);
+    float *d_scale = device_alloc<float>(1), *d_scale_inv = device_alloc<float>(1), *d_amax = device_alloc<float>(1);
     int bad = 0, total = 0;
     char detail[256] = "";
     for (float a : amaxes) for (float fm : fmaxes) for (int mg : margins) {
@@ -272,10 +243,10 @@ static void validate_scale_from_amax(void) {
         upload(d_scale, &prev, 1);
         fp8_scale_from_amax(d_scale, d_scale_inv, NULL, d_amax, fm, mg, 0);
         cudaCheck(cudaDeviceSynchronize());
-        float gs = read_scalar(d_scale), gi = read_scalar(d_scale_inv);
+        float gs = get_float(d_scale), gi = get_float(d_scale_inv);
         float ws = fp8_compute_scale(a, fm, mg, prev), wi = 1.0f / ws;
         total++;
-        if (fbits(gs) != fbits(ws) || fbits(gi) != fbits(wi)) {
+        if (float_bits(gs) != float_bits(ws) || float_bits(gi) != float_bits(wi)) {
             if (bad++ == 0) snprintf(detail, sizeof(detail), "amax %a fmax %g margin %d: scale %a inv %a, want %a inv %a", a, fm,
                                      mg, gs, gi, ws, wi);
         }
@@ -289,31 +260,6 @@ static void validate_scale_from_amax(void) {
 // ---------------------------------------------------------------------------------------------
 // timing
 
-template <class F> static float median_ms(F fn, int warmup = 5, int reps = 25) {
-    for (int i = 0; i < warmup; i++) fn(i);
-    std::vector<cudaEvent_t> ev(2 * reps);
-    for (auto &e : ev) cudaCheck(cudaEventCreate(&e));
-    for (int i = 0; i < reps; i++) {
-        cudaCheck(cudaEventRecord(ev[2 * i], 0));
-        fn(i);
-        cudaCheck(cudaEventRecord(ev[2 * i + 1], 0));
-    }
-    cudaCheck(cudaEventSynchronize(ev.back()));
-    std::vector<float> t(reps);
-    for (int i = 0; i < reps; i++) cudaCheck(cudaEventElapsedTime(&t[i], ev[2 * i], ev[2 * i + 1]));
-    for (auto &e : ev) cudaCheck(cudaEventDestroy(e));
-    std::sort(t.begin(), t.end());
-    return t[reps / 2];
-}
-
-__global__ void fill_bf16_kernel(floatX *p, size_t n, uint32_t seed) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 15; h *= 0x2c1b3c6du; h ^= h >> 12;
-        p[i] = __float2bfloat16(((float)(h & 0xffff) / 65536.0f - 0.5f) * 4.0f);
-    }
-}
-
 struct Shape { const char *name; int M, K, N; };
 static const Shape SHAPES[] = {
     {"70B/TP8 attn.wqkv", 16384, 8192, 1280}, {"70B/TP8 attn.w0", 16384, 1024, 8192},
@@ -323,7 +269,6 @@ static const Shape SHAPES[] = {
 };
 
 static void bench(int version) {
-    const double peak = 4170.0; // GB/s, ANCHORS.md device-to-device copy
     printf("\nTiming (median of 25, two copies rotated); bandwidth vs the measured 4.17 TB/s copy.\n");
     printf("transposes: %s\n", version == 1 ? "any-shape fallback kernels (version 1)" : "tiled kernels (llmc)");
     printf("%-20s %-18s | %-22s | %-22s | %-22s | %-22s\n", "shape", "tensor", "fp8_cast X ms GB/s %",
@@ -337,44 +282,45 @@ static void bench(int version) {
     floatX *in[2];
     uint8_t *o1[2], *o2[2];
     for (int c = 0; c < 2; c++) {
-        in[c] = dalloc<floatX>(max_el);
-        o1[c] = dalloc<uint8_t>(max_el);
-        o2[c] = dalloc<uint8_t>(max_el);
-        fill_bf16_kernel<<<1024, 256>>>(in[c], max_el, 17u + c);
-        cudaLaunchCheck();
+        in[c] = device_alloc<floatX>(max_el);
+        o1[c] = device_alloc<uint8_t>(max_el);
+        o2[c] = device_alloc<uint8_t>(max_el);
+        fill_uniform(in[c], max_el, 17u + c, 2.0f);
     }
     float *d_scale = d_scalar(1.0f), *d_amax = d_scalar(0.0f);
     for (const Shape &s : SHAPES) {
         const int rows = s.M;
         const size_t nx = (size_t)s.M * s.K, ndy = (size_t)s.M * s.N;
-        float t_cast = median_ms([&](int i) { fp8_cast(o1[i % 2], FP8_E4M3, in[i % 2], nx, d_amax, d_scale, 0); });
+        float t_cast = time_median_ms_queued([&](int i) { fp8_cast(o1[i % 2], FP8_E4M3, in[i % 2], nx, d_amax, d_scale, 0); });
         float t_ct;
         if (version == 1) {
             dim3 grid(CEIL_DIV(s.N, 32), CEIL_DIV(rows, 32));
-            t_ct = median_ms([&](int i) {
+            t_ct = time_median_ms_queued([&](int i) {
                 fp8_transpose_any_kernel<__NV_E5M2, true><<<grid, 256>>>(o1[i % 2], o2[i % 2], in[i % 2], rows, s.N, d_amax, d_scale);
             });
         } else {
-            t_ct = median_ms([&](int i) { fp8_cast_transpose(o1[i % 2], o2[i % 2], FP8_E5M2, in[i % 2], rows, s.N, d_amax, d_scale, 0); });
+            t_ct = time_median_ms_queued([&](int i) {
+                fp8_cast_transpose(o1[i % 2], o2[i % 2], FP8_E5M2, in[i % 2], rows, s.N, d_amax, d_scale, 0);
+            });
         }
         float t_tr;
         if (version == 1) {
             dim3 grid(CEIL_DIV(s.K, 32), CEIL_DIV(rows, 32));
-            t_tr = median_ms([&](int i) {
+            t_tr = time_median_ms_queued([&](int i) {
                 fp8_transpose_any_kernel<__NV_E4M3, false><<<grid, 256>>>(NULL, o2[i % 2], o1[i % 2], rows, s.K, NULL, NULL);
             });
         } else {
-            t_tr = median_ms([&](int i) { fp8_transpose(o2[i % 2], o1[i % 2], rows, s.K, 0); });
+            t_tr = time_median_ms_queued([&](int i) { fp8_transpose(o2[i % 2], o1[i % 2], rows, s.K, 0); });
         }
-        float t_amax = median_ms([&](int i) { amax_abs_max(d_amax, in[i % 2], nx, 0); });
+        float t_amax = time_median_ms_queued([&](int i) { amax_abs_max(d_amax, in[i % 2], nx, 0); });
         cudaCheck(cudaGetLastError());
         double g_cast = 3.0 * nx / (t_cast * 1e6), g_ct = 4.0 * ndy / (t_ct * 1e6), g_tr = 2.0 * nx / (t_tr * 1e6),
                g_amax = 2.0 * nx / (t_amax * 1e6);
         char dims[40];
         snprintf(dims, sizeof(dims), "X(%d,%d) dY(%d,%d)", s.M, s.K, s.M, s.N);
         printf("%-20s %-18s | %6.3f %6.0f %5.1f%% | %6.3f %6.0f %5.1f%% | %6.3f %6.0f %5.1f%% | %6.3f %6.0f %5.1f%%\n",
-               s.name, dims, t_cast, g_cast, 100 * g_cast / peak, t_ct, g_ct, 100 * g_ct / peak, t_tr, g_tr,
-               100 * g_tr / peak, t_amax, g_amax, 100 * g_amax / peak);
+               s.name, dims, t_cast, g_cast, 100 * g_cast / H200_COPY_GBPS, t_ct, g_ct, 100 * g_ct / H200_COPY_GBPS, t_tr, g_tr,
+               100 * g_tr / H200_COPY_GBPS, t_amax, g_amax, 100 * g_amax / H200_COPY_GBPS);
     }
     printf("bytes counted: cast 3/elem (bf16 in, fp8 out), cast_transpose 4/elem (bf16 in, two fp8 out), "
            "transpose 2/elem, amax 2/elem.\n");
@@ -382,9 +328,9 @@ static void bench(int version) {
     Fp8StateLayout lay = fp8_state_layout(3 * 4 * 32, 16);
     std::vector<float> h(lay.total);
     fp8_state_init(h.data(), lay);
-    float *d_state = dalloc<float>(lay.total);
+    float *d_state = device_alloc<float>(lay.total);
     upload(d_state, h.data(), lay.total);
-    float t_upd = median_ms([&](int) { fp8_update_scales(d_state, NULL, lay, 0, 0); });
+    float t_upd = time_median_ms_queued([&](int) { fp8_update_scales(d_state, NULL, lay, 0, 0); });
     printf("fp8_update_scales, Llama-2-7B state (%d tensors, history %d): %.1f us per step\n", lay.num_tensors,
            lay.history_len, t_upd * 1000.0f);
     for (int c = 0; c < 2; c++) { cudaCheck(cudaFree(in[c])); cudaCheck(cudaFree(o1[c])); cudaCheck(cudaFree(o2[c])); }
@@ -394,9 +340,7 @@ static void bench(int version) {
 int main(int argc, char **argv) {
     int version = argc > 1 ? atoi(argv[1]) : 0;
     if (version < 0 || version > 1) FATAL("usage: %s [version]   (0: llmc kernels, 1: fallback transposes)", argv[0]);
-    cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    g_num_sms = prop.multiProcessorCount;
+    cudaDeviceProp prop = device_properties();
     printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
 
     printf("\nValidation (bit-exact against llmc/fp8.h)\n");
@@ -430,7 +374,5 @@ int main(int argc, char **argv) {
     validate_update_scales(300, 1024, 3, 5);
 
     bench(version);
-    if (g_failures == 0) printf("\ncast_transpose: ALL PASS\n");
-    else printf("\ncast_transpose: %d FAILED\n", g_failures);
-    return g_failures == 0 ? 0 : 1;
+    return report_summary("cast_transpose");
 }

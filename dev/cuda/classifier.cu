@@ -69,7 +69,7 @@ static void validate(int N, int V) {
     check_bitwise("classifier_loss losses == fused", losses.data(), losses2.data(), N * 4);
 
     // repeat from the same logits: bit-identical
-    cudaCheck(cudaMemcpy(d_logits, logits.data(), NV * 2, cudaMemcpyHostToDevice));
+    upload(d_logits, logits.data(), NV);
     poison(d_losses, N * 4);
     fused_classifier(d_logits, d_losses, d_targets, N, V, dloss, 1, 0);
     std::vector<uint16_t> grad2 = to_host<uint16_t>(d_logits, NV);

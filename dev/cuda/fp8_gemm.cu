@@ -24,35 +24,15 @@ Build (from dev/cuda):  nvcc -O3 -arch=sm_90 -std=c++17 --use_fast_math -I../.. 
 Run:                    ./fp8_gemm [shape]     shape 1..8 times only that ANCHORS.md shape (default all)
 The last line is "fp8_gemm: ALL PASS" or "fp8_gemm: N FAILED"; exit status 0 / 1.
 */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <math.h>
-#include <algorithm>
-#include <vector>
-#include "llmc/cuda_common.cuh"
 #include "llmc/fp8.h"           // fp8_encode, fp8_decode, fp8_compute_scale: the CPU side
 #include "llmc/matmul.cuh"      // the GEMMs under test
 #include "llmc/fp8_scaling.cuh" // casts and transposes of the linear path
+#include "kernel_test.h"        // random_bf16, bf16 bits, device buffers, timing, report
 
-static int g_failures = 0;
-static void report(const char *what, bool ok, const char *detail) {
-    printf("%s  %s%s%s\n", ok ? "PASS" : "FAIL", what, detail[0] ? ": " : "", detail);
-    if (!ok) g_failures++;
-}
-
-static uint16_t bf16_bits(float x) { __nv_bfloat16 b = __float2bfloat16_rn(x); return *(uint16_t *)&b; }
-static float bf16_to_float(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
-
-template <class T> static T *dalloc(size_t n) { return (T *)cudaMallocCheck(n * sizeof(T), "test buffer"); }
-template <class T> static void upload(T *d, const T *h, size_t n) { cudaCheck(cudaMemcpy(d, h, n * sizeof(T), cudaMemcpyHostToDevice)); }
-template <class T> static void download(T *h, const T *d, size_t n) { cudaCheck(cudaMemcpy(h, d, n * sizeof(T), cudaMemcpyDeviceToHost)); }
-
-static std::vector<uint16_t> random_bf16(size_t n, float stddev, uint64_t seed) {
-    std::vector<uint16_t> h(n);
-    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 7;
-    for (size_t i = 0; i < n; i++) h[i] = bf16_bits(random_normal(&s) * stddev);
-    return h;
+// Each tensor from its own seed: a shape's data does not depend on the shapes validated before it.
+static std::vector<uint16_t> seeded_bf16(size_t n, float stddev, uint64_t seed) {
+    uint64_t rng = seed * 0x9E3779B97F4A7C15ull + 7;
+    return random_bf16(n, 0.0f, stddev, &rng);
 }
 static float amax_of(const std::vector<uint16_t> &h) {
     float m = 0.0f;
@@ -81,7 +61,7 @@ static std::vector<double> ref_gemm_nt(const std::vector<float> &A, const std::v
 
 static void check_output(const char *what, const floatX *d_out, const std::vector<double> &ref) {
     std::vector<uint16_t> got(ref.size());
-    download(got.data(), (const uint16_t *)d_out, ref.size());
+    download(got.data(), d_out, ref.size());
     double ss = 0.0;
     for (double r : ref) ss += r * r;
     const double rms = sqrt(ss / ref.size());
@@ -113,8 +93,8 @@ static void check_bytes(const char *what, const uint8_t *d, const std::vector<ui
 static void validate_shape(int N, int IN, int OUT) {
     printf("-- N=%d IN=%d OUT=%d\n", N, IN, OUT);
     // bf16 data with the magnitudes of a linear: activations ~1, weights ~0.02, gradients ~1e-4
-    std::vector<uint16_t> x = random_bf16((size_t)N * IN, 1.0f, 1 + N), w = random_bf16((size_t)OUT * IN, 0.02f, 2 + IN),
-                          dy = random_bf16((size_t)N * OUT, 1e-4f, 3 + OUT), dw0 = random_bf16((size_t)OUT * IN, 0.01f, 4);
+    std::vector<uint16_t> x = seeded_bf16((size_t)N * IN, 1.0f, 1 + N), w = seeded_bf16((size_t)OUT * IN, 0.02f, 2 + IN),
+                          dy = seeded_bf16((size_t)N * OUT, 1e-4f, 3 + OUT), dw0 = seeded_bf16((size_t)OUT * IN, 0.01f, 4);
     // per-tensor scales as the recipe computes them (non-powers of two, so a lost scale shows)
     const float sx = fp8_compute_scale(amax_of(x), FP8_E4M3_MAX, 0, 1.0f), sw = fp8_compute_scale(amax_of(w), FP8_E4M3_MAX, 0, 1.0f),
                 sdy = fp8_compute_scale(amax_of(dy), FP8_E5M2_MAX, 0, 1.0f);
@@ -140,30 +120,36 @@ static void validate_shape(int N, int IN, int OUT) {
     std::vector<double> dw_acc_ref = ref_gemm_nt(dyd_t, xd_t, OUT, IN, N, ady_x, &dw0f);
 
     // device buffers
-    uint8_t *d_xq = dalloc<uint8_t>(xq.size()), *d_wq = dalloc<uint8_t>(wq.size()), *d_dyq = dalloc<uint8_t>(dyq.size());
-    uint8_t *d_wq_t = dalloc<uint8_t>(wq.size()), *d_xq_t = dalloc<uint8_t>(xq.size()), *d_dyq_t = dalloc<uint8_t>(dyq.size());
-    floatX *d_x = dalloc<floatX>(x.size()), *d_w = dalloc<floatX>(w.size()), *d_dy = dalloc<floatX>(dy.size());
-    floatX *d_y = dalloc<floatX>((size_t)N * OUT), *d_dx = dalloc<floatX>(x.size()), *d_dw = dalloc<floatX>(w.size());
+    uint8_t *d_xq = device_alloc<uint8_t>(xq.size()), *d_wq = device_alloc<uint8_t>(wq.size());
+    uint8_t *d_dyq = device_alloc<uint8_t>(dyq.size()), *d_wq_t = device_alloc<uint8_t>(wq.size());
+    uint8_t *d_xq_t = device_alloc<uint8_t>(xq.size()), *d_dyq_t = device_alloc<uint8_t>(dyq.size());
+    floatX *d_x = device_alloc<floatX>(x.size()), *d_w = device_alloc<floatX>(w.size()), *d_dy = device_alloc<floatX>(dy.size());
+    floatX *d_y = device_alloc<floatX>((size_t)N * OUT), *d_dx = device_alloc<floatX>(x.size()), *d_dw = device_alloc<floatX>(w.size());
     // scale_inv pointers 16-byte aligned, as cuBLASLt requires (llmc/fp8_scaling.cuh: FP8_GEMM_SCALE_STRIDE)
     const float scales16[16] = {scales[0], scales[1], scales[2], 0, scales[3], 0, 0, 0, scales[4], 0, 0, 0, scales[5], 0, 0, 0};
-    float *d_scales = dalloc<float>(16), *d_amax = dalloc<float>(3);
+    float *d_scales = device_alloc<float>(16), *d_amax = device_alloc<float>(3);
     upload(d_scales, scales16, 16);
     cudaCheck(cudaMemset(d_amax, 0, 3 * sizeof(float)));
-    upload((uint16_t *)d_x, x.data(), x.size());
-    upload((uint16_t *)d_w, w.data(), w.size());
-    upload((uint16_t *)d_dy, dy.data(), dy.size());
+    upload(d_x, x.data(), x.size());
+    upload(d_w, w.data(), w.size());
+    upload(d_dy, dy.data(), dy.size());
     const float *sxi = d_scales + 4, *swi = d_scales + 8, *sdyi = d_scales + 12;
+
+    // fprop, dgrad and wgrad on the fp8 operands now in d_xq ... d_dyq_t, each against its reference
+    auto check_fp8_gemms = [&](const char *fprop_name, const char *dgrad_name, const char *wgrad_name) {
+        matmul_fp8_fprop(d_y, (const fp8e4 *)d_xq, (const fp8e4 *)d_wq, sxi, swi, N, IN, OUT, 0);
+        check_output(fprop_name, d_y, y_ref);
+        matmul_fp8_dgrad(d_dx, (const fp8e5 *)d_dyq, (const fp8e4 *)d_wq_t, sdyi, swi, N, IN, OUT, 0);
+        check_output(dgrad_name, d_dx, dx_ref);
+        matmul_fp8_wgrad(d_dw, (const fp8e5 *)d_dyq_t, (const fp8e4 *)d_xq_t, sdyi, sxi, N, IN, OUT, 0, 0);
+        check_output(wgrad_name, d_dw, dw_ref);
+    };
 
     // 1. fp8 GEMMs on CPU-made operands
     upload(d_xq, xq.data(), xq.size()); upload(d_wq, wq.data(), wq.size()); upload(d_dyq, dyq.data(), dyq.size());
     upload(d_wq_t, wq_t.data(), wq_t.size()); upload(d_xq_t, xq_t.data(), xq_t.size()); upload(d_dyq_t, dyq_t.data(), dyq_t.size());
-    matmul_fp8_fprop(d_y, (const fp8e4 *)d_xq, (const fp8e4 *)d_wq, sxi, swi, N, IN, OUT, 0);
-    check_output("fp8 fprop  Y = X W^T (fast accum)", d_y, y_ref);
-    matmul_fp8_dgrad(d_dx, (const fp8e5 *)d_dyq, (const fp8e4 *)d_wq_t, sdyi, swi, N, IN, OUT, 0);
-    check_output("fp8 dgrad  dX = dY W", d_dx, dx_ref);
-    matmul_fp8_wgrad(d_dw, (const fp8e5 *)d_dyq_t, (const fp8e4 *)d_xq_t, sdyi, sxi, N, IN, OUT, 0, 0);
-    check_output("fp8 wgrad  dW = dY^T X", d_dw, dw_ref);
-    upload((uint16_t *)d_dw, dw0.data(), dw0.size());
+    check_fp8_gemms("fp8 fprop  Y = X W^T (fast accum)", "fp8 dgrad  dX = dY W", "fp8 wgrad  dW = dY^T X");
+    upload(d_dw, dw0.data(), dw0.size());
     matmul_fp8_wgrad(d_dw, (const fp8e5 *)d_dyq_t, (const fp8e4 *)d_xq_t, sdyi, sxi, N, IN, OUT, 1, 0);
     check_output("fp8 wgrad  dW += dY^T X (accumulate)", d_dw, dw_acc_ref);
 
@@ -181,12 +167,7 @@ static void validate_shape(int N, int IN, int OUT) {
     check_bytes("path: fp8_cast_transpose dY == CPU", d_dyq, dyq);
     check_bytes("path: fp8_cast_transpose dY^T == CPU", d_dyq_t, dyq_t);
     check_bytes("path: fp8_transpose X -> X^T == CPU", d_xq_t, xq_t);
-    matmul_fp8_fprop(d_y, (const fp8e4 *)d_xq, (const fp8e4 *)d_wq, sxi, swi, N, IN, OUT, 0);
-    check_output("path: fp8 fprop", d_y, y_ref);
-    matmul_fp8_dgrad(d_dx, (const fp8e5 *)d_dyq, (const fp8e4 *)d_wq_t, sdyi, swi, N, IN, OUT, 0);
-    check_output("path: fp8 dgrad", d_dx, dx_ref);
-    matmul_fp8_wgrad(d_dw, (const fp8e5 *)d_dyq_t, (const fp8e4 *)d_xq_t, sdyi, sxi, N, IN, OUT, 0, 0);
-    check_output("path: fp8 wgrad", d_dw, dw_ref);
+    check_fp8_gemms("path: fp8 fprop", "path: fp8 dgrad", "path: fp8 wgrad");
 
     // 3. bf16
     std::vector<float> xf(x.size()), wf(w.size()), dyf(dy.size());
@@ -202,7 +183,7 @@ static void validate_shape(int N, int IN, int OUT) {
     matmul_backward(d_dx, d_dw, d_dy, d_x, d_w, N, IN, OUT, 0, 0);
     check_output("bf16 matmul_backward dX = dY W", d_dx, ref_gemm_nt(dyf, wf_t, N, IN, OUT, 1.0, NULL));
     check_output("bf16 matmul_backward dW = dY^T X", d_dw, ref_gemm_nt(dyf_t, xf_t, OUT, IN, N, 1.0, NULL));
-    upload((uint16_t *)d_dw, dw0.data(), dw0.size());
+    upload(d_dw, dw0.data(), dw0.size());
     matmul_backward(NULL, d_dw, d_dy, d_x, d_w, N, IN, OUT, 1, 0);
     check_output("bf16 matmul_backward dW += dY^T X (accumulate, dx NULL)", d_dw, ref_gemm_nt(dyf_t, xf_t, OUT, IN, N, 1.0, &dw0f));
 
@@ -216,27 +197,10 @@ static void validate_shape(int N, int IN, int OUT) {
 // ---------------------------------------------------------------------------------------------
 // timing
 
-template <class F> static float median_ms(F fn, int warmup = 5, int reps = 25) {
-    for (int i = 0; i < warmup; i++) fn(i);
-    std::vector<cudaEvent_t> ev(2 * reps);
-    for (auto &e : ev) cudaCheck(cudaEventCreate(&e));
-    for (int i = 0; i < reps; i++) {
-        cudaCheck(cudaEventRecord(ev[2 * i], 0));
-        fn(i);
-        cudaCheck(cudaEventRecord(ev[2 * i + 1], 0));
-    }
-    cudaCheck(cudaEventSynchronize(ev.back()));
-    std::vector<float> t(reps);
-    for (int i = 0; i < reps; i++) cudaCheck(cudaEventElapsedTime(&t[i], ev[2 * i], ev[2 * i + 1]));
-    for (auto &e : ev) cudaCheck(cudaEventDestroy(e));
-    std::sort(t.begin(), t.end());
-    return t[reps / 2];
-}
-
 __global__ void fill_normalish_kernel(floatX *p, size_t n, uint32_t seed, float stddev) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 15; h *= 0x2c1b3c6du; h ^= h >> 12; h *= 0x297a2d39u; h ^= h >> 15;
+        uint32_t h = index_hash(i, seed);
+        h *= 0x297a2d39u; h ^= h >> 15; // one more round: both 16-bit halves are used
         // sum of two uniforms: a cheap bell shape with mean 0, stddev ~ stddev
         float u = ((float)(h & 0xffff) + (float)(h >> 16)) / 65536.0f - 1.0f;
         p[i] = __float2bfloat16(u * 2.45f * stddev);
@@ -261,12 +225,13 @@ static void bench_shape(const Shape &s, Times out[3]) {
     uint8_t *xq[COPIES], *wq[COPIES], *wq_t[COPIES], *dyq[COPIES], *dyq_t[COPIES], *xq_t[COPIES];
     // per copy, 32 floats: scale x, w, dy at 0..2 | scale_inv x, w, dy at 4, 8, 12 (16-byte aligned for
     // cuBLASLt) | amax x, w, dy at 16..18
-    float *state = dalloc<float>(32 * COPIES);
+    float *state = device_alloc<float>(32 * COPIES);
     cudaCheck(cudaMemset(state, 0, 32 * COPIES * sizeof(float)));
     for (int c = 0; c < COPIES; c++) {
-        x[c] = dalloc<floatX>(nx); w[c] = dalloc<floatX>(nw); dy[c] = dalloc<floatX>(ndy);
-        xq[c] = dalloc<uint8_t>(nx); xq_t[c] = dalloc<uint8_t>(nx); wq[c] = dalloc<uint8_t>(nw); wq_t[c] = dalloc<uint8_t>(nw);
-        dyq[c] = dalloc<uint8_t>(ndy); dyq_t[c] = dalloc<uint8_t>(ndy);
+        x[c] = device_alloc<floatX>(nx); w[c] = device_alloc<floatX>(nw); dy[c] = device_alloc<floatX>(ndy);
+        xq[c] = device_alloc<uint8_t>(nx); xq_t[c] = device_alloc<uint8_t>(nx);
+        wq[c] = device_alloc<uint8_t>(nw); wq_t[c] = device_alloc<uint8_t>(nw);
+        dyq[c] = device_alloc<uint8_t>(ndy); dyq_t[c] = device_alloc<uint8_t>(ndy);
         fill_normalish_kernel<<<2048, 256>>>(x[c], nx, 11u + c, 1.0f);
         fill_normalish_kernel<<<2048, 256>>>(w[c], nw, 23u + c, 0.02f);
         fill_normalish_kernel<<<2048, 256>>>(dy[c], ndy, 37u + c, 1e-4f);
@@ -285,27 +250,29 @@ static void bench_shape(const Shape &s, Times out[3]) {
         fp8_cast_transpose(dyq[c], dyq_t[c], FP8_E5M2, dy[c], N, OUT, am + 2, sc + 2, 0);
         fp8_transpose(xq_t[c], xq[c], N, IN, 0);
     }
-    floatX *y = dalloc<floatX>(ndy), *dx = dalloc<floatX>(nx), *dw = dalloc<floatX>(nw);
+    floatX *y = device_alloc<floatX>(ndy), *dx = device_alloc<floatX>(nx), *dw = device_alloc<floatX>(nw);
     cudaCheck(cudaDeviceSynchronize());
 #define SC(c) (state + 32 * (c))
 #define SI(c) (state + 32 * (c) + 4)
 #define AM(c) (state + 32 * (c) + 16)
-    out[FPROP].bf16 = median_ms([&](int i) { int c = i % COPIES; matmul_forward(y, x[c], w[c], N, IN, OUT, 0); });
-    out[FPROP].fp8 = median_ms([&](int i) { int c = i % COPIES;
+    out[FPROP].bf16 = time_median_ms_queued([&](int i) { int c = i % COPIES; matmul_forward(y, x[c], w[c], N, IN, OUT, 0); });
+    out[FPROP].fp8 = time_median_ms_queued([&](int i) { int c = i % COPIES;
         matmul_fp8_fprop(y, (const fp8e4 *)xq[c], (const fp8e4 *)wq[c], SI(c) + 0, SI(c) + 4, N, IN, OUT, 0); });
-    out[FPROP].lin = median_ms([&](int i) { int c = i % COPIES;
+    out[FPROP].lin = time_median_ms_queued([&](int i) { int c = i % COPIES;
         fp8_cast(xq[c], FP8_E4M3, x[c], nx, AM(c) + 0, SC(c) + 0, 0);
         matmul_fp8_fprop(y, (const fp8e4 *)xq[c], (const fp8e4 *)wq[c], SI(c) + 0, SI(c) + 4, N, IN, OUT, 0); });
-    out[DGRAD].bf16 = median_ms([&](int i) { int c = i % COPIES; matmul_backward(dx, NULL, dy[c], x[c], w[c], N, IN, OUT, 0, 0); });
-    out[DGRAD].fp8 = median_ms([&](int i) { int c = i % COPIES;
+    out[DGRAD].bf16 = time_median_ms_queued([&](int i) { int c = i % COPIES;
+        matmul_backward(dx, NULL, dy[c], x[c], w[c], N, IN, OUT, 0, 0); });
+    out[DGRAD].fp8 = time_median_ms_queued([&](int i) { int c = i % COPIES;
         matmul_fp8_dgrad(dx, (const fp8e5 *)dyq[c], (const fp8e4 *)wq_t[c], SI(c) + 8, SI(c) + 4, N, IN, OUT, 0); });
-    out[DGRAD].lin = median_ms([&](int i) { int c = i % COPIES;
+    out[DGRAD].lin = time_median_ms_queued([&](int i) { int c = i % COPIES;
         fp8_cast_transpose(dyq[c], dyq_t[c], FP8_E5M2, dy[c], N, OUT, AM(c) + 2, SC(c) + 2, 0);
         matmul_fp8_dgrad(dx, (const fp8e5 *)dyq[c], (const fp8e4 *)wq_t[c], SI(c) + 8, SI(c) + 4, N, IN, OUT, 0); });
-    out[WGRAD].bf16 = median_ms([&](int i) { int c = i % COPIES; matmul_backward(NULL, dw, dy[c], x[c], w[c], N, IN, OUT, 0, 0); });
-    out[WGRAD].fp8 = median_ms([&](int i) { int c = i % COPIES;
+    out[WGRAD].bf16 = time_median_ms_queued([&](int i) { int c = i % COPIES;
+        matmul_backward(NULL, dw, dy[c], x[c], w[c], N, IN, OUT, 0, 0); });
+    out[WGRAD].fp8 = time_median_ms_queued([&](int i) { int c = i % COPIES;
         matmul_fp8_wgrad(dw, (const fp8e5 *)dyq_t[c], (const fp8e4 *)xq_t[c], SI(c) + 8, SI(c) + 0, N, IN, OUT, 0, 0); });
-    out[WGRAD].lin = median_ms([&](int i) { int c = i % COPIES;
+    out[WGRAD].lin = time_median_ms_queued([&](int i) { int c = i % COPIES;
         fp8_transpose(xq_t[c], xq[c], N, IN, 0);
         matmul_fp8_wgrad(dw, (const fp8e5 *)dyq_t[c], (const fp8e4 *)xq_t[c], SI(c) + 8, SI(c) + 0, N, IN, OUT, 0, 0); });
 #undef SC
@@ -338,9 +305,7 @@ static void print_table(const char *title, const std::vector<int> &which, const 
 int main(int argc, char **argv) {
     int only = argc > 1 ? atoi(argv[1]) : 0;
     if (only < 0 || only > 8) FATAL("usage: %s [shape 1..8]", argv[0]);
-    cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    g_num_sms = prop.multiProcessorCount;
+    cudaDeviceProp prop = device_properties();
     printf("device: %s (sm_%d%d), cuBLASLt %zu\n", prop.name, prop.major, prop.minor, cublasLtGetVersion());
     if (prop.major * 10 + prop.minor < 89) FATAL("fp8 GEMMs need compute capability 8.9+ (this is %d.%d)", prop.major, prop.minor);
     matmul_init();
@@ -373,7 +338,5 @@ int main(int argc, char **argv) {
                s.anchor_fp8, s.anchor_fp8 / s.anchor_bf16);
     }
     matmul_destroy();
-    if (g_failures == 0) printf("\nfp8_gemm: ALL PASS\n");
-    else printf("\nfp8_gemm: %d FAILED\n", g_failures);
-    return g_failures == 0 ? 0 : 1;
+    return report_summary("fp8_gemm");
 }

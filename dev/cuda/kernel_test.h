@@ -1,9 +1,9 @@
 /*
-What the dev/cuda kernel programs share: a CPU model of bf16 rounding (the fp8 casts' CPU model is
-llmc/fp8.h's fp8_encode, written from the format definitions, so it checks the GPU's conversions
-rather than repeating them), random bf16 inputs, NaN poisoning of outputs, an
-element-wise comparison that counts failures and reports the worst one, and a CUDA-event timer
-that reports the median of many runs as GB/s against the H200's copy bandwidth.
+The validation conventions of the dev/cuda kernel programs, on top of bench_common.h (bf16 bits,
+device buffers, timers): random bf16 inputs, NaN poisoning of outputs, an element-wise comparison
+that counts failures and reports the worst one, exact checks of fp8 copies and amaxes (the fp8 casts'
+CPU model is llmc/fp8.h's fp8_encode, written from the format definitions, so it checks the GPU's
+conversions rather than repeating them), and the failure count that sets the exit status.
 
 Tolerances used by the programs, and why: every kernel reads bf16, computes in fp32 and rounds its
 result once to bf16. The CPU reference computes in double from the same bf16 inputs, so the only
@@ -16,48 +16,23 @@ the same code; amaxes are checked exactly against the max |bf16 output|.
 #ifndef DEV_CUDA_KERNEL_TEST_H
 #define DEV_CUDA_KERNEL_TEST_H
 
-#include <stdio.h>
-#include <stdlib.h>
-#include <stdint.h>
-#include <string.h>
-#include <math.h>
-#include <vector>
-#include <algorithm>
-#include "llmc/cuda_common.cuh"
-#include "llmc/fp8.h" // fp8_encode: the CPU cast (round-to-nearest-even, saturating), Fp8Format
-
-#define H200_COPY_GBPS 4170.0 // measured device-to-device copy bandwidth, the roofline for these kernels
+#include "bench_common.h" // bf16 bits, device buffers, fill, timers, report_bandwidth, dev_setup
+#include "llmc/fp8.h"     // fp8_encode: the CPU cast (round-to-nearest-even, saturating), Fp8Format
 
 static int g_failures = 0; // validation failures over the whole program
 
 // ----------------------------------------------------------------------------------------------
-// CPU bf16
-
-static float bf16_to_float(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static uint16_t float_to_bf16(float f) { // round to nearest even
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0; // NaN
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static float round_bf16(float f) { return bf16_to_float(float_to_bf16(f)); }
-
-// ----------------------------------------------------------------------------------------------
-// inputs, device buffers
+// inputs, poisoned outputs
 
 static uint64_t g_rng = 0x1234abcd5678ef01ull;
 
-// n bf16 values ~ mean + stddev * N(0, 1), never exactly zero (so every output carries signal).
-static std::vector<uint16_t> random_bf16(size_t n, float mean, float stddev) {
+// n bf16 values ~ mean + stddev * N(0, 1), never exactly zero (so every output carries signal), drawn
+// from *rng: the program's one stream, or a program's own seed where a tensor must not depend on
+// what was drawn before it.
+static std::vector<uint16_t> random_bf16(size_t n, float mean, float stddev, uint64_t *rng = &g_rng) {
     std::vector<uint16_t> v(n);
     for (size_t i = 0; i < n; i++) {
-        float x = mean + stddev * random_normal(&g_rng);
+        float x = mean + stddev * random_normal(rng);
         if (x == 0.0f) x = stddev * 0.5f;
         v[i] = float_to_bf16(x);
         if ((v[i] & 0x7fff) == 0) v[i] = float_to_bf16(stddev * 0.5f);
@@ -65,30 +40,9 @@ static std::vector<uint16_t> random_bf16(size_t n, float mean, float stddev) {
     return v;
 }
 
-template <typename T>
-static T *to_device(const std::vector<T> &h) {
-    T *d = (T *)cudaMallocCheck(h.size() * sizeof(T) + 16, "test buffer");
-    cudaCheck(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-    return d;
-}
-template <typename T>
-static T *device_alloc(size_t n) { return (T *)cudaMallocCheck(n * sizeof(T) + 16, "test buffer"); }
-template <typename T>
-static std::vector<T> to_host(const void *d, size_t n) {
-    std::vector<T> h(n);
-    cudaCheck(cudaDeviceSynchronize());
-    cudaCheck(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-}
 // All-ones bytes: NaN as bf16 (0xFFFF), fp32 (0xFFFFFFFF), E4M3 and E5M2 (0xFF): an element the
 // kernel forgot to write fails every comparison.
 static void poison(void *d, size_t bytes) { cudaCheck(cudaMemset(d, 0xff, bytes)); }
-static void set_float(float *d, float v) { cudaCheck(cudaMemcpy(d, &v, sizeof(float), cudaMemcpyHostToDevice)); }
-static float get_float(const float *d) {
-    float v;
-    cudaCheck(cudaMemcpy(&v, d, sizeof(float), cudaMemcpyDeviceToHost));
-    return v;
-}
 
 // ----------------------------------------------------------------------------------------------
 // comparison
@@ -153,48 +107,27 @@ static void check_bitwise(const char *name, const void *a, const void *b, size_t
 }
 
 // ----------------------------------------------------------------------------------------------
-// setup and timing
+// the program's verdict
 
-static void dev_setup(void) {
-    int dev = 0;
-    cudaDeviceProp prop;
-    cudaCheck(cudaGetDevice(&dev));
-    cudaCheck(cudaGetDeviceProperties(&prop, dev));
-    g_num_sms = prop.multiProcessorCount;
-    printf("device: %s, %d SMs, %.0f MB L2\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1048576.0);
-}
-
-// Median over reps of the time of f() (each run timed alone by events), after warm-up runs.
-template <typename F>
-static float time_median_ms(F f, int reps = 25, int warmup = 5) {
-    for (int i = 0; i < warmup; i++) f();
-    cudaEvent_t start, stop;
-    cudaCheck(cudaEventCreate(&start));
-    cudaCheck(cudaEventCreate(&stop));
-    std::vector<float> ms(reps);
-    for (int i = 0; i < reps; i++) {
-        cudaCheck(cudaEventRecord(start));
-        f();
-        cudaCheck(cudaEventRecord(stop));
-        cudaCheck(cudaEventSynchronize(stop));
-        cudaCheck(cudaEventElapsedTime(&ms[i], start, stop));
-    }
-    cudaCheck(cudaEventDestroy(start));
-    cudaCheck(cudaEventDestroy(stop));
-    std::sort(ms.begin(), ms.end());
-    return ms[reps / 2];
-}
-
-static void report_bandwidth(const char *name, float ms, double bytes) {
-    double gbps = bytes / (ms * 1e-3) / 1e9;
-    printf("  %-44s %9.2f us %8.1f GB/s  %5.1f%% of %.0f GB/s\n", name, ms * 1e3, gbps, 100.0 * gbps / H200_COPY_GBPS,
-           H200_COPY_GBPS);
-}
-
+// The last line and the exit status (1 if any check failed), in the two forms the programs print
+// (scripts/run_gpu_checks.sh shows each program's last line; some file headers quote it): finish()
+// after element-wise checks (rmsnorm, swiglu, rope_encoder, classifier), report_summary() after one
+// report() line per check (adamw, fp8_gemm, cast_transpose: a check that judges a whole kernel run
+// and says what went wrong first).
 static int finish(const char *program) {
     if (g_failures) printf("%s: FAIL (%d checks failed)\n", program, g_failures);
     else printf("%s: PASS\n", program);
     return g_failures ? 1 : 0;
+}
+
+static void report(const char *what, bool ok, const char *detail) {
+    printf("%s  %s%s%s\n", ok ? "PASS" : "FAIL", what, detail[0] ? ": " : "", detail);
+    if (!ok) g_failures++;
+}
+static int report_summary(const char *program) {
+    if (g_failures == 0) printf("\n%s: ALL PASS\n", program);
+    else printf("\n%s: %d FAILED\n", program, g_failures);
+    return g_failures == 0 ? 0 : 1;
 }
 
 #endif

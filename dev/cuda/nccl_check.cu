@@ -42,32 +42,12 @@ Run:
   ./nccl_check -ngpu 2 --hang-rank 1;  echo "exit $?"
 The last line is "nccl_check: ALL PASS" or "nccl_check: N FAILED"; exit status 0 / 1.
 */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <math.h>
-#include <algorithm>
-#include <vector>
-#include "llmc/cuda_common.cuh"
 #include "llmc/llama_config.h" // param_sizes, presets: real tensor layouts for the shard checks
 #include "llmc/multi_gpu.cuh"  // the module under test
+#include "bench_common.h"      // bf16 and fp32 bits, device buffers, median
 
 static int g_failures = 0; // checks that failed on any rank (every rank counts the same)
 
-static uint16_t bf16_bits_of(float f) { // round to nearest even; inputs here are exact anyway
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static float bf16_value(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static uint32_t f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-static float f32_of_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 static uint32_t hash32(uint64_t x) {
     x ^= x >> 33; x *= 0xff51afd7ed558ccdull; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ull; x ^= x >> 33;
     return (uint32_t)x;
@@ -86,11 +66,8 @@ static void report(MultiGpu *mg, const char *what, bool ok, const char *detail) 
     if (bad) g_failures++;
 }
 
-template <typename T> static T *to_device(const std::vector<T> &h) {
-    T *d = (T *)cudaMallocCheck(h.size() * sizeof(T) + 1, "test buffer");
-    cudaCheck(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-    return d;
-}
+// bench_common.h's to_host, waited for by mg_wait: a collective that never finishes ends the run at
+// the timeout instead of hanging the copy.
 template <typename T> static std::vector<T> to_host(MultiGpu *mg, const T *d, size_t n, cudaStream_t stream) {
     std::vector<T> h(n);
     cudaCheck(cudaMemcpyAsync(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost, stream));
@@ -129,10 +106,10 @@ static void check_allreduce(MultiGpu *mg, cudaStream_t stream) {
     // sum
     std::vector<uint16_t> h(n), expect(n);
     for (size_t i = 0; i < n; i++) {
-        h[i] = bf16_bits_of((float)((int)((i * 7 + R * 3) % 11) - 5));
+        h[i] = float_to_bf16((float)((int)((i * 7 + R * 3) % 11) - 5));
         int s = 0;
         for (int r = 0; r < W; r++) s += (int)((i * 7 + r * 3) % 11) - 5;
-        expect[i] = bf16_bits_of((float)s);
+        expect[i] = float_to_bf16((float)s);
     }
     floatX *d = (floatX *)to_device(h);
     mg_allreduce_bf16(mg, d, n, MG_SUM, stream);
@@ -140,29 +117,29 @@ static void check_allreduce(MultiGpu *mg, cudaStream_t stream) {
     std::vector<uint16_t> got = to_host(mg, (uint16_t *)d, n, stream);
     size_t bad = 0, first = 0;
     for (size_t i = 0; i < n; i++) if (got[i] != expect[i] && bad++ == 0) first = i;
-    if (bad) snprintf(detail, sizeof(detail), "%zu wrong, first at %zu: %g, want %g", bad, first, bf16_value(got[first]), bf16_value(expect[first]));
+    if (bad) snprintf(detail, sizeof(detail), "%zu wrong, first at %zu: %g, want %g", bad, first, bf16_to_float(got[first]), bf16_to_float(expect[first]));
     report(mg, "all-reduce bf16 sum, n = 1000003", bad == 0, detail);
 
     // mean: rank r holds k*W + 2r - (W-1), so the mean is k*W exactly
     std::vector<float> want(n);
     for (size_t i = 0; i < n; i++) {
         int k = (int)(i % 9) - 4;
-        h[i] = bf16_bits_of((float)(k * W + 2 * R - (W - 1)));
+        h[i] = float_to_bf16((float)(k * W + 2 * R - (W - 1)));
         want[i] = (float)(k * W);
     }
-    cudaCheck(cudaMemcpy(d, h.data(), n * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    upload(d, h.data(), n);
     mg_allreduce_bf16(mg, d, n, MG_AVG, stream);
     mg_join(mg, stream);
     got = to_host(mg, (uint16_t *)d, n, stream);
     bool pow2 = (W & (W - 1)) == 0;
     bad = 0;
     for (size_t i = 0; i < n; i++) {
-        float g = bf16_value(got[i]);
+        float g = bf16_to_float(got[i]);
         bool ok = pow2 ? g == want[i] : fabsf(g - want[i]) <= fabsf(want[i]) * (1.0f / 128.0f);
         if (!ok && bad++ == 0) first = i;
     }
     detail[0] = '\0';
-    if (bad) snprintf(detail, sizeof(detail), "%zu wrong, first at %zu: %g, want %g", bad, first, bf16_value(got[first]), want[first]);
+    if (bad) snprintf(detail, sizeof(detail), "%zu wrong, first at %zu: %g, want %g", bad, first, bf16_to_float(got[first]), want[first]);
     report(mg, pow2 ? "all-reduce bf16 mean (exact: world is a power of two)" : "all-reduce bf16 mean (within 2^-7)", bad == 0, detail);
     cudaCheck(cudaFree(d));
 }
@@ -177,7 +154,7 @@ static void check_reducescatter_allgather(MultiGpu *mg, cudaStream_t stream) {
 
     // reduce-scatter in place, the ZeRO-1 gradient reduce; the padding is zero on every rank
     std::vector<uint16_t> h(padded, 0);
-    for (size_t i = 0; i < n; i++) h[i] = bf16_bits_of((float)((int)((i * 5 + R) % 13) - 6));
+    for (size_t i = 0; i < n; i++) h[i] = float_to_bf16((float)((int)((i * 5 + R) % 13) - 6));
     floatX *d = (floatX *)to_device(h);
     mg_reducescatter_bf16(mg, d, d + s.start, shard, MG_SUM, stream);
     mg_join(mg, stream);
@@ -188,10 +165,10 @@ static void check_reducescatter_allgather(MultiGpu *mg, cudaStream_t stream) {
         size_t i = s.start + j;
         int sum = 0;
         if (i < n) for (int r = 0; r < W; r++) sum += (int)((i * 5 + r) % 13) - 6;
-        if (got[j] != bf16_bits_of((float)sum) && bad++ == 0) { first = i; want_first = (float)sum; }
+        if (got[j] != float_to_bf16((float)sum) && bad++ == 0) { first = i; want_first = (float)sum; }
     }
     if (bad) snprintf(detail, sizeof(detail), "%zu wrong in shard [%zu, %zu), first at %zu: %g, want %g", bad, s.start, s.end,
-                      first, bf16_value(got[first - s.start]), want_first);
+                      first, bf16_to_float(got[first - s.start]), want_first);
     char what[160];
     snprintf(what, sizeof(what), "reduce-scatter bf16 in place, n = 1000003 padded to %zu (shard %zu)", padded, shard);
     report(mg, what, bad == 0, detail);
@@ -199,7 +176,7 @@ static void check_reducescatter_allgather(MultiGpu *mg, cudaStream_t stream) {
     // all-gather in place: this rank's shard holds finite bit patterns of its flat indices, the rest NaN
     auto pattern = [](size_t i) { return (uint16_t)(hash32(i) & 0xBFFFu); }; // bit 14 clear: finite
     for (size_t i = 0; i < padded; i++) h[i] = (i >= s.start && i < s.end) ? pattern(i) : (uint16_t)0xFFFF;
-    cudaCheck(cudaMemcpy(d, h.data(), padded * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    upload(d, h.data(), padded);
     mg_allgather_bf16(mg, d + s.start, d, shard, stream);
     mg_join(mg, stream);
     got = to_host(mg, (uint16_t *)d, padded, stream);
@@ -215,7 +192,7 @@ static void check_reducescatter_allgather(MultiGpu *mg, cudaStream_t stream) {
     std::vector<uint8_t> hb(nb);
     for (size_t j = 0; j < nb; j++) hb[j] = (uint8_t)(j * 31 + R * 101 + 7);
     uint8_t *send = to_device(hb);
-    uint8_t *recv = (uint8_t *)cudaMallocCheck(nb * W, "test buffer");
+    uint8_t *recv = device_alloc<uint8_t>(nb * W);
     cudaCheck(cudaMemset(recv, 0xAA, nb * W));
     mg_allgather_bytes(mg, send, recv, nb, stream);
     mg_join(mg, stream);
@@ -240,7 +217,7 @@ static float amax_input(size_t i, int r, int W) {
     case 3: return r == (int)(i / 8) % W ? 3.0e-30f * (float)(i + 1) : 0.0f; // one rank nonzero, tiny
     case 4: return r == W - 1 ? 1.0e-40f : 0.0f;               // a denormal
     case 5: return r == W - 1 ? INFINITY : 100.0f;             // an overflow on one rank
-    case 6: return r == 0 ? f32_of_bits(0x7FC00000u) : 2.0f;   // a NaN on one rank must win
+    case 6: return r == 0 ? float_from_bits(0x7FC00000u) : 2.0f; // a NaN on one rank must win
     default: return (float)(hash32(i * 131 + r) % 100000) * 0.01f; // per-rank random, up to 1000
     }
 }
@@ -258,11 +235,11 @@ static void check_amax(MultiGpu *mg, cudaStream_t stream) {
     uint32_t want_first = 0;
     for (size_t i = 0; i < nt; i++) {
         uint32_t want = 0;
-        for (int r = 0; r < W; r++) want = std::max(want, f32_bits(amax_input(i, r, W)));
-        if (f32_bits(got[i]) != want && bad++ == 0) { first = i; want_first = want; }
+        for (int r = 0; r < W; r++) want = std::max(want, float_bits(amax_input(i, r, W)));
+        if (float_bits(got[i]) != want && bad++ == 0) { first = i; want_first = want; }
     }
     char detail[256] = "";
-    if (bad) snprintf(detail, sizeof(detail), "%zu slots wrong, first %zu: bits 0x%08x, want 0x%08x", bad, first, f32_bits(got[first]), want_first);
+    if (bad) snprintf(detail, sizeof(detail), "%zu slots wrong, first %zu: bits 0x%08x, want 0x%08x", bad, first, float_bits(got[first]), want_first);
     report(mg, "amax max over 1203 fp32 slots (zeros, denormals, inf, NaN on one rank)", bad == 0, detail);
     cudaCheck(cudaFree(d));
 }
@@ -308,8 +285,8 @@ static void check_agree_barrier(MultiGpu *mg) {
 static void check_ordering(MultiGpu *mg, cudaStream_t stream) {
     const size_t n = (size_t)1 << 20;
     int W = mg->world, R = mg->rank;
-    floatX *d = (floatX *)cudaMallocCheck(n * sizeof(floatX), "test buffer");
-    floatX *out = (floatX *)cudaMallocCheck(n * sizeof(floatX), "test buffer");
+    floatX *d = device_alloc<floatX>(n);
+    floatX *out = device_alloc<floatX>(n);
     cudaCheck(cudaMemsetAsync(d, 0, n * sizeof(floatX), stream));
     slow_fill_kernel<<<256, 256, 0, stream>>>(d, n, (float)(R + 1), 20 * 1000 * 1000); // 20 ms, then writes
     cudaLaunchCheck();
@@ -318,11 +295,11 @@ static void check_ordering(MultiGpu *mg, cudaStream_t stream) {
     copy_kernel<<<256, 256, 0, stream>>>(out, d, n);
     cudaLaunchCheck();
     std::vector<uint16_t> got = to_host(mg, (uint16_t *)out, n, stream);
-    uint16_t want = bf16_bits_of(0.5f * (float)(W * (W + 1)));
+    uint16_t want = float_to_bf16(0.5f * (float)(W * (W + 1)));
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) bad += got[i] != want;
     char detail[256] = "";
-    if (bad) snprintf(detail, sizeof(detail), "%zu of %zu wrong (first %g, want %g)", bad, n, bf16_value(got[0]), bf16_value(want));
+    if (bad) snprintf(detail, sizeof(detail), "%zu of %zu wrong (first %g, want %g)", bad, n, bf16_to_float(got[0]), bf16_to_float(want));
     report(mg, "collective after a slow producer on the compute stream; consumer after mg_join", bad == 0, detail);
 
     // overlap: the all-reduce of data already produced finishes while a 500 ms kernel holds the compute stream
@@ -474,8 +451,7 @@ static void bench(MultiGpu *mg, cudaStream_t stream) {
             cudaCheck(cudaEventElapsedTime(&t, a, b));
             if (it >= 2) ms.push_back(t);
         }
-        std::sort(ms.begin(), ms.end());
-        float t = ms[ms.size() / 2];
+        float t = median(ms);
         double bytes = (double)n * sizeof(floatX);
         double algbw = bytes / (t * 1e-3) / 1e9;
         // bus bandwidth (nccl-tests' definition): what each link carries
@@ -490,7 +466,7 @@ static void bench(MultiGpu *mg, cudaStream_t stream) {
 // --kill-rank / --hang-rank: an all-reduce loop that one rank leaves mid-run.
 static void failure_run(MultiGpu *mg, cudaStream_t stream, int kill_rank, int hang_rank, double t_start) {
     const size_t n = (size_t)1 << 20;
-    floatX *d = (floatX *)cudaMallocCheck(n * sizeof(floatX), "test buffer");
+    floatX *d = device_alloc<floatX>(n);
     cudaCheck(cudaMemsetAsync(d, 0, n * sizeof(floatX), stream));
     if (mg_is_main(mg)) {
         printf("failure test: rank %d will %s at iteration 10 of 200 all-reduces (timeout %.0f s)\n",

@@ -128,8 +128,8 @@ static void validate(int N, int C) {
     std::vector<uint8_t> runs_f8[2];
     float runs_amax[2];
     for (int run = 0; run < 2; run++) {
-        cudaCheck(cudaMemcpy(d_dres, dres0.data(), NC * 2, cudaMemcpyHostToDevice));
-        cudaCheck(cudaMemcpy(d_dw, dw0.data(), C * 2, cudaMemcpyHostToDevice));
+        upload(d_dres, dres0.data(), NC);
+        upload(d_dw, dw0.data(), C);
         poison(d_scratch, rmsnorm_backward_scratch_floats(N, C) * 4); poison(d_f5, NC); set_float(d_amax, 0.0f);
         rmsnorm_backward(d_dres, d_dw, d_scratch, d_dout, d_x, d_w, d_rstd_in, N, C, bcast, 0);
         runs_dres[run] = to_host<uint16_t>(d_dres, NC);

@@ -42,7 +42,7 @@ static void validate_rope(int B, int T, int NH, int NKV, int HS) {
     set_float(d_amax, 0.0f);
     poison(d_f8, n);
     Fp8Cast cast = {d_f8, d_amax, d_scale};
-    cudaCheck(cudaMemcpy(d_qkv, q.data(), n * 2, cudaMemcpyHostToDevice));
+    upload(d_qkv, q.data(), n);
     rope_backward(d_qkv, d_freqs, B, T, NH, NKV, HS, cast, 0);
     std::vector<uint16_t> bwd = to_host<uint16_t>(d_qkv, n);
     std::vector<uint8_t> f8 = to_host<uint8_t>(d_f8, n);
@@ -88,7 +88,7 @@ static void validate_rope(int B, int T, int NH, int NKV, int HS) {
 
     // without a cast: the same bf16, and the second run is bit-identical to the first
     Fp8Cast none = {NULL, NULL, NULL};
-    cudaCheck(cudaMemcpy(d_qkv, q.data(), n * 2, cudaMemcpyHostToDevice));
+    upload(d_qkv, q.data(), n);
     rope_backward(d_qkv, d_freqs, B, T, NH, NKV, HS, none, 0);
     std::vector<uint16_t> bwd2 = to_host<uint16_t>(d_qkv, n);
     check_bitwise("rope backward without cast == with", bwd.data(), bwd2.data(), n * 2);
@@ -156,7 +156,7 @@ static void validate_encoder(int N, int C, int V) {
     cmp_end(&c);
 
     // repeat from the same state: bit-identical
-    cudaCheck(cudaMemcpy(d_dwte, dwte0.data(), VC * 2, cudaMemcpyHostToDevice));
+    upload(d_dwte, dwte0.data(), VC);
     encoder_backward(&eb, d_dwte, d_d1, tok.data(), N, C, 0);
     encoder_backward(&eb, d_dwte, d_d2, tok2.data(), N, C, 0);
     std::vector<uint16_t> got2 = to_host<uint16_t>(d_dwte, VC);
