@@ -59,8 +59,8 @@ typedef struct {
     int kind, m, n, k, accumulate;
     int align[4]; // bytes: A, B, C(=D), and 0 (reserved)
     cublasLtMatmulDesc_t desc;
-    // C gets its own layout object although it equals D's: cuBLASLt 13.1 refuses every fp8 algorithm
-    // (NOT_SUPPORTED at launch) when Cdesc and Ddesc are the same object; bf16 does not mind.
+    // C (read when accumulating) and D have equal layouts; each gets its own object, as cuBLASLt's
+    // samples do. (The fp8 NOT_SUPPORTED seen on H200 came from unaligned scale pointers, not from this.)
     cublasLtMatrixLayout_t a_layout, b_layout, c_layout, d_layout;
     cublasLtMatmulAlgo_t algos[MATMUL_CANDIDATES]; // the heuristic's candidates, best first
     int num_algos;
