@@ -45,9 +45,9 @@ static void cublas_check(cublasStatus_t status, const char *file, int line) {
 
 #define MATMUL_WORKSPACE_BYTES ((size_t)32 << 20)
 #define MATMUL_MAX_PLANS 256
-// The heuristic can rank first an algorithm that cublasLtMatmul then refuses (seen on H200 with
-// cuBLASLt 13.1 for fp8 GEMMs: NOT_SUPPORTED at launch). Each plan keeps several candidates and uses
-// the first that runs; the choice is fixed after the first call, so results stay deterministic.
+// The heuristic does not promise that its first algorithm launches for the actual pointers (cuBLASLt's
+// own samples suggest trying the next ones): each plan keeps several candidates and uses the first
+// that runs; the choice is fixed after the first call, so results stay deterministic.
 #define MATMUL_CANDIDATES 8
 
 enum { MM_BF16_FWD, MM_BF16_DX, MM_BF16_DW, MM_FP8_FPROP, MM_FP8_DGRAD, MM_FP8_WGRAD, MM_NUM_KINDS };
