@@ -63,7 +63,6 @@ static StepZero gpu_step_zero(Model *m, const int *inputs, const int *targets) {
     if (m->precision == PREC_FP8) fp8_cast_weights(m, g_stream);
     cudaCheck(cudaMemcpy(m->acts.inputs, inputs, N * sizeof(int), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(m->acts.targets, targets, N * sizeof(int), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemset(m->grads_memory, 0, m->num_params * sizeof(floatX)));
     // logits first (the loss pass overwrites them with dlogits); this pass must not touch the fp8 state
     m->recording = m->precision == PREC_FP8 && m->step == 0 ? 1 : 0;
     model_forward(m, 0, 0.0f, g_stream);
@@ -73,6 +72,7 @@ static StepZero gpu_step_zero(Model *m, const int *inputs, const int *targets) {
         cudaCheck(cudaMemset(m->fp8_state + m->fp8_layout.amax_slot, 0, m->fp8_layout.num_tensors * sizeof(float)));
         fp8_cast_weights(m, g_stream);
     }
+    cudaCheck(cudaMemset(m->grads_memory, 0, m->num_params * sizeof(floatX))); // after the casts: they stage in it
     model_forward(m, 1, 1.0f / N, g_stream);
     model_backward(m, inputs, g_stream);
     cudaCheck(cudaDeviceSynchronize());
@@ -293,7 +293,10 @@ static void fp8_state_check(int current, int lm_head) {
     double tol = fp8_tolerance(floor, 3e-2);
     for (int t = 0; t < lay.num_tensors; t++) {
         CHECK(st[lay.scale_inv + t] == 1.0f / st[lay.scale + t], "scale_inv of tensor %d is not 1/scale", t);
-        CHECK(st[lay.amax_slot + t] == 0.0f, "amax slot of tensor %d not cleared by the update", t);
+        // the update rolls every slot into its history; the W slots then take the amaxes of the next
+        // step's weights, cast right after the update
+        if (t % FP8_KINDS == FP8_W) CHECK(st[lay.amax_slot + t] > 0.0f, "W slot of tensor %d empty after the update", t);
+        else CHECK(st[lay.amax_slot + t] == 0.0f, "amax slot of tensor %d not cleared by the update", t);
     }
     printf("    fp8 state: worst relative difference of history and scale entries %.2e (flip floor %.2e, tolerance %.2e)\n",
            worst, floor, tol);
@@ -427,6 +430,49 @@ static void test_fp8_weight_cache_off_identical(void) {
         CHECK(l[0][s] == l[1][s], "step %d: %.9g without the weight cache, %.9g with it", s, l[0][s], l[1][s]);
     }
     free(w); free(in); free(tg); free(losses);
+}
+
+// One GPU: AdamW writes the E4M3 weights of the next step itself. They must be exactly the host
+// codec's E4M3(bf16(master) * scale) with that step's scale, and each W slot the max |bf16(master)|
+// of its layer, the amax the next step's scale update rolls in.
+static void test_fp8_weights_made_by_adamw(void) {
+    LlamaConfig c = small_config();
+    int B = 2, T = 128, N = B * T;
+    Model m;
+    small_fp8_model(&m, 4, 41);
+    CHECK(m.w_fp8_fused, "one GPU with delayed scaling should make the fp8 weights in AdamW");
+    int *in = (int *)mallocCheck(N * sizeof(int)), *tg = (int *)mallocCheck(N * sizeof(int));
+    random_tokens(in, N, c.V, 42);
+    random_tokens(tg, N, c.V, 43);
+    AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    float *losses = (float *)mallocCheck(N * sizeof(float)), gn;
+    int skipped;
+    for (int s = 0; s < 3; s++) train_step(&m, in, tg, 1, &h, losses, g_norm_device, &gn, &skipped, g_stream);
+    cudaCheck(cudaDeviceSynchronize());
+    float *master = download_f32(m.master, m.num_params), *state = download_f32(m.fp8_state, m.fp8_layout.total);
+    long bad_codes = 0, checked = 0;
+    for (int lin = 0; lin < LINS_PER_LAYER; lin++) {
+        size_t n = (size_t)linear_in(&c, lin) * linear_out(&c, lin), at = m.param[LINEAR_PARAM[lin]] - m.params_memory;
+        uint8_t *codes = (uint8_t *)mallocCheck(c.L * n);
+        cudaCheck(cudaMemcpy(codes, m.w_fp8[lin], c.L * n, cudaMemcpyDeviceToHost));
+        for (int l = 0; l < c.L; l++) {
+            int t = fp8_tensor(&c, l, lin, FP8_W);
+            float scale = state[m.fp8_layout.scale + t], amax = 0.0f;
+            for (size_t i = 0; i < n; i++) {
+                float w = __bfloat162float(__float2bfloat16_rn(master[at + l * n + i]));
+                amax = fmaxf(amax, fabsf(w));
+                bad_codes += codes[l * n + i] != fp8_encode(w * scale, FP8_E4M3);
+                checked++;
+            }
+            CHECK(state[m.fp8_layout.amax_slot + t] == amax, "layer %d %s: W slot %g, max |bf16(master)| %g", l,
+                  LINEAR_NAMES[lin], state[m.fp8_layout.amax_slot + t], amax);
+        }
+        free(codes);
+    }
+    printf("    %ld of %ld E4M3 weight codes differ from the host codec\n", bad_codes, checked);
+    CHECK(bad_codes == 0, "AdamW's fp8 weights are not E4M3(bf16(master) * scale)");
+    free(master); free(state); free(in); free(tg); free(losses);
+    model_free(&m);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -624,6 +670,7 @@ int main(void) {
     run_test("fp8 dY amax updated by the backward pass", test_fp8_dy_amax_updates);
     run_test("fp8 amax slot is the max over micro-steps", test_fp8_amax_max_over_microsteps);
     run_test("fp8 weight cache off trains bit-identically", test_fp8_weight_cache_off_identical);
+    run_test("fp8 weights made by AdamW match the host codec", test_fp8_weights_made_by_adamw);
     run_test("resume is bit-exact (bf16)", test_resume_bitexact_bf16);
     run_test("resume is bit-exact (fp8)", test_resume_bitexact_fp8);
     printf("%d passed, %d failed\n", g_tests_passed, g_tests_failed);

@@ -93,7 +93,7 @@ static const OptSpec OPTION_SPECS[] = {
     OPT("-fp8_recipe", OPT_STR, fp8_recipe, "delayed (amax history) or current (amax of this tensor now)"),
     OPT("-fp8_history", OPT_INT, fp8_history, "amax history length"),
     OPT("-fp8_margin", OPT_INT, fp8_margin, "scale margin: scale = fp8_max / (amax * 2^margin)"),
-    OPT("-fp8_weight_cache", OPT_INT, fp8_weight_cache, "1: cast all weights to fp8 once per step (fast); 0: per layer when used (saves 1 byte/param)"),
+    OPT("-fp8_weight_cache", OPT_INT, fp8_weight_cache, "1: fp8 weights made once per step (by AdamW on one GPU); 0: cast per layer when used (several GPUs: saves 1 byte/param)"),
     OPT("-fp8_lm_head", OPT_INT, fp8_lm_head, "1: lm_head as an fp8 linear too (the recipe keeps it bf16)"),
     OPT("-fp8_log", OPT_INT, fp8_log, "write every linear's amaxes and scales to fp8.log every N steps (0: never)"),
     OPT("-fp8_dump", OPT_INT, fp8_dump, "1: at the end each GPU writes its whole fp8 state to fp8_state_rank<r>.bin in -o (ranks must agree)"),
@@ -196,7 +196,7 @@ typedef struct {
     floatX *dres;        // (B, T, C) gradient of the residual stream
     floatX *dbtc;        // (B, T, C) gradient into a norm / attention output
     floatX *dqkv;        // (B, T, QKV)
-    floatX *dfch;        // (B, T, 2*FF)
+    floatX *dfch;        // (B, T, 2*FF) (bf16 mode only: fp8 mode keeps just the E5M2 copy)
     floatX *dswiglu;     // (B, T, FF)
     floatX *live_bf16;   // (B, T, max(C, 2*FF, QKV)) bf16 staging for live (current) scaling
     fp8e5 *dy_fp8, *dy_fp8_t; // (B, T, max(QKV, C, 2*FF)) the dY being consumed and its transpose
@@ -235,6 +235,9 @@ typedef struct {
     float *live_amax;                      // (1) amax of the cast being scaled live, before it joins its slot
     int fp8_weight_cache;                  // 1: w_fp8 holds every layer's E4M3 weights, cast once per step;
                                            // 0: w_fp8 is one layer's, cast right before each use
+    int w_fp8_fused;                       // the cache is written by AdamW (one GPU, delayed scaling) and lives
+                                           // in the linears' bf16 parameters, which fp8 mode then never holds
+    int w_fp8_stale;                       // the weights changed outside AdamW: recast before the next step
     int fp8_lm_head;                       // 1: lm_head is an fp8 linear too
     fp8e4 *w_fp8[LINS_PER_LAYER + 1];      // (L or 1, OUT, IN) E4M3 weights; [LIN_LM_HEAD] (V, C) with fp8_lm_head
     fp8e4 *w_fp8_t;                        // (max IN*OUT) one layer's W^T (IN, OUT) for its dgrad; made
@@ -262,6 +265,12 @@ static const int LINEAR_PARAM[LINS_PER_LAYER + 1] = {P_WQKV, P_WO, P_W13, P_W2, 
 // The fp8 state index of tensor `kind` of linear `lin` of layer l (the lm_head's come after every block's).
 static int fp8_tensor(const LlamaConfig *c, int l, int lin, int kind) {
     return lin == LIN_LM_HEAD ? fp8_tensor_index(c->L, 0, kind) : fp8_tensor_index(l, lin, kind);
+}
+// The fp8 linear whose weights parameter tensor p holds, or -1.
+static int fp8_linear_of_param(const Model *m, int p) {
+    if (m->precision != PREC_FP8) return -1;
+    for (int lin = 0; lin < LINS_PER_LAYER + m->fp8_lm_head; lin++) if (LINEAR_PARAM[lin] == p) return lin;
+    return -1;
 }
 static int param_is_per_layer(int p) { return p != P_WTE && p != P_LNFW && p != P_LM_HEAD; }
 
@@ -407,10 +416,16 @@ static void model_init(Model *m, const LlamaConfig *cfg, int B, int T, int preci
         for (size_t i = 0; i < nt * FP8_GEMM_SCALE_STRIDE; i++) ones[i] = 1.0f; // scale_inv starts at 1
         cudaCheck(cudaMemcpy(m->gemm_scale_inv, ones, nt * FP8_GEMM_SCALE_STRIDE * sizeof(float), cudaMemcpyHostToDevice));
         free(ones);
+        // One GPU with delayed scaling: AdamW writes the E4M3 weights straight from the fp32 master, so
+        // the linears' bf16 parameters are never needed and their first half holds the fp8 copy (the
+        // cache costs no memory). Several GPUs all-gather bf16 parameters and cast after the gather.
+        m->w_fp8_fused = fp8_weight_cache && m->mg->world == 1 && !fp8_current;
+        m->w_fp8_stale = 1;
         size_t widest_w = 0;
         for (int lin = 0; lin < LINS_PER_LAYER + m->fp8_lm_head; lin++) {
             size_t n = (size_t)linear_in(c, lin) * linear_out(c, lin);
-            if (fp8_weight_cache) m->w_fp8[lin] = (fp8e4 *)model_alloc(m, (lin == LIN_LM_HEAD ? 1 : L) * n, "fp8 weights");
+            if (m->w_fp8_fused) m->w_fp8[lin] = (fp8e4 *)m->param[LINEAR_PARAM[lin]];
+            else if (fp8_weight_cache) m->w_fp8[lin] = (fp8e4 *)model_alloc(m, (lin == LIN_LM_HEAD ? 1 : L) * n, "fp8 weights");
             if (n > widest_w) widest_w = n;
         }
         if (!fp8_weight_cache) {
@@ -451,6 +466,7 @@ static void model_init(Model *m, const LlamaConfig *cfg, int B, int T, int preci
         a->ln1 = (floatX *)model_alloc(m, L * N * C * sizeof(floatX), "activations: norm outputs");
         a->ln2 = (floatX *)model_alloc(m, L * N * C * sizeof(floatX), "activations: norm outputs");
         a->swiglu = (floatX *)model_alloc(m, swiglu_layers * N * FF * sizeof(floatX), "activations: SwiGLU output");
+        a->dfch = (floatX *)model_alloc(m, N * 2 * FF * sizeof(floatX), "scratch: w13 gradient");
     }
     a->lnf = (floatX *)model_alloc(m, N * C * sizeof(floatX), "activations: final norm");
     a->lnf_rstd = (float *)model_alloc(m, N * sizeof(float), "activations: rstd");
@@ -460,7 +476,6 @@ static void model_init(Model *m, const LlamaConfig *cfg, int B, int T, int preci
     a->dres = (floatX *)model_alloc(m, N * C * sizeof(floatX), "scratch: residual gradient");
     a->dbtc = (floatX *)model_alloc(m, N * C * sizeof(floatX), "scratch: gradient");
     a->dqkv = (floatX *)model_alloc(m, N * QKV * sizeof(floatX), "scratch: qkv gradient");
-    a->dfch = (floatX *)model_alloc(m, N * 2 * FF * sizeof(floatX), "scratch: w13 gradient");
     a->dswiglu = (floatX *)model_alloc(m, N * FF * sizeof(floatX), "scratch: SwiGLU gradient");
     a->rmsnorm_scratch = (float *)model_alloc(m, rmsnorm_backward_scratch_floats((int)N, (int)C) * sizeof(float), "scratch: rmsnorm");
     a->inputs = (int *)model_alloc(m, N * sizeof(int), "token buffers");
@@ -508,6 +523,7 @@ static void model_set_weights(Model *m, const float *host) {
         cudaCheck(cudaMemcpy(m->master, host, m->num_params * sizeof(float), cudaMemcpyHostToDevice));
         init_from_master(m->params_memory, m->master, m->num_params, 0);
         cudaCheck(cudaDeviceSynchronize());
+        m->w_fp8_stale = 1;
         return;
     }
     for (int i = 0; i < m->num_pieces; i++) {
@@ -523,6 +539,7 @@ static void model_set_weights(Model *m, const float *host) {
     }
     cudaCheck(cudaDeviceSynchronize());
     cudaCheck(cudaFree(staging));
+    m->w_fp8_stale = 1;
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -588,19 +605,27 @@ static void fp8_cast_existing(Model *m, int t, void *out, const floatX *in, size
     }
 }
 
-// Once per optimizer step, before the first forward: E4M3 copies of every block weight, each
-// layer's W its own tensor with its own scale.
+// E4M3 copies of every block weight, each layer's W its own tensor with its own scale, for the next
+// step: right after the update (multi-GPU: after the gather; one GPU: AdamW makes them itself, see
+// model_update), and when weights were set or the update skipped. The weights' amaxes go to the
+// next step's slots. With the cache in the bf16 parameters, bf16(master) is staged in the gradient
+// buffer, which holds nothing between steps: the cast is the same as AdamW's, byte for byte.
 static void fp8_cast_weights(Model *m, cudaStream_t stream) {
     const LlamaConfig *c = &m->cfg;
     m->micro = 0;
+    m->w_fp8_stale = 0;
     if (!m->fp8_weight_cache) return; // linear_forward casts each layer's W when it needs it
+    const floatX *src = m->params_memory;
+    if (m->w_fp8_fused) {
+        init_from_master(m->grads_memory, m->master, m->num_params, stream);
+        src = m->grads_memory;
+    }
     for (int lin = 0; lin < LINS_PER_LAYER + m->fp8_lm_head; lin++) {
         int IN = linear_in(c, lin), OUT = linear_out(c, lin);
-        size_t n = (size_t)IN * OUT;
+        size_t n = (size_t)IN * OUT, at = m->param[LINEAR_PARAM[lin]] - m->params_memory;
         for (int l = 0; l < (lin == LIN_LM_HEAD ? 1 : c->L); l++) {
             int t = fp8_tensor(c, l, lin, FP8_W);
-            fp8e4 *w = m->w_fp8[lin] + l * n;
-            fp8_cast_existing(m, t, w, m->param[LINEAR_PARAM[lin]] + l * n, n, stream);
+            fp8_cast_existing(m, t, m->w_fp8[lin] + l * n, src + at + l * n, n, stream);
         }
     }
 }
@@ -766,7 +791,8 @@ static void model_backward(Model *m, const int *inputs_host, cudaStream_t stream
         }
         linear_backward(m, l, LIN_W2, a->dswiglu, a->dres, layer_ptr(a->swiglu, l, swiglu_stride),
                         layer_ptr8(a->swiglu_fp8, l, swiglu_stride), stream);
-        s = fp8_site(m, fp8_tensor_index(l, LIN_W13, FP8_DY), a->dy_fp8, a->dfch, 2 * NFF);
+        // fp8 mode reads only the E5M2 dY of w13: no bf16 copy unless live scaling needs one to cast from
+        s = fp8_site(m, fp8_tensor_index(l, LIN_W13, FP8_DY), a->dy_fp8, m->precision == PREC_FP8 ? NULL : a->dfch, 2 * NFF);
         swiglu_backward(s.bf16, a->dswiglu, fch, N, FF, s.cast, stream);
         fp8_site_finish(m, &s, stream);
         linear_backward(m, l, LIN_W13, a->dbtc, s.bf16, layer_ptr(a->ln2, l, NC), layer_ptr8(a->ln2_fp8, l, NC), stream);
@@ -833,17 +859,30 @@ static float model_update(Model *m, const AdamWParams *h, float *norm_device, in
     float norm = sqrtf(*m->norm_host);
     m->step++;
     *skipped = !isfinite(norm); // every rank reads the same reduced norm, so all skip or none
-    if (*skipped) return norm;
+    if (*skipped) {
+        if (m->precision == PREC_FP8) fp8_cast_weights(m, stream); // same weights, but the scales moved on
+        return norm;
+    }
     float clip = (h->grad_clip > 0.0f && norm > h->grad_clip) ? h->grad_clip / norm : 1.0f;
     m->adam_t++;
-    Fp8Cast none = {NULL, NULL, NULL};
     for (int i = 0; i < m->num_pieces; i++) {
         const ShardPiece *p = &m->pieces[i];
         float wd = param_is_decayed(p->tensor) ? h->weight_decay : 0.0f;
-        adamw_update(m->master + p->local, m->params_memory + p->flat, m->grad_shard + p->local, m->adam_m + p->local,
-                     m->adam_v + p->local, p->count, h->lr, h->beta1, h->beta2, h->eps, wd, clip, m->adam_t, none, 0, 0, 0, stream);
+        floatX *param = m->params_memory + p->flat;
+        Fp8Cast wcast = {NULL, NULL, NULL};
+        int layers = 0, lin = fp8_linear_of_param(m, p->tensor);
+        if (m->w_fp8_fused && lin >= 0) { // one piece = the whole tensor: every layer's E4M3 W and its amax
+            int t0 = fp8_tensor(&m->cfg, 0, lin, FP8_W);
+            wcast.out = m->w_fp8[lin]; wcast.amax = fp8_amax(m, t0); wcast.scale = fp8_scale(m, t0);
+            layers = lin == LIN_LM_HEAD ? 1 : m->cfg.L;
+            param = NULL;
+        }
+        adamw_update(m->master + p->local, param, m->grad_shard + p->local, m->adam_m + p->local, m->adam_v + p->local,
+                     p->count, h->lr, h->beta1, h->beta2, h->eps, wd, clip, m->adam_t, wcast, layers,
+                     layers ? p->count / layers : 0, FP8_KINDS * LINS_PER_LAYER, stream);
     }
     gather_params(m, stream);
+    if (m->precision == PREC_FP8 && !m->w_fp8_fused) fp8_cast_weights(m, stream);
     return norm;
 }
 
@@ -855,7 +894,7 @@ static float train_step(Model *m, const int *inputs, const int *targets, int gra
                         float *host_losses, float *norm_device, float *grad_norm, int *skipped, cudaStream_t stream) {
     MultiGpu *mg = m->mg;
     int N = m->B * m->T;
-    if (m->precision == PREC_FP8) fp8_cast_weights(m, stream);
+    if (m->precision == PREC_FP8 && m->w_fp8_stale) fp8_cast_weights(m, stream);
     cudaCheck(cudaMemsetAsync(m->grads_memory, 0, m->padded_params * sizeof(floatX), stream));
     for (int micro = 0; micro < grad_accum; micro++) {
         m->micro = micro;
@@ -1125,6 +1164,7 @@ static void load_model_file(Model *m, const char *path) {
     }
     init_from_master(m->params_memory, m->master, m->num_params, 0);
     cudaCheck(cudaDeviceSynchronize());
+    m->w_fp8_stale = 1;
 }
 
 static void load_checkpoint(Model *m, TrainState *ts, const char *dir, int step) {

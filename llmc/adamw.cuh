@@ -3,7 +3,8 @@ AdamW on fp32 master weights (dev/test/README.md): t = step + 1 (1-based here),
   g = grad * grad_scale (the global-norm clip factor, 1 when not clipping)
   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
   master -= lr * ( (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + wd * master )
-then param = bf16(master) for the GEMMs. Fused fp8 weight cast (FP8_RECIPE.md "Weights"): if
+then param = bf16(master) for the GEMMs (param may be NULL: fp8 mode needs no bf16 copy of a linear's
+weights, only the fp8 one). Fused fp8 weight cast (FP8_RECIPE.md "Weights"): if
 wcast.out != NULL the tensor is fp8_layers slices of layer_numel elements (all layers of one kind,
 llm.c style); slice l writes out[l*layer_numel + i] = E4M3(param * wcast.scale[l*fp8_tensor_stride]) and
 atomic-maxes |param| into wcast.amax[l*fp8_tensor_stride]. The cast reads the bf16 value just written,
@@ -74,7 +75,7 @@ __global__ void __launch_bounds__(256) adamw_kernel(float *master, floatX *param
             *(float4 *)(v + i) = make_float4(vv[0], vv[1], vv[2], vv[3]);
             *(float4 *)(v + i + 4) = make_float4(vv[4], vv[5], vv[6], vv[7]);
             const uint4 praw = make_uint4(pw[0], pw[1], pw[2], pw[3]);
-            *(uint4 *)(param + i) = praw;
+            if (param != NULL) *(uint4 *)(param + i) = praw;
             if (CAST) *(uint2 *)(wout + i) = fp8_cast8<__NV_E4M3>(praw, scale, amax2);
         }
         done = nvec * 8;
@@ -87,7 +88,7 @@ __global__ void __launch_bounds__(256) adamw_kernel(float *master, floatX *param
         m[i] = mm;
         v[i] = vv;
         const uint16_t pb = bf16_bits_rn(w);
-        ((uint16_t *)param)[i] = pb;
+        if (param != NULL) ((uint16_t *)param)[i] = pb;
         if (CAST) wout[i] = fp8_cast1<__NV_E4M3>(pb, scale, amax2);
     }
     if (CAST) amax_block_flush(wamax + (size_t)blockIdx.y * stride, amax2_to_bits(amax2));
