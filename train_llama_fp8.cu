@@ -266,9 +266,8 @@ static const int LINEAR_PARAM[LINS_PER_LAYER + 1] = {P_WQKV, P_WO, P_W13, P_W2, 
 static int fp8_tensor(const LlamaConfig *c, int l, int lin, int kind) {
     return lin == LIN_LM_HEAD ? fp8_tensor_index(c->L, 0, kind) : fp8_tensor_index(l, lin, kind);
 }
-// The fp8 linear whose weights parameter tensor p holds, or -1.
+// The fp8 linear whose weights parameter tensor p holds, or -1 (fp8 mode).
 static int fp8_linear_of_param(const Model *m, int p) {
-    if (m->precision != PREC_FP8) return -1;
     for (int lin = 0; lin < LINS_PER_LAYER + m->fp8_lm_head; lin++) if (LINEAR_PARAM[lin] == p) return lin;
     return -1;
 }
@@ -519,11 +518,11 @@ static void model_init_weights(Model *m, uint64_t seed, float *host_out) {
 // Load fp32 weights (host, num_params) into the master copy and the bf16 parameters. With several
 // GPUs each rank keeps its shard of the fp32 copy and the whole model in bf16.
 static void model_set_weights(Model *m, const float *host) {
+    m->w_fp8_stale = 1;
     if (m->mg->world == 1) {
         cudaCheck(cudaMemcpy(m->master, host, m->num_params * sizeof(float), cudaMemcpyHostToDevice));
         init_from_master(m->params_memory, m->master, m->num_params, 0);
         cudaCheck(cudaDeviceSynchronize());
-        m->w_fp8_stale = 1;
         return;
     }
     for (int i = 0; i < m->num_pieces; i++) {
@@ -539,7 +538,6 @@ static void model_set_weights(Model *m, const float *host) {
     }
     cudaCheck(cudaDeviceSynchronize());
     cudaCheck(cudaFree(staging));
-    m->w_fp8_stale = 1;
 }
 
 // ----------------------------------------------------------------------------------------------
