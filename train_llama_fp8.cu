@@ -51,7 +51,7 @@ typedef struct {
     char train_pattern[512], val_pattern[512], tokenizer_path[512], log_dir[512], model[64];
     char precision[16], fp8_recipe[16];
     int B, T, total_batch, max_steps, warmup, val_every, val_batches, sample_every, gen_tokens;
-    int ckpt_every, resume, recompute, seed, shuffle, fp8_history, fp8_margin, fp8_lm_head, fp8_log, fp8_dump, ngpu, fp8_weight_cache;
+    int ckpt_every, resume, recompute, seed, shuffle, fp8_history, fp8_margin, fp8_lm_head, fp8_log, fp8_dump, ngpu, fp8_weight_cache, deterministic;
     float lr, final_lr_frac, weight_decay, grad_clip, beta1, beta2;
     // model overrides (0: keep the preset's)
     int V, L, C, NH, NKV, FF;
@@ -88,6 +88,7 @@ static const OptSpec OPTION_SPECS[] = {
     OPT("-n", OPT_INT, ckpt_every, "checkpoint every N steps (0: only at the end)"),
     OPT("-y", OPT_INT, resume, "1: resume from the latest checkpoint in the log directory"),
     OPT("-r", OPT_INT, recompute, "recompute in backward: 0 none, 1 SwiGLU output (saves memory)"),
+    OPT("-deterministic", OPT_INT, deterministic, "1: bit-reproducible runs and resumes (deterministic attention backward, heuristic GEMM algorithms); 0: faster"),
     OPT("-seed", OPT_INT, seed, "seed for init, data shuffling and sampling"),
     OPT("-shuffle", OPT_INT, shuffle, "1: shuffle batch order each epoch"),
     OPT("-fp8_recipe", OPT_STR, fp8_recipe, "delayed (amax history) or current (amax of this tensor now)"),
@@ -1278,6 +1279,7 @@ int main(int argc, char **argv) {
     if (o.warmup < 0 || o.val_batches < 0 || o.gen_tokens < 0) FATAL("-u, -m and -g must not be negative");
     if (o.recompute < 0 || o.recompute > 1) FATAL("-r must be 0 or 1");
     if (o.fp8_weight_cache != 0 && o.fp8_weight_cache != 1) FATAL("-fp8_weight_cache must be 0 or 1");
+    if (o.deterministic != 0 && o.deterministic != 1) FATAL("-deterministic must be 0 or 1");
     if (o.fp8_dump && (precision != PREC_FP8 || o.log_dir[0] == '\0')) FATAL("-fp8_dump 1 needs -precision fp8 and a log directory (-o)");
     // the total batch must split over the ranks: refused here, before -ngpu starts any
     int planned_world = mg_planned_world(o.ngpu);
@@ -1360,7 +1362,8 @@ int main(int argc, char **argv) {
     mg_check_agree(&mg, (long long)m.num_params, "the number of parameters");
     mg_check_agree(&mg, grad_accum, "the gradient accumulation steps");
     matmul_init();
-    attention_init(1);
+    matmul_set_tuning(!o.deterministic);
+    attention_init(1, o.deterministic);
     TrainState ts;
     memset(&ts, 0, sizeof(ts));
     ts.grad_accum = grad_accum; ts.world = world; ts.rank = rank;
@@ -1446,6 +1449,7 @@ int main(int argc, char **argv) {
         cudaCheck(cudaEventElapsedTime(&ms, ev0, ev1));
         if (step >= start_step + 3) step_ms[timed++] = ms; // the first steps build GEMM and attention plans
         if (step == start_step) { size_t free_b, total_b; cudaCheck(cudaMemGetInfo(&free_b, &total_b)); mem_used = total_b - free_b; }
+        if (step == start_step && !o.deterministic && main_rank) matmul_print_tuning(stdout);
         double tok_per_s = o.total_batch / (ms / 1000.0);
         char mfu[32];
         format_mfu(mfu, sizeof(mfu), flops_per_token * tok_per_s, peak);

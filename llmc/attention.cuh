@@ -386,11 +386,16 @@ void attention_backward_plain(floatX *dqkv, const floatX *dout, const floatX *qk
 static int g_att_use_cudnn = 0; // set by attention_init
 
 // use_cudnn: take the fused cuDNN path where it applies (needs a build with ENABLE_CUDNN).
-void attention_init(int use_cudnn) {
+// deterministic: 1 = cuDNN's deterministic backward (bit-reproducible); 0 = its faster one, whose dQ
+// may differ in the last bits from run to run (llmc/cudnn_att.cuh). The plain kernels are always
+// deterministic.
+void attention_init(int use_cudnn, int deterministic) {
 #ifdef ENABLE_CUDNN
     g_att_use_cudnn = use_cudnn ? cudnn_att_init() : 0;
+    cudnn_att_set_deterministic(deterministic);
     if (!use_cudnn) printf("attention: cuDNN not requested; using the plain attention kernels\n");
 #else
+    (void)deterministic;
     g_att_use_cudnn = 0;
     if (use_cudnn) printf("attention: built without ENABLE_CUDNN; using the plain attention kernels\n");
 #endif
@@ -435,7 +440,8 @@ void attention_forward(floatX *out, float *stats, const floatX *qkv, int B, int 
 }
 
 // dqkv (B, T, NH + 2*NKV, HS) <- dout (B, T, NH*HS), with the forward's qkv, out and stats.
-// Writes (does not accumulate) every element of dqkv. Deterministic on both paths.
+// Writes (does not accumulate) every element of dqkv. Deterministic unless attention_init chose cuDNN's
+// fast backward.
 void attention_backward(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *stats,
                         int B, int T, int NH, int NKV, int HS, cudaStream_t stream) {
 #ifdef ENABLE_CUDNN

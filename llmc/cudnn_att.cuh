@@ -13,10 +13,14 @@ Layouts: qkv is packed (B, T, NH + 2*NKV, HS), so Q, K, V (and dQ, dK, dV in dqk
 K^T and V^T are the same memory with the last two dims/strides swapped. out/dout are (B, T, NH*HS);
 stats is (B, NH, T) fp32.
 
-Determinism (the trainer's resume is bit-exact): the backward writes dQ straight from the dS x K matmul
-instead of through an fp32 dQ accumulator (the accumulator path uses atomics). That is cuDNN's
-deterministic form on Hopper for cuDNN < 9.25; it costs a workspace of about B*NH*T*T*2 bytes.
-Engine configs that cuDNN marks NONDETERMINISTIC are refused for the backward.
+Two backward forms (cudnn_att_set_deterministic picks one; each has its own cached plan):
+- deterministic (bit-reproducible runs and resumes): dQ is written straight from the dS x K matmul.
+  That is cuDNN's deterministic form on Hopper for cuDNN < 9.25: it materializes dS in a workspace of
+  about B*NH*T*T*2 bytes and runs dQ = dS x K as a separate kernel. Engine configs that cuDNN marks
+  NONDETERMINISTIC are refused.
+- fast (the default): dS x K goes into an fp32 dQ accumulator (zeroed before each call, atomics inside
+  the fused kernel), then IDENTITY to bf16 dQ. The order of the atomic adds varies between runs, so dQ
+  may differ in its last bits from run to run. If cuDNN has no plan for it, the deterministic form runs.
 */
 #ifndef LLMC_CUDNN_ATT_CUH
 #define LLMC_CUDNN_ATT_CUH
@@ -37,13 +41,14 @@ static size_t g_cudnn_workspace_bytes = 0;
 #define CUDNN_ATT_MAX_PLANS 16
 
 typedef struct {
-    int B, T, NH, NKV, HS, backward;
+    int B, T, NH, NKV, HS, backward, deterministic; // deterministic: the backward form (forward: 1)
     int failed;                     // building failed: the plain kernel runs, nothing is retried
     cudnnBackendDescriptor_t plan;
     cudnnBackendDescriptor_t descs[CUDNN_ATT_MAX_DESCS]; // everything the plan was built from
     int ndescs;
     int64_t plan_workspace;         // bytes the plan itself needs
     size_t softmax_sum_offset;      // backward: byte offset of softmax_sum (B, NH, T) fp32 in the workspace
+    size_t dq_accum_offset, dq_accum_bytes; // fast backward: the fp32 dQ accumulator in the workspace (else 0)
     float scale, neg_inf, one;      // by-value scalars: their host addresses go in the variant pack
 } CudnnAttPlan;
 
@@ -54,7 +59,7 @@ static int g_cudnn_nplans = 0;
 enum {
     ATT_UID_Q = 1, ATT_UID_KT, ATT_UID_V, ATT_UID_VT, ATT_UID_O, ATT_UID_STATS, ATT_UID_SCALE,
     ATT_UID_NEG_INF, ATT_UID_DO, ATT_UID_DQ, ATT_UID_DK, ATT_UID_DV, ATT_UID_ONE, ATT_UID_SOFTMAX_SUM,
-    ATT_UID_FIRST_VIRTUAL = 100
+    ATT_UID_DQ_ACCUM, ATT_UID_FIRST_VIRTUAL = 100
 };
 
 static void cudnn_check(cudnnStatus_t status, const char *file, int line) {
@@ -112,8 +117,9 @@ static void cg_finalize(CudnnGraph *g, cudnnBackendDescriptor_t desc, const char
     if (cg_ok(g)) cg_check(g, cudnnBackendFinalize(desc), "cudnnBackendFinalize", what, NULL);
 }
 
-static cudnnBackendDescriptor_t cg_tensor(CudnnGraph *g, const char *name, int64_t uid, cudnnDataType_t dtype,
-                                          Dims4 dims, Dims4 strides, int is_virtual, int by_value) {
+static cudnnBackendDescriptor_t cg_tensor_reordered(CudnnGraph *g, const char *name, int64_t uid, cudnnDataType_t dtype,
+                                                    Dims4 dims, Dims4 strides, int is_virtual, int by_value,
+                                                    cudnnBackendTensorReordering_t reordering) {
     cudnnBackendDescriptor_t t = cg_create(g, CUDNN_BACKEND_TENSOR_DESCRIPTOR, name);
     int64_t alignment = 16;
     bool virt = is_virtual != 0, byval = by_value != 0;
@@ -124,8 +130,15 @@ static cudnnBackendDescriptor_t cg_tensor(CudnnGraph *g, const char *name, int64
     CG_SET(g, t, name, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment);
     if (virt) CG_SET(g, t, name, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt);
     if (byval) CG_SET(g, t, name, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &byval);
+    if (reordering != CUDNN_TENSOR_REORDERING_NONE)
+        CG_SET(g, t, name, CUDNN_ATTR_TENSOR_REORDERING_MODE, CUDNN_TYPE_TENSOR_REORDERING_MODE, 1, &reordering);
     cg_finalize(g, t, name);
     return t;
+}
+
+static cudnnBackendDescriptor_t cg_tensor(CudnnGraph *g, const char *name, int64_t uid, cudnnDataType_t dtype,
+                                          Dims4 dims, Dims4 strides, int is_virtual, int by_value) {
+    return cg_tensor_reordered(g, name, uid, dtype, dims, strides, is_virtual, by_value, CUDNN_TENSOR_REORDERING_NONE);
 }
 
 static cudnnBackendDescriptor_t cg_virtual(CudnnGraph *g, const char *name, cudnnDataType_t dtype, Dims4 dims, Dims4 strides) {
@@ -271,8 +284,11 @@ static void cudnn_att_forward_graph(CudnnGraph *g, int64_t B, int64_t T, int64_t
 // mask_after_stats: 0 = the recipe's order (mask, then subtract Stats, as cudnn-frontend 1.0-1.5 built
 // it), 1 = subtract Stats, then mask (newer cudnn-frontend); both compute the same P.
 // det_head_sum: for GQA, the IS_DETERMINISTIC attribute of the head reductions of dK, dV (-1: unset).
+// dq_accum: ATT_DQ_DIRECT (deterministic), or dQ through an fp32 accumulator tensor (ATT_UID_DQ_ACCUM,
+// laid out like O) with cuDNN's F16x16 reordering (as its samples declare it) or without.
+enum { ATT_DQ_DIRECT, ATT_DQ_ACCUM_F16x16, ATT_DQ_ACCUM_PLAIN };
 static void cudnn_att_backward_graph(CudnnGraph *g, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
-                                     int mask_after_stats, int det_head_sum) {
+                                     int mask_after_stats, int det_head_sum, int dq_accum) {
     const cudnnDataType_t BF16 = CUDNN_DATA_BFLOAT16, F32 = CUDNN_DATA_FLOAT;
     int64_t H3 = NH + 2 * NKV;
     Dims4 scores = dims4(B, NH, T, T), scores_st = dims4(NH * T * T, T * T, T, 1);
@@ -353,15 +369,23 @@ static void cudnn_att_backward_graph(CudnnGraph *g, int64_t B, int64_t T, int64_
         cg_reduction(g, "sum_dK_heads", CUDNN_REDUCE_TENSOR_ADD, dk_full, dK, det_head_sum);
     }
 
-    // 6. dQ = dS x K, written directly (bf16): the deterministic form, no fp32 accumulator + atomics.
+    // 6. dQ = dS x K, written directly (bf16), or accumulated in fp32 and then converted.
     // K is K^T reshaped back; cudnn-frontend leaves this virtual tensor at the intermediate type (fp32).
     cudnnBackendDescriptor_t K = cg_virtual(g, "K", F32, kv_dims, qkv_st);
     cg_reshape(g, "transpose_K^T", KT, K);
-    cg_matmul(g, "dS x K", dS, K, dQ);
+    if (dq_accum == ATT_DQ_DIRECT) {
+        cg_matmul(g, "dS x K", dS, K, dQ);
+        return;
+    }
+    cudnnBackendDescriptor_t acc = cg_tensor_reordered(g, "dQ_accumulator", ATT_UID_DQ_ACCUM, F32, q_dims, o_st, 0, 0,
+        dq_accum == ATT_DQ_ACCUM_F16x16 ? CUDNN_TENSOR_REORDERING_F16x16 : CUDNN_TENSOR_REORDERING_NONE);
+    cg_matmul(g, "dS x K", dS, K, acc);
+    cg_pointwise(g, "dQ_from_accumulator", CUDNN_POINTWISE_IDENTITY, F32, acc, NULL, NULL, dQ, -1);
 }
 
 // ---------------------------------------------------------------------------------------------------
-// plan: heuristics -> the first engine config that finalizes (backward: not marked NONDETERMINISTIC)
+// plan: heuristics -> the first engine config that finalizes (deterministic backward: not marked
+// NONDETERMINISTIC)
 
 static int cudnn_att_config_is_nondeterministic(cudnnBackendDescriptor_t cfg, int64_t *engine_index) {
     cudnnBackendDescriptor_t engine = NULL;
@@ -473,11 +497,41 @@ static void cudnn_att_reserve_workspace(size_t bytes) {
     g_cudnn_workspace_bytes = bytes;
 }
 
-// The cached plan for this shape and direction, built on first use; NULL if it cannot be built.
+static int g_cudnn_att_deterministic = 0; // the backward form new plans get (see the top of this file)
+
+// 1: the deterministic backward (bit-reproducible); 0: the fast one with the fp32 dQ accumulator.
+static void cudnn_att_set_deterministic(int deterministic) { g_cudnn_att_deterministic = deterministic != 0; }
+
+// One way to build the backward graph; cudnn_att_get_plan tries them in order until one gets a plan.
+typedef struct { int dq_accum, mask_after_stats, det_head_sum; } AttBackwardVariant;
+
+static void att_variant_name(char *buf, size_t n, AttBackwardVariant v) {
+    static const char *dq[3] = {"dQ direct", "dQ fp32 accumulator (F16x16)", "dQ fp32 accumulator"};
+    snprintf(buf, n, "%s, mask %s Stats%s", dq[v.dq_accum], v.mask_after_stats ? "after" : "before",
+             v.det_head_sum == 1 ? ", head sums IS_DETERMINISTIC" : "");
+}
+
+// The forms to try: the fast backward's accumulator variants first (unless deterministic), then the
+// direct dQ; within each, the recipe's mask order, then the newer cudnn-frontend's; for GQA on cuDNN
+// >= 9.11 each first with the head sums flagged deterministic.
+static int att_backward_variants(AttBackwardVariant *v, int gqa, int deterministic) {
+    const int accs[3] = {ATT_DQ_ACCUM_F16x16, ATT_DQ_ACCUM_PLAIN, ATT_DQ_DIRECT};
+    const int flag_head_sums = gqa && g_cudnn_version >= 91100 && CUDNN_VERSION >= 91100;
+    int n = 0;
+    for (int a = deterministic ? 2 : 0; a < 3; a++)
+        for (int mask = 0; mask < 2; mask++)
+            for (int h = flag_head_sums ? 0 : 1; h < 2; h++) v[n++] = (AttBackwardVariant){accs[a], mask, h == 0 ? 1 : -1};
+    return n;
+}
+
+// The cached plan for this shape and direction (and backward form), built on first use; NULL if it
+// cannot be built.
 static CudnnAttPlan *cudnn_att_get_plan(int B, int T, int NH, int NKV, int HS, int backward) {
+    const int deterministic = backward ? g_cudnn_att_deterministic : 1;
     for (int i = 0; i < g_cudnn_nplans; i++) {
         CudnnAttPlan *p = &g_cudnn_plans[i];
-        if (p->B == B && p->T == T && p->NH == NH && p->NKV == NKV && p->HS == HS && p->backward == backward) {
+        if (p->B == B && p->T == T && p->NH == NH && p->NKV == NKV && p->HS == HS && p->backward == backward &&
+            p->deterministic == deterministic) {
             return p->failed ? NULL : p;
         }
     }
@@ -489,27 +543,17 @@ static CudnnAttPlan *cudnn_att_get_plan(int B, int T, int NH, int NKV, int HS, i
     }
     CudnnAttPlan *p = &g_cudnn_plans[g_cudnn_nplans++];
     memset(p, 0, sizeof(*p));
-    p->B = B; p->T = T; p->NH = NH; p->NKV = NKV; p->HS = HS; p->backward = backward;
+    p->B = B; p->T = T; p->NH = NH; p->NKV = NKV; p->HS = HS; p->backward = backward; p->deterministic = deterministic;
     p->scale = 1.0f / sqrtf((float)HS);
     p->neg_inf = -INFINITY;
     p->one = 1.0f;
 
-    // Backward variants, tried in order until one gets a plan: the recipe's mask order, then the newer
-    // cudnn-frontend's; for GQA on cuDNN >= 9.11 each first with the head sums flagged deterministic.
-    static const char *variant_names[4] = {"mask before Stats", "mask before Stats, head sums IS_DETERMINISTIC",
-                                           "mask after Stats", "mask after Stats, head sums IS_DETERMINISTIC"};
-    int variants[4], nvariants = 0;
-    if (!backward) {
-        variants[nvariants++] = 0;
-    } else if (NH != NKV && g_cudnn_version >= 91100 && CUDNN_VERSION >= 91100) {
-        variants[nvariants++] = 1; variants[nvariants++] = 0; variants[nvariants++] = 3; variants[nvariants++] = 2;
-    } else {
-        variants[nvariants++] = 0; variants[nvariants++] = 2;
-    }
+    AttBackwardVariant variants[12];
+    const int nvariants = backward ? att_backward_variants(variants, NH != NKV, deterministic) : 1;
     int64_t engine = -1;
     int vi = 0;
+    char name[128] = "";
     for (; vi < nvariants; vi++) {
-        int v = variants[vi];
         cudnn_att_free_plan(p);
         CudnnGraph g;
         memset(&g, 0, sizeof(g));
@@ -517,16 +561,17 @@ static CudnnAttPlan *cudnn_att_get_plan(int B, int T, int NH, int NKV, int HS, i
         g.status = CUDNN_STATUS_SUCCESS;
         g.next_uid = ATT_UID_FIRST_VIRTUAL;
         if (backward) {
-            cudnn_att_backward_graph(&g, B, T, NH, NKV, HS, v >= 2, (v & 1) ? 1 : -1);
+            const AttBackwardVariant v = variants[vi];
+            att_variant_name(name, sizeof(name), v);
+            cudnn_att_backward_graph(&g, B, T, NH, NKV, HS, v.mask_after_stats, v.det_head_sum, v.dq_accum);
         } else {
             cudnn_att_forward_graph(&g, B, T, NH, NKV, HS);
         }
-        if (cg_ok(&g) && cudnn_att_make_plan(&g, backward, &engine)) break;
+        if (cg_ok(&g) && cudnn_att_make_plan(&g, deterministic, &engine)) break;
         char detail[256] = "";
         cudnnGetLastErrorString(detail, sizeof(detail));
         printf("attention: cuDNN %s graph for B=%d T=%d NH=%d NKV=%d HS=%d%s%s: %s failed: %s%s%s\n", dir, B, T, NH, NKV, HS,
-               backward ? ", variant " : "", backward ? variant_names[v] : "", g.where, cudnnGetErrorString(g.status),
-               detail[0] ? " - " : "", detail);
+               backward ? ", variant " : "", name, g.where, cudnnGetErrorString(g.status), detail[0] ? " - " : "", detail);
     }
     if (vi == nvariants) {
         printf("attention: no cuDNN %s plan for B=%d T=%d NH=%d NKV=%d HS=%d; this shape uses the plain kernel\n",
@@ -539,11 +584,15 @@ static CudnnAttPlan *cudnn_att_get_plan(int B, int T, int NH, int NKV, int HS, i
     if (backward) {
         p->softmax_sum_offset = CEIL_DIV(need, 256) * 256;
         need = p->softmax_sum_offset + (size_t)B * NH * T * sizeof(float);
+        if (variants[vi].dq_accum != ATT_DQ_DIRECT) {
+            p->dq_accum_offset = CEIL_DIV(need, 256) * 256;
+            p->dq_accum_bytes = (size_t)B * T * NH * HS * sizeof(float);
+            need = p->dq_accum_offset + p->dq_accum_bytes;
+        }
     }
     cudnn_att_reserve_workspace(need);
     printf("attention: cuDNN %s plan for B=%d T=%d NH=%d NKV=%d HS=%d: engine %lld, workspace %.1f MiB%s%s\n",
-           dir, B, T, NH, NKV, HS, (long long)engine, p->plan_workspace / 1048576.0,
-           backward ? ", graph variant: " : "", backward ? variant_names[variants[vi]] : "");
+           dir, B, T, NH, NKV, HS, (long long)engine, need / 1048576.0, backward ? ", graph variant: " : "", name);
     return p;
 }
 
@@ -593,12 +642,16 @@ static int cudnn_att_backward(floatX *dqkv, const floatX *dout, const floatX *qk
     CudnnAttPlan *p = cudnn_att_get_plan(B, T, NH, NKV, HS, 1);
     if (p == NULL) return 0;
     void *softmax_sum = (char *)g_cudnn_workspace + p->softmax_sum_offset;
-    int64_t uids[13] = {ATT_UID_Q, ATT_UID_KT, ATT_UID_VT, ATT_UID_O, ATT_UID_DO, ATT_UID_STATS, ATT_UID_SCALE,
-                        ATT_UID_NEG_INF, ATT_UID_ONE, ATT_UID_DQ, ATT_UID_DK, ATT_UID_DV, ATT_UID_SOFTMAX_SUM};
-    void *ptrs[13] = {(void *)qkv, (void *)(qkv + (size_t)NH * HS), (void *)(qkv + (size_t)(NH + NKV) * HS),
+    void *dq_accum = (char *)g_cudnn_workspace + p->dq_accum_offset;
+    int64_t uids[14] = {ATT_UID_Q, ATT_UID_KT, ATT_UID_VT, ATT_UID_O, ATT_UID_DO, ATT_UID_STATS, ATT_UID_SCALE,
+                        ATT_UID_NEG_INF, ATT_UID_ONE, ATT_UID_DQ, ATT_UID_DK, ATT_UID_DV, ATT_UID_SOFTMAX_SUM,
+                        ATT_UID_DQ_ACCUM};
+    void *ptrs[14] = {(void *)qkv, (void *)(qkv + (size_t)NH * HS), (void *)(qkv + (size_t)(NH + NKV) * HS),
                       (void *)out, (void *)dout, (void *)stats, &p->scale, &p->neg_inf, &p->one,
-                      (void *)dqkv, (void *)(dqkv + (size_t)NH * HS), (void *)(dqkv + (size_t)(NH + NKV) * HS), softmax_sum};
-    cudnn_att_execute(p, 13, uids, ptrs, stream);
+                      (void *)dqkv, (void *)(dqkv + (size_t)NH * HS), (void *)(dqkv + (size_t)(NH + NKV) * HS), softmax_sum,
+                      dq_accum};
+    if (p->dq_accum_bytes > 0) cudaCheck(cudaMemsetAsync(dq_accum, 0, p->dq_accum_bytes, stream));
+    cudnn_att_execute(p, p->dq_accum_bytes > 0 ? 14 : 13, uids, ptrs, stream);
     return 1;
 }
 

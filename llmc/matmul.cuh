@@ -1,8 +1,12 @@
 /*
 The linears' GEMMs through cuBLASLt: bf16 (forward, dgrad, wgrad) and fp8 (fprop, dgrad, wgrad).
 One handle and one 32 MiB workspace for the process; each distinct GEMM (kind, m, n, k, accumulate,
-operand alignments) gets its matmul descriptor, matrix layouts and heuristic algorithm created once,
-on first use, and kept in a small table (creating them per call is a known cost of llm.c's path).
+operand alignments) gets its matmul descriptor, matrix layouts and algorithm chosen once, on first
+use, and kept in a small table (creating them per call is a known cost of llm.c's path). The
+algorithm is the heuristic's first, or with matmul_set_tuning(1) the fastest of its candidates timed
+on the first call's operands (the trainer's -deterministic 0): a few % on some shapes (the lm_head's
+bf16 GEMMs 8-16% on an H200), but the choice can differ from process to process, and with it the
+last bits of the results.
 
 Everything is row-major in C terms. A linear is Y(N, OUT) = X(N, IN) W(OUT, IN)^T with N tokens.
 cuBLASLt is column-major, and a row-major (r, c) matrix is the same bytes as a column-major (c, r)
@@ -48,7 +52,10 @@ static void cublas_check(cublasStatus_t status, const char *file, int line) {
 // The heuristic does not promise that its first algorithm launches for the actual pointers (cuBLASLt's
 // own samples suggest trying the next ones): each plan keeps several candidates and uses the first
 // that runs; the choice is fixed after the first call, so results stay deterministic.
-#define MATMUL_CANDIDATES 8
+// With tuning on (matmul_set_tuning), the first call instead times every candidate on the real
+// operands and keeps the fastest, if it beats the first by MATMUL_TUNE_MARGIN.
+#define MATMUL_CANDIDATES 16
+#define MATMUL_TUNE_MARGIN 0.97f
 
 enum { MM_BF16_FWD, MM_BF16_DX, MM_BF16_DW, MM_FP8_FPROP, MM_FP8_DGRAD, MM_FP8_WGRAD, MM_NUM_KINDS };
 static const char *const MATMUL_KIND_NAMES[MM_NUM_KINDS] = {
@@ -65,12 +72,16 @@ typedef struct {
     cublasLtMatmulAlgo_t algos[MATMUL_CANDIDATES]; // the heuristic's candidates, best first
     int num_algos;
     int chosen; // index of the first candidate that ran; -1 until the first call
+    float tuned_ms[2]; // tuning: the first runnable candidate's and the chosen one's time (0: not tuned)
 } MatmulPlan;
 
 static cublasLtHandle_t g_cublaslt = NULL;
 static void *g_matmul_workspace = NULL;
 static MatmulPlan g_matmul_plans[MATMUL_MAX_PLANS];
 static int g_matmul_num_plans = 0;
+static int g_matmul_tune = 0;
+
+void matmul_set_tuning(int on) { g_matmul_tune = on; }
 
 void matmul_init(void) {
     if (g_cublaslt != NULL) return;
@@ -195,6 +206,60 @@ static MatmulPlan *matmul_get_plan(int kind, int m, int n, int k, int accumulate
     return p;
 }
 
+static cublasStatus_t matmul_launch(MatmulPlan *p, int algo, const void *A, const void *B, floatX *D,
+                                    cudaStream_t stream) {
+    const float one = 1.0f, zero = 0.0f;
+    return cublasLtMatmul(g_cublaslt, p->desc, &one, A, p->a_layout, B, p->b_layout, p->accumulate ? &one : &zero, D,
+                          p->c_layout, D, p->d_layout, &p->algos[algo], g_matmul_workspace, MATMUL_WORKSPACE_BYTES,
+                          stream);
+}
+
+// Median time of 5 runs of candidate `algo` (after one warm-up) into the scratch output; < 0 if refused.
+static float matmul_time_candidate(MatmulPlan *p, int algo, const void *A, const void *B, floatX *scratch,
+                                   cudaEvent_t ev[6], cudaStream_t stream) {
+    cublasStatus_t st = matmul_launch(p, algo, A, B, scratch, stream);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED) return -1.0f;
+    cublasCheck(st);
+    float ms[5];
+    for (int r = 0; r < 6; r++) {
+        cudaCheck(cudaEventRecord(ev[r], stream));
+        if (r < 5) cublasCheck(matmul_launch(p, algo, A, B, scratch, stream));
+    }
+    cudaCheck(cudaEventSynchronize(ev[5]));
+    for (int r = 0; r < 5; r++) cudaCheck(cudaEventElapsedTime(&ms[r], ev[r], ev[r + 1]));
+    for (int i = 1; i < 5; i++) for (int j = i; j > 0 && ms[j] < ms[j - 1]; j--) { float t = ms[j]; ms[j] = ms[j - 1]; ms[j - 1] = t; }
+    return ms[2];
+}
+
+// Times every candidate on the real operands, writing a scratch output (D and the work before this
+// call stay untouched), and returns the one to keep: the fastest, if it beats the first runnable
+// candidate by MATMUL_TUNE_MARGIN; -1 if none runs or there is no memory for the scratch output
+// (then the heuristic's choice stands).
+static int matmul_tune(MatmulPlan *p, const void *A, const void *B, cudaStream_t stream) {
+    floatX *scratch = NULL;
+    if (cudaMalloc((void **)&scratch, (size_t)p->m * p->n * sizeof(floatX)) != cudaSuccess) {
+        (void)cudaGetLastError(); // clear the allocation error
+        return -1;
+    }
+    cudaCheck(cudaMemsetAsync(scratch, 0, (size_t)p->m * p->n * sizeof(floatX), stream));
+    cudaEvent_t ev[6];
+    for (int r = 0; r < 6; r++) cudaCheck(cudaEventCreate(&ev[r]));
+    int first = -1, best = -1;
+    float first_ms = 0.0f, best_ms = 0.0f;
+    for (int i = 0; i < p->num_algos; i++) {
+        float ms = matmul_time_candidate(p, i, A, B, scratch, ev, stream);
+        if (ms < 0.0f) continue;
+        if (first < 0) { first = i; first_ms = ms; }
+        if (best < 0 || ms < best_ms) { best = i; best_ms = ms; }
+    }
+    for (int r = 0; r < 6; r++) cudaCheck(cudaEventDestroy(ev[r]));
+    cudaCheck(cudaFree(scratch));
+    if (best >= 0 && best_ms > MATMUL_TUNE_MARGIN * first_ms) { best = first; best_ms = first_ms; }
+    p->tuned_ms[0] = first_ms;
+    p->tuned_ms[1] = best_ms;
+    return best;
+}
+
 static void matmul_run(int kind, int m, int n, int k, const void *A, const void *B, floatX *D, int accumulate,
                        const float *a_scale, const float *b_scale, cudaStream_t stream) {
     if (g_cublaslt == NULL) FATAL("matmul: call matmul_init() before the first GEMM");
@@ -203,23 +268,40 @@ static void matmul_run(int kind, int m, int n, int k, const void *A, const void 
         cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof(a_scale)));
         cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof(b_scale)));
     }
-    const float one = 1.0f, zero = 0.0f;
+    if (p->chosen < 0 && g_matmul_tune) p->chosen = matmul_tune(p, A, B, stream);
     if (p->chosen >= 0) {
-        cublasCheck(cublasLtMatmul(g_cublaslt, p->desc, &one, A, p->a_layout, B, p->b_layout, accumulate ? &one : &zero,
-                                   D, p->c_layout, D, p->d_layout, &p->algos[p->chosen], g_matmul_workspace,
-                                   MATMUL_WORKSPACE_BYTES, stream));
+        cublasCheck(matmul_launch(p, p->chosen, A, B, D, stream));
         return;
     }
     // first call: a refused candidate returns before launching anything, so D is untouched
     for (int i = 0; i < p->num_algos; i++) {
-        cublasStatus_t st = cublasLtMatmul(g_cublaslt, p->desc, &one, A, p->a_layout, B, p->b_layout,
-                                           accumulate ? &one : &zero, D, p->c_layout, D, p->d_layout, &p->algos[i],
-                                           g_matmul_workspace, MATMUL_WORKSPACE_BYTES, stream);
+        cublasStatus_t st = matmul_launch(p, i, A, B, D, stream);
         if (st == CUBLAS_STATUS_SUCCESS) { p->chosen = i; return; }
         if (st != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(st);
     }
     FATAL("matmul: cuBLASLt refused all %d candidate algorithms for %s m=%d n=%d k=%d", p->num_algos,
           MATMUL_KIND_NAMES[kind], m, n, k);
+}
+
+// One line per tuned GEMM whose choice differs from the heuristic's, and the total of both.
+void matmul_print_tuning(FILE *f) {
+    float first = 0.0f, chosen = 0.0f;
+    int tuned = 0, changed = 0;
+    for (int i = 0; i < g_matmul_num_plans; i++) {
+        const MatmulPlan *p = &g_matmul_plans[i];
+        if (p->tuned_ms[0] <= 0.0f) continue;
+        tuned++;
+        first += p->tuned_ms[0];
+        chosen += p->tuned_ms[1];
+        if (p->tuned_ms[1] < p->tuned_ms[0]) {
+            changed++;
+            fprintf(f, "  %-12s m=%5d n=%5d k=%5d%s: %.3f -> %.3f ms (candidate %d of %d)\n", MATMUL_KIND_NAMES[p->kind],
+                    p->m, p->n, p->k, p->accumulate ? " acc" : "", p->tuned_ms[0], p->tuned_ms[1], p->chosen + 1,
+                    p->num_algos);
+        }
+    }
+    fprintf(f, "GEMM tuning: %d of %d GEMMs changed algorithm; one call of each: %.3f -> %.3f ms\n", changed, tuned,
+            first, chosen);
 }
 
 // cuBLASLt's fp8 kernels need every dimension (and so every leading dimension) a multiple of 16 and

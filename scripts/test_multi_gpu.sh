@@ -69,6 +69,7 @@ nvcc_line=$(make -s -n -B train_llama_fp8 2>/dev/null | grep -F ' train_llama_fp
 
 # ---- helpers
 trainer_args="-e tiny -b 2 -t 128 -d 1024 -x 20 -l 3e-4 -u 5 -q 1.0 -c 0.1 -v 10 -m 2 -n 10 -s 20 -g 8 -seed 7"
+det="-deterministic 1" # our runs are compared bit for bit (BASE_REV's trainer predates the flag and is always deterministic)
 run() { # run NAME CMD...: output to $LOG/NAME.txt, returns the exit status
     local name=$1
     shift
@@ -184,9 +185,9 @@ if want 2 || want 3 || want 5; then
         extra=""
         [ $prec = fp8 ] && extra="-fp8_dump 1"
         rm -rf "$LOG/r1_$prec" "$LOG/r2_$prec"
-        run r1_$prec ./train_llama_fp8 $trainer_args -precision $prec -o "$LOG/r1_$prec"
+        run r1_$prec ./train_llama_fp8 $trainer_args $det -precision $prec -o "$LOG/r1_$prec"
         rc1=$?
-        run r2_$prec ./train_llama_fp8 $trainer_args -precision $prec -ngpu 2 -o "$LOG/r2_$prec" $extra
+        run r2_$prec ./train_llama_fp8 $trainer_args $det -precision $prec -ngpu 2 -o "$LOG/r2_$prec" $extra
         rc2=$?
         if want 2; then
             if [ $rc1 -ne 0 ] || [ $rc2 -ne 0 ]; then
@@ -230,8 +231,8 @@ if want 4; then
         # two ranks add two bf16 values per element: the result does not depend on the order, so the
         # launcher cannot change a bit
         rm -rf "$LOG/mpi_bf16"
-        [ -f "$LOG/r2_bf16/main.log" ] || run r2_bf16 ./train_llama_fp8 $trainer_args -precision bf16 -ngpu 2 -o "$LOG/r2_bf16"
-        if ! run mpi_bf16 "${mpi[@]}" ./train_llama_fp8 $trainer_args -precision bf16 -o "$LOG/mpi_bf16"; then
+        [ -f "$LOG/r2_bf16/main.log" ] || run r2_bf16 ./train_llama_fp8 $trainer_args $det -precision bf16 -ngpu 2 -o "$LOG/r2_bf16"
+        if ! run mpi_bf16 "${mpi[@]}" ./train_llama_fp8 $trainer_args $det -precision bf16 -o "$LOG/mpi_bf16"; then
             report FAIL "4 mpirun -np 2 training == -ngpu 2" "exit non-zero: $LOG/mpi_bf16.txt"
         else
             out=$(compare_logs "$LOG/mpi_bf16/main.log" "$LOG/r2_bf16/main.log" exact)
@@ -255,7 +256,7 @@ if want 5; then
         fi
         extra=""
         [ $prec = fp8 ] && extra="-fp8_dump 1"
-        if ! run r2_${prec}_resumed ./train_llama_fp8 $trainer_args -precision $prec -ngpu 2 -y 1 -o "$b" $extra; then
+        if ! run r2_${prec}_resumed ./train_llama_fp8 $trainer_args $det -precision $prec -ngpu 2 -y 1 -o "$b" $extra; then
             report FAIL "5 $prec: resume with 2 ranks is bit-exact" "exit non-zero: $LOG/r2_${prec}_resumed.txt"
             continue
         fi
@@ -311,7 +312,7 @@ if want 7; then
         report FAIL "7 one GPU unchanged vs $BASE_REV" "the base trainer does not build: $LOG/base_build.txt"
     else
         for prec in bf16 fp8; do
-            [ -f "$LOG/r1_$prec/main.log" ] || run r1_$prec ./train_llama_fp8 $trainer_args -precision $prec -o "$LOG/r1_$prec"
+            [ -f "$LOG/r1_$prec/main.log" ] || run r1_$prec ./train_llama_fp8 $trainer_args $det -precision $prec -o "$LOG/r1_$prec"
             rm -rf "$LOG/base_$prec"
             if ! run base_$prec "$base/train_llama_fp8" $trainer_args -precision $prec -o "$LOG/base_$prec"; then
                 report FAIL "7 $prec: one GPU unchanged vs $BASE_REV" "the base run failed: $LOG/base_$prec.txt"

@@ -4,23 +4,27 @@ Causal GQA attention (llmc/attention.cuh, llmc/cudnn_att.cuh): validation, then 
 Build and run, from dev/cuda:
   nvcc -O3 -arch=sm_90 -DENABLE_CUDNN -I../.. attention.cu -lcudnn -o attention && ./attention
   (no cuDNN: drop -DENABLE_CUDNN and -lcudnn; the cuDNN checks then report SKIP)
-  ./attention [all|plain|cudnn]   which versions to validate and time (default all)
+  ./attention [all|plain|cudnn]   which versions to validate and time (default all; cudnn: both forms)
 
 Versions:
   plain  the kernels in llmc/attention.cuh: flash-style loops over 32-row shared-memory tiles, one warp
          per query (forward, dQ) or key (dK/dV) row, fp32 accumulation, no atomics. Any T, HS <= 256.
   cudnn  cuDNN's fused flash attention through the backend graph API (llmc/cudnn_att.cuh): T % 128 == 0,
          HS % 8 == 0, HS <= 128; deterministic backward (dQ written directly, no fp32 accumulator).
+  cudnn-fast  the same forward; the backward accumulates dQ in fp32 with atomics (the trainer's
+         default, -deterministic 0): not bit-reproducible, so its second runs are checked against
+         the reference instead of bit for bit.
 
 What it checks (every line says PASS or FAIL; the exit status is non-zero if anything failed):
   1. Against a CPU reference in double, on small shapes: out, stats, dq, dk, dv of each version.
      (B=2,T=128,NH=4,NKV=2,HS=64), (B=1,T=200,NH=4,NKV=4,HS=64) (T % 128 != 0: cuDNN must decline it
      and the dispatcher must take the plain path), (B=2,T=256,NH=8,NKV=2,HS=128).
      Outputs are pre-filled with NaN bytes, so an element a kernel forgets to write fails the check
-     (the backward must write, not accumulate, all of dqkv). Each version is run twice and must be
-     bitwise identical (determinism; the trainer's resume is bit-exact). attention_forward/backward
-     (the dispatcher) must be bitwise identical to the version attention_path() names.
-  2. cuDNN against the plain kernels on a bigger shape (B=2,T=1024,NH=16,NKV=4,HS=128).
+     (the backward must write, not accumulate, all of dqkv). Each deterministic version is run twice
+     and must be bitwise identical (the trainer's -deterministic 1 resume is bit-exact).
+     attention_forward/backward (the dispatcher, deterministic) must be bitwise identical to the
+     version attention_path() names.
+  2. both cuDNN forms against the plain kernels on a bigger shape (B=2,T=1024,NH=16,NKV=4,HS=128).
   3. Timing (CUDA events, warm-up, median) of forward and backward at B=2,T=4096,NH=32,HS=128 with
      NKV=32 (llama2-7b) and NKV=8 (GQA), in TFLOP/s with causal FLOPs halved:
      forward 4*B*NH*T*T*HS/2, backward 2.5x that; plus a bitwise determinism check at that size.
@@ -41,8 +45,17 @@ What it checks (every line says PASS or FAIL; the exit status is non-zero if any
 #define TOL_RMS_REL 1e-2
 #define TOL_STATS 2e-3
 
-enum { PATH_PLAIN = 0, PATH_CUDNN = 1 };
-static const char *path_names[2] = {"plain", "cudnn"};
+enum { PATH_PLAIN, PATH_CUDNN, PATH_CUDNN_FAST, NUM_PATHS };
+static const char *path_names[NUM_PATHS] = {"plain", "cudnn", "cudnn-fast"};
+
+// the cuDNN backward form a path runs (the dispatcher's is the deterministic one here)
+static void select_backward_form(int path) {
+#ifdef ENABLE_CUDNN
+    cudnn_att_set_deterministic(path != PATH_CUDNN_FAST);
+#else
+    (void)path;
+#endif
+}
 
 typedef struct { int B, T, NH, NKV, HS; } Shape;
 
@@ -244,7 +257,9 @@ static const char *path_unavailable(int path, Shape s) {
 #ifdef ENABLE_CUDNN
     const char *fwd = attention_path(s.B, s.T, s.NH, s.NKV, s.HS, 0);
     if (strcmp(fwd, "cudnn") != 0) return fwd;
+    select_backward_form(path);
     const char *bwd = attention_path(s.B, s.T, s.NH, s.NKV, s.HS, 1);
+    select_backward_form(PATH_CUDNN);
     if (strcmp(bwd, "cudnn") != 0) return bwd;
     return NULL;
 #else
@@ -272,7 +287,10 @@ static void run_backward(int path, Buffers *d) {
         return;
     }
 #ifdef ENABLE_CUDNN
-    if (cudnn_att_backward(d->dqkv, d->dout, d->qkv, d->out, d->stats, s.B, s.T, s.NH, s.NKV, s.HS, 0)) return;
+    select_backward_form(path);
+    const int ran = cudnn_att_backward(d->dqkv, d->dout, d->qkv, d->out, d->stats, s.B, s.T, s.NH, s.NKV, s.HS, 0);
+    select_backward_form(PATH_CUDNN);
+    if (ran) return;
 #endif
     FATAL("the cuDNN backward was asked to run a shape it has no plan for");
 }
@@ -326,7 +344,7 @@ static void upload_random_inputs(Buffers *d, uint64_t seed, float *qkv_f, float 
 // ---------------------------------------------------------------------------------------------------
 // 1. small shapes against the CPU reference
 
-static void validate_small(Shape s, const int use[2], uint64_t seed) {
+static void validate_small(Shape s, const int use[NUM_PATHS], uint64_t seed) {
     printf("\nB=%d T=%d NH=%d NKV=%d HS=%d vs CPU reference (double)\n", s.B, s.T, s.NH, s.NKV, s.HS);
     Buffers d = buffers_alloc(s);
     float *qkv_f = (float *)mallocCheck(d.n_qkv * sizeof(float)), *dout_f = (float *)mallocCheck(d.n_out * sizeof(float));
@@ -336,9 +354,9 @@ static void validate_small(Shape s, const int use[2], uint64_t seed) {
     double *dqkv_ref = (double *)mallocCheck(d.n_qkv * sizeof(double));
     attention_reference(out_ref, lse_ref, dqkv_ref, qkv_f, dout_f, s);
 
-    HostResults res[2], again = results_alloc(&d);
-    int ran[2] = {0, 0};
-    for (int path = 0; path < 2; path++) {
+    HostResults res[NUM_PATHS], again = results_alloc(&d);
+    int ran[NUM_PATHS] = {0, 0, 0};
+    for (int path = 0; path < NUM_PATHS; path++) {
         if (!use[path]) continue;
         const char *why_not = path_unavailable(path, s);
         if (why_not != NULL) {
@@ -359,7 +377,12 @@ static void validate_small(Shape s, const int use[2], uint64_t seed) {
         run_both(path, &d, &again);
         check_bitwise("second run: out", res[path].out, again.out, d.n_out * sizeof(floatX));
         check_bitwise("second run: stats", res[path].stats, again.stats, d.n_stats * sizeof(float));
-        check_bitwise("second run: dqkv", res[path].dqkv, again.dqkv, d.n_qkv * sizeof(floatX));
+        if (path == PATH_CUDNN_FAST) {
+            printf("    second run's dqkv (atomics: checked against the reference, not bit for bit):\n");
+            check_dqkv(again.dqkv, dqkv_ref, s);
+        } else {
+            check_bitwise("second run: dqkv", res[path].dqkv, again.dqkv, d.n_qkv * sizeof(floatX));
+        }
     }
     // the dispatcher must take (and match) the path it says it takes
     const char *fwd_path = attention_path(s.B, s.T, s.NH, s.NKV, s.HS, 0);
@@ -383,7 +406,7 @@ static void validate_small(Shape s, const int use[2], uint64_t seed) {
         check_bitwise("dispatcher out == its path's", again.out, res[fwd_is].out, d.n_out * sizeof(floatX));
         check_bitwise("dispatcher dqkv == its path's", again.dqkv, res[fwd_is].dqkv, d.n_qkv * sizeof(floatX));
     }
-    for (int path = 0; path < 2; path++) if (ran[path]) results_free(&res[path]);
+    for (int path = 0; path < NUM_PATHS; path++) if (ran[path]) results_free(&res[path]);
     results_free(&again);
     free(qkv_f); free(dout_f);
     free(out_ref); free(lse_ref); free(dqkv_ref);
@@ -393,9 +416,10 @@ static void validate_small(Shape s, const int use[2], uint64_t seed) {
 // ---------------------------------------------------------------------------------------------------
 // 2. cuDNN against the plain kernels on a bigger shape
 
-static void validate_cudnn_vs_plain(Shape s, uint64_t seed) {
-    printf("\nB=%d T=%d NH=%d NKV=%d HS=%d: cudnn vs plain (plain as the reference)\n", s.B, s.T, s.NH, s.NKV, s.HS);
-    const char *why_not = path_unavailable(PATH_CUDNN, s);
+static void validate_cudnn_vs_plain(Shape s, int path, uint64_t seed) {
+    printf("\nB=%d T=%d NH=%d NKV=%d HS=%d: %s vs plain (plain as the reference)\n", s.B, s.T, s.NH, s.NKV, s.HS,
+           path_names[path]);
+    const char *why_not = path_unavailable(path, s);
     if (why_not != NULL) {
         printf("  SKIP (%s)\n", why_not);
         return;
@@ -404,7 +428,7 @@ static void validate_cudnn_vs_plain(Shape s, uint64_t seed) {
     upload_random_inputs(&d, seed, NULL, NULL);
     HostResults plain = results_alloc(&d), fused = results_alloc(&d);
     run_both(PATH_PLAIN, &d, &plain);
-    run_both(PATH_CUDNN, &d, &fused);
+    run_both(path, &d, &fused);
     double *g = to_double_bf16(fused.out, d.n_out), *r = to_double_bf16(plain.out, d.n_out);
     check_close("out", g, r, d.n_out);
     free(g); free(r);
@@ -423,7 +447,7 @@ static void validate_cudnn_vs_plain(Shape s, uint64_t seed) {
 // ---------------------------------------------------------------------------------------------------
 // 3. timing
 
-static void benchmark(Shape s, const int use[2]) {
+static void benchmark(Shape s, const int use[NUM_PATHS]) {
     printf("\nB=%d T=%d NH=%d NKV=%d HS=%d timing (median; causal FLOPs halved)\n", s.B, s.T, s.NH, s.NKV, s.HS);
     Buffers d = buffers_alloc(s);
     fill_uniform(d.qkv, d.n_qkv, 1234u, 1.0f);
@@ -431,18 +455,19 @@ static void benchmark(Shape s, const int use[2]) {
     cudaCheck(cudaDeviceSynchronize());
     const double fwd_flops = 4.0 * s.B * s.NH * (double)s.T * s.T * s.HS / 2.0, bwd_flops = 2.5 * fwd_flops;
     HostResults first = results_alloc(&d), second = results_alloc(&d);
-    for (int path = 0; path < 2; path++) {
+    for (int path = 0; path < NUM_PATHS; path++) {
         if (!use[path]) continue;
         const char *why_not = path_unavailable(path, s); // cuDNN: builds the plans outside the timing
         if (why_not != NULL) {
-            printf("  %-6s SKIP (%s)\n", path_names[path], why_not);
+            printf("  %-10s SKIP (%s)\n", path_names[path], why_not);
             continue;
         }
         const int iters = path == PATH_PLAIN ? 5 : 20;
         const float fwd_ms = time_median_ms([&] { run_forward(path, &d); }, iters, 2); // leaves out/stats for the backward
         const float bwd_ms = time_median_ms([&] { run_backward(path, &d); }, iters, 2);
-        printf("  %-6s forward %8.3f ms %7.1f TFLOP/s | backward %8.3f ms %7.1f TFLOP/s\n", path_names[path],
+        printf("  %-10s forward %8.3f ms %7.1f TFLOP/s | backward %8.3f ms %7.1f TFLOP/s\n", path_names[path],
                fwd_ms, fwd_flops / fwd_ms / 1e9, bwd_ms, bwd_flops / bwd_ms / 1e9);
+        if (path == PATH_CUDNN_FAST) continue; // not bit-reproducible by design
         run_both(path, &d, &first);
         run_both(path, &d, &second);
         char what[64];
@@ -460,8 +485,8 @@ static void benchmark(Shape s, const int use[2]) {
 
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "all";
-    int use[2] = {1, 1};
-    if (strcmp(mode, "plain") == 0) use[PATH_CUDNN] = 0;
+    int use[NUM_PATHS] = {1, 1, 1};
+    if (strcmp(mode, "plain") == 0) use[PATH_CUDNN] = use[PATH_CUDNN_FAST] = 0;
     else if (strcmp(mode, "cudnn") == 0) use[PATH_PLAIN] = 0;
     else if (strcmp(mode, "all") != 0) {
         fprintf(stderr, "usage: %s [all|plain|cudnn]\n", argv[0]);
@@ -469,7 +494,7 @@ int main(int argc, char **argv) {
     }
     cudaDeviceProp prop = device_properties();
     printf("device: %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
-    attention_init(use[PATH_CUDNN]);
+    attention_init(use[PATH_CUDNN], 1);
 
     // 1. against the CPU reference (the dispatcher check needs both versions' results: mode all)
     const Shape small[3] = {{2, 128, 4, 2, 64}, {1, 200, 4, 4, 64}, {2, 256, 8, 2, 128}};
@@ -477,7 +502,8 @@ int main(int argc, char **argv) {
     // 2. cuDNN against the plain kernels
     if (use[PATH_PLAIN] && use[PATH_CUDNN]) {
         const Shape big = {2, 1024, 16, 4, 128};
-        validate_cudnn_vs_plain(big, 7);
+        validate_cudnn_vs_plain(big, PATH_CUDNN, 7);
+        validate_cudnn_vs_plain(big, PATH_CUDNN_FAST, 7);
     }
     // 3. timing
     const Shape timed[2] = {{2, 4096, 32, 32, 128}, {2, 4096, 32, 8, 128}};

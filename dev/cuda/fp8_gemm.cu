@@ -12,16 +12,23 @@ Validation (small shapes, CPU double-precision references):
   a wrong transpose, operand or scale gives O(1) errors).
 Timing: CUDA events, 5 warm-ups, median of 25, rotating among 3 copies of every input so the 50 MB
 L2 doesn't hold them. For each of fprop, dgrad, wgrad: bf16 GEMM, fp8 GEMM, and the fp8 "linear"
-= the GEMM plus the casts/transposes the trainer really does for it:
-  fprop: fp8_cast of X (the producer kernel normally fuses it; counted as a separate pass here);
-         W's cast is once per optimizer step and not counted
-  dgrad: fp8_cast_transpose of dY (one read of bf16 dY -> dY and dY^T in E5M2); W^T once per step
-  wgrad: fp8_transpose of the saved fp8 X -> X^T (dY^T comes from dgrad's cast_transpose)
+("lin") = the GEMM plus the passes train_llama_fp8 really runs for it (linear_forward/backward):
+  the E4M3 X of qkv, w13 and w2 and the E5M2 dY of every linear come from the kernel that produces
+  them (RMSNorm, SwiGLU, RoPE backward, RMSNorm backward: they write fp8 instead of bf16, with the
+  amax, no extra pass); the input of wo (the attention output) is kept in bf16 and cast separately.
+  fprop: wo: fp8_cast(X); others: nothing
+  dgrad: fp8_transpose(W) (W^T from the cached E4M3 W; the trainer makes it at each backward)
+  wgrad: fp8_transpose(dY) + wo: fp8_cast_transpose(X bf16), others: fp8_transpose(X fp8)
+  W's own cast is made by AdamW (once per optimizer step) and not counted.
+"sep" = every cast as its own pass from bf16, as a trainer without fused producers would run it:
+  fprop: fp8_cast(X); dgrad: fp8_cast_transpose(dY) (dY and dY^T); wgrad: fp8_transpose(X fp8).
 TFLOP/s = 2 M K N / time.
 
 Build (from dev/cuda):  nvcc -O3 -arch=sm_90 -std=c++17 --use_fast_math -I../.. fp8_gemm.cu -lcublasLt -lcublas -o fp8_gemm
                         (or: make -C dev/cuda fp8_gemm)
-Run:                    ./fp8_gemm [shape]     shape 1..8 times only that ANCHORS.md shape (default all)
+Run:                    ./fp8_gemm [shape] [-tune]   shape 1..8 times only that ANCHORS.md shape (default all);
+                        -tune: every GEMM (bf16 and fp8) uses the fastest of cuBLASLt's candidates,
+                        timed at its first call, as the trainer does with -deterministic 0
 The last line is "fp8_gemm: ALL PASS" or "fp8_gemm: N FAILED"; exit status 0 / 1.
 */
 #include "llmc/fp8.h"           // fp8_encode, fp8_decode, fp8_compute_scale: the CPU side
@@ -207,15 +214,16 @@ __global__ void fill_normalish_kernel(floatX *p, size_t n, uint32_t seed, float 
     }
 }
 
-struct Shape { const char *name; int M, K, N; double anchor_bf16, anchor_fp8; };
+// x_bf16: the linear's input is kept in bf16 and cast by a pass of its own (wo, fed by attention)
+struct Shape { const char *name; int M, K, N; double anchor_bf16, anchor_fp8; int x_bf16; };
 static const Shape SHAPES[] = {
-    {"70B/TP8 attn.wqkv", 16384, 8192, 1280, 787, 1379}, {"70B/TP8 attn.w0", 16384, 1024, 8192, 702, 1090},
-    {"70B/TP8 ffn.w13", 16384, 8192, 7168, 709, 1279},   {"70B/TP8 ffn.w2", 16384, 3584, 8192, 650, 1196},
-    {"7B qkv", 8192, 4096, 12288, 688, 1221},            {"7B wo", 8192, 4096, 4096, 612, 1234},
-    {"7B w13", 8192, 4096, 22016, 631, 1250},            {"7B w2", 8192, 11008, 4096, 696, 1276},
+    {"70B/TP8 attn.wqkv", 16384, 8192, 1280, 787, 1379, 0}, {"70B/TP8 attn.w0", 16384, 1024, 8192, 702, 1090, 1},
+    {"70B/TP8 ffn.w13", 16384, 8192, 7168, 709, 1279, 0},   {"70B/TP8 ffn.w2", 16384, 3584, 8192, 650, 1196, 0},
+    {"7B qkv", 8192, 4096, 12288, 688, 1221, 0},            {"7B wo", 8192, 4096, 4096, 612, 1234, 1},
+    {"7B w13", 8192, 4096, 22016, 631, 1250, 0},            {"7B w2", 8192, 11008, 4096, 696, 1276, 0},
 };
 enum { FPROP, DGRAD, WGRAD };
-struct Times { float bf16, fp8, lin; };
+struct Times { float bf16, fp8, lin, sep; };
 
 #define COPIES 3
 static void bench_shape(const Shape &s, Times out[3]) {
@@ -258,14 +266,18 @@ static void bench_shape(const Shape &s, Times out[3]) {
     out[FPROP].bf16 = time_median_ms_queued([&](int i) { int c = i % COPIES; matmul_forward(y, x[c], w[c], N, IN, OUT, 0); });
     out[FPROP].fp8 = time_median_ms_queued([&](int i) { int c = i % COPIES;
         matmul_fp8_fprop(y, (const fp8e4 *)xq[c], (const fp8e4 *)wq[c], SI(c) + 0, SI(c) + 4, N, IN, OUT, 0); });
-    out[FPROP].lin = time_median_ms_queued([&](int i) { int c = i % COPIES;
+    out[FPROP].sep = time_median_ms_queued([&](int i) { int c = i % COPIES;
         fp8_cast(xq[c], FP8_E4M3, x[c], nx, AM(c) + 0, SC(c) + 0, 0);
         matmul_fp8_fprop(y, (const fp8e4 *)xq[c], (const fp8e4 *)wq[c], SI(c) + 0, SI(c) + 4, N, IN, OUT, 0); });
+    out[FPROP].lin = s.x_bf16 ? out[FPROP].sep : out[FPROP].fp8;
     out[DGRAD].bf16 = time_median_ms_queued([&](int i) { int c = i % COPIES;
         matmul_backward(dx, NULL, dy[c], x[c], w[c], N, IN, OUT, 0, 0); });
     out[DGRAD].fp8 = time_median_ms_queued([&](int i) { int c = i % COPIES;
         matmul_fp8_dgrad(dx, (const fp8e5 *)dyq[c], (const fp8e4 *)wq_t[c], SI(c) + 8, SI(c) + 4, N, IN, OUT, 0); });
     out[DGRAD].lin = time_median_ms_queued([&](int i) { int c = i % COPIES;
+        fp8_transpose(wq_t[c], wq[c], OUT, IN, 0);
+        matmul_fp8_dgrad(dx, (const fp8e5 *)dyq[c], (const fp8e4 *)wq_t[c], SI(c) + 8, SI(c) + 4, N, IN, OUT, 0); });
+    out[DGRAD].sep = time_median_ms_queued([&](int i) { int c = i % COPIES;
         fp8_cast_transpose(dyq[c], dyq_t[c], FP8_E5M2, dy[c], N, OUT, AM(c) + 2, SC(c) + 2, 0);
         matmul_fp8_dgrad(dx, (const fp8e5 *)dyq[c], (const fp8e4 *)wq_t[c], SI(c) + 8, SI(c) + 4, N, IN, OUT, 0); });
     out[WGRAD].bf16 = time_median_ms_queued([&](int i) { int c = i % COPIES;
@@ -273,6 +285,11 @@ static void bench_shape(const Shape &s, Times out[3]) {
     out[WGRAD].fp8 = time_median_ms_queued([&](int i) { int c = i % COPIES;
         matmul_fp8_wgrad(dw, (const fp8e5 *)dyq_t[c], (const fp8e4 *)xq_t[c], SI(c) + 8, SI(c) + 0, N, IN, OUT, 0, 0); });
     out[WGRAD].lin = time_median_ms_queued([&](int i) { int c = i % COPIES;
+        fp8_transpose(dyq_t[c], dyq[c], N, OUT, 0);
+        if (s.x_bf16) fp8_cast_transpose(NULL, xq_t[c], FP8_E4M3, x[c], N, IN, NULL, SC(c) + 0, 0);
+        else fp8_transpose(xq_t[c], xq[c], N, IN, 0);
+        matmul_fp8_wgrad(dw, (const fp8e5 *)dyq_t[c], (const fp8e4 *)xq_t[c], SI(c) + 8, SI(c) + 0, N, IN, OUT, 0, 0); });
+    out[WGRAD].sep = time_median_ms_queued([&](int i) { int c = i % COPIES;
         fp8_transpose(xq_t[c], xq[c], N, IN, 0);
         matmul_fp8_wgrad(dw, (const fp8e5 *)dyq_t[c], (const fp8e4 *)xq_t[c], SI(c) + 8, SI(c) + 0, N, IN, OUT, 0, 0); });
 #undef SC
@@ -289,26 +306,32 @@ static void bench_shape(const Shape &s, Times out[3]) {
 
 static void print_table(const char *title, const std::vector<int> &which, const std::vector<Times> &t, int mode) {
     printf("\n%s\n", title);
-    printf("%-18s %-20s %8s %8s %8s %8s %8s %8s %8s %8s\n", "shape", "(M, K, N)", "bf16 ms", "fp8 ms", "lin ms",
-           "fp8/bf16", "lin/bf16", "bf16 TF", "fp8 TF", "lin TF");
+    printf("%-18s %-20s %8s %8s %8s %8s %8s %8s %8s %8s %8s\n", "shape", "(M, K, N)", "bf16 ms", "fp8 ms", "lin ms",
+           "fp8/bf16", "lin/bf16", "bf16 TF", "fp8 TF", "lin TF", "sep ms");
     for (size_t j = 0; j < which.size(); j++) {
         const Shape &s = SHAPES[which[j]];
         const Times &x = t[3 * j + mode];
         const double flop = 2.0 * s.M * s.K * s.N;
         char dims[32];
         snprintf(dims, sizeof(dims), "(%d,%d,%d)", s.M, s.K, s.N);
-        printf("%-18s %-20s %8.3f %8.3f %8.3f %7.2fx %7.2fx %8.0f %8.0f %8.0f\n", s.name, dims, x.bf16, x.fp8, x.lin,
-               x.bf16 / x.fp8, x.bf16 / x.lin, flop / (x.bf16 * 1e9), flop / (x.fp8 * 1e9), flop / (x.lin * 1e9));
+        printf("%-18s %-20s %8.3f %8.3f %8.3f %7.2fx %7.2fx %8.0f %8.0f %8.0f %8.3f\n", s.name, dims, x.bf16, x.fp8, x.lin,
+               x.bf16 / x.fp8, x.bf16 / x.lin, flop / (x.bf16 * 1e9), flop / (x.fp8 * 1e9), flop / (x.lin * 1e9), x.sep);
     }
 }
 
 int main(int argc, char **argv) {
-    int only = argc > 1 ? atoi(argv[1]) : 0;
-    if (only < 0 || only > 8) FATAL("usage: %s [shape 1..8]", argv[0]);
+    int only = 0, tune = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-tune") == 0) tune = 1;
+        else if ((only = atoi(argv[i])) < 1 || only > 8) FATAL("usage: %s [shape 1..8] [-tune]", argv[0]);
+    }
     cudaDeviceProp prop = device_properties();
     printf("device: %s (sm_%d%d), cuBLASLt %zu\n", prop.name, prop.major, prop.minor, cublasLtGetVersion());
     if (prop.major * 10 + prop.minor < 89) FATAL("fp8 GEMMs need compute capability 8.9+ (this is %d.%d)", prop.major, prop.minor);
     matmul_init();
+    matmul_set_tuning(tune);
+    printf("GEMM algorithms: %s\n", tune ? "the fastest of cuBLASLt's candidates, timed at first use (-tune; the trainer's"
+                                           " -deterministic 0)" : "cuBLASLt's heuristic's first (the trainer's -deterministic 1)");
 
     printf("\nValidation\n");
     validate_shape(256, 512, 384);
@@ -324,19 +347,21 @@ int main(int argc, char **argv) {
         for (int m = 0; m < 3; m++) t.push_back(tt[m]);
     }
     printf("\nTiming: median of 25 after 5 warm-ups, 3 rotating input copies. TF = TFLOP/s (2MKN / time).\n"
-           "lin = the fp8 GEMM plus the casts/transposes the trainer does for it.");
-    print_table("fprop  Y = X W^T        fp8: E4M3 x E4M3, fast accum;  lin = fp8_cast(X) + GEMM", which, t, FPROP);
-    print_table("dgrad  dX = dY W        fp8: E4M3 W^T x E5M2 dY;       lin = fp8_cast_transpose(dY) + GEMM", which, t, DGRAD);
-    print_table("wgrad  dW = dY^T X      fp8: E4M3 X^T x E5M2 dY^T;     lin = fp8_transpose(X fp8) + GEMM", which, t, WGRAD);
+           "lin = the fp8 GEMM plus the passes the trainer runs for it; sep = every cast as its own pass (header).");
+    print_table("fprop  Y = X W^T        fp8: E4M3 x E4M3, fast accum;  lin = [wo: fp8_cast(X)] + GEMM", which, t, FPROP);
+    print_table("dgrad  dX = dY W        fp8: E4M3 W^T x E5M2 dY;       lin = fp8_transpose(W) + GEMM", which, t, DGRAD);
+    print_table("wgrad  dW = dY^T X      fp8: E4M3 X^T x E5M2 dY^T;     lin = fp8_transpose(dY) + X^T + GEMM", which, t, WGRAD);
     printf("\nwhole linear (fprop + dgrad + wgrad), and the ANCHORS.md torch numbers for fprop's shape\n");
-    printf("%-18s %9s %9s %9s %9s | %-24s\n", "shape", "bf16 ms", "fp8 ms", "lin ms", "lin/bf16", "anchor bf16/fp8 TF (x)");
+    printf("%-18s %9s %9s %9s %9s %9s %9s | %-24s\n", "shape", "bf16 ms", "fp8 ms", "lin ms", "lin/bf16", "sep ms",
+           "sep/bf16", "anchor bf16/fp8 TF (x)");
     for (size_t j = 0; j < which.size(); j++) {
         const Shape &s = SHAPES[which[j]];
-        float b = 0, f = 0, l = 0;
-        for (int m = 0; m < 3; m++) { b += t[3 * j + m].bf16; f += t[3 * j + m].fp8; l += t[3 * j + m].lin; }
-        printf("%-18s %9.3f %9.3f %9.3f %8.2fx | %4.0f / %4.0f (%.2fx)\n", s.name, b, f, l, b / l, s.anchor_bf16,
-               s.anchor_fp8, s.anchor_fp8 / s.anchor_bf16);
+        float b = 0, f = 0, l = 0, q = 0;
+        for (int m = 0; m < 3; m++) { b += t[3 * j + m].bf16; f += t[3 * j + m].fp8; l += t[3 * j + m].lin; q += t[3 * j + m].sep; }
+        printf("%-18s %9.3f %9.3f %9.3f %8.2fx %9.3f %8.2fx | %4.0f / %4.0f (%.2fx)\n", s.name, b, f, l, b / l, q, b / q,
+               s.anchor_bf16, s.anchor_fp8, s.anchor_fp8 / s.anchor_bf16);
     }
+    if (tune) matmul_print_tuning(stdout);
     matmul_destroy();
     return report_summary("fp8_gemm");
 }
