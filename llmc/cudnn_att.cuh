@@ -281,6 +281,20 @@ static void cudnn_att_forward_graph(CudnnGraph *g, int64_t B, int64_t T, int64_t
     cg_matmul(g, "P x V", P, V, O);
 }
 
+// A K or V gradient: the matmul a x b straight into out, or for GQA into every query head (a virtual
+// tensor of q_dims) and then summed over each kv head's group of query heads into out.
+static void cg_kv_grad(CudnnGraph *g, const char *matmul_name, const char *full_name, const char *sum_name,
+                       cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t out,
+                       Dims4 q_dims, Dims4 full_head_st, int gqa, int det_head_sum) {
+    if (!gqa) {
+        cg_matmul(g, matmul_name, a, b, out);
+        return;
+    }
+    cudnnBackendDescriptor_t full = cg_virtual(g, full_name, CUDNN_DATA_BFLOAT16, q_dims, full_head_st);
+    cg_matmul(g, matmul_name, a, b, full);
+    cg_reduction(g, sum_name, CUDNN_REDUCE_TENSOR_ADD, full, out, det_head_sum);
+}
+
 // mask_after_stats: 0 = the recipe's order (mask, then subtract Stats, as cudnn-frontend 1.0-1.5 built
 // it), 1 = subtract Stats, then mask (newer cudnn-frontend); both compute the same P.
 // det_head_sum: for GQA, the IS_DETERMINISTIC attribute of the head reductions of dK, dV (-1: unset).
@@ -340,13 +354,7 @@ static void cudnn_att_backward_graph(CudnnGraph *g, int64_t B, int64_t T, int64_
     // 3. dV = P^T x dO (GQA: per query head, then summed over each kv head's group)
     cudnnBackendDescriptor_t PT = cg_virtual(g, "P^T", BF16, scores, scores_t_st);
     cg_reshape(g, "transpose_P", P, PT);
-    if (NH == NKV) {
-        cg_matmul(g, "P^T x dO", PT, dO, dV);
-    } else {
-        cudnnBackendDescriptor_t dv_full = cg_virtual(g, "dV_full_heads", BF16, q_dims, full_head_st);
-        cg_matmul(g, "P^T x dO", PT, dO, dv_full);
-        cg_reduction(g, "sum_dV_heads", CUDNN_REDUCE_TENSOR_ADD, dv_full, dV, det_head_sum);
-    }
+    cg_kv_grad(g, "P^T x dO", "dV_full_heads", "sum_dV_heads", PT, dO, dV, q_dims, full_head_st, NH != NKV, det_head_sum);
 
     // 4. dS = scale * P * (dO V^T - softmax_sum)
     cudnnBackendDescriptor_t dP = cg_virtual(g, "dP", F32, scores, scores_st);
@@ -361,13 +369,7 @@ static void cudnn_att_backward_graph(CudnnGraph *g, int64_t B, int64_t T, int64_
     // 5. dK = dS^T x Q (GQA as for dV)
     cudnnBackendDescriptor_t dST = cg_virtual(g, "dS^T", BF16, scores, scores_t_st);
     cg_reshape(g, "transpose_dS", dS, dST);
-    if (NH == NKV) {
-        cg_matmul(g, "dS^T x Q", dST, Q, dK);
-    } else {
-        cudnnBackendDescriptor_t dk_full = cg_virtual(g, "dK_full_heads", BF16, q_dims, full_head_st);
-        cg_matmul(g, "dS^T x Q", dST, Q, dk_full);
-        cg_reduction(g, "sum_dK_heads", CUDNN_REDUCE_TENSOR_ADD, dk_full, dK, det_head_sum);
-    }
+    cg_kv_grad(g, "dS^T x Q", "dK_full_heads", "sum_dK_heads", dST, Q, dK, q_dims, full_head_st, NH != NKV, det_head_sum);
 
     // 6. dQ = dS x K, written directly (bf16), or accumulated in fp32 and then converted.
     // K is K^T reshaped back; cudnn-frontend leaves this virtual tensor at the intermediate type (fp32).
