@@ -1332,8 +1332,10 @@ int main(int argc, char **argv) {
                               "  For real text: bash dev/data/get_data.sh (copies TinyShakespeare and the Gutenberg corpus into data/)\n",
                               o.train_pattern);
         dataloader_init_synthetic(&train, o.B, o.T, rank, world, cfg.V, (uint64_t)o.seed);
-        dataloader_init_synthetic(&val, o.B, o.T, rank, world, cfg.V, (uint64_t)o.seed + 1);
-        have_val = 1;
+        if (o.val_pattern[0]) { // -j '' turns validation off here too
+            dataloader_init_synthetic(&val, o.B, o.T, rank, world, cfg.V, (uint64_t)o.seed + 1);
+            have_val = 1;
+        }
     } else {
         dataloader_init(&train, o.train_pattern, o.B, o.T, rank, world, o.shuffle, (uint64_t)o.seed, cfg.V);
         if (o.val_pattern[0]) {

@@ -1,7 +1,8 @@
 """Per-kernel time of one training step from two Nsight Compute CSVs (scripts/profile_step.sh).
 
 Each CSV holds `ncu --csv --metrics gpu__time_duration.sum` rows of a run of train_llama_fp8 with 1
-and with 2 layers. The last step of each run starts at its last encoder_forward_kernel. Per kernel
+and with 2 layers. A step starts at an encoder_forward_kernel; the table uses the last complete one
+(the last that reaches the optimizer, adamw_kernel), leaving out the first (plans and tuning). Per kernel
 name: per layer = (2-layer step) - (1-layer step), outside the layers = (1-layer step) - per layer,
 and for a model of --layers L: outside + L x per layer.
 
@@ -14,6 +15,7 @@ import sys
 from collections import defaultdict
 
 STEP_START = "encoder_forward_kernel"
+STEP_END = "adamw_kernel"
 
 
 def last_step(path):
@@ -28,11 +30,13 @@ def last_step(path):
         unit_col = header.index("Metric Unit")
     except ValueError:
         sys.exit(f"{path}: not an ncu --csv table (header {header[:6]}...)")
-    starts = [i for i, r in enumerate(rows) if STEP_START in r[name_col]]
-    if len(starts) < 2:
-        sys.exit(f"{path}: fewer than 2 steps found (no second {STEP_START})")
+    starts = [i for i, r in enumerate(rows) if STEP_START in r[name_col]] + [len(rows)]
+    complete = [(a, b) for a, b in zip(starts[1:-1], starts[2:]) if any(STEP_END in r[name_col] for r in rows[a:b])]
+    if not complete:
+        sys.exit(f"{path}: no complete step after the first ({len(starts) - 1} started; did the run end early?)")
+    first, end = complete[-1]
     step = defaultdict(lambda: [0, 0.0])
-    for r in rows[starts[-1]:]:
+    for r in rows[first:end]:
         if r[unit_col] != "ns":
             sys.exit(f"{path}: durations in {r[unit_col]!r}, expected ns (--print-units base)")
         name = re.sub(r"^void ", "", r[name_col].split("(")[0]).strip()

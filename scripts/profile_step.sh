@@ -10,7 +10,10 @@
 # Options:
 #   --layers N   layers of the model the table is for (llama2-7b and llama3-8b: 32)   [required]
 #   --out DIR    where the two ncu CSVs and the table go                      [default log_profile]
-#   after --     the trainer's options (-L, -x, -v, -s, -o and -j are set by the script)
+#   after --     the trainer's options (-L, -x, -v, -s, -o, -j and -deterministic 1 are set by the
+#                script: the 1- and 2-layer runs must pick the same GEMM algorithms, so the table
+#                shows the heuristic's GEMMs and cuDNN's deterministic attention backward, not the
+#                tuned GEMMs and fast backward of the default -deterministic 0)
 # Needs ncu (Nsight Compute) on PATH and a GPU. Kernels run one at a time under ncu, at whatever
 # clock the idle GPU gives them (--clock-control none): in training the GPU may run slower, e.g. at
 # its power cap (dev/cuda/README.md), so the sum is below the measured step time.
@@ -34,10 +37,12 @@ mkdir -p "$OUT" || exit 1
 for l in 1 2; do
     echo "profiling with $l layer(s) ..."
     if ! ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
-        ./train_llama_fp8 "$@" -L $l -x 2 -v 0 -s 0 -o '' -j '' > "$OUT/ncu_L$l.csv" 2> "$OUT/ncu_L$l.err"; then
+        ./train_llama_fp8 "$@" -L $l -x 3 -v 0 -s 0 -o '' -j '' -deterministic 1 > "$OUT/ncu_L$l.csv" 2> "$OUT/ncu_L$l.err"; then
         echo "the profiled run failed: $OUT/ncu_L$l.csv, $OUT/ncu_L$l.err" >&2
         tail -n 5 "$OUT/ncu_L$l.csv" "$OUT/ncu_L$l.err" >&2
         exit 1
     fi
 done
-python3 scripts/ncu_step_table.py --layers "$LAYERS" "$OUT/ncu_L1.csv" "$OUT/ncu_L2.csv" | tee "$OUT/step_profile.md"
+python3 scripts/ncu_step_table.py --layers "$LAYERS" "$OUT/ncu_L1.csv" "$OUT/ncu_L2.csv" > "$OUT/step_profile.md" || {
+    tail -n 5 "$OUT/ncu_L1.err" "$OUT/ncu_L2.err" >&2; exit 1; }
+cat "$OUT/step_profile.md"
