@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs the CPU test suite and, when a GPU is present, the GPU test program; prints the combined
-# "N passed, N failed" line last. Exit status is non-zero if anything failed.
+# Runs the CPU test suite (C, host-only trainer checks, the scripts' parsers) and, when a GPU is
+# present, the GPU test program; prints the combined "N passed, N failed" line last. Exit status is
+# non-zero if anything failed.
 set -u
 cd "$(dirname "$0")/.."
 passed=0; failed=0
@@ -25,6 +26,13 @@ for t in test_trainer_host test_zero_layout; do
     ./dev/test/$t 2>&1 | tee "$log"; rc=${PIPESTATUS[0]}
     tally "$log" "$rc" "$t"
 done
+if command -v python3 >/dev/null; then
+    echo "== script checks (dev/test/test_scripts.py)"
+    python3 dev/test/test_scripts.py 2>&1 | tee "$log"; rc=${PIPESTATUS[0]}
+    tally "$log" "$rc" scripts
+else
+    echo "== script checks skipped: no python3"
+fi
 if nvidia-smi -L >/dev/null 2>&1; then
     echo "== GPU tests (test_llama_fp8)"
     make -s test_llama_fp8 && { ./test_llama_fp8 2>&1 | tee "$log"; rc=${PIPESTATUS[0]}; tally "$log" "$rc" gpu; } \

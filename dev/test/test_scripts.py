@@ -1,0 +1,125 @@
+"""CPU checks of the scripts' parsers: scripts/ncu_step_table.py on Nsight Compute CSVs made here.
+
+Each check builds the CSVs of a 1-layer and a 2-layer run from known per-kernel durations, runs the
+script as a user would, and compares its table with the durations it was built from.
+Last line: "N passed, N failed".
+
+    python3 dev/test/test_scripts.py
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TABLE = os.path.join(ROOT, "scripts", "ncu_step_table.py")
+HEADER = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
+          "Grid Size", "Device", "CC", "Section Name", "Metric Name", "Metric Unit", "Metric Value"]
+
+# (kernel name as ncu prints it, ns per layer, ns outside the layers): calls per layer / outside
+# follow from which of the two is non-zero
+KERNELS = [
+    ("encoder_forward_kernel(int *, const __nv_bfloat16 *)", [], [19000]),
+    ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", [1200000, 1300000], []),
+    ("void rmsnorm_forward_kernel<1, 1>(__nv_bfloat16 *, float *)", [111000], [31000]),
+    ("void fused_classifier_kernel<1>(__nv_bfloat16 *, float *)", [], [268000]),
+    ("void adamw_kernel<1, 1>(float *, float *)", [1632000], [2119000]),
+]
+
+
+def step_rows(layers, complete=True):
+    """One step's (kernel, ns) rows, starting with encoder_forward; without the optimizer if not complete."""
+    rows = []
+    for name, per_layer, outside in KERNELS:
+        if "adamw" in name and not complete:
+            continue
+        rows += [(name, ns) for _ in range(layers) for ns in per_layer] + [(name, ns) for ns in outside]
+    return rows
+
+
+def write_csv(path, steps):
+    with open(path, "w") as f:
+        f.write("==PROF== Connected to process 1\nstep     1/3 | loss 11.1\n")
+        f.write(",".join(f'"{h}"' for h in HEADER) + "\n")
+        i = 0
+        for rows in steps:
+            for name, ns in rows:
+                vals = [str(i), "1", "train_llama_fp8", "127.0.0.1", name, "1", "7", "(256, 1, 1)", "(132, 1, 1)",
+                        "0", "9.0", "Command line profiler metrics", "gpu__time_duration.sum", "ns", f"{ns:,}"]
+                f.write(",".join(f'"{v}"' for v in vals) + "\n")
+                i += 1
+
+
+def run_table(layers, csv1, csv2):
+    p = subprocess.run([sys.executable, TABLE, "--layers", str(layers), csv1, csv2], capture_output=True, text=True)
+    return p.returncode, p.stdout, p.stderr
+
+
+def table_rows(out):
+    """{kernel: (calls per layer, calls outside, ms per layer, ms outside, ms per step)}"""
+    rows = {}
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 8 and cells[0].startswith("`"):
+            rows[cells[0].strip("`")] = (int(cells[2]), int(cells[3]), float(cells[4]), float(cells[5]), float(cells[6]))
+    return rows
+
+
+passed = failed = 0
+
+
+def check(ok, what):
+    global passed, failed
+    print(("ok   " if ok else "FAIL ") + what)
+    if ok:
+        passed += 1
+    else:
+        failed += 1
+
+
+def test_scaling(tmp):
+    # step 1 carries plan building and GEMM tuning (extra kernels: must be left out); step 3 is cut off
+    # before the optimizer (must be skipped for step 2, the last complete one)
+    tuning = [("nvjet_sm90_tuning_candidate_TNT", 5000000)] * 3
+    for layers, path in ((1, "L1.csv"), (2, "L2.csv")):
+        steps = [step_rows(layers) + tuning, step_rows(layers), step_rows(layers, complete=False)]
+        write_csv(os.path.join(tmp, path), steps)
+    rc, out, err = run_table(32, os.path.join(tmp, "L1.csv"), os.path.join(tmp, "L2.csv"))
+    check(rc == 0, f"table from a 1- and a 2-layer run (exit {rc}: {err.strip()})")
+    rows = table_rows(out)
+    check("nvjet_sm90_tuning_candidate_TNT" not in rows, "the first step's extra kernels are left out")
+    for name, per_layer, outside in KERNELS:
+        key = name.split("(")[0].replace("void ", "").strip()
+        if key not in rows:
+            check(False, f"{key}: missing from the table")
+            continue
+        cl, co, ml, mo, ms = rows[key]
+        want_ml, want_mo = sum(per_layer) / 1e6, sum(outside) / 1e6
+        ok = cl == len(per_layer) and co == len(outside) and abs(ml - want_ml) < 1e-3 and abs(mo - want_mo) < 1e-3 \
+            and abs(ms - (want_mo + 32 * want_ml)) < 1e-2
+        check(ok, f"{key}: {cl}/{co} calls, {ml:.3f}/{mo:.3f} ms, {ms:.2f} ms per step "
+                  f"(built from {len(per_layer)}/{len(outside)} calls, {want_ml:.3f}/{want_mo:.3f} ms)")
+    total = sum(sum(p) * 32 + sum(o) for _, p, o in KERNELS) / 1e6
+    check(f"| all kernels | {total:.1f} |" in out, f"the total is {total:.1f} ms")
+
+
+def test_refusals(tmp):
+    one_step = os.path.join(tmp, "one.csv")
+    write_csv(one_step, [step_rows(1)])
+    rc, _, err = run_table(32, one_step, one_step)
+    check(rc != 0 and "no complete step" in err, f"a run with only the first step is refused ({err.strip()})")
+    empty = os.path.join(tmp, "empty.csv")
+    with open(empty, "w") as f:
+        f.write("==ERROR== the application returned an error code (1)\n")
+    rc, _, err = run_table(32, empty, empty)
+    check(rc != 0 and "no ncu CSV rows" in err, f"a CSV without rows is refused ({err.strip()})")
+    rc, _, err = run_table(0, one_step, one_step)
+    check(rc != 0 and "--layers" in err, "--layers 0 is refused")
+
+
+if __name__ == "__main__":
+    with tempfile.TemporaryDirectory() as tmp:
+        test_scaling(tmp)
+        test_refusals(tmp)
+    print(f"{passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
