@@ -51,9 +51,9 @@ static void cublas_check(cublasStatus_t status, const char *file, int line) {
 #define MATMUL_MAX_PLANS 256
 // The heuristic does not promise that its first algorithm launches for the actual pointers (cuBLASLt's
 // own samples suggest trying the next ones): each plan keeps several candidates and uses the first
-// that runs; the choice is fixed after the first call, so results stay deterministic.
-// With tuning on (matmul_set_tuning), the first call instead times every candidate on the real
-// operands and keeps the fastest, if it beats the first by MATMUL_TUNE_MARGIN.
+// that runs. With tuning on (matmul_set_tuning), the first call instead times every candidate on the
+// real operands and keeps the fastest, if it beats the first by MATMUL_TUNE_MARGIN. Either way the
+// choice is fixed after the first call: within a process, results are deterministic.
 #define MATMUL_CANDIDATES 16
 #define MATMUL_TUNE_MARGIN 0.97f
 
@@ -71,7 +71,7 @@ typedef struct {
     cublasLtMatrixLayout_t a_layout, b_layout, c_layout, d_layout;
     cublasLtMatmulAlgo_t algos[MATMUL_CANDIDATES]; // the heuristic's candidates, best first
     int num_algos;
-    int chosen; // index of the first candidate that ran; -1 until the first call
+    int chosen; // index of the candidate in use (the first that ran, or the tuned one); -1 until the first call
     float tuned_ms[2]; // tuning: the first runnable candidate's and the chosen one's time (0: not tuned)
 } MatmulPlan;
 
