@@ -569,7 +569,7 @@ static CudnnAttPlan *cudnn_att_get_plan(int B, int T, int NH, int NKV, int HS, i
         } else {
             cudnn_att_forward_graph(&g, B, T, NH, NKV, HS);
         }
-        if (cg_ok(&g) && cudnn_att_make_plan(&g, deterministic, &engine)) break;
+        if (cg_ok(&g) && cudnn_att_make_plan(&g, backward && deterministic, &engine)) break;
         char detail[256] = "";
         cudnnGetLastErrorString(detail, sizeof(detail));
         printf("attention: cuDNN %s graph for B=%d T=%d NH=%d NKV=%d HS=%d%s%s: %s failed: %s%s%s\n", dir, B, T, NH, NKV, HS,
