@@ -92,6 +92,23 @@ run_one() {
     echo "BENCH_EXIT ${PIPESTATUS[0]}" >>"$log"
 }
 
+# While each system runs, nvidia-smi samples the GPU every 250 ms into LOGDIR/NAME.smi.csv
+# (utilization, SM clock, power, clock-limit reasons): the table reports the clock and power while
+# the GPU is busy, since at its power cap the clock, not only the kernels, sets the speed.
+SAMPLER=""
+start_sampler() {
+    command -v nvidia-smi >/dev/null || return 0
+    local dev=${CUDA_VISIBLE_DEVICES:-0}
+    nvidia-smi -i "${dev%%,*}" --query-gpu=timestamp,utilization.gpu,clocks.sm,power.draw,clocks_event_reasons.active         --format=csv,noheader,nounits -lms 250 >"$LOGDIR/$1.smi.csv" 2>/dev/null &
+    SAMPLER=$!
+}
+stop_sampler() {
+    [ -n "$SAMPLER" ] || return 0
+    kill "$SAMPLER" 2>/dev/null
+    wait "$SAMPLER" 2>/dev/null
+    SAMPLER=""
+}
+
 if [ "$TABLE_ONLY" = 0 ]; then
     if ! nvidia-smi -L >/dev/null 2>&1 && [ "${BENCH_ALLOW_NO_GPU:-0}" != 1 ]; then
         echo "no NVIDIA GPU answers nvidia-smi: this benchmark needs one (BENCH_ALLOW_NO_GPU=1 runs anyway)" >&2
@@ -116,14 +133,18 @@ if [ "$TABLE_ONLY" = 0 ]; then
                 [ "$prec" = fp8-current ] && { prec=fp8; recipe="-fp8_recipe current"; }
                 # no logs, checkpoints, val, samples or tokenizer (so V stays the preset's); the
                 # trainer's median leaves out its first 3 steps, so run 3 more than STEPS.
+                start_sampler "$s"
                 # shellcheck disable=SC2086  # recipe and TRAINER_ARGS are split on spaces on purpose
                 run_one "$s" $LINEBUF ./train_llama_fp8 -e "$MODEL" -b "$BATCH" -t "$SEQ" -x $((STEPS + 3)) \
                     -precision "$prec" $recipe -o '' -j '' -tok '' -v 0 -m 0 -s 0 $TRAINER_ARGS
+                stop_sampler
                 ;;
             torch-*)
+                start_sampler "$s"
                 # shellcheck disable=SC2086
                 run_one "$s" "$PYTHON" -u dev/reference/bench_torch.py --model "$MODEL" --B "$BATCH" \
                     --T "$SEQ" --steps "$STEPS" --warmup "$WARMUP" --precision "${s#torch-}" $TORCH_ARGS
+                stop_sampler
                 ;;
         esac
     done
@@ -153,6 +174,24 @@ def flops_per_token(V, L, C, NH, NKV, FF, T):
     return 6.0 * (params - V * C) + 6.0 * L * T * C
 
 
+def busy_clock_power(path):
+    """(mean SM clock MHz, mean power W, share at the power cap) over the nvidia-smi samples with the
+    GPU at least 90% busy, or None (no file, too few busy samples, or fields this driver lacks)."""
+    busy = []
+    for line in open(path, errors="replace"):
+        f = [x.strip() for x in line.split(",")]
+        try:
+            util, mhz, watts, reasons = float(f[1]), float(f[2]), float(f[3]), int(f[4], 16)
+        except (IndexError, ValueError):
+            continue
+        if util >= 90:
+            busy.append((mhz, watts, reasons & 0x4 != 0))  # 0x4: clocks held down by the software power cap
+    if len(busy) < 4:
+        return None
+    n = len(busy)
+    return sum(b[0] for b in busy) / n, sum(b[1] for b in busy) / n, sum(b[2] for b in busy) / n
+
+
 def failure(text, rc):
     """(table cell, reason) for a run that printed no result."""
     lines = [l.strip() for l in text.splitlines() if l.strip() and not l.startswith("BENCH_")]
@@ -167,8 +206,11 @@ def failure(text, rc):
 rows, notes, gpu = [], [], None
 for name in systems.split(","):
     path = os.path.join(logdir, name + ".log")
-    row = dict(name=name, label=LABELS[name], tok=None, tflops=None, peak=None, dev=None, cell="not run")
+    row = dict(name=name, label=LABELS[name], tok=None, tflops=None, peak=None, dev=None, cell="not run", busy=None)
     rows.append(row)
+    smi = os.path.join(logdir, name + ".smi.csv")
+    if os.path.exists(smi):
+        row["busy"] = busy_clock_power(smi)
     if not os.path.exists(path):
         continue
     text = open(path, errors="replace").read()
@@ -216,19 +258,22 @@ f = lambda v, fmt: "-" if v is None or v != v else fmt % v   # v != v: NaN (no G
 out = ["## Training speed: %s, B %d x T %d (%d tokens/step)%s, %s" % (
            model, B, T, B * T, ", " + gpu if gpu else "", datetime.date.today().isoformat()),
        "",
-       "| system | tokens/s | model TFLOP/s | peak memory GiB | device memory GiB | speedup vs PyTorch bf16 |",
-       "|---|---|---|---|---|---|"]
+       "| system | tokens/s | model TFLOP/s | peak memory GiB | device memory GiB | speedup vs PyTorch bf16 | busy GPU: SM clock, power |",
+       "|---|---|---|---|---|---|---|"]
 for r in rows:
     ok = r["tok"] is not None
-    out.append("| %s | %s | %s | %s | %s | %s |" % (
+    busy = "{:,.0f} MHz, {:.0f} W ({:.0%} at the power cap)".format(*r["busy"]) if r["busy"] else "-"
+    out.append("| %s | %s | %s | %s | %s | %s | %s |" % (
         r["label"], "{:,.0f}".format(r["tok"]) if ok else r["cell"], f(r["tflops"], "%.0f"), f(r["peak"], "%.1f"),
-        f(r["dev"], "%.1f"), "%.2fx" % (r["tok"] / base) if ok and base else "-"))
+        f(r["dev"], "%.1f"), "%.2fx" % (r["tok"] / base) if ok and base else "-", busy))
 out += ["",
         "Median step time: PyTorch over %s steps after %s warm-up steps; ours over the steps after its first 3. "
         "Model TFLOP/s = tokens/s x (6 x (params - embedding) + 6 x L x T x C) (ANCHORS.md). "
         "Peak memory: PyTorch torch.cuda.max_memory_allocated during the timed steps; ours what the trainer "
         "allocates up front (its 'device memory allocated' line). Device memory: what the GPU has in use (cudaMemGetInfo: allocator "
-        "cache, workspaces and CUDA context included), after our first step / after PyTorch's last." % (steps, warmup)]
+        "cache, workspaces and CUDA context included), after our first step / after PyTorch's last. "
+        "Busy GPU: means over the nvidia-smi samples (every 250 ms) with the GPU at least 90%% busy during the run "
+        "(compilation and start-up mostly fall outside); the share of those with the clock held down by the power cap." % (steps, warmup)]
 if notes:
     out += [""] + ["- " + n for n in notes]
 table = "\n".join(out) + "\n"

@@ -1,18 +1,24 @@
-"""CPU checks of the scripts' parsers: scripts/ncu_step_table.py on Nsight Compute CSVs made here.
+"""CPU checks of the scripts' parsers.
 
-Each check builds the CSVs of a 1-layer and a 2-layer run from known per-kernel durations, runs the
-script as a user would, and compares its table with the durations it was built from.
+- scripts/ncu_step_table.py: the CSVs of a 1-layer and a 2-layer run are built here from known
+  per-kernel durations; the script's table must give those durations back.
+- scripts/benchmark.sh --table-only: on two real logs of an H200 run (dev/test/fixtures/bench/, our
+  bf16 trainer and PyTorch bf16) and nvidia-smi samples built here; the table must carry the logs'
+  numbers and the means of the busy samples.
 Last line: "N passed, N failed".
 
     python3 dev/test/test_scripts.py
 """
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TABLE = os.path.join(ROOT, "scripts", "ncu_step_table.py")
+BENCH = os.path.join(ROOT, "scripts", "benchmark.sh")
+BENCH_LOGS = os.path.join(ROOT, "dev", "test", "fixtures", "bench")
 HEADER = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
           "Grid Size", "Device", "CC", "Section Name", "Metric Name", "Metric Unit", "Metric Value"]
 
@@ -117,9 +123,52 @@ def test_refusals(tmp):
     check(rc != 0 and "--layers" in err, "--layers 0 is refused")
 
 
+def write_smi(path, samples):
+    """nvidia-smi --format=csv,noheader,nounits lines: (utilization %, SM MHz, W, clock event reasons)"""
+    with open(path, "w") as f:
+        for i, (util, mhz, watts, reasons) in enumerate(samples):
+            f.write(f"2026/11/30 11:23:{i // 4:02d}.{250 * (i % 4):03d}, {util}, {mhz}, {watts:.2f}, 0x{reasons:016x}\n")
+
+
+def test_benchmark_table(tmp):
+    logdir = os.path.join(tmp, "log_bench")
+    os.makedirs(logdir)
+    for name in ("ours-bf16", "torch-bf16"):
+        shutil.copy(os.path.join(BENCH_LOGS, name + ".log"), logdir)
+    # ours: idle start-up samples (left out), then 8 busy ones, 6 of them at the power cap
+    idle = [(0, 1980, 121.0, 0x0)] * 5
+    busy = [(100, 1410, 696.0, 0x4)] * 6 + [(98, 1980, 520.0, 0x0)] * 2
+    write_smi(os.path.join(logdir, "ours-bf16.smi.csv"), idle + busy + idle)
+    with open(os.path.join(logdir, "torch-bf16.smi.csv"), "w") as f:
+        f.write("Field \"clocks_event_reasons.active\" is not a valid field to query.\n")  # an older driver
+    out_md = os.path.join(tmp, "bench.md")
+    p = subprocess.run(["bash", BENCH, "--table-only", "--systems", "ours-bf16,torch-bf16", "--logdir", logdir,
+                        "--out", out_md], capture_output=True, text=True, env=dict(os.environ, PYTHON=sys.executable))
+    check(p.returncode == 0 and os.path.exists(out_md), f"benchmark.sh --table-only (exit {p.returncode}: {p.stderr.strip()[-200:]})")
+    if not os.path.exists(out_md):
+        return
+    rows = {}
+    for line in open(out_md):
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 7:
+            rows[cells[0]] = cells
+    ours, torch = rows.get("ours bf16 (train_llama_fp8)"), rows.get("PyTorch bf16, torch.compile")
+    check(ours is not None and torch is not None, "a row for each system")
+    if ours is None or torch is None:
+        return
+    # the logs: median step line 12942 tok/s, 134.07 GiB allocated, 134.76 GiB in use; RESULT tok_s=12893 ...
+    check(ours[1:6] == ["12,942", "555", "134.1", "134.8", "1.00x"], f"our row from our log: {ours[1:6]}")
+    check(torch[1:6] == ["12,893", "553", "74.7", "76.5", "1.00x"], f"PyTorch's row from its log: {torch[1:6]}")
+    mhz = (6 * 1410 + 2 * 1980) / 8
+    want = f"{mhz:,.0f} MHz, {(6 * 696 + 2 * 520) / 8:.0f} W (75% at the power cap)"
+    check(ours[6] == want, f"busy clock and power from the samples: '{ours[6]}' (want '{want}')")
+    check(torch[6] == "-", f"samples without the fields give '-': '{torch[6]}'")
+
+
 if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as tmp:
         test_scaling(tmp)
         test_refusals(tmp)
+        test_benchmark_table(tmp)
     print(f"{passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
