@@ -122,9 +122,10 @@ static void fp8_check_fmt(const char *fn, int fmt) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// fp8_cast: 16 elements per thread and iteration (two 16-byte loads, one 16-byte store)
+// fp8_cast: 16 elements per thread and iteration (two 16-byte loads, one 16-byte store);
+// without WRITE only the amax (amax_abs_max: the conversions are dead code then)
 
-template <__nv_fp8_interpretation_t FMT, bool VEC>
+template <__nv_fp8_interpretation_t FMT, bool VEC, bool WRITE>
 __global__ void __launch_bounds__(256) fp8_cast_kernel(uint8_t *out, const floatX *in, size_t n, float *amax,
                                                        const float *scale_ptr) {
     const float scale = scale_ptr != NULL ? *scale_ptr : 1.0f;
@@ -137,34 +138,47 @@ __global__ void __launch_bounds__(256) fp8_cast_kernel(uint8_t *out, const float
             const uint4 *src = (const uint4 *)(in + v * 16);
             uint4 r0 = src[0], r1 = src[1];
             uint2 o0 = fp8_cast8<FMT>(r0, scale, amax2), o1 = fp8_cast8<FMT>(r1, scale, amax2);
-            *(uint4 *)(out + v * 16) = make_uint4(o0.x, o0.y, o1.x, o1.y);
+            if (WRITE) *(uint4 *)(out + v * 16) = make_uint4(o0.x, o0.y, o1.x, o1.y);
         }
         done = nvec * 16;
     }
     const uint16_t *in16 = (const uint16_t *)in;
-    for (size_t i = done + tid; i < n; i += nthreads) out[i] = fp8_cast1<FMT>(in16[i], scale, amax2);
+    for (size_t i = done + tid; i < n; i += nthreads) {
+        const uint8_t o = fp8_cast1<FMT>(in16[i], scale, amax2);
+        if (WRITE) out[i] = o;
+    }
     if (amax != NULL) amax_block_flush(amax, amax2_to_bits(amax2));
 }
 
-// out (n fp8 of format fmt) = saturate(in * *scale); *amax = max(*amax, max|in|) if amax != NULL.
-// scale may be NULL (1.0).
-void fp8_cast(void *out, int fmt, const floatX *in, size_t n, float *amax, const float *scale, cudaStream_t stream) {
-    fp8_check_fmt("fp8_cast", fmt);
+// fp8_cast's launch; out NULL: the amax only
+static void fp8_cast_launch(uint8_t *out, int fmt, const floatX *in, size_t n, float *amax, const float *scale,
+                            cudaStream_t stream) {
     if (n == 0) return;
     const int block = 256;
     const bool vec = fp8_ptr_aligned(in, 16) && fp8_ptr_aligned(out, 16);
     size_t work = vec ? (n / 16 > 0 ? n / 16 : 1) : n;
     size_t grid = CEIL_DIV(work, (size_t)block);
     if (grid > (size_t)fp8_grid_cap()) grid = (size_t)fp8_grid_cap();
-    uint8_t *o = (uint8_t *)out;
-    if (fmt == FP8_E4M3) {
-        if (vec) fp8_cast_kernel<__NV_E4M3, true><<<(unsigned)grid, block, 0, stream>>>(o, in, n, amax, scale);
-        else fp8_cast_kernel<__NV_E4M3, false><<<(unsigned)grid, block, 0, stream>>>(o, in, n, amax, scale);
+    const unsigned g = (unsigned)grid;
+    if (out == NULL) {
+        if (vec) fp8_cast_kernel<__NV_E4M3, true, false><<<g, block, 0, stream>>>(NULL, in, n, amax, NULL);
+        else fp8_cast_kernel<__NV_E4M3, false, false><<<g, block, 0, stream>>>(NULL, in, n, amax, NULL);
+    } else if (fmt == FP8_E4M3) {
+        if (vec) fp8_cast_kernel<__NV_E4M3, true, true><<<g, block, 0, stream>>>(out, in, n, amax, scale);
+        else fp8_cast_kernel<__NV_E4M3, false, true><<<g, block, 0, stream>>>(out, in, n, amax, scale);
     } else {
-        if (vec) fp8_cast_kernel<__NV_E5M2, true><<<(unsigned)grid, block, 0, stream>>>(o, in, n, amax, scale);
-        else fp8_cast_kernel<__NV_E5M2, false><<<(unsigned)grid, block, 0, stream>>>(o, in, n, amax, scale);
+        if (vec) fp8_cast_kernel<__NV_E5M2, true, true><<<g, block, 0, stream>>>(out, in, n, amax, scale);
+        else fp8_cast_kernel<__NV_E5M2, false, true><<<g, block, 0, stream>>>(out, in, n, amax, scale);
     }
     cudaLaunchCheck();
+}
+
+// out (n fp8 of format fmt) = saturate(in * *scale); *amax = max(*amax, max|in|) if amax != NULL.
+// scale may be NULL (1.0).
+void fp8_cast(void *out, int fmt, const floatX *in, size_t n, float *amax, const float *scale, cudaStream_t stream) {
+    fp8_check_fmt("fp8_cast", fmt);
+    if (out == NULL && n > 0) FATAL("fp8_cast: out is NULL");
+    fp8_cast_launch((uint8_t *)out, fmt, in, n, amax, scale, stream);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -342,38 +356,9 @@ void fp8_transpose(void *out_t, const void *in, int rows, int cols, cudaStream_t
 // ---------------------------------------------------------------------------------------------
 // amax only
 
-template <bool VEC>
-__global__ void __launch_bounds__(256) amax_abs_max_kernel(float *amax, const floatX *in, size_t n) {
-    const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x, nthreads = (size_t)gridDim.x * blockDim.x;
-    unsigned amax2 = 0;
-    size_t done = 0;
-    if (VEC) {
-        const size_t nvec = n / 16;
-        for (size_t v = tid; v < nvec; v += nthreads) {
-            const uint4 *src = (const uint4 *)(in + v * 16);
-            uint4 a = src[0], b = src[1];
-            amax2 = __vmaxu2(amax2, __vmaxu2(a.x & 0x7fff7fffu, a.y & 0x7fff7fffu));
-            amax2 = __vmaxu2(amax2, __vmaxu2(a.z & 0x7fff7fffu, a.w & 0x7fff7fffu));
-            amax2 = __vmaxu2(amax2, __vmaxu2(b.x & 0x7fff7fffu, b.y & 0x7fff7fffu));
-            amax2 = __vmaxu2(amax2, __vmaxu2(b.z & 0x7fff7fffu, b.w & 0x7fff7fffu));
-        }
-        done = nvec * 16;
-    }
-    const uint16_t *in16 = (const uint16_t *)in;
-    for (size_t i = done + tid; i < n; i += nthreads) amax2 = __vmaxu2(amax2, (unsigned)(in16[i] & 0x7fffu));
-    amax_block_flush(amax, amax2_to_bits(amax2));
-}
-
 // *amax = max(*amax, max|in|)
 void amax_abs_max(float *amax, const floatX *in, size_t n, cudaStream_t stream) {
-    if (n == 0) return;
-    const bool vec = fp8_ptr_aligned(in, 16);
-    size_t work = vec ? (n / 16 > 0 ? n / 16 : 1) : n;
-    size_t grid = CEIL_DIV(work, (size_t)256);
-    if (grid > (size_t)fp8_grid_cap()) grid = (size_t)fp8_grid_cap();
-    if (vec) amax_abs_max_kernel<true><<<(unsigned)grid, 256, 0, stream>>>(amax, in, n);
-    else amax_abs_max_kernel<false><<<(unsigned)grid, 256, 0, stream>>>(amax, in, n);
-    cudaLaunchCheck();
+    fp8_cast_launch(NULL, FP8_E4M3, in, n, amax, NULL, stream);
 }
 
 // ---------------------------------------------------------------------------------------------
