@@ -27,6 +27,16 @@ classifier_loss is the validation variant: losses only, logits untouched.
 // ----------------------------------------------------------------------------------------------
 // kernel
 
+// logits 8*vi .. 8*vi+7 of the row (raw: their bf16 values) := (softmax - onehot(target)) * dloss
+__device__ __forceinline__ void classifier_store_grad8(floatX *x, int vi, uint4 raw, float row_max, float inv_sum,
+                                                       int target, float dloss) {
+    float f[8];
+    bf16x8_to_float(f, raw);
+#pragma unroll
+    for (int i = 0; i < 8; i++) f[i] = (__expf(f[i] - row_max) * inv_sum - (vi * 8 + i == target ? 1.0f : 0.0f)) * dloss;
+    store16(x + (size_t)vi * 8, float_to_bf16x8(f));
+}
+
 template <bool WRITE_DLOGITS>
 __global__ void __launch_bounds__(CLASSIFIER_THREADS, 2) fused_classifier_kernel(
     floatX *logits, float *losses, const int *__restrict__ targets, int V, float dloss) {
@@ -84,21 +94,10 @@ __global__ void __launch_bounds__(CLASSIFIER_THREADS, 2) fused_classifier_kernel
 #pragma unroll
     for (int k = 0; k < K; k++) {
         const int vi = threadIdx.x + k * CLASSIFIER_THREADS;
-        if (vi < nvec) {
-            float f[8];
-            bf16x8_to_float(f, cache[k]);
-#pragma unroll
-            for (int i = 0; i < 8; i++) f[i] = (__expf(f[i] - row_max) * inv_sum - (vi * 8 + i == target ? 1.0f : 0.0f)) * dloss;
-            store16(x + (size_t)vi * 8, float_to_bf16x8(f));
-        }
+        if (vi < nvec) classifier_store_grad8(x, vi, cache[k], row_max, inv_sum, target, dloss);
     }
-    for (int vi = threadIdx.x + K * CLASSIFIER_THREADS; vi < nvec; vi += CLASSIFIER_THREADS) {
-        float f[8];
-        bf16x8_to_float(f, load16(x + (size_t)vi * 8));
-#pragma unroll
-        for (int i = 0; i < 8; i++) f[i] = (__expf(f[i] - row_max) * inv_sum - (vi * 8 + i == target ? 1.0f : 0.0f)) * dloss;
-        store16(x + (size_t)vi * 8, float_to_bf16x8(f));
-    }
+    for (int vi = threadIdx.x + K * CLASSIFIER_THREADS; vi < nvec; vi += CLASSIFIER_THREADS)
+        classifier_store_grad8(x, vi, load16(x + (size_t)vi * 8), row_max, inv_sum, target, dloss);
 }
 
 // ----------------------------------------------------------------------------------------------
