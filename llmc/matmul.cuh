@@ -237,7 +237,8 @@ static float matmul_time_candidate(MatmulPlan *p, int algo, const void *A, const
 // (then the heuristic's choice stands).
 static int matmul_tune(MatmulPlan *p, const void *A, const void *B, cudaStream_t stream) {
     floatX *scratch = NULL;
-    if (cudaMalloc((void **)&scratch, (size_t)p->m * p->n * sizeof(floatX)) != cudaSuccess) {
+    // stream-ordered: no device-wide sync, so NCCL work of other streams in flight cannot block it
+    if (cudaMallocAsync((void **)&scratch, (size_t)p->m * p->n * sizeof(floatX), stream) != cudaSuccess) {
         (void)cudaGetLastError(); // clear the allocation error
         return -1;
     }
@@ -253,7 +254,7 @@ static int matmul_tune(MatmulPlan *p, const void *A, const void *B, cudaStream_t
         if (best < 0 || ms < best_ms) { best = i; best_ms = ms; }
     }
     for (int r = 0; r < 6; r++) cudaCheck(cudaEventDestroy(ev[r]));
-    cudaCheck(cudaFree(scratch));
+    cudaCheck(cudaFreeAsync(scratch, stream));
     if (best >= 0 && best_ms > MATMUL_TUNE_MARGIN * first_ms) { best = first; best_ms = first_ms; }
     p->tuned_ms[0] = first_ms;
     p->tuned_ms[1] = best_ms;
