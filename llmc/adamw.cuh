@@ -36,8 +36,47 @@ __device__ __forceinline__ uint16_t bf16_bits_rn(float x) {
     return *(uint16_t *)&b;
 }
 
-// blockIdx.y = slice (layer); VEC: 8 elements per thread and step, the rest one by one (needs every
-// slice start a multiple of 8, every pointer 16-byte aligned, fp8 out 8-byte aligned);
+// 8 consecutive elements of every operand, in registers
+struct AdamW8 {
+    float4 w[2], m[2], v[2];
+    uint4 g; // 8 bf16 gradients
+};
+
+__device__ __forceinline__ AdamW8 adamw_load8(const float *master, const floatX *grad, const float *m, const float *v,
+                                              size_t i) {
+    AdamW8 x;
+    x.w[0] = *(const float4 *)(master + i); x.w[1] = *(const float4 *)(master + i + 4);
+    x.m[0] = *(const float4 *)(m + i);      x.m[1] = *(const float4 *)(m + i + 4);
+    x.v[0] = *(const float4 *)(v + i);      x.v[1] = *(const float4 *)(v + i + 4);
+    x.g = *(const uint4 *)(grad + i);
+    return x;
+}
+
+template <bool CAST>
+__device__ __forceinline__ void adamw_step8(AdamW8 &x, size_t i, const AdamWStepArgs &p, float *master, floatX *param,
+                                            float *m, float *v, uint8_t *wout, float scale, unsigned &amax2) {
+    float *w = (float *)x.w, *mm = (float *)x.m, *vv = (float *)x.v;
+    const unsigned gw[4] = {x.g.x, x.g.y, x.g.z, x.g.w};
+    unsigned pw[4];
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        const unsigned gb = (k % 2 == 0) ? (gw[k / 2] << 16) : (gw[k / 2] & 0xffff0000u);
+        w[k] = adamw_one(w[k], __uint_as_float(gb), mm[k], vv[k], p);
+        const unsigned pb = bf16_bits_rn(w[k]);
+        if (k % 2 == 0) pw[k / 2] = pb; else pw[k / 2] |= pb << 16;
+    }
+    *(float4 *)(master + i) = x.w[0]; *(float4 *)(master + i + 4) = x.w[1];
+    *(float4 *)(m + i) = x.m[0];      *(float4 *)(m + i + 4) = x.m[1];
+    *(float4 *)(v + i) = x.v[0];      *(float4 *)(v + i + 4) = x.v[1];
+    const uint4 praw = make_uint4(pw[0], pw[1], pw[2], pw[3]);
+    if (param != NULL) *(uint4 *)(param + i) = praw;
+    if (CAST) *(uint2 *)(wout + i) = fp8_cast8<__NV_E4M3>(praw, scale, amax2);
+}
+
+// blockIdx.y = slice (layer); VEC: two 8-element vectors per thread and iteration, both loaded before
+// either is computed (the launcher gives every thread one iteration: on an H200, 96% of copy
+// bandwidth, against 81% for one vector per thread in a grid-stride loop), the rest one by one
+// (needs every slice start a multiple of 8, every pointer 16-byte aligned, fp8 out 8-byte aligned);
 // CAST: write the E4M3 copy and its amax.
 template <bool VEC, bool CAST>
 __global__ void __launch_bounds__(256) adamw_kernel(float *master, floatX *param, const floatX *grad, float *m, float *v,
@@ -50,33 +89,13 @@ __global__ void __launch_bounds__(256) adamw_kernel(float *master, floatX *param
     size_t done = 0;
     if (VEC) {
         const size_t nvec = slice_numel / 8;
-        for (size_t vi = tid; vi < nvec; vi += nthreads) {
-            const size_t i = base + vi * 8;
-            float4 w0 = *(const float4 *)(master + i), w1 = *(const float4 *)(master + i + 4);
-            float4 m0 = *(const float4 *)(m + i), m1 = *(const float4 *)(m + i + 4);
-            float4 v0 = *(const float4 *)(v + i), v1 = *(const float4 *)(v + i + 4);
-            const uint4 graw = *(const uint4 *)(grad + i);
-            float w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-            float mm[8] = {m0.x, m0.y, m0.z, m0.w, m1.x, m1.y, m1.z, m1.w};
-            float vv[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-            const unsigned gw[4] = {graw.x, graw.y, graw.z, graw.w};
-            unsigned pw[4];
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                const unsigned gb = (k % 2 == 0) ? (gw[k / 2] << 16) : (gw[k / 2] & 0xffff0000u);
-                w[k] = adamw_one(w[k], __uint_as_float(gb), mm[k], vv[k], p);
-                const unsigned pb = bf16_bits_rn(w[k]);
-                if (k % 2 == 0) pw[k / 2] = pb; else pw[k / 2] |= pb << 16;
-            }
-            *(float4 *)(master + i) = make_float4(w[0], w[1], w[2], w[3]);
-            *(float4 *)(master + i + 4) = make_float4(w[4], w[5], w[6], w[7]);
-            *(float4 *)(m + i) = make_float4(mm[0], mm[1], mm[2], mm[3]);
-            *(float4 *)(m + i + 4) = make_float4(mm[4], mm[5], mm[6], mm[7]);
-            *(float4 *)(v + i) = make_float4(vv[0], vv[1], vv[2], vv[3]);
-            *(float4 *)(v + i + 4) = make_float4(vv[4], vv[5], vv[6], vv[7]);
-            const uint4 praw = make_uint4(pw[0], pw[1], pw[2], pw[3]);
-            if (param != NULL) *(uint4 *)(param + i) = praw;
-            if (CAST) *(uint2 *)(wout + i) = fp8_cast8<__NV_E4M3>(praw, scale, amax2);
+        for (size_t v0 = tid; v0 < nvec; v0 += 2 * nthreads) {
+            const size_t i0 = base + v0 * 8, i1 = i0 + nthreads * 8;
+            const bool two = v0 + nthreads < nvec;
+            AdamW8 a = adamw_load8(master, grad, m, v, i0), b;
+            if (two) b = adamw_load8(master, grad, m, v, i1);
+            adamw_step8<CAST>(a, i0, p, master, param, m, v, wout, scale, amax2);
+            if (two) adamw_step8<CAST>(b, i1, p, master, param, m, v, wout, scale, amax2);
         }
         done = nvec * 8;
     }
@@ -119,11 +138,11 @@ void adamw_update(float *master, floatX *param, const floatX *grad, float *m, fl
     const bool vec = (slices == 1 || slice % 8 == 0) && fp8_ptr_aligned(master, 16) && fp8_ptr_aligned(param, 16) && fp8_ptr_aligned(grad, 16) &&
                      fp8_ptr_aligned(m, 16) && fp8_ptr_aligned(v, 16) && (!cast || fp8_ptr_aligned(wcast.out, 8));
     const int block = 256;
-    size_t work = vec ? (slice / 8 > 0 ? slice / 8 : 1) : slice;
-    size_t gx = CEIL_DIV(work, (size_t)block);
-    size_t cap = (size_t)fp8_grid_cap() / (size_t)slices; // the whole grid fills the GPU about once
-    if (cap < 1) cap = 1;
-    if (gx > cap) gx = cap;
+    // one iteration per thread: two vectors each on the vector path (a slice shorter than 8 elements
+    // runs on its tail loop), one element on the scalar path
+    size_t per_block = vec ? (size_t)block * 16 : (size_t)block;
+    size_t gx = CEIL_DIV(slice, per_block);
+    if (gx > 0x7fffffff) gx = 0x7fffffff; // grid-stride beyond (2^31 blocks hold 2^43 elements on the vector path)
     dim3 grid((unsigned)gx, (unsigned)slices);
     uint8_t *wout = (uint8_t *)wcast.out;
     if (vec) {
