@@ -654,9 +654,10 @@ static void linear_forward(Model *m, int l, int lin, floatX *y, const floatX *x,
 }
 
 // dx = dy w; dw = dy^T x in micro-step 0, dw += dy^T x after it (so the step need not zero dw).
-// In fp8 mode dy is in acts.dy_fp8 (written by the producer of dY).
+// In fp8 mode dy is in acts.dy_fp8 (written by the producer of dY), and with dy_t_ready its
+// transpose in acts.dy_fp8_t too.
 static void linear_backward(Model *m, int l, int lin, floatX *dx, const floatX *dy, const floatX *x,
-                            const fp8e4 *x_fp8, cudaStream_t stream) {
+                            const fp8e4 *x_fp8, int dy_t_ready, cudaStream_t stream) {
     const LlamaConfig *c = &m->cfg;
     int N = m->B * m->T, IN = linear_in(c, lin), OUT = linear_out(c, lin);
     size_t wn = (size_t)IN * OUT;
@@ -664,7 +665,7 @@ static void linear_backward(Model *m, int l, int lin, floatX *dx, const floatX *
     if (m->precision == PREC_FP8) {
         Activations *a = &m->acts;
         const float *dy_sinv = fp8_gemm_scale_inv(m, fp8_tensor(c, l, lin, FP8_DY));
-        fp8_transpose(a->dy_fp8_t, a->dy_fp8, N, OUT, stream);
+        if (!dy_t_ready) fp8_transpose(a->dy_fp8_t, a->dy_fp8, N, OUT, stream);
         // X^T for wgrad: from the saved fp8 X, or (x_fp8 NULL) recast from the saved bf16 X with the
         // forward's scale, which gives the forward's codes.
         if (x_fp8) fp8_transpose(a->x_fp8_t, x_fp8, N, IN, stream);
@@ -773,7 +774,7 @@ static void model_backward(Model *m, const int *inputs_host, cudaStream_t stream
 
     if (m->fp8_lm_head) { // dlogits (in place of the logits) are the lm_head's dY
         fp8_cast_existing(m, fp8_tensor(c, 0, LIN_LM_HEAD, FP8_DY), a->dy_fp8, a->logits, (size_t)N * c->V, stream);
-        linear_backward(m, 0, LIN_LM_HEAD, a->dbtc, a->logits, a->lnf, a->lnf_fp8, stream);
+        linear_backward(m, 0, LIN_LM_HEAD, a->dbtc, a->logits, a->lnf, a->lnf_fp8, 0, stream);
     } else {
         matmul_backward(a->dbtc, m->grad[P_LM_HEAD], a->logits, a->lnf, m->param[P_LM_HEAD], N, C, c->V, m->micro > 0, stream);
     }
@@ -796,24 +797,27 @@ static void model_backward(Model *m, const int *inputs_host, cudaStream_t stream
             swiglu_forward(a->swiglu, fch, N, FF, cast, stream);
         }
         linear_backward(m, l, LIN_W2, a->dswiglu, a->dres, layer_ptr(a->swiglu, l, swiglu_stride),
-                        layer_ptr8(a->swiglu_fp8, l, swiglu_stride), stream);
+                        layer_ptr8(a->swiglu_fp8, l, swiglu_stride), 0, stream);
         // fp8 mode reads only the E5M2 dY of w13: no bf16 copy unless live scaling needs one to cast from
         s = fp8_site(m, fp8_tensor_index(l, LIN_W13, FP8_DY), a->dy_fp8, m->precision == PREC_FP8 ? NULL : a->dfch, 2 * NFF);
-        swiglu_backward(s.bf16, a->dswiglu, fch, N, FF, s.cast, stream);
+        // with delayed scaling SwiGLU's backward also writes dY^T, so w13's wgrad needs no transpose pass
+        void *dy_t = s.cast.out != NULL ? a->dy_fp8_t : NULL;
+        swiglu_backward(s.bf16, a->dswiglu, fch, N, FF, s.cast, dy_t, stream);
         fp8_site_finish(m, &s, stream);
-        linear_backward(m, l, LIN_W13, a->dbtc, s.bf16, layer_ptr(a->ln2, l, NC), layer_ptr8(a->ln2_fp8, l, NC), stream);
+        linear_backward(m, l, LIN_W13, a->dbtc, s.bf16, layer_ptr(a->ln2, l, NC), layer_ptr8(a->ln2_fp8, l, NC),
+                        dy_t != NULL, stream);
         s = fp8_site(m, fp8_tensor_index(l, LIN_WO, FP8_DY), a->dy_fp8, a->dres, NC);
         rmsnorm_backward(a->dres, m->grad[P_LN2W] + (size_t)l * C, a->rmsnorm_scratch, a->dbtc, a->res2 + l * NC,
                          m->param[P_LN2W] + (size_t)l * C, a->ln2_rstd + (size_t)l * N, N, C, s.cast, stream);
         fp8_site_finish(m, &s, stream);
 
         // attention: wo, the fused attention, RoPE, qkv, then the norm that fed it
-        linear_backward(m, l, LIN_WO, a->dbtc, a->dres, atty, NULL, stream); // X^T recast from the bf16 output
+        linear_backward(m, l, LIN_WO, a->dbtc, a->dres, atty, NULL, 0, stream); // X^T recast from the bf16 output
         attention_backward(a->dqkv, a->dbtc, qkv, atty, stats, B, T, NH, NKV, HS, stream);
         s = fp8_site(m, fp8_tensor_index(l, LIN_QKV, FP8_DY), a->dy_fp8, a->dqkv, NQKV);
         rope_backward(a->dqkv, m->rope_freqs, B, T, NH, NKV, HS, s.cast, stream);
         fp8_site_finish(m, &s, stream);
-        linear_backward(m, l, LIN_QKV, a->dbtc, a->dqkv, layer_ptr(a->ln1, l, NC), layer_ptr8(a->ln1_fp8, l, NC), stream);
+        linear_backward(m, l, LIN_QKV, a->dbtc, a->dqkv, layer_ptr(a->ln1, l, NC), layer_ptr8(a->ln1_fp8, l, NC), 0, stream);
         s = fp8_site(m, l > 0 ? fp8_tensor_index(l - 1, LIN_W2, FP8_DY) : -1, a->dy_fp8, a->dres, NC);
         rmsnorm_backward(a->dres, m->grad[P_LN1W] + (size_t)l * C, a->rmsnorm_scratch, a->dbtc, res_in,
                          m->param[P_LN1W] + (size_t)l * C, a->ln1_rstd + (size_t)l * N, N, C, s.cast, stream);

@@ -2,7 +2,8 @@
 SwiGLU, the Llama MLP's activation: each row of the w13 output is [g | u] (g = the first FF columns,
 from w1; u = the last FF, from w3), and out = silu(g) * u with silu(g) = g / (1 + exp(-g)).
   swiglu_forward   out (N, FF) and/or its E4M3 copy = X of w2, with amax
-  swiglu_backward  din (N, 2*FF) = [dg | du] and/or its E5M2 copy = dY of w13, with amax:
+  swiglu_backward  din (N, 2*FF) = [dg | du] and/or its E5M2 copy = dY of w13, with amax, and
+                   optionally that copy transposed too (dY^T for w13's wgrad, no transpose pass):
                    du = dout * silu(g),  dg = dout * u * sig(g) * (1 + g * (1 - sig(g)))
 Elementwise, 16-byte vectors, fp32 math; the fp8 copy is cast from the rounded bf16 value
 (llmc/packed.cuh says why). The grid's x covers one row's vectors and its y strides over rows, so no
@@ -13,6 +14,7 @@ Elementwise, 16-byte vectors, fp32 math; the fp8 copy is cast from the rounded b
 
 #include "cuda_common.cuh" // floatX, fp8 types, Fp8Cast, block_reduce, cudaCheck, FATAL
 #include "packed.cuh" // 16-byte bf16 vectors, fp8x8 cast, block amax commit
+#include "fp8_scaling.cuh" // FP8_TILE, store_tile_transposed (the transposed fp8 dY)
 
 #define SWIGLU_THREADS 128
 
@@ -43,6 +45,18 @@ __global__ void __launch_bounds__(SWIGLU_THREADS) swiglu_forward_kernel(
     if (cast.amax != NULL) block_commit_amax(cast.amax, amax_bits); // every thread, even idle ones
 }
 
+// dg, du of 8 elements from g, u and dout
+__device__ __forceinline__ void swiglu_grad8(float dg[8], float du[8], const float g[8], const float u[8],
+                                             const float dy[8]) {
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const float sig = 1.0f / (1.0f + expf(-g[i]));
+        const float silu = g[i] * sig;
+        du[i] = dy[i] * silu;
+        dg[i] = dy[i] * u[i] * (sig * (1.0f + g[i] * (1.0f - sig)));
+    }
+}
+
 // din may be the same array as in (each element is read before it is written, by the same thread),
 // which lets the trainer overwrite the w13 output it no longer needs; so neither is __restrict__.
 __global__ void __launch_bounds__(SWIGLU_THREADS) swiglu_backward_kernel(
@@ -58,13 +72,7 @@ __global__ void __launch_bounds__(SWIGLU_THREADS) swiglu_backward_kernel(
             bf16x8_to_float(g, load16(in + gi));
             bf16x8_to_float(u, load16(in + gi + FF));
             bf16x8_to_float(dy, load16(dout + (size_t)row * FF + (size_t)vi * 8));
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                const float sig = 1.0f / (1.0f + expf(-g[i]));
-                const float silu = g[i] * sig;
-                du[i] = dy[i] * silu;
-                dg[i] = dy[i] * u[i] * (sig * (1.0f + g[i] * (1.0f - sig)));
-            }
+            swiglu_grad8(dg, du, g, u, dy);
             uint4 pg = float_to_bf16x8(dg), pu = float_to_bf16x8(du);
             if (din != NULL) {
                 store16(din + gi, pg);
@@ -77,6 +85,50 @@ __global__ void __launch_bounds__(SWIGLU_THREADS) swiglu_backward_kernel(
             amax_bits = amax_bits_update(amax_bits_update(amax_bits, dg), du);
         }
     }
+    if (cast.amax != NULL) block_commit_amax(cast.amax, amax_bits);
+}
+
+// The same, for a 128 x 128 tile of (tokens, g columns) per block, also writing the E5M2 copy
+// transposed: out_t (2*FF, N) = dY^T, the operand of w13's wgrad (its dg rows first, then its du
+// rows), through the shared-memory tiles of llmc/fp8_scaling.cuh (store_tile_transposed). The
+// delayed-scaling path only: needs cast.out, N % 16 == 0 and a 16-byte-aligned out_t.
+__global__ void __launch_bounds__(256) swiglu_backward_t_kernel(floatX *din, const floatX *__restrict__ dout,
+                                                                const floatX *in, int N, int FF, Fp8Cast cast,
+                                                                uint8_t *out_t) {
+    __shared__ __align__(16) uint8_t tile_g[FP8_TILE][FP8_TILE], tile_u[FP8_TILE][FP8_TILE];
+    const float scale = *cast.scale;
+    const int r0 = blockIdx.y * FP8_TILE, c0 = blockIdx.x * FP8_TILE;
+    const int vc = threadIdx.x % 16, lr0 = threadIdx.x / 16; // 16 threads x 8 values = one 128-column row
+    const int c = c0 + vc * 8;
+    uint32_t amax_bits = 0;
+#pragma unroll 2
+    for (int i = 0; i < FP8_TILE / 16; i++) {
+        const int lr = lr0 + 16 * i, row = r0 + lr;
+        uint2 qg = make_uint2(0, 0), qu = make_uint2(0, 0); // outside the matrix: zeros, never stored
+        if (row < N && c < FF) {
+            const size_t gi = (size_t)row * 2 * FF + c;
+            float g[8], u[8], dy[8], dg[8], du[8];
+            bf16x8_to_float(g, load16(in + gi));
+            bf16x8_to_float(u, load16(in + gi + FF));
+            bf16x8_to_float(dy, load16(dout + (size_t)row * FF + c));
+            swiglu_grad8(dg, du, g, u, dy);
+            uint4 pg = float_to_bf16x8(dg), pu = float_to_bf16x8(du);
+            if (din != NULL) {
+                store16(din + gi, pg);
+                store16(din + gi + FF, pu);
+            }
+            qg = float_to_fp8x8<__NV_E5M2>(dg, scale);
+            qu = float_to_fp8x8<__NV_E5M2>(du, scale);
+            store8((fp8e5 *)cast.out + gi, qg);
+            store8((fp8e5 *)cast.out + gi + FF, qu);
+            amax_bits = amax_bits_update(amax_bits_update(amax_bits, dg), du);
+        }
+        *(uint2 *)&tile_g[lr][vc * 8] = qg;
+        *(uint2 *)&tile_u[lr][vc * 8] = qu;
+    }
+    __syncthreads();
+    store_tile_transposed(out_t, tile_g, r0, c0, N, FF);
+    store_tile_transposed(out_t + (size_t)FF * N, tile_u, r0, c0, N, FF);
     if (cast.amax != NULL) block_commit_amax(cast.amax, amax_bits);
 }
 
@@ -101,13 +153,24 @@ static void swiglu_forward(floatX *out, const floatX *in, int N, int FF, Fp8Cast
 }
 
 // dout (N, FF), in (N, 2*FF) the forward's input; din (N, 2*FF) = [dg | du], may be NULL and may be
-// the same array as in. cast (E5M2) covers all of din.
+// the same array as in. cast (E5M2) covers all of din. out_t: NULL, or (with cast.out) where the
+// E5M2 copy also goes transposed, (2*FF, N); needs N % 16 == 0.
 static void swiglu_backward(floatX *din, const floatX *dout, const floatX *in, int N, int FF, Fp8Cast cast,
-                            cudaStream_t stream) {
+                            void *out_t, cudaStream_t stream) {
     swiglu_check("swiglu_backward", FF, din, dout, in, &cast);
+    if (out_t != NULL) {
+        if (cast.out == NULL) FATAL("swiglu_backward: a transposed fp8 copy (out_t) needs the fp8 copy (cast.out)");
+        if (N % 16 != 0) FATAL("swiglu_backward: N = %d must be a multiple of 16 for the transposed fp8 copy", N);
+        check_aligned(out_t, 16, "out_t", "swiglu_backward");
+    }
     if (N <= 0) return;
-    dim3 grid = row_grid(FF / 8, SWIGLU_THREADS, N);
-    swiglu_backward_kernel<<<grid, SWIGLU_THREADS, 0, stream>>>(din, dout, in, N, FF, cast);
+    if (out_t != NULL) {
+        dim3 grid(CEIL_DIV(FF, FP8_TILE), CEIL_DIV(N, FP8_TILE));
+        swiglu_backward_t_kernel<<<grid, 256, 0, stream>>>(din, dout, in, N, FF, cast, (uint8_t *)out_t);
+    } else {
+        dim3 grid = row_grid(FF / 8, SWIGLU_THREADS, N);
+        swiglu_backward_kernel<<<grid, SWIGLU_THREADS, 0, stream>>>(din, dout, in, N, FF, cast);
+    }
     cudaLaunchCheck();
 }
 

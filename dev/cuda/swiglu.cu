@@ -8,7 +8,9 @@ Optional arguments: N FF (the timed shape; default 8192 11008, Llama-2-7B's MLP 
 What is validated, for several shapes (FF a multiple of 8 but not of the block's 1024 values; odd N):
 swiglu_forward (bf16 out, E4M3 copy, amax; then the fp8-only mode, which must give the same bytes),
 swiglu_backward (din = [dg | du], E5M2 copy over both halves, amax), the in-place backward
-(din == in) equal to the out-of-place one, and bit-identical repeated runs.
+(din == in) equal to the out-of-place one, bit-identical repeated runs, and (N a multiple of 16;
+tiles cut by both matrix edges) the variant that also writes the E5M2 copy transposed: the same
+din, copy and amax, and a byte-exact transpose.
 Outputs are NaN-poisoned first. Tolerances: dev/cuda/kernel_test.h. Exit status 1 on any failure.
 There is one version of each kernel (the one in llmc/).
 */
@@ -61,7 +63,7 @@ static void validate(int N, int FF) {
     const float bscale = 57344.0f / 8.0f;
     set_float(d_scale, bscale);
     poison(d_din, 2 * NF * 2); poison(d_f8, 2 * NF); set_float(d_amax, 0.0f);
-    swiglu_backward(d_din, d_dout, d_in, N, FF, cast, 0);
+    swiglu_backward(d_din, d_dout, d_in, N, FF, cast, NULL, 0);
     std::vector<uint16_t> din = to_host<uint16_t>(d_din, 2 * NF);
     std::vector<uint8_t> f8d = to_host<uint8_t>(d_f8, 2 * NF);
     float amax_bwd = get_float(d_amax);
@@ -86,14 +88,33 @@ static void validate(int N, int FF) {
 
     // repeat: bit-identical
     poison(d_din, 2 * NF * 2); poison(d_f8, 2 * NF); set_float(d_amax, 0.0f);
-    swiglu_backward(d_din, d_dout, d_in, N, FF, cast, 0);
+    swiglu_backward(d_din, d_dout, d_in, N, FF, cast, NULL, 0);
     {
         std::vector<uint16_t> din2 = to_host<uint16_t>(d_din, 2 * NF);
         check_bitwise("backward deterministic", din.data(), din2.data(), 2 * NF * 2);
     }
+    // with the transposed fp8 copy (tiled kernel; N % 16 == 0): din, the fp8 copy and amax as above,
+    // and out_t[f][n] == fp8[n][f] for every one of the 2*FF rows of dY^T
+    if (N % 16 == 0) {
+        floatX *d_din_t = device_alloc<floatX>(2 * NF);
+        uint8_t *d_t = device_alloc<uint8_t>(2 * NF);
+        poison(d_din_t, 2 * NF * 2); poison(d_f8b, 2 * NF); poison(d_t, 2 * NF); set_float(d_amax, 0.0f);
+        swiglu_backward(d_din_t, d_dout, d_in, N, FF, cast_b, d_t, 0);
+        std::vector<uint16_t> din_t = to_host<uint16_t>(d_din_t, 2 * NF);
+        std::vector<uint8_t> f8t = to_host<uint8_t>(d_f8b, 2 * NF), tr = to_host<uint8_t>(d_t, 2 * NF);
+        check_bitwise("backward + transpose: din", din.data(), din_t.data(), 2 * NF * 2);
+        check_bitwise("backward + transpose: fp8", f8d.data(), f8t.data(), 2 * NF);
+        Cmp ca = cmp_begin("backward + transpose: amax"), ct = cmp_begin("backward + transpose: fp8^T");
+        cmp_add(&ca, 0, get_float(d_amax), amax_bwd, 0.0);
+        for (size_t f = 0; f < 2 * (size_t)FF; f++)
+            for (int n = 0; n < N; n++) cmp_add(&ct, f * N + n, tr[f * N + n], f8d[(size_t)n * 2 * FF + f], 0.0);
+        cmp_end(&ca);
+        cmp_end(&ct);
+        cudaCheck(cudaFree(d_din_t)); cudaCheck(cudaFree(d_t));
+    }
     // in place: din == in
     poison(d_f8b, 2 * NF); set_float(d_amax, 0.0f);
-    swiglu_backward(d_in, d_dout, d_in, N, FF, cast_b, 0);
+    swiglu_backward(d_in, d_dout, d_in, N, FF, cast_b, NULL, 0);
     {
         std::vector<uint16_t> din3 = to_host<uint16_t>(d_in, 2 * NF);
         std::vector<uint8_t> f8e = to_host<uint8_t>(d_f8b, 2 * NF);
@@ -123,10 +144,16 @@ static void benchmark(int N, int FF) {
     report_bandwidth("swiglu_forward (out + fp8 + amax)", ms, nf * (4 + 2 + 1));
     ms = time_median_ms([&] { swiglu_forward(NULL, d_in, N, FF, cast, 0); });
     report_bandwidth("swiglu_forward (fp8 + amax only)", ms, nf * (4 + 1));
-    ms = time_median_ms([&] { swiglu_backward(d_din, d_out, d_in, N, FF, cast, 0); });
+    ms = time_median_ms([&] { swiglu_backward(d_din, d_out, d_in, N, FF, cast, NULL, 0); });
     report_bandwidth("swiglu_backward (din + fp8 + amax)", ms, nf * (2 + 4 + 4 + 2));
-    ms = time_median_ms([&] { swiglu_backward(NULL, d_out, d_in, N, FF, cast, 0); });
+    ms = time_median_ms([&] { swiglu_backward(NULL, d_out, d_in, N, FF, cast, NULL, 0); });
     report_bandwidth("swiglu_backward (fp8 + amax only)", ms, nf * (2 + 4 + 2));
+    if (N % 16 == 0) {
+        uint8_t *d_t = device_alloc<uint8_t>(2 * NF);
+        ms = time_median_ms([&] { swiglu_backward(NULL, d_out, d_in, N, FF, cast, d_t, 0); });
+        report_bandwidth("swiglu_backward (fp8 + fp8^T + amax)", ms, nf * (2 + 4 + 2 + 2));
+        cudaCheck(cudaFree(d_t));
+    }
     cudaCheck(cudaFree(d_in)); cudaCheck(cudaFree(d_out)); cudaCheck(cudaFree(d_din)); cudaCheck(cudaFree(d_amax));
     cudaCheck(cudaFree(d_scale)); cudaCheck(cudaFree(d_f8));
 }
@@ -134,7 +161,7 @@ static void benchmark(int N, int FF) {
 int main(int argc, char **argv) {
     int N = argc > 1 ? atoi(argv[1]) : 8192, FF = argc > 2 ? atoi(argv[2]) : 11008;
     dev_setup();
-    const int shapes[][2] = {{8192, 11008}, {37, 768}, {5, 8}, {129, 1032}, {2, 14336}};
+    const int shapes[][2] = {{8192, 11008}, {37, 768}, {5, 8}, {129, 1032}, {2, 14336}, {144, 1032}, {16, 8}};
     for (const auto &s : shapes) validate(s[0], s[1]);
     benchmark(N, FF);
     return finish("swiglu");
