@@ -26,9 +26,12 @@ TFLOP/s = 2 M K N / time.
 
 Build (from dev/cuda):  nvcc -O3 -arch=sm_90 -std=c++17 --use_fast_math -I../.. fp8_gemm.cu -lcublasLt -lcublas -o fp8_gemm
                         (or: make -C dev/cuda fp8_gemm)
-Run:                    ./fp8_gemm [shape] [-tune]   shape 1..8 times only that ANCHORS.md shape (default all);
+Run:                    ./fp8_gemm [shape] [-tune | -sustained]   shape 1..8 times only that ANCHORS.md
+                        shape (default all);
                         -tune: every GEMM (bf16 and fp8) uses the fastest of cuBLASLt's candidates,
-                        timed at its first call, as the trainer does with -deterministic 0
+                        timed at its first call, as the trainer does with -deterministic 0;
+                        -sustained: instead of the tables, every candidate of the shape's six GEMMs
+                        timed in a burst (as the tuner) and hot, at the power cap (sustained_study)
 The last line is "fp8_gemm: ALL PASS" or "fp8_gemm: N FAILED"; exit status 0 / 1.
 */
 #include "llmc/fp8.h"           // fp8_encode, fp8_decode, fp8_compute_scale: the CPU side
@@ -304,6 +307,100 @@ static void bench_shape(const Shape &s, Times out[3]) {
     cudaCheck(cudaFree(y)); cudaCheck(cudaFree(dx)); cudaCheck(cudaFree(dw)); cudaCheck(cudaFree(state));
 }
 
+// -sustained: the trainer runs at the GPU's power cap, where the clock follows the energy a GEMM
+// uses; tuning picks the fastest candidate in a short burst at first use. This times every candidate
+// of each of the shape's six GEMMs both ways: "burst" as matmul_tune does (1 warm-up, median of 5),
+// and "hot": back to back for SUSTAIN_S seconds after the GPU has run the heuristic's choice for
+// HEAT_S seconds, the mean of the second half. If the burst pick is slower hot than the hot best,
+// choosing algorithms under sustained load would speed up training.
+#define SUSTAIN_S 0.4
+#define HEAT_S 1.0
+
+static float hot_ms(MatmulPlan *p, int algo, const void *A, const void *B, floatX *D, double seconds, float burst) {
+    const int reps = 2 * (int)fmax(10.0, seconds * 1000.0 / burst / 2.0);
+    cudaEvent_t mid, end;
+    cudaCheck(cudaEventCreate(&mid)); cudaCheck(cudaEventCreate(&end));
+    for (int r = 0; r < reps; r++) {
+        if (r == reps / 2) cudaCheck(cudaEventRecord(mid, 0));
+        cublasCheck(matmul_launch(p, algo, A, B, D, 0));
+    }
+    cudaCheck(cudaEventRecord(end, 0));
+    cudaCheck(cudaEventSynchronize(end));
+    float ms = 0.0f;
+    cudaCheck(cudaEventElapsedTime(&ms, mid, end));
+    cudaCheck(cudaEventDestroy(mid)); cudaCheck(cudaEventDestroy(end));
+    return ms / (reps - reps / 2);
+}
+
+static void sustained_study(const Shape &s) {
+    const int N = s.M, IN = s.K, OUT = s.N;
+    const size_t nx = (size_t)N * IN, nw = (size_t)OUT * IN, ndy = (size_t)N * OUT;
+    floatX *x = device_alloc<floatX>(nx), *w = device_alloc<floatX>(nw), *dy = device_alloc<floatX>(ndy);
+    floatX *y = device_alloc<floatX>(ndy), *dx = device_alloc<floatX>(nx), *dw = device_alloc<floatX>(nw);
+    uint8_t *xq = device_alloc<uint8_t>(nx), *xq_t = device_alloc<uint8_t>(nx), *wq = device_alloc<uint8_t>(nw);
+    uint8_t *wq_t = device_alloc<uint8_t>(nw), *dyq = device_alloc<uint8_t>(ndy), *dyq_t = device_alloc<uint8_t>(ndy);
+    float *si = device_alloc<float>(16); // scale_inv of x, w, dy at 0, 4, 8 (16-byte aligned)
+    std::vector<float> ones(16, 1.0f);
+    upload(si, ones.data(), 16);
+    fill_normalish_kernel<<<2048, 256>>>(x, nx, 11u, 1.0f);
+    fill_normalish_kernel<<<2048, 256>>>(w, nw, 23u, 1.0f);
+    fill_normalish_kernel<<<2048, 256>>>(dy, ndy, 37u, 1.0f);
+    cudaLaunchCheck();
+    fp8_cast(xq, FP8_E4M3, x, nx, NULL, NULL, 0);
+    fp8_cast(wq, FP8_E4M3, w, nw, NULL, NULL, 0);
+    fp8_cast_transpose(dyq, dyq_t, FP8_E5M2, dy, N, OUT, NULL, NULL, 0);
+    fp8_transpose(wq_t, wq, OUT, IN, 0);
+    fp8_transpose(xq_t, xq, N, IN, 0);
+    struct { int kind, m, n, k; const void *a, *b; floatX *d; const float *sa, *sb; } g[6] = {
+        {MM_BF16_FWD, OUT, N, IN, w, x, y, NULL, NULL},      {MM_BF16_DX, IN, N, OUT, w, dy, dx, NULL, NULL},
+        {MM_BF16_DW, IN, OUT, N, x, dy, dw, NULL, NULL},      {MM_FP8_FPROP, OUT, N, IN, wq, xq, y, si + 4, si + 0},
+        {MM_FP8_DGRAD, IN, N, OUT, wq_t, dyq, dx, si + 4, si + 8}, {MM_FP8_WGRAD, IN, OUT, N, xq_t, dyq_t, dw, si + 0, si + 8}};
+    printf("\n%s (%d,%d,%d): candidates timed in a burst (as the tuner) and hot (%.1f s back to back after %.1f s of"
+           " heating; mean of the second half)\n", s.name, s.M, s.K, s.N, SUSTAIN_S, HEAT_S);
+    float sum_pick[2] = {0, 0}, sum_best[2] = {0, 0}, sum_first[2] = {0, 0};
+    cudaEvent_t ev[6];
+    for (int r = 0; r < 6; r++) cudaCheck(cudaEventCreate(&ev[r]));
+    for (int i = 0; i < 6; i++) {
+        MatmulPlan *p = matmul_get_plan(g[i].kind, g[i].m, g[i].n, g[i].k, 0, g[i].a, g[i].b, g[i].d, g[i].sa, g[i].sb);
+        if (g[i].sa != NULL) { // a plan made earlier keeps its own scale pointers (as matmul_run sets them)
+            cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g[i].sa, sizeof(g[i].sa)));
+            cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g[i].sb, sizeof(g[i].sb)));
+        }
+        float burst[MATMUL_CANDIDATES], hot[MATMUL_CANDIDATES];
+        int first = -1, pick = -1, best = -1;
+        for (int c = 0; c < p->num_algos; c++) {
+            burst[c] = matmul_time_candidate(p, c, g[i].a, g[i].b, g[i].d, ev, 0);
+            if (burst[c] < 0.0f) continue;
+            if (first < 0) first = c;
+            if (pick < 0 || burst[c] < burst[pick]) pick = c;
+        }
+        if (first < 0) FATAL("sustained_study: no candidate of %s runs", MATMUL_KIND_NAMES[g[i].kind]);
+        if (burst[pick] > MATMUL_TUNE_MARGIN * burst[first]) pick = first; // the tuner's rule
+        hot_ms(p, first, g[i].a, g[i].b, g[i].d, HEAT_S, burst[first]);
+        printf("  %-12s cand  burst ms  hot ms\n", MATMUL_KIND_NAMES[g[i].kind]);
+        for (int c = 0; c < p->num_algos; c++) {
+            if (burst[c] < 0.0f) continue;
+            hot[c] = hot_ms(p, c, g[i].a, g[i].b, g[i].d, SUSTAIN_S, burst[c]);
+            if (best < 0 || hot[c] < hot[best]) best = c;
+        }
+        for (int c = 0; c < p->num_algos; c++) {
+            if (burst[c] < 0.0f) continue;
+            printf("  %-12s %4d  %8.3f  %7.3f%s%s%s\n", "", c + 1, burst[c], hot[c], c == first ? "  heuristic's first" : "",
+                   c == pick ? "  tuner's pick" : "", c == best ? "  hot best" : "");
+        }
+        const int fp8 = g[i].kind >= MM_FP8_FPROP;
+        sum_first[fp8] += hot[first]; sum_pick[fp8] += hot[pick]; sum_best[fp8] += hot[best];
+    }
+    for (int r = 0; r < 6; r++) cudaCheck(cudaEventDestroy(ev[r]));
+    for (int f = 0; f < 2; f++)
+        printf("  %s fprop+dgrad+wgrad hot: heuristic's first %.3f ms, tuner's picks %.3f ms, hot best %.3f ms (%.1f%% below"
+               " the tuner's)\n", f ? "fp8 " : "bf16", sum_first[f], sum_pick[f], sum_best[f],
+               100.0 * (sum_pick[f] - sum_best[f]) / sum_pick[f]);
+    cudaCheck(cudaFree(x)); cudaCheck(cudaFree(w)); cudaCheck(cudaFree(dy)); cudaCheck(cudaFree(y)); cudaCheck(cudaFree(dx));
+    cudaCheck(cudaFree(dw)); cudaCheck(cudaFree(xq)); cudaCheck(cudaFree(xq_t)); cudaCheck(cudaFree(wq));
+    cudaCheck(cudaFree(wq_t)); cudaCheck(cudaFree(dyq)); cudaCheck(cudaFree(dyq_t)); cudaCheck(cudaFree(si));
+}
+
 static void print_table(const char *title, const std::vector<int> &which, const std::vector<Times> &t, int mode) {
     printf("\n%s\n", title);
     printf("%-18s %-20s %8s %8s %8s %8s %8s %8s %8s %8s %8s\n", "shape", "(M, K, N)", "bf16 ms", "fp8 ms", "lin ms",
@@ -320,11 +417,13 @@ static void print_table(const char *title, const std::vector<int> &which, const 
 }
 
 int main(int argc, char **argv) {
-    int only = 0, tune = 0;
+    int only = 0, tune = 0, sustained = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-tune") == 0) tune = 1;
-        else if ((only = atoi(argv[i])) < 1 || only > 8) FATAL("usage: %s [shape 1..8] [-tune]", argv[0]);
+        else if (strcmp(argv[i], "-sustained") == 0) sustained = 1;
+        else if ((only = atoi(argv[i])) < 1 || only > 8) FATAL("usage: %s [shape 1..8] [-tune | -sustained]", argv[0]);
     }
+    if (tune && sustained) FATAL("-tune and -sustained exclude each other (-sustained times every candidate itself)");
     cudaDeviceProp prop = device_properties();
     printf("device: %s (sm_%d%d), cuBLASLt %zu\n", prop.name, prop.major, prop.minor, cublasLtGetVersion());
     if (prop.major * 10 + prop.minor < 89) FATAL("fp8 GEMMs need compute capability 8.9+ (this is %d.%d)", prop.major, prop.minor);
@@ -340,6 +439,11 @@ int main(int argc, char **argv) {
 
     std::vector<int> which;
     for (int i = 0; i < 8; i++) if (only == 0 || only == i + 1) which.push_back(i);
+    if (sustained) {
+        for (int i : which) sustained_study(SHAPES[i]);
+        matmul_destroy();
+        return report_summary("fp8_gemm");
+    }
     std::vector<Times> t;
     for (int i : which) {
         Times tt[3];
