@@ -4,7 +4,7 @@
 #   bash scripts/test_multi_gpu.sh            build, then every check
 #   bash scripts/test_multi_gpu.sh 2 5        build, then checks 2 and 5 only (any check makes the runs it needs)
 # Environment: LOG_DIR (default log_mgpu/: one log per run); MGPU_DETERMINISTIC (default 1, the
-# -deterministic of our runs; 0 suits checks 2 and 3 only); for check 7 the trainer to compare the
+# -deterministic of our runs; 0 skips the bit-for-bit checks 4, 5 and 7); for check 7 the trainer to compare the
 # single-GPU path with: BASE_SRC (a train_llama_fp8.cu, built with this tree's llmc/), else BASE_REV
 # (default HEAD) read with git archive. NVLink multicast stays off: NCCL_NVLS_ENABLE must be unset or
 # 0 and is exported as 0, so every rank (forked or started by mpirun) sees it.
@@ -43,7 +43,9 @@ report() { # report PASS|FAIL|SKIP name [detail]
     return 0
 }
 finish() { echo "$pass passed, $fail failed"; [ "$fail" -eq 0 ]; exit $?; }
-want() { [ ${#checks[@]} -eq 0 ] && return 0; for c in "${checks[@]}"; do [ "$c" = "$1" ] && return 0; done; return 1; }
+asked() { [ ${#checks[@]} -eq 0 ] && return 0; for c in "${checks[@]}"; do [ "$c" = "$1" ] && return 0; done; return 1; }
+bitwise() { [ "$1" = 4 ] || [ "$1" = 5 ] || [ "$1" = 7 ]; } # checks that compare runs bit for bit
+want() { asked "$1" && ! { [ "${MGPU_DETERMINISTIC:-1}" = 0 ] && bitwise "$1"; }; }
 checks=("$@")
 
 if [ -n "${NCCL_NVLS_ENABLE:-}" ] && [ "$NCCL_NVLS_ENABLE" != 0 ]; then
@@ -71,8 +73,11 @@ nvcc_line=$(make -s -n -B train_llama_fp8 2>/dev/null | grep -F ' train_llama_fp
 # ---- helpers
 trainer_args="-e tiny -b 2 -t 128 -d 1024 -x 20 -l 3e-4 -u 5 -q 1.0 -c 0.1 -v 10 -m 2 -n 10 -s 20 -g 8 -seed 7"
 # our runs are compared bit for bit (BASE_REV's trainer predates the flag and is always deterministic);
-# MGPU_DETERMINISTIC=0 runs checks 2 and 3 with the trainer's fast default (4, 5 and 7 need 1)
+# MGPU_DETERMINISTIC=0 runs checks 2 and 3 with the trainer's fast default and skips 4, 5 and 7
 det="-deterministic ${MGPU_DETERMINISTIC:-1}"
+for c in 4 5 7; do
+    asked $c && ! want $c && report SKIP "$c" "compares runs bit for bit: needs MGPU_DETERMINISTIC=1"
+done
 run() { # run NAME CMD...: output to $LOG/NAME.txt, returns the exit status
     local name=$1
     shift
