@@ -129,7 +129,9 @@ static void test_bf16_first_step_vs_cpu(void) {
     ref_free(&ref);
 }
 
-static void test_bf16_ten_steps_vs_cpu(void) {
+// moments_bf16: AdamW's m and v in bf16 on the GPU (the reference keeps them in double); their
+// stochastic rounding (2^-9 relative, unbiased) is small next to the bf16 weights' own rounding.
+static void ten_steps_vs_cpu(int moments_bf16) {
     LlamaConfig c = small_config();
     int B = 2, T = 128, N = B * T, grad_accum = 2;
     RefModel ref;
@@ -139,7 +141,7 @@ static void test_bf16_ten_steps_vs_cpu(void) {
     random_tokens(in, grad_accum * N, c.V, 3);
     random_tokens(tg, grad_accum * N, c.V, 4);
     Model m;
-    model_init(&m, &c, B, T, PREC_BF16, 0, 16, 0, 0);
+    model_init(&m, &c, B, T, PREC_BF16, 0, 16, 0, 0, NULL, 1, 0, moments_bf16);
     model_set_weights(&m, ref.params);
     AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
     float *losses = (float *)mallocCheck(grad_accum * N * sizeof(float));
@@ -156,6 +158,8 @@ static void test_bf16_ten_steps_vs_cpu(void) {
     model_free(&m);
     ref_free(&ref);
 }
+static void test_bf16_ten_steps_vs_cpu(void) { ten_steps_vs_cpu(0); }
+static void test_bf16_moments_ten_steps_vs_cpu(void) { ten_steps_vs_cpu(1); }
 
 static void test_bf16_vs_pytorch_fixture(void) {
     Fixture fx;
@@ -605,7 +609,7 @@ static void test_attention_paths(void) {
 // ----------------------------------------------------------------------------------------------
 // Resume: 6 steps straight == 3 steps, checkpoint, fresh process state, load, 3 steps (bit-exact).
 
-static void resume_check(int precision) {
+static void resume_check(int precision, int moments_bf16) {
     LlamaConfig c = small_config();
     int B = 2, T = 128, N = B * T, grad_accum = 2, steps = 6, half = 3;
     AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
@@ -618,7 +622,7 @@ static void resume_check(int precision) {
     CHECK(mkdtemp(dir) != NULL, "mkdtemp failed");
     for (int run = 0; run < 2; run++) {
         Model m;
-        model_init(&m, &c, B, T, precision, 0, 4, 0, 0);
+        model_init(&m, &c, B, T, precision, 0, 4, 0, 0, NULL, 1, 0, moments_bf16);
         if (!w) { w = (float *)mallocCheck(m.num_params * sizeof(float)); model_init_weights(&m, 11, w); }
         model_set_weights(&m, w);
         DataLoader dl;
@@ -632,7 +636,7 @@ static void resume_check(int precision) {
                 save_checkpoint(&m, &ts, dir);
                 dataloader_free(&dl);
                 model_free(&m);
-                model_init(&m, &c, B, T, precision, 0, 4, 0, 0);
+                model_init(&m, &c, B, T, precision, 0, 4, 0, 0, NULL, 1, 0, moments_bf16);
                 dataloader_init_synthetic(&dl, B, T, 0, 1, c.V, 5);
                 load_checkpoint(&m, &ts, dir, half);
                 dataloader_set_state(&dl, &ts.data);
@@ -650,8 +654,9 @@ static void resume_check(int precision) {
     }
     free(w); free(in); free(tg); free(losses);
 }
-static void test_resume_bitexact_bf16(void) { resume_check(PREC_BF16); }
-static void test_resume_bitexact_fp8(void) { resume_check(PREC_FP8); }
+static void test_resume_bitexact_bf16(void) { resume_check(PREC_BF16, 0); }
+static void test_resume_bitexact_fp8(void) { resume_check(PREC_FP8, 0); }
+static void test_resume_bitexact_fp8_bf16_moments(void) { resume_check(PREC_FP8, 1); }
 
 int main(void) {
     cudaDeviceProp prop;
@@ -668,6 +673,7 @@ int main(void) {
     run_test("bf16 first step vs C reference", test_bf16_first_step_vs_cpu);
     run_test("bf16 first step vs PyTorch fixture", test_bf16_vs_pytorch_fixture);
     run_test("bf16 10 steps vs C reference", test_bf16_ten_steps_vs_cpu);
+    run_test("bf16 10 steps with bf16 AdamW moments vs C reference", test_bf16_moments_ten_steps_vs_cpu);
     run_test("fp8 first step vs C reference emulation", test_fp8_first_step_vs_cpu);
     run_test("fp8 state after 6 steps with grad accumulation vs C reference", test_fp8_state_vs_cpu);
     run_test("fp8 current recipe: 6 steps with grad accumulation vs C reference", test_fp8_current_recipe_vs_cpu);
@@ -678,6 +684,7 @@ int main(void) {
     run_test("fp8 weights made by AdamW match the host codec", test_fp8_weights_made_by_adamw);
     run_test("resume is bit-exact (bf16)", test_resume_bitexact_bf16);
     run_test("resume is bit-exact (fp8)", test_resume_bitexact_fp8);
+    run_test("resume is bit-exact (fp8, bf16 AdamW moments)", test_resume_bitexact_fp8_bf16_moments);
     printf("%d passed, %d failed\n", g_tests_passed, g_tests_failed);
     return g_tests_failed == 0 ? 0 : 1;
 }

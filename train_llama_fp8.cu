@@ -49,7 +49,7 @@ enum { PREC_BF16, PREC_FP8 };
 
 typedef struct {
     char train_pattern[512], val_pattern[512], tokenizer_path[512], log_dir[512], model[64];
-    char precision[16], fp8_recipe[16];
+    char precision[16], fp8_recipe[16], adam_moments[16];
     int B, T, total_batch, max_steps, warmup, val_every, val_batches, sample_every, gen_tokens;
     int ckpt_every, resume, recompute, seed, shuffle, fp8_history, fp8_margin, fp8_lm_head, fp8_log, fp8_dump, ngpu, fp8_weight_cache, deterministic;
     float lr, final_lr_frac, weight_decay, grad_clip, beta1, beta2;
@@ -81,6 +81,7 @@ static const OptSpec OPTION_SPECS[] = {
     OPT("-clip", OPT_FLOAT, grad_clip, "global gradient-norm clip (0: off)"),
     OPT("-beta1", OPT_FLOAT, beta1, "AdamW beta1"),
     OPT("-beta2", OPT_FLOAT, beta2, "AdamW beta2"),
+    OPT("-adam_moments", OPT_STR, adam_moments, "AdamW m and v in fp32, or bf16 (stochastically rounded: 8 bytes/param less memory and optimizer traffic)"),
     OPT("-v", OPT_INT, val_every, "evaluate val loss every N steps (0: never; always at the end)"),
     OPT("-m", OPT_INT, val_batches, "val batches per evaluation (shared out over the GPUs)"),
     OPT("-s", OPT_INT, sample_every, "sample text every N steps (0: never)"),
@@ -118,6 +119,7 @@ static Options default_options(void) {
     strcpy(o.model, "125m");
     strcpy(o.precision, "fp8");
     strcpy(o.fp8_recipe, "delayed");
+    strcpy(o.adam_moments, "fp32");
     o.B = 16; o.T = 1024; o.total_batch = 0; o.max_steps = -1;
     o.lr = 6e-4f; o.warmup = 100; o.final_lr_frac = 0.1f; o.weight_decay = 0.1f; o.grad_clip = 1.0f;
     o.beta1 = 0.9f; o.beta2 = 0.95f;
@@ -223,7 +225,9 @@ typedef struct {
     floatX *params_memory, *param[NUM_PARAM_TENSORS]; // padded_params: the whole model on every rank
     floatX *grads_memory, *grad[NUM_PARAM_TENSORS];   // padded_params: this rank's gradients
     floatX *grad_shard;              // (shard_params) the reduced gradients of this rank's shard (one GPU: grads_memory)
-    float *master, *adam_m, *adam_v; // fp32, shard_params each: this rank's shard (ZeRO-1)
+    float *master;                   // (shard_params) fp32: this rank's shard (ZeRO-1)
+    void *adam_m, *adam_v;           // (shard_params) each, fp32 or (moments_bf16) bf16: AdamW's moments of the shard
+    int moments_bf16;                // -adam_moments bf16: m and v stored in bf16 (stochastic rounding, llmc/adamw.cuh)
     GradBucket *buckets;             // none on one GPU
     int num_buckets;
     ShardPiece *pieces;              // this rank's shard cut at tensor edges: AdamW runs per piece
@@ -284,6 +288,9 @@ static void *model_alloc(Model *m, size_t bytes, const char *what) {
     m->bytes_allocated += bytes;
     return m->allocations[m->num_allocations++] = cudaMallocCheck(bytes, what);
 }
+
+// Bytes of each AdamW moment (m, v) of this rank's shard.
+static size_t moments_size(const Model *m) { return m->shard_params * (m->moments_bf16 ? sizeof(floatX) : sizeof(float)); }
 
 static int compare_sizes(const void *a, const void *b) {
     size_t x = *(const size_t *)a, y = *(const size_t *)b;
@@ -371,8 +378,9 @@ static void zero_layout(Model *m) {
 // mg: the data-parallel ranks; NULL (the tests) for one GPU.
 static void model_init(Model *m, const LlamaConfig *cfg, int B, int T, int precision, int fp8_current,
                        int fp8_history, int fp8_margin, int recompute, MultiGpu *mg = NULL, int fp8_weight_cache = 1,
-                       int fp8_lm_head = 0) {
+                       int fp8_lm_head = 0, int moments_bf16 = 0) {
     memset(m, 0, sizeof(*m));
+    m->moments_bf16 = moments_bf16;
     m->fp8_weight_cache = fp8_weight_cache;
     m->fp8_lm_head = precision == PREC_FP8 && fp8_lm_head;
     m->cfg = *cfg; m->B = B; m->T = T; m->precision = precision; m->fp8_current = fp8_current;
@@ -388,10 +396,11 @@ static void model_init(Model *m, const LlamaConfig *cfg, int B, int T, int preci
     m->grads_memory = (floatX *)model_alloc(m, m->padded_params * sizeof(floatX), "bf16 gradients");
     cudaCheck(cudaMemset(m->grads_memory, 0, m->padded_params * sizeof(floatX))); // the padding stays zero
     m->master = (float *)model_alloc(m, m->shard_params * sizeof(float), "fp32 master weights");
-    m->adam_m = (float *)model_alloc(m, m->shard_params * sizeof(float), "AdamW m");
-    m->adam_v = (float *)model_alloc(m, m->shard_params * sizeof(float), "AdamW v");
-    cudaCheck(cudaMemset(m->adam_m, 0, m->shard_params * sizeof(float)));
-    cudaCheck(cudaMemset(m->adam_v, 0, m->shard_params * sizeof(float)));
+    size_t moments_bytes = moments_size(m);
+    m->adam_m = model_alloc(m, moments_bytes, "AdamW m");
+    m->adam_v = model_alloc(m, moments_bytes, "AdamW v");
+    cudaCheck(cudaMemset(m->adam_m, 0, moments_bytes));
+    cudaCheck(cudaMemset(m->adam_v, 0, moments_bytes));
     m->grad_shard = m->grads_memory;
     if (m->mg->world > 1) {
         m->grad_shard = (floatX *)model_alloc(m, m->shard_params * sizeof(floatX), "bf16 gradient shard");
@@ -887,8 +896,9 @@ static float model_update(Model *m, const AdamWParams *h, float *norm_device, in
             layers = lin == LIN_LM_HEAD ? 1 : m->cfg.L;
             param = NULL;
         }
-        adamw_update(m->master + p->local, param, m->grad_shard + p->local, m->adam_m + p->local, m->adam_v + p->local,
-                     p->count, h->lr, h->beta1, h->beta2, h->eps, wd, clip, m->adam_t, wcast, layers,
+        size_t mb = m->moments_bf16 ? sizeof(floatX) : sizeof(float);
+        adamw_update(m->master + p->local, param, m->grad_shard + p->local, (char *)m->adam_m + p->local * mb,
+                     (char *)m->adam_v + p->local * mb, m->moments_bf16, p->count, p->flat, h->lr, h->beta1, h->beta2, h->eps, wd, clip, m->adam_t, wcast, layers,
                      layers ? p->count / layers : 0, FP8_KINDS * LINS_PER_LAYER, stream);
     }
     gather_params(m, stream);
@@ -1105,7 +1115,7 @@ static void state_header(const Model *m, const TrainState *ts, int *h) {
     h[2] = m->step; h[3] = m->cfg.V; h[4] = m->cfg.L; h[5] = m->cfg.C; h[6] = m->cfg.NH; h[7] = m->cfg.NKV; h[8] = m->cfg.FF;
     h[9] = m->B; h[10] = m->T; h[11] = ts->grad_accum; h[12] = ts->world; h[13] = ts->rank;
     h[14] = m->precision; h[15] = m->fp8_current; h[16] = m->fp8_history; h[17] = m->fp8_margin;
-    h[18] = (int)sizeof(DataLoaderState); h[19] = m->adam_t; h[20] = m->fp8_lm_head;
+    h[18] = (int)sizeof(DataLoaderState); h[19] = m->adam_t; h[20] = m->fp8_lm_head; h[21] = m->moments_bf16;
 }
 
 static void checkpoint_paths(const char *dir, int step, int rank, char *model_path, char *state_path) {
@@ -1137,7 +1147,7 @@ static void save_checkpoint(Model *m, const TrainState *ts, const char *dir) {
     char model_path[1024], state_path[1024];
     checkpoint_paths(dir, m->step, ts->rank, model_path, state_path);
     int h[256];
-    size_t pbytes = m->num_params * sizeof(float), shard_bytes = m->shard_params * sizeof(float);
+    size_t pbytes = m->num_params * sizeof(float), shard_bytes = moments_size(m);
     // the state file first: a model file without its state is never taken for a resumable checkpoint.
     // With several GPUs rank 0 writes the model file after the gather, which no rank joins before it
     // has written its own state file.
@@ -1190,14 +1200,15 @@ static void load_checkpoint(Model *m, TrainState *ts, const char *dir, int step)
     const char *names[] = {"", "", "step", "V", "L", "C", "NH", "NKV", "FF", "micro-batch B", "sequence length T",
                            "gradient accumulation steps", "number of GPUs", "rank", "precision (0 bf16, 1 fp8)",
                            "fp8 recipe (1 current)", "fp8 history length", "fp8 margin", "data loader state size", "",
-                           "-fp8_lm_head"};
-    HeaderExpect ex[18];
+                           "-fp8_lm_head", "-adam_moments (0 fp32, 1 bf16)"};
+    HeaderExpect ex[19];
     for (int i = 2; i <= 18; i++) ex[i - 2] = (HeaderExpect){i, h[i], names[i]};
     ex[17] = (HeaderExpect){20, h[20], names[20]}; // [19], AdamW's step count, is read back, not checked
-    size_t shard_bytes = m->shard_params * sizeof(float);
+    ex[18] = (HeaderExpect){21, h[21], names[21]};
+    size_t shard_bytes = moments_size(m);
     Section st[] = {{m->adam_m, shard_bytes, 1}, {m->adam_v, shard_bytes, 1}, {m->fp8_state, m->fp8_state ? m->fp8_layout.total * sizeof(float) : 0, 1},
                     {&ts->rng, sizeof(ts->rng), 0}, {&ts->data, sizeof(ts->data), 0}};
-    read_sections(state_path, STATE_MAGIC, ex, 18, st, 5);
+    read_sections(state_path, STATE_MAGIC, ex, 19, st, 5);
     if (m->precision == PREC_FP8)
         fp8_publish_scale_inv(m->gemm_scale_inv, m->fp8_state + m->fp8_layout.scale_inv, m->fp8_layout.num_tensors, 0);
     // adam_t is the one word not checked against this run: it is read back from the file's header
@@ -1289,6 +1300,8 @@ int main(int argc, char **argv) {
     if (o.fp8_lm_head != 0 && o.fp8_lm_head != 1) FATAL("-fp8_lm_head must be 0 or 1");
     if (o.fp8_lm_head && precision != PREC_FP8) FATAL("-fp8_lm_head 1 needs -precision fp8");
     if (o.B <= 0 || o.T <= 0) FATAL("-b and -t must be positive");
+    int moments_bf16 = strcmp(o.adam_moments, "bf16") == 0;
+    if (!moments_bf16 && strcmp(o.adam_moments, "fp32") != 0) FATAL("-adam_moments must be fp32 or bf16, got '%s'", o.adam_moments);
     if (o.fp8_history < 1 || o.fp8_history > 1024) FATAL("-fp8_history must be in [1, 1024], got %d", o.fp8_history);
     if (o.warmup < 0 || o.val_batches < 0 || o.gen_tokens < 0) FATAL("-u, -m and -g must not be negative");
     if (o.recompute < 0 || o.recompute > 1) FATAL("-r must be 0 or 1");
@@ -1374,7 +1387,8 @@ int main(int argc, char **argv) {
     }
 
     Model m;
-    model_init(&m, &cfg, o.B, o.T, precision, fp8_current, o.fp8_history, o.fp8_margin, o.recompute, &mg, o.fp8_weight_cache, o.fp8_lm_head);
+    model_init(&m, &cfg, o.B, o.T, precision, fp8_current, o.fp8_history, o.fp8_margin, o.recompute, &mg, o.fp8_weight_cache, o.fp8_lm_head,
+               moments_bf16);
     mg_check_agree(&mg, (long long)m.num_params, "the number of parameters");
     mg_check_agree(&mg, grad_accum, "the gradient accumulation steps");
     matmul_init();
@@ -1422,15 +1436,15 @@ int main(int argc, char **argv) {
         printf("train_llama_fp8 | %s | %s%s | model %s: V %d L %d C %d NH %d NKV %d FF %d theta %g | %.1fM params\n",
                gpus, o.precision, precision == PREC_FP8 ? (fp8_current ? " (current scaling)" : " (delayed scaling)") : "",
                o.model, cfg.V, cfg.L, cfg.C, cfg.NH, cfg.NKV, cfg.FF, cfg.rope_theta, m.num_params / 1e6);
-        printf("B %d T %d | total batch %d tokens (grad accum %d) | %d steps | lr %g warmup %d final %g | wd %g clip %g | %s attention\n",
-               o.B, o.T, o.total_batch, grad_accum, o.max_steps, o.lr, o.warmup, o.final_lr_frac, o.weight_decay, o.grad_clip,
+        printf("B %d T %d | total batch %d tokens (grad accum %d) | %d steps | lr %g warmup %d final %g | wd %g clip %g | AdamW moments %s | %s attention\n",
+               o.B, o.T, o.total_batch, grad_accum, o.max_steps, o.lr, o.warmup, o.final_lr_frac, o.weight_decay, o.grad_clip, o.adam_moments,
                attention_uses_cudnn(o.B, o.T, cfg.NH, cfg.NKV, cfg.C / cfg.NH) ? "cuDNN fused" : "plain");
         printf("device memory allocated: %.2f GiB%s%s\n", m.bytes_allocated / 1073741824.0, world > 1 ? " per GPU (ZeRO-1)" : "",
                resumed_from >= 0 ? " | resumed" : "");
         if (resumed_from >= 0) printf("resumed from step %d of '%s'\n", resumed_from, o.log_dir);
     }
-    if (logf) fprintf(logf, "# %s precision %s model %s V %d L %d C %d NH %d NKV %d FF %d B %d T %d total_batch %d%s",
-                      prop.name, o.precision, o.model, cfg.V, cfg.L, cfg.C, cfg.NH, cfg.NKV, cfg.FF, o.B, o.T, o.total_batch,
+    if (logf) fprintf(logf, "# %s precision %s model %s V %d L %d C %d NH %d NKV %d FF %d B %d T %d total_batch %d adam_moments %s%s",
+                      prop.name, o.precision, o.model, cfg.V, cfg.L, cfg.C, cfg.NH, cfg.NKV, cfg.FF, o.B, o.T, o.total_batch, o.adam_moments,
                       synthetic ? " data synthetic" : "");
     if (logf) fprintf(logf, world > 1 ? " gpus %d\n" : "\n", world);
 

@@ -4,13 +4,18 @@ AdamW on fp32 master weights (dev/test/README.md): t = step + 1 (1-based here),
   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
   master -= lr * ( (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + wd * master )
 then param = bf16(master) for the GEMMs (param may be NULL: fp8 mode needs no bf16 copy of a linear's
-weights, only the fp8 one). Fused fp8 weight cast (FP8_RECIPE.md "Weights"): if
+weights, only the fp8 one). The moments m and v are fp32, or bf16 (MT = floatX, -adam_moments bf16,
+DeepSeek-V3's choice): computed in fp32 and stored with stochastic rounding (llmc/bf16_round.h; the
+random bits hash index0 + i, the element's index in the whole model, and t), 8 bytes per element less.
+Fused fp8 weight cast (FP8_RECIPE.md "Weights"): if
 wcast.out != NULL the tensor is fp8_layers slices of layer_numel elements (all layers of one kind,
 llm.c style); slice l writes out[l*layer_numel + i] = E4M3(param * wcast.scale[l*fp8_tensor_stride]) and
 atomic-maxes |param| into wcast.amax[l*fp8_tensor_stride]. The cast reads the bf16 value just written,
 so the fused cast equals a separate fp8_cast of the bf16 param (the live-scaling path) byte for byte.
-One pass, memory bound: 28 bytes per element (29 with the fp8 byte; the cast rereads nothing).
-Deterministic: element-wise, plain round-to-nearest bf16, integer atomic max for amax.
+One pass, memory bound: 28 bytes per element with fp32 moments, 20 with bf16 (each 1 more with the
+fp8 byte, 2 less without the bf16 param; the cast rereads nothing).
+Deterministic: element-wise, plain round-to-nearest bf16 params, hashed rounding bits for the
+moments, integer atomic max for amax.
 */
 #ifndef LLMC_ADAMW_CUH
 #define LLMC_ADAMW_CUH
@@ -18,9 +23,12 @@ Deterministic: element-wise, plain round-to-nearest bf16, integer atomic max for
 #include <stdint.h>
 #include "cuda_common.cuh"   // floatX, Fp8Cast, cudaLaunchCheck, FATAL
 #include "fp8_scaling.cuh"   // fp8_cast1/fp8_cast8 helpers (exact scaling, saturating RNE), amax_block_flush, fp8_grid_cap
+#include "bf16_round.h"      // bf16_round_bits, bf16_round_stochastic: the bf16 moments' rounding
 
 struct AdamWStepArgs {
     float lr, beta1, beta2, eps, weight_decay, grad_scale, bias_corr1, bias_corr2;
+    int t;           // the 1-based step (bf16 moments' rounding bits)
+    uint64_t index0; // the model-wide index of the tensor's element 0 (the same)
 };
 
 __device__ __forceinline__ float adamw_one(float w, float g, float &m, float &v, const AdamWStepArgs &p) {
@@ -36,25 +44,54 @@ __device__ __forceinline__ uint16_t bf16_bits_rn(float x) {
     return *(uint16_t *)&b;
 }
 
-// 8 consecutive elements of every operand, in registers
+// 8 consecutive elements of every operand, in registers (the moments as fp32 whatever their storage)
 struct AdamW8 {
     float4 w[2], m[2], v[2];
     uint4 g; // 8 bf16 gradients
 };
 
-__device__ __forceinline__ AdamW8 adamw_load8(const float *master, const floatX *grad, const float *m, const float *v,
-                                              size_t i) {
+// 8 moments from fp32 or bf16 storage, and back (bf16: stochastically rounded with 16 bits of r each)
+__device__ __forceinline__ void moments_load8(float4 *out, const float *src) {
+    out[0] = *(const float4 *)src; out[1] = *(const float4 *)(src + 4);
+}
+__device__ __forceinline__ void moments_load8(float4 *out, const floatX *src) {
+    const uint4 raw = *(const uint4 *)src;
+    const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
+    float *f = (float *)out;
+#pragma unroll
+    for (int k = 0; k < 8; k++) f[k] = __uint_as_float(k % 2 == 0 ? w[k / 2] << 16 : w[k / 2] & 0xffff0000u);
+}
+__device__ __forceinline__ void moments_store8(float *dst, const float4 *in, const uint32_t *) {
+    *(float4 *)dst = in[0]; *(float4 *)(dst + 4) = in[1];
+}
+__device__ __forceinline__ void moments_store8(floatX *dst, const float4 *in, const uint32_t *r) {
+    const float *f = (const float *)in;
+    unsigned w[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) w[k] = bf16_round_stochastic(f[2 * k], r[2 * k]) | (unsigned)bf16_round_stochastic(f[2 * k + 1], r[2 * k + 1]) << 16;
+    *(uint4 *)dst = make_uint4(w[0], w[1], w[2], w[3]);
+}
+__device__ __forceinline__ float moment_load(const float *src) { return *src; }
+__device__ __forceinline__ float moment_load(const floatX *src) { return __bfloat162float(*src); }
+__device__ __forceinline__ void moment_store(float *dst, float x, uint32_t) { *dst = x; }
+__device__ __forceinline__ void moment_store(floatX *dst, float x, uint32_t r) {
+    *(uint16_t *)dst = bf16_round_stochastic(x, r);
+}
+
+template <typename MT>
+__device__ __forceinline__ AdamW8 adamw_load8(const float *master, const floatX *grad, const MT *m, const MT *v, size_t i) {
     AdamW8 x;
     x.w[0] = *(const float4 *)(master + i); x.w[1] = *(const float4 *)(master + i + 4);
-    x.m[0] = *(const float4 *)(m + i);      x.m[1] = *(const float4 *)(m + i + 4);
-    x.v[0] = *(const float4 *)(v + i);      x.v[1] = *(const float4 *)(v + i + 4);
+    moments_load8(x.m, m + i);
+    moments_load8(x.v, v + i);
     x.g = *(const uint4 *)(grad + i);
     return x;
 }
 
-template <bool CAST>
-__device__ __forceinline__ void adamw_step8(AdamW8 &x, size_t i, const AdamWStepArgs &p, float *master, floatX *param,
-                                            float *m, float *v, uint8_t *wout, float scale, unsigned &amax2) {
+// index: element i's index in the whole model (the moments' rounding bits)
+template <bool CAST, typename MT>
+__device__ __forceinline__ void adamw_step8(AdamW8 &x, size_t i, uint64_t index, const AdamWStepArgs &p, float *master,
+                                            floatX *param, MT *m, MT *v, uint8_t *wout, float scale, unsigned &amax2) {
     float *w = (float *)x.w, *mm = (float *)x.m, *vv = (float *)x.v;
     const unsigned gw[4] = {x.g.x, x.g.y, x.g.z, x.g.w};
     unsigned pw[4];
@@ -66,8 +103,13 @@ __device__ __forceinline__ void adamw_step8(AdamW8 &x, size_t i, const AdamWStep
         if (k % 2 == 0) pw[k / 2] = pb; else pw[k / 2] |= pb << 16;
     }
     *(float4 *)(master + i) = x.w[0]; *(float4 *)(master + i + 4) = x.w[1];
-    *(float4 *)(m + i) = x.m[0];      *(float4 *)(m + i + 4) = x.m[1];
-    *(float4 *)(v + i) = x.v[0];      *(float4 *)(v + i + 4) = x.v[1];
+    uint32_t rm[8], rv[8];
+    if (sizeof(MT) == 2) {
+#pragma unroll
+        for (int k = 0; k < 8; k++) { const uint32_t r = bf16_round_bits(index + k, p.t); rm[k] = r; rv[k] = r >> 16; }
+    }
+    moments_store8(m + i, x.m, rm);
+    moments_store8(v + i, x.v, rv);
     const uint4 praw = make_uint4(pw[0], pw[1], pw[2], pw[3]);
     if (param != NULL) *(uint4 *)(param + i) = praw;
     if (CAST) *(uint2 *)(wout + i) = fp8_cast8<__NV_E4M3>(praw, scale, amax2);
@@ -77,9 +119,9 @@ __device__ __forceinline__ void adamw_step8(AdamW8 &x, size_t i, const AdamWStep
 // either is computed (the launcher gives every thread one iteration: on an H200, 97.5% of copy
 // bandwidth, against 80% for one vector per thread in a grid-stride loop), the rest one by one
 // (needs every slice start a multiple of 8, every pointer 16-byte aligned, fp8 out 8-byte aligned);
-// CAST: write the E4M3 copy and its amax.
-template <bool VEC, bool CAST>
-__global__ void __launch_bounds__(256) adamw_kernel(float *master, floatX *param, const floatX *grad, float *m, float *v,
+// CAST: write the E4M3 copy and its amax; MT: the moments' storage, float or floatX.
+template <bool VEC, bool CAST, typename MT>
+__global__ void __launch_bounds__(256) adamw_kernel(float *master, floatX *param, const floatX *grad, MT *m, MT *v,
                                                     size_t slice_numel, AdamWStepArgs p, uint8_t *wout, float *wamax,
                                                     const float *wscale, int stride) {
     const size_t base = (size_t)blockIdx.y * slice_numel;
@@ -94,18 +136,19 @@ __global__ void __launch_bounds__(256) adamw_kernel(float *master, floatX *param
             const bool two = v0 + nthreads < nvec;
             AdamW8 a = adamw_load8(master, grad, m, v, i0), b;
             if (two) b = adamw_load8(master, grad, m, v, i1);
-            adamw_step8<CAST>(a, i0, p, master, param, m, v, wout, scale, amax2);
-            if (two) adamw_step8<CAST>(b, i1, p, master, param, m, v, wout, scale, amax2);
+            adamw_step8<CAST>(a, i0, p.index0 + i0, p, master, param, m, v, wout, scale, amax2);
+            if (two) adamw_step8<CAST>(b, i1, p.index0 + i1, p, master, param, m, v, wout, scale, amax2);
         }
         done = nvec * 8;
     }
     for (size_t j = done + tid; j < slice_numel; j += nthreads) {
         const size_t i = base + j;
-        float mm = m[i], vv = v[i];
+        float mm = moment_load(m + i), vv = moment_load(v + i);
         const float w = adamw_one(master[i], __bfloat162float(grad[i]), mm, vv, p);
         master[i] = w;
-        m[i] = mm;
-        v[i] = vv;
+        const uint32_t r = sizeof(MT) == 2 ? bf16_round_bits(p.index0 + i, p.t) : 0;
+        moment_store(m + i, mm, r);
+        moment_store(v + i, vv, r >> 16);
         const uint16_t pb = bf16_bits_rn(w);
         if (param != NULL) ((uint16_t *)param)[i] = pb;
         if (CAST) wout[i] = fp8_cast1<__NV_E4M3>(pb, scale, amax2);
@@ -113,16 +156,35 @@ __global__ void __launch_bounds__(256) adamw_kernel(float *master, floatX *param
     if (CAST) amax_block_flush(wamax + (size_t)blockIdx.y * stride, amax2_to_bits(amax2));
 }
 
-// One AdamW step of a tensor of n elements; t is the 1-based step. See the file comment for wcast.
-void adamw_update(float *master, floatX *param, const floatX *grad, float *m, float *v, size_t n, float lr, float beta1,
-                  float beta2, float eps, float weight_decay, float grad_scale, int t, Fp8Cast wcast, int fp8_layers,
-                  size_t layer_numel, int fp8_tensor_stride, cudaStream_t stream) {
+template <typename MT>
+static void adamw_launch(dim3 grid, bool vec, bool cast, float *master, floatX *param, const floatX *grad, MT *m, MT *v,
+                         size_t slice, const AdamWStepArgs &p, Fp8Cast wcast, int stride, cudaStream_t stream) {
+    uint8_t *wout = (uint8_t *)wcast.out;
+    if (vec) {
+        if (cast) adamw_kernel<true, true><<<grid, 256, 0, stream>>>(master, param, grad, m, v, slice, p, wout, wcast.amax, wcast.scale, stride);
+        else adamw_kernel<true, false><<<grid, 256, 0, stream>>>(master, param, grad, m, v, slice, p, NULL, NULL, NULL, 0);
+    } else {
+        if (cast) adamw_kernel<false, true><<<grid, 256, 0, stream>>>(master, param, grad, m, v, slice, p, wout, wcast.amax, wcast.scale, stride);
+        else adamw_kernel<false, false><<<grid, 256, 0, stream>>>(master, param, grad, m, v, slice, p, NULL, NULL, NULL, 0);
+    }
+    cudaLaunchCheck();
+}
+
+// One AdamW step of a tensor of n elements; t is the 1-based step. m and v are fp32, or with
+// moments_bf16 bf16 (floatX); index0 is the model-wide index of the tensor's first element (it seeds
+// the bf16 moments' rounding, so a ZeRO shard rounds as the whole tensor would). See the file comment
+// for wcast.
+void adamw_update(float *master, floatX *param, const floatX *grad, void *m, void *v, int moments_bf16, size_t n,
+                  uint64_t index0, float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                  int t, Fp8Cast wcast, int fp8_layers, size_t layer_numel, int fp8_tensor_stride, cudaStream_t stream) {
     if (n == 0) return;
     if (t < 1) FATAL("adamw_update: step t = %d must be 1-based (t >= 1)", t);
     AdamWStepArgs p;
     p.lr = lr; p.beta1 = beta1; p.beta2 = beta2; p.eps = eps; p.weight_decay = weight_decay; p.grad_scale = grad_scale;
     p.bias_corr1 = 1.0f - powf(beta1, (float)t);
     p.bias_corr2 = 1.0f - powf(beta2, (float)t);
+    p.t = t;
+    p.index0 = index0;
     const bool cast = wcast.out != NULL;
     size_t slice = n;
     int slices = 1;
@@ -137,22 +199,14 @@ void adamw_update(float *master, floatX *param, const floatX *grad, float *m, fl
     }
     const bool vec = (slices == 1 || slice % 8 == 0) && fp8_ptr_aligned(master, 16) && fp8_ptr_aligned(param, 16) && fp8_ptr_aligned(grad, 16) &&
                      fp8_ptr_aligned(m, 16) && fp8_ptr_aligned(v, 16) && (!cast || fp8_ptr_aligned(wcast.out, 8));
-    const int block = 256;
     // one iteration per thread: two vectors each on the vector path (a slice shorter than 8 elements
     // runs on its tail loop), one element on the scalar path
-    size_t per_block = vec ? (size_t)block * 16 : (size_t)block;
+    size_t per_block = vec ? (size_t)256 * 16 : (size_t)256;
     size_t gx = CEIL_DIV(slice, per_block);
     if (gx > 0x7fffffff) gx = 0x7fffffff; // grid-stride beyond (2^31 blocks hold 2^43 elements on the vector path)
     dim3 grid((unsigned)gx, (unsigned)slices);
-    uint8_t *wout = (uint8_t *)wcast.out;
-    if (vec) {
-        if (cast) adamw_kernel<true, true><<<grid, block, 0, stream>>>(master, param, grad, m, v, slice, p, wout, wcast.amax, wcast.scale, fp8_tensor_stride);
-        else adamw_kernel<true, false><<<grid, block, 0, stream>>>(master, param, grad, m, v, slice, p, NULL, NULL, NULL, 0);
-    } else {
-        if (cast) adamw_kernel<false, true><<<grid, block, 0, stream>>>(master, param, grad, m, v, slice, p, wout, wcast.amax, wcast.scale, fp8_tensor_stride);
-        else adamw_kernel<false, false><<<grid, block, 0, stream>>>(master, param, grad, m, v, slice, p, NULL, NULL, NULL, 0);
-    }
-    cudaLaunchCheck();
+    if (moments_bf16) adamw_launch(grid, vec, cast, master, param, grad, (floatX *)m, (floatX *)v, slice, p, wcast, fp8_tensor_stride, stream);
+    else adamw_launch(grid, vec, cast, master, param, grad, (float *)m, (float *)v, slice, p, wcast, fp8_tensor_stride, stream);
 }
 
 __global__ void init_from_master_kernel(floatX *param, const float *master, size_t n) {

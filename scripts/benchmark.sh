@@ -152,10 +152,10 @@ if [ "$TABLE_ONLY" = 0 ]; then
 fi
 
 # The table, from the logs.
-"$PYTHON" - "$LOGDIR" "$OUTFILE" "$SYSTEMS" "$MODEL" "$BATCH" "$SEQ" "$STEPS" "$WARMUP" <<'EOF'
+"$PYTHON" - "$LOGDIR" "$OUTFILE" "$SYSTEMS" "$MODEL" "$BATCH" "$SEQ" "$STEPS" "$WARMUP" "$TRAINER_ARGS" "$TORCH_ARGS" <<'EOF'
 import datetime, os, re, sys
 
-logdir, outfile, systems, model, B, T, steps, warmup = sys.argv[1:]
+logdir, outfile, systems, model, B, T, steps, warmup, trainer_args, torch_args = sys.argv[1:]
 B, T = int(B), int(T)
 LABELS = {"ours-bf16": "ours bf16 (train_llama_fp8)",
           "ours-fp8": "ours fp8, delayed scaling (train_llama_fp8)",
@@ -274,6 +274,9 @@ out += ["",
         "cache, workspaces and CUDA context included), after our first step / after PyTorch's last. "
         "Busy GPU: means over the nvidia-smi samples (every 250 ms) with the GPU at least 90%% busy during the run "
         "(compilation and start-up mostly fall outside); the share of those with the clock held down by the power cap." % (steps, warmup)]
+for who, extra in (("our trainer", trainer_args), ("bench_torch.py", torch_args)):
+    if extra.strip():
+        notes.append("extra flags for %s: `%s`" % (who, extra.strip()))
 if notes:
     out += [""] + ["- " + n for n in notes]
 table = "\n".join(out) + "\n"

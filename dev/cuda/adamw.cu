@@ -5,13 +5,19 @@ cast, init_from_master, and global_norm_squared (llmc/global_norm.cuh) that comp
 Validation against CPU references:
   adamw_update: 5 steps on fp32 master/m/v vs the dev/test/README.md formula in float on the CPU
     (tolerances cover --use_fast_math's approximate divide/sqrt and FMA contraction: a few ulp);
+    with bf16 moments, m and v must be the CPU's fp32 value stochastically rounded with the same
+    hashed bits (llmc/bf16_round.h); the few whose fp32 values differ by those few ulp across a
+    rounding threshold may be one bf16 ulp (plus the fp32 check's absolute tolerance, for moments
+    that nearly cancel) off, at most 1 in 1000; the CPU then continues from the GPU's moments so
+    the steps stay comparable;
     param must be exactly bf16(master); the fp8 copy must equal fp8_encode(param * scale[l*stride])
     byte for byte and amax[l*stride] = max |param| of slice l bit for bit, the amax/scale entries
     between the strides untouched; vectorized, scalar (slice not a multiple of 8) and misaligned paths.
   init_from_master: exact round-to-nearest-even.
   global_norm_squared: vs a CPU double sum (rel 1e-5), bit-identical over repeated runs, n = 0 and 1.
 Timing: Llama-2-7B's wqkv tensor (32 layers x 12288 x 4096 = 1.61e9 elements) with and without the
-cast, and the global norm over the same count; bandwidth against the measured 4.17 TB/s copy.
+cast, with fp32 and bf16 moments, and the global norm over the same count; bandwidth against the
+measured 4.17 TB/s copy.
 
 Build (from dev/cuda):  nvcc -O3 -arch=sm_90 -std=c++17 --use_fast_math -I../.. adamw.cu -lcublasLt -lcublas -o adamw
                         (or: make -C dev/cuda adamw)
@@ -25,6 +31,7 @@ The last line is "adamw: ALL PASS" or "adamw: N FAILED"; exit status 0 / 1.
 
 struct Hyper { float lr, b1, b2, eps, wd, grad_scale; };
 
+// The fp32 moments before any bf16 rounding: the master update uses them either way.
 static void cpu_adamw(std::vector<float> &w, std::vector<float> &m, std::vector<float> &v, const std::vector<uint16_t> &g,
                       const Hyper &h, int t) {
     const float bc1 = 1.0f - powf(h.b1, (float)t), bc2 = 1.0f - powf(h.b2, (float)t);
@@ -37,21 +44,37 @@ static void cpu_adamw(std::vector<float> &w, std::vector<float> &m, std::vector<
     }
 }
 
+// bf16 moments: how the GPU's stored moment compares with the CPU's fp32 one rounded by the same rule:
+// 0 the same bits; 1 within one bf16 ulp of the CPU's value plus abs_tol, the fp32 comparison's
+// absolute tolerance (a moment that nearly cancels, m = b1 m + (1-b1) g ~ 0, has few exact bits);
+// 2 further
+static int moment_mismatch(uint16_t gpu, float cpu, uint32_t r16, double abs_tol) {
+    if (gpu == bf16_round_stochastic(cpu, r16)) return 0;
+    const double ulp = ldexp(1.0, ilogbf(cpu == 0.0f ? FLT_MIN : cpu) - 7);
+    return fabs((double)bf16_bits_to_float(gpu) - cpu) <= ulp + abs_tol ? 1 : 2;
+}
+
 // Case: n elements; layers > 0 turns on the fp8 cast (n = layers * layer_numel); offset misaligns
-// every pointer by that many elements.
-static void validate_adamw(const char *name, size_t n, int layers, size_t layer_numel, int stride, size_t offset) {
+// every pointer by that many elements; bf16m: moments in bf16, the tensor's first element at model
+// index index0.
+static void validate_adamw(const char *name, size_t n, int layers, size_t layer_numel, int stride, size_t offset,
+                           bool bf16m = false, uint64_t index0 = 0) {
     const Hyper h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f};
     const bool cast = layers > 0;
     uint64_t s = 1234 + n;
     std::vector<float> w(n), m(n, 0.0f), v(n, 0.0f);
     for (size_t i = 0; i < n; i++) w[i] = random_normal(&s) * 0.02f;
-    float *d_w = device_alloc<float>(n + offset), *d_m = device_alloc<float>(n + offset), *d_v = device_alloc<float>(n + offset);
+    const size_t mb = bf16m ? 2 : 4; // bytes per moment
+    float *d_w = device_alloc<float>(n + offset);
+    char *d_m = device_alloc<char>((n + offset) * mb), *d_v = device_alloc<char>((n + offset) * mb);
     floatX *d_p = device_alloc<floatX>(n + offset), *d_g = device_alloc<floatX>(n + offset);
     uint8_t *d_q = device_alloc<uint8_t>(n + offset);
-    float *W = d_w + offset, *M = d_m + offset, *Vv = d_v + offset;
+    float *W = d_w + offset;
+    void *M = d_m + offset * mb, *Vv = d_v + offset * mb;
     floatX *P = d_p + offset, *G = d_g + offset;
     uint8_t *Q = d_q + offset;
-    upload(W, w.data(), n); upload(M, m.data(), n); upload(Vv, v.data(), n);
+    upload(W, w.data(), n);
+    cudaCheck(cudaMemset(M, 0, n * mb)); cudaCheck(cudaMemset(Vv, 0, n * mb));
     // per-layer scales and amax slots at a stride, with sentinels between them that must not change
     const int nslots = cast ? layers * stride : 1;
     std::vector<float> scales(nslots, -7.0f), amax0(nslots, 12345.0f);
@@ -69,17 +92,41 @@ static void validate_adamw(const char *name, size_t n, int layers, size_t layer_
     char detail[256] = "";
     bool ok = true;
     std::vector<float> gw(n), gm(n), gv(n);
-    std::vector<uint16_t> gp(n);
+    std::vector<uint16_t> gp(n), gm16(n), gv16(n);
+    size_t ulp_off = 0; // bf16 moments one ulp from the CPU's rounding
     std::vector<uint8_t> gq(n);
     for (int t = 1; t <= 5 && ok; t++) {
         std::vector<uint16_t> g(n);
         for (size_t i = 0; i < n; i++) g[i] = float_to_bf16(random_normal(&s) * 0.01f);
         upload(G, g.data(), n);
-        adamw_update(W, P, G, M, Vv, n, h.lr, h.b1, h.b2, h.eps, h.wd, h.grad_scale, t, wc, layers, layer_numel, stride, 0);
+        adamw_update(W, P, G, M, Vv, bf16m, n, index0, h.lr, h.b1, h.b2, h.eps, h.wd, h.grad_scale, t, wc, layers,
+                     layer_numel, stride, 0);
         cpu_adamw(w, m, v, g, h, t);
         cudaCheck(cudaDeviceSynchronize());
-        download(gw.data(), W, n); download(gm.data(), M, n); download(gv.data(), Vv, n);
-        download(gp.data(), P, n);
+        download(gw.data(), W, n); download(gp.data(), P, n);
+        if (bf16m) { // the rounding against the CPU's fp32 moments; then both go on from the GPU's
+            download(gm16.data(), (floatX *)M, n); download(gv16.data(), (floatX *)Vv, n);
+            double ms = 0, vs = 0;
+            for (size_t i = 0; i < n; i++) { ms += (double)m[i] * m[i]; vs += (double)v[i] * v[i]; }
+            const double m_tol = 1e-6 * sqrt(ms / n), v_tol = 1e-6 * sqrt(vs / n); // as the fp32 check's
+            for (size_t i = 0; i < n && ok; i++) {
+                const uint32_t r = bf16_round_bits(index0 + i, t);
+                const int em = moment_mismatch(gm16[i], m[i], r, m_tol), ev = moment_mismatch(gv16[i], v[i], r >> 16, v_tol);
+                ulp_off += (em == 1) + (ev == 1);
+                if (em == 2 || ev == 2) {
+                    snprintf(detail, sizeof(detail), "step %d elem %zu: m 0x%04x v 0x%04x, want 0x%04x 0x%04x", t, i,
+                             gm16[i], gv16[i], bf16_round_stochastic(m[i], r), bf16_round_stochastic(v[i], r >> 16));
+                    ok = false;
+                }
+                gm[i] = m[i]; gv[i] = v[i]; // the fp32 comparison below is of the master only
+            }
+            if (ok && ulp_off > 2 * n * t / 1000) {
+                snprintf(detail, sizeof(detail), "%zu moments one bf16 ulp off the CPU's rounding by step %d", ulp_off, t);
+                ok = false;
+            }
+        } else {
+            download(gm.data(), (float *)M, n); download(gv.data(), (float *)Vv, n);
+        }
         double ms = 0, vs = 0;
         for (size_t i = 0; i < n; i++) { ms += (double)m[i] * m[i]; vs += (double)v[i] * v[i]; }
         const double m_rms = sqrt(ms / n), v_rms = sqrt(vs / n);
@@ -94,6 +141,9 @@ static void validate_adamw(const char *name, size_t n, int layers, size_t layer_
                          gw[i], float_to_bf16(gw[i]));
                 ok = false;
             }
+        }
+        if (bf16m) {
+            for (size_t i = 0; i < n; i++) { m[i] = bf16_bits_to_float(gm16[i]); v[i] = bf16_bits_to_float(gv16[i]); }
         }
         if (ok && cast) {
             download(gq.data(), Q, n);
@@ -128,7 +178,8 @@ static void validate_adamw(const char *name, size_t n, int layers, size_t layer_
         }
     }
     char what[200];
-    snprintf(what, sizeof(what), "adamw_update %s: n=%zu%s", name, n, cast ? "" : ", no cast");
+    snprintf(what, sizeof(what), "adamw_update %s: n=%zu%s%s", name, n, cast ? "" : ", no cast", bf16m ? ", bf16 moments" : "");
+    if (bf16m) printf("  %zu of %zu bf16 moment roundings one ulp off the CPU's (fp32 values a few ulp apart)\n", ulp_off, 10 * n);
     report(what, ok, detail);
     cudaCheck(cudaFree(d_w)); cudaCheck(cudaFree(d_m)); cudaCheck(cudaFree(d_v)); cudaCheck(cudaFree(d_p));
     cudaCheck(cudaFree(d_g)); cudaCheck(cudaFree(d_q)); cudaCheck(cudaFree(d_scales)); cudaCheck(cudaFree(d_amax));
@@ -198,22 +249,38 @@ static void bench(void) {
     fill_uniform(g, n, 0, 0.005f);
     Fp8Cast none = {NULL, NULL, NULL}, wc = {q, am, sc};
     const int reps = 21, warmup = 3;
-    float t_plain = time_median_ms_queued(
-        [&](int i) { adamw_update(w, p, g, m, v, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, i + 1, none, 0, 0, 0, 0); }, reps, warmup);
-    float t_cast = time_median_ms_queued(
-        [&](int i) { adamw_update(w, p, g, m, v, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, i + 1, wc, L, layer_numel, stride, 0); },
-        reps, warmup);
+    // (name, bytes per element, moments in bf16, bf16 param written, fp8 cast); the last two rows are
+    // the trainer's one-GPU fp8 form (the E4M3 copy, no bf16 param) with either moment type
+    struct Row { const char *name; int bytes, bf16m, param, cast; } rows[] = {
+        {"adamw_update, fp32 moments", 28, 0, 1, 0},
+        {"adamw_update, bf16 moments", 20, 1, 1, 0},
+        {"+ E4M3 cast, 32 slices, fp32 moments", 29, 0, 1, 1},
+        {"+ E4M3 cast, no bf16 param, fp32 moments", 27, 0, 0, 1},
+        {"+ E4M3 cast, no bf16 param, bf16 moments", 19, 1, 0, 1},
+    };
+    const int nrows = sizeof(rows) / sizeof(rows[0]);
+    float t[8];
+    for (int r = 0; r < nrows; r++) {
+        const Row &row = rows[r];
+        cudaCheck(cudaMemset(m, 0, n * sizeof(float)));
+        cudaCheck(cudaMemset(v, 0, n * sizeof(float)));
+        t[r] = time_median_ms_queued([&](int i) {
+            adamw_update(w, row.param ? p : NULL, g, m, v, row.bf16m, n, 0, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, i + 1,
+                         row.cast ? wc : none, row.cast ? L : 0, row.cast ? layer_numel : 0, stride, 0); }, reps, warmup);
+    }
     float *out = device_alloc<float>(1);
     float t_norm = time_median_ms_queued([&](int) { global_norm_squared(out, g, n, 0); }, reps, warmup);
     cudaCheck(cudaDeviceSynchronize());
-    const double gb_plain = 28.0 * n / (t_plain * 1e6), gb_cast = 29.0 * n / (t_cast * 1e6), gb_norm = 2.0 * n / (t_norm * 1e6);
-    printf("%-44s %9s %9s %7s\n", "kernel", "ms", "GB/s", "% 4.17");
-    printf("%-44s %9.3f %9.0f %6.1f%%\n", "adamw_update (28 B/elem)", t_plain, gb_plain, 100 * gb_plain / H200_COPY_GBPS);
-    printf("%-44s %9.3f %9.0f %6.1f%%\n", "adamw_update + E4M3 cast, 32 slices (29 B/elem)", t_cast, gb_cast,
-           100 * gb_cast / H200_COPY_GBPS);
-    printf("%-44s %9.3f %9.0f %6.1f%%\n", "global_norm_squared (2 B/elem)", t_norm, gb_norm, 100 * gb_norm / H200_COPY_GBPS);
+    printf("%-46s %5s %9s %9s %7s\n", "kernel", "B/el", "ms", "GB/s", "% 4.17");
+    for (int r = 0; r < nrows; r++) {
+        const double gbs = (double)rows[r].bytes * n / (t[r] * 1e6);
+        printf("%-46s %5d %9.3f %9.0f %6.1f%%\n", rows[r].name, rows[r].bytes, t[r], gbs, 100 * gbs / H200_COPY_GBPS);
+    }
+    const double gb_norm = 2.0 * n / (t_norm * 1e6);
+    printf("%-46s %5d %9.3f %9.0f %6.1f%%\n", "global_norm_squared", 2, t_norm, gb_norm, 100 * gb_norm / H200_COPY_GBPS);
     printf("the fused cast costs %.3f ms here; a separate fp8_cast pass over the bf16 param would move 3 B/elem "
-           "(~%.3f ms at 4.17 TB/s)\n", t_cast - t_plain, 3.0 * n / (H200_COPY_GBPS * 1e6));
+           "(~%.3f ms at 4.17 TB/s); bf16 moments save %.3f ms (%.1f%%) in the trainer's form\n", t[2] - t[0],
+           3.0 * n / (H200_COPY_GBPS * 1e6), t[3] - t[4], 100.0 * (t[3] - t[4]) / t[3]);
     cudaCheck(cudaFree(w)); cudaCheck(cudaFree(m)); cudaCheck(cudaFree(v)); cudaCheck(cudaFree(p)); cudaCheck(cudaFree(g));
     cudaCheck(cudaFree(q)); cudaCheck(cudaFree(sc)); cudaCheck(cudaFree(am)); cudaCheck(cudaFree(out));
 }
@@ -226,6 +293,9 @@ int main(void) {
     validate_adamw("fp8 cast, 3 layers x 65544, stride 12", 3 * 65544, 3, 65544, 12, 0);
     validate_adamw("fp8 cast, 4 layers x 1001 (scalar path), stride 3", 4 * 1001, 4, 1001, 3, 0);
     validate_adamw("fp8 cast, 1 layer, stride 1", 4096, 1, 4096, 1, 0);
+    validate_adamw("plain, vector path + tail", 1000003, 0, 0, 1, 0, true, 5000000000ull);
+    validate_adamw("plain, misaligned (scalar path)", 5003, 0, 0, 1, 1, true, 17);
+    validate_adamw("fp8 cast, 3 layers x 65544, stride 12", 3 * 65544, 3, 65544, 12, 0, true, 123456);
     validate_init_from_master(1000003);
     validate_global_norm(10000019, 0);
     validate_global_norm(77777, 1);

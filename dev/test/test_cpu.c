@@ -1,18 +1,20 @@
 /*
 The CPU test suite (no GPU needed; CI runs it): fp8 codecs and the delayed-scaling state machine,
 the C reference model's gradients against finite differences and against the PyTorch fixtures,
-and the data loader and tokenizer on good and bad files.
+the data loader and tokenizer on good and bad files, and the bf16 moments' stochastic rounding.
 Build and run from the repository root: make test
 */
 #include "harness.h"
 #include "test_fp8.h"     // run_fp8_tests: codecs, scale formula, history state machine
 #include "test_ref.h"     // run_ref_tests: gradient checks, PyTorch fixture comparisons
 #include "test_data.h"    // run_data_tests: shard loader and tokenizer, every bad-input case
+#include "test_bf16_round.h" // run_bf16_round_tests: the bf16 AdamW moments' stochastic rounding
 
 int main(void) {
     run_fp8_tests();
     run_ref_tests();
     run_data_tests();
+    run_bf16_round_tests();
     printf("%d passed, %d failed\n", g_tests_passed, g_tests_failed);
     return g_tests_failed == 0 ? 0 : 1;
 }

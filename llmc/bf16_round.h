@@ -1,0 +1,54 @@
+/*
+Stochastic rounding of float to bf16 with counter-based random bits: the rule behind AdamW's bf16
+moments (-adam_moments bf16), which the CUDA kernel (llmc/adamw.cuh), the CPU reference
+(dev/test/llama_ref.h) and the tests share.
+
+Why stochastic: an AdamW moment changes each step by (1 - beta) of its size, e.g. 0.1% for v with
+beta2 = 0.999, less than half a bf16 ulp (2^-9 relative); round-to-nearest would then keep v where it
+is forever (a decaying v never decays). Rounding up with probability (the dropped 16 bits) / 2^16
+makes the stored value exact in expectation, so the moments follow their fp32 course on average.
+
+The random bits are a hash of (element index, step), not a generator's state: every element's
+rounding is reproducible, independent of the launch shape, the number of GPUs and the ZeRO shard
+that updates it. m takes the hash's low 16 bits, v its high 16.
+Plain C, also compiled by nvcc (BF16R_HD = __host__ __device__ there).
+*/
+#ifndef LLMC_BF16_ROUND_H
+#define LLMC_BF16_ROUND_H
+
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __CUDACC__
+#define BF16R_HD __host__ __device__
+#else
+#define BF16R_HD
+#endif
+
+// 32 well-mixed bits from a 64-bit element index and the 1-based AdamW step (a lowbias32-style
+// finalizer over both words).
+static inline BF16R_HD uint32_t bf16_round_bits(uint64_t index, int step) {
+    uint32_t x = (uint32_t)index * 0x9e3779b9u ^ (uint32_t)(index >> 32) * 0x85ebca6bu ^ (uint32_t)step * 0xc2b2ae35u;
+    x ^= x >> 16; x *= 0x7feb352du;
+    x ^= x >> 15; x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return x;
+}
+
+// float -> bf16 bits, rounding the magnitude up with probability (low 16 bits of x) / 2^16, decided by
+// r16 (16 random bits): exact in expectation. inf and NaN are truncated (they stay inf and NaN).
+static inline BF16R_HD uint16_t bf16_round_stochastic(float x, uint32_t r16) {
+    uint32_t b;
+    memcpy(&b, &x, sizeof(b));
+    if ((b & 0x7f800000u) != 0x7f800000u) b += r16 & 0xffffu;
+    return (uint16_t)(b >> 16);
+}
+
+static inline BF16R_HD float bf16_bits_to_float(uint16_t h) {
+    uint32_t b = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &b, sizeof(x));
+    return x;
+}
+
+#endif
