@@ -81,7 +81,7 @@ static const OptSpec OPTION_SPECS[] = {
     OPT("-clip", OPT_FLOAT, grad_clip, "global gradient-norm clip (0: off)"),
     OPT("-beta1", OPT_FLOAT, beta1, "AdamW beta1"),
     OPT("-beta2", OPT_FLOAT, beta2, "AdamW beta2"),
-    OPT("-adam_moments", OPT_STR, adam_moments, "AdamW m and v in fp32, or bf16 (stochastically rounded: 8 bytes/param less memory and optimizer traffic)"),
+    OPT("-adam_moments", OPT_STR, adam_moments, "AdamW m and v in fp32, or bf16 (stochastically rounded: 4 bytes/param less memory, 8 less optimizer traffic)"),
     OPT("-v", OPT_INT, val_every, "evaluate val loss every N steps (0: never; always at the end)"),
     OPT("-m", OPT_INT, val_batches, "val batches per evaluation (shared out over the GPUs)"),
     OPT("-s", OPT_INT, sample_every, "sample text every N steps (0: never)"),
