@@ -1,7 +1,7 @@
 /*
 Stochastic rounding of float to bf16 with counter-based random bits: the rule behind AdamW's bf16
-moments (-adam_moments bf16), which the CUDA kernel (llmc/adamw.cuh), the CPU reference
-(dev/test/llama_ref.h) and the tests share.
+moments (-adam_moments bf16), shared by the CUDA kernel (llmc/adamw.cuh) and the tests that hold
+it to the rule (dev/test/test_bf16_round.h on the CPU, dev/cuda/adamw.cu against the GPU).
 
 Why stochastic: an AdamW moment changes each step by (1 - beta) of its size, e.g. 0.1% for v with
 beta2 = 0.999, less than half a bf16 ulp (2^-9 relative); round-to-nearest would then keep v where it
