@@ -17,7 +17,8 @@
 #   --warmup N        untimed PyTorch steps first (compilation);        [BENCH_WARMUP, default 5]
 #                     our trainer always leaves out its first 3 steps
 #   --systems LIST    comma-separated, in table order, from ours-bf16 ours-fp8 ours-fp8-current
-#                     torch-bf16 torch-fp8       [BENCH_SYSTEMS, default ours-bf16,ours-fp8,torch-bf16,torch-fp8]
+#                     torch-bf16 torch-fp8, and ours-bf16-bf16m ours-fp8-bf16m (-adam_moments bf16)
+#                     [BENCH_SYSTEMS, default ours-bf16,ours-fp8,ours-fp8-bf16m,torch-bf16,torch-fp8]
 #   --out FILE        where the table goes                              [BENCH_OUT, default bench_results.md]
 #   --logdir DIR      one log per system, DIR/<system>.log              [BENCH_LOGDIR, default log_bench]
 #   --timeout S       kill a run after S seconds (0: never)             [BENCH_TIMEOUT, default 0]
@@ -35,7 +36,7 @@ BATCH=${BENCH_B:-2}
 SEQ=${BENCH_T:-4096}
 STEPS=${BENCH_STEPS:-10}
 WARMUP=${BENCH_WARMUP:-5}
-SYSTEMS=${BENCH_SYSTEMS:-ours-bf16,ours-fp8,torch-bf16,torch-fp8}
+SYSTEMS=${BENCH_SYSTEMS:-ours-bf16,ours-fp8,ours-fp8-bf16m,torch-bf16,torch-fp8}
 OUTFILE=${BENCH_OUT:-bench_results.md}
 LOGDIR=${BENCH_LOGDIR:-log_bench}
 TIMEOUT=${BENCH_TIMEOUT:-0}
@@ -72,8 +73,8 @@ for v in BATCH SEQ STEPS WARMUP TIMEOUT; do
 done
 IFS=, read -r -a SYS_LIST <<<"$SYSTEMS"
 for s in "${SYS_LIST[@]}"; do
-    case $s in ours-bf16|ours-fp8|ours-fp8-current|torch-bf16|torch-fp8) ;;
-        *) echo "unknown system '$s' (ours-bf16 ours-fp8 ours-fp8-current torch-bf16 torch-fp8)" >&2; exit 2 ;;
+    case $s in ours-bf16|ours-fp8|ours-fp8-current|ours-bf16-bf16m|ours-fp8-bf16m|torch-bf16|torch-fp8) ;;
+        *) echo "unknown system '$s' (ours-bf16 ours-fp8 ours-fp8-current ours-bf16-bf16m ours-fp8-bf16m torch-bf16 torch-fp8)" >&2; exit 2 ;;
     esac
 done
 mkdir -p "$LOGDIR"
@@ -129,14 +130,15 @@ if [ "$TABLE_ONLY" = 0 ]; then
                     printf 'BENCH_CMD make train_llama_fp8\nerror: building train_llama_fp8 failed (run make train_llama_fp8)\nBENCH_EXIT 1\n' >"$LOGDIR/$s.log"
                     continue
                 fi
-                prec=${s#ours-}; recipe=""
-                [ "$prec" = fp8-current ] && { prec=fp8; recipe="-fp8_recipe current"; }
+                prec=${s#ours-}; flags=""
+                [ "$prec" = fp8-current ] && { prec=fp8; flags="-fp8_recipe current"; }
+                case $prec in *-bf16m) prec=${prec%-bf16m}; flags="-adam_moments bf16" ;; esac
                 # no logs, checkpoints, val, samples or tokenizer (so V stays the preset's); the
                 # trainer's median leaves out its first 3 steps, so run 3 more than STEPS.
                 start_sampler "$s"
-                # shellcheck disable=SC2086  # recipe and TRAINER_ARGS are split on spaces on purpose
+                # shellcheck disable=SC2086  # flags and TRAINER_ARGS are split on spaces on purpose
                 run_one "$s" $LINEBUF ./train_llama_fp8 -e "$MODEL" -b "$BATCH" -t "$SEQ" -x $((STEPS + 3)) \
-                    -precision "$prec" $recipe -o '' -j '' -tok '' -v 0 -m 0 -s 0 $TRAINER_ARGS
+                    -precision "$prec" $flags -o '' -j '' -tok '' -v 0 -m 0 -s 0 $TRAINER_ARGS
                 stop_sampler
                 ;;
             torch-*)
@@ -159,6 +161,8 @@ logdir, outfile, systems, model, B, T, steps, warmup, trainer_args, torch_args =
 B, T = int(B), int(T)
 LABELS = {"ours-bf16": "ours bf16 (train_llama_fp8)",
           "ours-fp8": "ours fp8, delayed scaling (train_llama_fp8)",
+          "ours-bf16-bf16m": "ours bf16 (train_llama_fp8)",
+          "ours-fp8-bf16m": "ours fp8, delayed scaling (train_llama_fp8)",
           "ours-fp8-current": "ours fp8, current scaling (train_llama_fp8)",
           "torch-bf16": "PyTorch bf16, torch.compile",
           "torch-bf16-eager": "PyTorch bf16, eager",
@@ -225,6 +229,8 @@ for name in systems.split(","):
         notes.append("%s: its log is for a different run (%s, B %s T %s) than the table's header: re-run it"
                      % (name, dims.group(1) if dims else "?", m.group(1) if m else "?", m.group(2) if m else "?"))
     if name.startswith("ours-"):
+        if re.search(r"\| AdamW moments bf16 \|", text, re.M):  # what ran, whichever flag asked for it
+            row["label"] = row["label"].replace(" (train_llama_fp8)", ", bf16 AdamW moments (train_llama_fp8)")
         med = re.search(r"^median step ([\d.]+) ms over (\d+) steps .*?\| (\d+) tok/s \| MFU .*?\| "
                         r"device memory in use ([\d.]+) GiB", text, re.M)
         alloc = re.search(r"^device memory allocated: ([\d.]+) GiB", text, re.M)

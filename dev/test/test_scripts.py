@@ -2,9 +2,10 @@
 
 - scripts/ncu_step_table.py: the CSVs of a 1-layer and a 2-layer run are built here from known
   per-kernel durations; the script's table must give those durations back.
-- scripts/benchmark.sh --table-only: on two real logs of an H200 run (dev/test/fixtures/bench/, our
-  bf16 trainer and PyTorch bf16) and nvidia-smi samples built here; the table must carry the logs'
-  numbers and the means of the busy samples.
+- scripts/benchmark.sh --table-only: on real logs of H200 runs (dev/test/fixtures/bench/, our bf16
+  trainer, PyTorch bf16, our fp8 trainer with bf16 AdamW moments) and nvidia-smi samples built here;
+  the table must carry the logs' numbers, the means of the busy samples, and label the run with bf16
+  moments as such.
 Last line: "N passed, N failed".
 
     python3 dev/test/test_scripts.py
@@ -133,7 +134,7 @@ def write_smi(path, samples):
 def test_benchmark_table(tmp):
     logdir = os.path.join(tmp, "log_bench")
     os.makedirs(logdir)
-    for name in ("ours-bf16", "torch-bf16"):
+    for name in ("ours-bf16", "torch-bf16", "ours-fp8-bf16m"):
         shutil.copy(os.path.join(BENCH_LOGS, name + ".log"), logdir)
     # ours: idle start-up samples (left out), then 8 busy ones, 6 of them at the power cap
     idle = [(0, 1980, 121.0, 0x0)] * 5
@@ -142,7 +143,7 @@ def test_benchmark_table(tmp):
     with open(os.path.join(logdir, "torch-bf16.smi.csv"), "w") as f:
         f.write("Field \"clocks_event_reasons.active\" is not a valid field to query.\n")  # an older driver
     out_md = os.path.join(tmp, "bench.md")
-    p = subprocess.run(["bash", BENCH, "--table-only", "--systems", "ours-bf16,torch-bf16", "--logdir", logdir,
+    p = subprocess.run(["bash", BENCH, "--table-only", "--systems", "ours-bf16,torch-bf16,ours-fp8-bf16m", "--logdir", logdir,
                         "--out", out_md], capture_output=True, text=True, env=dict(os.environ, PYTHON=sys.executable))
     check(p.returncode == 0 and os.path.exists(out_md), f"benchmark.sh --table-only (exit {p.returncode}: {p.stderr.strip()[-200:]})")
     if not os.path.exists(out_md):
@@ -163,6 +164,12 @@ def test_benchmark_table(tmp):
     want = f"{mhz:,.0f} MHz, {(6 * 696 + 2 * 520) / 8:.0f} W (75% at the power cap)"
     check(ours[6] == want, f"busy clock and power from the samples: '{ours[6]}' (want '{want}')")
     check(torch[6] == "-", f"samples without the fields give '-': '{torch[6]}'")
+    # its log: "AdamW moments bf16" in the config line; median step line 20102 tok/s (20102 / 12893 = 1.56x),
+    # 104.81 GiB allocated
+    bf16m = rows.get("ours fp8, delayed scaling, bf16 AdamW moments (train_llama_fp8)")
+    check(bf16m is not None, f"the bf16-moments run labelled as such: rows {sorted(rows)}")
+    if bf16m is not None:
+        check(bf16m[1:6] == ["20,102", "862", "104.8", "105.5", "1.56x"], f"the bf16-moments row from its log: {bf16m[1:6]}")
 
 
 if __name__ == "__main__":
