@@ -4,7 +4,8 @@
 #   bash scripts/test_multi_gpu.sh            build, then every check
 #   bash scripts/test_multi_gpu.sh 2 5        build, then checks 2 and 5 only (any check makes the runs it needs)
 # Environment: LOG_DIR (default log_mgpu/: one log per run); MGPU_DETERMINISTIC (default 1, the
-# -deterministic of our runs; 0 skips the bit-for-bit checks 4, 5 and 7); for check 7 the trainer to compare the
+# -deterministic of our runs; 0 skips the bit-for-bit checks 4, 5 and 7); MGPU_TRAINER_ARGS (more
+# flags for our runs, e.g. '-adam_moments bf16'; check 7 then reports SKIP); for check 7 the trainer to compare the
 # single-GPU path with: BASE_SRC (a train_llama_fp8.cu, built with this tree's llmc/), else BASE_REV
 # (default HEAD) read with git archive. NVLink multicast stays off: NCCL_NVLS_ENABLE must be unset or
 # 0 and is exported as 0, so every rank (forked or started by mpirun) sees it.
@@ -73,8 +74,9 @@ nvcc_line=$(make -s -n -B train_llama_fp8 2>/dev/null | grep -F ' train_llama_fp
 # ---- helpers
 trainer_args="-e tiny -b 2 -t 128 -d 1024 -x 20 -l 3e-4 -u 5 -q 1.0 -c 0.1 -v 10 -m 2 -n 10 -s 20 -g 8 -seed 7"
 # our runs are compared bit for bit (BASE_REV's trainer predates the flag and is always deterministic);
-# MGPU_DETERMINISTIC=0 runs checks 2 and 3 with the trainer's fast default and skips 4, 5 and 7
-det="-deterministic ${MGPU_DETERMINISTIC:-1}"
+# MGPU_DETERMINISTIC=0 runs checks 2 and 3 with the trainer's fast default and skips 4, 5 and 7.
+# MGPU_TRAINER_ARGS: more flags for our runs (not BASE_REV's), e.g. '-adam_moments bf16'
+ours="-deterministic ${MGPU_DETERMINISTIC:-1} ${MGPU_TRAINER_ARGS:-}"
 for c in 4 5 7; do
     asked $c && ! want $c && report SKIP "$c" "compares runs bit for bit: needs MGPU_DETERMINISTIC=1"
 done
@@ -193,9 +195,9 @@ if want 2 || want 3 || want 5; then
         extra=""
         [ $prec = fp8 ] && extra="-fp8_dump 1"
         rm -rf "$LOG/r1_$prec" "$LOG/r2_$prec"
-        run r1_$prec ./train_llama_fp8 $trainer_args $det -precision $prec -o "$LOG/r1_$prec"
+        run r1_$prec ./train_llama_fp8 $trainer_args $ours -precision $prec -o "$LOG/r1_$prec"
         rc1=$?
-        run r2_$prec ./train_llama_fp8 $trainer_args $det -precision $prec -ngpu 2 -o "$LOG/r2_$prec" $extra
+        run r2_$prec ./train_llama_fp8 $trainer_args $ours -precision $prec -ngpu 2 -o "$LOG/r2_$prec" $extra
         rc2=$?
         if want 2; then
             if [ $rc1 -ne 0 ] || [ $rc2 -ne 0 ]; then
@@ -239,8 +241,8 @@ if want 4; then
         # two ranks add two bf16 values per element: the result does not depend on the order, so the
         # launcher cannot change a bit
         rm -rf "$LOG/mpi_bf16"
-        [ -f "$LOG/r2_bf16/main.log" ] || run r2_bf16 ./train_llama_fp8 $trainer_args $det -precision bf16 -ngpu 2 -o "$LOG/r2_bf16"
-        if ! run mpi_bf16 "${mpi[@]}" ./train_llama_fp8 $trainer_args $det -precision bf16 -o "$LOG/mpi_bf16"; then
+        [ -f "$LOG/r2_bf16/main.log" ] || run r2_bf16 ./train_llama_fp8 $trainer_args $ours -precision bf16 -ngpu 2 -o "$LOG/r2_bf16"
+        if ! run mpi_bf16 "${mpi[@]}" ./train_llama_fp8 $trainer_args $ours -precision bf16 -o "$LOG/mpi_bf16"; then
             report FAIL "4 mpirun -np 2 training == -ngpu 2" "exit non-zero: $LOG/mpi_bf16.txt"
         else
             out=$(compare_logs "$LOG/mpi_bf16/main.log" "$LOG/r2_bf16/main.log" exact)
@@ -264,7 +266,7 @@ if want 5; then
         fi
         extra=""
         [ $prec = fp8 ] && extra="-fp8_dump 1"
-        if ! run r2_${prec}_resumed ./train_llama_fp8 $trainer_args $det -precision $prec -ngpu 2 -y 1 -o "$b" $extra; then
+        if ! run r2_${prec}_resumed ./train_llama_fp8 $trainer_args $ours -precision $prec -ngpu 2 -y 1 -o "$b" $extra; then
             report FAIL "5 $prec: resume with 2 ranks is bit-exact" "exit non-zero: $LOG/r2_${prec}_resumed.txt"
             continue
         fi
@@ -312,7 +314,9 @@ if want 7; then
         got=2
         echo "no git repository here: set BASE_SRC to the trainer to compare with" > "$LOG/base_build.txt"
     fi
-    if [ $got -ne 0 ]; then
+    if [ -n "${MGPU_TRAINER_ARGS:-}" ]; then
+        report SKIP "7 one GPU unchanged vs $BASE_REV" "MGPU_TRAINER_ARGS is set: our runs differ from the base trainer's on purpose"
+    elif [ $got -ne 0 ]; then
         report SKIP "7 one GPU unchanged vs $BASE_REV" "no base trainer: $(head -n 1 "$LOG/base_build.txt")"
     elif cmp -s "$base/train_llama_fp8.cu" train_llama_fp8.cu; then
         report SKIP "7 one GPU unchanged vs $BASE_REV" "$BASE_REV's trainer is this one: set BASE_REV or BASE_SRC to the one before multi-GPU"
@@ -320,7 +324,7 @@ if want 7; then
         report FAIL "7 one GPU unchanged vs $BASE_REV" "the base trainer does not build: $LOG/base_build.txt"
     else
         for prec in bf16 fp8; do
-            [ -f "$LOG/r1_$prec/main.log" ] || run r1_$prec ./train_llama_fp8 $trainer_args $det -precision $prec -o "$LOG/r1_$prec"
+            [ -f "$LOG/r1_$prec/main.log" ] || run r1_$prec ./train_llama_fp8 $trainer_args $ours -precision $prec -o "$LOG/r1_$prec"
             rm -rf "$LOG/base_$prec"
             if ! run base_$prec "$base/train_llama_fp8" $trainer_args -precision $prec -o "$LOG/base_$prec"; then
                 report FAIL "7 $prec: one GPU unchanged vs $BASE_REV" "the base run failed: $LOG/base_$prec.txt"
