@@ -23,6 +23,7 @@ moments, integer atomic max for amax.
 #include <stdint.h>
 #include "cuda_common.cuh"   // floatX, Fp8Cast, cudaLaunchCheck, FATAL
 #include "fp8_scaling.cuh"   // fp8_cast1/fp8_cast8 helpers (exact scaling, saturating RNE), amax_block_flush, fp8_grid_cap
+#include "packed.cuh"        // bf16x8_to_float: 8 bf16 moments to fp32
 #include "bf16_round.h"      // bf16_round_bits, bf16_round_stochastic: the bf16 moments' rounding
 
 struct AdamWStepArgs {
@@ -55,11 +56,7 @@ __device__ __forceinline__ void moments_load8(float4 *out, const float *src) {
     out[0] = *(const float4 *)src; out[1] = *(const float4 *)(src + 4);
 }
 __device__ __forceinline__ void moments_load8(float4 *out, const floatX *src) {
-    const uint4 raw = *(const uint4 *)src;
-    const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
-    float *f = (float *)out;
-#pragma unroll
-    for (int k = 0; k < 8; k++) f[k] = __uint_as_float(k % 2 == 0 ? w[k / 2] << 16 : w[k / 2] & 0xffff0000u);
+    bf16x8_to_float((float *)out, load16(src));
 }
 __device__ __forceinline__ void moments_store8(float *dst, const float4 *in, const uint32_t *) {
     *(float4 *)dst = in[0]; *(float4 *)(dst + 4) = in[1];

@@ -51,7 +51,7 @@ static void cpu_adamw(std::vector<float> &w, std::vector<float> &m, std::vector<
 static int moment_mismatch(uint16_t gpu, float cpu, uint32_t r16, double abs_tol) {
     if (gpu == bf16_round_stochastic(cpu, r16)) return 0;
     const double ulp = ldexp(1.0, ilogbf(cpu == 0.0f ? FLT_MIN : cpu) - 7);
-    return fabs((double)bf16_bits_to_float(gpu) - cpu) <= ulp + abs_tol ? 1 : 2;
+    return fabs((double)bf16_to_float(gpu) - cpu) <= ulp + abs_tol ? 1 : 2;
 }
 
 // Case: n elements; layers > 0 turns on the fp8 cast (n = layers * layer_numel); offset misaligns
@@ -104,11 +104,12 @@ static void validate_adamw(const char *name, size_t n, int layers, size_t layer_
         cpu_adamw(w, m, v, g, h, t);
         cudaCheck(cudaDeviceSynchronize());
         download(gw.data(), W, n); download(gp.data(), P, n);
+        double ms = 0, vs = 0;
+        for (size_t i = 0; i < n; i++) { ms += (double)m[i] * m[i]; vs += (double)v[i] * v[i]; }
+        const double m_rms = sqrt(ms / n), v_rms = sqrt(vs / n);
         if (bf16m) { // the rounding against the CPU's fp32 moments; then both go on from the GPU's
             download(gm16.data(), (floatX *)M, n); download(gv16.data(), (floatX *)Vv, n);
-            double ms = 0, vs = 0;
-            for (size_t i = 0; i < n; i++) { ms += (double)m[i] * m[i]; vs += (double)v[i] * v[i]; }
-            const double m_tol = 1e-6 * sqrt(ms / n), v_tol = 1e-6 * sqrt(vs / n); // as the fp32 check's
+            const double m_tol = 1e-6 * m_rms, v_tol = 1e-6 * v_rms; // the fp32 check's absolute part
             for (size_t i = 0; i < n && ok; i++) {
                 const uint32_t r = bf16_round_bits(index0 + i, t);
                 const int em = moment_mismatch(gm16[i], m[i], r, m_tol), ev = moment_mismatch(gv16[i], v[i], r >> 16, v_tol);
@@ -127,9 +128,6 @@ static void validate_adamw(const char *name, size_t n, int layers, size_t layer_
         } else {
             download(gm.data(), (float *)M, n); download(gv.data(), (float *)Vv, n);
         }
-        double ms = 0, vs = 0;
-        for (size_t i = 0; i < n; i++) { ms += (double)m[i] * m[i]; vs += (double)v[i] * v[i]; }
-        const double m_rms = sqrt(ms / n), v_rms = sqrt(vs / n);
         for (size_t i = 0; i < n && ok; i++) {
             const double tw = 2e-5 * h.lr + 1e-6 * fabs(w[i]), tm = 1e-6 * m_rms + 2e-6 * fabs(m[i]), tv = 1e-6 * v_rms + 2e-6 * fabs(v[i]);
             if (!(fabs(gw[i] - w[i]) <= tw) || !(fabs(gm[i] - m[i]) <= tm) || !(fabs(gv[i] - v[i]) <= tv)) {
@@ -143,7 +141,7 @@ static void validate_adamw(const char *name, size_t n, int layers, size_t layer_
             }
         }
         if (bf16m) {
-            for (size_t i = 0; i < n; i++) { m[i] = bf16_bits_to_float(gm16[i]); v[i] = bf16_bits_to_float(gv16[i]); }
+            for (size_t i = 0; i < n; i++) { m[i] = bf16_to_float(gm16[i]); v[i] = bf16_to_float(gv16[i]); }
         }
         if (ok && cast) {
             download(gq.data(), Q, n);
@@ -259,7 +257,7 @@ static void bench(void) {
         {"+ E4M3 cast, no bf16 param, bf16 moments", 19, 1, 0, 1},
     };
     const int nrows = sizeof(rows) / sizeof(rows[0]);
-    float t[8];
+    float t[sizeof(rows) / sizeof(rows[0])];
     for (int r = 0; r < nrows; r++) {
         const Row &row = rows[r];
         cudaCheck(cudaMemset(m, 0, n * sizeof(float)));
