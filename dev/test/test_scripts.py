@@ -6,6 +6,9 @@
   trainer, PyTorch bf16, our fp8 trainer with bf16 AdamW moments) and nvidia-smi samples built here;
   the table must carry the logs' numbers, the means of the busy samples, and label the run with bf16
   moments as such.
+- scripts/run_tests.sh: copied into a fake tree whose suites pass, fail, crash, print no summary or
+  exit non-zero after a clean summary, with a fake nvidia-smi that answers (a "GPU") or not and a
+  fake make that builds or fails; the totals and the exit status must be what each case gives.
 Last line: "N passed, N failed".
 
     python3 dev/test/test_scripts.py
@@ -172,10 +175,76 @@ def test_benchmark_table(tmp):
         check(bf16m[1:6] == ["20,102", "862", "104.8", "105.5", "1.56x"], f"the bf16-moments row from its log: {bf16m[1:6]}")
 
 
+RUNNER = os.path.join(ROOT, "scripts", "run_tests.sh")
+# the suites run_tests.sh runs, as paths in the tree (the Python ones are found by its glob)
+CPU_SUITES = ["dev/test/test_cpu", "dev/test/test_trainer_host", "dev/test/test_zero_layout"]
+PY_SUITES = ["dev/test/test_a.py", "dev/test/test_b.py"]
+GPU_SUITES = ["test_llama_fp8", "scripts/test_signal.sh"]
+
+
+def fake_tree(tmp, outcomes, gpu, build_ok=True):
+    """A copy of the runner beside fake suites; outcomes maps a suite to (stdout, exit status, signal)."""
+    root = tempfile.mkdtemp(dir=tmp)
+    for d in ("scripts", "dev/test", "bin"):
+        os.makedirs(os.path.join(root, d))
+    shutil.copy(RUNNER, os.path.join(root, "scripts"))
+    for suite in CPU_SUITES + PY_SUITES + GPU_SUITES:
+        text, rc, sig = outcomes.get(suite, ("1 passed, 0 failed", 0, None))
+        path = os.path.join(root, suite)
+        if suite.endswith(".py"):
+            body = f"import os, signal, sys\nprint({text!r})\nsys.stdout.flush()\n"
+            body += f"os.kill(os.getpid(), signal.{sig})\n" if sig else f"sys.exit({rc})\n"
+        else:
+            body = f"#!/bin/sh\nprintf '%s\\n' {shlex_quote(text)}\n" + (f"kill -{sig} $$\n" if sig else f"exit {rc}\n")
+        with open(path, "w") as f:
+            f.write(body)
+        os.chmod(path, 0o755)
+    tools = {"nvidia-smi": "exit 0" if gpu else "exit 9", "make": "exit 0" if build_ok else "echo 'nvcc: error' >&2; exit 2"}
+    for name, body in tools.items():
+        path = os.path.join(root, "bin", name)
+        with open(path, "w") as f:
+            f.write(f"#!/bin/sh\n{body}\n")
+        os.chmod(path, 0o755)
+    return root
+
+
+def shlex_quote(s):
+    return "'" + s.replace("'", "'\\''") + "'"
+
+
+def run_runner(root):
+    env = dict(os.environ, PATH=os.path.join(root, "bin") + os.pathsep + os.environ["PATH"])
+    p = subprocess.run(["bash", os.path.join(root, "scripts", "run_tests.sh")], capture_output=True, text=True, env=env)
+    lines = p.stdout.strip().splitlines()
+    return p.returncode, lines[-1] if lines else ""
+
+
+def test_runner(tmp):
+    n_cpu = len(CPU_SUITES) + len(PY_SUITES)
+    cases = [  # (what, outcomes, gpu, build ok, want passed, want failed)
+        ("every suite passes, no GPU", {}, False, True, n_cpu, 0),
+        ("every suite passes, GPU suites included", {}, True, True, n_cpu + len(GPU_SUITES), 0),
+        ("a CPU suite with failures", {"dev/test/test_cpu": ("7 passed, 2 failed", 1, None)}, False, True, n_cpu - 1 + 7, 2),
+        ("a suite crashing before its summary", {"dev/test/test_trainer_host": ("ok half of it", 0, "SEGV")}, False, True, n_cpu - 1, 1),
+        ("a Python suite printing no summary", {"dev/test/test_b.py": ("no summary here", 0, None)}, False, True, n_cpu - 1, 1),
+        ("a suite exiting 3 after '4 passed, 0 failed'", {"dev/test/test_zero_layout": ("4 passed, 0 failed", 3, None)},
+         False, True, n_cpu - 1 + 4, 1),
+        ("the GPU suite failing", {"test_llama_fp8": ("10 passed, 1 failed", 1, None)}, True, True, n_cpu + 10 + 1, 1),
+        ("the GPU suite killed", {"test_llama_fp8": ("", 0, "KILL")}, True, True, n_cpu + 1, 1),
+        ("the GPU build failing", {}, True, False, n_cpu, 1),
+        ("no GPU: the GPU suites are not run", {"test_llama_fp8": ("0 passed, 5 failed", 1, None)}, False, True, n_cpu, 0),
+    ]
+    for what, outcomes, gpu, build_ok, want_p, want_f in cases:
+        rc, last = run_runner(fake_tree(tmp, outcomes, gpu, build_ok))
+        want = f"{want_p} passed, {want_f} failed"
+        check(last == want and (rc == 0) == (want_f == 0), f"run_tests.sh, {what}: '{last}', exit {rc} (want '{want}', exit {'0' if want_f == 0 else 'non-zero'})")
+
+
 if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as tmp:
         test_scaling(tmp)
         test_refusals(tmp)
         test_benchmark_table(tmp)
+        test_runner(tmp)
     print(f"{passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
