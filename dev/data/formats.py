@@ -1,0 +1,304 @@
+"""The project's file formats (../shared/docs/FORMATS.md), read and written in one place: token
+shards and tokenizer decode tables, plus building a decode table from a Hugging Face tokenizer.json
+or a SentencePiece .model. Every script and test uses these; nothing else writes the formats.
+
+Token shard: 256 x int32 header (magic, version, token count), then the ids, uint16 (magic 20240520,
+version 1) when every id fits, else uint32 (magic 20240801, version 7).
+Decode table: 256 x int32 header (magic 20240328, version 2, vocab size, document-start id), then
+per token a uint8 length and that many raw bytes.
+
+Problems with a file raise FormatError(path, problem); the scripts print it as
+`error: <path>: <problem>` and exit 1.
+"""
+import json
+import os
+
+import numpy as np
+
+HEADER_INTS = 256
+SHARD_MAGIC_U16, SHARD_VERSION_U16 = 20240520, 1
+SHARD_MAGIC_U32, SHARD_VERSION_U32 = 20240801, 7
+TABLE_MAGIC, TABLE_VERSION = 20240328, 2
+MAX_PIECE_BYTES = 255  # the table's length field is one byte
+
+
+class FormatError(Exception):
+    """A file that cannot be read, is not what it should be, or cannot be written."""
+
+    def __init__(self, path, problem):
+        super().__init__(f"{path}: {problem}")
+        self.path, self.problem = path, problem
+
+
+def write_atomic(path, parts):
+    """Writes the byte strings (or arrays) `parts`, an iterable, to path via a temporary name, so a
+    reader never sees a half-written file and an error, in writing or in making the parts, leaves
+    nothing behind."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            for part in parts:
+                f.write(part)
+        os.replace(tmp, path)
+    except BaseException as e:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        if isinstance(e, OSError):
+            raise FormatError(path, f"cannot write: {e.strerror or e}") from None
+        raise
+
+
+def _header(magic, version, *fields):
+    h = np.zeros(HEADER_INTS, dtype="<u4")  # unsigned: the loader reads the token count as uint32
+    h[:2 + len(fields)] = (magic, version) + fields
+    return h.tobytes()
+
+
+def _read_header(path, data, what):
+    if len(data) < HEADER_INTS * 4:
+        raise FormatError(path, f"truncated: {len(data)} bytes, shorter than the {HEADER_INTS * 4}-byte header of a {what}")
+    return np.frombuffer(data, dtype="<i4", count=HEADER_INTS)
+
+
+def _read_bytes(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise FormatError(path, f"cannot read: {e.strerror or e}") from None
+
+
+def shard_dtype(max_id):
+    """The narrowest shard id type that holds max_id."""
+    return np.dtype("<u2") if max_id <= 0xFFFF else np.dtype("<u4")
+
+
+def write_shard(path, tokens, dtype=None):
+    """Writes a token shard. dtype (<u2 or <u4) defaults to the narrowest that holds every id; a caller
+    writing many shards of one vocabulary passes shard_dtype(vocab_size - 1) so they all agree."""
+    tokens = np.asarray(tokens)
+    if tokens.size and (tokens.min() < 0 or tokens.max() > 0xFFFFFFFF):
+        raise FormatError(path, f"token ids must be in [0, 2^32), got {tokens.min()}..{tokens.max()}")
+    if tokens.size >= 2**32:
+        raise FormatError(path, f"{tokens.size} tokens: a shard holds at most 2^32 - 1")
+    dtype = np.dtype(dtype) if dtype is not None else shard_dtype(int(tokens.max()) if tokens.size else 0)
+    if tokens.size and int(tokens.max()) > np.iinfo(dtype).max:
+        raise FormatError(path, f"token id {int(tokens.max())} does not fit in a {dtype.itemsize * 8}-bit shard")
+    magic, version = (SHARD_MAGIC_U16, SHARD_VERSION_U16) if dtype.itemsize == 2 else (SHARD_MAGIC_U32, SHARD_VERSION_U32)
+    write_atomic(path, [_header(magic, version, tokens.size), tokens.astype(dtype, copy=False).tobytes()])
+
+
+def read_shard(path):
+    """The ids of a token shard, as a numpy array (uint16 or uint32, as stored)."""
+    data = _read_bytes(path)
+    h = _read_header(path, data, "token shard")
+    widths = {SHARD_MAGIC_U16: (SHARD_VERSION_U16, "<u2"), SHARD_MAGIC_U32: (SHARD_VERSION_U32, "<u4")}
+    if h[0] not in widths:
+        raise FormatError(path, f"bad magic {h[0]}, expected {SHARD_MAGIC_U16} or {SHARD_MAGIC_U32}; is it a token shard?")
+    version, dtype = widths[h[0]]
+    if h[1] != version:
+        raise FormatError(path, f"version {h[1]}, expected {version} for magic {h[0]}")
+    count = int(np.uint32(h[2]))
+    expected = HEADER_INTS * 4 + count * np.dtype(dtype).itemsize
+    if len(data) != expected:
+        raise FormatError(path, f"header says {count} tokens ({expected} bytes) but the file has {len(data)} bytes")
+    return np.frombuffer(data, dtype=dtype, offset=HEADER_INTS * 4)
+
+
+def write_decode_table(path, pieces, doc_start_id):
+    """Writes a decode table: pieces[i] is the bytes token i stands for."""
+    if not 0 <= doc_start_id < len(pieces):
+        raise FormatError(path, f"document-start id {doc_start_id} is outside the vocabulary of {len(pieces)}")
+    body = bytearray()
+    for i, piece in enumerate(pieces):
+        if len(piece) > MAX_PIECE_BYTES:
+            raise FormatError(path, f"token {i} ({bytes(piece[:40])!r}...) is {len(piece)} bytes long;"
+                                    f" the decode table holds at most {MAX_PIECE_BYTES} bytes per token")
+        body.append(len(piece))
+        body += piece
+    write_atomic(path, [_header(TABLE_MAGIC, TABLE_VERSION, len(pieces), doc_start_id), bytes(body)])
+
+
+def read_decode_table(path):
+    """(pieces, doc_start_id) of a decode table; pieces[i] is token i's bytes."""
+    data = _read_bytes(path)
+    h = _read_header(path, data, "decode table")
+    if h[0] != TABLE_MAGIC:
+        raise FormatError(path, f"bad magic {h[0]}, expected {TABLE_MAGIC}; is it a tokenizer decode table?")
+    if h[1] != TABLE_VERSION:
+        raise FormatError(path, f"version {h[1]}, expected {TABLE_VERSION}")
+    pieces, at = [], HEADER_INTS * 4
+    for i in range(int(h[2])):
+        if at >= len(data) or at + 1 + data[at] > len(data):
+            raise FormatError(path, f"truncated: it ends inside token {i} of the {h[2]} its header says")
+        pieces.append(data[at + 1:at + 1 + data[at]])
+        at += 1 + data[at]
+    if at != len(data):
+        raise FormatError(path, f"{len(data) - at} bytes after its {h[2]} tokens")
+    return pieces, int(h[3])
+
+
+# --- tokenizers: finding the file, special tokens, the decode table ---
+
+def tokenizer_file(path):
+    """The tokenizer file that TOK names: a tokenizer.json, a folder holding one, or a .model."""
+    if os.path.isdir(path):
+        path = os.path.join(path, "tokenizer.json")
+    if not os.path.isfile(path):
+        raise FormatError(path, "no such tokenizer file (give a tokenizer.json, a folder holding one, or a SentencePiece .model)")
+    return path
+
+
+def is_sentencepiece(path):
+    return path.endswith(".model")
+
+
+def load_sentencepiece(path):
+    import sentencepiece as spm
+    try:
+        return spm.SentencePieceProcessor(model_file=path)
+    except (RuntimeError, OSError) as e:
+        raise FormatError(path, f"not a SentencePiece model ({str(e).strip()})") from None
+
+
+def load_tokenizer_json(path):
+    """(tokenizers.Tokenizer, the parsed JSON): the library encodes, the JSON says how pieces decode."""
+    from tokenizers import Tokenizer
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8")
+        return Tokenizer.from_str(text), json.loads(text)
+    except OSError as e:
+        raise FormatError(path, f"cannot read: {e.strerror or e}") from None
+    except Exception as e:  # not UTF-8 or JSON, or the library's own error for a JSON that is no tokenizer
+        raise FormatError(path, f"not a tokenizer.json ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+
+
+def _special_from_config(path, key, token_to_id):
+    """The id of tokenizer_config.json's bos_token / eos_token beside a tokenizer.json, or None."""
+    config = os.path.join(os.path.dirname(path), "tokenizer_config.json")
+    if not os.path.isfile(config):
+        return None
+    try:
+        with open(config, "rb") as f:
+            value = json.load(f).get(key)
+    except (OSError, ValueError) as e:
+        raise FormatError(config, f"cannot read it ({e})") from None
+    if isinstance(value, dict):  # older configs write {"content": "<s>", ...}
+        value = value.get("content")
+    return token_to_id(value) if isinstance(value, str) else None
+
+
+def _special_from_template(spec, first):
+    """The id of the special token a TemplateProcessing post-processor puts first (BOS) or last (EOS)
+    around a single sequence, as Llama 2 and 3's tokenizer.json do; None if there is none."""
+    post = spec.get("post_processor") or {}
+    steps = post.get("processors", [post]) if post.get("type") == "Sequence" else [post]
+    for step in steps:
+        if step.get("type") != "TemplateProcessing" or not step.get("single"):
+            continue
+        item = step["single"][0 if first else -1]
+        if "SpecialToken" in item:
+            ids = step.get("special_tokens", {}).get(item["SpecialToken"]["id"], {}).get("ids", [])
+            if len(ids) == 1:
+                return ids[0]
+    return None
+
+
+def special_ids(path):
+    """(bos_id, eos_id) of tokenizer file `path`, each None if the tokenizer names none.
+    SentencePiece: the model's own. tokenizer.json: tokenizer_config.json's bos_token / eos_token
+    beside it (a Hugging Face model folder), else the tokens its post-processor adds."""
+    if is_sentencepiece(path):
+        sp = load_sentencepiece(path)
+        return tuple(i if i >= 0 else None for i in (sp.bos_id(), sp.eos_id()))
+    tok, spec = load_tokenizer_json(path)
+    found = []
+    for key, first in (("bos_token", True), ("eos_token", False)):
+        i = _special_from_config(path, key, tok.token_to_id)
+        found.append(i if i is not None else _special_from_template(spec, first))
+    return tuple(found)
+
+
+def gpt2_byte_decoder():
+    """Byte-level BPE's alphabet, char -> byte: GPT-2's rule maps the printable bytes to themselves and
+    the other 68 to U+0100 onwards, so every byte is a visible character (tokenizers' ByteLevel)."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            chars[chr(b)] = b
+        else:
+            chars[chr(256 + extra)] = b
+            extra += 1
+    return chars
+
+
+def _decoder_steps(decoder):
+    if not decoder:
+        return []
+    if decoder.get("type") == "Sequence":
+        return [d for sub in decoder["decoders"] for d in _decoder_steps(sub)]
+    return [decoder]
+
+
+def _json_piece_decoder(path, spec):
+    """A function piece (str) -> bytes, from the tokenizer.json's decoder: ByteLevel maps the GPT-2
+    alphabet back to bytes; Metaspace / Replace('▁', ' ') + ByteFallback (SentencePiece-style, Llama 2)
+    turns '▁' into a space and <0xNN> into that byte. Whole-text steps (Strip, the Metaspace decoder's
+    dropping of the first space, Fuse) are left out: they act on a decoded text, not on one token."""
+    steps = _decoder_steps(spec.get("decoder"))
+    types = [d.get("type") for d in steps]
+    if "ByteLevel" in types:
+        byte_of = gpt2_byte_decoder()
+
+        def piece_bytes(piece):
+            # as tokenizers' ByteLevel decoder: a token with a character outside the alphabet (an
+            # added token such as "<|im start|>" with a space) is taken as its UTF-8 text
+            if all(c in byte_of for c in piece):
+                return bytes(byte_of[c] for c in piece)
+            return piece.encode("utf-8")
+        return piece_bytes
+    space_mark = None
+    for d in steps:
+        if d.get("type") == "Metaspace":
+            space_mark = d.get("replacement", "\u2581")
+        elif d.get("type") == "Replace" and d.get("content") == " " and "String" in d.get("pattern", {}):
+            space_mark = d["pattern"]["String"]
+    if space_mark is None:
+        raise FormatError(path, f"decoder {types or 'none'} is not one this tool decodes: it knows byte-level BPE"
+                                " (ByteLevel) and SentencePiece-style (Metaspace, or Replace '\u2581' by ' ')")
+    byte_fallback = "ByteFallback" in types
+
+    def piece_bytes(piece):
+        if byte_fallback and len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+            return bytes([int(piece[3:5], 16)])
+        return piece.replace(space_mark, " ").encode("utf-8")
+    return piece_bytes
+
+
+def decode_table_from_tokenizer(path):
+    """The bytes of every token id of tokenizer file `path` (tokenizer_file() resolves TOK to one).
+    tokenizer.json: pieces decoded as its decoder would a lone token, added and special tokens
+    included (specials as their text, as the library's decode shows them); ids the vocabulary skips
+    decode to nothing. SentencePiece: '▁' is a space, <0xNN> byte pieces are that byte, control and
+    unknown tokens (<s>, </s>, <unk>) decode to nothing, as sentencepiece's decode does."""
+    if is_sentencepiece(path):
+        sp = load_sentencepiece(path)
+        pieces = []
+        for i in range(sp.get_piece_size()):
+            piece = sp.id_to_piece(i)
+            if sp.is_control(i) or sp.is_unknown(i):
+                pieces.append(b"")
+            elif sp.is_byte(i):
+                pieces.append(bytes([int(piece[3:5], 16)]))
+            else:
+                pieces.append(piece.replace("\u2581", " ").encode("utf-8"))
+        return pieces
+    tok, spec = load_tokenizer_json(path)
+    piece_bytes = _json_piece_decoder(path, spec)
+    vocab = tok.get_vocab(with_added_tokens=True)
+    pieces = [b""] * (max(vocab.values()) + 1)
+    for piece, i in vocab.items():
+        pieces[i] = piece_bytes(piece)
+    return pieces

@@ -1,0 +1,83 @@
+"""Decodes token shards back to text with their decode table, one document per document-start
+token: to recover a corpus that exists only as shards (../shared/data's TinyShakespeare and Gutenberg
+shards, Llama 2) and retokenize it with another tokenizer (dev/data/tokenize_text.py).
+
+    python3 dev/data/shards_to_text.py --table ../shared/data/llama2_tokenizer.bin --strip_prefix_space \\
+        --out /tmp/gutenberg.jsonl ../shared/data/gutenberg_llama2_train_*.bin
+
+OUT.jsonl: one {"text": ...} object per document (read back by tokenize_text.py as is).
+OUT.txt: the documents, each followed by a blank line (read back with --split para, which gives the
+same documents when none holds a blank line, as TinyShakespeare's paragraphs).
+The shards are one stream, in the order given: a document may continue from one shard into the next.
+"""
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import formats  # noqa: E402
+from formats import FormatError  # noqa: E402
+
+
+def shard_documents(shards, pieces, doc_start):
+    """(bytes, shard) of each non-empty document, without its document-start piece; the shards are
+    one stream, so text before a shard's first document-start token ends the previous document."""
+    doc = []  # pieces of the document being read
+    for path in shards:
+        ids = formats.read_shard(path)
+        if len(ids) and int(ids.max()) >= len(pieces):
+            raise FormatError(path, f"token id {int(ids.max())} is outside the table's vocabulary of {len(pieces)}")
+        # every run but the first starts with a document-start token, which ends the document before it
+        for i, run in enumerate(np.split(ids, (ids == doc_start).nonzero()[0])):
+            if i > 0:
+                if b"".join(doc):
+                    yield b"".join(doc), path
+                doc, run = [], run[1:]
+            doc.append(b"".join(map(pieces.__getitem__, run.tolist())))
+    if b"".join(doc):
+        yield b"".join(doc), shards[-1]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+                                usage="python3 dev/data/shards_to_text.py --table TABLE.bin --out OUT.{jsonl,txt} SHARD...",
+                                epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("shards", nargs="+", metavar="SHARD")
+    p.add_argument("--table", required=True, help="the shards' decode table (NAME_tokenizer.bin)")
+    p.add_argument("--out", required=True, help="the text: .jsonl (a document per line) or .txt (documents separated by a blank line)")
+    p.add_argument("--strip_prefix_space", action="store_true",
+                   help="drop one leading space from every document: the one SentencePiece's add_dummy_prefix"
+                        " put there (Llama 2 shards)")
+    args = p.parse_args(argv)
+    if not args.out.endswith((".jsonl", ".txt")):
+        p.error("--out must end in .jsonl or .txt")
+    jsonl = args.out.endswith(".jsonl")
+    count = {"docs": 0, "bytes": 0}
+
+    def records(pieces, doc_start):
+        for doc, shard in shard_documents(args.shards, pieces, doc_start):
+            if args.strip_prefix_space and doc.startswith(b" "):
+                doc = doc[1:]
+            try:
+                text = doc.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise FormatError(shard, f"document {count['docs']} is not UTF-8 at its byte {e.start}:"
+                                         " is the table the shards' own?") from None
+            count["docs"] += 1
+            count["bytes"] += len(doc)
+            yield (json.dumps({"text": text}, ensure_ascii=False) + "\n").encode("utf-8") if jsonl else doc + b"\n\n"
+
+    try:
+        pieces, doc_start = formats.read_decode_table(args.table)
+        formats.write_atomic(args.out, records(pieces, doc_start))
+    except FormatError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"{count['docs']:,} documents, {count['bytes']:,} bytes of text from {len(args.shards)} shard(s) -> {args.out}")
+    return 0
+
+if __name__ == "__main__":
+    sys.exit(main())
