@@ -69,7 +69,11 @@ endif
 
 HEADERS = $(wildcard llmc/*.h llmc/*.cuh)
 
+# host-only checks of trainer code (no GPU needed), built with nvcc
+HOST_TESTS = dev/test/test_zero_layout dev/test/test_trainer_host
+
 .PHONY: all test dev clean
+.DEFAULT_GOAL := train_llama_fp8
 all: train_llama_fp8 test_llama_fp8 dev dev/test/test_cpu $(HOST_TESTS)
 
 train_llama_fp8: train_llama_fp8.cu $(HEADERS)
@@ -78,8 +82,6 @@ train_llama_fp8: train_llama_fp8.cu $(HEADERS)
 test_llama_fp8: test_llama_fp8.cu train_llama_fp8.cu $(HEADERS) $(wildcard dev/test/*.h)
 	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDFLAGS) $(NVCC_LDLIBS) -o $@
 
-# host-only checks of trainer code (no GPU needed), built with nvcc
-HOST_TESTS = dev/test/test_zero_layout dev/test/test_trainer_host
 dev/test/test_%: dev/test/test_%.cu train_llama_fp8.cu $(HEADERS) dev/test/harness.h
 	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDFLAGS) $(NVCC_LDLIBS) -o $@
 

@@ -15,8 +15,10 @@ Launch (multi_gpu_init decides, in this order):
      and LLAMA_FP8_ID_FILE=/tmp/llama_fp8_nccl_<launcher pid>, then only watches them: it never
      touches a GPU beyond counting them, so it never returns from multi_gpu_init. Rank 0 writes the
      id file atomically (temporary name + rename); the others poll for it, up to the timeout. If any
-     rank exits non-zero or is killed, the launcher sends SIGTERM to the rest, SIGKILL after 5 s, and
-     exits 1; if the launcher itself dies, every rank gets SIGKILL (PR_SET_PDEATHSIG).
+     rank exits non-zero or is killed, the launcher sends SIGUSR2 ("exit now", llmc/stop_signal.h)
+     to the rest, SIGKILL after 5 s, and exits 1; if the launcher itself dies, every rank gets SIGKILL
+     (PR_SET_PDEATHSIG). A SIGTERM or SIGINT to the launcher is passed on to every rank as SIGUSR1
+     (stop after this step with a checkpoint), a second one as SIGUSR2.
   4. Otherwise: one GPU, no communicator.
 The environment passes to the ranks unchanged (NCCL_* settings such as NCCL_NVLS_ENABLE included);
 rank r uses local device r (CUDA_VISIBLE_DEVICES is respected, not rewritten).
@@ -497,6 +499,16 @@ static const char *mg_describe_status(int status, char *buf, size_t n) {
     return buf;
 }
 
+// The launcher's ranks, for its signal handler (0: not started or ended).
+static pid_t *volatile g_mg_pids = NULL;
+static volatile sig_atomic_t g_mg_nranks = 0, g_mg_signals = 0;
+
+static void mg_launcher_signal(int sig) {
+    (void)sig;
+    int forward = g_mg_signals++ == 0 ? SIGUSR1 : SIGUSR2; // see llmc/stop_signal.h
+    for (int k = 0; k < g_mg_nranks; k++) if (g_mg_pids[k] > 0) kill(g_mg_pids[k], forward);
+}
+
 // The -ngpu launcher: starts world ranks and watches them. Never returns.
 static void mg_launch_ranks(int world, char **argv) {
     double t0 = mg_now();
@@ -531,7 +543,16 @@ static void mg_launch_ranks(int world, char **argv) {
     fflush(stdout);
     fflush(stderr);
     pid_t parent = getpid();
-    pid_t *pids = (pid_t *)mallocCheck(world * sizeof(pid_t));
+    pid_t *pids = (pid_t *)callocCheck(world, sizeof(pid_t));
+    g_mg_pids = pids;
+    g_mg_nranks = world;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = mg_launcher_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
     for (int r = 0; r < world; r++) {
         pid_t p = fork();
         if (p < 0) {
@@ -577,7 +598,7 @@ static void mg_launch_ranks(int world, char **argv) {
         }
         // p == 0: a failure is being handled and some ranks are still alive
         if (!term_sent) {
-            for (int k = 0; k < world; k++) if (pids[k] > 0) kill(pids[k], SIGTERM);
+            for (int k = 0; k < world; k++) if (pids[k] > 0) kill(pids[k], SIGUSR2);
             term_sent = 1;
         } else if (!kill_sent && mg_now() - t_fail > MG_KILL_GRACE_S) {
             for (int k = 0; k < world; k++) if (pids[k] > 0) kill(pids[k], SIGKILL);

@@ -4,14 +4,14 @@
 #   bash scripts/test_multi_gpu.sh            build, then every check
 #   bash scripts/test_multi_gpu.sh 2 5        build, then checks 2 and 5 only (any check makes the runs it needs)
 # Environment: LOG_DIR (default log_mgpu/: one log per run); MGPU_DETERMINISTIC (default 1, the
-# -deterministic of our runs; 0 skips the bit-for-bit checks 4, 5 and 7); MGPU_TRAINER_ARGS (more
+# -deterministic of our runs; 0 skips the bit-for-bit checks 4, 5, 7 and 9); MGPU_TRAINER_ARGS (more
 # flags for our runs, e.g. '-adam_moments bf16'; check 7 then reports SKIP); for check 7 the trainer to compare the
 # single-GPU path with: BASE_SRC (a train_llama_fp8.cu, built with this tree's llmc/), else BASE_REV
 # (default HEAD) read with git archive. NVLink multicast stays off: NCCL_NVLS_ENABLE must be unset or
 # 0 and is exported as 0, so every rank (forked or started by mpirun) sees it.
 #
-# The runs: the tiny preset, B 2, T 128, 20 steps, total batch 1024 tokens, on data/tinyshakespeare
-# when present, else the built-in synthetic corpus (the trainer's defaults decide). The data loader
+# The runs: the tiny preset, B 2, T 128, 20 steps, total batch 1024 tokens, on the shipped
+# TinyShakespeare. The data loader
 # deals batch positions out in turn: in its k-th read, rank r of N takes position k*N + r. So 2 ranks
 # with 2 micro-batches each (positions 4s..4s+3 at step s) see exactly the tokens of 1 rank with 4
 # micro-batches, and 1 val batch per rank the tokens of 2 val batches on one GPU (-m 2).
@@ -30,6 +30,8 @@
 #   6  refused before any rank starts: more ranks than GPUs; -d not a multiple of B*T*ranks
 #   7  one GPU unchanged: BASE_REV's trainer and this one write byte-identical checkpoints (bf16, fp8)
 #   8  a rank that stops responding (SIGSTOP) mid-training ends the job, non-zero, within 60 s
+#   9  SIGTERM to the launcher, or to rank 1 alone: both ranks stop after the same step with a
+#      checkpoint, exit 0; -y 1 then ends bit-identical to the uninterrupted run
 set -u
 cd "$(dirname "$0")/.." || exit 2
 LOG=${LOG_DIR:-log_mgpu}
@@ -45,7 +47,7 @@ report() { # report PASS|FAIL|SKIP name [detail]
 }
 finish() { echo "$pass passed, $fail failed"; [ "$fail" -eq 0 ]; exit $?; }
 asked() { [ ${#checks[@]} -eq 0 ] && return 0; for c in "${checks[@]}"; do [ "$c" = "$1" ] && return 0; done; return 1; }
-bitwise() { [ "$1" = 4 ] || [ "$1" = 5 ] || [ "$1" = 7 ]; } # checks that compare runs bit for bit
+bitwise() { [ "$1" = 4 ] || [ "$1" = 5 ] || [ "$1" = 7 ] || [ "$1" = 9 ]; } # checks that compare runs bit for bit
 want() { asked "$1" && ! { [ "${MGPU_DETERMINISTIC:-1}" = 0 ] && bitwise "$1"; }; }
 checks=("$@")
 
@@ -72,12 +74,15 @@ fi
 nvcc_line=$(make -s -n -B train_llama_fp8 2>/dev/null | grep -F ' train_llama_fp8.cu ')
 
 # ---- helpers
-trainer_args="-e tiny -b 2 -t 128 -d 1024 -x 20 -l 3e-4 -u 5 -q 1.0 -c 0.1 -v 10 -m 2 -n 10 -s 20 -g 8 -seed 7"
+# the data named, not left to the defaults: check 7's older trainer has other default paths
+ts=dev/data/tinyshakespeare
+trainer_args="-e tiny -b 2 -t 128 -d 1024 -x 20 -l 3e-4 -u 5 -q 1.0 -c 0.1 -v 10 -m 2 -n 10 -s 20 -g 8 -seed 7
+    -i $ts/tinyshakespeare_llama2_train.bin -j $ts/tinyshakespeare_llama2_val.bin -tok $ts/llama2_tokenizer.bin"
 # our runs are compared bit for bit (BASE_REV's trainer predates the flag and is always deterministic);
 # MGPU_DETERMINISTIC=0 runs checks 2 and 3 with the trainer's fast default and skips 4, 5 and 7.
 # MGPU_TRAINER_ARGS: more flags for our runs (not BASE_REV's), e.g. '-adam_moments bf16'
 ours="-deterministic ${MGPU_DETERMINISTIC:-1} ${MGPU_TRAINER_ARGS:-}"
-for c in 4 5 7; do
+for c in 4 5 7 9; do
     asked $c && ! want $c && report SKIP "$c" "compares runs bit for bit: needs MGPU_DETERMINISTIC=1"
 done
 run() { # run NAME CMD...: output to $LOG/NAME.txt, returns the exit status
@@ -379,6 +384,57 @@ if want 8; then
                 report FAIL "8 a stopped rank ends the job" "exit $rc after ${secs} s: $LOG/hang.txt"
             fi
         fi
+    fi
+fi
+# ---- 9: a stop signal (llmc/stop_signal.h) to the launcher, or to rank 1 alone: every rank stops
+# after the same step with a checkpoint, exit 0; -y 1 then ends bit-identical to the uninterrupted run
+if want 9; then
+    sig_args="$trainer_args -x 200 -n 0 -v 100 -s 0 $ours -precision fp8 -ngpu 2"
+    rm -rf "$LOG/sig_full"
+    if ! run sig_full ./train_llama_fp8 $sig_args -o "$LOG/sig_full"; then
+        report FAIL "9 stop signal with 2 ranks" "the uninterrupted run failed: $LOG/sig_full.txt"
+    else
+        for target in launcher rank1; do
+            d="$LOG/sig_$target"
+            rm -rf "$d"
+            ./train_llama_fp8 $sig_args -o "$d" > "$LOG/sig_$target.txt" 2>&1 &
+            launcher=$!
+            for _ in $(seq 1200); do # up to 120 s for 20 steps (start-up included)
+                [ "$(grep -c '^s:' "$d/main.log" 2> /dev/null)" -ge 20 ] && break
+                kill -0 $launcher 2> /dev/null || break
+                sleep 0.1
+            done
+            pid=$launcher
+            if [ $target = rank1 ]; then
+                pid=""
+                for p in /proc/[0-9]*; do
+                    [ "$(awk '{print $4}' "$p/stat" 2> /dev/null)" = "$launcher" ] || continue
+                    tr '\0' '\n' < "$p/environ" 2> /dev/null | grep -qx 'LLAMA_FP8_RANK=1' && pid=${p#/proc/}
+                done
+            fi
+            if [ -z "$pid" ] || ! kill -TERM "$pid" 2> /dev/null; then
+                kill -KILL $launcher 2> /dev/null
+                wait $launcher 2> /dev/null
+                report FAIL "9 SIGTERM to the $target" "no process to signal: $LOG/sig_$target.txt"
+                continue
+            fi
+            wait $launcher
+            rc=$?
+            step=$(sed -nE 's/^stopped by SIG[A-Z0-9]+ after step ([0-9]+) of 200\..*/\1/p' "$LOG/sig_$target.txt")
+            k=$(printf %08d "${step:-0}")
+            if [ $rc -ne 0 ] || [ -z "$step" ] || [ ! -f "$d/model_$k.bin" ] || [ ! -f "$d/state_${k}_00000.bin" ] \
+                || [ ! -f "$d/state_${k}_00001.bin" ] || ls "$d" | grep -q '\.tmp$'; then
+                report FAIL "9 SIGTERM to the $target" "exit $rc, stop step '${step}': $LOG/sig_$target.txt"
+                continue
+            fi
+            if ! run sig_${target}_resumed ./train_llama_fp8 $sig_args -o "$d" -y 1; then
+                report FAIL "9 SIGTERM to the $target" "resume failed: $LOG/sig_${target}_resumed.txt"
+                continue
+            fi
+            diff=$(same_files "$LOG/sig_full" "$d" model_00000200.bin state_00000200_00000.bin state_00000200_00001.bin)
+            if [ -z "$diff" ]; then report PASS "9 SIGTERM to the $target" "both ranks stopped after step $step, exit 0; resumed run bit-identical at step 200"
+            else report FAIL "9 SIGTERM to the $target" "resumed run differs:$diff"; fi
+        done
     fi
 fi
 finish
