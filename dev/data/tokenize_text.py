@@ -162,8 +162,10 @@ def init_encoder(tok_path, bos, eos):
         encode = lambda texts: sp.encode(texts, out_type=int, num_threads=1)  # noqa: E731
     else:
         tok, _ = formats.load_tokenizer_json(tok_path)
-        # specials come from bos / eos, not from the tokenizer's post-processor, so every tokenizer
-        # gets the same document layout
+        # a document's text is only text: "<|endoftext|>" written in it is not the special token,
+        # which would split the document. Specials come from bos / eos alone, not from the
+        # tokenizer's post-processor, so every tokenizer gets the same document layout.
+        tok.encode_special_tokens = True
         encode = lambda texts: [e.ids for e in tok.encode_batch_fast(texts, add_special_tokens=False)]  # noqa: E731
     _encoder = (encode, bos, eos)
 
@@ -269,8 +271,10 @@ def tokenize(args, files, tok_path, outputs):
                                     (tok_path, bos if args.bos else None, eos_known if args.eos else None))
     else:
         init_encoder(tok_path, bos if args.bos else None, eos_known if args.eos else None)
-    sizes = [os.path.getsize(f) for f in files if f != "-" and not f.endswith(".gz")]
-    total = sum(sizes) if len(sizes) == len(files) else None  # no total for stdin or gzip
+    try:  # no total for stdin or gzip; a file that cannot be read is reported when it is read
+        total = None if any(f == "-" or f.endswith(".gz") for f in files) else sum(map(os.path.getsize, files))
+    except OSError:
+        total = None
     bar = tqdm(total=total, unit="B", unit_scale=True, desc="tokenizing", disable=None)
     ndocs = nval = ntrain = nshards = 0
     val = []

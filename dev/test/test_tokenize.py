@@ -1,0 +1,344 @@
+"""CPU checks of dev/data/tokenize_text.py, dev/data/formats.py, dev/data/shards_to_text.py and the C
+decode (dev/data/decode_shard.c through llmc/tokenizer.h).
+
+Tokenizers are trained here on a small text (TinyShakespeare paragraphs recovered from
+../shared/data with the Llama 2 table, plus documents of non-ASCII text none of them was trained
+on): a byte-level BPE tokenizer.json, a SentencePiece-style (Metaspace, byte fallback) BPE
+tokenizer.json, and a SentencePiece .model (byte_fallback). For each, the text is tokenized and the
+shards' headers, document-start tokens and val split are checked, and decoding the shards with the
+C program must give the text back byte for byte (with the BOS pieces where documents start);
+--workers 1 and 4 must write identical files; ids past 65535 must give 32-bit shards; every bad
+input must exit 1 with the file named and leave no output. Needs gcc and the Python packages
+numpy tokenizers sentencepiece tqdm. Last line: "N passed, N failed".
+
+    python3 dev/test/test_tokenize.py
+"""
+import gzip
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DATA = os.path.join(ROOT, "dev", "data")
+SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data")
+sys.path.insert(0, DATA)
+
+passed = failed = 0
+
+
+def check(ok, what):
+    global passed, failed
+    print(("ok   " if ok else "FAIL ") + what)
+    if ok:
+        passed += 1
+    else:
+        failed += 1
+    return ok
+
+
+try:
+    import numpy as np
+    import sentencepiece as spm
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    import tqdm  # noqa: F401 (tokenize_text.py needs it)
+except ImportError as e:
+    check(False, f"Python packages: {e}; install with: pip install numpy tokenizers sentencepiece tqdm")
+    print(f"{passed} passed, {failed} failed")
+    sys.exit(1)
+
+import formats  # noqa: E402
+from shards_to_text import shard_documents  # noqa: E402
+
+TMP = tempfile.mkdtemp(prefix="test_tokenize_")
+NON_ASCII = ["Caf\u00e9 na\u00efve fa\u00e7ade \u2014 \u201cquoted\u201d \u00dcn\u00efc\u00f6d\u00e9",
+             "\u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8\u3002\n\u0417\u0434\u0440\u0430\u0432\u0441\u0442\u0432\u0443\u0439, \u043c\u0438\u0440!",
+             "emoji \U0001F600\U0001F389 and a tab\there, then trailing spaces   ",
+             "  two leading spaces, a CR\r\nand {braces} <0x41> <|bos|>-like text"]
+
+
+def path(*parts):
+    return os.path.join(TMP, *parts)
+
+
+def write(name, data):
+    with open(path(name), "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode("utf-8"))
+    return path(name)
+
+
+def run(args, stdin=None):
+    p = subprocess.run([sys.executable, os.path.join(DATA, "tokenize_text.py")] + args, input=stdin,
+                       capture_output=True)
+    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+
+
+def outputs(out, name):
+    """{'val': path, 'train': [paths], 'tokenizer': path} of a run's files."""
+    train = sorted(os.path.join(out, f) for f in os.listdir(out) if f.startswith(name + "_train_"))
+    return {"val": os.path.join(out, name + "_val.bin"), "train": train,
+            "tokenizer": os.path.join(out, name + "_tokenizer.bin")}
+
+
+def header(p):
+    return [int(x) for x in np.fromfile(p, dtype="<i4", count=256)]
+
+
+def c_decode(table, shards):
+    p = subprocess.run([DECODER, table] + shards, capture_output=True)
+    return p.stdout if p.returncode == 0 else None
+
+
+# --- the text and the tokenizers ---
+
+table, doc_start = formats.read_decode_table(os.path.join(SHARED, "llama2_tokenizer.bin"))
+shakespeare = []
+for doc, _ in shard_documents([os.path.join(SHARED, "tinyshakespeare_llama2_val.bin")], table, doc_start):
+    shakespeare.append(doc.decode("utf-8")[1:])  # [1:]: SentencePiece's dummy-prefix space
+    if len(shakespeare) == 120:
+        break
+check(shakespeare[0].startswith("First Citizen:\nBefore we proceed"), "shards_to_text recovers TinyShakespeare from the Llama 2 shard")
+DOCS = shakespeare + NON_ASCII
+train_text = write("train.txt", "\n".join(shakespeare))
+
+
+def bpe_json(byte_level):
+    """A BPE tokenizer.json trained on the Shakespeare text: byte-level (GPT-2 style) or
+    SentencePiece-style (Metaspace with byte fallback, as Llama 2's tokenizer.json)."""
+    tok = Tokenizer(models.BPE(byte_fallback=not byte_level))
+    specials = ["<|bos|>", "<|eos|>"]
+    if byte_level:
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                      show_progress=False)
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="never")
+        tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
+        trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=specials, show_progress=False)
+    tok.train([train_text], trainer)
+    spec = json.loads(tok.to_str())
+    if not byte_level:  # byte-fallback pieces <0x00>..<0xFF> as ordinary vocabulary, as in Llama 2's
+        vocab = spec["model"]["vocab"]
+        for b in range(256):
+            vocab.setdefault(f"<0x{b:02X}>", len(vocab))
+    return spec
+
+
+def save_json(spec, *where):
+    os.makedirs(os.path.dirname(path(*where)), exist_ok=True)
+    with open(path(*where), "w") as f:
+        json.dump(spec, f, ensure_ascii=False)
+    return path(*where)
+
+
+byte_spec = bpe_json(byte_level=True)
+bpe_dir = os.path.dirname(save_json(byte_spec, "bpe", "tokenizer.json"))
+save_json({"bos_token": "<|bos|>", "eos_token": {"content": "<|eos|>"}}, "bpe", "tokenizer_config.json")
+nobos_json = save_json(byte_spec, "nobos", "tokenizer.json")
+meta_spec = bpe_json(byte_level=False)
+meta_spec["post_processor"] = json.loads(processors.TemplateProcessing(
+    single="<|bos|> $A <|eos|>", special_tokens=[("<|bos|>", 0), ("<|eos|>", 1)]).__getstate__())
+meta_json = save_json(meta_spec, "meta", "meta.json")
+
+sp_model = path("sp.model")
+with open(train_text, encoding="utf-8") as f:
+    sp_lines = [line for line in f.read().split("\n") if line]
+sp_buf = io.BytesIO()
+spm.SentencePieceTrainer.train(sentence_iterator=iter(sp_lines), model_writer=sp_buf, vocab_size=500, model_type="bpe",
+                               byte_fallback=True, normalization_rule_name="identity", add_dummy_prefix=False,
+                               remove_extra_whitespaces=False, character_coverage=1.0, minloglevel=2)
+with open(sp_model, "wb") as f:
+    f.write(sp_buf.getvalue())
+sp = spm.SentencePieceProcessor(model_file=sp_model)
+
+DECODER = path("decode_shard")
+cc = subprocess.run(["gcc", "-O2", "-Wall", "-Wno-unused-function", "-I" + ROOT, os.path.join(DATA, "decode_shard.c"),
+                     "-o", DECODER], capture_output=True, text=True)
+check(cc.returncode == 0 and not cc.stderr, f"decode_shard.c compiles without warnings {cc.stderr.strip()}")
+
+docs_jsonl = write("docs.jsonl", "".join(json.dumps({"id": i, "text": d}) + "\n" for i, d in enumerate(DOCS)))
+
+# --- each tokenizer: headers, document starts, val split, C round trip, workers ---
+# (TOK, name, BOS id, its decode-table piece, vocabulary size)
+KINDS = [(bpe_dir, "bpe", 0, b"<|bos|>", Tokenizer.from_file(path("bpe", "tokenizer.json")).get_vocab_size()),
+         (meta_json, "meta", 0, b"<|bos|>", len(meta_spec["model"]["vocab"])),
+         (sp_model, "sp", sp.bos_id(), b"", sp.get_piece_size())]
+VAL, SHARD = 1000, 1500
+for tok, name, bos, bos_piece, vocab in KINDS:
+    out = path("out_" + name)
+    rc, so, se = run(["--tokenizer", tok, "--out", out, "--val_tokens", str(VAL), "--shard_tokens", str(SHARD),
+                      "--workers", "1", docs_jsonl])
+    if not check(rc == 0, f"{name}: tokenize_text exits 0 {se.strip()[-300:]}"):
+        continue
+    check(f"{len(DOCS):,} documents" in so and "tokens/s" in so, f"{name}: summary line: {so.strip()}")
+    o = outputs(out, name)  # default --name: the folder of a tokenizer.json, or the file's stem
+    files = [o["val"]] + o["train"]
+    check(all(os.path.exists(f) for f in files + [o["tokenizer"]]) and len(o["train"]) >= 2,
+          f"{name}: val, {len(o['train'])} train shards and the decode table written")
+    check(all(header(f)[:2] == [20240520, 1] for f in files), f"{name}: 16-bit shard headers (magic 20240520, version 1)")
+    shards = [formats.read_shard(f) for f in files]
+    check(all(len(s) == SHARD for s in shards[1:-1]) and 0 < len(shards[-1]) <= SHARD,
+          f"{name}: train shards hold --shard_tokens {SHARD} each, the last the rest ({[len(s) for s in shards[1:]]})")
+    th = header(o["tokenizer"])
+    check(th[:4] == [20240328, 2, vocab, bos], f"{name}: decode table header {th[:4]}, expected [20240328, 2, {vocab}, {bos}]")
+    stream = np.concatenate(shards)
+    starts = np.flatnonzero(stream == bos)
+    check(len(starts) == len(DOCS) and starts[0] == 0, f"{name}: every document starts with BOS {bos} ({len(starts)} of {len(DOCS)})")
+    val = shards[0]
+    val_docs = int((val == bos).sum())
+    last_start = np.flatnonzero(val == bos)[-1]
+    check(len(val) >= VAL and last_start < VAL and shards[1][0] == bos,
+          f"{name}: val is whole documents, the fewest holding >= {VAL} tokens ({len(val)} tokens, {val_docs} documents)")
+    expected = b"".join(bos_piece + d.encode("utf-8") for d in DOCS)
+    got = c_decode(o["tokenizer"], files)
+    check(got == expected, f"{name}: the C decode of every shard gives the text back byte for byte ({len(expected)} bytes)")
+    if name != "meta":
+        out4 = path("out4_" + name)
+        rc, _, se = run(["--tokenizer", tok, "--out", out4, "--val_tokens", str(VAL), "--shard_tokens", str(SHARD),
+                         "--workers", "4", docs_jsonl])
+        o4 = outputs(out4, name)
+        same = rc == 0 and all(open(a, "rb").read() == open(b, "rb").read()
+                               for a, b in zip(files + [o["tokenizer"]], [o4["val"]] + o4["train"] + [o4["tokenizer"]]))
+        check(same and len(o4["train"]) == len(o["train"]), f"{name}: --workers 1 and 4 write identical files {se.strip()[-200:]}")
+
+# the library's own special tokens and decoding agree with the table
+bpe_table, _ = formats.read_decode_table(outputs(path("out_bpe"), "bpe")["tokenizer"])
+lib = Tokenizer.from_file(path("bpe", "tokenizer.json"))
+ids = lib.encode(NON_ASCII[0] + NON_ASCII[2], add_special_tokens=False).ids
+check(b"".join(bpe_table[i] for i in ids).decode("utf-8") == lib.decode(ids), "bpe: table decodes as the tokenizers library does")
+sp_table, _ = formats.read_decode_table(outputs(path("out_sp"), "sp")["tokenizer"])
+ids = sp.encode(NON_ASCII[1])
+check(b"".join(sp_table[i] for i in ids).decode("utf-8") == sp.decode(ids) and sp_table[sp.bos_id()] == b"",
+      "sp: table decodes as sentencepiece does; control tokens decode to nothing")
+check(formats.special_ids(meta_json) == (0, 1) and formats.special_ids(path("bpe", "tokenizer.json")) == (0, 1)
+      and formats.special_ids(nobos_json) == (None, None),
+      "BOS/EOS from tokenizer_config.json, from the post-processor template, or none")
+
+# --- inputs: splits, folders, stdin, gzip, --eos, --no-bos, --bos_id ---
+
+def run_docs(args, name="t"):
+    """Runs tokenize_text with the byte-level tokenizer; the documents it wrote (decoded), or the error."""
+    out = path("o_" + name)
+    shutil.rmtree(out, ignore_errors=True)
+    rc, _, se = run(["--tokenizer", bpe_dir, "--out", out, "--name", name, "--val_tokens", "0"] + args)
+    if rc != 0:
+        return se
+    o = outputs(out, name)
+    pieces, start = formats.read_decode_table(o["tokenizer"])
+    return [d.decode("utf-8") for d, _ in shard_documents(o["train"], pieces, start)]
+
+
+txt = write("paras.txt", "first para\nline two\n\n\n  \nsecond para\r\n\nthird\n")
+check(run_docs(["--split", "para", txt]) == ["first para\nline two", "second para", "third"], "--split para: blank-line-separated paragraphs")
+check(run_docs(["--split", "line", txt]) == ["first para", "line two", "  ", "second para", "third"], "--split line: each non-empty line")
+check(run_docs([txt]) == ["first para\nline two\n\n\n  \nsecond para\r\n\nthird\n"], "--split doc (default): the whole file")
+os.makedirs(path("tree", "b"))
+write("tree/b/2.txt", "in b")
+write("tree/a.txt", "in a")
+write("tree/skip.md", "not an input")
+with gzip.open(path("tree", "c.jsonl.gz"), "wt") as f:
+    f.write('{"text": "gz one"}\n\n{"text": "gz two"}\n')
+check(run_docs([path("tree"), txt]) == ["in a", "in b", "gz one", "gz two", open(txt, newline="").read()],
+      "a folder: its .txt/.jsonl.gz files recursively, in sorted order, then the next input")
+rc, so, se = run(["--tokenizer", bpe_dir, "--out", path("o_stdin"), "--val_tokens", "0", "--split", "line", "-"], stdin=b"one\ntwo\n")
+check(rc == 0 and "2 documents" in so, f"- reads standard input {se.strip()[-200:]}")
+rc, _, se = run(["--tokenizer", bpe_dir, "--out", path("o_eos"), "--val_tokens", "0", "--eos", "--split", "line", txt])
+s = formats.read_shard(outputs(path("o_eos"), "bpe")["train"][0]) if rc == 0 else np.zeros(0)
+check(rc == 0 and (s == 1).sum() == 5 and s[-1] == 1 and all(s[np.flatnonzero(s == 0)[1:] - 1] == 1), "--eos ends every document with EOS")
+rc, _, se = run(["--tokenizer", nobos_json, "--out", path("o_nb"), "--val_tokens", "0", txt])
+check(rc == 1 and "--bos_id" in se and nobos_json in se, f"a tokenizer without BOS is refused, naming --bos_id: {se.strip()}")
+rc, _, _ = run(["--tokenizer", nobos_json, "--out", path("o_nb"), "--name", "n", "--val_tokens", "0", "--bos_id", "1", txt])
+s = formats.read_shard(os.path.join(path("o_nb"), "n_train_000.bin")) if rc == 0 else np.zeros(0)
+check(rc == 0 and s[0] == 1 and header(os.path.join(path("o_nb"), "n_tokenizer.bin"))[3] == 1, "--bos_id N starts documents with N")
+rc, _, _ = run(["--tokenizer", nobos_json, "--out", path("o_nb"), "--name", "m", "--val_tokens", "0", "--no-bos", txt])
+s = formats.read_shard(os.path.join(path("o_nb"), "m_train_000.bin")) if rc == 0 else np.zeros(0)
+check(rc == 0 and len(s) and not (s < 2).any(), "--no-bos: no BOS tokens")
+
+# --- 16 / 32 bits ---
+
+for ids, magic in [([0, 7, 65535], 20240520), ([0, 7, 65536], 20240801), ([5, 2**32 - 1], 20240801)]:
+    formats.write_shard(path("w.bin"), ids)
+    back = formats.read_shard(path("w.bin"))
+    check(header(path("w.bin"))[0] == magic and list(back) == ids and header(path("w.bin"))[2] == len(ids),
+          f"write_shard {ids}: magic {magic}, read back")
+big = json.loads(json.dumps(byte_spec))
+for i in range(len(big["model"]["vocab"]), 70000):  # pieces no merge makes, so the BOS gets id 70000
+    big["model"]["vocab"][f"<unused{i}>"] = i
+big["added_tokens"].append({"id": 70000, "content": "<|bos70k|>", "single_word": False, "lstrip": False, "rstrip": False,
+                            "normalized": False, "special": True})
+save_json(big, "big", "tokenizer.json")
+save_json({"bos_token": "<|bos70k|>"}, "big", "tokenizer_config.json")
+rc, _, se = run(["--tokenizer", path("big"), "--out", path("o_big"), "--val_tokens", "200", docs_jsonl])
+if check(rc == 0, f"a tokenizer with an added token id 70000 tokenizes {se.strip()[-300:]}"):
+    o = outputs(path("o_big"), "big")
+    files = [o["val"]] + o["train"]
+    stream = np.concatenate([formats.read_shard(f) for f in files])
+    check(all(header(f)[:2] == [20240801, 7] for f in files) and stream.dtype == np.uint32,
+          "vocabulary past 65536: 32-bit shards (magic 20240801, version 7)")
+    check(header(o["tokenizer"])[2:4] == [70001, 70000] and (stream == 70000).sum() == len(DOCS),
+          "32-bit: table vocab 70001, BOS 70000 starts every document")
+    check(c_decode(o["tokenizer"], files) == b"".join(b"<|bos70k|>" + d.encode("utf-8") for d in DOCS),
+          "32-bit: the C decode gives the text back byte for byte")
+
+# --- decode tables ---
+
+try:
+    formats.write_decode_table(path("t.bin"), [b"a", b"x" * 256], 0)
+    check(False, "a 256-byte piece is refused")
+except formats.FormatError as e:
+    check("token 1" in str(e) and "255" in str(e) and not os.path.exists(path("t.bin")), f"a 256-byte piece is refused: {e}")
+formats.write_decode_table(path("t.bin"), [b"", b"\xff\xfe", b"x" * 255], 2)
+check(formats.read_decode_table(path("t.bin")) == ([b"", b"\xff\xfe", b"x" * 255], 2), "decode table write / read round trip")
+rc = subprocess.run([sys.executable, os.path.join(DATA, "shards_to_text.py"), "--table", outputs(path("out_sp"), "sp")["tokenizer"],
+                     "--out", path("back.jsonl")] + [outputs(path("out_sp"), "sp")["val"]] + outputs(path("out_sp"), "sp")["train"],
+                    capture_output=True).returncode
+back = [json.loads(line)["text"] for line in open(path("back.jsonl"), encoding="utf-8")] if rc == 0 else []
+check(back == DOCS, "shards_to_text.py gives the documents back (.jsonl)")
+
+# --- bad input: exit 1, 'error: <file>: ...', no traceback, no output left ---
+
+later_bad = write("later_bad.jsonl", open(docs_jsonl).read() * 3 + "{not json\n")
+gone = path("gone.txt")
+os.symlink(gone, path("tree", "dangling.txt"))
+BAD = [
+    ("missing input", ["--tokenizer", bpe_dir, path("nope.txt")], path("nope.txt")),
+    ("unreadable input (dangling link in a folder)", ["--tokenizer", bpe_dir, path("tree")], path("tree", "dangling.txt")),
+    ("jsonl line not JSON", ["--tokenizer", bpe_dir, write("b1.jsonl", '{"text": "a"}\n{"text": \n')], "line 2"),
+    ("jsonl line lacking the field", ["--tokenizer", bpe_dir, write("b2.jsonl", '{"text": "a"}\n{"txt": "b"}\n')], "line 2"),
+    ("jsonl field not a string", ["--tokenizer", bpe_dir, write("b3.jsonl", '{"text": 5}\n')], "line 1"),
+    ("not UTF-8 (byte offset)", ["--tokenizer", bpe_dir, write("b4.txt", b"caf\xc3\xa9\nab\xff\xfe\n")], "byte 8"),
+    ("not UTF-8 in jsonl", ["--tokenizer", bpe_dir, write("b5.jsonl", b'{"text": "a"}\n{"text": "\xff"}\n')], "line 2"),
+    ("lone surrogate escape", ["--tokenizer", bpe_dir, write("b6.jsonl", '{"text": "a\\ud800"}\n')], "line 1"),
+    ("not gzip", ["--tokenizer", bpe_dir, write("b7.jsonl.gz", "plain")], path("b7.jsonl.gz")),
+    ("empty corpus", ["--tokenizer", bpe_dir, write("empty.txt", "")], path("empty.txt")),
+    ("fewer tokens than --val_tokens", ["--tokenizer", bpe_dir, "--val_tokens", "100000", docs_jsonl], "--val_tokens"),
+    ("val takes every token", ["--tokenizer", bpe_dir, "--val_tokens", "1", write("one.txt", "one doc")], "training"),
+    ("tokenizer.json that is not one", ["--tokenizer", write("bad.json", '{"a": 1}'), txt], path("bad.json")),
+    (".model that is not one", ["--tokenizer", write("bad.model", "nope"), txt], path("bad.model")),
+    ("no tokenizer in the folder", ["--tokenizer", path("tree"), txt], path("tree")),
+    ("bad line after shards were written", ["--tokenizer", bpe_dir, "--shard_tokens", "500", later_bad], "line"),
+]
+for what, args, named in BAD:
+    out = path("o_bad")
+    rc, _, se = run(["--out", out] + ([] if "--val_tokens" in args else ["--val_tokens", "0"]) + args)
+    check(rc == 1 and se.startswith("error: ") and named in se and "Traceback" not in se and not os.path.exists(out),
+          f"bad input, {what}: exit {rc}, {se.strip()[:160]!r}, nothing left")
+rc, _, se = run(["--tokenizer", bpe_dir, "--out", path("o_rep"), "--val_tokens", "0", "--errors", "replace", path("b4.txt")])
+check(rc == 0 and c_decode(outputs(path("o_rep"), "bpe")["tokenizer"], outputs(path("o_rep"), "bpe")["train"])
+      == "<|bos|>caf\u00e9\nab\ufffd\ufffd\n".encode("utf-8"), "--errors replace carries on with U+FFFD")
+o = outputs(path("out_bpe"), "bpe")
+before = {f: open(f, "rb").read() for f in [o["val"], o["tokenizer"]] + o["train"]}
+rc, _, se = run(["--tokenizer", bpe_dir, "--out", path("out_bpe"), "--val_tokens", "0", txt])
+check(rc == 1 and o["val"] in se and "--force" in se and all(open(f, "rb").read() == b for f, b in before.items()),
+      f"existing outputs are refused and left as they were: {se.strip()[:160]!r}")
+rc, _, se = run(["--tokenizer", bpe_dir, "--out", path("out_bpe"), "--val_tokens", "0", "--force", txt])
+check(rc == 0 and sorted(os.listdir(path("out_bpe"))) == ["bpe_tokenizer.bin", "bpe_train_000.bin"],
+      "--force replaces them, and removes the files of this name the new run does not make")
+
+shutil.rmtree(TMP)
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
