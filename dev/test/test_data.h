@@ -2,7 +2,7 @@
 Tests of the shard loader (llmc/dataloader.h) and the tokenizer (llmc/tokenizer.h): exact batches
 from small synthetic shards written to a temporary directory, rank disjointness, shuffling, resume
 state, glob ordering, the synthetic corpus; every bad input (each must exit non-zero with a message
-naming the file and the problem); and the real TinyShakespeare files in ../shared/data.
+naming the file and the problem); and the real TinyShakespeare files shipped in dev/data/tinyshakespeare.
 */
 #ifndef DEV_TEST_TEST_DATA_H
 #define DEV_TEST_TEST_DATA_H
@@ -539,13 +539,12 @@ static void test_tokenizer_bad(void) {
                     path, "bad magic", NULL);
 }
 
-// ---- the real data in ../shared/data (tests run from the repository root, with ../shared beside it)
+// ---- the real data shipped in dev/data/tinyshakespeare (copies of ../shared/data; tests run from the repository root)
 
 // Reads a whole real shard; checks the header; returns the tokens (caller frees) or NULL if absent.
 static uint32_t *td_read_real_shard(const char *path, int magic, int version, int width, int64_t *n) {
     FILE *fp = fopen(path, "rb");
-    CHECK(fp != NULL, "'%s' not found: the tests expect ../shared (with data/) beside the repository and run"
-          " from the repository root", path);
+    CHECK(fp != NULL, "'%s' not found: run the tests from the repository root, which ships it", path);
     if (fp == NULL) return NULL;
     int64_t size = fileSizeCheck(fp);
     int32_t header[256];
@@ -609,13 +608,13 @@ static void td_check_real(const char *shard, int magic, int version, int width, 
 }
 
 static void test_real_llama2(void) {
-    td_check_real("../shared/data/tinyshakespeare_llama2_val.bin", SHARD_MAGIC_U16, SHARD_VERSION_U16, 2,
-                  "../shared/data/llama2_tokenizer.bin", 32000, 1);
+    td_check_real("dev/data/tinyshakespeare/tinyshakespeare_llama2_val.bin", SHARD_MAGIC_U16, SHARD_VERSION_U16, 2,
+                  "dev/data/tinyshakespeare/llama2_tokenizer.bin", 32000, 1);
 }
 
 static void test_real_llama3(void) {
-    td_check_real("../shared/data/tinyshakespeare_llama3_val.bin", SHARD_MAGIC_U32, SHARD_VERSION_U32, 4,
-                  "../shared/data/llama3_tokenizer.bin", 128256, 128000);
+    td_check_real("dev/data/tinyshakespeare/tinyshakespeare_llama3_val.bin", SHARD_MAGIC_U32, SHARD_VERSION_U32, 4,
+                  "dev/data/tinyshakespeare/llama3_tokenizer.bin", 128256, 128000);
 }
 
 static void run_data_tests(void) {
