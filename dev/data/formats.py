@@ -141,11 +141,14 @@ def read_decode_table(path):
 # --- tokenizers: finding the file, special tokens, the decode table ---
 
 def tokenizer_file(path):
-    """The tokenizer file that TOK names: a tokenizer.json, a folder holding one, or a .model."""
+    """The tokenizer file that TOK names: a tokenizer.json or SentencePiece .model, or a folder holding
+    a tokenizer.json (else a tokenizer.model)."""
     if os.path.isdir(path):
-        path = os.path.join(path, "tokenizer.json")
+        json_path, model_path = os.path.join(path, "tokenizer.json"), os.path.join(path, "tokenizer.model")
+        path = model_path if os.path.isfile(model_path) and not os.path.isfile(json_path) else json_path
     if not os.path.isfile(path):
-        raise FormatError(path, "no such tokenizer file (give a tokenizer.json, a folder holding one, or a SentencePiece .model)")
+        raise FormatError(path, "no such tokenizer file (give a tokenizer.json, a SentencePiece .model, or a folder"
+                                " holding either)")
     return path
 
 
@@ -153,6 +156,8 @@ def is_sentencepiece(path):
     return path.endswith(".model")
 
 
+# tokenizers and sentencepiece are imported where used: reading and writing shards and tables needs
+# numpy alone.
 def load_sentencepiece(path):
     import sentencepiece as spm
     try:

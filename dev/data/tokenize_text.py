@@ -264,13 +264,13 @@ def tokenize(args, files, tok_path, outputs):
     doc_start = next((i for i in (bos, eos_known) if i is not None), 0)
     dtype = formats.shard_dtype(len(pieces) - 1)  # from the vocabulary, so every shard has one width
 
+    encoder_args = (tok_path, bos if args.bos else None, eos_known if args.eos else None)
     pool = None
     if args.workers > 1:
         import multiprocessing
-        pool = multiprocessing.Pool(args.workers, init_encoder,
-                                    (tok_path, bos if args.bos else None, eos_known if args.eos else None))
+        pool = multiprocessing.Pool(args.workers, init_encoder, encoder_args)
     else:
-        init_encoder(tok_path, bos if args.bos else None, eos_known if args.eos else None)
+        init_encoder(*encoder_args)
     try:  # no total for stdin or gzip; a file that cannot be read is reported when it is read
         total = None if any(f == "-" or f.endswith(".gz") for f in files) else sum(map(os.path.getsize, files))
     except OSError:
@@ -346,8 +346,8 @@ def parse_args(argv):
                         " --field), a folder (its .txt/.jsonl/.jsonl.gz files, recursively, in sorted order), or - for"
                         " standard input (text)")
     p.add_argument("--tokenizer", required=True, metavar="TOK",
-                   help="a tokenizer.json, a folder holding one (a Hugging Face model folder; its tokenizer_config.json"
-                        " names BOS and EOS), or a SentencePiece .model")
+                   help="a tokenizer.json, a SentencePiece .model, or a folder holding either (a Hugging Face model"
+                        " folder, whose tokenizer_config.json names BOS and EOS)")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (made if missing)")
     p.add_argument("--name", help="output file prefix (default: the tokenizer's name: the .model / .json file's, or"
                                   " the folder's of a tokenizer.json)")
