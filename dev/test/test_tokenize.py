@@ -2,7 +2,7 @@
 decode (dev/data/decode_shard.c through llmc/tokenizer.h).
 
 Tokenizers are trained here on a small text (TinyShakespeare paragraphs recovered from
-../shared/data with the Llama 2 table, plus documents of non-ASCII text none of them was trained
+dev/data/tinyshakespeare's Llama 2 val shard, plus documents of non-ASCII text none of them was trained
 on): a byte-level BPE tokenizer.json, a SentencePiece-style (Metaspace, byte fallback) BPE
 tokenizer.json, and a SentencePiece .model (byte_fallback). For each, the text is tokenized and the
 shards' headers, document-start tokens and val split are checked, and decoding the shards with the
@@ -24,7 +24,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = os.path.join(ROOT, "dev", "data")
-SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data")
+SHAKESPEARE = os.path.join(DATA, "tinyshakespeare")  # the repo's copy of ../shared/data's files
 sys.path.insert(0, DATA)
 
 passed = failed = 0
@@ -94,9 +94,9 @@ def c_decode(table, shards):
 
 # --- the text and the tokenizers ---
 
-table, doc_start = formats.read_decode_table(os.path.join(SHARED, "llama2_tokenizer.bin"))
+table, doc_start = formats.read_decode_table(os.path.join(SHAKESPEARE, "llama2_tokenizer.bin"))
 shakespeare = []
-for doc, _ in shard_documents([os.path.join(SHARED, "tinyshakespeare_llama2_val.bin")], table, doc_start):
+for doc, _ in shard_documents([os.path.join(SHAKESPEARE, "tinyshakespeare_llama2_val.bin")], table, doc_start):
     shakespeare.append(doc.decode("utf-8")[1:])  # [1:]: SentencePiece's dummy-prefix space
     if len(shakespeare) == 120:
         break
