@@ -298,6 +298,12 @@ rc = subprocess.run([sys.executable, os.path.join(DATA, "shards_to_text.py"), "-
                     capture_output=True).returncode
 back = [json.loads(line)["text"] for line in open(path("back.jsonl"), encoding="utf-8")] if rc == 0 else []
 check(back == DOCS, "shards_to_text.py gives the documents back (.jsonl)")
+rc = subprocess.run([sys.executable, os.path.join(DATA, "shards_to_text.py"), "--table", os.path.join(SHAKESPEARE, "llama2_tokenizer.bin"),
+                     "--strip_prefix_space", "--out", path("back.txt"), os.path.join(SHAKESPEARE, "tinyshakespeare_llama2_val.bin")],
+                    capture_output=True).returncode
+back = open(path("back.txt"), "rb").read() if rc == 0 else b""
+check(back.startswith("".join(d + "\n\n" for d in shakespeare).encode("utf-8")),
+      "shards_to_text.py --strip_prefix_space: Llama 2 shards as .txt documents, each followed by a blank line")
 
 # --- bad input: exit 1, 'error: <file>: ...', no traceback, no output left ---
 
