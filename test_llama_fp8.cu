@@ -293,7 +293,12 @@ static void fp8_state_check(int current, int lm_head) {
     int zero_gpu = 0, zero_floor = 0;
     double worst = fp8_state_diff(st, ref.fp8_state, lay, &zero_gpu);
     double floor = fp8_state_diff(refb.fp8_state, ref.fp8_state, lay, &zero_floor);
-    // amaxes also drift with the trajectories (their losses differ by up to 1.5e-2 after 6 steps)
+    // amaxes also drift with the trajectories (their losses differ by up to 1.5e-2 after 6 steps).
+    // Measured with seeds 1-6 besides this one's 9 (H200, 2026-12-01): worst / floor was 0.49-1.21
+    // for the delayed recipe and 0.63-1.21 for the current one, so the current recipe does not differ
+    // more in general; seed 9's current-recipe ratio of 2.17 (0.336 against a 0.155 floor, tolerance
+    // 0.341) is the tail of a max over every entry, each a single draw of the flip noise. That
+    // derivation (a max against one draw of a max) is the weak point: issue 20 replaces it.
     double tol = fp8_tolerance(floor, 3e-2);
     for (int t = 0; t < lay.num_tensors; t++) {
         CHECK(st[lay.scale_inv + t] == 1.0f / st[lay.scale + t], "scale_inv of tensor %d is not 1/scale", t);
