@@ -25,6 +25,7 @@ every rank casts with the same scales. With one GPU none of this runs: no NCCL c
 #include "llmc/utils.h"            // FATAL, checked file I/O, random numbers
 #include "llmc/stop_signal.h"      // stop on SIGTERM/SIGINT after the step in flight, with a checkpoint
 #include "llmc/llama_config.h"     // LlamaConfig, presets, parameter and fp8-state layouts
+#include "llmc/model_file.h"       // the model file's header table and checksums
 #include "llmc/cuda_common.cuh"    // cudaCheck, floatX, fp8 types, Fp8Cast
 #include "llmc/fp8.h"              // fp8 format maxima, fp8_compute_scale
 #include "llmc/dataloader.h"       // DataLoader: token shards or the built-in synthetic corpus
@@ -49,7 +50,7 @@ enum { PREC_BF16, PREC_FP8 };
 // Options: one table drives the parser and the usage text, so the two cannot disagree.
 
 typedef struct {
-    char train_pattern[512], val_pattern[512], tokenizer_path[512], log_dir[512], model[64];
+    char train_pattern[512], val_pattern[512], tokenizer_path[512], log_dir[512], model[64], init_from[512];
     char precision[16], fp8_recipe[16], adam_moments[16];
     int B, T, total_batch, max_steps, warmup, val_every, val_batches, sample_every, gen_tokens;
     int ckpt_every, resume, recompute, seed, shuffle, fp8_history, fp8_margin, fp8_lm_head, fp8_log, fp8_dump, ngpu, fp8_weight_cache, deterministic;
@@ -68,13 +69,14 @@ static const OptSpec OPTION_SPECS[] = {
     OPT("-j", OPT_STR, val_pattern, "val token shards (glob); '' for none"),
     OPT("-tok", OPT_STR, tokenizer_path, "tokenizer decode table (samples print ids without it)"),
     OPT("-o", OPT_STR, log_dir, "log directory: main.log, fp8.log, checkpoints ('' for none)"),
-    OPT("-e", OPT_STR, model, "model preset: tiny, 125m, 1b, llama2-7b, llama3-8b"),
+    OPT("-e", OPT_STR, model, "model preset: tiny, 125m, 1b, llama2-7b, llama3-8b, llama3.1-8b, llama3.2-1b ('': 125m)"),
+    OPT("-init_from", OPT_STR, init_from, "start from this model file's weights and shape (scripts/hf_import.py makes one); fresh optimizer, step 0"),
     OPT("-precision", OPT_STR, precision, "fp8 or bf16"),
     OPT("-ngpu", OPT_INT, ngpu, "GPUs of this node to train on (data parallel); under mpirun leave it out"),
     OPT("-b", OPT_INT, B, "micro-batch size (sequences per GPU)"),
     OPT("-t", OPT_INT, T, "sequence length"),
     OPT("-d", OPT_INT, total_batch, "total batch in tokens (gradient accumulation fills it); 0 = B*T*ngpu"),
-    OPT("-x", OPT_INT, max_steps, "optimizer steps; -1 = one epoch of the training data"),
+    OPT("-x", OPT_INT, max_steps, "optimizer steps; -1 = one epoch of the training data; 0 = evaluate only (val loss, a sample with -s > 0), writing nothing"),
     OPT("-l", OPT_FLOAT, lr, "peak learning rate"),
     OPT("-u", OPT_INT, warmup, "warmup steps (linear)"),
     OPT("-q", OPT_FLOAT, final_lr_frac, "final learning rate as a fraction of the peak (cosine decay)"),
@@ -118,7 +120,6 @@ static Options default_options(void) {
     strcpy(o.val_pattern, "dev/data/tinyshakespeare/tinyshakespeare_llama2_val.bin");
     strcpy(o.tokenizer_path, "dev/data/tinyshakespeare/llama2_tokenizer.bin");
     strcpy(o.log_dir, "log");
-    strcpy(o.model, "125m");
     strcpy(o.precision, "fp8");
     strcpy(o.fp8_recipe, "delayed");
     strcpy(o.adam_moments, "fp32");
@@ -324,7 +325,7 @@ static void zero_layout(Model *m) {
         m->pieces = (ShardPiece *)mallocCheck(NUM_PARAM_TENSORS * sizeof(ShardPiece));
         for (int p = 0; p < NUM_PARAM_TENSORS; p++) {
             ShardPiece piece = {p, 0, m->param_sizes[p], off, off};
-            m->pieces[m->num_pieces++] = piece;
+            if (piece.count > 0) m->pieces[m->num_pieces++] = piece; // a tied lm_head has no elements
             off += m->param_sizes[p];
         }
         return;
@@ -384,6 +385,8 @@ static void model_init(Model *m, const LlamaConfig *cfg, int B, int T, int preci
                        int fp8_history, int fp8_margin, int recompute, MultiGpu *mg = NULL, int fp8_weight_cache = 1,
                        int fp8_lm_head = 0, int moments_bf16 = 0) {
     memset(m, 0, sizeof(*m));
+    // AdamW writes an fp8 linear's E4M3 weights into its bf16 parameters: a tied lm_head is the embedding
+    if (cfg->tied_embeddings && precision == PREC_FP8 && fp8_lm_head) FATAL("-fp8_lm_head 1 cannot be used with tied embeddings");
     m->moments_bf16 = moments_bf16;
     m->fp8_weight_cache = fp8_weight_cache;
     m->fp8_lm_head = precision == PREC_FP8 && fp8_lm_head;
@@ -418,6 +421,10 @@ static void model_init(Model *m, const LlamaConfig *cfg, int B, int T, int preci
         m->param[i] = m->params_memory + off;
         m->grad[i] = m->grads_memory + off;
         off += m->param_sizes[i];
+    }
+    if (c->tied_embeddings) { // one tensor: the lm_head's GEMMs read wte and add their gradient into wte's
+        m->param[P_LM_HEAD] = m->param[P_WTE];
+        m->grad[P_LM_HEAD] = m->grad[P_WTE];
     }
 
     m->fp8_layout = fp8_state_layout(fp8_num_tensors(c, m->fp8_lm_head), fp8_history);
@@ -455,7 +462,7 @@ static void model_init(Model *m, const LlamaConfig *cfg, int B, int T, int preci
     }
 
     m->rope_freqs = (float *)model_alloc(m, (size_t)T * (c->C / c->NH) * sizeof(float), "RoPE table");
-    rope_freqs(m->rope_freqs, c->C / c->NH, T, c->rope_theta);
+    rope_freqs(m->rope_freqs, c, T);
 
     Activations *a = &m->acts;
     size_t swiglu_layers = recompute >= 1 ? 1 : L;
@@ -1023,23 +1030,14 @@ static void sample_text(Model *m, Tokenizer *tok, int have_tok, int bos, int gen
 // position and the sampling RNG. Both are written to a temporary name and renamed, carry a checksum
 // of their body, and are refused on any mismatch.
 
-#define MODEL_MAGIC 20261201
 #define STATE_MAGIC 20261202
-#define CKPT_VERSION 1
+#define CKPT_VERSION 2 // both files (version 1: FNV-1a checksums, still read; see llmc/model_file.h)
 #define CKPT_CHUNK ((size_t)64 << 20)
-
-static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
-    const unsigned char *p = (const unsigned char *)data;
-    for (size_t i = 0; i < n; i++) { h ^= p[i]; h *= 0x100000001b3ull; }
-    return h;
-}
-static const uint64_t FNV_SEED = 0xcbf29ce484222325ull;
 
 typedef struct { const void *ptr; size_t bytes; int on_device; } Section;
 
 static void put64(int *h, int at, uint64_t v) { h[at] = (int)(uint32_t)v; h[at + 1] = (int)(uint32_t)(v >> 32); }
 static uint64_t get64(const int *h, int at) { return (uint64_t)(uint32_t)h[at] | ((uint64_t)(uint32_t)h[at + 1] << 32); }
-enum { HDR_CHECKSUM = 254 }; // header[254..255]: checksum of the body
 
 static void write_sections(const char *path, int *header, const Section *sec, int nsec) {
     char tmp[1100];
@@ -1048,19 +1046,19 @@ static void write_sections(const char *path, int *header, const Section *sec, in
     FILE *f = fopenCheck(tmp, "wb");
     fwriteCheck(header, sizeof(int), 256, f);
     char *buf = (char *)mallocCheck(CKPT_CHUNK);
-    uint64_t h = FNV_SEED;
+    uint64_t h = 0;
     for (int s = 0; s < nsec; s++) {
         for (size_t off = 0; off < sec[s].bytes; off += CKPT_CHUNK) {
             size_t n = sec[s].bytes - off < CKPT_CHUNK ? sec[s].bytes - off : CKPT_CHUNK;
             const char *src = (const char *)sec[s].ptr + off;
             if (sec[s].on_device) { cudaCheck(cudaMemcpy(buf, src, n, cudaMemcpyDeviceToHost)); src = buf; }
-            h = fnv1a(h, src, n);
+            h = checksum_of_version(header[1])(h, src, n);
             fwriteCheck(src, 1, n, f);
         }
     }
     free(buf);
     if (fflush(f) != 0) FATAL("writing checkpoint '%s' failed: %s (disk full?); the previous checkpoint is kept", tmp, strerror(errno));
-    put64(header, HDR_CHECKSUM, h);
+    put64(header, MODEL_HDR_CHECKSUM, h);
     fseekCheck(f, 0, SEEK_SET);
     fwriteCheck(header, sizeof(int), 256, f);
     if (fflush(f) != 0 || fsync(fileno(f)) != 0) FATAL("flushing checkpoint '%s' failed: %s", tmp, strerror(errno));
@@ -1080,7 +1078,8 @@ static void read_sections(const char *path, int magic, const HeaderExpect *expec
     if (size < (int64_t)sizeof(header)) FATAL("checkpoint '%s' is truncated (%lld bytes)", path, (long long)size);
     freadCheck(header, sizeof(int), 256, f, path);
     if (header[0] != magic) FATAL("'%s' is not a train_llama_fp8 checkpoint of this kind (magic %d, expected %d)", path, header[0], magic);
-    if (header[1] != CKPT_VERSION) FATAL("checkpoint '%s' has version %d; this build reads version %d", path, header[1], CKPT_VERSION);
+    if (header[1] < 1 || header[1] > CKPT_VERSION)
+        FATAL("checkpoint '%s' has version %d; this build reads versions 1 to %d", path, header[1], CKPT_VERSION);
     for (int i = 0; i < nexpect; i++) {
         if (header[expect[i].at] != expect[i].value)
             FATAL("checkpoint '%s' does not match this run: %s is %d in the file, %d here", path, expect[i].name, header[expect[i].at], expect[i].value);
@@ -1089,28 +1088,33 @@ static void read_sections(const char *path, int magic, const HeaderExpect *expec
     for (int s = 0; s < nsec; s++) want += (int64_t)sec[s].bytes;
     if (size != want) FATAL("checkpoint '%s' has %lld bytes, expected %lld: truncated or from another configuration", path, (long long)size, (long long)want);
     char *buf = (char *)mallocCheck(CKPT_CHUNK);
-    uint64_t h = FNV_SEED;
+    uint64_t h = 0;
     for (int s = 0; s < nsec; s++) {
         for (size_t off = 0; off < sec[s].bytes; off += CKPT_CHUNK) {
             size_t n = sec[s].bytes - off < CKPT_CHUNK ? sec[s].bytes - off : CKPT_CHUNK;
             char *dst = sec[s].on_device ? buf : (char *)sec[s].ptr + off;
             freadCheck(dst, 1, n, f, path);
-            h = fnv1a(h, dst, n);
+            h = checksum_of_version(header[1])(h, dst, n);
             if (sec[s].on_device) cudaCheck(cudaMemcpy((char *)sec[s].ptr + off, buf, n, cudaMemcpyHostToDevice));
         }
     }
     free(buf);
     fcloseCheck(f);
-    if (h != get64(header, HDR_CHECKSUM)) FATAL("checkpoint '%s' is corrupt (checksum mismatch)", path);
+    if (h != get64(header, MODEL_HDR_CHECKSUM)) FATAL("checkpoint '%s' is corrupt (checksum mismatch)", path);
 }
 
-static void model_header(const Model *m, int *h) {
-    memset(h, 0, 256 * sizeof(int));
-    const LlamaConfig *c = &m->cfg;
-    h[0] = MODEL_MAGIC; h[1] = CKPT_VERSION;
-    h[2] = c->V; h[3] = c->L; h[4] = c->C; h[5] = c->NH; h[6] = c->NKV; h[7] = c->FF; h[8] = m->step;
-    memcpy(&h[9], &c->rope_theta, sizeof(float));
-    memcpy(&h[10], &c->norm_eps, sizeof(float));
+// The model config a model file holds (its header, llmc/model_file.h); exits naming the file if it
+// is not a model file. max_T is 0 when the file does not say.
+static LlamaConfig read_model_config(const char *path) {
+    FILE *f = fopenCheck(path, "rb");
+    int h[MODEL_HEADER_INTS];
+    if (fileSizeCheck(f) < (int64_t)sizeof(h)) FATAL("model file '%s' is truncated: shorter than its header", path);
+    freadCheck(h, sizeof(int), MODEL_HEADER_INTS, f, path);
+    fcloseCheck(f);
+    LlamaConfig c;
+    const char *bad = model_header_get(h, &c);
+    if (bad) FATAL("model file '%s': %s", path, bad);
+    return c;
 }
 
 typedef struct { int step, grad_accum, world, rank; uint64_t rng; DataLoaderState data; } TrainState;
@@ -1167,7 +1171,7 @@ static void save_checkpoint(Model *m, const TrainState *ts, const char *dir) {
         gather_master(m, whole);
     }
     if (ts->rank == 0) {
-        model_header(m, h);
+        model_header_put(h, &m->cfg, m->step);
         Section ms[] = {{whole ? whole : m->master, pbytes, whole == NULL}};
         write_sections(model_path, h, ms, 1);
     }
@@ -1176,16 +1180,24 @@ static void save_checkpoint(Model *m, const TrainState *ts, const char *dir) {
 
 // Loads the fp32 weights of a model file into m (whose config must match).
 static void load_model_file(Model *m, const char *path) {
-    int h[256];
-    model_header(m, h);
-    HeaderExpect ex[] = {{2, h[2], "vocab size V"}, {3, h[3], "layers L"}, {4, h[4], "width C"}, {5, h[5], "heads NH"},
-                         {6, h[6], "kv heads NKV"}, {7, h[7], "MLP width FF"}, {9, h[9], "rope_theta (bits)"}, {10, h[10], "norm eps (bits)"}};
+    LlamaConfig file = read_model_config(path);
+    const ModelHeaderField *f = model_config_mismatch(&file, &m->cfg);
+    if (f) {
+        char a[32], b[32];
+        if (f->is_float) {
+            snprintf(a, sizeof(a), "%g", *(const float *)((const char *)&file + f->offset));
+            snprintf(b, sizeof(b), "%g", *(const float *)((const char *)&m->cfg + f->offset));
+        } else {
+            snprintf(a, sizeof(a), "%d", *(const int *)((const char *)&file + f->offset));
+            snprintf(b, sizeof(b), "%d", *(const int *)((const char *)&m->cfg + f->offset));
+        }
+        FATAL("model file '%s' does not match this run: %s is %s in the file, %s here", path, f->name, a, b);
+    }
     size_t pbytes = m->num_params * sizeof(float);
     // one GPU: straight into the master weights; several: through the host, each rank keeping its shard
     float *whole = m->mg->world > 1 ? (float *)mallocCheck(pbytes) : NULL;
     Section ms[] = {{whole ? whole : m->master, pbytes, whole == NULL}};
-    // the step word (h[8]) may differ: a model file from any step loads
-    read_sections(path, MODEL_MAGIC, ex, 8, ms, 1);
+    read_sections(path, MODEL_MAGIC, NULL, 0, ms, 1); // the config was compared above; any step loads
     if (whole) {
         model_set_weights(m, whole);
         free(whole);
@@ -1276,6 +1288,37 @@ static int compare_floats(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+// The model's shape: from -init_from's file, or from the preset (-e, default 125m) with the
+// vocabulary of the decode table and the shape flags' overrides. A shape given twice (by the file
+// and a flag) is refused, not ignored; so is a decode table of another vocabulary than the model's.
+static LlamaConfig run_model_config(const Options *o, const Tokenizer *tok) {
+    struct { const char *flag; int set; } shape[] = {{"-e", o->model[0] != '\0'}, {"-V", o->V != 0}, {"-L", o->L != 0}, {"-C", o->C != 0},
+        {"-NH", o->NH != 0}, {"-NKV", o->NKV != 0}, {"-FF", o->FF != 0}, {"-rope_theta", o->rope_theta > 0.0f}};
+    LlamaConfig cfg;
+    if (o->init_from[0]) {
+        for (size_t i = 0; i < sizeof(shape) / sizeof(shape[0]); i++)
+            if (shape[i].set) FATAL("%s conflicts with -init_from '%s': the model's shape comes from the file", shape[i].flag, o->init_from);
+        cfg = read_model_config(o->init_from);
+    } else {
+        const char *preset = o->model[0] ? o->model : "125m";
+        if (!config_from_preset(preset, &cfg))
+            FATAL("unknown model preset '%s' (tiny, 125m, 1b, llama2-7b, llama3-8b, llama3.1-8b, llama3.2-1b)", preset);
+        if (tok) cfg.V = tok->vocab_size;
+        if (o->V) cfg.V = o->V;
+        if (o->L) cfg.L = o->L;
+        if (o->C) cfg.C = o->C;
+        if (o->NH) cfg.NH = o->NH;
+        if (o->NKV) cfg.NKV = o->NKV;
+        if (o->FF) cfg.FF = o->FF;
+        if (o->rope_theta > 0.0f) cfg.rope_theta = o->rope_theta;
+    }
+    if (tok && tok->vocab_size != cfg.V)
+        FATAL("decode table '%s' has %d tokens but the model's vocabulary is %d: use the table made with the model's tokenizer",
+              o->tokenizer_path, tok->vocab_size, cfg.V);
+    if (o->T > cfg.max_T) cfg.max_T = o->T;
+    return cfg;
+}
+
 #ifndef TESTING
 // After loading weights and after writing a checkpoint the ranks meet with this deadline, not the
 // usual collective timeout: for a large model, reading the model file (every rank) or writing it
@@ -1336,20 +1379,10 @@ int main(int argc, char **argv) {
     if (precision == PREC_FP8 && prop.major * 10 + prop.minor < 89)
         FATAL("fp8 GEMMs need compute capability 8.9+ (Ada/Hopper); %s is %d.%d. Use -precision bf16.", prop.name, prop.major, prop.minor);
 
-    // data first: the tokenizer decides the vocabulary size
+    // data first: the tokenizer decides the vocabulary size (of a new model)
     Tokenizer tok;
     int have_tok = tokenizer_init_optional(&tok, o.tokenizer_path);
-    LlamaConfig cfg;
-    if (!config_from_preset(o.model, &cfg)) FATAL("unknown model preset '%s' (tiny, 125m, 1b, llama2-7b, llama3-8b)", o.model);
-    if (have_tok) cfg.V = tok.vocab_size;
-    if (o.V) cfg.V = o.V;
-    if (o.L) cfg.L = o.L;
-    if (o.C) cfg.C = o.C;
-    if (o.NH) cfg.NH = o.NH;
-    if (o.NKV) cfg.NKV = o.NKV;
-    if (o.FF) cfg.FF = o.FF;
-    if (o.rope_theta > 0.0f) cfg.rope_theta = o.rope_theta;
-    if (o.T > cfg.max_T) cfg.max_T = o.T;
+    LlamaConfig cfg = run_model_config(&o, have_tok ? &tok : NULL);
     const char *bad = config_check(&cfg);
     if (bad) FATAL("bad model config: %s", bad);
     if (precision == PREC_FP8 && (cfg.C % 16 || cfg.FF % 16 || (o.B * o.T) % 16))
@@ -1390,16 +1423,22 @@ int main(int argc, char **argv) {
     ts.grad_accum = grad_accum; ts.world = world; ts.rank = rank;
     ts.rng = (uint64_t)o.seed * 0x2545F4914F6CDD1Dull + 7;
 
-    int have_dir = o.log_dir[0] != '\0';
+    int eval_only = o.max_steps == 0, have_dir = o.log_dir[0] != '\0' && !eval_only; // -x 0 writes nothing
     if (have_dir && mkdir(o.log_dir, 0755) != 0 && errno != EEXIST) FATAL("cannot create log directory '%s': %s", o.log_dir, strerror(errno));
     int resumed_from = -1;
     if (o.resume) {
         if (!have_dir) FATAL("-y 1 needs a log directory (-o) to resume from");
         resumed_from = latest_checkpoint(o.log_dir);
-        if (resumed_from < 0) FATAL("-y 1: no checkpoint (model_*.bin + state_*_00000.bin) in '%s'", o.log_dir);
+        // a fine-tune resubmitted before its first checkpoint starts from its weights again
+        if (resumed_from < 0 && !o.init_from[0]) FATAL("-y 1: no checkpoint (model_*.bin + state_*_00000.bin) in '%s'", o.log_dir);
+        if (resumed_from < 0 && main_rank) printf("-y 1: no checkpoint in '%s' yet: starting from -init_from\n", o.log_dir);
         mg_check_agree(&mg, resumed_from, "the checkpoint step to resume from (do all ranks see the same -o directory?)");
+    }
+    if (resumed_from >= 0) {
         load_checkpoint(&m, &ts, o.log_dir, resumed_from);
         dataloader_set_state(&train, &ts.data);
+    } else if (o.init_from[0]) {
+        load_model_file(&m, o.init_from);
     } else {
         float *w = (float *)mallocCheck(m.num_params * sizeof(float));
         model_init_weights(&m, (uint64_t)o.seed, w);
@@ -1418,15 +1457,21 @@ int main(int argc, char **argv) {
         }
     }
 
+    const char *model_name = o.init_from[0] ? o.init_from : o.model[0] ? o.model : "125m";
     double flops_per_token = model_flops_per_token(&cfg, o.T);
     double peak = gpu_bf16_peak_tflops(prop.name) * world; // MFU of all the GPUs together
     if (main_rank) {
         char gpus[320];
         if (world > 1) snprintf(gpus, sizeof(gpus), "%d x %s (%s)", world, prop.name, MG_LAUNCH_NAMES[mg.launch]);
         else snprintf(gpus, sizeof(gpus), "%s", prop.name);
-        printf("train_llama_fp8 | %s | %s%s | model %s: V %d L %d C %d NH %d NKV %d FF %d theta %g | %.1fM params\n",
+        char rope[96] = "";
+        if (cfg.rope_scaling == ROPE_LLAMA3)
+            snprintf(rope, sizeof(rope), " (llama3 scaling: factor %g, low %g, high %g, original %d)", cfg.rope_factor,
+                     cfg.rope_low_freq_factor, cfg.rope_high_freq_factor, cfg.rope_original_T);
+        printf("train_llama_fp8 | %s | %s%s | model %s: V %d L %d C %d NH %d NKV %d FF %d theta %g%s%s | %.1fM params\n",
                gpus, o.precision, precision == PREC_FP8 ? (fp8_current ? " (current scaling)" : " (delayed scaling)") : "",
-               o.model, cfg.V, cfg.L, cfg.C, cfg.NH, cfg.NKV, cfg.FF, cfg.rope_theta, m.num_params / 1e6);
+               model_name, cfg.V, cfg.L, cfg.C, cfg.NH, cfg.NKV, cfg.FF, cfg.rope_theta, rope, cfg.tied_embeddings ? " | tied embeddings" : "",
+               m.num_params / 1e6);
         printf("B %d T %d | total batch %d tokens (grad accum %d) | %d steps | lr %g warmup %d final %g | wd %g clip %g | AdamW moments %s | %s attention\n",
                o.B, o.T, o.total_batch, grad_accum, o.max_steps, o.lr, o.warmup, o.final_lr_frac, o.weight_decay, o.grad_clip, o.adam_moments,
                attention_uses_cudnn(o.B, o.T, cfg.NH, cfg.NKV, cfg.C / cfg.NH) ? "cuDNN fused" : "plain");
@@ -1435,7 +1480,7 @@ int main(int argc, char **argv) {
         if (resumed_from >= 0) printf("resumed from step %d of '%s'\n", resumed_from, o.log_dir);
     }
     if (logf) fprintf(logf, "# %s precision %s model %s V %d L %d C %d NH %d NKV %d FF %d B %d T %d total_batch %d adam_moments %s%s",
-                      prop.name, o.precision, o.model, cfg.V, cfg.L, cfg.C, cfg.NH, cfg.NKV, cfg.FF, o.B, o.T, o.total_batch, o.adam_moments,
+                      prop.name, o.precision, model_name, cfg.V, cfg.L, cfg.C, cfg.NH, cfg.NKV, cfg.FF, o.B, o.T, o.total_batch, o.adam_moments,
                       synthetic ? " data synthetic" : "");
     if (logf) fprintf(logf, world > 1 ? " gpus %d\n" : "\n", world);
 
@@ -1456,6 +1501,25 @@ int main(int argc, char **argv) {
     int bad_steps = 0, start_step = m.step, timed = 0, stopped_by = 0;
     float *step_ms = (float *)mallocCheck((size_t)(o.max_steps > start_step ? o.max_steps - start_step : 1) * sizeof(float));
     size_t mem_used = 0;
+    if (eval_only) { // -x 0: measure the model as it is (e.g. before fine-tuning it)
+        if (precision == PREC_FP8 && have_val) {
+            // no step has set the scales yet: take them as the first training step would, from the live
+            // amaxes of the weights and of the first val batch
+            fp8_cast_weights(&m, stream);
+            dataloader_reset(&val);
+            dataloader_next_batch(&val);
+            cudaCheck(cudaMemcpyAsync(m.acts.inputs, val.inputs, N * sizeof(int), cudaMemcpyHostToDevice, stream));
+            model_forward(&m, 0, 0.0f, stream);
+        }
+        if (have_val && val_batches > 0) {
+            float vl = evaluate(&m, &val, val_batches, host_losses, stream);
+            if (main_rank) printf("val loss %.6f over %d batches of %d x %d tokens%s\n", vl, val_batches * world, o.B, o.T,
+                                  world > 1 ? " (all GPUs)" : "");
+        } else if (main_rank) {
+            printf("-x 0: no val data (-j) to evaluate\n");
+        }
+        if (o.sample_every > 0 && o.gen_tokens > 0) sample_text(&m, &tok, have_tok, bos, o.gen_tokens, &ts.rng, NULL, main_rank, stream);
+    }
 
     for (int step = m.step; step < o.max_steps; step++) {
         hp.lr = lr_at_step(step, o.max_steps, o.lr, o.warmup, o.final_lr_frac);

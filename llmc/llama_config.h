@@ -13,7 +13,8 @@ Parameter tensors, in this order, each contiguous, all layers of one kind togeth
    5 w13      (L, 2*FF, C)            rows [0, FF) = w1 (gate), rows [FF, 2*FF) = w3 (up)
    6 w2       (L, C, FF)
    7 lnfw     (C)                     final RMSNorm weight
-   8 lm_head  (V, C)                  untied output layer
+   8 lm_head  (V, C)                  output layer; empty (0 elements) with tied embeddings, where
+                                      the output layer is wte itself
 
 fp8 state: every block linear l of layer i has index lin = 4*i + {0 qkv, 1 wo, 2 w13, 3 w2}; with
 -fp8_lm_head 1 the lm_head is linear 4*L. Each linear has three tensors, kind {0 X, 1 W, 2 dY}, and
@@ -27,6 +28,7 @@ amax slot and one kernel updates every scale), laid out as:
 #ifndef LLMC_LLAMA_CONFIG_H
 #define LLMC_LLAMA_CONFIG_H
 
+#include <math.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -40,7 +42,13 @@ typedef struct {
     int max_T;         // longest sequence the model is set up for
     float rope_theta;  // 10000 for Llama 2, 500000 for Llama 3
     float norm_eps;    // RMSNorm epsilon
+    int tied_embeddings; // 1: lm_head is wte (SmolLM2, Llama 3.2 1B/3B)
+    int rope_scaling;    // ROPE_DEFAULT, or ROPE_LLAMA3 (Llama 3.1/3.2: the fields below)
+    float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_T; // the context the frequencies were trained for (original_max_position_embeddings)
 } LlamaConfig;
+
+enum { ROPE_DEFAULT, ROPE_LLAMA3 };
 
 enum { NUM_PARAM_TENSORS = 9 };
 enum { P_WTE, P_LN1W, P_WQKV, P_WO, P_LN2W, P_W13, P_W2, P_LNFW, P_LM_HEAD };
@@ -66,7 +74,7 @@ static size_t param_sizes(const LlamaConfig *c, size_t sizes[NUM_PARAM_TENSORS])
     sizes[P_W13] = L * 2 * FF * C;
     sizes[P_W2] = L * C * FF;
     sizes[P_LNFW] = C;
-    sizes[P_LM_HEAD] = V * C;
+    sizes[P_LM_HEAD] = c->tied_embeddings ? 0 : V * C;
     size_t total = 0;
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) total += sizes[i];
     return total;
@@ -106,11 +114,15 @@ static int config_from_preset(const char *name, LlamaConfig *c) {
     LlamaConfig l1b    = {32000, 18, 2048, 16, 16, 5632, 2048, 10000.0f, 1e-5f};
     LlamaConfig l2_7b  = {32000, 32, 4096, 32, 32, 11008, 4096, 10000.0f, 1e-5f};
     LlamaConfig l3_8b  = {128256, 32, 4096, 32, 8, 14336, 8192, 500000.0f, 1e-5f};
+    LlamaConfig l31_8b = {128256, 32, 4096, 32, 8, 14336, 8192, 500000.0f, 1e-5f, 0, ROPE_LLAMA3, 8.0f, 1.0f, 4.0f, 8192};
+    LlamaConfig l32_1b = {128256, 16, 2048, 32, 8, 8192, 8192, 500000.0f, 1e-5f, 1, ROPE_LLAMA3, 32.0f, 1.0f, 4.0f, 8192};
     if (strcmp(name, "tiny") == 0) { *c = tiny; return 1; }
     if (strcmp(name, "125m") == 0) { *c = m125; return 1; }
     if (strcmp(name, "1b") == 0) { *c = l1b; return 1; }
     if (strcmp(name, "llama2-7b") == 0) { *c = l2_7b; return 1; }
     if (strcmp(name, "llama3-8b") == 0) { *c = l3_8b; return 1; }
+    if (strcmp(name, "llama3.1-8b") == 0) { *c = l31_8b; return 1; }
+    if (strcmp(name, "llama3.2-1b") == 0) { *c = l32_1b; return 1; }
     return 0;
 }
 
@@ -122,7 +134,26 @@ static const char *config_check(const LlamaConfig *c) {
     if (c->NH % c->NKV != 0) return "NH must be a multiple of NKV (grouped-query attention)";
     if ((c->C / c->NH) % 2 != 0) return "head size C / NH must be even (RoPE rotates pairs)";
     if (!(c->rope_theta > 0.0f)) return "rope_theta must be positive";
+    if (c->tied_embeddings != 0 && c->tied_embeddings != 1) return "tied_embeddings must be 0 or 1";
+    if (c->rope_scaling != ROPE_DEFAULT && c->rope_scaling != ROPE_LLAMA3) return "rope_scaling must be 0 (default) or 1 (llama3)";
+    if (c->rope_scaling == ROPE_LLAMA3 && !(c->rope_factor > 0.0f && c->rope_low_freq_factor > 0.0f &&
+                                            c->rope_high_freq_factor > c->rope_low_freq_factor && c->rope_original_T > 0))
+        return "llama3 RoPE scaling needs factor > 0, 0 < low_freq_factor < high_freq_factor and original context > 0";
     return NULL;
+}
+
+// The inverse frequency of RoPE pair i (of HS/2) in double precision: theta^(-2i/HS), and with
+// llama3 scaling (Llama 3.1/3.2, transformers' _compute_llama3_parameters) long wavelengths divided
+// by the factor, short ones kept, the band between interpolated smoothly.
+static double rope_inv_freq(const LlamaConfig *c, int i, int HS) {
+    double f = pow((double)c->rope_theta, -2.0 * i / HS);
+    if (c->rope_scaling != ROPE_LLAMA3) return f;
+    double wavelen = 2.0 * 3.14159265358979323846 / f, old_T = c->rope_original_T;
+    double low = c->rope_low_freq_factor, high = c->rope_high_freq_factor, factor = c->rope_factor;
+    if (wavelen < old_T / high) return f;
+    if (wavelen > old_T / low) return f / factor;
+    double s = (old_T / wavelen - low) / (high - low);
+    return (1.0 - s) * f / factor + s * f;
 }
 
 #endif

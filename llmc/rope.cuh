@@ -14,7 +14,8 @@ reaches thousands of radians, where an fp32 angle would be off by ~1e-4) and sto
 #ifndef LLMC_ROPE_CUH
 #define LLMC_ROPE_CUH
 
-#include <math.h>                // pow, cos, sin for the table
+#include <math.h>                // cos, sin for the table
+#include "llama_config.h"         // LlamaConfig, rope_inv_freq
 #include "cuda_common.cuh" // floatX, fp8 types, Fp8Cast, block_reduce, cudaCheck, FATAL
 #include "packed.cuh" // 16-byte bf16 vectors, fp8x8 cast, block amax commit
 
@@ -66,14 +67,16 @@ __global__ void __launch_bounds__(ROPE_THREADS) rope_kernel(
 // Floats in the table rope_freqs writes: max_T * (HS/2) pairs of (cos, sin).
 static size_t rope_freqs_floats(int HS, int max_T) { return (size_t)max_T * HS; }
 
-// Fills freqs_device (rope_freqs_floats(HS, max_T) floats) once; synchronous.
-static void rope_freqs(float *freqs_device, int HS, int max_T, float theta) {
+// Fills freqs_device (rope_freqs_floats(HS, max_T) floats) once, from the model's theta and RoPE
+// scaling (rope_inv_freq); synchronous.
+static void rope_freqs(float *freqs_device, const LlamaConfig *c, int max_T) {
+    int HS = c->C / c->NH;
     if (HS <= 0 || HS % 8 != 0) FATAL("rope_freqs: head size %d must be a positive multiple of 8", HS);
     size_t n = rope_freqs_floats(HS, max_T);
     float *h = (float *)mallocCheck(n * sizeof(float));
     for (int t = 0; t < max_T; t++) {
         for (int i = 0; i < HS / 2; i++) {
-            double angle = (double)t * pow((double)theta, -2.0 * i / HS);
+            double angle = (double)t * rope_inv_freq(c, i, HS);
             h[((size_t)t * (HS / 2) + i) * 2] = (float)cos(angle);
             h[((size_t)t * (HS / 2) + i) * 2 + 1] = (float)sin(angle);
         }

@@ -23,12 +23,22 @@ Outputs are NaN-poisoned first where the kernel writes them all. Exit status 1 o
 
 static const float THETA = 10000.0f;
 
+// what rope_freqs reads of a model config: the head size and theta (no RoPE scaling)
+static LlamaConfig rope_config(int NH, int HS) {
+    LlamaConfig c = {};
+    c.C = NH * HS;
+    c.NH = NH;
+    c.rope_theta = THETA;
+    return c;
+}
+
 static void validate_rope(int B, int T, int NH, int NKV, int HS) {
     printf("validate rope B = %d, T = %d, NH = %d, NKV = %d, HS = %d\n", B, T, NH, NKV, HS);
     const int row = (NH + 2 * NKV) * HS, BT = B * T;
     const size_t n = (size_t)BT * row;
     float *d_freqs = device_alloc<float>(rope_freqs_floats(HS, T));
-    rope_freqs(d_freqs, HS, T, THETA);
+    LlamaConfig rc = rope_config(NH, HS);
+    rope_freqs(d_freqs, &rc, T);
     std::vector<uint16_t> q = random_bf16(n, 0.0f, 1.0f);
     floatX *d_qkv = (floatX *)to_device(q);
     rope_forward(d_qkv, d_freqs, B, T, NH, NKV, HS, 0);
@@ -171,7 +181,8 @@ static void benchmark_rope(int B, int T, int NH, int NKV, int HS) {
     const double BT = (double)B * T, qk = BT * (NH + NKV) * HS, all = BT * row;
     printf("benchmark rope B = %d, T = %d, NH = %d, NKV = %d, HS = %d\n", B, T, NH, NKV, HS);
     float *d_freqs = device_alloc<float>(rope_freqs_floats(HS, T));
-    rope_freqs(d_freqs, HS, T, THETA);
+    LlamaConfig rc = rope_config(NH, HS);
+    rope_freqs(d_freqs, &rc, T);
     floatX *d_qkv = (floatX *)to_device(random_bf16((size_t)BT * row, 0.0f, 1.0f));
     float *d_amax = device_alloc<float>(1), *d_scale = device_alloc<float>(1);
     uint8_t *d_f8 = device_alloc<uint8_t>((size_t)BT * row);

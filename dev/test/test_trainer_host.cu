@@ -174,6 +174,89 @@ static void test_options(void) {
     }
 }
 
+// A version-1 file (FNV-1a checksum, written before CRC-32) still reads.
+static void test_checkpoint_version1(void) {
+    char path[128];
+    path_in_dir(path, sizeof(path), "v1.bin");
+    int h[256];
+    memset(h, 0, sizeof(h));
+    h[0] = STATE_MAGIC; h[1] = 1; h[2] = 7; h[3] = 5;
+    static float a[1000];
+    uint64_t b = 0x1234;
+    for (int i = 0; i < 1000; i++) a[i] = 2.0f + i;
+    Section sec[] = {{a, sizeof(a), 0}, {&b, sizeof(b), 0}};
+    write_sections(path, h, sec, 2);
+    FILE *f = fopen(path, "rb");
+    int back[256];
+    CHECK(f && fread(back, sizeof(int), 256, f) == 256, "cannot read back %s", path);
+    if (f) fclose(f);
+    uint64_t want = checksum_fnv1a(checksum_fnv1a(0, a, sizeof(a)), &b, sizeof(b));
+    CHECK(get64(back, MODEL_HDR_CHECKSUM) == want, "a version-1 file carries no FNV-1a checksum");
+    ReadArgs r = {path, 5};
+    char err[2048];
+    CHECK(run_expect_fatal(read_sample, &r, err, sizeof(err)) == 0, "a version-1 file was refused: %s", err);
+}
+
+// The model file's header: every field of a config survives put/get, version 1 reads as untied and
+// unscaled, and loading a file into a model of another shape names the field.
+static void test_model_header(void) {
+    LlamaConfig c;
+    CHECK(config_from_preset("llama3.2-1b", &c), "no llama3.2-1b preset");
+    int h[256];
+    model_header_put(h, &c, 42);
+    LlamaConfig back;
+    const char *bad = model_header_get(h, &back);
+    CHECK(bad == NULL, "header refused: %s", bad ? bad : "");
+    CHECK(model_config_mismatch(&c, &back) == NULL && back.max_T == c.max_T && h[MODEL_HDR_STEP] == 42, "config changed by put/get");
+    CHECK(back.tied_embeddings == 1 && back.rope_scaling == ROPE_LLAMA3 && back.rope_factor == 32.0f && back.rope_original_T == 8192,
+          "tied embeddings or RoPE scaling lost");
+    h[1] = 1;
+    for (int w = 11; w <= 17; w++) h[w] = 0; // what version 1 wrote there
+    bad = model_header_get(h, &back);
+    CHECK(bad == NULL && back.tied_embeddings == 0 && back.rope_scaling == ROPE_DEFAULT && back.max_T == 0, "version-1 header: %s", bad ? bad : "");
+    h[1] = 3;
+    CHECK(model_header_get(h, &back) != NULL, "version 3 accepted");
+}
+
+typedef struct { const char *init_from, *flag, *value, *tok; } ConfigArgs;
+
+static void config_in_child(void *arg) {
+    const ConfigArgs *a = (const ConfigArgs *)arg;
+    char *argv[] = {(char *)"train_llama_fp8", (char *)"-init_from", (char *)a->init_from, (char *)a->flag, (char *)a->value, NULL};
+    Options o = parse_options(a->flag ? 5 : 3, argv);
+    Tokenizer tok;
+    int have = a->tok && tokenizer_init_optional(&tok, a->tok);
+    if (a->tok) strcpy(o.tokenizer_path, a->tok);
+    run_model_config(&o, have ? &tok : NULL);
+}
+
+// -init_from takes the shape from the file: a shape flag beside it is refused, as is a decode table
+// of another vocabulary; with neither the file's config comes back.
+static void test_init_from_config(void) {
+    char model[128];
+    path_in_dir(model, sizeof(model), "init.bin");
+    LlamaConfig c;
+    config_from_preset("tiny", &c);
+    int h[256];
+    model_header_put(h, &c, 0);
+    FILE *f = fopen(model, "wb");
+    fwrite(h, sizeof(int), 256, f);
+    fclose(f);
+    const char *flags[][2] = {{"-e", "125m"}, {"-L", "2"}, {"-V", "100"}, {"-rope_theta", "500000"}};
+    for (int i = 0; i < 4; i++) {
+        ConfigArgs a = {model, flags[i][0], flags[i][1], NULL};
+        char err[2048], want[64];
+        snprintf(want, sizeof(want), "%s conflicts with -init_from", flags[i][0]);
+        CHECK(run_expect_fatal(config_in_child, &a, err, sizeof(err)) != 0 && strstr(err, want), "%s beside -init_from: %s", flags[i][0], err);
+    }
+    ConfigArgs a = {model, NULL, NULL, "dev/data/tinyshakespeare/llama3_tokenizer.bin"}; // 128256 tokens, tiny has 32000
+    char err[2048];
+    CHECK(run_expect_fatal(config_in_child, &a, err, sizeof(err)) != 0 && strstr(err, "has 128256 tokens but the model's vocabulary is 32000"),
+          "a decode table of another vocabulary: %s", err);
+    ConfigArgs ok = {model, NULL, NULL, "dev/data/tinyshakespeare/llama2_tokenizer.bin"};
+    CHECK(run_expect_fatal(config_in_child, &ok, err, sizeof(err)) == 0, "the file's own config refused: %s", err);
+}
+
 static void test_lr_schedule(void) {
     float lr = 6e-4f;
     CHECK(fabsf(lr_at_step(0, 1500, lr, 100, 0.1f) - lr / 100) < 1e-9f, "first warmup step");
@@ -198,6 +281,9 @@ int main(void) {
     run_test("checkpoint: written to a temporary name, renamed, read back", test_checkpoint_round_trip);
     run_test("checkpoint: mismatched, corrupt, truncated, other version or kind, missing: refused", test_checkpoint_refusals);
     run_test("checkpoint: a write that fails midway leaves the previous file intact", test_checkpoint_crash_keeps_old);
+    run_test("checkpoint: a version-1 file (FNV-1a) still reads", test_checkpoint_version1);
+    run_test("model file header: config round trip, version 1 as untied and unscaled", test_model_header);
+    run_test("-init_from: shape flags and a decode table of another vocabulary refused", test_init_from_config);
     run_test("options: errors name the problem; every documented flag parses", test_options);
     run_test("learning-rate schedule: warmup, cosine, final fraction", test_lr_schedule);
     run_test("MFU: percent for a known GPU, n/a for an unknown one", test_mfu_text);

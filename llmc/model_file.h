@@ -1,0 +1,112 @@
+/*
+The model file: model_SSSSSSSS.bin as the trainer writes it, and what scripts/hf_import.py makes of a
+Hugging Face model (scripts/model_file.py is the Python reader and writer of the same layout).
+int32 header[256], then the fp32 weights in the order of llmc/llama_config.h (with tied embeddings
+there is no lm_head tensor). One table, MODEL_HEADER_FIELDS, lists the words that hold the config:
+the writer, the reader and every mismatch message use it, so a field is added in one place.
+  [0] magic 20261201   [1] version 2   [8] step   [254..255] checksum of the body (CRC-32, below)
+  [2..7] V L C NH NKV FF   [9] rope_theta   [10] norm eps   [11] tied embeddings (0/1)
+  [12] RoPE scaling (0 none, 1 llama3)   [13..15] its factor, low and high frequency factors
+  [16] its original context   [17] max_position_embeddings (0: unknown)
+Floats are stored as their bits. Version 1 (words 11-17 zero) still loads: untied, unscaled.
+Plain C, header-only; also compiles as C++ under nvcc.
+*/
+#ifndef LLMC_MODEL_FILE_H
+#define LLMC_MODEL_FILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include "llama_config.h" // LlamaConfig
+
+#define MODEL_MAGIC 20261201
+#define MODEL_VERSION 2
+#define MODEL_HEADER_INTS 256
+enum { MODEL_HDR_STEP = 8, MODEL_HDR_CHECKSUM = 254 };
+
+typedef struct { int word; size_t offset; int is_float; const char *name; } ModelHeaderField;
+#define MODEL_FIELD(word, field, is_float, name) {word, offsetof(LlamaConfig, field), is_float, name}
+static const ModelHeaderField MODEL_HEADER_FIELDS[] = {
+    MODEL_FIELD(2, V, 0, "vocab size V"),
+    MODEL_FIELD(3, L, 0, "layers L"),
+    MODEL_FIELD(4, C, 0, "width C"),
+    MODEL_FIELD(5, NH, 0, "heads NH"),
+    MODEL_FIELD(6, NKV, 0, "kv heads NKV"),
+    MODEL_FIELD(7, FF, 0, "MLP width FF"),
+    MODEL_FIELD(9, rope_theta, 1, "rope_theta"),
+    MODEL_FIELD(10, norm_eps, 1, "norm eps"),
+    MODEL_FIELD(11, tied_embeddings, 0, "tied embeddings"),
+    MODEL_FIELD(12, rope_scaling, 0, "RoPE scaling (0 none, 1 llama3)"),
+    MODEL_FIELD(13, rope_factor, 1, "RoPE scaling factor"),
+    MODEL_FIELD(14, rope_low_freq_factor, 1, "RoPE low_freq_factor"),
+    MODEL_FIELD(15, rope_high_freq_factor, 1, "RoPE high_freq_factor"),
+    MODEL_FIELD(16, rope_original_T, 0, "RoPE original context"),
+};
+#define MODEL_NUM_FIELDS ((int)(sizeof(MODEL_HEADER_FIELDS) / sizeof(MODEL_HEADER_FIELDS[0])))
+enum { MODEL_HDR_MAX_T = 17 }; // not a shape field: a model file of any context loads
+
+// Checksums of a file body, streamed chunk by chunk (start from 0 for either): version-2 files carry
+// zlib's CRC-32 (Python's zlib.crc32 computes it at C speed, so the import scripts can write it),
+// version-1 files FNV-1a 64.
+static uint64_t checksum_crc32(uint64_t crc, const void *data, size_t n) {
+    static uint32_t table[256];
+    if (table[1] == 0) {
+        for (uint32_t i = 0; i < 256; i++) {
+            uint32_t c = i;
+            for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+            table[i] = c;
+        }
+    }
+    uint32_t c = ~(uint32_t)crc;
+    const unsigned char *p = (const unsigned char *)data;
+    for (size_t i = 0; i < n; i++) c = table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
+    return ~c;
+}
+static uint64_t checksum_fnv1a(uint64_t h, const void *data, size_t n) {
+    if (h == 0) h = 0xcbf29ce484222325ull;
+    const unsigned char *p = (const unsigned char *)data;
+    for (size_t i = 0; i < n; i++) { h ^= p[i]; h *= 0x100000001b3ull; }
+    return h;
+}
+typedef uint64_t (*ChecksumFn)(uint64_t, const void *, size_t);
+static ChecksumFn checksum_of_version(int version) { return version >= 2 ? checksum_crc32 : checksum_fnv1a; }
+
+// The header word of field f of c (floats as bits).
+static int32_t model_field_word(const LlamaConfig *c, const ModelHeaderField *f) {
+    int32_t w;
+    memcpy(&w, (const char *)c + f->offset, sizeof(w)); // int and float fields are both 4 bytes
+    return w;
+}
+
+static void model_header_put(int32_t *h, const LlamaConfig *c, int step) {
+    memset(h, 0, MODEL_HEADER_INTS * sizeof(int32_t));
+    h[0] = MODEL_MAGIC;
+    h[1] = MODEL_VERSION;
+    for (int i = 0; i < MODEL_NUM_FIELDS; i++) h[MODEL_HEADER_FIELDS[i].word] = model_field_word(c, &MODEL_HEADER_FIELDS[i]);
+    h[MODEL_HDR_STEP] = step;
+    h[MODEL_HDR_MAX_T] = c->max_T;
+}
+
+// The config a header holds (max_T 0 if the file does not say); NULL, or what is wrong with it.
+static const char *model_header_get(const int32_t *h, LlamaConfig *c) {
+    if (h[0] != MODEL_MAGIC) return "bad magic: not a train_llama_fp8 model file";
+    if (h[1] != 1 && h[1] != MODEL_VERSION) return "unknown version (this build reads model files of versions 1 and 2)";
+    memset(c, 0, sizeof(*c));
+    for (int i = 0; i < MODEL_NUM_FIELDS; i++)
+        memcpy((char *)c + MODEL_HEADER_FIELDS[i].offset, &h[MODEL_HEADER_FIELDS[i].word], sizeof(int32_t));
+    c->max_T = h[MODEL_HDR_MAX_T];
+    int max_T = c->max_T;
+    if (c->max_T <= 0) c->max_T = 1; // config_check wants it positive; the caller sets the real one
+    const char *bad = config_check(c);
+    c->max_T = max_T;
+    return bad;
+}
+
+// The first field in which a and b differ, or NULL.
+static const ModelHeaderField *model_config_mismatch(const LlamaConfig *a, const LlamaConfig *b) {
+    for (int i = 0; i < MODEL_NUM_FIELDS; i++)
+        if (model_field_word(a, &MODEL_HEADER_FIELDS[i]) != model_field_word(b, &MODEL_HEADER_FIELDS[i])) return &MODEL_HEADER_FIELDS[i];
+    return NULL;
+}
+
+#endif // LLMC_MODEL_FILE_H
