@@ -74,7 +74,7 @@ HOST_TESTS = dev/test/test_zero_layout dev/test/test_trainer_host
 
 .PHONY: all test dev clean
 .DEFAULT_GOAL := train_llama_fp8
-all: train_llama_fp8 test_llama_fp8 dev dev/test/test_cpu $(HOST_TESTS)
+all: train_llama_fp8 test_llama_fp8 dev dev/test/test_cpu $(HOST_TESTS) dev/data/decode_shard
 
 train_llama_fp8: train_llama_fp8.cu $(HEADERS)
 	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDFLAGS) $(NVCC_LDLIBS) -o $@
@@ -84,6 +84,10 @@ test_llama_fp8: test_llama_fp8.cu train_llama_fp8.cu $(HEADERS) $(wildcard dev/t
 
 dev/test/test_%: dev/test/test_%.cu train_llama_fp8.cu $(HEADERS) dev/test/harness.h
 	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDFLAGS) $(NVCC_LDLIBS) -o $@
+
+# decodes token shards back to text through llmc/tokenizer.h (dev/data/README.md)
+dev/data/decode_shard: dev/data/decode_shard.c llmc/tokenizer.h llmc/utils.h
+	$(CC) $(CPU_CFLAGS) $< -o $@
 
 dev/test/test_cpu: $(wildcard dev/test/*.c dev/test/*.h) $(HEADERS)
 	$(CC) $(CPU_CFLAGS) $(wildcard dev/test/*.c) -lm -o $@
@@ -97,5 +101,5 @@ dev:
 	$(MAKE) -C dev/cuda NVCC="$(NVCC)" GPU_ARCH=$(GPU_ARCH) CUDNN_FLAGS="$(CUDNN_FLAGS)" NCCL_FLAGS="$(NCCL_FLAGS)" MPI_FLAGS="$(MPI_FLAGS)"
 
 clean:
-	rm -f train_llama_fp8 test_llama_fp8 dev/test/test_cpu $(HOST_TESTS)
+	rm -f train_llama_fp8 test_llama_fp8 dev/test/test_cpu $(HOST_TESTS) dev/data/decode_shard
 	$(MAKE) -C dev/cuda clean
