@@ -1,9 +1,11 @@
 /*
-The CPU reference Llama of dev/test/README.md: forward, hand-written backward, AdamW with global
-gradient-norm clipping, gradient accumulation, and the fp8 emulation of the GPU trainer's fp8
-linears (per-tensor delayed scaling with llmc/fp8.h). It is the yardstick for the GPU trainer
-(test_llama_fp8.cu) and is itself checked against finite differences and the PyTorch fixtures
-(dev/test/test_ref.h). Written to be read, not to be fast: plain loops over row-major arrays, the
+The CPU reference Llama of dev/test/README.md: forward, hand-written backward (with tied embeddings
+the lm_head is wte, and the gradients of both uses sum into wte's), RoPE with llama3 scaling, AdamW
+with global gradient-norm clipping, gradient accumulation, and the fp8 emulation of the GPU
+trainer's fp8 linears (per-tensor delayed scaling with llmc/fp8.h). It is the yardstick for the
+GPU trainer (test_llama_fp8.cu) and is itself checked against finite differences and the PyTorch
+fixtures (dev/test/test_ref.h), and against transformers through dev/test/tools/ref_logits.c
+(dev/test/test_hf.py). Written to be read, not to be fast: plain loops over row-major arrays, the
 arithmetic in double and every stored value rounded to ref_real, so the fp32 reference rounds where
 an fp32 implementation stores a tensor (and where fp8 emulation casts), not inside each sum.
 
@@ -118,6 +120,8 @@ static void ref_init(RefModel *model, const LlamaConfig *cfg, int B, int T, int 
     if (bad != NULL) FATAL("reference model: bad config: %s", bad);
     if (B <= 0 || T <= 0 || T > cfg->max_T) FATAL("reference model: need B > 0 and 0 < T <= max_T (%d), got B %d T %d", cfg->max_T, B, T);
     if (fp8 && fp8_history < 1) FATAL("reference model: fp8 amax history length must be >= 1, got %d", fp8_history);
+    // as in the trainer: an fp8 lm_head would need its own fp8 weight copy, and a tied one has no storage
+    if (fp8 && fp8_lm_head && cfg->tied_embeddings) FATAL("reference model: fp8_lm_head cannot be used with tied embeddings");
     memset(model, 0, sizeof(*model));
     model->cfg = *cfg;
     model->B = B;
@@ -132,6 +136,10 @@ static void ref_init(RefModel *model, const LlamaConfig *cfg, int B, int T, int 
         model->param_ptr[i] = model->params + off;
         model->grad_ptr[i] = model->grads + off;
         off += model->param_sizes[i];
+    }
+    if (cfg->tied_embeddings) { // lm_head is wte: the logits read it, and their gradient adds into wte's
+        model->param_ptr[P_LM_HEAD] = model->param_ptr[P_WTE];
+        model->grad_ptr[P_LM_HEAD] = model->grad_ptr[P_WTE];
     }
     model->fp8 = fp8;
     model->fp8_current = fp8_current;
@@ -359,14 +367,15 @@ static void ref_rmsnorm_backward(ref_real *dinp, ref_real *dw, const ref_real *d
 }
 
 // RoPE on the q and k heads of qkv (B, T, (NH + 2*NKV)*HS): each adjacent pair (2i, 2i+1) of a head
-// at position t rotates by t * theta^(-2i/HS). dir = -1 applies the inverse rotation (the backward).
-static void ref_rope(ref_real *qkv, int B, int T, int NH, int NKV, int HS, float theta, int dir) {
-    int width = (NH + 2 * NKV) * HS;
+// at position t rotates by t * rope_inv_freq(c, i, HS) (theta^(-2i/HS), with llama3 scaling if the
+// config has it). dir = -1 applies the inverse rotation (the backward).
+static void ref_rope(ref_real *qkv, const LlamaConfig *c, int B, int T, int dir) {
+    int NH = c->NH, NKV = c->NKV, HS = config_head_size(c), width = config_qkv_width(c);
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
             ref_real *row = qkv + ((size_t)b * T + t) * width;
             for (int i = 0; i < HS / 2; i++) {
-                double angle = t * pow((double)theta, -2.0 * i / HS);
+                double angle = t * rope_inv_freq(c, i, HS);
                 double cs = cos(angle), sn = dir * sin(angle);
                 for (int head = 0; head < NH + NKV; head++) { // the q heads, then the k heads
                     ref_real *p = row + head * HS + 2 * i;
@@ -505,7 +514,7 @@ static ref_real ref_forward(RefModel *model, const int *inputs, const int *targe
         int lin = LINS_PER_LAYER * l;
         ref_rmsnorm_forward(ln1, a->ln1_rstd + (size_t)l * N, x, P[P_LN1W] + (size_t)l * C, N, C, c->norm_eps);
         ref_linear_forward(model, lin + LIN_QKV, qkv, ln1, a->xq_qkv + l * NC, P_WQKV, wqkv, N, C, QKV);
-        ref_rope(qkv, B, T, NH, NKV, HS, c->rope_theta, 1);
+        ref_rope(qkv, c, B, T, 1);
         ref_attention_forward(atty, a->att + (size_t)l * B * NH * T * T, qkv, B, T, NH, NKV, HS);
         ref_linear_forward(model, lin + LIN_WO, h, atty, a->xq_wo + l * NC, P_WO, wo, N, C, C);
         for (size_t i = 0; i < NC; i++) h[i] += x[i];
@@ -566,7 +575,7 @@ static void ref_backward(RefModel *model, ref_real dloss) {
         // now dres is the gradient at h
         ref_linear_backward(model, lin + LIN_WO, a->datty, a->dres, atty, a->xq_wo + l * NC, P_WO, wo, N, C, C);
         ref_attention_backward(a->dqkv, a->datty, qkv, a->att + (size_t)l * B * NH * T * T, B, T, NH, NKV, HS);
-        ref_rope(a->dqkv, B, T, NH, NKV, HS, c->rope_theta, -1); // a rotation's transpose is its inverse
+        ref_rope(a->dqkv, c, B, T, -1); // a rotation's transpose is its inverse
         ref_linear_backward(model, lin + LIN_QKV, a->dln, a->dqkv, ln1, a->xq_qkv + l * NC, P_WQKV, wqkv, N, C, QKV);
         ref_rmsnorm_backward(a->dres, G[P_LN1W] + (size_t)l * C, a->dln, x, P[P_LN1W] + (size_t)l * C,
                          a->ln1_rstd + (size_t)l * N, N, C);

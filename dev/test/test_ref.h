@@ -1,8 +1,9 @@
 /*
 Tests of the C reference model (dev/test/llama_ref.h), the yardstick of the GPU trainer:
 - its backward against finite differences of its forward, for every parameter tensor, with and
-  without grouped-query attention (the differences are taken on a double-precision copy of the
-  model, dev/test/gradcheck.c), and its fp32 gradient against that double one;
+  without grouped-query attention, with tied embeddings and with llama3 RoPE scaling (the
+  differences are taken on a double-precision copy of the model, dev/test/gradcheck.c), and its
+  fp32 gradient against that double one; a tied model against the untied one sharing its weights;
 - against the PyTorch fixtures (dev/reference/llama_ref.py): fp32, and fp8 emulation including the
   final fp8 scaling state;
 - the fp8 bookkeeping the recipe depends on: amax slots take the max over all micro-steps, every
@@ -41,6 +42,11 @@ static double max_rel_diff_d(const double *got, const double *want, size_t n) {
         if (fabs(want[i]) > maxref) maxref = fabs(want[i]);
     }
     return maxdiff / maxref;
+}
+
+static void random_tokens(int *tokens, int n, int V, uint64_t seed) {
+    uint64_t rng = seed;
+    for (int i = 0; i < n; i++) tokens[i] = (int)(random_u32(&rng) % V);
 }
 
 // Weights with O(1) activations everywhere (unlike the 0.02 training init, under which attention is
@@ -93,6 +99,7 @@ static void gradcheck_config(const LlamaConfig *cfg, int B, int T, int grad_accu
     double worst_fd = 0.0, worst_fp32 = 0.0;
     size_t off = 0;
     for (int p = 0; p < NUM_PARAM_TENSORS; p++) {
+        if (sizes[p] == 0) continue; // a tied lm_head: wte's gradient holds both uses
         double maxfd = 0.0;
         for (size_t i = 0; i < sizes[p]; i++) if (fabs(fd[off + i]) > maxfd) maxfd = fabs(fd[off + i]);
         double err_fd = max_rel_diff_d(grads + off, fd + off, sizes[p]);
@@ -124,6 +131,55 @@ static void test_ref_gradcheck_mha(void) {
     // NKV == NH; a small theta, so every RoPE pair turns by a large angle
     LlamaConfig cfg = {19, 2, 12, 3, 3, 20, 5, 50.0f, 1e-5f};
     gradcheck_config(&cfg, 2, 5, 1, 12);
+}
+
+static void test_ref_gradcheck_tied(void) {
+    // lm_head = wte: wte's gradient is the embedding's plus the output layer's
+    LlamaConfig cfg = {23, 2, 16, 4, 2, 24, 6, 10000.0f, 1e-5f, 1};
+    gradcheck_config(&cfg, 2, 6, 1, 13);
+}
+
+static void test_ref_gradcheck_llama3(void) {
+    // HS 8, theta 50: wavelengths 2 pi / f = 6.3, 16.7, 44.4, 118 against original context 64 with
+    // low 1, high 4: the first pair keeps its frequency (< 16), the last is divided by the factor
+    // (> 64) and the two between are interpolated, so every branch of rope_inv_freq is used
+    LlamaConfig cfg = {19, 2, 16, 2, 1, 20, 6, 50.0f, 1e-5f, 0, ROPE_LLAMA3, 8.0f, 1.0f, 4.0f, 64};
+    gradcheck_config(&cfg, 2, 6, 1, 14);
+}
+
+// A tied model is the untied one whose lm_head is a copy of wte: same logits (the same floats are
+// multiplied), and its wte gradient is the untied model's wte plus lm_head gradients.
+static void test_ref_tied_is_untied_with_shared_weights(void) {
+    LlamaConfig untied = {23, 2, 16, 4, 2, 24, 6, 10000.0f, 1e-5f}, tied = untied;
+    tied.tied_embeddings = 1;
+    enum { B = 2, T = 6 };
+    int inputs[B * T], targets[B * T];
+    random_tokens(inputs, B * T, untied.V, 5);
+    random_tokens(targets, B * T, untied.V, 6);
+    RefModel mu, mt;
+    ref_init(&mu, &untied, B, T, 0, 0, 0, 0, 0);
+    ref_init(&mt, &tied, B, T, 0, 0, 0, 0, 0);
+    ref_init_weights(&mu, 7);
+    CHECK(mt.num_params + mu.param_sizes[P_LM_HEAD] == mu.num_params && mt.param_sizes[P_LM_HEAD] == 0,
+          "tied model: %zu parameters, untied %zu", mt.num_params, mu.num_params);
+    memcpy(mu.param_ptr[P_LM_HEAD], mu.param_ptr[P_WTE], mu.param_sizes[P_WTE] * sizeof(ref_real));
+    memcpy(mt.params, mu.params, mt.num_params * sizeof(ref_real)); // every tensor but lm_head, same order
+    ref_compute_grads(&mu, inputs, targets, 1);
+    ref_compute_grads(&mt, inputs, targets, 1);
+    size_t nl = (size_t)B * T * untied.V, nw = mu.param_sizes[P_WTE];
+    CHECK(memcmp(mu.logits, mt.logits, nl * sizeof(ref_real)) == 0, "tied and untied logits differ");
+    double *sum = (double *)mallocCheck(nw * sizeof(double)), *got = (double *)mallocCheck(nw * sizeof(double));
+    for (size_t i = 0; i < nw; i++) {
+        sum[i] = (double)mu.grad_ptr[P_WTE][i] + mu.grad_ptr[P_LM_HEAD][i];
+        got[i] = mt.grad_ptr[P_WTE][i];
+    }
+    double err = max_rel_diff_d(got, sum, nw);
+    CHECK(err < GRADCHECK_FP32_TOL, "tied wte gradient vs untied wte + lm_head gradients: %.3g (tol %.0e)", err, GRADCHECK_FP32_TOL);
+    printf("    wte gradient vs the untied sum: %.2g\n", err);
+    free(sum);
+    free(got);
+    ref_free(&mu);
+    ref_free(&mt);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -244,11 +300,6 @@ static void test_ref_fixture_fp8(void) {
 static const LlamaConfig FP8_TEST_CFG = {29, 2, 16, 4, 2, 32, 8, 10000.0f, 1e-5f};
 enum { FP8_TEST_B = 2, FP8_TEST_T = 8, FP8_TEST_BT = FP8_TEST_B * FP8_TEST_T };
 
-static void random_tokens(int *tokens, int n, int V, uint64_t seed) {
-    uint64_t rng = seed;
-    for (int i = 0; i < n; i++) tokens[i] = (int)(random_u32(&rng) % V);
-}
-
 // With the `current` recipe every cast scales by its own amax, so a micro-step's values do not depend
 // on the micro-steps before it: after two micro-steps every slot (lm_head's included) must hold the
 // max of the slots of each micro-step run alone, with the same 1/grad_accum loss scaling.
@@ -337,6 +388,9 @@ static void test_ref_bad_token_is_fatal(void) {
 static void run_ref_tests(void) {
     run_test("ref: gradient check of every tensor, GQA (NKV < NH), grad_accum 2", test_ref_gradcheck_gqa);
     run_test("ref: gradient check of every tensor, NKV == NH", test_ref_gradcheck_mha);
+    run_test("ref: gradient check of every tensor, tied embeddings", test_ref_gradcheck_tied);
+    run_test("ref: gradient check of every tensor, llama3 RoPE scaling", test_ref_gradcheck_llama3);
+    run_test("ref: tied embeddings = untied with lm_head a copy of wte (logits, summed gradient)", test_ref_tied_is_untied_with_shared_weights);
     run_test("ref: fp32 matches the PyTorch fixture llama_fp32.bin", test_ref_fixture_fp32);
     run_test("ref: fp8 emulation matches the PyTorch fixture llama_fp8.bin (fp8 state included)", test_ref_fixture_fp8);
     run_test("ref: fp8 amax slots hold the max over all micro-steps", test_ref_fp8_amax_max_over_micro_steps);
