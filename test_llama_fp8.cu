@@ -100,8 +100,19 @@ static void check_grads(const Model *m, const float *gpu, const float *ref, doub
 // ----------------------------------------------------------------------------------------------
 // bf16 against the C reference and the PyTorch fixture
 
-static void test_bf16_first_step_vs_cpu(void) {
+// The small model with both Llama 3.2 features: tied embeddings (the lm_head is wte) and llama3 RoPE
+// scaling with an original context of 32, so that most of the 32 frequency pairs of the 128
+// positions are scaled (wavelengths above 32 / low_freq_factor are divided by the factor) and some
+// interpolated.
+static LlamaConfig small_llama32_config(void) {
     LlamaConfig c = small_config();
+    c.tied_embeddings = 1;
+    c.rope_scaling = ROPE_LLAMA3;
+    c.rope_factor = 8.0f; c.rope_low_freq_factor = 1.0f; c.rope_high_freq_factor = 4.0f; c.rope_original_T = 32;
+    return c;
+}
+
+static void bf16_first_step_vs_cpu(LlamaConfig c) {
     int B = 2, T = 128, N = B * T;
     RefModel ref;
     ref_init(&ref, &c, B, T, 0, 0, 0, 16, 0);
@@ -128,6 +139,8 @@ static void test_bf16_first_step_vs_cpu(void) {
     free(in); free(tg);
     ref_free(&ref);
 }
+static void test_bf16_first_step_vs_cpu(void) { bf16_first_step_vs_cpu(small_config()); }
+static void test_bf16_first_step_llama32_vs_cpu(void) { bf16_first_step_vs_cpu(small_llama32_config()); }
 
 // moments_bf16: AdamW's m and v in bf16 on the GPU (the reference keeps them in double); their
 // stochastic rounding (2^-9 relative, unbiased) is small next to the bf16 weights' own rounding.
@@ -198,8 +211,7 @@ static double rms_rel(const float *a, const float *ref, size_t n) {
 // roundings shift values too) plus the bf16 arithmetic budget of the bf16 tests.
 static double fp8_tolerance(double floor, double bf16_budget) { return 2.0 * floor + bf16_budget; }
 
-static void test_fp8_first_step_vs_cpu(void) {
-    LlamaConfig c = small_config();
+static void fp8_first_step_vs_cpu(LlamaConfig c) {
     int B = 2, T = 128, N = B * T;
     RefModel ref, refb, ref32;
     ref_init(&ref, &c, B, T, 1, 0, 0, 16, 0);
@@ -244,6 +256,8 @@ static void test_fp8_first_step_vs_cpu(void) {
     free(in); free(tg);
     ref_free(&ref); ref_free(&refb); ref_free(&ref32);
 }
+static void test_fp8_first_step_vs_cpu(void) { fp8_first_step_vs_cpu(small_config()); }
+static void test_fp8_first_step_llama32_vs_cpu(void) { fp8_first_step_vs_cpu(small_llama32_config()); }
 
 // Worst relative difference of two fp8 states' history and scale entries; counts entries that are
 // zero on one side only.
@@ -680,6 +694,8 @@ int main(void) {
     run_test("bf16 10 steps vs C reference", test_bf16_ten_steps_vs_cpu);
     run_test("bf16 10 steps with bf16 AdamW moments vs C reference", test_bf16_moments_ten_steps_vs_cpu);
     run_test("fp8 first step vs C reference emulation", test_fp8_first_step_vs_cpu);
+    run_test("bf16 first step, tied embeddings + llama3 RoPE scaling, vs C reference", test_bf16_first_step_llama32_vs_cpu);
+    run_test("fp8 first step, tied embeddings + llama3 RoPE scaling, vs C reference emulation", test_fp8_first_step_llama32_vs_cpu);
     run_test("fp8 state after 6 steps with grad accumulation vs C reference", test_fp8_state_vs_cpu);
     run_test("fp8 current recipe: 6 steps with grad accumulation vs C reference", test_fp8_current_recipe_vs_cpu);
     run_test("fp8 with -fp8_lm_head 1: 6 steps with grad accumulation vs C reference", test_fp8_lm_head_vs_cpu);
