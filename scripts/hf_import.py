@@ -1,0 +1,429 @@
+"""Converts a Llama model from Hugging Face or llama.cpp into our model file (fp32 weights, the config
+in its header; llmc/model_file.h), and its tokenizer into a decode table beside it, so that
+`train_llama_fp8 -init_from OUT.bin -tok OUT_tokenizer.bin` fine-tunes it.
+
+    python3 scripts/hf_import.py ~/models/SmolLM2-135M-Instruct smollm2.bin
+    python3 scripts/hf_import.py SmolLM2-135M-Instruct.Q4_1.gguf smollm2.bin
+
+SRC is a Hugging Face model folder (config.json and model.safetensors, or shards with
+model.safetensors.index.json; float32, float16 or bfloat16) or a GGUF file of the llama architecture
+(any type the gguf package dequantizes, e.g. Q4_1, Q8_0). The tokenizer (tokenizer.json or
+tokenizer.model in the folder; tokenizer.ggml.* in a GGUF) becomes OUT_tokenizer.bin: OUT with its
+.bin replaced by _tokenizer.bin, its document-start id the model's BOS, padded with empty pieces to
+the model's vocabulary if the tokenizer has fewer tokens.
+
+Tensors stream one at a time (a 16 GB checkpoint never sits in memory twice). What the trainer
+cannot represent is refused with the field named: biases, a head_dim other than C/NH, RoPE other
+than default and llama3, sliding windows, mixtures of experts, and any missing, extra or misshapen
+tensor. Errors print `error: <file>: <problem>`, exit 1 and leave no output.
+"""
+import argparse
+import contextlib
+import json
+import os
+import sys
+
+import numpy as np
+from tqdm import tqdm
+
+import model_file
+from model_file import FormatError, ROPE_LLAMA3
+import formats  # dev/data/formats.py, on the path through model_file
+
+# One row per source tensor, in our file's order; a tensor of ours with several rows stacks their rows
+# (wqkv: q, k, v; w13: gate, up), {i} is the layer. part names the rows a source tensor has in ours
+# (part_rows); q and k are the ones whose rows the Hugging Face layout permutes (rope_permute).
+# GGUF stores q and k in our adjacent-pairs RoPE layout already.
+TENSOR_MAP = [  # (ours, Hugging Face, GGUF, part)
+    ("wte", "model.embed_tokens.weight", "token_embd.weight", None),
+    ("ln1w", "model.layers.{i}.input_layernorm.weight", "blk.{i}.attn_norm.weight", None),
+    ("wqkv", "model.layers.{i}.self_attn.q_proj.weight", "blk.{i}.attn_q.weight", "q"),
+    ("wqkv", "model.layers.{i}.self_attn.k_proj.weight", "blk.{i}.attn_k.weight", "k"),
+    ("wqkv", "model.layers.{i}.self_attn.v_proj.weight", "blk.{i}.attn_v.weight", "v"),
+    ("wo", "model.layers.{i}.self_attn.o_proj.weight", "blk.{i}.attn_output.weight", None),
+    ("ln2w", "model.layers.{i}.post_attention_layernorm.weight", "blk.{i}.ffn_norm.weight", None),
+    ("w13", "model.layers.{i}.mlp.gate_proj.weight", "blk.{i}.ffn_gate.weight", "gate"),
+    ("w13", "model.layers.{i}.mlp.up_proj.weight", "blk.{i}.ffn_up.weight", "up"),
+    ("w2", "model.layers.{i}.mlp.down_proj.weight", "blk.{i}.ffn_down.weight", None),
+    ("lnfw", "model.norm.weight", "output_norm.weight", None),
+    ("lm_head", "lm_head.weight", "output.weight", None),
+]
+HF, GGUF = 1, 2  # columns of TENSOR_MAP
+LAYERED = {"ln1w", "wqkv", "wo", "ln2w", "w13", "w2"}  # (L, ...) in our file, one source tensor per layer
+
+
+def part_rows(c, part):
+    hs = c["C"] // c["NH"]
+    return {"q": c["NH"] * hs, "k": c["NKV"] * hs, "v": c["NKV"] * hs, "gate": c["FF"], "up": c["FF"]}[part]
+
+
+def source_tensors(c, column):
+    """[(our name, source name, source shape, part)] in our file's order for config c."""
+    shapes = dict(model_file.param_shapes(c))
+    rows = []
+    for ours, shape in shapes.items():
+        per_layer = shape[1:] if ours in LAYERED else shape
+        for i in range(c["L"]) if ours in LAYERED else [None]:
+            for row in TENSOR_MAP:
+                if row[0] == ours:
+                    part = row[3]
+                    src_shape = (part_rows(c, part), per_layer[1]) if part else per_layer
+                    rows.append((ours, row[column].format(i=i), tuple(src_shape), part))
+    return rows
+
+
+def rope_permute(w, heads, inverse=False):
+    """Rows of q_proj / k_proj between Hugging Face's RoPE layout (dimension j of a head pairs with
+    j + HS/2, rotate_half) and ours (pairs 2i, 2i+1): HF row a*HS/2 + b is our row 2b + a. inverse
+    goes from ours to HF (export)."""
+    n, cols = w.shape
+    half = n // heads // 2
+    order = (heads, half, 2, cols) if inverse else (heads, 2, half, cols)
+    return w.reshape(order).transpose(0, 2, 1, 3).reshape(n, cols)
+
+
+def table_path(out):
+    """Where the decode table of model file `out` goes: OUT.bin -> OUT_tokenizer.bin."""
+    return (out[:-4] if out.endswith(".bin") else out) + "_tokenizer.bin"
+
+
+# --- Hugging Face folders ---
+
+def read_json(path):
+    try:
+        with open(path, "rb") as f:
+            return json.load(f)
+    except OSError as e:
+        raise FormatError(path, f"cannot read: {e.strerror or e}") from None
+    except ValueError as e:
+        raise FormatError(path, f"not valid JSON ({e})") from None
+
+
+def _get(path, hf, key, kind=int, default=None):
+    value = hf.get(key, default)
+    if value is None:
+        raise FormatError(path, f"{key} is missing")
+    try:
+        if kind is int and (isinstance(value, bool) or int(value) != value):
+            raise ValueError
+        return kind(value)
+    except (TypeError, ValueError):
+        raise FormatError(path, f"{key} = {value!r} is not a{'n integer' if kind is int else ' number'}") from None
+
+
+MOE_KEYS = ["num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size"]
+
+
+def config_from_hf(path, hf):
+    """Our config from a parsed config.json, or FormatError naming the field it cannot represent."""
+    if hf.get("model_type") != "llama":
+        raise FormatError(path, f"model_type is {hf.get('model_type')!r}: only 'llama' (LlamaForCausalLM) is supported")
+    if hf.get("architectures") not in (None, ["LlamaForCausalLM"]):
+        raise FormatError(path, f"architectures is {hf['architectures']}: only LlamaForCausalLM is supported")
+    for key in ("attention_bias", "mlp_bias"):
+        if hf.get(key):
+            raise FormatError(path, f"{key} is true: this trainer's linears have no biases")
+    if hf.get("hidden_act", "silu") != "silu":
+        raise FormatError(path, f"hidden_act is {hf['hidden_act']!r}: the MLP here is SwiGLU (silu)")
+    for key in MOE_KEYS:
+        if hf.get(key):
+            raise FormatError(path, f"{key} = {hf[key]}: mixtures of experts are not supported")
+    if hf.get("sliding_window") is not None or hf.get("use_sliding_window"):
+        raise FormatError(path, f"sliding_window = {hf.get('sliding_window')}: attention here is full causal")
+    if any(t != "full_attention" for t in hf.get("layer_types") or []):
+        raise FormatError(path, f"layer_types {sorted(set(hf['layer_types']))}: attention here is full causal in every layer")
+    C, NH = _get(path, hf, "hidden_size"), _get(path, hf, "num_attention_heads")
+    c = model_file.new_config(
+        V=_get(path, hf, "vocab_size"), L=_get(path, hf, "num_hidden_layers"), C=C, NH=NH,
+        NKV=_get(path, hf, "num_key_value_heads", default=NH), FF=_get(path, hf, "intermediate_size"),
+        norm_eps=_get(path, hf, "rms_norm_eps", float, 1e-6),  # LlamaConfig's defaults where a key may be left out
+        tied_embeddings=int(bool(hf.get("tie_word_embeddings", False))),
+        max_T=_get(path, hf, "max_position_embeddings", default=0))
+    # transformers 4.x: rope_theta at the top, rope_scaling a dict or null; 5.x: both inside rope_parameters
+    rope_key = next((k for k in ("rope_parameters", "rope_scaling") if isinstance(hf.get(k), dict)), None)
+    rope = hf[rope_key] if rope_key else {}
+    type_key = "type" if "type" in rope and "rope_type" not in rope else "rope_type"  # 4.x wrote either
+    rope_type = rope.get(type_key, "default")
+    c["rope_theta"] = _get(path, hf if hf.get("rope_theta") is not None else rope, "rope_theta", float, 10000.0)
+    if rope_type == "llama3":
+        c.update(rope_scaling=ROPE_LLAMA3, rope_factor=_get(path, rope, "factor", float),
+                 rope_low_freq_factor=_get(path, rope, "low_freq_factor", float),
+                 rope_high_freq_factor=_get(path, rope, "high_freq_factor", float),
+                 rope_original_T=_get(path, rope, "original_max_position_embeddings"))
+    elif rope_type != "default":
+        raise FormatError(path, f"{rope_key}.{type_key} is {rope_type!r}: only 'default' and 'llama3' RoPE are supported")
+    bad = model_file.config_problem(c)
+    if bad:
+        raise FormatError(path, bad)
+    if hf.get("head_dim") is not None and hf["head_dim"] != C // NH:
+        raise FormatError(path, f"head_dim is {hf['head_dim']}, not hidden_size / num_attention_heads = {C} / {NH}:"
+                                " this trainer's head size is C / NH")
+    return c
+
+
+SAFETENSORS_DTYPES = ("F32", "F16", "BF16")
+
+
+class HFFolder:
+    """A Hugging Face model folder: its config and its tensors across one or many safetensors files."""
+
+    def __init__(self, folder, stack):
+        from safetensors import safe_open
+        import ml_dtypes  # noqa: F401  (safetensors hands out bfloat16 tensors as ml_dtypes arrays)
+        self.folder = folder
+        self.config_path = os.path.join(folder, "config.json")
+        self.hf = read_json(self.config_path)
+        self.config = config_from_hf(self.config_path, self.hf)
+        index_path, single = os.path.join(folder, "model.safetensors.index.json"), os.path.join(folder, "model.safetensors")
+        if os.path.isfile(index_path):
+            weight_map = read_json(index_path).get("weight_map")
+            if not isinstance(weight_map, dict):
+                raise FormatError(index_path, "no weight_map")
+            self.source = index_path
+        elif os.path.isfile(single):
+            weight_map, self.source = None, single
+        else:
+            raise FormatError(folder, "no model.safetensors or model.safetensors.index.json in this folder"
+                                      " (a pytorch_model.bin checkpoint must be saved as safetensors first)")
+        files = sorted(set(weight_map.values())) if weight_map else ["model.safetensors"]
+        self.handles, self.file_of, self.shapes, self.dtypes = {}, {}, {}, {}
+        for name in files:
+            path = os.path.join(folder, name)
+            if not os.path.isfile(path):
+                holds = next(t for t, f in weight_map.items() if f == name)
+                raise FormatError(index_path, f"names shard {name} (holding {holds}), which is not in {folder}")
+            try:
+                handle = stack.enter_context(safe_open(path, framework="numpy"))
+                for t in handle.keys():
+                    s = handle.get_slice(t)
+                    self.file_of[t], self.shapes[t], self.dtypes[t] = path, tuple(s.get_shape()), s.get_dtype()
+            except Exception as e:  # the library's SafetensorError: truncated, bad header
+                raise FormatError(path, f"not a readable safetensors file ({e})") from None
+            self.handles[path] = handle
+        if weight_map:
+            for t, name in weight_map.items():
+                if self.file_of.get(t) != os.path.join(folder, name):
+                    raise FormatError(index_path, f"says {t} is in {name}, which does not hold it")
+            # a shard's tensors that the index leaves out are not part of the model for transformers either
+            self.shapes = {t: self.shapes[t] for t in weight_map}
+        # old checkpoints saved RoPE's inverse frequencies, which are computed from the config instead
+        self.shapes = {t: s for t, s in self.shapes.items() if not t.endswith("rotary_emb.inv_freq")}
+        self.column = HF
+
+    def describe(self):
+        counts = {}
+        for t in self.shapes:
+            counts[self.dtypes[t]] = counts.get(self.dtypes[t], 0) + 1
+        return ", ".join(f"{n} {d}" for d, n in sorted(counts.items())) + " tensors"
+
+    def load(self, name, part):
+        path, dtype = self.file_of[name], self.dtypes[name]
+        if dtype not in SAFETENSORS_DTYPES:
+            raise FormatError(path, f"{name} is {dtype}: only F32, F16 and BF16 tensors are read")
+        try:
+            w = self.handles[path].get_tensor(name).astype(np.float32)
+        except Exception as e:
+            raise FormatError(path, f"cannot read tensor {name} ({e})") from None
+        if part in ("q", "k"):
+            w = rope_permute(w, self.config["NH"] if part == "q" else self.config["NKV"])
+        return w
+
+    def decode_table(self):
+        """(pieces, BOS id) of the folder's tokenizer, or None if it has none."""
+        if not any(os.path.isfile(os.path.join(self.folder, f)) for f in ("tokenizer.json", "tokenizer.model")):
+            return None
+        path = formats.tokenizer_file(self.folder)
+        bos, eos = formats.special_ids(path)
+        start = next((i for i in (self.hf.get("bos_token_id"), bos, eos) if isinstance(i, int)), 0)
+        return path, formats.decode_table_from_tokenizer(path), start
+
+
+# --- GGUF files ---
+
+# tokenizers' decoder specs that decode a GGUF's tokens as formats decodes a tokenizer.json's: gpt2 is
+# byte-level BPE (SmolLM2, Llama 3), llama is SentencePiece-style (Llama 2: '▁' a space, <0xNN> a byte)
+GGUF_DECODERS = {
+    "gpt2": {"type": "ByteLevel"},
+    "llama": {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+                                               {"type": "ByteFallback"}]},
+}
+GGUF_UNKNOWN, GGUF_CONTROL = 2, 3  # tokenizer.ggml.token_type values
+
+
+class GGUFFile:
+    def __init__(self, path, stack):
+        import gguf
+        self.path, self.source = path, path
+        try:
+            self.reader = gguf.GGUFReader(path)
+        except (ValueError, OSError, IndexError) as e:  # bad magic or version, or a file cut short
+            raise FormatError(path, f"not a readable GGUF file ({e})") from None
+        arch = self.field("general.architecture")
+        if arch != "llama":
+            raise FormatError(path, f"general.architecture is {arch!r}: only llama is supported")
+        self.tensors = {t.name: t for t in self.reader.tensors}
+        if "rope_freqs.weight" in self.tensors:
+            raise FormatError(path, "rope_freqs.weight: RoPE scaling stored as per-frequency factors (llama.cpp's form"
+                                    " of Llama 3.1 scaling) is not read; import the Hugging Face folder instead")
+        for key in ("llama.expert_count", "llama.expert_used_count"):
+            if self.field(key):
+                raise FormatError(path, f"{key} = {self.field(key)}: mixtures of experts are not supported")
+        if self.field("llama.rope.scaling.type") not in (None, "none"):
+            raise FormatError(path, f"llama.rope.scaling.type is {self.field('llama.rope.scaling.type')!r}: only unscaled"
+                                    " RoPE is read from a GGUF")
+        C, NH = self.int_field("llama.embedding_length"), self.int_field("llama.attention.head_count")
+        embd = self.tensors.get("token_embd.weight")
+        self.config = model_file.new_config(
+            V=self.int_field("llama.vocab_size", int(embd.shape[1]) if embd is not None else None),
+            L=self.int_field("llama.block_count"), C=C, NH=NH,
+            NKV=self.int_field("llama.attention.head_count_kv", NH), FF=self.int_field("llama.feed_forward_length"),
+            rope_theta=float(self.field("llama.rope.freq_base", 10000.0)),
+            norm_eps=float(self.field("llama.attention.layer_norm_rms_epsilon", 1e-5)),
+            tied_embeddings=int("output.weight" not in self.tensors),
+            max_T=self.int_field("llama.context_length", 0))
+        for key in ("llama.rope.dimension_count", "llama.attention.key_length", "llama.attention.value_length"):
+            if self.field(key) not in (None, C // NH):
+                raise FormatError(path, f"{key} is {self.field(key)}, not the head size embedding_length / head_count ="
+                                        f" {C // NH}")
+        bad = model_file.config_problem(self.config)
+        if bad:
+            raise FormatError(path, bad)
+        # ggml lists dimensions fastest first: [cols, rows] is numpy's (rows, cols)
+        self.shapes = {name: tuple(int(d) for d in reversed(t.shape)) for name, t in self.tensors.items()}
+        self.column = GGUF
+
+    def field(self, key, default=None):
+        f = self.reader.get_field(key)
+        return default if f is None else f.contents()
+
+    def int_field(self, key, default=None):
+        value = self.field(key, default)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise FormatError(self.path, f"{key} is {'missing' if value is None else repr(value)}: a number is needed"
+                                         f"{' (per-layer values are not supported)' if isinstance(value, list) else ''}")
+        return value
+
+    def describe(self):
+        counts = {}
+        for t in self.tensors.values():
+            counts[t.tensor_type.name] = counts.get(t.tensor_type.name, 0) + 1
+        return ", ".join(f"{n} {d}" for d, n in sorted(counts.items())) + " tensors"
+
+    def load(self, name, part):
+        import gguf
+        t = self.tensors[name]
+        try:
+            w = gguf.quants.dequantize(t.data, t.tensor_type)
+        except NotImplementedError:
+            raise FormatError(self.path, f"{name} is {t.tensor_type.name}, which the gguf package cannot dequantize") from None
+        return np.asarray(w, dtype=np.float32).reshape(self.shapes[name])
+
+    def decode_table(self):
+        tokens = self.field("tokenizer.ggml.tokens")
+        if tokens is None:
+            return None
+        kind = self.field("tokenizer.ggml.model")
+        if kind not in GGUF_DECODERS:
+            raise FormatError(self.path, f"tokenizer.ggml.model is {kind!r}: this tool decodes 'gpt2' (byte-level BPE)"
+                                         " and 'llama' (SentencePiece) tokenizers")
+        # formats' own rule for a tokenizer.json with this decoder, so both sources give one table
+        piece_bytes = formats._json_piece_decoder(self.path, {"decoder": GGUF_DECODERS[kind]})
+        types = self.field("tokenizer.ggml.token_type") or [0] * len(tokens)
+        # as sentencepiece decodes them, control and unknown tokens (<s>, </s>, <unk>) are empty; byte-level
+        # BPE's specials stay their text, as formats' tokenizer.json rule has it
+        blank = (GGUF_UNKNOWN, GGUF_CONTROL) if kind == "llama" else ()
+        pieces = [b"" if ty in blank else piece_bytes(tok) for tok, ty in zip(tokens, types)]
+        start = next((i for i in (self.field("tokenizer.ggml.bos_token_id"), self.field("tokenizer.ggml.eos_token_id"))
+                      if isinstance(i, int)), 0)
+        return "tokenizer.ggml.tokens", pieces, start
+
+
+# --- the import ---
+
+def open_source(src, stack):
+    if os.path.isdir(src):
+        return HFFolder(src, stack)
+    if src.endswith(".gguf") and os.path.isfile(src):
+        return GGUFFile(src, stack)
+    raise FormatError(src, "not a Hugging Face model folder (config.json + safetensors) nor a .gguf file")
+
+
+def check_tensors(src, rows):
+    """Every tensor the config needs is there with its shape, and there are no others."""
+    want = {name: shape for _, name, shape, _ in rows}
+    problems = [f"missing tensor {n} (expected shape {list(s)})" for n, s in want.items() if n not in src.shapes]
+    problems += [f"tensor {n} has shape {list(src.shapes[n])}, expected {list(s)}" for n, s in want.items()
+                 if n in src.shapes and src.shapes[n] != s]
+    tied = src.config["tied_embeddings"]
+    for n in (n for n in src.shapes if n not in want):
+        hint = " (the config ties the embeddings: there is no output layer)" if tied and n in ("lm_head.weight", "output.weight") else ""
+        problems.append(f"unexpected tensor {n} (shape {list(src.shapes[n])}){hint}")
+    if problems:
+        more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+        raise FormatError(src.source, "; ".join(problems[:5]) + more)
+
+
+def padded_table(src, table, V):
+    where, pieces, start = table
+    if len(pieces) > V:
+        raise FormatError(where, f"the tokenizer has {len(pieces)} tokens, more than the model's vocabulary of {V}")
+    if not 0 <= start < V:
+        raise FormatError(where, f"BOS id {start} is outside the model's vocabulary of {V}")
+    return pieces + [b""] * (V - len(pieces)), start
+
+
+def import_model(src_path, out, force=False):
+    table_out = table_path(out)
+    with contextlib.ExitStack() as stack:
+        src = open_source(src_path, stack)
+        c = src.config
+        print(f"{src_path}: {model_file.config_summary(c)}")
+        print(f"  {src.describe()}")
+        rows = source_tensors(c, src.column)
+        check_tensors(src, rows)
+        table = src.decode_table()
+        if table is not None:
+            pieces, start = padded_table(src, table, c["V"])
+        for path in (out, table_out) if table is not None else (out,):
+            if os.path.exists(path) and not force:
+                raise FormatError(path, "exists; pass --force to replace it")
+        n_params = sum(int(np.prod(s)) for _, _, s, _ in rows)
+        with tqdm(total=n_params, unit="param", unit_scale=True, desc="import", disable=None) as bar:
+            def pieces_in_order():
+                for ours, name, _, part in rows:
+                    w = src.load(name, part)
+                    bar.update(w.size)
+                    yield ours, w
+            model_file.write_model_file(out, c, pieces_in_order())
+    print(f"wrote {out} ({os.path.getsize(out) / 1e6:.1f} MB, {n_params} parameters)")
+    if table is not None:
+        try:
+            formats.write_decode_table(table_out, pieces, start)
+        except BaseException:
+            os.remove(out)  # both or neither
+            raise
+        padded = len(pieces) - len(table[1])
+        print(f"wrote {table_out}: decode table of {table[0]} ({len(pieces)} tokens"
+              f"{f', {padded} empty ones padding it to V' if padded else ''}; document start {start})")
+    else:
+        print("no tokenizer in the source: no decode table written")
+
+
+def main():
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  python3 scripts/hf_import.py ~/models/SmolLM2-135M-Instruct smollm2.bin\n"
+               "  writes smollm2.bin and smollm2_tokenizer.bin (the decode table: OUT.bin -> OUT_tokenizer.bin)")
+    parser.add_argument("src", metavar="SRC", help="Hugging Face model folder, or a .gguf file")
+    parser.add_argument("out", metavar="OUT.bin", help="our model file to write")
+    parser.add_argument("--force", action="store_true", help="replace OUT.bin and its decode table if they exist")
+    args = parser.parse_args()
+    try:
+        import_model(args.src, args.out, args.force)
+    except FormatError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""Reader and writer of our model file (llmc/model_file.h is the C side): int32 header[256], then the
+fp32 weights in the order of llmc/llama_config.h, each tensor contiguous with all layers of one kind
+together; with tied embeddings there is no lm_head tensor.
+
+The config is a dict keyed by LlamaConfig's field names (V L C NH NKV FF max_T rope_theta norm_eps
+tied_embeddings rope_scaling rope_factor rope_low_freq_factor rope_high_freq_factor rope_original_T);
+tensors are numpy float32 arrays keyed by our names (wte, ln1w, wqkv, ...) with the shapes of
+param_shapes(). Problems raise formats.FormatError(path, problem), which the scripts print as
+`error: <path>: <problem>` and exit 1.
+"""
+import os
+import sys
+import zlib
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dev", "data"))
+from formats import FormatError  # noqa: E402  (one error type for every format the tools touch)
+
+MAGIC, VERSION, HEADER_INTS = 20261201, 2, 256
+HDR_STEP, HDR_MAX_T, HDR_CHECKSUM = 8, 17, 254
+HEADER_BYTES = HEADER_INTS * 4
+CHUNK = 64 << 20
+ROPE_DEFAULT, ROPE_LLAMA3 = 0, 1
+
+# llmc/model_file.h's MODEL_HEADER_FIELDS: (word, LlamaConfig field, stored as float bits, name)
+HEADER_FIELDS = [
+    (2, "V", False, "vocab size V"),
+    (3, "L", False, "layers L"),
+    (4, "C", False, "width C"),
+    (5, "NH", False, "heads NH"),
+    (6, "NKV", False, "kv heads NKV"),
+    (7, "FF", False, "MLP width FF"),
+    (9, "rope_theta", True, "rope_theta"),
+    (10, "norm_eps", True, "norm eps"),
+    (11, "tied_embeddings", False, "tied embeddings"),
+    (12, "rope_scaling", False, "RoPE scaling (0 none, 1 llama3)"),
+    (13, "rope_factor", True, "RoPE scaling factor"),
+    (14, "rope_low_freq_factor", True, "RoPE low_freq_factor"),
+    (15, "rope_high_freq_factor", True, "RoPE high_freq_factor"),
+    (16, "rope_original_T", False, "RoPE original context"),
+]
+CONFIG_KEYS = [key for _, key, _, _ in HEADER_FIELDS] + ["max_T"]
+PARAM_NAMES = ["wte", "ln1w", "wqkv", "wo", "ln2w", "w13", "w2", "lnfw", "lm_head"]
+
+
+def param_shapes(c):
+    """[(name, shape)] of the tensors a file of config c holds, in file order (llama_config.h's
+    param_sizes; a tied lm_head has no elements and is left out)."""
+    V, L, C, FF = c["V"], c["L"], c["C"], c["FF"]
+    qkv = (c["NH"] + 2 * c["NKV"]) * (C // c["NH"])
+    shapes = [("wte", (V, C)), ("ln1w", (L, C)), ("wqkv", (L, qkv, C)), ("wo", (L, C, C)), ("ln2w", (L, C)),
+              ("w13", (L, 2 * FF, C)), ("w2", (L, C, FF)), ("lnfw", (C,)), ("lm_head", (V, C))]
+    return shapes[:-1] if c["tied_embeddings"] else shapes
+
+
+def config_problem(c):
+    """None if config c is one the trainer accepts, else what is wrong (llama_config.h's config_check)."""
+    if min(c["V"], c["L"], c["C"], c["NH"], c["NKV"], c["FF"]) <= 0 or c["max_T"] < 0:
+        return "every dimension (V, L, C, NH, NKV, FF) must be positive"
+    if c["C"] % c["NH"]:
+        return f"C {c['C']} is not a multiple of NH {c['NH']}"
+    if c["NH"] % c["NKV"]:
+        return f"NH {c['NH']} is not a multiple of NKV {c['NKV']}"
+    if (c["C"] // c["NH"]) % 2:
+        return f"head size C / NH = {c['C'] // c['NH']} is odd (RoPE rotates pairs)"
+    if not c["rope_theta"] > 0:
+        return f"rope_theta {c['rope_theta']} must be positive"
+    if c["tied_embeddings"] not in (0, 1):
+        return f"tied embeddings {c['tied_embeddings']} must be 0 or 1"
+    if c["rope_scaling"] not in (ROPE_DEFAULT, ROPE_LLAMA3):
+        return f"RoPE scaling {c['rope_scaling']} must be 0 (default) or 1 (llama3)"
+    if c["rope_scaling"] == ROPE_LLAMA3 and not (c["rope_factor"] > 0 and 0 < c["rope_low_freq_factor"] < c["rope_high_freq_factor"]
+                                                 and c["rope_original_T"] > 0):
+        return "llama3 RoPE scaling needs factor > 0, 0 < low_freq_factor < high_freq_factor and original context > 0"
+    return None
+
+
+def new_config(**fields):
+    """A config with every key: the given fields, the rest untied, unscaled, max_T unknown (0)."""
+    c = {"tied_embeddings": 0, "rope_scaling": ROPE_DEFAULT, "rope_factor": 0.0, "rope_low_freq_factor": 0.0,
+         "rope_high_freq_factor": 0.0, "rope_original_T": 0, "max_T": 0}
+    c.update(fields)
+    return c
+
+
+def _float32(x):
+    """The shortest decimal of x as a float32, as the header stores it (1e-5, not 9.99999974e-06)."""
+    return float(str(np.float32(x)))
+
+
+def _header(c, step, checksum):
+    h = np.zeros(HEADER_INTS, dtype="<i4")
+    h[0], h[1], h[HDR_STEP], h[HDR_MAX_T] = MAGIC, VERSION, step, c["max_T"]
+    for word, key, is_float, _ in HEADER_FIELDS:
+        h[word] = np.float32(c[key]).view(np.int32) if is_float else c[key]
+    h[HDR_CHECKSUM:] = np.array([checksum], dtype="<u8").view("<i4")  # low word, then high
+    return h.tobytes()
+
+
+def fnv1a64(h, data):
+    """FNV-1a 64 of version-1 files, continued from h (0 starts). Pure Python: slow, but only old
+    files need it."""
+    h = h or 0xcbf29ce484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def read_model_file(path):
+    """(config, step, tensors) of model file `path`. The magic, version, config, size and checksum are
+    checked first, streaming; the tensors are then read-only views of the file (np.memmap), so a large
+    model is read from disk as it is used rather than loaded whole."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            h = np.frombuffer(f.read(HEADER_BYTES), dtype="<i4")
+            if len(h) < HEADER_INTS:
+                raise FormatError(path, f"truncated: {size} bytes, shorter than the {HEADER_BYTES}-byte header")
+            if h[0] != MAGIC:
+                raise FormatError(path, f"bad magic {h[0]}, expected {MAGIC}: not a train_llama_fp8 model file")
+            if h[1] not in (1, VERSION):
+                raise FormatError(path, f"version {h[1]}: this tool reads model files of versions 1 and 2")
+            c = {key: _float32(h[word:word + 1].view("<f4")[0]) if is_float else int(h[word])
+                 for word, key, is_float, _ in HEADER_FIELDS}
+            c["max_T"] = int(h[HDR_MAX_T])
+            bad = config_problem(c)
+            if bad:
+                raise FormatError(path, f"bad config in the header: {bad}")
+            shapes = param_shapes(c)
+            want = HEADER_BYTES + 4 * sum(int(np.prod(s)) for _, s in shapes)
+            if size != want:
+                raise FormatError(path, f"{size} bytes, but its header's config needs {want}: truncated or not this config")
+            crc, fnv = 0, 0
+            while chunk := f.read(CHUNK):
+                if h[1] == VERSION:
+                    crc = zlib.crc32(chunk, crc)
+                else:
+                    fnv = fnv1a64(fnv, chunk)
+            stored = int(h[HDR_CHECKSUM:].view("<u8")[0])
+            got = crc if h[1] == VERSION else fnv
+            if got != stored:
+                raise FormatError(path, f"checksum mismatch (stored {stored:#x}, body {got:#x}): the file is corrupt")
+    except OSError as e:
+        raise FormatError(path, f"cannot read: {e.strerror or e}") from None
+    tensors, offset = {}, HEADER_BYTES
+    for name, shape in shapes:
+        tensors[name] = np.memmap(path, dtype="<f4", mode="r", offset=offset, shape=shape)
+        offset += 4 * int(np.prod(shape))
+    return c, int(h[HDR_STEP]), tensors
+
+
+def write_model_file(path, c, tensors, step=0):
+    """Writes model file `path` (version 2) from `tensors`, an iterable of (name, array) in file order.
+    A tensor may come in pieces: consecutive pairs with the same name fill it in row-major order, so
+    an importer can hand over one source tensor at a time and never hold a whole model. The CRC-32 is
+    computed as the body streams out and the header is written last; the file appears under its name
+    only when complete."""
+    bad = config_problem(c)
+    if bad:
+        raise FormatError(path, f"cannot write this config: {bad}")
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(bytes(HEADER_BYTES))
+            crc, expected = 0, iter(param_shapes(c))
+            name, shape = next(expected)
+            left = int(np.prod(shape))
+            for piece_name, piece in tensors:
+                while left == 0:  # the previous tensor is complete: the piece must start the next one
+                    name, shape = next(expected, (None, None))
+                    if name is None:
+                        raise FormatError(path, f"tensor {piece_name} after the last tensor")
+                    left = int(np.prod(shape))
+                if piece_name != name:
+                    raise FormatError(path, f"got tensor {piece_name} where {name} {shape} comes")
+                data = np.ascontiguousarray(piece, dtype="<f4")
+                if data.size > left:
+                    raise FormatError(path, f"{name}: {data.size} values given where {left} are left of {shape}")
+                left -= data.size
+                crc = zlib.crc32(data, crc)
+                f.write(data)
+            missing = [n for n, _ in expected] if left == 0 else [f"{name} (incomplete)"] + [n for n, _ in expected]
+            if missing:
+                raise FormatError(path, f"tensors missing: {', '.join(missing)}")
+            f.seek(0)
+            f.write(_header(c, step, crc))
+        os.replace(tmp, path)
+    except BaseException as e:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        if isinstance(e, OSError):
+            raise FormatError(path, f"cannot write: {e.strerror or e}") from None
+        raise
+
+
+def config_summary(c):
+    """One line a user can check against the model card."""
+    s = (f"V {c['V']} L {c['L']} C {c['C']} NH {c['NH']} NKV {c['NKV']} FF {c['FF']} head size {c['C'] // c['NH']}"
+         f" rope_theta {c['rope_theta']:g} eps {c['norm_eps']:g} tied {c['tied_embeddings']}")
+    if c["rope_scaling"] == ROPE_LLAMA3:
+        s += (f" llama3 RoPE scaling (factor {c['rope_factor']:g}, low {c['rope_low_freq_factor']:g},"
+              f" high {c['rope_high_freq_factor']:g}, original context {c['rope_original_T']})")
+    return s + f" max_position_embeddings {c['max_T'] or 'unknown'}"
