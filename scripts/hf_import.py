@@ -18,6 +18,7 @@ than default and llama3, sliding windows, mixtures of experts, and any missing, 
 tensor. Errors print `error: <file>: <problem>`, exit 1 and leave no output.
 """
 import argparse
+import collections
 import contextlib
 import json
 import os
@@ -57,18 +58,24 @@ def part_rows(c, part):
     return {"q": c["NH"] * hs, "k": c["NKV"] * hs, "v": c["NKV"] * hs, "gate": c["FF"], "up": c["FF"]}[part]
 
 
+# One source tensor: where it goes in ours (tensor, layer or None, first row), its name and shape in
+# the source, its part (TENSOR_MAP), and its rank in TENSOR_MAP (the Hugging Face order within a layer)
+Source = collections.namedtuple("Source", "ours layer row0 name shape part rank")
+
+
 def source_tensors(c, column):
-    """[(our name, source name, source shape, part)] in our file's order for config c."""
-    shapes = dict(model_file.param_shapes(c))
+    """[Source] in our file's order for config c; column picks the names (HF or GGUF)."""
     rows = []
-    for ours, shape in shapes.items():
+    for ours, shape in model_file.param_shapes(c):
         per_layer = shape[1:] if ours in LAYERED else shape
         for i in range(c["L"]) if ours in LAYERED else [None]:
-            for row in TENSOR_MAP:
+            row0 = 0
+            for rank, row in enumerate(TENSOR_MAP):
                 if row[0] == ours:
                     part = row[3]
                     src_shape = (part_rows(c, part), per_layer[1]) if part else per_layer
-                    rows.append((ours, row[column].format(i=i), tuple(src_shape), part))
+                    rows.append(Source(ours, i, row0, row[column].format(i=i), tuple(src_shape), part, rank))
+                    row0 += src_shape[0]
     return rows
 
 
@@ -100,7 +107,9 @@ def read_json(path):
 
 
 def _get(path, hf, key, kind=int, default=None):
-    value = hf.get(key, default)
+    value = hf.get(key)
+    if value is None:  # absent or null: transformers' default
+        value = default
     if value is None:
         raise FormatError(path, f"{key} is missing")
     try:
@@ -350,7 +359,7 @@ def open_source(src, stack):
 
 def check_tensors(src, rows):
     """Every tensor the config needs is there with its shape, and there are no others."""
-    want = {name: shape for _, name, shape, _ in rows}
+    want = {r.name: r.shape for r in rows}
     problems = [f"missing tensor {n} (expected shape {list(s)})" for n, s in want.items() if n not in src.shapes]
     problems += [f"tensor {n} has shape {list(src.shapes[n])}, expected {list(s)}" for n, s in want.items()
                  if n in src.shapes and src.shapes[n] != s]
@@ -387,13 +396,13 @@ def import_model(src_path, out, force=False):
         for path in (out, table_out) if table is not None else (out,):
             if os.path.exists(path) and not force:
                 raise FormatError(path, "exists; pass --force to replace it")
-        n_params = sum(int(np.prod(s)) for _, _, s, _ in rows)
+        n_params = sum(int(np.prod(r.shape)) for r in rows)
         with tqdm(total=n_params, unit="param", unit_scale=True, desc="import", disable=None) as bar:
             def pieces_in_order():
-                for ours, name, _, part in rows:
-                    w = src.load(name, part)
+                for r in rows:
+                    w = src.load(r.name, r.part)
                     bar.update(w.size)
-                    yield ours, w
+                    yield r.ours, w
             model_file.write_model_file(out, c, pieces_in_order())
     print(f"wrote {out} ({os.path.getsize(out) / 1e6:.1f} MB, {n_params} parameters)")
     if table is not None:

@@ -1,0 +1,502 @@
+"""CPU checks of scripts/hf_import.py, scripts/hf_export.py and scripts/model_file.py against the
+Hugging Face fixtures of dev/test/fixtures/hf (dev/reference/make_hf_fixtures.py: tiny random
+LlamaForCausalLM models with transformers' own logits for fixed tokens):
+
+- logits: each fixture imported, the C reference (dev/test/llama_ref.h, through
+  dev/test/tools/ref_logits.c) run on its tokens, compared with transformers' logits; and the
+  comparison's power: dropping the llama3 scaling or the q/k row permutation must break it;
+- round trips: import -> export (fp32, bf16, sharded, with the tokenizer) -> import gives the same
+  model file (bf16: the same after rounding), a transformers 4.x-style config.json the same model;
+- the decode table of the tied fixture's tokenizer (padded to V, BOS as document start);
+- GGUF: the gqa and tied fixtures written as GGUF (q and k permuted as llama.cpp's converter does)
+  import to the same model file and decode table as the Hugging Face folder; Q8_0 within its rounding;
+  a SentencePiece-style GGUF vocabulary decodes as sentencepiece does;
+- every refusal, on a doctored copy: exit 1, `error: <file>: ...` naming the field or tensor, no
+  traceback, no output left.
+
+Needs gcc and numpy safetensors ml_dtypes gguf tokenizers tqdm (not torch or transformers).
+Last line: "N passed, M failed".
+
+    python3 dev/test/test_hf.py
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import traceback
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPTS = os.path.join(ROOT, "scripts")
+FIXTURES = os.path.join(ROOT, "dev", "test", "fixtures", "hf")
+sys.path.insert(0, SCRIPTS)
+
+passed = failed = 0
+
+
+def check(ok, what):
+    global passed, failed
+    print(("ok   " if ok else "FAIL ") + what)
+    if ok:
+        passed += 1
+    else:
+        failed += 1
+    return ok
+
+
+try:
+    import numpy as np
+    import ml_dtypes
+    import gguf
+    from safetensors import safe_open
+    from safetensors.numpy import save_file
+    import tokenizers  # noqa: F401 (the decode table of a tokenizer.json)
+    import tqdm  # noqa: F401 (the scripts' progress bars)
+except ImportError as e:
+    check(False, f"Python packages: {e}; install with: pip install numpy safetensors ml_dtypes gguf tokenizers tqdm")
+    print(f"{passed} passed, {failed} failed")
+    sys.exit(1)
+
+import model_file  # noqa: E402
+import formats  # noqa: E402  (dev/data, on the path through model_file)
+from hf_import import rope_permute, table_path  # noqa: E402
+
+TMP = tempfile.mkdtemp(prefix="test_hf_")
+NAMES = ["mha", "gqa", "tied", "llama3", "sharded", "bf16", "fp16"]
+# Both sides compute in fp32 from the same weights (a bf16/fp16 fixture's logits are transformers'
+# of the weights as stored, widened to fp32): they differ by accumulation order and by the C
+# reference's double sums, a few float roundings per layer, ~1e-6 of the largest logit (measured
+# 0.6e-6 to 1.5e-6); 1e-5 is the bar of the existing fp32 fixture checks (dev/test/test_ref.h). A
+# layout or RoPE error moves logits by O(1), 1e-1 and more.
+LOGITS_TOL = 1e-5
+
+
+def tmp(*parts):
+    return os.path.join(TMP, *parts)
+
+
+def run(script, *args):
+    p = subprocess.run([sys.executable, os.path.join(SCRIPTS, script)] + [str(a) for a in args], capture_output=True)
+    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+
+
+def hf_import(src, out, *extra):
+    rc, stdout, stderr = run("hf_import.py", src, out, *extra)
+    if rc != 0:
+        print(f"    hf_import {src} {out}: exit {rc}\n{stdout}{stderr}")
+    return rc == 0
+
+
+def hf_export(model, out, *extra):
+    rc, stdout, stderr = run("hf_export.py", model, out, *extra)
+    if rc != 0:
+        print(f"    hf_export {model} {out}: exit {rc}\n{stdout}{stderr}")
+    return rc == 0
+
+
+def read_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def ref_logits(model, tokens):
+    tokens_path, logits_path = tmp("tokens.i32"), tmp("logits.f32")
+    tokens.astype("<i4").tofile(tokens_path)
+    subprocess.run([REF_LOGITS, model, tokens_path, logits_path, str(tokens.shape[0])], check=True, capture_output=True)
+    c, _, _ = model_file.read_model_file(model)
+    return np.fromfile(logits_path, dtype="<f4").reshape(tokens.shape + (c["V"],))
+
+
+def rel_diff(got, want):
+    return float(np.abs(got - want).max() / np.abs(want).max())
+
+
+def fixture(name):
+    folder = os.path.join(FIXTURES, name)
+    return folder, np.load(os.path.join(folder, "tokens.npy")), np.load(os.path.join(folder, "logits.npy"))
+
+
+def copy_fixture(name, dest):
+    shutil.copytree(os.path.join(FIXTURES, name), tmp(dest))
+    return tmp(dest)
+
+
+def edit_config(folder, **changes):
+    path = os.path.join(folder, "config.json")
+    with open(path) as f:
+        config = json.load(f)
+    config.update(changes)
+    with open(path, "w") as f:
+        json.dump(config, f)
+
+
+def read_safetensors(path):
+    with safe_open(path, framework="numpy") as f:
+        return {k: f.get_tensor(k) for k in f.keys()}
+
+
+def rewrite_safetensors(folder, change):
+    path = os.path.join(folder, "model.safetensors")
+    tensors = read_safetensors(path)
+    change(tensors)
+    save_file(tensors, path, metadata={"format": "pt"})
+
+
+# --- logits against transformers ---
+
+def test_logits():
+    for name in NAMES:
+        folder, tokens, want = fixture(name)
+        out = tmp(f"{name}.bin")
+        if not check(hf_import(folder, out), f"import {name}"):
+            continue
+        err = rel_diff(ref_logits(out, tokens), want)
+        check(err < LOGITS_TOL, f"{name}: C reference logits vs transformers: max|diff|/max|ref| = {err:.2g} (tol {LOGITS_TOL:g})")
+
+
+def test_sensitivity():
+    """A comparison that passes either way proves nothing: each feature must matter to it."""
+    _, tokens, want = fixture("llama3")
+    c, step, tensors = model_file.read_model_file(tmp("llama3.bin"))
+    model_file.write_model_file(tmp("llama3_unscaled.bin"), dict(c, rope_scaling=0), tensors.items())
+    err = rel_diff(ref_logits(tmp("llama3_unscaled.bin"), tokens), want)
+    check(err > 100 * LOGITS_TOL, f"llama3 fixture without its RoPE scaling: logits differ by {err:.2g} (> 100x tol)")
+
+    _, tokens, want = fixture("gqa")
+    c, step, tensors = model_file.read_model_file(tmp("gqa.bin"))
+    hs, qk = c["C"] // c["NH"], (c["NH"] + c["NKV"]) * (c["C"] // c["NH"])
+    wqkv = np.array(tensors["wqkv"])
+    for layer in wqkv:  # q and k left in the Hugging Face layout
+        layer[:c["NH"] * hs] = rope_permute(layer[:c["NH"] * hs], c["NH"], inverse=True)
+        layer[c["NH"] * hs:qk] = rope_permute(layer[c["NH"] * hs:qk], c["NKV"], inverse=True)
+    model_file.write_model_file(tmp("gqa_unpermuted.bin"), c, dict(tensors, wqkv=wqkv).items())
+    err = rel_diff(ref_logits(tmp("gqa_unpermuted.bin"), tokens), want)
+    check(err > 100 * LOGITS_TOL, f"gqa fixture without the q/k row permutation: logits differ by {err:.2g} (> 100x tol)")
+
+
+# --- the tokenizer ---
+
+def test_decode_table():
+    folder = os.path.join(FIXTURES, "tied")
+    c, _, tensors = model_file.read_model_file(tmp("tied.bin"))
+    check(c["tied_embeddings"] == 1 and "lm_head" not in tensors, "tied fixture: tied_embeddings 1, no lm_head tensor")
+    pieces, start = formats.read_decode_table(table_path(tmp("tied.bin")))
+    tok = formats.decode_table_from_tokenizer(os.path.join(folder, "tokenizer.json"))
+    check(len(pieces) == c["V"] > len(tok) and pieces[:len(tok)] == tok and not any(pieces[len(tok):]),
+          f"decode table: the tokenizer's {len(tok)} pieces padded with empty ones to V = {c['V']}")
+    with open(os.path.join(folder, "config.json")) as f:
+        bos = json.load(f)["bos_token_id"]
+    check(start == bos == 1, f"decode table's document start {start} is the config's bos_token_id {bos}")
+
+
+# --- round trips ---
+
+def model_bytes_equal(a, b):
+    return read_bytes(a) == read_bytes(b)
+
+
+def test_round_trips():
+    for name in ["mha", "gqa", "tied", "llama3", "fp16"]:
+        out = tmp(f"export_{name}")
+        ok = hf_export(tmp(f"{name}.bin"), out, "--dtype", "fp32") and hf_import(out, tmp(f"reimport_{name}.bin"))
+        check(ok and model_bytes_equal(tmp(f"{name}.bin"), tmp(f"reimport_{name}.bin")),
+              f"{name}: import -> export fp32 -> import gives the same model file (config and every tensor)")
+
+    with open(tmp("export_tied", "config.json")) as f:
+        config = json.load(f)
+    names = read_safetensors(tmp("export_tied", "model.safetensors")).keys()
+    check(config["tie_word_embeddings"] is True and "lm_head.weight" not in names and len(names) == 20,
+          "tied export: tie_word_embeddings true, no lm_head.weight")
+    with open(tmp("export_llama3", "config.json")) as f:
+        scaling = json.load(f)["rope_scaling"]
+    check(scaling == {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                      "original_max_position_embeddings": 32}, f"llama3 export: rope_scaling {scaling}")
+
+    # bf16: the re-import is the original rounded to bf16 (nearest even), its config the same
+    ok = hf_export(tmp("gqa.bin"), tmp("export_gqa_bf16")) and hf_import(tmp("export_gqa_bf16"), tmp("reimport_gqa_bf16.bin"))
+    if check(ok, "gqa: export bf16 (the default) and import it"):
+        c0, _, t0 = model_file.read_model_file(tmp("gqa.bin"))
+        c1, _, t1 = model_file.read_model_file(tmp("reimport_gqa_bf16.bin"))
+        same = all(np.array_equal(np.asarray(t0[n]).astype(ml_dtypes.bfloat16).astype(np.float32), t1[n]) for n in t0)
+        dtypes = {v.dtype for v in read_safetensors(tmp("export_gqa_bf16", "model.safetensors")).values()}
+        check(c0 == c1 and same and dtypes == {np.dtype(ml_dtypes.bfloat16)},
+              "gqa: import -> export bf16 -> import = the original rounded to bf16, the same config")
+
+    # sharded: the index and several shards, the same model back
+    out = tmp("export_gqa_sharded")
+    ok = hf_export(tmp("gqa.bin"), out, "--dtype", "fp32", "--max_shard_size", "50KB") and hf_import(out, tmp("reimport_gqa_sharded.bin"))
+    shards = sorted(f for f in os.listdir(out) if f.endswith(".safetensors")) if ok else []
+    with open(os.path.join(out, "model.safetensors.index.json")) if ok else open(os.devnull) as f:
+        index = json.load(f) if ok else {}
+    sizes_ok = ok and all(os.path.getsize(os.path.join(out, s)) < 50e3 + 20e3 for s in shards)  # one tensor may overflow
+    check(ok and len(shards) > 2 and set(index.get("weight_map", {}).values()) == set(shards) and sizes_ok
+          and model_bytes_equal(tmp("gqa.bin"), tmp("reimport_gqa_sharded.bin")),
+          f"gqa: export with --max_shard_size 50KB: {len(shards)} shards + index, the same model back")
+
+    # the tokenizer goes along: its files in the folder, BOS/EOS in the configs, the same decode table back
+    out = tmp("export_tied_tok")
+    ok = hf_export(tmp("tied.bin"), out, "--tokenizer", os.path.join(FIXTURES, "tied")) and hf_import(out, tmp("reimport_tied_tok.bin"))
+    if check(ok, "tied: export with --tokenizer (the fixture folder) and import it"):
+        with open(os.path.join(out, "config.json")) as f:
+            config = json.load(f)
+        with open(os.path.join(out, "generation_config.json")) as f:
+            gen = json.load(f)
+        files = set(os.listdir(out))
+        check({"tokenizer.json", "tokenizer_config.json"} <= files and config["bos_token_id"] == gen["bos_token_id"] == 1
+              and config["eos_token_id"] == gen["eos_token_id"] == 2,
+              f"tied export: tokenizer files copied, BOS 1 / EOS 2 in config and generation_config ({sorted(files)})")
+        check(read_bytes(table_path(tmp("tied.bin"))) == read_bytes(table_path(tmp("reimport_tied_tok.bin"))),
+              "tied: the decode table of the export's tokenizer is the original's")
+
+    # transformers 4.x wrote rope_theta at the top and rope_scaling beside it; 5.x puts both in rope_parameters
+    folder = copy_fixture("llama3", "llama3_v4_config")
+    with open(os.path.join(folder, "config.json")) as f:
+        config = json.load(f)
+    rope = config.pop("rope_parameters")
+    config["rope_theta"] = rope.pop("rope_theta")
+    config["rope_scaling"] = rope
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config, f)
+    ok = hf_import(folder, tmp("llama3_v4.bin"))
+    check(ok and model_bytes_equal(tmp("llama3.bin"), tmp("llama3_v4.bin")),
+          "llama3: a transformers 4.x config.json (top-level rope_theta, rope_scaling) gives the same model")
+
+
+# --- GGUF ---
+
+def llama_cpp_permute(w, heads):
+    """llama.cpp's convert_hf_to_gguf.py LlamaModel.permute, as written there (HF q/k rows -> GGUF)."""
+    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+GGUF_NAMES = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+              "lm_head.weight": "output.weight", "input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q",
+              "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+              "post_attention_layernorm": "ffn_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+              "mlp.down_proj": "ffn_down"}
+
+
+def gguf_name(hf_name):
+    if hf_name in GGUF_NAMES:
+        return GGUF_NAMES[hf_name]
+    _, _, layer, rest = hf_name.split(".", 3)
+    return f"blk.{layer}.{GGUF_NAMES[rest.removesuffix('.weight')]}.weight"
+
+
+def write_gguf(path, name, qtype=gguf.GGMLQuantizationType.F32, arch="llama", vocab=None, extra_tensors=()):
+    """Fixture `name` as llama.cpp's converter would write it: metadata, q/k permuted, matrices in
+    qtype (norms stay F32, as llama.cpp keeps them), the tokenizer's vocabulary as a gpt2 one."""
+    folder = os.path.join(FIXTURES, name)
+    with open(os.path.join(folder, "config.json")) as f:
+        hf = json.load(f)
+    nh, nkv, C = hf["num_attention_heads"], hf["num_key_value_heads"], hf["hidden_size"]
+    w = gguf.GGUFWriter(path, arch)
+    w.add_vocab_size(hf["vocab_size"])
+    w.add_context_length(hf["max_position_embeddings"])
+    w.add_embedding_length(C)
+    w.add_block_count(hf["num_hidden_layers"])
+    w.add_feed_forward_length(hf["intermediate_size"])
+    w.add_head_count(nh)
+    w.add_head_count_kv(nkv)
+    w.add_rope_dimension_count(C // nh)
+    w.add_rope_freq_base(hf["rope_parameters"]["rope_theta"])
+    w.add_layer_norm_rms_eps(hf["rms_norm_eps"])
+    if vocab is None and os.path.isfile(os.path.join(folder, "tokenizer.json")):
+        with open(os.path.join(folder, "tokenizer.json")) as f:
+            spec = json.load(f)
+        ids = dict(spec["model"]["vocab"], **{t["content"]: t["id"] for t in spec["added_tokens"]})
+        special = {t["id"] for t in spec["added_tokens"] if t["special"]}
+        vocab = ("gpt2", [t for t, _ in sorted(ids.items(), key=lambda kv: kv[1])],
+                 [gguf.TokenType.CONTROL if i in special else gguf.TokenType.NORMAL for i in range(len(ids))], hf["bos_token_id"])
+    if vocab is not None:
+        kind, tokens, types, bos = vocab
+        w.add_tokenizer_model(kind)
+        w.add_token_list(tokens)
+        w.add_token_types(types)
+        w.add_bos_token_id(bos)
+    for hf_name, t in read_safetensors(os.path.join(folder, "model.safetensors")).items():
+        t = t.astype(np.float32)
+        if "q_proj" in hf_name or "k_proj" in hf_name:
+            t = llama_cpp_permute(t, nh if "q_proj" in hf_name else nkv)
+        # as llama.cpp, a matrix whose rows are no whole number of blocks stays F32 (down_proj here, FF 80)
+        if t.ndim == 2 and qtype != gguf.GGMLQuantizationType.F32 and t.shape[1] % gguf.GGML_QUANT_SIZES[qtype][0] == 0:
+            w.add_tensor(gguf_name(hf_name), gguf.quants.quantize(t, qtype), raw_dtype=qtype)
+        else:
+            w.add_tensor(gguf_name(hf_name), t)
+    for n, t in extra_tensors:
+        w.add_tensor(n, t)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_gguf():
+    for name in ["gqa", "tied"]:
+        src = write_gguf(tmp(f"{name}.gguf"), name)
+        ok = hf_import(src, tmp(f"{name}_gguf.bin"))
+        check(ok and model_bytes_equal(tmp(f"{name}.bin"), tmp(f"{name}_gguf.bin")),
+              f"{name}: the F32 GGUF imports to the same model file as the Hugging Face folder")
+    check(read_bytes(table_path(tmp("tied.bin"))) == read_bytes(table_path(tmp("tied_gguf.bin"))),
+          "tied: the GGUF's gpt2 vocabulary gives the same decode table as the tokenizer.json")
+
+    src = write_gguf(tmp("gqa_q8.gguf"), "gqa", gguf.GGMLQuantizationType.Q8_0)
+    if check(hf_import(src, tmp("gqa_q8.bin")), "gqa: import the Q8_0 GGUF"):
+        # Q8_0: blocks of 32, d = amax/127 stored as fp16, q = round(x/d): error <= d/2 + 127 |d - fp16(d)|
+        # <= (0.5 + 127 * 2^-11) amax/127 = 0.0044 amax <= 0.0044 of the tensor's largest element
+        _, _, want = model_file.read_model_file(tmp("gqa.bin"))
+        _, _, got = model_file.read_model_file(tmp("gqa_q8.bin"))
+        worst = max(rel_diff(got[n], want[n]) for n in want)
+        check(0 < worst < 0.0045, f"gqa Q8_0: every tensor within Q8_0's rounding, max|diff|/max|ref| = {worst:.2g} (bound 0.0044)")
+        _, tokens, logits = fixture("gqa")
+        print(f"    Q8_0 logits vs transformers' fp32 ones: {rel_diff(ref_logits(tmp('gqa_q8.bin'), tokens), logits):.2g}")
+
+    # a SentencePiece-style (llama) vocabulary: '▁' a space, <0xNN> a byte, control and unknown empty
+    T = gguf.TokenType
+    tokens = ["<unk>", "<s>", "</s>", "<0x0A>", "<0xE2>", "\u2581the", "\u2581cat", "s"]
+    types = [T.UNKNOWN, T.CONTROL, T.CONTROL, T.BYTE, T.BYTE, T.NORMAL, T.NORMAL, T.NORMAL]
+    src = write_gguf(tmp("mha_sp.gguf"), "mha", vocab=("llama", tokens, types, 1))
+    if check(hf_import(src, tmp("mha_sp.bin")), "mha: import a GGUF with a llama (SentencePiece) vocabulary"):
+        pieces, start = formats.read_decode_table(table_path(tmp("mha_sp.bin")))
+        want = [b"", b"", b"", b"\n", b"\xe2", b" the", b" cat", b"s"]
+        check(pieces[:8] == want and len(pieces) == 128 and not any(pieces[8:]) and start == 1,
+              f"SentencePiece GGUF vocabulary decodes to {pieces[:8]}, padded to 128, document start {start}")
+
+
+# --- refusals ---
+
+def outputs_left(out):
+    folder, base = os.path.split(out)
+    stem = os.path.basename(table_path(out)).removesuffix(".bin")
+    return [f for f in os.listdir(folder) if f.startswith(base) or f.startswith(stem)]
+
+
+def refused(what, script, args, out, needles):
+    rc, stdout, stderr = run(script, *args)
+    left = outputs_left(out) if script == "hf_import.py" else [f for f in os.listdir(os.path.dirname(out))
+                                                               if f.startswith(os.path.basename(out) + ".")]
+    missing = [n for n in needles if n not in stderr]
+    ok = rc == 1 and stderr.startswith("error: ") and "Traceback" not in stderr and not missing and not left
+    check(ok, f"refused: {what}: {stderr.strip().splitlines()[-1] if stderr.strip() else '(no message)'}")
+    if not ok:
+        print(f"    exit {rc}, missing in stderr: {missing}, left behind: {left}\n{stdout}{stderr}")
+
+
+def refuse_import(what, folder, *needles):
+    os.makedirs(tmp("refused"), exist_ok=True)
+    out = tmp("refused", "out.bin")
+    refused(what, "hf_import.py", [folder, out], out, needles)
+
+
+def test_refusals():
+    doctored = [
+        ("attention_bias true", {"attention_bias": True}, ["attention_bias"]),
+        ("mlp_bias true", {"mlp_bias": True}, ["mlp_bias"]),
+        ("head_dim 32 != C/NH", {"head_dim": 32}, ["head_dim"]),
+        ("rope_type yarn", {"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0}}, ["rope_type", "yarn"]),
+        ("4.x rope_scaling type linear", {"rope_parameters": None, "rope_scaling": {"type": "linear", "factor": 2.0}}, ["rope_scaling.type", "linear"]),
+        ("sliding_window set", {"sliding_window": 32}, ["sliding_window"]),
+        ("an MoE key", {"num_local_experts": 8}, ["num_local_experts"]),
+        ("model_type mistral", {"model_type": "mistral"}, ["model_type", "mistral"]),
+        ("hidden_act gelu", {"hidden_act": "gelu"}, ["hidden_act"]),
+        ("num_hidden_layers missing", {"num_hidden_layers": None}, ["num_hidden_layers"]),
+    ]
+    for k, (what, changes, needles) in enumerate(doctored):
+        folder = copy_fixture("gqa", f"doctored_{k}")
+        edit_config(folder, **changes)
+        refuse_import(what, folder, "config.json", *needles)
+
+    folder = copy_fixture("gqa", "missing_tensor")
+    rewrite_safetensors(folder, lambda t: t.pop("model.layers.1.mlp.up_proj.weight"))
+    refuse_import("a missing tensor", folder, "model.layers.1.mlp.up_proj.weight", "[80, 64]")
+    folder = copy_fixture("gqa", "extra_tensor")
+    rewrite_safetensors(folder, lambda t: t.update({"model.layers.0.self_attn.q_proj.bias": np.zeros(64, np.float32)}))
+    refuse_import("an extra tensor", folder, "model.layers.0.self_attn.q_proj.bias", "[64]")
+    folder = copy_fixture("gqa", "misshapen_tensor")
+    rewrite_safetensors(folder, lambda t: t.update({"model.layers.0.self_attn.k_proj.weight": np.zeros((16, 64), np.float32)}))
+    refuse_import("a misshapen tensor", folder, "model.layers.0.self_attn.k_proj.weight", "[16, 64]", "[32, 64]")
+    folder = copy_fixture("gqa", "int_tensor")
+    rewrite_safetensors(folder, lambda t: t.update({"model.norm.weight": np.ones(64, np.int8)}))
+    refuse_import("an I8 tensor", folder, "model.norm.weight", "I8")
+    folder = copy_fixture("tied", "untied_lm_head")
+    rewrite_safetensors(folder, lambda t: t.update({"lm_head.weight": t["model.embed_tokens.weight"]}))
+    refuse_import("lm_head.weight in a tied model", folder, "lm_head.weight", "ties the embeddings")
+
+    folder = copy_fixture("gqa", "truncated")
+    path = os.path.join(folder, "model.safetensors")
+    data = read_bytes(path)
+    with open(path, "wb") as f:
+        f.write(data[:len(data) - 1000])
+    refuse_import("a truncated safetensors file", folder, "model.safetensors")
+    folder = copy_fixture("sharded", "missing_shard")
+    os.remove(os.path.join(folder, "model-00002-of-00004.safetensors"))
+    refuse_import("an index naming a missing shard", folder, "model.safetensors.index.json", "model-00002-of-00004.safetensors")
+    folder = copy_fixture("gqa", "big_tokenizer")
+    shutil.copy(os.path.join(FIXTURES, "tied", "tokenizer.json"), folder)
+    refuse_import("a tokenizer larger than the vocabulary", folder, "tokenizer.json", "300 tokens", "128")
+    folder = copy_fixture("gqa", "no_weights")
+    os.remove(os.path.join(folder, "model.safetensors"))
+    refuse_import("a folder without safetensors", folder, "no model.safetensors")
+    refuse_import("neither a folder nor a .gguf", os.path.join(FIXTURES, "gqa", "config.json"), "not a Hugging Face model folder")
+
+    refuse_import("a GGUF of another architecture", write_gguf(tmp("qwen.gguf"), "gqa", arch="qwen2"), "general.architecture", "qwen2")
+    freqs = [("rope_freqs.weight", np.ones(8, np.float32))]
+    refuse_import("a GGUF with rope_freqs", write_gguf(tmp("freqs.gguf"), "gqa", extra_tensors=freqs), "rope_freqs.weight")
+    with open(tmp("bad.gguf"), "wb") as f:
+        f.write(b"GGUF" + bytes(20))
+    refuse_import("a GGUF with a bad header", tmp("bad.gguf"), "bad.gguf")
+    with open(tmp("cut.gguf"), "wb") as f:
+        f.write(read_bytes(tmp("gqa.gguf"))[:-1000])
+    refuse_import("a truncated GGUF", tmp("cut.gguf"), "cut.gguf")
+
+    out = tmp("refused", "existing.bin")
+    shutil.copy(tmp("gqa.bin"), out)
+    rc, _, stderr = run("hf_import.py", os.path.join(FIXTURES, "gqa"), out)
+    check(rc == 1 and "--force" in stderr and model_bytes_equal(out, tmp("gqa.bin")),
+          f"refused: an existing output without --force, left as it was: {stderr.strip()}")
+
+    # export
+    os.makedirs(tmp("export_refused"), exist_ok=True)
+    bad = tmp("export_refused", "bad_checksum.bin")
+    data = bytearray(read_bytes(tmp("gqa.bin")))
+    data[5000] ^= 1
+    with open(bad, "wb") as f:
+        f.write(data)
+    refused("export of a model file with a bad checksum", "hf_export.py", [bad, tmp("export_refused", "out")],
+            tmp("export_refused", "out"), ["bad_checksum.bin", "checksum"])
+    with open(bad, "wb") as f:
+        f.write(data[:-4])
+    refused("export of a truncated model file", "hf_export.py", [bad, tmp("export_refused", "out")],
+            tmp("export_refused", "out"), ["bad_checksum.bin", "truncated"])
+    out = tmp("export_refused", "existing")
+    os.makedirs(out)
+    with open(os.path.join(out, "keep.txt"), "w") as f:
+        f.write("mine")
+    rc, _, stderr = run("hf_export.py", tmp("gqa.bin"), out)
+    check(rc == 1 and "--force" in stderr and os.listdir(out) == ["keep.txt"],
+          f"refused: export into a non-empty folder without --force, left as it was: {stderr.strip()}")
+    ok = hf_export(tmp("gqa.bin"), out, "--force", "--dtype", "fp32") and hf_import(out, tmp("forced.bin"))
+    check(ok and "keep.txt" not in os.listdir(out) and model_bytes_equal(tmp("gqa.bin"), tmp("forced.bin")),
+          "export --force replaces a non-empty folder")
+
+
+def main():
+    global REF_LOGITS
+    REF_LOGITS = tmp("ref_logits")
+    build = subprocess.run(["gcc", "-O2", "-Wall", "-Wno-unused-function", "-I.", "dev/test/tools/ref_logits.c", "-lm", "-o",
+                            REF_LOGITS], cwd=ROOT, capture_output=True, text=True)
+    if check(build.returncode == 0 and not build.stderr, f"build dev/test/tools/ref_logits.c{build.stderr}"):
+        for test in (test_logits, test_sensitivity, test_decode_table, test_round_trips, test_gguf, test_refusals):
+            try:
+                test()
+            except Exception:  # a crash is a failure, and the tests after it still run
+                check(False, f"{test.__name__} crashed:\n{traceback.format_exc()}")
+    shutil.rmtree(TMP, ignore_errors=True)
+    print(f"{passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
