@@ -2,6 +2,7 @@
 Hugging Face fixtures of dev/test/fixtures/hf (dev/reference/make_hf_fixtures.py: tiny random
 LlamaForCausalLM models with transformers' own logits for fixed tokens):
 
+- the model file: scripts/model_file.py's header table is llmc/model_file.h's; version-1 files read;
 - logits: each fixture imported, the C reference (dev/test/llama_ref.h, through
   dev/test/tools/ref_logits.c) run on its tokens, compared with transformers' logits; and the
   comparison's power: dropping the llama3 scaling or the q/k row permutation must break it;
@@ -141,6 +142,49 @@ def rewrite_safetensors(folder, change):
     tensors = read_safetensors(path)
     change(tensors)
     save_file(tensors, path, metadata={"format": "pt"})
+
+
+# --- the model file ---
+
+def test_header_table():
+    """scripts/model_file.py's header table is llmc/model_file.h's, word for word."""
+    import re
+    with open(os.path.join(ROOT, "llmc", "model_file.h")) as f:
+        header = f.read()
+    fields = [(int(w), key, flag == "1", name) for w, key, flag, name in
+              re.findall(r'MODEL_FIELD\((\d+), (\w+), ([01]), "([^"]*)"\)', header)]
+    check(fields == model_file.HEADER_FIELDS, f"header fields match llmc/model_file.h's MODEL_HEADER_FIELDS ({len(fields)} fields)")
+    consts = {name: int(v) for name, v in re.findall(r"(MODEL_MAGIC|MODEL_VERSION|MODEL_HEADER_INTS) (\d+)", header)}
+    consts.update({name: int(v) for name, v in re.findall(r"(MODEL_HDR_\w+) = (\d+)", header)})
+    want = {"MODEL_MAGIC": model_file.MAGIC, "MODEL_VERSION": model_file.VERSION, "MODEL_HEADER_INTS": model_file.HEADER_INTS,
+            "MODEL_HDR_STEP": model_file.HDR_STEP, "MODEL_HDR_CHECKSUM": model_file.HDR_CHECKSUM, "MODEL_HDR_MAX_T": model_file.HDR_MAX_T}
+    check(consts == want, f"magic, version, header size and the step, checksum and max_T words match: {consts}")
+
+
+def test_version1():
+    """A version-1 file (the trainer's before tied embeddings: words 11-17 zero, FNV-1a 64) reads,
+    in Python and in C (ref_logits checks the checksum), as the version-2 file of the same weights."""
+    c, step, tensors = model_file.read_model_file(tmp("gqa.bin"))
+    body = read_bytes(tmp("gqa.bin"))[model_file.HEADER_BYTES:]
+    h = np.frombuffer(read_bytes(tmp("gqa.bin"))[:model_file.HEADER_BYTES], dtype="<i4").copy()
+    h[1], h[11:18] = 1, 0
+    h[model_file.HDR_CHECKSUM:] = np.array([model_file.fnv1a64(0, body)], dtype="<u8").view("<i4")
+    with open(tmp("gqa_v1.bin"), "wb") as f:
+        f.write(h.tobytes() + body)
+    c1, _, t1 = model_file.read_model_file(tmp("gqa_v1.bin"))
+    check(c1 == dict(c, max_T=0) and all(np.array_equal(t1[n], tensors[n]) for n in tensors),
+          "version-1 file: read with its FNV-1a checksum, the same config (context unknown) and tensors")
+    _, tokens, _ = fixture("gqa")
+    check(np.array_equal(ref_logits(tmp("gqa_v1.bin"), tokens), ref_logits(tmp("gqa.bin"), tokens)),
+          "version-1 file: the C reader accepts its checksum and gives the same logits")
+    h[model_file.HDR_CHECKSUM] ^= 1
+    with open(tmp("gqa_v1_bad.bin"), "wb") as f:
+        f.write(h.tobytes() + body)
+    try:
+        model_file.read_model_file(tmp("gqa_v1_bad.bin"))
+        check(False, "version-1 file with a wrong checksum: accepted")
+    except formats.FormatError as e:
+        check("checksum" in e.problem, f"version-1 file with a wrong checksum refused: {e.problem}")
 
 
 # --- logits against transformers ---
@@ -488,7 +532,7 @@ def main():
     build = subprocess.run(["gcc", "-O2", "-Wall", "-Wno-unused-function", "-I.", "dev/test/tools/ref_logits.c", "-lm", "-o",
                             REF_LOGITS], cwd=ROOT, capture_output=True, text=True)
     if check(build.returncode == 0 and not build.stderr, f"build dev/test/tools/ref_logits.c{build.stderr}"):
-        for test in (test_logits, test_sensitivity, test_decode_table, test_round_trips, test_gguf, test_refusals):
+        for test in (test_header_table, test_logits, test_version1, test_sensitivity, test_decode_table, test_round_trips, test_gguf, test_refusals):
             try:
                 test()
             except Exception:  # a crash is a failure, and the tests after it still run
