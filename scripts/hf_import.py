@@ -106,18 +106,19 @@ def read_json(path):
         raise FormatError(path, f"not valid JSON ({e})") from None
 
 
-def _get(path, hf, key, kind=int, default=None):
+def _get(path, hf, key, kind=int, default=None, within=""):
+    """hf[key] as a kind (int or float); within names the dict hf is in config.json, for messages."""
     value = hf.get(key)
     if value is None:  # absent or null: transformers' default
         value = default
     if value is None:
-        raise FormatError(path, f"{key} is missing")
+        raise FormatError(path, f"{within}{key} is missing")
     try:
         if kind is int and (isinstance(value, bool) or int(value) != value):
             raise ValueError
         return kind(value)
     except (TypeError, ValueError):
-        raise FormatError(path, f"{key} = {value!r} is not a{'n integer' if kind is int else ' number'}") from None
+        raise FormatError(path, f"{within}{key} = {value!r} is not a{'n integer' if kind is int else ' number'}") from None
 
 
 MOE_KEYS = ["num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size"]
@@ -153,12 +154,16 @@ def config_from_hf(path, hf):
     rope = hf[rope_key] if rope_key else {}
     type_key = "type" if "type" in rope and "rope_type" not in rope else "rope_type"  # 4.x wrote either
     rope_type = rope.get(type_key, "default")
-    c["rope_theta"] = _get(path, hf if hf.get("rope_theta") is not None else rope, "rope_theta", float, 10000.0)
+    within = f"{rope_key}."
+    if hf.get("rope_theta") is not None:
+        c["rope_theta"] = _get(path, hf, "rope_theta", float)
+    else:
+        c["rope_theta"] = _get(path, rope, "rope_theta", float, 10000.0, within)
     if rope_type == "llama3":
-        c.update(rope_scaling=ROPE_LLAMA3, rope_factor=_get(path, rope, "factor", float),
-                 rope_low_freq_factor=_get(path, rope, "low_freq_factor", float),
-                 rope_high_freq_factor=_get(path, rope, "high_freq_factor", float),
-                 rope_original_T=_get(path, rope, "original_max_position_embeddings"))
+        c.update(rope_scaling=ROPE_LLAMA3, rope_factor=_get(path, rope, "factor", float, within=within),
+                 rope_low_freq_factor=_get(path, rope, "low_freq_factor", float, within=within),
+                 rope_high_freq_factor=_get(path, rope, "high_freq_factor", float, within=within),
+                 rope_original_T=_get(path, rope, "original_max_position_embeddings", within=within))
     elif rope_type != "default":
         raise FormatError(path, f"{rope_key}.{type_key} is {rope_type!r}: only 'default' and 'llama3' RoPE are supported")
     bad = model_file.config_problem(c)
@@ -182,10 +187,13 @@ class HFFolder:
         self.folder = folder
         self.config_path = os.path.join(folder, "config.json")
         self.hf = read_json(self.config_path)
+        if not isinstance(self.hf, dict):
+            raise FormatError(self.config_path, "is not a JSON object")
         self.config = config_from_hf(self.config_path, self.hf)
         index_path, single = os.path.join(folder, "model.safetensors.index.json"), os.path.join(folder, "model.safetensors")
         if os.path.isfile(index_path):
-            weight_map = read_json(index_path).get("weight_map")
+            index = read_json(index_path)
+            weight_map = index.get("weight_map") if isinstance(index, dict) else None
             if not isinstance(weight_map, dict):
                 raise FormatError(index_path, "no weight_map")
             self.source = index_path

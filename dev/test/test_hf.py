@@ -314,6 +314,7 @@ def llama_cpp_permute(w, heads):
     return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+# written out here as llama.cpp names them, not taken from hf_import's TENSOR_MAP, which is under test
 GGUF_NAMES = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
               "lm_head.weight": "output.weight", "input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q",
               "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
@@ -446,6 +447,9 @@ def test_refusals():
         ("model_type mistral", {"model_type": "mistral"}, ["model_type", "mistral"]),
         ("hidden_act gelu", {"hidden_act": "gelu"}, ["hidden_act"]),
         ("num_hidden_layers missing", {"num_hidden_layers": None}, ["num_hidden_layers"]),
+        ("llama3 scaling without its factor", {"rope_parameters": {"rope_type": "llama3", "low_freq_factor": 1.0,
+                                               "high_freq_factor": 4.0, "original_max_position_embeddings": 32}},
+         ["rope_parameters.factor"]),
     ]
     for k, (what, changes, needles) in enumerate(doctored):
         folder = copy_fixture("gqa", f"doctored_{k}")
