@@ -158,7 +158,7 @@ def export(model_path, out, tokenizer, dtype, max_shard, force):
         raise FormatError(out, "exists and is not empty; pass --force to replace it")
     tmp = f"{out}.tmp{os.getpid()}"
     try:
-        os.makedirs(tmp)
+        os.mkdir(tmp)
         names, bos, eos = write_folder(tmp, c, tensors, dtype, max_shard, tok)
         if replace:  # the old folder goes only once the new one is complete
             old = f"{out}.old{os.getpid()}"
@@ -188,7 +188,8 @@ def main():
     parser.add_argument("out", metavar="OUT_DIR", help="the Hugging Face folder to write")
     parser.add_argument("--tokenizer", metavar="SRC", help="HF folder, tokenizer.json or .model whose tokenizer to include")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="dtype of the safetensors weights (default bf16)")
-    parser.add_argument("--max_shard_size", type=parse_size, default="5GB", help="shard past this size (default 5GB)")
+    parser.add_argument("--max_shard_size", type=parse_size, default="5GB", metavar="SIZE",
+                        help="start a new shard past this size, e.g. 5GB (default), 500MB, 2GiB")
     parser.add_argument("--force", action="store_true", help="replace an existing non-empty OUT_DIR")
     args = parser.parse_args()
     try:
