@@ -5,7 +5,8 @@ transformers without having torch or transformers itself.
 
     python3 dev/reference/make_hf_fixtures.py --out dev/test/fixtures/hf
 
-Needs torch and transformers (CPU is enough); run once, commit the output (~1.6 MB).
+Needs torch and transformers (CPU is enough); run once, commit the output (2.0 MB; the same
+bytes on every run: seeded, one thread).
 
 Each fixture is a folder OUT/<name>/: what save_pretrained writes (config.json,
 generation_config.json, model.safetensors or model-0000i-of-0000n.safetensors +
