@@ -57,7 +57,7 @@ def param_shapes(c):
 def config_problem(c):
     """None if config c is one the trainer accepts, else what is wrong (llama_config.h's config_check)."""
     if min(c["V"], c["L"], c["C"], c["NH"], c["NKV"], c["FF"]) <= 0 or c["max_T"] < 0:
-        return "every dimension (V, L, C, NH, NKV, FF) must be positive"
+        return "every dimension (V, L, C, NH, NKV, FF) must be positive, and max_T not negative"
     if c["C"] % c["NH"]:
         return f"C {c['C']} is not a multiple of NH {c['NH']}"
     if c["NH"] % c["NKV"]:
