@@ -15,6 +15,7 @@ import zlib
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dev", "data"))
+import formats  # noqa: E402
 from formats import FormatError  # noqa: E402  (one error type for every format the tools touch)
 
 MAGIC, VERSION, HEADER_INTS = 20261201, 2, 256
@@ -159,39 +160,30 @@ def write_model_file(path, c, tensors, step=0):
     bad = config_problem(c)
     if bad:
         raise FormatError(path, f"cannot write this config: {bad}")
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(bytes(HEADER_BYTES))
-            crc, expected = 0, iter(param_shapes(c))
-            name, shape = next(expected)
-            left = int(np.prod(shape))
-            for piece_name, piece in tensors:
-                while left == 0:  # the previous tensor is complete: the piece must start the next one
-                    name, shape = next(expected, (None, None))
-                    if name is None:
-                        raise FormatError(path, f"tensor {piece_name} after the last tensor")
-                    left = int(np.prod(shape))
-                if piece_name != name:
-                    raise FormatError(path, f"got tensor {piece_name} where {name} {shape} comes")
-                data = np.ascontiguousarray(piece, dtype="<f4")
-                if data.size > left:
-                    raise FormatError(path, f"{name}: {data.size} values given where {left} are left of {shape}")
-                left -= data.size
-                crc = zlib.crc32(data, crc)
-                f.write(data)
-            missing = [n for n, _ in expected] if left == 0 else [f"{name} (incomplete)"] + [n for n, _ in expected]
-            if missing:
-                raise FormatError(path, f"tensors missing: {', '.join(missing)}")
-            f.seek(0)
-            f.write(_header(c, step, crc))
-        os.replace(tmp, path)
-    except BaseException as e:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        if isinstance(e, OSError):
-            raise FormatError(path, f"cannot write: {e.strerror or e}") from None
-        raise
+    with formats.atomic_file(path) as f:
+        f.write(bytes(HEADER_BYTES))
+        crc, expected = 0, iter(param_shapes(c))
+        name, shape = next(expected)
+        left = int(np.prod(shape))
+        for piece_name, piece in tensors:
+            while left == 0:  # the previous tensor is complete: the piece must start the next one
+                name, shape = next(expected, (None, None))
+                if name is None:
+                    raise FormatError(path, f"tensor {piece_name} after the last tensor")
+                left = int(np.prod(shape))
+            if piece_name != name:
+                raise FormatError(path, f"got tensor {piece_name} where {name} {shape} comes")
+            data = np.ascontiguousarray(piece, dtype="<f4")
+            if data.size > left:
+                raise FormatError(path, f"{name}: {data.size} values given where {left} are left of {shape}")
+            left -= data.size
+            crc = zlib.crc32(data, crc)
+            f.write(data)
+        missing = [n for n, _ in expected] if left == 0 else [f"{name} (incomplete)"] + [n for n, _ in expected]
+        if missing:
+            raise FormatError(path, f"tensors missing: {', '.join(missing)}")
+        f.seek(0)
+        f.write(_header(c, step, crc))
 
 
 def config_summary(c):

@@ -10,6 +10,7 @@ per token a uint8 length and that many raw bytes.
 Problems with a file raise FormatError(path, problem); the scripts print it as
 `error: <path>: <problem>` and exit 1.
 """
+import contextlib
 import json
 import os
 
@@ -30,15 +31,15 @@ class FormatError(Exception):
         self.path, self.problem = path, problem
 
 
-def write_atomic(path, parts):
-    """Writes the byte strings (or arrays) `parts`, an iterable, to path via a temporary name, so a
-    reader never sees a half-written file and an error, in writing or in making the parts, leaves
-    nothing behind."""
+@contextlib.contextmanager
+def atomic_file(path):
+    """A binary file to write that appears under `path` only when the with-block ends without an
+    error: it is written under a temporary name, renamed at the end, and removed on any error, so a
+    reader never sees a half-written file."""
     tmp = f"{path}.tmp{os.getpid()}"
     try:
         with open(tmp, "wb") as f:
-            for part in parts:
-                f.write(part)
+            yield f
         os.replace(tmp, path)
     except BaseException as e:
         if os.path.exists(tmp):
@@ -46,6 +47,14 @@ def write_atomic(path, parts):
         if isinstance(e, OSError):
             raise FormatError(path, f"cannot write: {e.strerror or e}") from None
         raise
+
+
+def write_atomic(path, parts):
+    """Writes the byte strings (or arrays) `parts`, an iterable, to path through atomic_file: an error,
+    in writing or in making the parts, leaves nothing behind."""
+    with atomic_file(path) as f:
+        for part in parts:
+            f.write(part)
 
 
 def _header(magic, version, *fields):
