@@ -370,6 +370,64 @@ static void test_ref_fp8_histories_move(void) {
     ref_free(&model);
 }
 
+// ref_round_bf16 sets every fp8 tolerance of the GPU tests (through fp8_bf16_inputs), so it is
+// checked against an independent rule: of the two bf16 neighbours of x, the nearer (computed in
+// double), ties to the even code; inf and NaN stay; past the largest bf16 value it rounds to inf.
+static void test_ref_round_bf16(void) {
+    uint64_t s = 7;
+    long bad = 0, ties = 0, n = 0;
+    for (int k = 0; k < 200000; k++) {
+        uint32_t bits = random_u32(&s);
+        if (k % 4 == 0) bits = (bits & 0xffff0000u) | 0x8000u; // exact ties
+        float x;
+        memcpy(&x, &bits, 4);
+        if (isnan(x)) continue;
+        uint32_t lo_bits = bits & 0xffff0000u, hi_bits = lo_bits + 0x10000u;
+        float lo, hi;
+        memcpy(&lo, &lo_bits, 4);
+        memcpy(&hi, &hi_bits, 4); // the next code away from zero (inf after the largest finite value)
+        // distances in magnitude; the code after the largest finite one stands for 2^128
+        double ax = fabs((double)x), dlo = ax - fabs((double)lo), dhi = (isinf(hi) ? ldexp(1.0, 128) : fabs((double)hi)) - ax;
+        float want = (bits & 0xffffu) == 0 ? x : dlo < dhi ? lo : dhi < dlo ? hi : ((lo_bits >> 16) & 1u) ? hi : lo;
+        ties += (bits & 0xffffu) == 0x8000u;
+        float got = ref_round_bf16(x);
+        bad += memcmp(&got, &want, 4) != 0;
+        n++;
+    }
+    CHECK(bad == 0, "%ld of %ld roundings differ from the nearest-even bf16 neighbour", bad, n);
+    CHECK(ties > 40000, "only %ld ties drawn", ties);
+    float inf = INFINITY, big = 3.4e38f;
+    CHECK(ref_round_bf16(inf) == inf && ref_round_bf16(-inf) == -inf && isnan(ref_round_bf16(NAN)), "inf/NaN changed");
+    CHECK(isinf(ref_round_bf16(big)), "3.4e38 should round to inf in bf16, got %g", ref_round_bf16(big));
+}
+
+// fp8_bf16_inputs must reach every cast (X, W, dY, the lm_head's): each amax is then the max of
+// bf16-rounded values, itself a bf16 value. Without the flag almost none is.
+static void test_ref_fp8_bf16_inputs_reach_every_cast(void) {
+    int inputs[FP8_TEST_BT], targets[FP8_TEST_BT];
+    random_tokens(inputs, FP8_TEST_BT, FP8_TEST_CFG.V, 5);
+    random_tokens(targets, FP8_TEST_BT, FP8_TEST_CFG.V, 6);
+    for (int flag = 0; flag < 2; flag++) {
+        RefModel model;
+        ref_init(&model, &FP8_TEST_CFG, FP8_TEST_B, FP8_TEST_T, 1, 0, 1, 4, 0);
+        ref_init_weights(&model, 44);
+        model.fp8_bf16_inputs = flag;
+        ref_compute_grads(&model, inputs, targets, 1);
+        Fp8StateLayout lay = model.fp8_layout;
+        int bf16_amaxes = 0;
+        for (int t = 0; t < lay.num_tensors; t++) {
+            float a = model.fp8_state[lay.amax_slot + t];
+            CHECK(a > 0.0f, "tensor %d: no amax recorded", t);
+            bf16_amaxes += ref_round_bf16(a) == a;
+            if (flag) CHECK(ref_round_bf16(a) == a, "fp8_bf16_inputs: tensor %d (%s) amax %.9g is not a bf16 value", t,
+                            FP8_KIND_NAMES[t % FP8_KINDS], a);
+        }
+        if (!flag) CHECK(bf16_amaxes < lay.num_tensors / 2, "without the flag %d of %d amaxes are bf16 values: the check is blind",
+                         bf16_amaxes, lay.num_tensors);
+        ref_free(&model);
+    }
+}
+
 static void ref_forward_bad_token(void *arg) {
     (void)arg;
     RefModel model;
@@ -395,6 +453,8 @@ static void run_ref_tests(void) {
     run_test("ref: fp8 emulation matches the PyTorch fixture llama_fp8.bin (fp8 state included)", test_ref_fixture_fp8);
     run_test("ref: fp8 amax slots hold the max over all micro-steps", test_ref_fp8_amax_max_over_micro_steps);
     run_test("ref: fp8 amax histories (dY included) move every step, scales follow them", test_ref_fp8_histories_move);
+    run_test("ref: ref_round_bf16 is round-to-nearest-even bf16", test_ref_round_bf16);
+    run_test("ref: fp8_bf16_inputs rounds the input of every fp8 cast", test_ref_fp8_bf16_inputs_reach_every_cast);
     run_test("ref: a token outside the vocabulary is fatal", test_ref_bad_token_is_fatal);
 }
 

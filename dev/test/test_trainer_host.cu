@@ -27,8 +27,10 @@ static void write_sample(const char *path, int word3, float first) {
     write_sections(path, h, sec, 2);
 }
 
-typedef struct { const char *path; int expect3; } ReadArgs;
+typedef struct { const char *path; int expect3; float first; } ReadArgs;
 
+// Reads a sample file in a child (a bad file is fatal there); what it read must be what
+// write_sample(path, expect3, first) wrote, else the child exits 3.
 static void read_sample(void *arg) {
     const ReadArgs *r = (const ReadArgs *)arg;
     static float a[1000];
@@ -36,6 +38,10 @@ static void read_sample(void *arg) {
     HeaderExpect ex[] = {{2, 7, "step"}, {3, r->expect3, "layers L"}};
     Section sec[] = {{a, sizeof(a), 0}, {&b, sizeof(b), 0}};
     read_sections(r->path, STATE_MAGIC, ex, 2, sec, 2);
+    for (int i = 0; i < 1000; i++) {
+        if (a[i] != r->first + i) { fprintf(stderr, "read back a[%d] = %g, wrote %g\n", i, a[i], r->first + i); exit(3); }
+    }
+    if (b != 0x1234) { fprintf(stderr, "read back b = %#llx, wrote 0x1234\n", (unsigned long long)b); exit(3); }
 }
 
 static long file_size(const char *path) {
@@ -65,7 +71,7 @@ static void copy_file(const char *from, const char *to) {
 
 // Runs read_sample on path in a child; the read must fail with a message containing `want`.
 static void expect_refused(const char *path, int expect3, const char *want, const char *what) {
-    ReadArgs r = {path, expect3};
+    ReadArgs r = {path, expect3, 0.0f};
     char err[2048];
     int status = run_expect_fatal(read_sample, &r, err, sizeof(err));
     CHECK(status != 0, "%s: accepted (exit 0)", what);
@@ -76,7 +82,7 @@ static void test_checkpoint_round_trip(void) {
     char good[128];
     path_in_dir(good, sizeof(good), "good.bin");
     write_sample(good, 5, 1.0f);
-    ReadArgs r = {good, 5};
+    ReadArgs r = {good, 5, 1.0f};
     char err[2048];
     CHECK(run_expect_fatal(read_sample, &r, err, sizeof(err)) == 0, "a good file was refused: %s", err);
     char tmp[140];
@@ -135,8 +141,8 @@ static void test_checkpoint_crash_keeps_old(void) {
     int status = run_expect_fatal(write_past_limit, good, err, sizeof(err));
     CHECK(status != 0 && strstr(err, "failed") != NULL, "the failing write was not reported: %s", err);
     CHECK(file_size(good) == before, "the good file changed size after a failed write");
-    ReadArgs r = {good, 5};
-    CHECK(run_expect_fatal(read_sample, &r, err, sizeof(err)) == 0, "the good file no longer reads: %s", err);
+    ReadArgs r = {good, 5, 3.0f};
+    CHECK(run_expect_fatal(read_sample, &r, err, sizeof(err)) == 0, "the good file no longer reads as written: %s", err);
 }
 
 static void parse_in_child(void *arg) {
@@ -192,7 +198,7 @@ static void test_checkpoint_version1(void) {
     if (f) fclose(f);
     uint64_t want = checksum_fnv1a(checksum_fnv1a(0, a, sizeof(a)), &b, sizeof(b));
     CHECK(get64(back, MODEL_HDR_CHECKSUM) == want, "a version-1 file carries no FNV-1a checksum");
-    ReadArgs r = {path, 5};
+    ReadArgs r = {path, 5, 2.0f};
     char err[2048];
     CHECK(run_expect_fatal(read_sample, &r, err, sizeof(err)) == 0, "a version-1 file was refused: %s", err);
 }

@@ -85,7 +85,7 @@ int main(void) {
             else passed++;
         }
     }
-    printf("ok   zero layout: %d shapes x worlds checked\n", passed + failed);
+    printf("%s zero layout: %d of %d shapes x worlds hold\n", failed ? "FAIL" : "ok  ", passed, passed + failed);
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }
