@@ -15,7 +15,8 @@ llmc/llama_config.h), trained with AdamW, timed per step. Two precisions:
 
 Timing: --warmup steps (torch.compile compiles in the first), then --steps steps, each bracketed by
 CUDA events; reports the median. Model FLOPs follow ANCHORS.md: 6 * (params - embedding) per token
-plus causal attention counted half (6 * L * T * C per token). Peak memory is
+plus causal attention counted half (6 * L * T * C per token), from scripts/model_flops.py, the
+trainer's formula (llmc/mfu.h). Peak memory is
 torch.cuda.max_memory_allocated over the timed steps; "device" memory is what the whole GPU has in use
 at the end (cudaMemGetInfo, i.e. allocator cache and CUDA context included), the number our trainer
 prints. The last line is machine-readable:
@@ -27,6 +28,7 @@ No data is read: the batch is random tokens (speed does not depend on them).
 """
 import argparse
 import math
+import os
 import statistics
 import sys
 import time
@@ -34,6 +36,9 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+import model_flops  # noqa: E402  (the model FLOPs of llmc/mfu.h, which benchmark.sh uses too)
 
 # name: (V, L, C, NH, NKV, FF, rope_theta), as config_from_preset in llmc/llama_config.h
 PRESETS = {
@@ -55,12 +60,10 @@ class Cfg:
         self.QKV = (self.NH + 2 * self.NKV) * self.HS
 
     def num_params(self):
-        V, L, C, FF, QKV = self.V, self.L, self.C, self.FF, self.QKV
-        return V * C + L * (C + QKV * C + C * C + C + 2 * FF * C + C * FF) + C + V * C
+        return model_flops.num_params(self.V, self.L, self.C, self.NH, self.NKV, self.FF)   # lm_head untied
 
     def flops_per_token(self, T):
-        """ANCHORS.md: 6 * (params - embedding) + causal attention (QK^T and PV, fwd + bwd, half)."""
-        return 6.0 * (self.num_params() - self.V * self.C) + 6.0 * self.L * T * self.C
+        return model_flops.flops_per_token(self.V, self.L, self.C, self.NH, self.NKV, self.FF, T)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,0 +1,69 @@
+"""CPU check that scripts/model_flops.py (benchmark.sh's and bench_torch.py's model FLOPs) gives what
+the trainer's llmc/mfu.h gives: dev/test/tools/model_flops.c, built here with gcc, prints the C
+parameter count and model_flops_per_token for every preset of llmc/llama_config.h (MHA, GQA, tied)
+and odd shapes (MQA, one layer, tied and untied), at several T; the Python values must be equal to
+the last bit. Last line: "N passed, N failed".
+
+    python3 dev/test/test_model_flops.py
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import model_flops  # noqa: E402
+
+PRESETS = ["tiny", "125m", "1b", "llama2-7b", "llama3-8b", "llama3.1-8b", "llama3.2-1b"]
+SHAPES = ["32000,2,64,4,1,96,0", "32000,2,64,4,1,96,1", "50257,1,96,6,3,250,0", "7,3,16,2,2,5,1"]  # V,L,C,NH,NKV,FF,tied
+TS = [1, 128, 1024, 4096, 8192]
+
+passed = failed = 0
+
+
+def check(ok, what):
+    global passed, failed
+    print(("ok   " if ok else "FAIL ") + what)
+    if ok:
+        passed += 1
+    else:
+        failed += 1
+    return ok
+
+
+def main(tmp):
+    exe = os.path.join(tmp, "model_flops")
+    build = subprocess.run(["gcc", "-O2", "-Wall", "-Wno-unused-function", "-I.", "dev/test/tools/model_flops.c", "-o", exe],
+                           cwd=ROOT, capture_output=True, text=True)
+    if not check(build.returncode == 0 and not build.stderr, f"build dev/test/tools/model_flops.c{build.stderr}"):
+        return
+    seen_tied = False
+    for T in TS:
+        p = subprocess.run([exe, str(T)] + PRESETS + SHAPES, capture_output=True, text=True)
+        lines = p.stdout.split("\n")[:-1]
+        if not check(p.returncode == 0 and len(lines) == len(PRESETS + SHAPES), f"T {T}: the C program answers ({p.stderr.strip()})"):
+            continue
+        bad = []
+        for name, line in zip(PRESETS + SHAPES, lines):
+            f = line.split()
+            V, L, C, NH, NKV, FF, tied, t, params = map(int, f[:9])
+            c_flops = float(f[9])
+            seen_tied |= tied == 1
+            py_params = model_flops.num_params(V, L, C, NH, NKV, FF, tied == 1)
+            py_flops = model_flops.flops_per_token(V, L, C, NH, NKV, FF, t, tied == 1)
+            if py_params != params or py_flops != c_flops:
+                bad.append(f"{name}: params {py_params} vs C {params}, FLOPs {py_flops!r} vs C {c_flops!r}")
+        check(not bad, f"T {T}: Python = C for {len(lines)} configs (presets and odd shapes)" + ("; " + "; ".join(bad) if bad else ""))
+    check(seen_tied, "a tied config was among them (llama3.2-1b)")
+    # an anchor that does not come from either implementation: ANCHORS.md's Llama-2-7B row is what
+    # PyTorch's bench_torch.py logged on the H200 (dev/test/fixtures/bench/torch-bf16.log, flops_tok=4.286529e+10)
+    got = model_flops.flops_per_token(32000, 32, 4096, 32, 32, 11008, 4096)
+    check(f"{got:.6e}" == "4.286529e+10", f"llama2-7b at T 4096: {got:.6e} FLOPs per token (the logged 4.286529e+10)")
+
+
+if __name__ == "__main__":
+    with tempfile.TemporaryDirectory() as tmp:
+        main(tmp)
+    print(f"{passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
