@@ -157,6 +157,10 @@ fi
 "$PYTHON" - "$LOGDIR" "$OUTFILE" "$SYSTEMS" "$MODEL" "$BATCH" "$SEQ" "$STEPS" "$WARMUP" "$TRAINER_ARGS" "$TORCH_ARGS" <<'EOF'
 import datetime, os, re, sys
 
+sys.path.insert(0, os.path.abspath("scripts"))  # this script runs from the repository root
+from model_flops import flops_per_token         # the trainer's formula (llmc/mfu.h)
+import trainer_log                              # the reader of the trainer's output
+
 logdir, outfile, systems, model, B, T, steps, warmup, trainer_args, torch_args = sys.argv[1:]
 B, T = int(B), int(T)
 LABELS = {"ours-bf16": "ours bf16 (train_llama_fp8)",
@@ -168,14 +172,6 @@ LABELS = {"ours-bf16": "ours bf16 (train_llama_fp8)",
           "torch-bf16-eager": "PyTorch bf16, eager",
           "torch-fp8": "PyTorch fp8 tensorwise (dynamic), torch.compile",
           "torch-fp8-eager": "PyTorch fp8 tensorwise (dynamic), eager"}
-DIMS = re.compile(r"model (\S+): V (\d+) L (\d+) C (\d+) NH (\d+) NKV (\d+) FF (\d+)")
-
-
-def flops_per_token(V, L, C, NH, NKV, FF, T):
-    """../shared/docs/ANCHORS.md: 6 * (params - embedding) + causal attention counted half."""
-    qkv = (NH + 2 * NKV) * (C // NH)
-    params = 2 * V * C + L * (2 * C + qkv * C + C * C + 3 * FF * C) + C
-    return 6.0 * (params - V * C) + 6.0 * L * T * C
 
 
 def busy_clock_power(path):
@@ -220,26 +216,28 @@ for name in systems.split(","):
     text = open(path, errors="replace").read()
     m = re.search(r"^BENCH_EXIT (\d+)", text, re.M)
     rc = int(m.group(1)) if m else None
+    ours = trainer_log.parse_stdout(text)
     if gpu is None:
-        m = re.search(r"^train_llama_fp8 \| ([^|]+?) \|", text, re.M) or re.search(r"^PyTorch \S+ \| (.+?) \(sm_", text, re.M)
-        gpu = m.group(1) if m else None
-    dims = DIMS.search(text)
-    m = re.search(r"^B (\d+) T (\d+) \|", text, re.M) or re.search(r"^RESULT .*? B=(\d+) T=(\d+)", text, re.M)
-    if (dims and dims.group(1) != model) or (m and (int(m.group(1)), int(m.group(2))) != (B, T)):
+        m = re.search(r"^PyTorch \S+ \| (.+?) \(sm_", text, re.M)
+        gpu = ours.gpu or (m.group(1) if m else None)
+    dims = trainer_log.model_dims(text)   # bench_torch.py prints the trainer's model line too
+    if ours.B is not None:
+        bt = (ours.B, ours.T)
+    else:
+        m = re.search(r"^RESULT .*? B=(\d+) T=(\d+)", text, re.M)
+        bt = (int(m.group(1)), int(m.group(2))) if m else None
+    if (dims and dims[0] != model) or (bt and bt != (B, T)):
         notes.append("%s: its log is for a different run (%s, B %s T %s) than the table's header: re-run it"
-                     % (name, dims.group(1) if dims else "?", m.group(1) if m else "?", m.group(2) if m else "?"))
+                     % (name, dims[0] if dims else "?", bt[0] if bt else "?", bt[1] if bt else "?"))
     if name.startswith("ours-"):
-        if re.search(r"\| AdamW moments bf16 \|", text, re.M):  # what ran, whichever flag asked for it
+        if ours.adam_moments == "bf16":  # what ran, whichever flag asked for it
             row["label"] = row["label"].replace(" (train_llama_fp8)", ", bf16 AdamW moments (train_llama_fp8)")
-        med = re.search(r"^median step ([\d.]+) ms over (\d+) steps .*?\| (\d+) tok/s \| MFU .*?\| "
-                        r"device memory in use ([\d.]+) GiB", text, re.M)
-        alloc = re.search(r"^device memory allocated: ([\d.]+) GiB", text, re.M)
-        if med and dims:
-            row["tok"] = float(med.group(3))
-            row["tflops"] = row["tok"] * flops_per_token(*(int(g) for g in dims.groups()[1:]), T) / 1e12
-            row["dev"] = float(med.group(4))
-            row["peak"] = float(alloc.group(1)) if alloc else None
-            row["fpt"] = flops_per_token(*(int(g) for g in dims.groups()[1:]), T)
+        if ours.median and ours.dims:
+            row["fpt"] = flops_per_token(*(ours.dims[k] for k in trainer_log.DIM_NAMES), T, tied=ours.tied)
+            row["tok"] = ours.median["tok/s"]
+            row["tflops"] = row["tok"] * row["fpt"] / 1e12
+            row["dev"] = ours.median["device_gib"]
+            row["peak"] = ours.allocated_gib
     else:
         res = re.findall(r"^RESULT (.*)$", text, re.M)
         kv = dict(f.split("=", 1) for f in res[-1].split()) if res else {}

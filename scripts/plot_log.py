@@ -8,103 +8,16 @@ K steps with --smooth K) and val loss against step. With two or more logs, a sec
 relative difference (run_i - run_0) / run_0 of val loss and of the smoothed train loss, in percent,
 on the steps both runs logged; run_0 (the first LOG) is the baseline.
 
-main.log lines (written by the trainer): '# ...' run descriptions, 'sample: ...' lines, and
-    s:<step> trl:<train loss> norm:<grad norm> lr:<lr> ms:<step ms> tok/s:<tokens per s>
-    s:<step> tel:<val loss>
-A resumed run appends to the same file and repeats steps after its checkpoint: when a train step
-goes back, everything already read from that step on is dropped, so the latest attempt wins.
-Comment, sample, blank and malformed (e.g. cut-off) lines are skipped.
-
-parse_main_log() needs only the standard library (compare_convergence.sh uses it for its summary);
-matplotlib is imported only for plotting.
+The logs are read by trainer_log.parse_main_log (the format, and how a resumed run's repeated
+steps and cut-off lines are handled, are described there); it needs only the standard library, and
+compare_convergence.sh imports it from here for its summary. matplotlib is imported only for plotting.
 """
 import argparse
 import math
 import os
 import sys
 
-
-class MainLog:
-    """One parsed main.log: train[step] = {'trl':, 'norm':, 'lr':, 'ms':, 'tok/s':}, val[step] = loss."""
-
-    def __init__(self, path):
-        self.path = path
-        self.header = []   # the '#' lines, one per (re)start
-        self.train = {}
-        self.val = {}
-        self.skipped = 0   # malformed lines
-
-    def train_steps(self):
-        return sorted(self.train)
-
-    def val_steps(self):
-        return sorted(self.val)
-
-    def series(self, key):
-        """(steps, values) of one train field, for the steps that have it."""
-        steps = [s for s in sorted(self.train) if key in self.train[s]]
-        return steps, [self.train[s][key] for s in steps]
-
-
-def _fields(line):
-    """'s:12 trl:4.5 tok/s:1000' -> {'s': '12', 'trl': '4.5', 'tok/s': '1000'}."""
-    out = {}
-    for tok in line.split():
-        key, sep, val = tok.partition(":")
-        if sep and key and val:
-            out[key] = val
-    return out
-
-
-def parse_main_log(path):
-    if os.path.isdir(path):
-        path = os.path.join(path, "main.log")
-    log = MainLog(path)
-    last_step = None
-    with open(path, "r", errors="replace") as f:
-        for raw in f:
-            line = raw.strip()
-            if not line:
-                continue
-            if line.startswith("#"):
-                log.header.append(line[1:].strip())
-                continue
-            if not line.startswith("s:"):
-                continue  # sample: lines and anything else the trainer may add
-            kv = _fields(line)
-            try:
-                step = int(kv["s"])
-            except (KeyError, ValueError):
-                log.skipped += 1
-                continue
-            if "tel" in kv:
-                try:
-                    log.val[step] = float(kv["tel"])
-                except ValueError:
-                    log.skipped += 1
-                continue
-            if "trl" not in kv:
-                log.skipped += 1
-                continue
-            rec = {}
-            for key in ("trl", "norm", "lr", "ms", "tok/s"):
-                if key in kv:
-                    try:
-                        rec[key] = float(kv[key])
-                    except ValueError:
-                        pass
-            if "trl" not in rec or (not raw.endswith("\n") and "tok/s" not in rec):
-                # no loss, or the cut-off last line of a run that died while writing it
-                log.skipped += 1
-                continue
-            if last_step is not None and step <= last_step:
-                # a resumed run re-does steps after its checkpoint: drop the abandoned attempt's
-                # records from this step on (train and val), keep the new ones
-                log.train = {s: r for s, r in log.train.items() if s < step}
-                log.val = {s: v for s, v in log.val.items() if s < step}
-            log.train[step] = rec
-            last_step = step
-    return log
+from trainer_log import parse_main_log
 
 
 def smooth(values, k):

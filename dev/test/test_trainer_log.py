@@ -1,0 +1,248 @@
+"""CPU checks of scripts/trainer_log.py (the reader of the trainer's main.log and standard output,
+used by plot_log.py, compare_convergence.sh, benchmark.sh and test_multi_gpu.sh) and of
+scripts/compare_logs.py (test_multi_gpu.sh's step-by-step comparison of two runs).
+
+The sample logs are written here with the trainer's own format strings, read out of
+train_llama_fp8.cu, so a change of format there shows up here: a main.log with a resumed run (the
+repeated steps must replace the abandoned ones), sample lines, malformed and cut-off lines; a
+standard output with 2 GPUs, tied embeddings, llama3 RoPE scaling, bf16 AdamW moments, a skipped
+update, val losses, a stop by SIGTERM and the median line. Then real logs: a 400-step main.log of
+dev/results and an H200 run's output in dev/test/fixtures/bench. compare_logs.py's fp8 mode must pass
+a 2-rank fp8 run that tracks the 1-rank one, fail one that fell back to bf16 GEMMs (the old bound,
+twice the fp8-vs-bf16 gap, passed it), and fail saying it cannot tell when fp8 barely moves the
+loss. Last line: "N passed, N failed".
+
+    python3 dev/test/test_trainer_log.py
+"""
+import contextlib
+import io
+import math
+import os
+import re
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import compare_logs  # noqa: E402
+import trainer_log  # noqa: E402
+
+passed = failed = 0
+
+
+def check(ok, what):
+    global passed, failed
+    print(("ok   " if ok else "FAIL ") + what)
+    if ok:
+        passed += 1
+    else:
+        failed += 1
+    return ok
+
+
+SRC = open(os.path.join(ROOT, "train_llama_fp8.cu")).read()
+
+
+def fmt(prefix):
+    """The C string literal in train_llama_fp8.cu that starts with prefix, unescaped (printf formats
+    %d %s %g %.6f %.4e %5d mean the same in Python's % operator)."""
+    m = re.search(r'"(' + re.escape(prefix) + r'(?:[^"\\]|\\.)*)"', SRC)
+    if m is None:
+        raise SystemExit(f"test_trainer_log.py: no format string starting with {prefix!r} in train_llama_fp8.cu")
+    return m.group(1).replace("\\n", "\n").replace('\\"', '"')
+
+
+TRAIN = fmt("s:%d trl:")
+VAL = fmt("s:%d tel:")
+HEADER = fmt("# %s precision")
+STEP = fmt("step %5d/%d | loss")
+VAL_OUT = fmt("val loss %.6f\\n")
+CONFIG = fmt("train_llama_fp8 | %s")
+ROPE = fmt(" (llama3 scaling")
+BATCH = fmt("B %d T %d | total batch")
+MEMORY = fmt("device memory allocated:")
+STOPPED = fmt("stopped by %s after step %d of %d. To continue")
+MEDIAN = fmt("median step %.2f ms")
+
+
+def train_line(step, loss, norm=1.5, lr=3e-4, ms=12.5, tps=81920.0):
+    return TRAIN % (step, loss, norm, lr, ms, tps)
+
+
+def header_line(prec="fp8", gpus=0):
+    return HEADER % ("NVIDIA H200", prec, "tiny", 32000, 4, 256, 4, 2, 768, 2, 128, 1024, "fp32", "") + \
+        (" gpus %d\n" % gpus if gpus else "\n")
+
+
+def test_main_log(tmp):
+    d = os.path.join(tmp, "run")
+    os.makedirs(d)
+    lines = [header_line()]
+    for s in range(1, 13):  # the first attempt: dies after step 12 (checkpoint at 8)
+        lines.append(train_line(s, 10.0 - 0.1 * s))
+        if s in (5, 10):
+            lines.append(VAL % (s, 9.9 - 0.1 * s))
+    lines.append("sample: 1 450 29871 13\n")
+    lines.append(header_line())  # -y 1 from step 8's checkpoint, appending to the same file
+    for s in range(9, 13):
+        lines.append(train_line(s, 20.0 + s))
+        if s == 10:
+            lines.append(VAL % (s, 30.0))
+    lines += ["s:oops trl:1.0\n", "s:13 norm:1.0 lr:3e-4\n", "\n", "s:13 trl:4.100000 norm:1.2 lr:3.0"]  # the last one cut off
+    with open(os.path.join(d, "main.log"), "w") as f:
+        f.write("".join(lines))
+    log = trainer_log.parse_main_log(d)  # a log directory works as well as the file
+    check(log.path == os.path.join(d, "main.log"), f"a directory is read as its main.log ({log.path})")
+    check(log.train_steps() == list(range(1, 13)), f"train steps 1..12 ({log.train_steps()})")
+    check([log.train[s]["trl"] for s in (1, 8, 9, 12)] == [9.9, 9.2, 29.0, 32.0],
+          "steps 9-12 are the resumed run's, 1-8 the first run's")
+    check(log.val == {5: 9.4, 10: 30.0}, f"val: step 5 of the first attempt, step 10 of the resumed one ({log.val})")
+    r = log.train[3]
+    check(r == {"trl": 9.7, "norm": 1.5, "lr": 3e-4, "ms": 12.5, "tok/s": 81920.0}, f"every field of a train line ({r})")
+    check(len(log.header) == 2 and log.header[0].startswith("NVIDIA H200 precision fp8 model tiny V 32000"),
+          f"the two '#' lines ({log.header[:1]})")
+    check(log.skipped == 3, f"3 malformed lines counted (a bad step, no loss, cut off): {log.skipped}")
+    steps, norms = log.series("norm")
+    check(steps == list(range(1, 13)) and norms[0] == 1.5, "series('norm')")
+
+
+def test_real_main_log():
+    path = os.path.join(ROOT, "dev", "results", "shakespeare125m", "fp8_main.log")
+    log = trainer_log.parse_main_log(path)
+    check(len(log.train) == 400 and len(log.val) == 20 and log.skipped == 0,
+          f"{os.path.relpath(path, ROOT)}: 400 steps, 20 val losses ({len(log.train)}, {len(log.val)}, {log.skipped} skipped)")
+    check(log.train[1]["trl"] == 10.528811 and log.val[20] == 6.849063 and "precision fp8" in log.header[0],
+          f"its first loss, first val loss and header ({log.train[1]['trl']}, {log.val.get(20)})")
+
+
+def sample_stdout():
+    rope = ROPE % (32.0, 1.0, 4.0, 8192)
+    out = [CONFIG % ("2 x NVIDIA H200 (-ngpu fork launcher)", "fp8", " (delayed scaling)", "llama3.2-1b", 128256, 16, 2048,
+                     32, 8, 8192, 500000.0, rope, " | tied embeddings", 1235.8),
+           "attention: cuDNN forward plan for B=2 T=4096 NH=32 NKV=8 HS=64: engine 2, workspace 0.0 MiB\n",
+           BATCH % (2, 4096, 16384, 1, 3, 6e-4, 100, 0.1, 0.1, 1.0, "bf16", "cuDNN fused"),
+           MEMORY % (41.25, " per GPU (ZeRO-1)", ""),
+           STEP % (1, 3, 11.9, 15.6847, 3e-5, 550.72, 29750, "2.1%", ""),
+           STEP % (2, 3, 11.5, float("inf"), 6e-5, 22.5, 728165, "52.5%", " | update SKIPPED (non-finite gradient)"),
+           VAL_OUT % 11.25,
+           STEP % (3, 3, 10.5, 2.2, 9e-5, 22.96, 713564, "51.5%", ""),
+           "checkpoint written: log/model_00000003.bin\n",
+           STOPPED % ("SIGTERM", 3, 3, "log", 3),
+           MEDIAN % (22.96, 1, 713564, "51.5%", 7.99, " (rank 0)")]
+    return "".join(out)
+
+
+def test_stdout():
+    o = trainer_log.parse_stdout(sample_stdout())
+    check(o.gpu == "2 x NVIDIA H200 (-ngpu fork launcher)" and o.precision == "fp8 (delayed scaling)",
+          f"GPU and precision ({o.gpu!r}, {o.precision!r})")
+    check(o.model == "llama3.2-1b" and o.dims == dict(V=128256, L=16, C=2048, NH=32, NKV=8, FF=8192) and o.tied is True,
+          f"model, shape and tied embeddings behind the llama3 RoPE text ({o.model}, {o.dims}, {o.tied})")
+    check((o.B, o.T, o.adam_moments, o.allocated_gib) == (2, 4096, "bf16", 41.25),
+          f"B, T, AdamW moments, memory allocated ({o.B}, {o.T}, {o.adam_moments}, {o.allocated_gib})")
+    check(sorted(o.steps) == [1, 2, 3] and o.steps[1]["loss"] == 11.9 and o.steps[1]["tok/s"] == 29750 and o.steps[1]["mfu"] == "2.1%",
+          f"step lines ({o.steps.get(1)})")
+    check(o.steps[2]["skipped"] and math.isinf(o.steps[2]["norm"]) and not o.steps[3]["skipped"], "a skipped update, its inf norm")
+    check(o.val == {2: 11.25}, f"the val loss belongs to the step printed before it ({o.val})")
+    check(o.stopped == ("SIGTERM", 3), f"stopped by SIGTERM after step 3 ({o.stopped})")
+    check(o.median == {"ms": 22.96, "steps": 1, "tok/s": 713564.0, "mfu": "51.5%", "device_gib": 7.99}, f"the median line ({o.median})")
+    untied = trainer_log.parse_stdout(CONFIG % ("NVIDIA H200", "bf16", "", "125m", 32000, 12, 768, 12, 12, 2048, 10000.0, "", "", 134.1))
+    check(untied.tied is False and untied.B is None and untied.median is None and not untied.steps,
+          "untied; the lines a run did not print are None")
+
+
+def test_real_stdout():
+    bench = os.path.join(ROOT, "dev", "test", "fixtures", "bench")
+    o = trainer_log.parse_stdout(open(os.path.join(bench, "ours-fp8-bf16m.log")).read())
+    check((o.gpu, o.precision, o.model, o.B, o.T, o.adam_moments, o.allocated_gib) ==
+          ("NVIDIA H200", "fp8 (delayed scaling)", "llama2-7b", 2, 4096, "bf16", 104.81),
+          f"H200 fp8 run: its config ({o.gpu}, {o.precision}, {o.model}, {o.B}, {o.T}, {o.adam_moments}, {o.allocated_gib})")
+    check(len(o.steps) == 13 and o.median["tok/s"] == 20102 and o.median["device_gib"] == 105.51 and o.tied is False,
+          f"H200 fp8 run: 13 steps and the median line ({len(o.steps)}, {o.median})")
+    torch_text = open(os.path.join(bench, "torch-bf16.log")).read()
+    t = trainer_log.parse_stdout(torch_text)
+    check(t.gpu is None and not t.steps and trainer_log.model_dims(torch_text)[0] == "llama2-7b",
+          "PyTorch's output: no trainer lines, but its model line reads the same")
+
+
+def write_log(path, losses, norms, vals):
+    with open(path, "w") as f:
+        f.write(header_line())
+        for s, (l, n) in enumerate(zip(losses, norms), 1):
+            f.write(train_line(s, l, n))
+            if s in vals:
+                f.write(VAL % (s, vals[s]))
+
+
+def run_compare(*argv):
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+        rc = compare_logs.main([str(a) for a in argv])
+    return rc, buf.getvalue().strip()
+
+
+def test_compare(tmp):
+    """20 steps shaped like test_multi_gpu.sh's: the bf16 loss falls from 10.4; fp8 moves it by up to
+    gap and two ranks move either by up to noise (both relative, growing with the step)."""
+    def run(prec_gap, noise, seed):
+        losses = [(10.4 - 0.2 * s) * (1 + prec_gap * s / 20) * (1 + noise * s / 20 * math.cos(seed * s)) for s in range(1, 21)]
+        norms = [2.0 * (1 + 0.01 * prec_gap / 1e-3 * math.sin(s)) * (1 + 5 * noise * s / 20 * math.sin(seed * s)) for s in range(1, 21)]
+        return losses, norms, {10: losses[9] * 1.01, 20: losses[19] * 1.01}
+
+    p = lambda name: os.path.join(tmp, name + ".log")
+    write_log(p("r1_bf16"), *run(0.0, 0.0, 1))
+    write_log(p("r2_bf16"), *run(0.0, 2e-5, 3))
+    write_log(p("r1_fp8"), *run(1e-3, 0.0, 1))
+    write_log(p("r2_fp8"), *run(1e-3, 2e-5, 3))          # a correct 2-rank fp8 run
+    write_log(p("r2_fp8_as_bf16"), *run(0.0, 2e-5, 3))   # GEMMs fell back to bf16: the bf16 trajectory
+    write_log(p("r1_fp8_small"), *run(5e-5, 0.0, 1))     # fp8 moving the loss less than 4 x the noise
+    write_log(p("r2_fp8_small"), *run(5e-5, 2e-5, 3))
+    fp8 = ("fp8", 1e-3, 1e-2, 5e-2, 0.25, p("r1_bf16"), p("r2_bf16"))
+
+    rc, out = run_compare(p("r2_fp8"), p("r1_fp8"), *fp8)
+    check(rc == 0 and "fp8 vs bf16 (1 rank) up to" in out, f"fp8: a 2-rank run tracking the 1-rank one passes ({out})")
+    rc, out = run_compare(p("r2_fp8_as_bf16"), p("r1_fp8"), *fp8)
+    check(rc == 1 and "are its GEMMs fp8?" in out, f"fp8: a 2-rank run with bf16 GEMMs fails ({out})")
+    # what the old bound (twice the gap) made of it: every difference is within one gap
+    gap = compare_logs.running_max_diff(compare_logs.values(p("r1_fp8")), compare_logs.values(p("r1_bf16")))
+    A, B = compare_logs.values(p("r2_fp8_as_bf16")), compare_logs.values(p("r1_fp8"))
+    check(all(compare_logs.rel(A[k], B[k]) <= 2 * gap[k] + 1e-6 for k in A if k[1] > 1 and k[0] != "norm"),
+          "(the old bound, 2 x the gap, passes that run by construction)")
+    rc, out = run_compare(p("r2_fp8_small"), p("r1_fp8_small"), "fp8", 1e-3, 1e-2, 5e-2, 0.25, p("r1_bf16"), p("r2_bf16"))
+    check(rc == 1 and out.startswith("cannot tell"), f"fp8: a gap within 4 x the bf16 noise fails, saying it cannot tell ({out})")
+
+    rc, out = run_compare(p("r2_bf16"), p("r1_bf16"), "tol", 1e-5, 2e-2, 1e-3, 5e-2)
+    check(rc == 0 and "max rel diff trl" in out, f"tol: bf16 2 ranks vs 1 within 2e-2 ({out})")
+    losses, norms, vals = run(0.0, 0.0, 1)
+    norms[4] *= 2  # a lost rank's gradient
+    write_log(p("r2_bf16_half"), losses, norms, vals)
+    rc, out = run_compare(p("r2_bf16_half"), p("r1_bf16"), "tol", 1e-5, 2e-2, 1e-3, 5e-2)
+    check(rc == 1 and out.startswith("norm at step 5"), f"tol: a norm twice as large fails ({out})")
+
+    rc, out = run_compare(p("r1_fp8"), p("r1_fp8"), "exact")
+    check(rc == 0 and out == "identical", f"exact: a log against itself ({out})")
+    rc, out = run_compare(p("r2_bf16"), p("r1_bf16"), "exact")
+    check(rc == 1 and "at step" in out, f"exact: another run fails ({out})")
+    with open(p("nan_a"), "w") as f:
+        f.write(train_line(1, float("nan"), 1.0) + train_line(2, 9.0, float("inf")))
+    rc, out = run_compare(p("nan_a"), p("nan_a"), "exact")
+    check(rc == 0, f"exact: nan and inf print the same, so they are the same ({out})")
+    with open(p("short"), "w") as f:
+        f.write(train_line(1, 10.0))
+    rc, out = run_compare(p("short"), p("r1_bf16"), "exact")
+    check(rc == 1 and out.startswith("different or missing steps"), f"exact: missing steps fail ({out})")
+    rc, out = run_compare(p("nope"), p("r1_bf16"), "exact")
+    check(rc == 2 and "No such file" in out, f"an unreadable log exits 2 ({out})")
+    rc, out = run_compare(p("r1_bf16"), p("r1_bf16"), "tol", 1e-5)
+    check(rc == 2 and out.startswith("usage"), "too few tolerances: usage, exit 2")
+
+
+if __name__ == "__main__":
+    with tempfile.TemporaryDirectory() as tmp:
+        test_main_log(tmp)
+        test_real_main_log()
+        test_stdout()
+        test_real_stdout()
+        test_compare(tmp)
+    print(f"{passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)

@@ -1,0 +1,194 @@
+"""The one reader of what train_llama_fp8 writes about a run: its main.log (parse_main_log) and its
+standard output (parse_stdout). plot_log.py, compare_convergence.sh (through plot_log),
+test_multi_gpu.sh and benchmark.sh use it; dev/test/test_trainer_log.py checks it on sample logs in
+the trainer's formats. Standard library only.
+
+main.log (the trainer's fprintf(logf, ...) lines):
+    # <GPU> precision <p> model <name> V .. L .. C .. NH .. NKV .. FF .. B .. T .. total_batch .. adam_moments ..
+    s:<step> trl:<train loss> norm:<grad norm> lr:<lr> ms:<step ms> tok/s:<tokens per s>
+    s:<step> tel:<val loss>
+    sample: <token ids>
+A resumed run appends to the same file and repeats steps after its checkpoint: when a train step
+goes back, everything already read from that step on is dropped, so the latest attempt wins.
+Comment, sample, blank and malformed (e.g. cut-off) lines are skipped; malformed ones are counted.
+
+Standard output (the trainer's printf lines this reads; others are left alone):
+    train_llama_fp8 | <GPU> | <precision> | model <name>: V .. L .. C .. NH .. NKV .. FF .. theta ..[ | tied embeddings] | <n>M params
+    B <B> T <T> | total batch ... | AdamW moments <fp32|bf16> | ... attention
+    device memory allocated: <x> GiB[ per GPU (ZeRO-1)]
+    step <s>/<n> | loss <l> | norm <g> | lr <lr> | <ms> ms | <tok/s> tok/s | MFU <m>[ | update SKIPPED ...]
+    val loss <l>[ over ...]
+    stopped by <SIGNAL> after step <s> of <n>...
+    median step <ms> ms over <k> steps after warm-up | <tok/s> tok/s | MFU <m> | device memory in use <x> GiB
+"""
+import os
+import re
+
+
+class MainLog:
+    """One parsed main.log: train[step] = {'trl':, 'norm':, 'lr':, 'ms':, 'tok/s':}, val[step] = loss."""
+
+    def __init__(self, path):
+        self.path = path
+        self.header = []   # the '#' lines, one per (re)start
+        self.train = {}
+        self.val = {}
+        self.skipped = 0   # malformed lines
+
+    def train_steps(self):
+        return sorted(self.train)
+
+    def val_steps(self):
+        return sorted(self.val)
+
+    def series(self, key):
+        """(steps, values) of one train field, for the steps that have it."""
+        steps = [s for s in sorted(self.train) if key in self.train[s]]
+        return steps, [self.train[s][key] for s in steps]
+
+
+def _fields(line):
+    """'s:12 trl:4.5 tok/s:1000' -> {'s': '12', 'trl': '4.5', 'tok/s': '1000'}."""
+    out = {}
+    for tok in line.split():
+        key, sep, val = tok.partition(":")
+        if sep and key and val:
+            out[key] = val
+    return out
+
+
+def parse_main_log(path):
+    """A main.log, or a log directory holding one -> MainLog. OSError if it cannot be read."""
+    if os.path.isdir(path):
+        path = os.path.join(path, "main.log")
+    log = MainLog(path)
+    last_step = None
+    with open(path, "r", errors="replace") as f:
+        for raw in f:
+            line = raw.strip()
+            if not line:
+                continue
+            if line.startswith("#"):
+                log.header.append(line[1:].strip())
+                continue
+            if not line.startswith("s:"):
+                continue  # sample: lines and anything else the trainer may add
+            kv = _fields(line)
+            try:
+                step = int(kv["s"])
+            except (KeyError, ValueError):
+                log.skipped += 1
+                continue
+            if "tel" in kv:
+                try:
+                    log.val[step] = float(kv["tel"])
+                except ValueError:
+                    log.skipped += 1
+                continue
+            if "trl" not in kv:
+                log.skipped += 1
+                continue
+            rec = {}
+            for key in ("trl", "norm", "lr", "ms", "tok/s"):
+                if key in kv:
+                    try:
+                        rec[key] = float(kv[key])
+                    except ValueError:
+                        pass
+            if "trl" not in rec or (not raw.endswith("\n") and "tok/s" not in rec):
+                # no loss, or the cut-off last line of a run that died while writing it
+                log.skipped += 1
+                continue
+            if last_step is not None and step <= last_step:
+                # a resumed run re-does steps after its checkpoint: drop the abandoned attempt's
+                # records from this step on (train and val), keep the new ones
+                log.train = {s: r for s, r in log.train.items() if s < step}
+                log.val = {s: v for s, v in log.val.items() if s < step}
+            log.train[step] = rec
+            last_step = step
+    return log
+
+
+# "model NAME: V .. FF ..": the trainer's config line; dev/reference/bench_torch.py prints the same
+MODEL_DIMS = re.compile(r"model (\S+): V (\d+) L (\d+) C (\d+) NH (\d+) NKV (\d+) FF (\d+)")
+DIM_NAMES = ("V", "L", "C", "NH", "NKV", "FF")
+_CONFIG = re.compile(r"^train_llama_fp8 \| ([^|]+?) \| ([^|]+?) \| (.*)$", re.M)
+_BATCH = re.compile(r"^B (\d+) T (\d+) \|(.*)$", re.M)
+_ALLOCATED = re.compile(r"^device memory allocated: ([\d.]+) GiB", re.M)
+_STEP = re.compile(r"^step +(\d+)/(\d+) \| loss (\S+) \| norm (\S+) \| lr (\S+) \| (\S+) ms \| (\S+) tok/s \| MFU (\S+)(.*)$")
+_VAL = re.compile(r"^val loss (\S+)")
+_STOPPED = re.compile(r"^stopped by (SIG[A-Z0-9]+) after step (\d+) of (\d+)", re.M)
+_MEDIAN = re.compile(r"^median step ([\d.]+) ms over (\d+) steps .*?\| (\d+) tok/s \| MFU (.*?) \| "
+                     r"device memory in use ([\d.]+) GiB", re.M)
+
+
+def model_dims(text):
+    """(model name, {'V':, 'L':, 'C':, 'NH':, 'NKV':, 'FF':}) from the first config line in text, or None."""
+    m = MODEL_DIMS.search(text)
+    return (m.group(1), dict(zip(DIM_NAMES, (int(g) for g in m.groups()[1:])))) if m else None
+
+
+class TrainerOutput:
+    """What one run printed. Every field is None (steps and val empty) when its line is missing."""
+
+    def __init__(self):
+        self.gpu = None             # 'NVIDIA H200', or '2 x NVIDIA H200 (-ngpu fork launcher)'
+        self.precision = None       # 'bf16', 'fp8 (delayed scaling)', 'fp8 (current scaling)'
+        self.model = None           # the preset or model file name
+        self.dims = None            # {'V':, 'L':, 'C':, 'NH':, 'NKV':, 'FF':}
+        self.tied = None            # True with tied embeddings
+        self.B = self.T = None
+        self.adam_moments = None    # 'fp32' or 'bf16'
+        self.allocated_gib = None   # 'device memory allocated' (per GPU with ZeRO-1)
+        self.steps = {}             # step -> {'loss':, 'norm':, 'lr':, 'ms':, 'tok/s':, 'mfu': str, 'skipped': bool}
+        self.val = {}               # the step after which it was measured (0 before any) -> val loss
+        self.stopped = None         # (signal name, step) for a run stopped by a signal
+        self.median = None          # {'ms':, 'steps':, 'tok/s':, 'mfu': str, 'device_gib':}
+
+
+def parse_stdout(text):
+    """The trainer's standard output (a string) -> TrainerOutput. Of the lines printed once per run
+    (config, batch, memory, stopped, median) the first counts; of step and val lines, the last one
+    for each step (a resumed run printed into the same text)."""
+    out = TrainerOutput()
+    m = _CONFIG.search(text)
+    if m:
+        out.gpu, out.precision, rest = m.group(1), m.group(2), m.group(3)
+        dims = model_dims(rest)
+        if dims:
+            out.model, out.dims = dims
+        out.tied = "| tied embeddings |" in rest + " |"
+    m = _BATCH.search(text)
+    if m:
+        out.B, out.T = int(m.group(1)), int(m.group(2))
+        am = re.search(r"\| AdamW moments (\S+) \|", m.group(3) + " |")
+        out.adam_moments = am.group(1) if am else None
+    m = _ALLOCATED.search(text)
+    if m:
+        out.allocated_gib = float(m.group(1))
+    last = 0
+    for line in text.splitlines():
+        m = _STEP.match(line)
+        if m:
+            last = int(m.group(1))
+            try:
+                out.steps[last] = {"loss": float(m.group(3)), "norm": float(m.group(4)), "lr": float(m.group(5)),
+                                   "ms": float(m.group(6)), "tok/s": float(m.group(7)), "mfu": m.group(8),
+                                   "skipped": "update SKIPPED" in m.group(9)}
+            except ValueError:
+                pass
+            continue
+        m = _VAL.match(line)
+        if m:
+            try:
+                out.val[last] = float(m.group(1))
+            except ValueError:
+                pass
+    m = _STOPPED.search(text)
+    if m:
+        out.stopped = (m.group(1), int(m.group(2)))
+    m = _MEDIAN.search(text)
+    if m:
+        out.median = {"ms": float(m.group(1)), "steps": int(m.group(2)), "tok/s": float(m.group(3)), "mfu": m.group(4),
+                      "device_gib": float(m.group(5))}
+    return out
