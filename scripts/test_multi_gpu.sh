@@ -5,10 +5,12 @@
 #   bash scripts/test_multi_gpu.sh 2 5        build, then checks 2 and 5 only (any check makes the runs it needs)
 # Environment: LOG_DIR (default log_mgpu/: one log per run); MGPU_DETERMINISTIC (default 1, the
 # -deterministic of our runs; 0 skips the bit-for-bit checks 4, 5, 7 and 9); MGPU_TRAINER_ARGS (more
-# flags for our runs, e.g. '-adam_moments bf16'; check 7 then reports SKIP); for check 7 the trainer to compare the
-# single-GPU path with: BASE_SRC (a train_llama_fp8.cu, built with this tree's llmc/), else BASE_REV
-# (default HEAD) read with git archive. NVLink multicast stays off: NCCL_NVLS_ENABLE must be unset or
-# 0 and is exported as 0, so every rank (forked or started by mpirun) sees it.
+# flags for our runs, e.g. '-adam_moments bf16'; check 7 against BASE_SRC or BASE_REV then reports SKIP);
+# for check 7 the trainer to compare the single-GPU path with: by default this tree's, built without
+# NCCL and MPI; BASE_SRC (a train_llama_fp8.cu, built with this tree's llmc/), or BASE_REV (a git
+# revision, read with git archive: its train_llama_fp8.cu and llmc/). NVLink multicast stays off:
+# NCCL_NVLS_ENABLE must be unset or 0 and is exported as 0, so every rank (forked or started by
+# mpirun) sees it.
 #
 # The runs: the tiny preset, B 2, T 128, 20 steps, total batch 1024 tokens, on the shipped
 # TinyShakespeare. The data loader
@@ -28,14 +30,15 @@
 #      the -ngpu 2 run's losses, norms and final weights bit for bit
 #   5  resume with 2 ranks is bit-exact (bf16, fp8): checkpoint files after 10 + 10 steps == after 20
 #   6  refused before any rank starts: more ranks than GPUs; -d not a multiple of B*T*ranks
-#   7  one GPU unchanged: BASE_REV's trainer and this one write byte-identical checkpoints (bf16, fp8)
+#   7  one GPU unchanged by the multi-GPU build: one-GPU runs of this trainer and of the same source
+#      built without NCCL and MPI (or of BASE_SRC's / BASE_REV's trainer) write byte-identical
+#      checkpoints and logs (bf16, fp8)
 #   8  a rank that stops responding (SIGSTOP) mid-training ends the job, non-zero, within 60 s
 #   9  SIGTERM to the launcher, or to rank 1 alone: both ranks stop after the same step with a
 #      checkpoint, exit 0; -y 1 then ends bit-identical to the uninterrupted run
 set -u
 cd "$(dirname "$0")/.." || exit 2
 LOG=${LOG_DIR:-log_mgpu}
-BASE_REV=${BASE_REV:-HEAD}
 mkdir -p "$LOG"
 pass=0
 fail=0
@@ -72,15 +75,16 @@ if ! ldd train_llama_fp8 2>/dev/null | grep -q libnccl || ! ldd dev/cuda/nccl_ch
     finish
 fi
 nvcc_line=$(make -s -n -B train_llama_fp8 2>/dev/null | grep -F ' train_llama_fp8.cu ')
+nvcc_line_single=$(make -s -n -B NO_NCCL=1 NO_MPI=1 train_llama_fp8 2>/dev/null | grep -F ' train_llama_fp8.cu ')
 
 # ---- helpers
 # the data named, not left to the defaults: check 7's older trainer has other default paths
 ts=dev/data/tinyshakespeare
 trainer_args="-e tiny -b 2 -t 128 -d 1024 -x 20 -l 3e-4 -u 5 -q 1.0 -c 0.1 -v 10 -m 2 -n 10 -s 20 -g 8 -seed 7
     -i $ts/tinyshakespeare_llama2_train.bin -j $ts/tinyshakespeare_llama2_val.bin -tok $ts/llama2_tokenizer.bin"
-# our runs are compared bit for bit (BASE_REV's trainer predates the flag and is always deterministic);
-# MGPU_DETERMINISTIC=0 runs checks 2 and 3 with the trainer's fast default and skips 4, 5 and 7.
-# MGPU_TRAINER_ARGS: more flags for our runs (not BASE_REV's), e.g. '-adam_moments bf16'
+# our runs are compared bit for bit; MGPU_DETERMINISTIC=0 runs checks 2 and 3 with the trainer's
+# fast default and skips 4, 5, 7 and 9. MGPU_TRAINER_ARGS: more flags for our runs (and for check 7's
+# build without NCCL, the same source; not for BASE_SRC's or BASE_REV's), e.g. '-adam_moments bf16'
 ours="-deterministic ${MGPU_DETERMINISTIC:-1} ${MGPU_TRAINER_ARGS:-}"
 for c in 4 5 7 9; do
     asked $c && ! want $c && report SKIP "$c" "compares runs bit for bit: needs MGPU_DETERMINISTIC=1"
@@ -96,52 +100,13 @@ same_files() { # same_files DIR_A DIR_B FILE...: "" if every FILE is byte-identi
     for f in "$@"; do cmp -s "$a/$f" "$b/$f" || out="$out $f"; done
     echo "$out"
 }
-# compare_logs A/main.log B/main.log MODE: per-step train loss (trl), grad norm (norm), val loss (tel).
-#   exact                 the same printed values (the runs must be bit-identical)
-#   tol F1 L NF1 N        |rel diff|: step-1 loss <= F1, any loss <= L, step-1 norm <= NF1, any norm <= N
-#   tol F1 L NF1 N FP8 BF16   the same, but a later step's bound is at least twice the largest relative
-#                         difference so far between the 1-rank fp8 log FP8 and the 1-rank bf16 log BF16
-compare_logs() {
-    python3 - "$@" <<'EOF'
-import re, sys
-a, b, mode = sys.argv[1], sys.argv[2], sys.argv[3]
-def read(path):
-    rows = {}
-    for line in open(path):
-        m = re.match(r"s:(\d+) trl:(\S+) norm:(\S+)", line)
-        if m: rows[("trl", int(m[1]))], rows[("norm", int(m[1]))] = m[2], m[3]
-        m = re.match(r"s:(\d+) tel:(\S+)", line)
-        if m: rows[("tel", int(m[1]))] = m[2]
-    return rows
-A, B = read(a), read(b)
-effect = {} # (kind, step) -> largest |fp8 - bf16| / bf16 of the 1-rank runs up to that step
-if mode == "tol" and len(sys.argv) > 8:
-    F, G = read(sys.argv[8]), read(sys.argv[9])
-    run = {}
-    for kind, step in sorted(F, key=lambda k: k[1]):
-        if (kind, step) in G:
-            e = abs(float(F[(kind, step)]) - float(G[(kind, step)])) / max(abs(float(G[(kind, step)])), 1e-12)
-            run[kind] = max(run.get(kind, 0.0), e)
-            effect[(kind, step)] = run[kind]
-if not A or set(A) != set(B):
-    print(f"different or missing steps: {len(A)} vs {len(B)} values"); sys.exit(1)
-worst = {}
-for key in sorted(A):
-    x, y = A[key], B[key]
-    if mode == "exact":
-        if x != y: print(f"{key[0]} at step {key[1]}: {x} vs {y}"); sys.exit(1)
-        continue
-    f1, l, nf1, n = map(float, sys.argv[4:8])
-    x, y = float(x), float(y)
-    rel = abs(x - y) / max(abs(y), 1e-12)
-    kind, step = key
-    bound = (nf1 if step == 1 else n) if kind == "norm" else (f1 if step == 1 and kind == "trl" else l)
-    if step > 1: bound = max(bound, 2.0 * effect.get(key, 0.0))
-    if rel > bound: print(f"{kind} at step {step}: {x} vs {y}, relative difference {rel:.2e} > {bound:g}"); sys.exit(1)
-    worst[kind] = max(worst.get(kind, 0.0), rel)
-print("; ".join(f"max rel diff {k} {v:.1e}" for k, v in sorted(worst.items())) if worst else "identical")
-EOF
-}
+# compare_logs A/main.log B/main.log MODE ...: per-step train loss, grad norm and val loss of two runs
+# (scripts/compare_logs.py, which reads them with scripts/trainer_log.py):
+#   exact                       the same printed values (the runs must be bit-identical)
+#   tol F1 L NF1 N              |rel diff|: step-1 loss <= F1, later losses <= L, step-1 norm <= NF1, later norms <= N
+#   fp8 F1 NF1 N RATIO BF16_1 BF16_2   A the 2-rank fp8 run, B the 1-rank one: step 1 as tol; later losses
+#                               within RATIO x what fp8 does to the 1-rank run (vs BF16_1), see check 2
+compare_logs() { python3 scripts/compare_logs.py "$@"; }
 
 # ---- 0: the ZeRO-1 layout, host only
 if want 0; then
@@ -189,12 +154,23 @@ fi
 #    losses within 2% and norms within 5% in bf16. (At lr 1e-3 the tiny model on TinyShakespeare
 #    has gradient-norm spikes that amplify those roundings chaotically: seen on 2 H200s, a norm of
 #    7.46 vs 3.54 at step 10 with the losses still 1e-4 apart. The check is about the arithmetic of
-#    data parallelism, so it trains where the trajectory is not chaotic.) In fp8 the step-1 rounding differences grow
-#    chaotically like any fp8 noise (seen on 2 H200s: a norm 16% apart at step 7 of 20), so a later
-#    fp8 step may differ by up to twice what fp8 itself does to the 1-rank trajectory (fp8 vs bf16,
-#    the largest relative gap so far): two runs that each deviate from bf16 by fp8 noise are at most
-#    that far apart. A lost rank's gradient or a missing 1/world shows as a factor ~2 in the norm;
-#    a missing bucket is check 0's business.
+#    data parallelism, so it trains where the trajectory is not chaotic.) A lost rank's gradient or a
+#    missing 1/world shows as a factor ~2 in the norm; a missing bucket is check 0's business.
+#  fp8, later steps: the 2-rank fp8 run must be much closer to the 1-rank fp8 run than the 1-rank fp8
+#    run is to the 1-rank bf16 run: per step, the loss (train, val) within 0.25 x the largest relative
+#    fp8-vs-bf16 gap of the 1-rank runs so far (plus 2 printed units). Why this and not "within the
+#    gap": a 2-rank run whose GEMMs fell back to bf16 is the bf16 trajectory up to data-parallel
+#    noise, so it sits one whole gap from the 1-rank fp8 run and passes any bound of a gap or more by
+#    construction; a correct one casts with scales MAX-reduced over the same tokens one GPU sees
+#    (identical on both ranks: check 3), so only the data-parallel roundings (and step 1's live
+#    scales, above) separate them. That can only be
+#    told apart when fp8's effect stands clear of the noise: the largest gap must be at least 4 x the
+#    largest 2-rank vs 1-rank difference of the bf16 runs, else the check fails saying it cannot
+#    tell. Step 1 keeps its bounds above. Norms after step 1 stay within max(5e-2, 2 x fp8's norm
+#    gap): a norm follows every rounding chaotically (seen on 2 H200s at lr 1e-3: 16% apart at step 7
+#    of 20 between 2 ranks and 1 in fp8), so it is the coarse factor-2 check, not the fp8 one.
+#    Measured before this check (2 H200s, 2026-11-30): 2 vs 1 rank fp8 losses within 1.7e-4, bf16
+#    2.4e-5; the 1-rank fp8-vs-bf16 gap of these runs was not recorded, so 0.25 has not yet been run.
 if want 2 || want 3 || want 5; then
     for prec in bf16 fp8; do
         extra=""
@@ -208,9 +184,9 @@ if want 2 || want 3 || want 5; then
             if [ $rc1 -ne 0 ] || [ $rc2 -ne 0 ]; then
                 report FAIL "2 $prec: 2 ranks vs 1 rank" "runs exited $rc1 (1 rank), $rc2 (2 ranks): see $LOG/r1_$prec.txt, $LOG/r2_$prec.txt"
             else
-                if [ $prec = bf16 ]; then tol="1e-5 2e-2 1e-3 5e-2"
-                else tol="1e-3 2e-2 1e-2 5e-2 $LOG/r1_fp8/main.log $LOG/r1_bf16/main.log"; fi
-                out=$(compare_logs "$LOG/r2_$prec/main.log" "$LOG/r1_$prec/main.log" tol $tol)
+                if [ $prec = bf16 ]; then tol="tol 1e-5 2e-2 1e-3 5e-2"
+                else tol="fp8 1e-3 1e-2 5e-2 0.25 $LOG/r1_bf16/main.log $LOG/r2_bf16/main.log"; fi
+                out=$(compare_logs "$LOG/r2_$prec/main.log" "$LOG/r1_$prec/main.log" $tol)
                 if [ $? -eq 0 ]; then report PASS "2 $prec: 2 ranks vs 1 rank, 20 steps" "$out"
                 else report FAIL "2 $prec: 2 ranks vs 1 rank, 20 steps" "$out"; fi
             fi
@@ -303,43 +279,65 @@ if want 6; then
     fi
 fi
 
-# ---- 7: the single-GPU path against BASE_REV's trainer (the same runs as check 2's 1-rank ones)
+# ---- 7: the single-GPU path against another build (the same runs as check 2's 1-rank ones). By
+# default the other build is this very source compiled without NCCL and MPI, where multi_gpu.cuh is
+# its single-GPU stub: a one-GPU run of the multi-GPU build must not differ from it by a bit (with
+# NCCL compiled in, world 1 must still make no collective and take no path that touches the
+# numbers). That cannot see a change both builds share; to compare with an older trainer (e.g. the one before multi-GPU) set
+# BASE_SRC or BASE_REV. An older trainer without -deterministic is deterministic already; one with it
+# gets -deterministic 1, whose default is the faster, not bit-reproducible 0.
 if want 7; then
     base="$LOG/base_src"
     rm -rf "$base"
     mkdir -p "$base"
+    : > "$LOG/base_build.txt"
     if [ -n "${BASE_SRC:-}" ]; then
-        BASE_REV=$BASE_SRC
-        cp -r llmc "$base/" && cp "$BASE_SRC" "$base/train_llama_fp8.cu"
+        mode=src vs=$BASE_SRC
+        cp -r llmc "$base/" 2> "$LOG/base_build.txt" && cp "$BASE_SRC" "$base/train_llama_fp8.cu" 2> "$LOG/base_build.txt"
         got=$?
-    elif git rev-parse --git-dir > /dev/null 2>&1; then
-        git archive "$BASE_REV" train_llama_fp8.cu llmc | tar -x -C "$base" 2> "$LOG/base_build.txt"
-        got=$?
+    elif [ -n "${BASE_REV:-}" ]; then
+        mode=rev vs=$BASE_REV
+        if git rev-parse --git-dir > /dev/null 2>&1; then
+            git archive "$BASE_REV" train_llama_fp8.cu llmc | tar -x -C "$base" 2> "$LOG/base_build.txt"
+            got=$?
+        else
+            got=2
+            echo "no git repository here: set BASE_SRC to the trainer to compare with" > "$LOG/base_build.txt"
+        fi
     else
-        got=2
-        echo "no git repository here: set BASE_SRC to the trainer to compare with" > "$LOG/base_build.txt"
+        mode=no_nccl vs="the build without NCCL"
+        cp -r llmc train_llama_fp8.cu "$base/" 2> "$LOG/base_build.txt"
+        got=$?
     fi
-    if [ -n "${MGPU_TRAINER_ARGS:-}" ]; then
-        report SKIP "7 one GPU unchanged vs $BASE_REV" "MGPU_TRAINER_ARGS is set: our runs differ from the base trainer's on purpose"
+    base_build=$nvcc_line base_args=""
+    if [ $mode = no_nccl ]; then
+        base_build=$nvcc_line_single base_args=$ours
+    elif grep -q '"-deterministic"' "$base/train_llama_fp8.cu" 2> /dev/null; then
+        base_args="-deterministic 1"
+    fi
+    if [ $mode != no_nccl ] && [ -n "${MGPU_TRAINER_ARGS:-}" ]; then
+        report SKIP "7 one GPU unchanged vs $vs" "MGPU_TRAINER_ARGS is set: our runs differ from the base trainer's on purpose"
     elif [ $got -ne 0 ]; then
-        report SKIP "7 one GPU unchanged vs $BASE_REV" "no base trainer: $(head -n 1 "$LOG/base_build.txt")"
-    elif cmp -s "$base/train_llama_fp8.cu" train_llama_fp8.cu; then
-        report SKIP "7 one GPU unchanged vs $BASE_REV" "$BASE_REV's trainer is this one: set BASE_REV or BASE_SRC to the one before multi-GPU"
-    elif ! (cd "$base" && eval "$nvcc_line") >> "$LOG/base_build.txt" 2>&1; then
-        report FAIL "7 one GPU unchanged vs $BASE_REV" "the base trainer does not build: $LOG/base_build.txt"
+        report SKIP "7 one GPU unchanged vs $vs" "no base trainer: $(head -n 1 "$LOG/base_build.txt")"
+    elif [ $mode = no_nccl ] && [ "$nvcc_line_single" = "$nvcc_line" ]; then
+        report FAIL "7 one GPU unchanged vs $vs" "make NO_NCCL=1 NO_MPI=1 builds the same command: nothing to leave out"
+    elif [ $mode != no_nccl ] && cmp -s "$base/train_llama_fp8.cu" train_llama_fp8.cu && diff -rq "$base/llmc" llmc > /dev/null 2>&1; then
+        report SKIP "7 one GPU unchanged vs $vs" "its train_llama_fp8.cu and llmc/ are this tree's: set BASE_SRC or BASE_REV to an older trainer, or neither"
+    elif ! (cd "$base" && eval "$base_build") >> "$LOG/base_build.txt" 2>&1; then
+        report FAIL "7 one GPU unchanged vs $vs" "the base trainer does not build: $LOG/base_build.txt"
     else
         for prec in bf16 fp8; do
             [ -f "$LOG/r1_$prec/main.log" ] || run r1_$prec ./train_llama_fp8 $trainer_args $ours -precision $prec -o "$LOG/r1_$prec"
             rm -rf "$LOG/base_$prec"
-            if ! run base_$prec "$base/train_llama_fp8" $trainer_args -precision $prec -o "$LOG/base_$prec"; then
-                report FAIL "7 $prec: one GPU unchanged vs $BASE_REV" "the base run failed: $LOG/base_$prec.txt"
+            if ! run base_$prec "$base/train_llama_fp8" $trainer_args $base_args -precision $prec -o "$LOG/base_$prec"; then
+                report FAIL "7 $prec: one GPU unchanged vs $vs" "the base run failed: $LOG/base_$prec.txt"
                 continue
             fi
             diff=$(same_files "$LOG/base_$prec" "$LOG/r1_$prec" model_00000010.bin model_00000020.bin state_00000020_00000.bin)
             out=$(compare_logs "$LOG/r1_$prec/main.log" "$LOG/base_$prec/main.log" exact)
             rc=$?
-            if [ -z "$diff" ] && [ $rc -eq 0 ]; then report PASS "7 $prec: one GPU unchanged vs $BASE_REV" "checkpoints byte-identical"
-            else report FAIL "7 $prec: one GPU unchanged vs $BASE_REV" "${diff:+differing:$diff }$out"; fi
+            if [ -z "$diff" ] && [ $rc -eq 0 ]; then report PASS "7 $prec: one GPU unchanged vs $vs" "checkpoints byte-identical"
+            else report FAIL "7 $prec: one GPU unchanged vs $vs" "${diff:+differing:$diff }$out"; fi
         done
     fi
 fi
