@@ -7,10 +7,16 @@ loads it with every weight in place.
     python3 scripts/hf_export.py log/model_00000300.bin smollm2-tuned --tokenizer ~/models/SmolLM2-135M-Instruct
 
 --tokenizer is a Hugging Face folder (its tokenizer files are copied), a tokenizer.json or a
-SentencePiece .model; its BOS and EOS go into the configs. Tensors are read from the model file as
-they are written, so memory holds one shard at most. OUT_DIR appears complete or not at all (it is
-written under a temporary name, then renamed); an existing non-empty OUT_DIR is refused unless
---force. Errors print `error: <file>: <problem>` and exit 1.
+SentencePiece .model. The BOS and EOS ids written into config.json and generation_config.json come
+from, first to last: --special_tokens FILE (the OUT_special_tokens.json scripts/hf_import.py writes
+beside its model file; by default the one beside MODEL.bin if there is one), then the --tokenizer
+folder's generation_config.json and config.json, then the tokenizer itself (tokenizer_config.json's
+bos_token / eos_token, a SentencePiece model's ids). A later source that names another id is reported;
+with none at all, transformers' LlamaConfig defaults (BOS 1, EOS 2) are written, with a warning.
+
+Tensors are read from the model file as they are written, so memory holds one shard at most. OUT_DIR
+appears complete or not at all (it is written under a temporary name, then renamed); an existing
+non-empty OUT_DIR is refused unless --force. Errors print `error: <file>: <problem>` and exit 1.
 """
 import argparse
 import json
@@ -25,11 +31,12 @@ from tqdm import tqdm
 import model_file
 from model_file import FormatError, ROPE_LLAMA3
 import formats  # dev/data/formats.py, on the path through model_file
-from hf_import import HF, rope_permute, source_tensors
+from hf_import import HF, folder_special_ids, pick_special_ids, rope_permute, source_tensors, tokenizer_special_ids
 
 TOKENIZER_FILES = ["tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
                    "added_tokens.json", "vocab.json", "merges.txt", "chat_template.jinja", "chat_template.json"]
 DTYPES = {"bf16": "bfloat16", "fp32": "float32"}  # --dtype: torch_dtype
+LLAMA_DEFAULT_IDS = {"bos_token_id": 1, "eos_token_id": 2}  # transformers' LlamaConfig, where a config leaves them out
 UNITS = {"": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
 
 
@@ -103,21 +110,41 @@ def tokenizer_files(src):
     return path, files + ([(beside, "tokenizer_config.json")] if os.path.isfile(beside) else [])
 
 
+def special_ids(c, model_path, special_tokens, tokenizer):
+    """({bos_token_id, eos_token_id}, {key: where it came from}, [warnings]) for the configs: the first
+    source (module docstring) that names each, transformers' default where none does."""
+    found = []
+    record = special_tokens or model_file.special_tokens_path(model_path)
+    if special_tokens or os.path.isfile(record):
+        ids = model_file.read_special_tokens(record, c["V"])
+        found += [(k, ids[k], f"{k} of {record}", record) for k in model_file.SPECIAL_KEYS]
+    if tokenizer and os.path.isdir(tokenizer):
+        found += folder_special_ids(tokenizer)
+    elif tokenizer:
+        found += tokenizer_special_ids(formats.tokenizer_file(tokenizer))
+    ids, where, warnings = pick_special_ids(found, c["V"])
+    for k in model_file.SPECIAL_KEYS:
+        if ids[k] is None:
+            ids[k], where[k] = LLAMA_DEFAULT_IDS[k], "transformers' LlamaConfig default"
+            warnings.append(f"no source names {k} (give --special_tokens or --tokenizer): writing transformers' default"
+                            f" {ids[k]}, which may not be this model's")
+    return ids, where, warnings
+
+
 def write_json(path, obj):
     with open(path, "w") as f:
         json.dump(obj, f, indent=2)
         f.write("\n")
 
 
-def write_folder(tmp, c, tensors, dtype, max_shard, tok):
+def write_folder(tmp, c, tensors, dtype, max_shard, tok, ids):
     from safetensors.numpy import save_file
-    bos = eos = None
+    bos, eos = ids["bos_token_id"], ids["eos_token_id"]
     if tok:
         tok_path, files = tok
         pieces = formats.decode_table_from_tokenizer(tok_path)
         if len(pieces) > c["V"]:
             raise FormatError(tok_path, f"the tokenizer has {len(pieces)} tokens, more than the model's vocabulary of {c['V']}")
-        bos, eos = formats.special_ids(tok_path)
         for path, name in files:
             shutil.copyfile(path, os.path.join(tmp, name))
         if not any(name == "tokenizer_config.json" for _, name in files):
@@ -125,8 +152,7 @@ def write_folder(tmp, c, tensors, dtype, max_shard, tok):
             cls = "LlamaTokenizer" if formats.is_sentencepiece(tok_path) else "PreTrainedTokenizerFast"
             write_json(os.path.join(tmp, "tokenizer_config.json"), {"tokenizer_class": cls})
     write_json(os.path.join(tmp, "config.json"), hf_config(c, dtype, bos, eos))
-    write_json(os.path.join(tmp, "generation_config.json"),
-               {k: v for k, v in (("bos_token_id", bos), ("eos_token_id", eos)) if v is not None})
+    write_json(os.path.join(tmp, "generation_config.json"), {"bos_token_id": bos, "eos_token_id": eos})
     rows = hf_rows(c)
     itemsize = 2 if dtype == "bf16" else 4
     shards = shard_plan(rows, itemsize, max_shard)
@@ -143,13 +169,16 @@ def write_folder(tmp, c, tensors, dtype, max_shard, tok):
         total = sum(int(np.prod(r.shape)) * itemsize for r in rows)
         write_json(os.path.join(tmp, "model.safetensors.index.json"),
                    {"metadata": {"total_size": total}, "weight_map": {r.name: names[k] for k, s in enumerate(shards) for r in s}})
-    return names, bos, eos
+    return names
 
 
-def export(model_path, out, tokenizer, dtype, max_shard, force):
+def export(model_path, out, tokenizer, dtype, max_shard, force, special_tokens=None):
     c, step, tensors = model_file.read_model_file(model_path)
     print(f"{model_path}: step {step}, {model_file.config_summary(c)}")
     tok = tokenizer_files(tokenizer) if tokenizer else None
+    ids, id_from, warnings = special_ids(c, model_path, special_tokens, tokenizer)
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)
     out = out.rstrip("/") or out
     if os.path.exists(out) and not os.path.isdir(out):
         raise FormatError(out, "exists and is not a folder")
@@ -159,7 +188,7 @@ def export(model_path, out, tokenizer, dtype, max_shard, force):
     tmp = f"{out}.tmp{os.getpid()}"
     try:
         os.mkdir(tmp)
-        names, bos, eos = write_folder(tmp, c, tensors, dtype, max_shard, tok)
+        names = write_folder(tmp, c, tensors, dtype, max_shard, tok, ids)
         if replace:  # the old folder goes only once the new one is complete
             old = f"{out}.old{os.getpid()}"
             os.rename(out, old)
@@ -174,26 +203,31 @@ def export(model_path, out, tokenizer, dtype, max_shard, force):
         if isinstance(e, OSError):
             raise FormatError(getattr(e, "filename", None) or out, f"cannot write: {e.strerror or e}") from None
         raise
-    print(f"wrote {out}: config.json ({DTYPES[dtype]}, tie_word_embeddings {bool(c['tied_embeddings'])}, BOS {bos},"
-          f" EOS {eos}), {', '.join(names)}{', model.safetensors.index.json' if len(names) > 1 else ''},"
-          f" generation_config.json{', the tokenizer files' if tok else ''}")
+    print(f"wrote {out}: config.json ({DTYPES[dtype]}, tie_word_embeddings {bool(c['tied_embeddings'])},"
+          f" BOS {ids['bos_token_id']}, EOS {ids['eos_token_id']}), {', '.join(names)}"
+          f"{', model.safetensors.index.json' if len(names) > 1 else ''}, generation_config.json"
+          f"{', the tokenizer files' if tok else ''}")
+    for k in model_file.SPECIAL_KEYS:
+        print(f"  {k} {ids[k]}: {id_from[k]}")
 
 
 def main():
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="example:\n  python3 scripts/hf_export.py log/model_00000300.bin smollm2-tuned"
-               " --tokenizer ~/models/SmolLM2-135M-Instruct")
+               " --tokenizer ~/models/SmolLM2-135M-Instruct --special_tokens smollm2_special_tokens.json")
     parser.add_argument("model", metavar="MODEL.bin", help="our model file")
     parser.add_argument("out", metavar="OUT_DIR", help="the Hugging Face folder to write")
     parser.add_argument("--tokenizer", metavar="SRC", help="HF folder, tokenizer.json or .model whose tokenizer to include")
+    parser.add_argument("--special_tokens", metavar="FILE", help="BOS/EOS record hf_import wrote (OUT_special_tokens.json;"
+                        " default: the one beside MODEL.bin, if any)")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="dtype of the safetensors weights (default bf16)")
     parser.add_argument("--max_shard_size", type=parse_size, default="5GB", metavar="SIZE",
                         help="start a new shard past this size, e.g. 5GB (default), 500MB, 2GiB")
     parser.add_argument("--force", action="store_true", help="replace an existing non-empty OUT_DIR")
     args = parser.parse_args()
     try:
-        export(args.model, args.out, args.tokenizer, args.dtype, args.max_shard_size, args.force)
+        export(args.model, args.out, args.tokenizer, args.dtype, args.max_shard_size, args.force, args.special_tokens)
     except FormatError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)

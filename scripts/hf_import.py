@@ -10,7 +10,15 @@ model.safetensors.index.json; float32, float16 or bfloat16) or a GGUF file of th
 (any type the gguf package dequantizes, e.g. Q4_1, Q8_0). The tokenizer (tokenizer.json or
 tokenizer.model in the folder; tokenizer.ggml.* in a GGUF) becomes OUT_tokenizer.bin: OUT with its
 .bin replaced by _tokenizer.bin, its document-start id the model's BOS, padded with empty pieces to
-the model's vocabulary if the tokenizer has fewer tokens.
+the model's vocabulary if the tokenizer has fewer tokens. The model's BOS and EOS ids go into
+OUT_special_tokens.json beside it (scripts/model_file.py), where scripts/hf_export.py finds them: a
+folder's generation_config.json, else its config.json, else its tokenizer's; a GGUF's
+tokenizer.ggml.bos_token_id and eos_token_id.
+
+Llama 3.1 / 3.2 RoPE scaling comes from config.json's rope_scaling (rope_parameters), or in a GGUF from
+rope_freqs.weight, llama.cpp's per-frequency factors: they are read as llama3 scaling if they are
+those of the file's rope.scaling keys or of Llama 3.1's or 3.2's published parameters, and refused
+otherwise.
 
 Tensors stream one at a time (a 16 GB checkpoint never sits in memory twice). What the trainer
 cannot represent is refused with the field named: biases, a head_dim other than C/NH, RoPE other
@@ -223,6 +231,7 @@ class HFFolder:
                     raise FormatError(index_path, f"says {t} is in {name}, which does not hold it")
             # a shard's tensors that the index leaves out are not part of the model for transformers either
             self.shapes = {t: self.shapes[t] for t in weight_map}
+        self.rope_note = None
         # old checkpoints saved RoPE's inverse frequencies, which are computed from the config instead
         self.shapes = {t: s for t, s in self.shapes.items() if not t.endswith("rotary_emb.inv_freq")}
         self.column = HF
@@ -245,14 +254,67 @@ class HFFolder:
             w = rope_permute(w, self.config["NH"] if part == "q" else self.config["NKV"])
         return w
 
+    def special_ids(self):
+        return folder_special_ids(self.folder)
+
     def decode_table(self):
-        """(pieces, BOS id) of the folder's tokenizer, or None if it has none."""
-        if not any(os.path.isfile(os.path.join(self.folder, f)) for f in ("tokenizer.json", "tokenizer.model")):
+        """(where, pieces) of the folder's tokenizer, or None if it has none."""
+        if not has_tokenizer(self.folder):
             return None
         path = formats.tokenizer_file(self.folder)
-        bos, eos = formats.special_ids(path)
-        start = next((i for i in (self.hf.get("bos_token_id"), bos, eos) if isinstance(i, int)), 0)
-        return path, formats.decode_table_from_tokenizer(path), start
+        return path, formats.decode_table_from_tokenizer(path)
+
+
+def has_tokenizer(folder):
+    return any(os.path.isfile(os.path.join(folder, f)) for f in ("tokenizer.json", "tokenizer.model"))
+
+
+def folder_special_ids(folder):
+    """[(key, id, where, file)] of a Hugging Face folder's BOS and EOS (key bos_token_id / eos_token_id), in the
+    order pick_special_ids prefers them: generation_config.json's (what transformers' generate() stops
+    on), config.json's, then the tokenizer's own (tokenizer_config.json's bos_token / eos_token, a
+    SentencePiece model's ids; formats.special_ids)."""
+    found = []
+    for name in ("generation_config.json", "config.json"):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            config = read_json(path)
+            if not isinstance(config, dict):
+                raise FormatError(path, "is not a JSON object")
+            found += [(k, config.get(k), f"{k} of {path}", path) for k in model_file.SPECIAL_KEYS]
+    if has_tokenizer(folder):
+        found += tokenizer_special_ids(formats.tokenizer_file(folder))
+    return found
+
+
+def tokenizer_special_ids(path):
+    """[(key, id, where, file)] of a tokenizer file's own BOS and EOS (formats.special_ids)."""
+    ids = formats.special_ids(path)
+    how = "" if formats.is_sentencepiece(path) else " (its tokenizer_config.json, or its post-processor)"
+    return [(k, i, f"the {k[:3]} token of {path}{how}", path) for k, i in zip(model_file.SPECIAL_KEYS, ids)]
+
+
+def same_ids(a, b):
+    """Whether two records of one special token agree: equal, or one of an EOS list."""
+    a, b = (x if isinstance(x, list) else [x] for x in (a, b))
+    return set(a) <= set(b) or set(b) <= set(a)
+
+
+def pick_special_ids(found, V):
+    """({key: id or None}, {key: where}, [warnings]) from [(key, id, where, file)]: for each key the
+    first one that names an id; a later one that names another id is a warning."""
+    ids, where, warnings = {}, {}, []
+    for key, value, source, path in found:
+        if value is None:
+            continue
+        bad = model_file.token_id_problem(key, value, V)
+        if bad:
+            raise FormatError(path, bad)
+        if key not in ids:
+            ids[key], where[key] = value, source
+        elif not same_ids(ids[key], value):
+            warnings.append(f"{key}: {source} is {value}, but {where[key]} is {ids[key]}: using {ids[key]}")
+    return {k: ids.get(k) for k in model_file.SPECIAL_KEYS}, where, warnings
 
 
 # --- GGUF files ---
@@ -279,9 +341,6 @@ class GGUFFile:
         if arch != "llama":
             raise FormatError(path, f"general.architecture is {arch!r}: only llama is supported")
         self.tensors = {t.name: t for t in self.reader.tensors}
-        if "rope_freqs.weight" in self.tensors:
-            raise FormatError(path, "rope_freqs.weight: RoPE scaling stored as per-frequency factors (llama.cpp's form"
-                                    " of Llama 3.1 scaling) is not read; import the Hugging Face folder instead")
         for key in ("llama.expert_count", "llama.expert_used_count"):
             if self.field(key):
                 raise FormatError(path, f"{key} = {self.field(key)}: mixtures of experts are not supported")
@@ -302,12 +361,52 @@ class GGUFFile:
             if self.field(key) not in (None, C // NH):
                 raise FormatError(path, f"{key} is {self.field(key)}, not the head size embedding_length / head_count ="
                                         f" {C // NH}")
-        bad = model_file.config_problem(self.config)
-        if bad:
-            raise FormatError(path, bad)
         # ggml lists dimensions fastest first: [cols, rows] is numpy's (rows, cols)
         self.shapes = {name: tuple(int(d) for d in reversed(t.shape)) for name, t in self.tensors.items()}
         self.column = GGUF
+        bad = model_file.config_problem(self.config)
+        if bad:
+            raise FormatError(path, bad)
+        self.rope_note = None
+        if ROPE_FREQS in self.tensors:
+            self.rope_scaling_from_factors()
+            del self.shapes[ROPE_FREQS]
+
+    def rope_scaling_from_factors(self):
+        """Sets the config's RoPE scaling from rope_freqs.weight, or refuses the file naming the
+        mismatch (see llama3_candidates)."""
+        c, HS = self.config, self.config["C"] // self.config["NH"]
+        if self.shapes[ROPE_FREQS] != (HS // 2,):
+            raise FormatError(self.path, f"{ROPE_FREQS} has shape {list(self.shapes[ROPE_FREQS])}, expected [{HS // 2}]"
+                                         " (one factor per frequency of a head)")
+        factors = self.load(ROPE_FREQS, None).astype(np.float64)
+        if not (np.isfinite(factors).all() and (factors > 0).all()):
+            raise FormatError(self.path, f"{ROPE_FREQS} holds factors that are not positive numbers: {factors.tolist()}")
+        f = model_file.rope_inv_freq(c, HS)
+        if (factors == 1).all():  # llama.cpp divides each frequency by its factor: all ones is plain RoPE
+            self.rope_note = f"{ROPE_FREQS}: every factor 1, plain RoPE"
+            return
+        closest = None
+        for name, factor, low, high, old_T in llama3_candidates(self, float(factors.max())):
+            trial = dict(c, rope_scaling=ROPE_LLAMA3, rope_factor=factor, rope_low_freq_factor=low,
+                         rope_high_freq_factor=high, rope_original_T=old_T)
+            if model_file.config_problem(trial):
+                continue
+            # the file's scaled frequencies f / factor against ours (llmc/llama_config.h) with these parameters
+            want = model_file.rope_inv_freq(trial, HS)
+            rel = np.abs(f / factors - want) / want
+            what = (f"llama3 scaling with factor {factor:g}, low_freq_factor {low:g}, high_freq_factor {high:g}, original"
+                    f" context {old_T} ({name})")
+            if rel.max() <= ROPE_FREQS_RTOL:
+                c.update(trial)
+                self.rope_note = f"{ROPE_FREQS}: {what}, max relative difference {rel.max():.2g}"
+                return
+            i = int(rel.argmax())
+            if closest is None or rel.max() < closest[0]:
+                closest = (rel.max(), f"{what} gives {f[i] / want[i]:.7g} for frequency {i}, the file {factors[i]:.7g}"
+                                      f" (relative difference of the frequency {rel[i]:.2g})")
+        raise FormatError(self.path, f"{ROPE_FREQS}: the RoPE factors {np.round(factors, 6).tolist()} are not llama3 scaling"
+                                     f" with any parameters tried: closest, {closest[1]}; only llama3 scaling is supported")
 
     def field(self, key, default=None):
         f = self.reader.get_field(key)
@@ -335,6 +434,10 @@ class GGUFFile:
             raise FormatError(self.path, f"{name} is {t.tensor_type.name}, which the gguf package cannot dequantize") from None
         return np.asarray(w, dtype=np.float32).reshape(self.shapes[name])
 
+    def special_ids(self):
+        return [(k, self.field(f"tokenizer.ggml.{k}"), f"tokenizer.ggml.{k} of {self.path}", self.path)
+                for k in model_file.SPECIAL_KEYS]
+
     def decode_table(self):
         tokens = self.field("tokenizer.ggml.tokens")
         if tokens is None:
@@ -350,9 +453,33 @@ class GGUFFile:
         # BPE's specials stay their text, as formats' tokenizer.json rule has it
         blank = (GGUF_UNKNOWN, GGUF_CONTROL) if kind == "llama" else ()
         pieces = [b"" if ty in blank else piece_bytes(tok) for tok, ty in zip(tokens, types)]
-        start = next((i for i in (self.field("tokenizer.ggml.bos_token_id"), self.field("tokenizer.ggml.eos_token_id"))
-                      if isinstance(i, int)), 0)
-        return "tokenizer.ggml.tokens", pieces, start
+        return "tokenizer.ggml.tokens", pieces
+
+
+# llama.cpp's converter (convert_hf_to_gguf.py, LlamaModel.generate_extra_tensors) writes Llama 3.1 /
+# 3.2 RoPE scaling as rope_freqs.weight, one factor per frequency of a head: 1 where the wavelength
+# 2 pi / f is short, factor where long, 1 / ((1 - s) / factor + s) between (llama.cpp divides f by it,
+# which gives transformers' and our scaled frequency), and writes no metadata for it. The parameters
+# are known only as those that reproduce the factors: the file's rope.scaling keys if it has any,
+# Llama 3.1's and 3.2's published values, and Llama 3's low 1, high 4 and context 8192 (llama.cpp's
+# defaults) with the file's largest factor as the factor. llama.cpp computes them in float32 (newer
+# versions partly in float64): 8 float32 ulps allow for that (measured: 2.7e-7 at most, Llama 3.1 and
+# 3.2 heads); another parameter moves some factor by far more.
+ROPE_FREQS = "rope_freqs.weight"
+ROPE_FREQS_RTOL = 1e-6
+LLAMA3_PUBLISHED = [("Llama 3.1's published parameters", 8.0, 1.0, 4.0, 8192),
+                    ("Llama 3.2's published parameters", 32.0, 1.0, 4.0, 8192)]
+
+
+def llama3_candidates(gguf_file, largest):
+    """[(what, factor, low_freq_factor, high_freq_factor, original context)] to try for rope_freqs.weight."""
+    factor, old_T = (gguf_file.field(f"llama.rope.scaling.{k}") for k in ("factor", "original_context_length"))
+    tried = []
+    if factor is not None or old_T is not None:
+        tried.append(("the file's llama.rope.scaling keys, low and high Llama 3's", float(factor or largest), 1.0, 4.0,
+                      int(old_T or 8192)))
+    tried += LLAMA3_PUBLISHED + [("the file's largest factor, low, high and context Llama 3's", largest, 1.0, 4.0, 8192)]
+    return tried
 
 
 # --- the import ---
@@ -380,28 +507,36 @@ def check_tensors(src, rows):
         raise FormatError(src.source, "; ".join(problems[:5]) + more)
 
 
-def padded_table(src, table, V):
-    where, pieces, start = table
+def padded_table(table, V):
+    where, pieces = table
     if len(pieces) > V:
         raise FormatError(where, f"the tokenizer has {len(pieces)} tokens, more than the model's vocabulary of {V}")
-    if not 0 <= start < V:
-        raise FormatError(where, f"BOS id {start} is outside the model's vocabulary of {V}")
-    return pieces + [b""] * (V - len(pieces)), start
+    return pieces + [b""] * (V - len(pieces))
+
+
+def first_id(i):
+    return i[0] if isinstance(i, list) else i
 
 
 def import_model(src_path, out, force=False):
-    table_out = table_path(out)
+    table_out, special_out = table_path(out), model_file.special_tokens_path(out)
     with contextlib.ExitStack() as stack:
         src = open_source(src_path, stack)
         c = src.config
         print(f"{src_path}: {model_file.config_summary(c)}")
         print(f"  {src.describe()}")
+        if src.rope_note:
+            print(f"  {src.rope_note}")
         rows = source_tensors(c, src.column)
         check_tensors(src, rows)
+        ids, id_from, warnings = pick_special_ids(src.special_ids(), c["V"])
         table = src.decode_table()
         if table is not None:
-            pieces, start = padded_table(src, table, c["V"])
-        for path in (out, table_out) if table is not None else (out,):
+            pieces = padded_table(table, c["V"])
+            # the decode table's document start: BOS, else EOS, else 0
+            start = next((first_id(i) for i in (ids["bos_token_id"], ids["eos_token_id"]) if i is not None), 0)
+        outputs = [out] + ([table_out] if table is not None else []) + [special_out]
+        for path in outputs:
             if os.path.exists(path) and not force:
                 raise FormatError(path, "exists; pass --force to replace it")
         n_params = sum(int(np.prod(r.shape)) for r in rows)
@@ -413,17 +548,30 @@ def import_model(src_path, out, force=False):
                     yield r.ours, w
             model_file.write_model_file(out, c, pieces_in_order())
     print(f"wrote {out} ({os.path.getsize(out) / 1e6:.1f} MB, {n_params} parameters)")
-    if table is not None:
-        try:
+    written = [out]
+    try:
+        if table is not None:
             formats.write_decode_table(table_out, pieces, start)
-        except BaseException:
-            os.remove(out)  # both or neither
-            raise
-        padded = len(pieces) - len(table[1])
-        print(f"wrote {table_out}: decode table of {table[0]} ({len(pieces)} tokens"
-              f"{f', {padded} empty ones padding it to V' if padded else ''}; document start {start})")
-    else:
-        print("no tokenizer in the source: no decode table written")
+            written.append(table_out)
+            padded = len(pieces) - len(table[1])
+            print(f"wrote {table_out}: decode table of {table[0]} ({len(pieces)} tokens"
+                  f"{f', {padded} empty ones padding it to V' if padded else ''}; document start {start})")
+        else:
+            print("no tokenizer in the source: no decode table written")
+        for w in warnings:
+            print(f"warning: {w}", file=sys.stderr)
+        if any(i is not None for i in ids.values()):
+            model_file.write_special_tokens(special_out, ids, id_from)
+            print(f"wrote {special_out}: " + ", ".join(f"{k} {ids[k]} ({id_from[k]})" if ids[k] is not None else f"{k} unknown"
+                                                        for k in model_file.SPECIAL_KEYS))
+        else:
+            if os.path.exists(special_out):  # --force: a stale record would be read for this model
+                os.remove(special_out)
+            print("the source names no BOS or EOS id: no special tokens record written")
+    except BaseException:
+        for path in written:  # all or nothing
+            os.remove(path)
+        raise
 
 
 def main():

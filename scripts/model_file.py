@@ -7,7 +7,15 @@ tied_embeddings rope_scaling rope_factor rope_low_freq_factor rope_high_freq_fac
 tensors are numpy float32 arrays keyed by our names (wte, ln1w, wqkv, ...) with the shapes of
 param_shapes(). Problems raise formats.FormatError(path, problem), which the scripts print as
 `error: <path>: <problem>` and exit 1.
+
+Beside a model file that scripts/hf_import.py wrote, OUT_special_tokens.json records the model's BOS
+and EOS ids and where they were read (the header has no place for them), for scripts/hf_export.py:
+    {"bos_token_id": 1, "eos_token_id": 2,
+     "from": {"bos_token_id": "<file>: <key>", "eos_token_id": "<file>: <key>"}}
+an id is an integer or null (unknown); eos_token_id may be a list (Llama 3.1 Instruct stops on any).
 """
+import json
+import math
 import os
 import sys
 import zlib
@@ -184,6 +192,63 @@ def write_model_file(path, c, tensors, step=0):
             raise FormatError(path, f"tensors missing: {', '.join(missing)}")
         f.seek(0)
         f.write(_header(c, step, crc))
+
+
+def rope_inv_freq(c, HS):
+    """RoPE's inverse frequencies of a head of size HS (float64, HS/2 of them) as llmc/llama_config.h's
+    rope_inv_freq computes them: theta^(-2i/HS), and with llama3 scaling long wavelengths divided by
+    the factor, short ones kept, the band between interpolated."""
+    f = np.float64(np.float32(c["rope_theta"])) ** (-2.0 * np.arange(HS // 2) / HS)
+    if c["rope_scaling"] != ROPE_LLAMA3:
+        return f
+    wavelen, old_T = 2.0 * math.pi / f, float(c["rope_original_T"])
+    low, high, factor = (float(np.float32(c[k])) for k in ("rope_low_freq_factor", "rope_high_freq_factor", "rope_factor"))
+    s = (old_T / wavelen - low) / (high - low)
+    return np.where(wavelen < old_T / high, f, np.where(wavelen > old_T / low, f / factor, (1.0 - s) * f / factor + s * f))
+
+
+def special_tokens_path(model_path):
+    """Where the BOS/EOS record of model file OUT.bin goes: OUT_special_tokens.json."""
+    return (model_path[:-4] if model_path.endswith(".bin") else model_path) + "_special_tokens.json"
+
+
+SPECIAL_KEYS = ("bos_token_id", "eos_token_id")
+
+
+def token_id_problem(key, value, V=None):
+    """None if value is a usable id for key (an integer, or for eos_token_id a non-empty list of them,
+    within [0, V) if V is given), else what is wrong with it."""
+    ids = value if isinstance(value, list) and key == "eos_token_id" and value else [value]
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+        return f"{key} = {value!r} is not a token id"
+    if V is not None and max(ids) >= V:
+        return f"{key} = {value!r} is outside the model's vocabulary of {V}"
+    return None
+
+
+def write_special_tokens(path, ids, sources):
+    """Writes the record: ids {bos_token_id, eos_token_id: id or None}, sources {key: where it was read}."""
+    text = json.dumps({**{k: ids.get(k) for k in SPECIAL_KEYS},
+                       "from": {k: sources[k] for k in SPECIAL_KEYS if ids.get(k) is not None}}, indent=2) + "\n"
+    formats.write_atomic(path, [text.encode()])
+
+
+def read_special_tokens(path, V=None):
+    """{bos_token_id, eos_token_id: id or None} of a record write_special_tokens wrote."""
+    try:
+        with open(path, "rb") as f:
+            record = json.load(f)
+    except OSError as e:
+        raise FormatError(path, f"cannot read: {e.strerror or e}") from None
+    except ValueError as e:
+        raise FormatError(path, f"not valid JSON ({e})") from None
+    if not isinstance(record, dict) or not any(k in record for k in SPECIAL_KEYS):
+        raise FormatError(path, f"not a BOS/EOS record: it has neither {' nor '.join(SPECIAL_KEYS)}")
+    for k in SPECIAL_KEYS:
+        bad = record.get(k) is not None and token_id_problem(k, record[k], V)
+        if bad:
+            raise FormatError(path, bad)
+    return {k: record.get(k) for k in SPECIAL_KEYS}
 
 
 def config_summary(c):

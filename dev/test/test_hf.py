@@ -11,7 +11,13 @@ LlamaForCausalLM models with transformers' own logits for fixed tokens):
 - the decode table of the tied fixture's tokenizer (padded to V, BOS as document start);
 - GGUF: the gqa and tied fixtures written as GGUF (q and k permuted as llama.cpp's converter does)
   import to the same model file and decode table as the Hugging Face folder; Q8_0 within its rounding;
-  a SentencePiece-style GGUF vocabulary decodes as sentencepiece does;
+  a SentencePiece-style GGUF vocabulary decodes as sentencepiece does; llama3 RoPE scaling as
+  llama.cpp's rope_freqs.weight: the committed llama32.gguf (written by llama.cpp's own code) and a
+  llama3 GGUF with rope.scaling keys import as their Hugging Face folders, doctored factors are refused;
+- BOS and EOS: the record the import writes beside the model file (from generation_config.json,
+  config.json, the tokenizer, or a GGUF's tokenizer.ggml.*), and the ids the export writes from it or
+  from --tokenizer: the right EOS where the tokenizer_config.json names another, transformers'
+  defaults with a warning where nothing says;
 - every refusal, on a doctored copy: exit 1, `error: <file>: ...` naming the field or tensor, no
   traceback, no output left.
 
@@ -64,7 +70,7 @@ import formats  # noqa: E402  (dev/data, on the path through model_file)
 from hf_import import rope_permute, table_path  # noqa: E402
 
 TMP = tempfile.mkdtemp(prefix="test_hf_")
-NAMES = ["mha", "gqa", "tied", "llama3", "sharded", "bf16", "fp16"]
+NAMES = ["mha", "gqa", "tied", "llama3", "sharded", "bf16", "fp16", "llama32"]
 # Both sides compute in fp32 from the same weights (a bf16/fp16 fixture's logits are transformers'
 # of the weights as stored, widened to fp32): they differ by accumulation order and by the C
 # reference's double sums, a few float roundings per layer, ~1e-6 of the largest logit (measured
@@ -329,9 +335,10 @@ def gguf_name(hf_name):
     return f"blk.{layer}.{GGUF_NAMES[rest.removesuffix('.weight')]}.weight"
 
 
-def write_gguf(path, name, qtype=gguf.GGMLQuantizationType.F32, arch="llama", vocab=None, extra_tensors=()):
+def write_gguf(path, name, qtype=gguf.GGMLQuantizationType.F32, arch="llama", vocab=None, extra_tensors=(), edit=None):
     """Fixture `name` as llama.cpp's converter would write it: metadata, q/k permuted, matrices in
-    qtype (norms stay F32, as llama.cpp keeps them), the tokenizer's vocabulary as a gpt2 one."""
+    qtype (norms stay F32, as llama.cpp keeps them), the tokenizer's vocabulary as a gpt2 one with the
+    config's BOS and EOS; edit(writer) adds metadata."""
     folder = os.path.join(FIXTURES, name)
     with open(os.path.join(folder, "config.json")) as f:
         hf = json.load(f)
@@ -353,13 +360,18 @@ def write_gguf(path, name, qtype=gguf.GGMLQuantizationType.F32, arch="llama", vo
         ids = dict(spec["model"]["vocab"], **{t["content"]: t["id"] for t in spec["added_tokens"]})
         special = {t["id"] for t in spec["added_tokens"] if t["special"]}
         vocab = ("gpt2", [t for t, _ in sorted(ids.items(), key=lambda kv: kv[1])],
-                 [gguf.TokenType.CONTROL if i in special else gguf.TokenType.NORMAL for i in range(len(ids))], hf["bos_token_id"])
+                 [gguf.TokenType.CONTROL if i in special else gguf.TokenType.NORMAL for i in range(len(ids))],
+                 hf["bos_token_id"], hf["eos_token_id"])
     if vocab is not None:
-        kind, tokens, types, bos = vocab
+        kind, tokens, types, bos, eos = vocab
         w.add_tokenizer_model(kind)
         w.add_token_list(tokens)
         w.add_token_types(types)
         w.add_bos_token_id(bos)
+        if eos is not None:
+            w.add_eos_token_id(eos)
+    if edit:
+        edit(w)
     for hf_name, t in read_safetensors(os.path.join(folder, "model.safetensors")).items():
         t = t.astype(np.float32)
         if "q_proj" in hf_name or "k_proj" in hf_name:
@@ -402,20 +414,174 @@ def test_gguf():
     T = gguf.TokenType
     tokens = ["<unk>", "<s>", "</s>", "<0x0A>", "<0xE2>", "\u2581the", "\u2581cat", "s"]
     types = [T.UNKNOWN, T.CONTROL, T.CONTROL, T.BYTE, T.BYTE, T.NORMAL, T.NORMAL, T.NORMAL]
-    src = write_gguf(tmp("mha_sp.gguf"), "mha", vocab=("llama", tokens, types, 1))
+    src = write_gguf(tmp("mha_sp.gguf"), "mha", vocab=("llama", tokens, types, 1, None))
     if check(hf_import(src, tmp("mha_sp.bin")), "mha: import a GGUF with a llama (SentencePiece) vocabulary"):
         pieces, start = formats.read_decode_table(table_path(tmp("mha_sp.bin")))
         want = [b"", b"", b"", b"\n", b"\xe2", b" the", b" cat", b"s"]
         check(pieces[:8] == want and len(pieces) == 128 and not any(pieces[8:]) and start == 1,
               f"SentencePiece GGUF vocabulary decodes to {pieces[:8]}, padded to 128, document start {start}")
+        record = model_file.read_special_tokens(model_file.special_tokens_path(tmp("mha_sp.bin")))
+        check(record == {"bos_token_id": 1, "eos_token_id": None}, f"a GGUF with a BOS and no EOS id: record {record}")
+
+
+def llama_cpp_rope_factors(theta, HS, factor, low, high, old_T):
+    """rope_freqs.weight of llama3 scaling as llama.cpp's converter computes it (float32 frequencies,
+    1 / ((1 - s) / factor + s) between the bands), written here from its code in numpy, not taken
+    from hf_import, which is under test."""
+    freqs = (1.0 / (np.float32(theta) ** (np.arange(0, HS, 2, dtype=np.float32) / np.float32(HS)))).astype(np.float32)
+    factors = []
+    for freq in freqs:
+        wavelen = np.float32(2 * np.pi) / freq
+        if wavelen < old_T / high:
+            factors.append(1.0)
+        elif wavelen > old_T / low:
+            factors.append(factor)
+        else:
+            smooth = (np.float32(old_T) / wavelen - np.float32(low)) / np.float32(high - low)
+            factors.append(np.float32(1) / ((1 - smooth) / np.float32(factor) + smooth))
+    return np.array(factors, dtype=np.float32)
+
+
+def rope_freqs_offset(path):
+    t = next(t for t in gguf.GGUFReader(path).tensors if t.name == "rope_freqs.weight")
+    return int(t.data_offset), int(t.n_elements)
+
+
+def test_gguf_rope_freqs():
+    """llama3 RoPE scaling in a GGUF: the factors of rope_freqs.weight, read as the parameters that
+    reproduce them, give the model file of the Hugging Face folder; other factors are refused."""
+    committed = os.path.join(FIXTURES, "llama32.gguf")
+    ok = hf_import(committed, tmp("llama32_gguf.bin"))
+    check(ok and model_bytes_equal(tmp("llama32.bin"), tmp("llama32_gguf.bin")),
+          "llama32.gguf (llama.cpp's rope_freqs, no scaling metadata) imports as its Hugging Face folder:"
+          " Llama 3.2's parameters, the same model file")
+
+    # the llama3 fixture's parameters are nobody's published ones (original context 32): read from the
+    # file's rope.scaling keys, refused without them
+    with open(os.path.join(FIXTURES, "llama3", "config.json")) as f:
+        hf = json.load(f)
+    r, HS = hf["rope_parameters"], hf["hidden_size"] // hf["num_attention_heads"]
+    factors = llama_cpp_rope_factors(r["rope_theta"], HS, r["factor"], r["low_freq_factor"], r["high_freq_factor"],
+                                     r["original_max_position_embeddings"])
+    freqs = [("rope_freqs.weight", factors)]
+
+    def keys(w):
+        w.add_rope_scaling_factor(r["factor"])
+        w.add_rope_scaling_orig_ctx_len(r["original_max_position_embeddings"])
+    src = write_gguf(tmp("llama3_keys.gguf"), "llama3", extra_tensors=freqs, edit=keys)
+    ok = hf_import(src, tmp("llama3_keys.bin"))
+    check(ok and model_bytes_equal(tmp("llama3.bin"), tmp("llama3_keys.bin")),
+          f"llama3 GGUF with rope_freqs {np.round(factors, 4).tolist()} and llama.rope.scaling.factor /"
+          " original_context_length: the same model file as the Hugging Face folder")
+    refuse_import("llama3 rope_freqs without the rope.scaling keys (original context 32 is no published value)",
+                  write_gguf(tmp("llama3_nokeys.gguf"), "llama3", extra_tensors=freqs), "rope_freqs.weight",
+                  "not llama3 scaling", "closest")
+
+    # doctored copies of the committed file: one factor off by 1e-5 relative (10 float32 ulps), and the
+    # interpolated one replaced by the factor of a neighbouring band
+    data = read_bytes(committed)
+    offset, n = rope_freqs_offset(committed)
+    good = np.frombuffer(data[offset:offset + 4 * n], dtype="<f4")
+    for what, k, value in [("one factor off by 1e-5", 4, good[4] * (1 + 1e-5)), ("the interpolated factor replaced by 32", 4, 32.0),
+                           ("a kept frequency divided by 2", 1, 2.0)]:
+        bad = good.copy()
+        bad[k] = value
+        path = tmp(f"llama32_doctored_{k}_{int(value)}.gguf")
+        with open(path, "wb") as f:
+            f.write(data[:offset] + bad.astype("<f4").tobytes() + data[offset + 4 * n:])
+        refuse_import(f"llama32.gguf with {what}", path, "rope_freqs.weight", f"for frequency {k}")
+    ones = write_gguf(tmp("gqa_ones.gguf"), "gqa", extra_tensors=[("rope_freqs.weight", np.ones(8, np.float32))])
+    check(hf_import(ones, tmp("gqa_ones.bin")) and model_bytes_equal(tmp("gqa.bin"), tmp("gqa_ones.bin")),
+          "rope_freqs.weight of all ones (no scaling): the gqa model file")
+    refuse_import("rope_freqs.weight of the wrong length", write_gguf(tmp("gqa_freqs7.gguf"), "gqa",
+                  extra_tensors=[("rope_freqs.weight", np.ones(7, np.float32))]), "rope_freqs.weight", "[7]", "[8]")
+
+
+# --- BOS and EOS ---
+
+def read_json_file(*parts):
+    with open(os.path.join(*parts)) as f:
+        return json.load(f)
+
+
+def exported_ids(folder):
+    config, gen = read_json_file(folder, "config.json"), read_json_file(folder, "generation_config.json")
+    return (config["bos_token_id"], config["eos_token_id"]), (gen["bos_token_id"], gen["eos_token_id"])
+
+
+def test_special_tokens():
+    """The record of BOS and EOS the import writes beside the model file, and what the export makes of
+    it and of --tokenizer. SmolLM2's BOS is <|im_start|> = 1 and its EOS <|im_end|> = 2, as the tied
+    fixture's; an export of SmolLM2 once wrote EOS 1, from a tokenizer_config.json that named the
+    wrong token (the case rebuilt below)."""
+    record = model_file.read_special_tokens(model_file.special_tokens_path(tmp("tied.bin")))
+    check(record == {"bos_token_id": 1, "eos_token_id": 2}, f"tied import: record beside the model file {record}")
+    record = model_file.read_special_tokens(model_file.special_tokens_path(tmp("tied_gguf.bin")))
+    check(record == {"bos_token_id": 1, "eos_token_id": 2}, f"tied GGUF import: record from tokenizer.ggml.*: {record}")
+    folder = copy_fixture("tied", "tied_no_config_ids")
+    os.remove(os.path.join(folder, "generation_config.json"))
+    edit_config(folder, bos_token_id=None, eos_token_id=None)
+    ok = hf_import(folder, tmp("tied_no_config_ids.bin"))
+    record = model_file.read_special_tokens(model_file.special_tokens_path(tmp("tied_no_config_ids.bin"))) if ok else None
+    check(record == {"bos_token_id": 1, "eos_token_id": 2},
+          f"a folder whose configs name no ids: the record from its tokenizer_config.json: {record}")
+
+    # the export finds the record beside the model file
+    rc, stdout, stderr = run("hf_export.py", tmp("tied.bin"), tmp("ids_beside"))
+    check(rc == 0 and exported_ids(tmp("ids_beside")) == ((1, 2), (1, 2)) and "tied_special_tokens.json" in stdout
+          and "warning" not in stderr, "export without --tokenizer: BOS 1 / EOS 2 from the record beside the model file")
+
+    # a checkpoint (no record beside it) exported with a tokenizer folder whose tokenizer_config.json names the wrong
+    # EOS: its generation_config.json's is written, and the disagreement reported
+    os.makedirs(tmp("ckpt"), exist_ok=True)
+    shutil.copy(tmp("tied.bin"), tmp("ckpt", "model_00000300.bin"))
+    folder = copy_fixture("tied", "wrong_eos_tokenizer")
+    tok_config = read_json_file(folder, "tokenizer_config.json")
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump(dict(tok_config, eos_token="<|im_start|>"), f)
+    check(formats.special_ids(os.path.join(folder, "tokenizer.json")) == (1, 1), "the rebuilt case: the tokenizer alone says EOS 1")
+    rc, stdout, stderr = run("hf_export.py", tmp("ckpt", "model_00000300.bin"), tmp("ids_wrong_tok"), "--tokenizer", folder)
+    check(rc == 0 and exported_ids(tmp("ids_wrong_tok")) == ((1, 2), (1, 2)) and "tokenizer_config.json" in stderr
+          and "warning: eos_token_id" in stderr,
+          f"export with that tokenizer folder: EOS 2 from its generation_config.json, the tokenizer's 1 reported: {stderr.strip()}")
+    # only the tokenizer files (no configs) and the import's record: the record wins, the tokenizer reported
+    os.makedirs(tmp("tok_only"), exist_ok=True)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(folder, name), tmp("tok_only", name))
+    rc, stdout, stderr = run("hf_export.py", tmp("ckpt", "model_00000300.bin"), tmp("ids_record"), "--tokenizer",
+                             tmp("tok_only"), "--special_tokens", model_file.special_tokens_path(tmp("tied_gguf.bin")))
+    check(rc == 0 and exported_ids(tmp("ids_record")) == ((1, 2), (1, 2)) and "warning: eos_token_id" in stderr
+          and "tied_gguf_special_tokens.json" in stdout,
+          "export with --special_tokens (the GGUF import's record) and a tokenizer naming EOS 1: EOS 2 from the record")
+    # nothing says: transformers' defaults, and a warning that says so
+    rc, stdout, stderr = run("hf_export.py", tmp("ckpt", "model_00000300.bin"), tmp("ids_none"))
+    check(rc == 0 and exported_ids(tmp("ids_none")) == ((1, 2), (1, 2)) and stderr.count("transformers' default") == 2,
+          f"export with no source of ids: transformers' LlamaConfig defaults 1 / 2, with warnings: {stderr.splitlines()[0]}")
+
+    # an EOS list (Llama 3.1 Instruct stops on three) goes through; a record with an id past V is refused
+    with open(tmp("ckpt", "list.json"), "w") as f:
+        json.dump({"bos_token_id": 1, "eos_token_id": [2, 0]}, f)
+    rc, _, stderr = run("hf_export.py", tmp("ckpt", "model_00000300.bin"), tmp("ids_list"), "--special_tokens", tmp("ckpt", "list.json"))
+    check(rc == 0 and exported_ids(tmp("ids_list")) == ((1, [2, 0]), (1, [2, 0])), "an EOS list in the record goes into both configs")
+    with open(tmp("ckpt", "past_v.json"), "w") as f:
+        json.dump({"bos_token_id": 1, "eos_token_id": 320}, f)
+    os.makedirs(tmp("export_refused"), exist_ok=True)
+    refused("a record with an EOS past the vocabulary", "hf_export.py",
+            [tmp("ckpt", "model_00000300.bin"), tmp("export_refused", "ids"), "--special_tokens", tmp("ckpt", "past_v.json")],
+            tmp("export_refused", "ids"), ["past_v.json", "eos_token_id = 320", "vocabulary of 320"])
+    with open(tmp("ckpt", "not_json.json"), "w") as f:
+        f.write("{bos")
+    refused("a record that is not JSON", "hf_export.py",
+            [tmp("ckpt", "model_00000300.bin"), tmp("export_refused", "ids"), "--special_tokens", tmp("ckpt", "not_json.json")],
+            tmp("export_refused", "ids"), ["not_json.json", "not valid JSON"])
 
 
 # --- refusals ---
 
 def outputs_left(out):
     folder, base = os.path.split(out)
-    stem = os.path.basename(table_path(out)).removesuffix(".bin")
-    return [f for f in os.listdir(folder) if f.startswith(base) or f.startswith(stem)]
+    names = [base, os.path.basename(table_path(out)), os.path.basename(model_file.special_tokens_path(out))]
+    return [f for f in os.listdir(folder) if any(f.startswith(n) for n in names)]
 
 
 def refused(what, script, args, out, needles):
@@ -490,8 +656,6 @@ def test_refusals():
     refuse_import("neither a folder nor a .gguf", os.path.join(FIXTURES, "gqa", "config.json"), "not a Hugging Face model folder")
 
     refuse_import("a GGUF of another architecture", write_gguf(tmp("qwen.gguf"), "gqa", arch="qwen2"), "general.architecture", "qwen2")
-    freqs = [("rope_freqs.weight", np.ones(8, np.float32))]
-    refuse_import("a GGUF with rope_freqs", write_gguf(tmp("freqs.gguf"), "gqa", extra_tensors=freqs), "rope_freqs.weight")
     with open(tmp("bad.gguf"), "wb") as f:
         f.write(b"GGUF" + bytes(20))
     refuse_import("a GGUF with a bad header", tmp("bad.gguf"), "bad.gguf")
@@ -536,7 +700,8 @@ def main():
     build = subprocess.run(["gcc", "-O2", "-Wall", "-Wno-unused-function", "-I.", "dev/test/tools/ref_logits.c", "-lm", "-o",
                             REF_LOGITS], cwd=ROOT, capture_output=True, text=True)
     if check(build.returncode == 0 and not build.stderr, f"build dev/test/tools/ref_logits.c{build.stderr}"):
-        for test in (test_header_table, test_logits, test_version1, test_sensitivity, test_decode_table, test_round_trips, test_gguf, test_refusals):
+        for test in (test_header_table, test_logits, test_version1, test_sensitivity, test_decode_table, test_round_trips, test_gguf,
+                     test_gguf_rope_freqs, test_special_tokens, test_refusals):
             try:
                 test()
             except Exception:  # a crash is a failure, and the tests after it still run
