@@ -4,7 +4,11 @@ Independent PyTorch reference for train_llama_fp8 (written from dev/test/README.
 llmc/llama_config.h only). It builds a tiny Llama from a seed, runs forward + backward and nsteps
 AdamW steps (global-norm clipping, gradient accumulation, constant lr), optionally with every block
 linear in fp8 emulation (per-tensor delayed scaling, E4M3 for X and W, E5M2 for dY), and writes the
-fixture files that the C tests read (binary format: dev/test/README.md).
+fixture files that the C tests read (binary format: dev/test/README.md). The model also has tied
+embeddings (lm_head = wte, no lm_head tensor) and llama3 RoPE scaling (llama_config.h's
+rope_inv_freq), as the C reference; the fixture format has no field for either yet, so those are
+checked by --selftest (against transformers' own llama3 frequencies, and tied = untied with shared
+weights), not written.
 
   python3 dev/reference/llama_ref.py --out dev/test/fixtures     # writes llama_fp32.bin, llama_fp8.bin
   python3 dev/reference/llama_ref.py --fp8 1 --grad_accum 2 --out-file /tmp/x.bin   # one custom fixture
@@ -44,7 +48,8 @@ FLT_MAX = float(np.finfo(np.float32).max)
 class Config:
     def __init__(self, V=96, L=2, C=32, NH=4, NKV=2, FF=64, B=2, T=16, nsteps=5, fp8=0,
                  history=4, margin=0, grad_accum=1, rope_theta=10000.0, norm_eps=1e-5, lr=1e-3,
-                 beta1=0.9, beta2=0.95, adam_eps=1e-8, weight_decay=0.1, grad_clip=1.0):
+                 beta1=0.9, beta2=0.95, adam_eps=1e-8, weight_decay=0.1, grad_clip=1.0,
+                 tied_embeddings=0, rope_scaling=None):
         self.V, self.L, self.C, self.NH, self.NKV, self.FF = V, L, C, NH, NKV, FF
         self.B, self.T, self.nsteps, self.fp8 = B, T, nsteps, fp8
         self.history, self.margin, self.grad_accum = history, margin, grad_accum
@@ -53,6 +58,15 @@ class Config:
         self.rope_theta, self.norm_eps, self.lr = f(rope_theta), f(norm_eps), f(lr)
         self.beta1, self.beta2, self.adam_eps = f(beta1), f(beta2), f(adam_eps)
         self.weight_decay, self.grad_clip = f(weight_decay), f(grad_clip)
+        # tied: lm_head is wte. rope_scaling: None, or llama3's {factor, low_freq_factor,
+        # high_freq_factor (float32, as the model file stores them), original_T}
+        self.tied_embeddings = tied_embeddings
+        self.rope_scaling = None if rope_scaling is None else {
+            "factor": f(rope_scaling["factor"]), "low_freq_factor": f(rope_scaling["low_freq_factor"]),
+            "high_freq_factor": f(rope_scaling["high_freq_factor"]), "original_T": int(rope_scaling["original_T"])}
+        assert tied_embeddings in (0, 1)
+        assert rope_scaling is None or (0 < self.rope_scaling["low_freq_factor"] < self.rope_scaling["high_freq_factor"]
+                                        and self.rope_scaling["factor"] > 0 and self.rope_scaling["original_T"] > 0)
         assert C % NH == 0 and NH % NKV == 0 and (C // NH) % 2 == 0, "bad head config"
         assert fp8 in (0, 1) and grad_accum >= 1 and nsteps >= 1
         assert history >= 1 or not fp8
@@ -66,9 +80,14 @@ class Config:
         return (self.NH + 2 * self.NKV) * self.HS
 
     def param_shapes(self):
+        """Shapes of param_names(), in that order (a tied model has no lm_head: llama_config.h gives it 0 elements)."""
         V, L, C, FF, QKV = self.V, self.L, self.C, self.FF, self.QKV
-        return [(V, C), (L, C), (L, QKV, C), (L, C, self.NH * self.HS), (L, C), (L, 2 * FF, C),
-                (L, C, FF), (C,), (V, C)]
+        shapes = [(V, C), (L, C), (L, QKV, C), (L, C, self.NH * self.HS), (L, C), (L, 2 * FF, C),
+                  (L, C, FF), (C,), (V, C)]
+        return shapes[:-1] if self.tied_embeddings else shapes
+
+    def param_names(self):
+        return PARAM_NAMES[:-1] if self.tied_embeddings else PARAM_NAMES
 
     def num_params(self):
         return sum(int(np.prod(s)) for s in self.param_shapes())
@@ -196,11 +215,31 @@ def rmsnorm(x, w, eps):
     return x / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps) * w
 
 
+def rope_inv_freq(cfg):
+    """(HS/2,) float64: theta^(-2i/HS), and with llama3 scaling (Llama 3.1/3.2; llama_config.h's
+    rope_inv_freq) a wavelength 2 pi / f shorter than original_T / high_freq_factor kept, one longer
+    than original_T / low_freq_factor divided by the factor, and between them with
+    s = (original_T / wavelength - low) / (high - low): (1 - s) f / factor + s f."""
+    HS, r = cfg.HS, cfg.rope_scaling
+    freqs = []
+    for i in range(HS // 2):
+        f = cfg.rope_theta ** (-2.0 * i / HS)
+        if r is not None:
+            wavelen, old_T = 2.0 * math.pi / f, float(r["original_T"])
+            low, high, factor = r["low_freq_factor"], r["high_freq_factor"], r["factor"]
+            if wavelen < old_T / high:
+                pass
+            elif wavelen > old_T / low:
+                f = f / factor
+            else:
+                s = (old_T / wavelen - low) / (high - low)
+                f = (1.0 - s) * f / factor + s * f
+        freqs.append(f)
+    return torch.tensor(freqs, dtype=torch.float64)
+
+
 def rope_tables(cfg, dtype):
-    HS, T = cfg.HS, cfg.T
-    i = torch.arange(HS // 2, dtype=torch.float64)
-    freq = cfg.rope_theta ** (-2.0 * i / HS)
-    ang = torch.arange(T, dtype=torch.float64)[:, None] * freq[None, :]   # (T, HS/2)
+    ang = torch.arange(cfg.T, dtype=torch.float64)[:, None] * rope_inv_freq(cfg)[None, :]   # (T, HS/2)
     return torch.cos(ang).to(dtype), torch.sin(ang).to(dtype)
 
 
@@ -248,7 +287,8 @@ def forward(cfg, P, tokens, targets, lins, rope_cs):
         m = torch.nn.functional.silu(g) * u
         x = h + linear(m, P["w2"][l], lin(3))
     xf = rmsnorm(x, P["lnfw"], eps)
-    logits = xf @ P["lm_head"].t()                             # (B, T, V)
+    lm_head = P["wte"] if cfg.tied_embeddings else P["lm_head"]  # tied: autograd sums both uses into wte
+    logits = xf @ lm_head.t()                                  # (B, T, V)
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.V), targets.reshape(-1))
     return logits, loss
 
@@ -260,7 +300,7 @@ def make_init(cfg, seed):
     """Returns (params flat float32 numpy, inputs int32 (A*B*T), targets int32 (A*B*T))."""
     g = torch.Generator().manual_seed(seed)
     parts = []
-    for name, shp in zip(PARAM_NAMES, cfg.param_shapes()):
+    for name, shp in zip(cfg.param_names(), cfg.param_shapes()):
         if name in ("ln1w", "ln2w", "lnfw"):
             t = 1.0 + 0.1 * torch.randn(shp, generator=g, dtype=torch.float32)
         elif name == "wte":
@@ -278,7 +318,7 @@ def make_init(cfg, seed):
 
 def unflatten(cfg, flat, dtype):
     P, off = {}, 0
-    for name, shp in zip(PARAM_NAMES, cfg.param_shapes()):
+    for name, shp in zip(cfg.param_names(), cfg.param_shapes()):
         n = int(np.prod(shp))
         P[name] = torch.tensor(flat[off:off + n], dtype=dtype).reshape(shp).clone().requires_grad_(True)
         off += n
@@ -286,7 +326,7 @@ def unflatten(cfg, flat, dtype):
 
 
 def flatten(cfg, tensors):
-    return np.concatenate([tensors[n].detach().to(torch.float64).reshape(-1).numpy() for n in PARAM_NAMES]).astype(np.float32)
+    return np.concatenate([tensors[n].detach().to(torch.float64).reshape(-1).numpy() for n in cfg.param_names()]).astype(np.float32)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -303,8 +343,9 @@ def run(cfg, params0, inputs, targets, dtype=None, verbose=True):
     toks = torch.tensor(inputs, dtype=torch.int64).reshape(A, B, T)
     tgts = torch.tensor(targets, dtype=torch.int64).reshape(A, B, T)
     rope_cs = rope_tables(cfg, dtype)
-    m = {n: torch.zeros_like(P[n]) for n in PARAM_NAMES}
-    v = {n: torch.zeros_like(P[n]) for n in PARAM_NAMES}
+    names = cfg.param_names()
+    m = {n: torch.zeros_like(P[n]) for n in names}
+    v = {n: torch.zeros_like(P[n]) for n in names}
     st = Fp8State(cfg) if cfg.fp8 else None
     out = {"losses": [], "fp8_state": None}
     b1, b2 = cfg.beta1, cfg.beta2
@@ -321,7 +362,7 @@ def run(cfg, params0, inputs, targets, dtype=None, verbose=True):
                     wq, sw_inv = st.cast(tw, P[pname[k]][l].detach())
                     lins[(l, k)] = {"state": st, "wq": wq, "sw_inv": sw_inv,
                                     "tx": fp8_tensor_index(l, k, 0), "tdy": fp8_tensor_index(l, k, 2)}
-        for n in PARAM_NAMES:
+        for n in names:
             P[n].grad = None
         step_loss = 0.0
         for a in range(A):
@@ -334,20 +375,20 @@ def run(cfg, params0, inputs, targets, dtype=None, verbose=True):
         out["losses"].append(step_loss)
         if step == 0:
             out["loss"] = step_loss
-            out["grads"] = flatten(cfg, {n: P[n].grad for n in PARAM_NAMES})
+            out["grads"] = flatten(cfg, {n: P[n].grad for n in names})
         if cfg.fp8:
             st.update()          # after the last backward, before clipping and AdamW
         with torch.no_grad():
-            grads = {n: P[n].grad for n in PARAM_NAMES}
-            norm = torch.sqrt(sum((grads[n].to(torch.float64) ** 2).sum() for n in PARAM_NAMES)).item()
+            grads = {n: P[n].grad for n in names}
+            norm = torch.sqrt(sum((grads[n].to(torch.float64) ** 2).sum() for n in names)).item()
             if norm > cfg.grad_clip:
                 c = torch.tensor(cfg.grad_clip / norm, dtype=dtype)
-                for n in PARAM_NAMES:
+                for n in names:
                     grads[n] = grads[n] * c
             t = step + 1
             bc1 = torch.tensor(1.0 - b1 ** t, dtype=dtype)
             bc2 = torch.tensor(1.0 - b2 ** t, dtype=dtype)
-            for n in PARAM_NAMES:
+            for n in names:
                 g_ = grads[n]
                 m[n] = b1 * m[n] + (1 - b1) * g_
                 v[n] = b2 * v[n] + (1 - b2) * g_ * g_
@@ -369,6 +410,9 @@ def run(cfg, params0, inputs, targets, dtype=None, verbose=True):
 # fixture I/O
 
 def write_fixture(path, cfg, params, inputs, targets, res):
+    if cfg.tied_embeddings or cfg.rope_scaling is not None:
+        raise ValueError("%s: the fixture format (version %d, dev/test/README.md) has no field for tied embeddings or RoPE"
+                         " scaling: writing such a fixture needs them in the format and in dev/test/fixture.h first" % (path, VERSION))
     hdr = np.zeros(HEADER_INTS, dtype="<i4")
     hdr[0:16] = [MAGIC, VERSION, cfg.V, cfg.L, cfg.C, cfg.NH, cfg.NKV, cfg.FF, cfg.B, cfg.T,
                  cfg.nsteps, cfg.fp8, cfg.history if cfg.fp8 else 0, cfg.margin if cfg.fp8 else 0,
@@ -565,6 +609,13 @@ def builtin_model(cfg, P, tok, tgt):
     B, T, C, NH, NKV, HS = cfg.B, cfg.T, cfg.C, cfg.NH, cfg.NKV, cfg.HS
     rms = lambda x, w: F.rms_norm(x, (x.shape[-1],), w, eps=cfg.norm_eps)
     inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, HS, 2, dtype=torch.float64) / HS))
+    if cfg.rope_scaling is not None:  # llama3, as bands of torch.where (transformers' way of writing it)
+        r = cfg.rope_scaling
+        wavelen, old_T = 2 * math.pi / inv, r["original_T"]
+        smooth = (old_T / wavelen - r["low_freq_factor"]) / (r["high_freq_factor"] - r["low_freq_factor"])
+        mid = (1 - smooth) * inv / r["factor"] + smooth * inv
+        inv = torch.where(wavelen < old_T / r["high_freq_factor"], inv,
+                          torch.where(wavelen > old_T / r["low_freq_factor"], inv / r["factor"], mid))
     ang = torch.outer(torch.arange(T, dtype=torch.float64), inv)
     cis = torch.polar(torch.ones_like(ang), ang)
 
@@ -582,23 +633,31 @@ def builtin_model(cfg, P, tok, tgt):
         x = x + F.linear(y.transpose(1, 2).reshape(B, T, C), P["wo"][l])
         g, u = F.linear(rms(x, P["ln2w"][l]), P["w13"][l]).chunk(2, -1)
         x = x + F.linear(F.silu(g) * u, P["w2"][l])
-    logits = F.linear(rms(x, P["lnfw"]), P["lm_head"])
+    logits = F.linear(rms(x, P["lnfw"]), P["wte"] if cfg.tied_embeddings else P["lm_head"])
     return logits, F.cross_entropy(logits.reshape(-1, cfg.V), tgt.reshape(-1))
+
+
+# a config with tied embeddings and llama3 scaling whose 4 frequencies (HS 8, theta 10000: wavelengths
+# 6.3, 63, 628, 6283) fall in all three bands of original_T 1024: kept below 256, divided above 1024
+TIED_LLAMA3 = dict(tied_embeddings=1, rope_scaling={"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                                    "original_T": 1024})
 
 
 def selftest_model():
     """float64: run() vs the built-in model + torch.optim.AdamW + clip_grad_norm_ (which adds 1e-6
-    to the norm, hence the tolerance); and fp8 mode with an identity quantizer vs plain float32."""
+    to the norm, hence the tolerance), untied and unscaled, and tied with llama3 scaling; fp8 mode
+    with an identity quantizer vs plain float32; a tied model vs the untied one with lm_head = wte."""
     ok = True
-    for A in (1, 2):
-        cfg = Config(grad_accum=A, fp8=0)
+    for A, extra in ((1, {}), (2, {}), (1, TIED_LLAMA3)):
+        cfg = Config(grad_accum=A, fp8=0, **extra)
         params, inp, tgt = make_init(cfg, 99)
         res = run(cfg, params, inp, tgt, verbose=False)
         P = unflatten(cfg, params, torch.float64)
+        names = cfg.param_names()
         toks = torch.tensor(inp, dtype=torch.int64).reshape(A, cfg.B, cfg.T)
         tgts = torch.tensor(tgt, dtype=torch.int64).reshape(A, cfg.B, cfg.T)
-        groups = [{"params": [P[n] for n in PARAM_NAMES if DECAYED[n]], "weight_decay": cfg.weight_decay},
-                  {"params": [P[n] for n in PARAM_NAMES if not DECAYED[n]], "weight_decay": 0.0}]
+        groups = [{"params": [P[n] for n in names if DECAYED[n]], "weight_decay": cfg.weight_decay},
+                  {"params": [P[n] for n in names if not DECAYED[n]], "weight_decay": 0.0}]
         opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.adam_eps)
         losses = []
         for s in range(cfg.nsteps):
@@ -612,15 +671,16 @@ def selftest_model():
                     lg0 = lg.detach().numpy().reshape(-1)
             losses.append(tot / A)
             if s == 0:
-                g0 = np.concatenate([P[n].grad.numpy().reshape(-1) for n in PARAM_NAMES])
-            torch.nn.utils.clip_grad_norm_([P[n] for n in PARAM_NAMES], cfg.grad_clip)
+                g0 = np.concatenate([P[n].grad.numpy().reshape(-1) for n in names])
+            torch.nn.utils.clip_grad_norm_([P[n] for n in names], cfg.grad_clip)
             opt.step()
         e = (np.abs(lg0 - res["logits"]).max(), np.abs(g0 - res["grads"]).max() / np.abs(g0).max(),
              np.abs(np.array(losses) - res["losses"]).max())
         good = e[0] < 1e-5 and e[1] < 1e-5 and e[2] < 1e-5
         ok &= good
-        print("selftest built-in model, grad_accum %d: logits %.2g, grads (rel to max) %.2g, losses %.2g  %s"
-              % (A, e[0], e[1], e[2], "ok" if good else "FAIL"))
+        print("selftest built-in model, grad_accum %d%s: logits %.2g, grads (rel to max) %.2g, losses %.2g  %s"
+              % (A, ", tied, llama3 RoPE scaling" if extra else "", e[0], e[1], e[2], "ok" if good else "FAIL"))
+    ok &= selftest_tied()
     global fp8_quantize
     saved = fp8_quantize
     fp8_quantize = lambda v, s, f: v * s
@@ -636,6 +696,63 @@ def selftest_model():
     ok &= good
     print("selftest fp8 plumbing with an identity quantizer vs float32: grad rel err %.2g  %s"
           % (e, "ok" if good else "FAIL"))
+    return ok
+
+
+def selftest_tied():
+    """Step 0 of a tied model (float64) = the untied model whose lm_head is a copy of wte: the same
+    logits and loss, and the tied wte gradient is the sum of the untied wte and lm_head gradients (up
+    to the float32 rounding of the stored gradients)."""
+    tied = Config(tied_embeddings=1)
+    params, inp, tgt = make_init(tied, 5)
+    res = run(tied, params, inp, tgt, verbose=False)
+    untied = Config()
+    nwte = tied.V * tied.C
+    r2 = run(untied, np.concatenate([params, params[:nwte]]), inp, tgt, verbose=False)
+    g_untied = r2["grads"][:tied.num_params()].astype(np.float64)
+    g_untied[:nwte] += r2["grads"][tied.num_params():]
+    e = (np.abs(res["logits"] - r2["logits"]).max(), abs(res["loss"] - r2["loss"]),
+         np.abs(res["grads"] - g_untied).max() / np.abs(g_untied).max())
+    good = e[0] < 1e-6 and e[1] < 1e-6 and e[2] < 1e-6 and tied.num_params() == untied.num_params() - nwte
+    print("selftest tied = untied with lm_head = wte: logits %.2g, loss %.2g, wte grad = wte + lm_head grads %.2g  %s"
+          % (e[0], e[1], e[2], "ok" if good else "FAIL"))
+    return good
+
+
+# (theta, HS, factor, low_freq_factor, high_freq_factor, original_T): Llama 3.1 8B, Llama 3.2 1B, TIED_LLAMA3,
+# dev/test/fixtures/hf/llama3 and llama32
+LLAMA3_CONFIGS = [(500000.0, 128, 8.0, 1.0, 4.0, 8192), (500000.0, 64, 32.0, 1.0, 4.0, 8192), (10000.0, 8, 8.0, 1.0, 4.0, 1024),
+                  (10000.0, 16, 8.0, 1.0, 4.0, 32), (500000.0, 16, 32.0, 1.0, 4.0, 8192)]
+
+
+def selftest_rope_vs_transformers():
+    """rope_inv_freq with llama3 scaling against transformers' own (modeling_rope_utils'
+    ROPE_INIT_FUNCTIONS["llama3"], which LlamaForCausalLM uses) for LLAMA3_CONFIGS. transformers
+    computes in float32, rope_inv_freq in float64: they differ by float32 rounding, measured 3.2e-7
+    at most; 1e-6 is 8 float32 ulps. Each config must also move some frequency off the unscaled one
+    by more than 10%, so the comparison sees the scaling."""
+    try:
+        from transformers import LlamaConfig
+        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    except ImportError as e:
+        print("selftest llama3 frequencies vs transformers: SKIPPED (%s; pip install transformers)" % e)
+        return True
+    ok = True
+    for theta, HS, factor, low, high, old_T in LLAMA3_CONFIGS:
+        r = {"factor": factor, "low_freq_factor": low, "high_freq_factor": high, "original_T": old_T}
+        cfg = Config(V=8, L=1, C=2 * HS, NH=2, NKV=2, FF=8, rope_theta=theta, rope_scaling=r)
+        ours = rope_inv_freq(cfg).numpy()
+        plain = rope_inv_freq(Config(V=8, L=1, C=2 * HS, NH=2, NKV=2, FF=8, rope_theta=theta)).numpy()
+        hf = LlamaConfig(hidden_size=2 * HS, num_attention_heads=2, head_dim=HS, max_position_embeddings=2 * old_T,
+                         rope_parameters={"rope_type": "llama3", "rope_theta": theta, "factor": factor, "low_freq_factor": low,
+                                          "high_freq_factor": high, "original_max_position_embeddings": old_T})
+        theirs = ROPE_INIT_FUNCTIONS["llama3"](hf, "cpu")[0].double().numpy()
+        e, moved = np.abs(ours / theirs - 1).max(), np.abs(ours / plain - 1).max()
+        good = e < 1e-6 and moved > 0.1
+        ok &= good
+        print("selftest llama3 frequencies vs transformers (theta %g, HS %d, factor %g, low %g, high %g, original %d):"
+              " max rel diff %.2g, scaling moves them up to %.2g  %s" % (theta, HS, factor, low, high, old_T, e, moved,
+                                                                         "ok" if good else "FAIL"))
     return ok
 
 
@@ -682,6 +799,7 @@ def main():
     if a.selftest:
         ok &= selftest()
         ok &= selftest_model()
+        ok &= selftest_rope_vs_transformers()
         print("SELFTEST %s" % ("PASSED" if ok else "FAILED"))
     if a.out:
         base = dict(V=96, L=2, C=32, NH=4, NKV=2, FF=64, B=2, T=16, nsteps=5, lr=1e-3)
