@@ -658,6 +658,23 @@ static void fp8_cast_weights(Model *m, cudaStream_t stream) {
 // ----------------------------------------------------------------------------------------------
 // Linear layers: y = x w^T for block linear `lin` of layer l, in bf16 or fp8.
 
+#ifdef TESTING
+// What test_llama_fp8.cu sees of each fp8 GEMM right after it is queued: its operands' codes, the
+// bf16 tensor the cast read, and the outputs, to check against the host codec on the GPU's own
+// inputs. Training builds have no probe.
+typedef struct {
+    int l, lin, backward, N, IN, OUT;
+    const floatX *src;      // the bf16 tensor the fp8 operand was cast from (forward X, backward dY); NULL where none is kept
+    const void *a, *b;      // forward: X (N, IN) and W (OUT, IN) in E4M3; backward: dY (N, OUT) in E5M2 and W^T (IN, OUT)
+    const void *a_t, *x_t;  // backward: dY^T (OUT, N) and X^T (IN, N)
+    const floatX *out, *dw; // forward: Y (N, OUT); backward: dX (N, IN) and dW (OUT, IN)
+} Fp8GemmView;
+static void (*g_fp8_gemm_probe)(const Model *m, const Fp8GemmView *v);
+#define FP8_GEMM_PROBE(...) do { if (g_fp8_gemm_probe) { Fp8GemmView view = {__VA_ARGS__}; g_fp8_gemm_probe(m, &view); } } while (0)
+#else
+#define FP8_GEMM_PROBE(...) do {} while (0)
+#endif
+
 static void linear_forward(Model *m, int l, int lin, floatX *y, const floatX *x, const fp8e4 *x_fp8, cudaStream_t stream) {
     const LlamaConfig *c = &m->cfg;
     int N = m->B * m->T, IN = linear_in(c, lin), OUT = linear_out(c, lin);
@@ -668,6 +685,7 @@ static void linear_forward(Model *m, int l, int lin, floatX *y, const floatX *x,
             fp8_cast_existing(m, fp8_tensor(c, l, lin, FP8_W), m->w_fp8[lin], m->param[LINEAR_PARAM[lin]] + l * wn, wn, stream);
         matmul_fp8_fprop(y, x_fp8, w, fp8_gemm_scale_inv(m, fp8_tensor(c, l, lin, FP8_X)),
                          fp8_gemm_scale_inv(m, fp8_tensor(c, l, lin, FP8_W)), N, IN, OUT, stream);
+        FP8_GEMM_PROBE(l, lin, 0, N, IN, OUT, x, x_fp8, w, NULL, NULL, y, NULL);
     } else {
         matmul_forward(y, x, m->param[LINEAR_PARAM[lin]] + l * wn, N, IN, OUT, stream);
     }
@@ -698,6 +716,7 @@ static void linear_backward(Model *m, int l, int lin, floatX *dx, const floatX *
                          fp8_gemm_scale_inv(m, fp8_tensor(c, l, lin, FP8_W)), N, IN, OUT, stream);
         matmul_fp8_wgrad(dw, a->dy_fp8_t, a->x_fp8_t, dy_sinv, fp8_gemm_scale_inv(m, fp8_tensor(c, l, lin, FP8_X)),
                          N, IN, OUT, m->micro > 0, stream);
+        FP8_GEMM_PROBE(l, lin, 1, N, IN, OUT, dy, a->dy_fp8, m->w_fp8_t, a->dy_fp8_t, a->x_fp8_t, dx, dw);
     } else {
         matmul_backward(dx, dw, dy, x, m->param[LINEAR_PARAM[lin]] + l * wn, N, IN, OUT, m->micro > 0, stream);
     }
@@ -818,8 +837,9 @@ static void model_backward(Model *m, const int *inputs_host, cudaStream_t stream
         }
         linear_backward(m, l, LIN_W2, a->dswiglu, a->dres, layer_ptr(a->swiglu, l, swiglu_stride),
                         layer_ptr8(a->swiglu_fp8, l, swiglu_stride), 0, stream);
-        // fp8 mode reads only the E5M2 dY of w13: no bf16 copy unless live scaling needs one to cast from
-        s = fp8_site(m, fp8_tensor_index(l, LIN_W13, FP8_DY), a->dy_fp8, m->precision == PREC_FP8 ? NULL : a->dfch, 2 * NFF);
+        // fp8 mode reads only the E5M2 dY of w13 (dfch is not allocated): no bf16 copy unless live
+        // scaling needs one to cast from
+        s = fp8_site(m, fp8_tensor_index(l, LIN_W13, FP8_DY), a->dy_fp8, a->dfch, 2 * NFF);
         // with delayed scaling SwiGLU's backward also writes dY^T, so w13's wgrad needs no transpose pass
         void *dy_t = s.cast.out != NULL ? a->dy_fp8_t : NULL;
         swiglu_backward(s.bf16, a->dswiglu, fch, N, FF, s.cast, dy_t, stream);
