@@ -207,11 +207,12 @@ def test_logits():
 
 def test_sensitivity():
     """A comparison that passes either way proves nothing: each feature must matter to it."""
-    _, tokens, want = fixture("llama3")
-    c, step, tensors = model_file.read_model_file(tmp("llama3.bin"))
-    model_file.write_model_file(tmp("llama3_unscaled.bin"), dict(c, rope_scaling=0), tensors.items())
-    err = rel_diff(ref_logits(tmp("llama3_unscaled.bin"), tokens), want)
-    check(err > 100 * LOGITS_TOL, f"llama3 fixture without its RoPE scaling: logits differ by {err:.2g} (> 100x tol)")
+    for name in ("llama3", "llama32"):
+        _, tokens, want = fixture(name)
+        c, step, tensors = model_file.read_model_file(tmp(f"{name}.bin"))
+        model_file.write_model_file(tmp(f"{name}_unscaled.bin"), dict(c, rope_scaling=0), tensors.items())
+        err = rel_diff(ref_logits(tmp(f"{name}_unscaled.bin"), tokens), want)
+        check(err > 100 * LOGITS_TOL, f"{name} fixture without its RoPE scaling: logits differ by {err:.2g} (> 100x tol)")
 
     _, tokens, want = fixture("gqa")
     c, step, tensors = model_file.read_model_file(tmp("gqa.bin"))
