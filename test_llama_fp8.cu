@@ -4,8 +4,15 @@ model (dev/test/llama_ref.h, fp32, with the exact fp8 emulation) and the PyTorch
 Build and run on a GPU machine: make test_llama_fp8 && ./test_llama_fp8
 The last line is "N passed, N failed"; the exit status is non-zero on any failure.
 
-Error measure: for a tensor, max|gpu - ref| / max|ref| ("rel" below). Tolerances are set from the
-precision of the GPU path, stated at each check, not from observed errors.
+Error measure: for a tensor, max|gpu - ref| / max|ref| ("rel" below). Each tolerance says, where it
+is set, what it allows and the errors measured against it.
+Two kinds of fp8 checks: the end-to-end ones (first step, 6 steps, the PyTorch fixture) compare a
+whole model against the C reference's emulation, where bf16 roundings flip fp8 codes and the noise
+is as large as fp8 itself, so their tolerances are coarse and they guard against gross breakage;
+the GEMM-by-GEMM probe tests feed each fp8 linear's own GPU inputs to the host codec and are exact
+(codes, amaxes, scales) or within the bf16 output rounding (GEMMs). The probe tests are the sharp
+ones: scripts/test_mutations.sh shows each named fp8 bug failing them (dev/test/README.md).
+Run a subset: ./test_llama_fp8 'name substring'.
 */
 #define TESTING
 #include "train_llama_fp8.cu"
@@ -112,6 +119,17 @@ static LlamaConfig small_llama32_config(void) {
     return c;
 }
 
+// The bf16 budgets. bf16 keeps 8 significant bits (unit roundoff 2^-9 = 2e-3); weights,
+// activations and stored gradients are each rounded once per layer stage and the errors add roughly
+// as a random walk. Measured (H200, 2026-12-01; the first steps against the C reference and the
+// PyTorch fixture, tied and scaled variant included): logits up to 3.1e-3 of the largest, loss
+// 1.4e-5, gradients up to 1.45e-2 of each tensor's largest (ln2w against torch); over 10 steps on a
+// memorized batch the losses stay within 1.6e-3. Each budget is about twice to three times that.
+#define BF16_LOGITS_TOL 1e-2
+#define BF16_LOSS_TOL 1e-3
+#define BF16_GRAD_TOL 3e-2
+#define BF16_STEPS_TOL 5e-3
+
 static void bf16_first_step_vs_cpu(LlamaConfig c) {
     int B = 2, T = 128, N = B * T;
     RefModel ref;
@@ -126,14 +144,11 @@ static void bf16_first_step_vs_cpu(LlamaConfig c) {
     model_init(&m, &c, B, T, PREC_BF16, 0, 16, 0, 0);
     model_set_weights(&m, ref.params);
     StepZero g = gpu_step_zero(&m, in, tg);
-    // bf16 keeps 8 significant bits (unit roundoff 2^-9 = 2e-3). Weights, activations and the
-    // stored gradients are each rounded once per layer stage (~10 stages here), and errors add
-    // roughly as a random walk: ~1% on the largest elements. Loss averages over 256 tokens: 1e-2 rel.
     double el = rel_err(g.logits, ref.logits, (size_t)N * c.V);
     printf("    logits rel %.2e | loss gpu %.6f cpu %.6f\n", el, g.loss, ref_loss);
-    CHECK(el < 3e-2, "logits rel %.3e >= 3e-2", el);
-    CHECK(fabsf(g.loss - ref_loss) / ref_loss < 1e-2, "loss %.6f vs %.6f", g.loss, ref_loss);
-    check_grads(&m, g.grads, ref.grads, 5e-2, "bf16 vs cpu");
+    CHECK(el < BF16_LOGITS_TOL, "logits rel %.3e >= %.0e", el, BF16_LOGITS_TOL);
+    CHECK(fabsf(g.loss - ref_loss) / ref_loss < BF16_LOSS_TOL, "loss %.6f vs %.6f", g.loss, ref_loss);
+    check_grads(&m, g.grads, ref.grads, BF16_GRAD_TOL, "bf16 vs cpu");
     free_step_zero(&g);
     model_free(&m);
     free(in); free(tg);
@@ -163,9 +178,7 @@ static void ten_steps_vs_cpu(int moments_bf16) {
         int skipped;
         float l = train_step(&m, in, tg, grad_accum, &h, losses, g_norm_device, &gn, &skipped, g_stream);
         printf("    step %d loss gpu %.5f cpu %.5f | norm gpu %.4f cpu %.4f\n", step, l, lref, gn, gn_ref);
-        // bf16 weights round each update (2^-9 relative); over 10 steps on a memorized batch the
-        // loss falls ~20% and the trajectories stay within ~1% of each other.
-        CHECK(!skipped && fabsf(l - lref) / lref < 1.5e-2, "step %d loss %.5f vs %.5f", step, l, lref);
+        CHECK(!skipped && fabsf(l - lref) / lref < BF16_STEPS_TOL, "step %d loss %.5f vs %.5f", step, l, lref);
     }
     free(losses); free(in); free(tg);
     model_free(&m);
@@ -184,10 +197,9 @@ static void test_bf16_vs_pytorch_fixture(void) {
     StepZero g = gpu_step_zero(&m, fx.inputs, fx.targets);
     double el = rel_err(g.logits, fx.logits, (size_t)N * fx.cfg.V);
     printf("    logits rel %.2e | loss gpu %.6f torch %.6f\n", el, g.loss, fx.loss);
-    // the same bf16 budget as against the C reference (test_bf16_first_step_vs_cpu)
-    CHECK(el < 3e-2, "logits rel %.3e", el);
-    CHECK(fabsf(g.loss - fx.loss) / fx.loss < 1e-2, "loss %.6f vs %.6f", g.loss, fx.loss);
-    check_grads(&m, g.grads, fx.grads, 5e-2, "bf16 vs torch");
+    CHECK(el < BF16_LOGITS_TOL, "logits rel %.3e", el);
+    CHECK(fabsf(g.loss - fx.loss) / fx.loss < BF16_LOSS_TOL, "loss %.6f vs %.6f", g.loss, fx.loss);
+    check_grads(&m, g.grads, fx.grads, BF16_GRAD_TOL, "bf16 vs torch");
     free_step_zero(&g);
     model_free(&m);
     fixture_free(&fx);
@@ -208,7 +220,9 @@ static double rms_rel(const float *a, const float *ref, size_t n) {
 // quantization itself. Its size is measured, not guessed: the reference run again with every fp8
 // cast's input rounded to bf16 first (fp8_bf16_inputs) differs from the plain reference by exactly
 // that kind of flips, the "floor". The GPU may differ by that noise (twice: its other bf16
-// roundings shift values too) plus the bf16 arithmetic budget of the bf16 tests.
+// roundings shift values too) plus the bf16 arithmetic budget of the bf16 tests. Measured (H200,
+// 2026-12-01) the GPU's error was 0.8-1.3x the floor, so 2x leaves room for a second draw of the flip
+// noise and nothing more: these checks cannot see a bug smaller than fp8 noise (the probe tests do).
 static double fp8_tolerance(double floor, double bf16_budget) { return 2.0 * floor + bf16_budget; }
 
 static void fp8_first_step_vs_cpu(LlamaConfig c) {
@@ -234,7 +248,7 @@ static void fp8_first_step_vs_cpu(LlamaConfig c) {
     StepZero g = gpu_step_zero(&m, in, tg);
     size_t nl = (size_t)N * c.V;
     double el = rel_err(g.logits, ref.logits, nl), floor_l = rel_err(refb.logits, ref.logits, nl);
-    double tol_l = fp8_tolerance(floor_l, 3e-2);
+    double tol_l = fp8_tolerance(floor_l, BF16_LOGITS_TOL);
     printf("    logits rel %.2e (flip floor %.2e, tolerance %.2e) | loss gpu %.6f cpu %.6f\n", el, floor_l, tol_l, g.loss, ref_loss);
     CHECK(el < tol_l, "logits rel %.3e >= %.3e", el, tol_l);
     // it must be fp8 at all: closer (RMS) to the fp8 emulation than to the fp32 model
@@ -246,7 +260,7 @@ static void fp8_first_step_vs_cpu(LlamaConfig c) {
     for (int p = 0; p < NUM_PARAM_TENSORS; p++) {
         size_t n = m.param_sizes[p];
         double e = rel_err(g.grads + off, ref.grads + off, n), fl = rel_err(refb.grads + off, ref.grads + off, n);
-        double tol = fp8_tolerance(fl, 5e-2);
+        double tol = fp8_tolerance(fl, BF16_GRAD_TOL);
         printf("    fp8 grad %-8s rel %.2e (flip floor %.2e, tolerance %.2e)\n", PARAM_NAMES[p], e, fl, tol);
         CHECK(e < tol, "gradient of %s: rel %.3e >= %.3e", PARAM_NAMES[p], e, tol);
         off += n;
@@ -298,7 +312,7 @@ static void fp8_state_check(int current, int lm_head, int margin) {
         float lref = ref_train_step(&ref, in, tg, grad_accum, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.grad_clip, &gn_ref);
         float lb = ref_train_step(&refb, in, tg, grad_accum, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.grad_clip, &gn_ref);
         float l = train_step(&m, in, tg, grad_accum, &h, losses, g_norm_device, &gn, &skipped, g_stream);
-        double tol = fp8_tolerance(fabs(lb - lref) / lref, 1.5e-2); // 1.5e-2: the bf16 10-step budget
+        double tol = fp8_tolerance(fabs(lb - lref) / lref, BF16_STEPS_TOL);
         printf("    step %d loss gpu %.5f cpu %.5f (bf16-input cpu %.5f, tolerance %.2e)\n", step, l, lref, lb, tol);
         CHECK(fabs(l - lref) / lref < tol, "step %d loss %.5f vs %.5f", step, l, lref);
     }
@@ -362,7 +376,7 @@ static void test_fp8_vs_pytorch_fixture(void) {
     model_init(&m, &fx.cfg, fx.B, fx.T, PREC_FP8, 0, fx.fp8_history, fx.fp8_margin, 0);
     model_set_weights(&m, fx.params);
     StepZero g = gpu_step_zero(&m, fx.inputs, fx.targets);
-    double el = rel_err(g.logits, fx.logits, nl), tol_l = fp8_tolerance(floor_l, 3e-2);
+    double el = rel_err(g.logits, fx.logits, nl), tol_l = fp8_tolerance(floor_l, BF16_LOGITS_TOL);
     printf("    step-0 logits rel %.2e (flip floor %.2e, tolerance %.2e)\n", el, floor_l, tol_l);
     CHECK(el < tol_l, "step-0 logits rel %.3e >= %.3e", el, tol_l);
     free_step_zero(&g);
@@ -376,7 +390,7 @@ static void test_fp8_vs_pytorch_fixture(void) {
     for (int s = 0; s < fx.nsteps; s++) {
         float lb = ref_train_step(&refb, fx.inputs, fx.targets, fx.grad_accum, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.grad_clip, NULL);
         float l = train_step(&m, fx.inputs, fx.targets, fx.grad_accum, &h, losses, g_norm_device, &gn, &skipped, g_stream);
-        double tol = fp8_tolerance(fabs(lb - fx.losses[s]) / fx.losses[s], 1.5e-2);
+        double tol = fp8_tolerance(fabs(lb - fx.losses[s]) / fx.losses[s], BF16_STEPS_TOL);
         printf("    step %d loss gpu %.5f torch %.5f (bf16-input cpu %.5f, tolerance %.2e)\n", s, l, fx.losses[s], lb, tol);
         CHECK(!skipped && fabs(l - fx.losses[s]) / fx.losses[s] < tol, "step %d loss %.5f vs torch %.5f", s, l, fx.losses[s]);
     }
