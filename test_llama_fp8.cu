@@ -64,22 +64,25 @@ static LlamaConfig small_config(void) {
 typedef struct { float *logits, loss, *grads; } StepZero;
 
 static StepZero gpu_step_zero(Model *m, const int *inputs, const int *targets) {
-    int N = m->B * m->T;
+    int N = m->opt.B * m->opt.T;
     StepZero r;
     m->micro = 0;
-    if (m->precision == PREC_FP8) fp8_cast_weights(m, g_stream);
     cudaCheck(cudaMemcpy(m->acts.inputs, inputs, N * sizeof(int), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(m->acts.targets, targets, N * sizeof(int), cudaMemcpyHostToDevice));
-    // logits first (the loss pass overwrites them with dlogits); this pass must not touch the fp8 state
-    m->recording = m->precision == PREC_FP8 && m->step == 0 ? 1 : 0;
+    // logits first (the loss pass overwrites them with dlogits). In step 0 the casts scale live, so
+    // this pass records amaxes; the slots are then cleared and the weights recast, and the loss pass
+    // starts them afresh. Later steps record nothing here.
+    m->recording = m->fp8.on && m->step == 0;
+    m->w_fp8_stale = 1;
+    step_begin(m, g_stream);
     model_forward(m, 0, 0.0f, g_stream);
     r.logits = download_bf16(m->acts.logits, (size_t)N * m->cfg.V);
     m->recording = 1;
-    if (m->precision == PREC_FP8) { // live scaling on step 0 measured the amaxes above: start the slots afresh
+    if (m->fp8.on && m->step == 0) {
         cudaCheck(cudaMemset(m->fp8_state + m->fp8_layout.amax_slot, 0, m->fp8_layout.num_tensors * sizeof(float)));
-        fp8_cast_weights(m, g_stream);
+        m->w_fp8_stale = 1;
     }
-    cudaCheck(cudaMemset(m->grads_memory, 0, m->num_params * sizeof(floatX))); // after the casts: they stage in it
+    step_begin(m, g_stream);
     model_forward(m, 1, 1.0f / N, g_stream);
     model_backward(m, inputs, g_stream);
     cudaCheck(cudaDeviceSynchronize());
@@ -141,7 +144,8 @@ static void bf16_first_step_vs_cpu(LlamaConfig c) {
     float ref_loss = ref_compute_grads(&ref, in, tg, 1);
 
     Model m;
-    model_init(&m, &c, B, T, PREC_BF16, 0, 16, 0, 0);
+    ModelOptions mo = model_options(B, T, PREC_BF16);
+    model_init(&m, &c, &mo);
     model_set_weights(&m, ref.params);
     StepZero g = gpu_step_zero(&m, in, tg);
     double el = rel_err(g.logits, ref.logits, (size_t)N * c.V);
@@ -169,7 +173,9 @@ static void ten_steps_vs_cpu(int moments_bf16) {
     random_tokens(in, grad_accum * N, c.V, 3);
     random_tokens(tg, grad_accum * N, c.V, 4);
     Model m;
-    model_init(&m, &c, B, T, PREC_BF16, 0, 16, 0, 0, NULL, 1, 0, moments_bf16);
+    ModelOptions mo = model_options(B, T, PREC_BF16);
+    mo.moments_bf16 = moments_bf16;
+    model_init(&m, &c, &mo);
     model_set_weights(&m, ref.params);
     AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
     float *losses = (float *)mallocCheck(grad_accum * N * sizeof(float));
@@ -192,7 +198,8 @@ static void test_bf16_vs_pytorch_fixture(void) {
     if (!fixture_load(&fx, "dev/test/fixtures/llama_fp32.bin")) { CHECK(0, "%s (make it: python3 dev/reference/llama_ref.py --out dev/test/fixtures)", fx.error); return; }
     int N = fx.B * fx.T;
     Model m;
-    model_init(&m, &fx.cfg, fx.B, fx.T, PREC_BF16, 0, 16, 0, 0);
+    ModelOptions mo = model_options(fx.B, fx.T, PREC_BF16);
+    model_init(&m, &fx.cfg, &mo);
     model_set_weights(&m, fx.params);
     StepZero g = gpu_step_zero(&m, fx.inputs, fx.targets);
     double el = rel_err(g.logits, fx.logits, (size_t)N * fx.cfg.V);
@@ -243,7 +250,8 @@ static void fp8_first_step_vs_cpu(LlamaConfig c) {
     ref_compute_grads(&ref32, in, tg, 1);
 
     Model m;
-    model_init(&m, &c, B, T, PREC_FP8, 0, 16, 0, 0);
+    ModelOptions mo = model_options(B, T, PREC_FP8);
+    model_init(&m, &c, &mo);
     model_set_weights(&m, ref.params);
     StepZero g = gpu_step_zero(&m, in, tg);
     size_t nl = (size_t)N * c.V;
@@ -302,7 +310,9 @@ static void fp8_state_check(int current, int lm_head, int margin) {
     random_tokens(in, grad_accum * N, c.V, 5);
     random_tokens(tg, grad_accum * N, c.V, 6);
     Model m;
-    model_init(&m, &c, B, T, PREC_FP8, current, H, margin, 0, NULL, 1, lm_head);
+    ModelOptions mo = model_options(B, T, PREC_FP8);
+    mo.fp8_current = current; mo.fp8_history = H; mo.fp8_margin = margin; mo.fp8_lm_head = lm_head;
+    model_init(&m, &c, &mo);
     model_set_weights(&m, ref.params);
     AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
     float *losses = (float *)mallocCheck(grad_accum * N * sizeof(float));
@@ -373,7 +383,9 @@ static void test_fp8_vs_pytorch_fixture(void) {
     refb.fp8_bf16_inputs = 1;
 
     Model m;
-    model_init(&m, &fx.cfg, fx.B, fx.T, PREC_FP8, 0, fx.fp8_history, fx.fp8_margin, 0);
+    ModelOptions mo = model_options(fx.B, fx.T, PREC_FP8);
+    mo.fp8_history = fx.fp8_history; mo.fp8_margin = fx.fp8_margin;
+    model_init(&m, &fx.cfg, &mo);
     model_set_weights(&m, fx.params);
     StepZero g = gpu_step_zero(&m, fx.inputs, fx.targets);
     double el = rel_err(g.logits, fx.logits, nl), tol_l = fp8_tolerance(floor_l, BF16_LOGITS_TOL);
@@ -382,7 +394,7 @@ static void test_fp8_vs_pytorch_fixture(void) {
     free_step_zero(&g);
     model_free(&m);
 
-    model_init(&m, &fx.cfg, fx.B, fx.T, PREC_FP8, 0, fx.fp8_history, fx.fp8_margin, 0);
+    model_init(&m, &fx.cfg, &mo);
     model_set_weights(&m, fx.params);
     AdamWParams h = {fx.lr, fx.beta1, fx.beta2, fx.adam_eps, fx.weight_decay, fx.grad_clip};
     float *losses = (float *)mallocCheck((size_t)fx.grad_accum * N * sizeof(float)), gn;
@@ -458,7 +470,7 @@ static float probe_codes(const uint8_t *codes, const float *src, size_t n, float
 // The slot and the scale of tensor t, whose values just cast had largest magnitude amax.
 static void probe_slot_scale(const Model *m, const float *st, int t, float amax, const char *what) {
     Fp8StateLayout lay = m->fp8_layout;
-    float want = g_probe.live ? fp8_compute_scale(amax, fp8_max_of(t), m->fp8_margin, g_probe.state0[lay.scale + t])
+    float want = g_probe.live ? fp8_compute_scale(amax, fp8_max_of(t), m->opt.fp8_margin, g_probe.state0[lay.scale + t])
                               : g_probe.state0[lay.scale + t];
     if (st[lay.amax_slot + t] != amax && g_probe.bad_slots++ < 5)
         printf("    %s: amax slot %g, max |bf16 value| %g\n", what, st[lay.amax_slot + t], amax);
@@ -568,7 +580,10 @@ static void fp8_probed_steps(int current, int weight_cache, int margin, int lm_h
     int B = 2, T = 128, N = B * T, L = c.L;
     size_t NC = (size_t)N * c.C, NFF = (size_t)N * c.FF;
     Model m;
-    model_init(&m, &c, B, T, PREC_FP8, current, 4, margin, recompute, NULL, weight_cache, lm_head);
+    ModelOptions mo = model_options(B, T, PREC_FP8);
+    mo.fp8_current = current; mo.fp8_history = 4; mo.fp8_margin = margin; mo.recompute = recompute;
+    mo.fp8_weight_cache = weight_cache; mo.fp8_lm_head = lm_head;
+    model_init(&m, &c, &mo);
     float *w = (float *)mallocCheck(m.num_params * sizeof(float));
     model_init_weights(&m, 51, w);
     model_set_weights(&m, w);
@@ -586,7 +601,7 @@ static void fp8_probed_steps(int current, int weight_cache, int margin, int lm_h
     Fp8StateLayout lay = m.fp8_layout;
     memset(&g_probe, 0, sizeof(g_probe));
     g_fp8_gemm_probe = fp8_gemm_probe;
-    int per_step = 2 * (LINS_PER_LAYER * L + m.fp8_lm_head);
+    int per_step = 2 * (LINS_PER_LAYER * L + m.fp8.lm_head);
     for (int step = 0; step < 3; step++) {
         random_tokens(in, N, c.V, 60 + step);
         random_tokens(tg, N, c.V, 70 + step);
@@ -643,7 +658,9 @@ static void test_fp8_probed_current(void) { fp8_probed_steps(1, 1, 0, 0, 0); }
 // A small fp8 model with the trainer's own random init.
 static void small_fp8_model(Model *m, int history, uint64_t seed) {
     LlamaConfig c = small_config();
-    model_init(m, &c, 2, 128, PREC_FP8, 0, history, 0, 0);
+    ModelOptions mo = model_options(2, 128, PREC_FP8);
+    mo.fp8_history = history;
+    model_init(m, &c, &mo);
     float *w = (float *)mallocCheck(m->num_params * sizeof(float));
     model_init_weights(m, seed, w);
     model_set_weights(m, w);
@@ -749,7 +766,9 @@ static Trained train_small(int precision, int recompute, int weight_cache) {
     float *losses = (float *)mallocCheck(grad_accum * N * sizeof(float)), gn;
     int skipped;
     Model m;
-    model_init(&m, &c, B, T, precision, 0, 4, 0, recompute, NULL, weight_cache);
+    ModelOptions mo = model_options(B, T, precision);
+    mo.fp8_history = 4; mo.recompute = recompute; mo.fp8_weight_cache = weight_cache;
+    model_init(&m, &c, &mo);
     float *w = (float *)mallocCheck(m.num_params * sizeof(float));
     model_init_weights(&m, 13, w);
     model_set_weights(&m, w);
@@ -804,7 +823,7 @@ static void test_fp8_weights_made_by_adamw(void) {
     int B = 2, T = 128, N = B * T;
     Model m;
     small_fp8_model(&m, 4, 41);
-    CHECK(m.w_fp8_fused, "one GPU with delayed scaling should make the fp8 weights in AdamW");
+    CHECK(m.fp8.w_by_adamw, "one GPU with delayed scaling should make the fp8 weights in AdamW");
     int *in = (int *)mallocCheck(N * sizeof(int)), *tg = (int *)mallocCheck(N * sizeof(int));
     random_tokens(in, N, c.V, 42);
     random_tokens(tg, N, c.V, 43);
@@ -986,7 +1005,9 @@ static void resume_check(int precision, int moments_bf16) {
     CHECK(mkdtemp(dir) != NULL, "mkdtemp failed");
     for (int run = 0; run < 2; run++) {
         Model m;
-        model_init(&m, &c, B, T, precision, 0, 4, 0, 0, NULL, 1, 0, moments_bf16);
+        ModelOptions mo = model_options(B, T, precision);
+        mo.fp8_history = 4; mo.moments_bf16 = moments_bf16;
+        model_init(&m, &c, &mo);
         if (!w) { w = (float *)mallocCheck(m.num_params * sizeof(float)); model_init_weights(&m, 11, w); }
         model_set_weights(&m, w);
         DataLoader dl;
@@ -1000,7 +1021,7 @@ static void resume_check(int precision, int moments_bf16) {
                 save_checkpoint(&m, &ts, dir);
                 dataloader_free(&dl);
                 model_free(&m);
-                model_init(&m, &c, B, T, precision, 0, 4, 0, 0, NULL, 1, 0, moments_bf16);
+                model_init(&m, &c, &mo);
                 dataloader_init_synthetic(&dl, B, T, 0, 1, c.V, 5);
                 load_checkpoint(&m, &ts, dir, half);
                 dataloader_set_state(&dl, &ts.data);

@@ -220,9 +220,55 @@ typedef struct {
     int stage;           // the backward stage after which every element of it is final
 } GradBucket;
 
+// How the model trains, besides its shape: the command line's choices (main builds it from the
+// options, the tests from model_options), read by model_init, the checkpoint header and the tests.
+typedef struct {
+    int B, T;              // micro-batch (sequences per GPU), sequence length
+    int precision;         // PREC_BF16 or PREC_FP8
+    int recompute;         // -r: 1 recomputes SwiGLU in backward
+    int moments_bf16;      // -adam_moments bf16: m and v stored in bf16 (stochastic rounding, llmc/adamw.cuh)
+    int fp8_current;       // -fp8_recipe current
+    int fp8_history, fp8_margin, fp8_weight_cache, fp8_lm_head; // -fp8_history, -fp8_margin, -fp8_weight_cache, -fp8_lm_head
+} ModelOptions;
+
+// The command line's defaults for a B x T model of one precision.
+static ModelOptions model_options(int B, int T, int precision) {
+    ModelOptions o = {B, T, precision, 0, 0, 0, 16, 0, 1, 0};
+    return o;
+}
+
+// The fp8 mode, derived from the options once (fp8_mode): which linears are fp8, how scales are set,
+// where the E4M3 weights live and who writes them. Forward, backward and update read only this.
+//   X: cast by the kernel that produces it (the norms, SwiGLU; the attention output by a cast), E4M3,
+//      kept for backward (the norms' and SwiGLU's per layer; wo's X^T is recast from the bf16 output).
+//   dY: cast by the kernel that produces it (norm backward, SwiGLU backward, RoPE backward; the
+//      lm_head's dlogits by a cast), E5M2, one layer's at a time.
+//   W: E4M3 of bf16(master), each layer its own tensor with its own scale; see w_cache, w_by_adamw.
+typedef struct {
+    int on;          // the block linears are fp8 GEMMs (-precision fp8)
+    int live_always; // every cast measures its amax first (-fp8_recipe current); else only step 0's first
+    int lm_head;     // the lm_head is an fp8 linear too (-fp8_lm_head 1)
+    int w_cache;     // 1: every layer's E4M3 W made once per step (w_fp8); 0: one layer's, cast right before each use
+    int w_by_adamw;  // the cache on one GPU with delayed scaling: AdamW writes it from the fp32 master into
+                     // the linears' bf16 parameters, which fp8 mode then never holds (the cache costs no memory)
+} Fp8Mode;
+
+static Fp8Mode fp8_mode(const ModelOptions *o, int world) {
+    Fp8Mode f;
+    memset(&f, 0, sizeof(f));
+    if (o->precision != PREC_FP8) return f;
+    f.on = 1;
+    f.live_always = o->fp8_current;
+    f.lm_head = o->fp8_lm_head;
+    f.w_cache = o->fp8_weight_cache;
+    f.w_by_adamw = o->fp8_weight_cache && world == 1 && !o->fp8_current;
+    return f;
+}
+
 typedef struct {
     LlamaConfig cfg;
-    int B, T, precision, fp8_current, fp8_history, fp8_margin, recompute;
+    ModelOptions opt;
+    Fp8Mode fp8;
     size_t param_sizes[NUM_PARAM_TENSORS], num_params;
     MultiGpu *mg;                    // the data-parallel ranks (world 1: no collectives)
     size_t padded_params;            // num_params padded so every bucket splits evenly (= num_params on one GPU)
@@ -231,8 +277,7 @@ typedef struct {
     floatX *grads_memory, *grad[NUM_PARAM_TENSORS];   // padded_params: this rank's gradients
     floatX *grad_shard;              // (shard_params) the reduced gradients of this rank's shard (one GPU: grads_memory)
     float *master;                   // (shard_params) fp32: this rank's shard (ZeRO-1)
-    void *adam_m, *adam_v;           // (shard_params) each, fp32 or (moments_bf16) bf16: AdamW's moments of the shard
-    int moments_bf16;                // -adam_moments bf16: m and v stored in bf16 (stochastic rounding, llmc/adamw.cuh)
+    void *adam_m, *adam_v;           // (shard_params) each, fp32 or (opt.moments_bf16) bf16: AdamW's moments of the shard
     GradBucket *buckets;             // none on one GPU
     int num_buckets;
     ShardPiece *pieces;              // this rank's shard cut at tensor edges: AdamW runs per piece
@@ -243,13 +288,9 @@ typedef struct {
     float *fp8_state;                      // one buffer, see llmc/llama_config.h
     float *gemm_scale_inv;                 // (NT, FP8_GEMM_SCALE_STRIDE) aligned copies of scale_inv for cuBLASLt
     float *live_amax;                      // (1) amax of the cast being scaled live, before it joins its slot
-    int fp8_weight_cache;                  // 1: w_fp8 holds every layer's E4M3 weights, cast once per step;
-                                           // 0: w_fp8 is one layer's, cast right before each use
-    int w_fp8_fused;                       // the cache is written by AdamW (one GPU, delayed scaling) and lives
-                                           // in the linears' bf16 parameters, which fp8 mode then never holds
     int w_fp8_stale;                       // the weights changed outside AdamW: recast before the next step
-    int fp8_lm_head;                       // 1: lm_head is an fp8 linear too
-    fp8e4 *w_fp8[LINS_PER_LAYER + 1];      // (L or 1, OUT, IN) E4M3 weights; [LIN_LM_HEAD] (V, C) with fp8_lm_head
+    fp8e4 *w_fp8[LINS_PER_LAYER + 1];      // (L or 1, OUT, IN) E4M3 weights (fp8.w_cache; else one layer's);
+                                           // [LIN_LM_HEAD] (V, C) with fp8.lm_head
     fp8e4 *w_fp8_t;                        // (max IN*OUT) one layer's W^T (IN, OUT) for its dgrad; made
                                            // right before it, not kept for all layers: that would cost
                                            // 1 byte/param (6.5 GB at 7B) to save ~1 ms of transposes
@@ -260,6 +301,7 @@ typedef struct {
     int adam_t;        // AdamW updates applied (bias correction; a skipped step does not count)
     int micro;         // micro-step within the current optimizer step
     int recording;     // 0 during evaluation: fp8 casts use the scales but record no amax
+    int open_site;     // 1 + the fp8 tensor whose producer site is open (fp8_site .. fp8_site_finish); 0: none
     size_t bytes_allocated;
     void *allocations[64]; // every device buffer above, for model_free
     int num_allocations;
@@ -278,10 +320,14 @@ static int fp8_tensor(const LlamaConfig *c, int l, int lin, int kind) {
 }
 // The fp8 linear whose weights parameter tensor p holds, or -1 (fp8 mode).
 static int fp8_linear_of_param(const Model *m, int p) {
-    for (int lin = 0; lin < LINS_PER_LAYER + m->fp8_lm_head; lin++) if (LINEAR_PARAM[lin] == p) return lin;
+    for (int lin = 0; lin < LINS_PER_LAYER + m->fp8.lm_head; lin++) if (LINEAR_PARAM[lin] == p) return lin;
     return -1;
 }
 static int param_is_per_layer(int p) { return p != P_WTE && p != P_LNFW && p != P_LM_HEAD; }
+// The backward stage after which tensor p's slice of layer l is final: 0 the lm_head and the final
+// norm, k (1..L) the slices of layer L-k, L+1 the embedding (which a tied lm_head adds into at stage
+// 0). zero_layout cuts the buckets by it; model_backward reduces each bucket when its stage ends.
+static int backward_stage(const LlamaConfig *c, int p, int l) { return p == P_WTE ? c->L + 1 : param_is_per_layer(p) ? c->L - l : 0; }
 // 1 if a GEMM writes the gradient (the block linears and the lm_head), 0 if kernels add into it
 static int param_grad_from_gemm(int p) {
     for (int lin = 0; lin < LINS_PER_LAYER + 1; lin++) if (LINEAR_PARAM[lin] == p) return 1;
@@ -295,7 +341,7 @@ static void *model_alloc(Model *m, size_t bytes, const char *what) {
 }
 
 // Bytes of each AdamW moment (m, v) of this rank's shard.
-static size_t moments_size(const Model *m) { return m->shard_params * (m->moments_bf16 ? sizeof(floatX) : sizeof(float)); }
+static size_t moments_size(const Model *m) { return m->shard_params * (m->opt.moments_bf16 ? sizeof(floatX) : sizeof(float)); }
 
 static int compare_sizes(const void *a, const void *b) {
     size_t x = *(const size_t *)a, y = *(const size_t *)b;
@@ -303,8 +349,7 @@ static int compare_sizes(const void *a, const void *b) {
 }
 
 // ZeRO-1 with the gradient reduction overlapping the backward pass.
-// Backward finishes the parameters in stages: stage 0 the lm_head and the final norm, stage k (1..L)
-// the six slices of layer L-k, stage L+1 the embedding. The padded flat vector is cut at the slice
+// Backward finishes the parameters in stages (backward_stage). The padded flat vector is cut at the slice
 // edges into buckets; each is reduce-scattered as soon as backward has finished its stage, while the
 // compute stream goes on with the layer below. Every bucket splits into world equal parts and rank r
 // owns part r of each; its shard (fp32 master, AdamW m and v, the reduced gradient) is those parts
@@ -341,7 +386,7 @@ static void zero_layout(Model *m) {
         for (int l = 0; l < layers; l++, S++) {
             lo[S] = off + l * per;
             hi[S] = lo[S] + per;
-            stage[S] = p == P_WTE ? L + 1 : param_is_per_layer(p) ? L - l : 0;
+            stage[S] = backward_stage(&m->cfg, p, l);
         }
         off += m->param_sizes[p];
     }
@@ -381,21 +426,18 @@ static void zero_layout(Model *m) {
 }
 
 // mg: the data-parallel ranks; NULL (the tests) for one GPU.
-static void model_init(Model *m, const LlamaConfig *cfg, int B, int T, int precision, int fp8_current,
-                       int fp8_history, int fp8_margin, int recompute, MultiGpu *mg = NULL, int fp8_weight_cache = 1,
-                       int fp8_lm_head = 0, int moments_bf16 = 0) {
+static void model_init(Model *m, const LlamaConfig *cfg, const ModelOptions *opt, MultiGpu *mg = NULL) {
     memset(m, 0, sizeof(*m));
     // AdamW writes an fp8 linear's E4M3 weights into its bf16 parameters: a tied lm_head is the embedding
-    if (cfg->tied_embeddings && precision == PREC_FP8 && fp8_lm_head) FATAL("-fp8_lm_head 1 cannot be used with tied embeddings");
-    m->moments_bf16 = moments_bf16;
-    m->fp8_weight_cache = fp8_weight_cache;
-    m->fp8_lm_head = precision == PREC_FP8 && fp8_lm_head;
-    m->cfg = *cfg; m->B = B; m->T = T; m->precision = precision; m->fp8_current = fp8_current;
-    m->fp8_history = fp8_history; m->fp8_margin = fp8_margin; m->recompute = recompute; m->recording = 1;
+    if (cfg->tied_embeddings && opt->precision == PREC_FP8 && opt->fp8_lm_head) FATAL("-fp8_lm_head 1 cannot be used with tied embeddings");
+    m->cfg = *cfg;
+    m->opt = *opt;
+    m->recording = 1;
     m->mg = mg ? mg : mg_single_gpu();
+    m->fp8 = fp8_mode(opt, m->mg->world);
     const LlamaConfig *c = cfg;
-    size_t N = (size_t)B * T, L = c->L, C = c->C, FF = c->FF, V = c->V, QKV = config_qkv_width(c);
-    int fp8 = precision == PREC_FP8;
+    size_t N = (size_t)opt->B * opt->T, L = c->L, C = c->C, FF = c->FF, V = c->V, QKV = config_qkv_width(c);
+    int fp8 = m->fp8.on;
 
     m->num_params = param_sizes(c, m->param_sizes);
     zero_layout(m);
@@ -427,7 +469,7 @@ static void model_init(Model *m, const LlamaConfig *cfg, int B, int T, int preci
         m->grad[P_LM_HEAD] = m->grad[P_WTE];
     }
 
-    m->fp8_layout = fp8_state_layout(fp8_num_tensors(c, m->fp8_lm_head), fp8_history);
+    m->fp8_layout = fp8_state_layout(fp8_num_tensors(c, m->fp8.lm_head), opt->fp8_history);
     if (fp8) {
         m->fp8_state = (float *)model_alloc(m, m->fp8_layout.total * sizeof(float), "fp8 scaling state");
         float *h = (float *)mallocCheck(m->fp8_layout.total * sizeof(float));
@@ -442,33 +484,31 @@ static void model_init(Model *m, const LlamaConfig *cfg, int B, int T, int preci
         for (size_t i = 0; i < nt * FP8_GEMM_SCALE_STRIDE; i++) ones[i] = 1.0f; // scale_inv starts at 1
         cudaCheck(cudaMemcpy(m->gemm_scale_inv, ones, nt * FP8_GEMM_SCALE_STRIDE * sizeof(float), cudaMemcpyHostToDevice));
         free(ones);
-        // One GPU with delayed scaling: AdamW writes the E4M3 weights straight from the fp32 master, so
-        // the linears' bf16 parameters are never needed and their first half holds the fp8 copy (the
-        // cache costs no memory). Several GPUs all-gather bf16 parameters and cast after the gather.
-        m->w_fp8_fused = fp8_weight_cache && m->mg->world == 1 && !fp8_current;
+        // fp8.w_by_adamw: the first half of the linears' bf16 parameters holds the E4M3 copy. Several
+        // GPUs all-gather bf16 parameters and cast after the gather.
         m->w_fp8_stale = 1;
         size_t widest_w = 0;
-        for (int lin = 0; lin < LINS_PER_LAYER + m->fp8_lm_head; lin++) {
+        for (int lin = 0; lin < LINS_PER_LAYER + m->fp8.lm_head; lin++) {
             size_t n = (size_t)linear_in(c, lin) * linear_out(c, lin);
-            if (m->w_fp8_fused) m->w_fp8[lin] = (fp8e4 *)m->param[LINEAR_PARAM[lin]];
-            else if (fp8_weight_cache) m->w_fp8[lin] = (fp8e4 *)model_alloc(m, (lin == LIN_LM_HEAD ? 1 : L) * n, "fp8 weights");
+            if (m->fp8.w_by_adamw) m->w_fp8[lin] = (fp8e4 *)m->param[LINEAR_PARAM[lin]];
+            else if (m->fp8.w_cache) m->w_fp8[lin] = (fp8e4 *)model_alloc(m, (lin == LIN_LM_HEAD ? 1 : L) * n, "fp8 weights");
             if (n > widest_w) widest_w = n;
         }
-        if (!fp8_weight_cache) {
+        if (!m->fp8.w_cache) {
             fp8e4 *layer_w = (fp8e4 *)model_alloc(m, widest_w, "fp8 weight (one layer)");
-            for (int lin = 0; lin < LINS_PER_LAYER + m->fp8_lm_head; lin++) m->w_fp8[lin] = layer_w;
+            for (int lin = 0; lin < LINS_PER_LAYER + m->fp8.lm_head; lin++) m->w_fp8[lin] = layer_w;
         }
         m->w_fp8_t = (fp8e4 *)model_alloc(m, widest_w, "fp8 transposed weight (one layer)");
     }
 
-    m->rope_freqs = (float *)model_alloc(m, (size_t)T * (c->C / c->NH) * sizeof(float), "RoPE table");
-    rope_freqs(m->rope_freqs, c, T);
+    m->rope_freqs = (float *)model_alloc(m, (size_t)opt->T * (c->C / c->NH) * sizeof(float), "RoPE table");
+    rope_freqs(m->rope_freqs, c, opt->T);
 
     Activations *a = &m->acts;
-    size_t swiglu_layers = recompute >= 1 ? 1 : L;
+    size_t swiglu_layers = opt->recompute >= 1 ? 1 : L;
     size_t widest = C > 2 * FF ? C : 2 * FF;
     if (QKV > widest) widest = QKV;
-    size_t widest_dy = m->fp8_lm_head && V > widest ? V : widest; // the lm_head's dY is (B, T, V)
+    size_t widest_dy = m->fp8.lm_head && V > widest ? V : widest; // the lm_head's dY is (B, T, V)
     a->encoded = (floatX *)model_alloc(m, N * C * sizeof(floatX), "activations: embedding");
     a->res2 = (floatX *)model_alloc(m, L * N * C * sizeof(floatX), "activations: residual");
     a->res3 = (floatX *)model_alloc(m, L * N * C * sizeof(floatX), "activations: residual");
@@ -486,7 +526,7 @@ static void model_init(Model *m, const LlamaConfig *cfg, int B, int T, int preci
         a->live_bf16 = (floatX *)model_alloc(m, N * widest * sizeof(floatX), "scratch: live-scaling staging");
         a->dy_fp8 = (fp8e5 *)model_alloc(m, N * widest_dy, "scratch: fp8 dY");
         a->dy_fp8_t = (fp8e5 *)model_alloc(m, N * widest_dy, "scratch: fp8 dY^T");
-        if (m->fp8_lm_head) a->lnf_fp8 = (fp8e4 *)model_alloc(m, N * C, "activations: fp8 final norm");
+        if (m->fp8.lm_head) a->lnf_fp8 = (fp8e4 *)model_alloc(m, N * C, "activations: fp8 final norm");
         a->x_fp8_t = (fp8e4 *)model_alloc(m, N * (C > FF ? C : FF), "scratch: fp8 X^T");
     } else {
         a->ln1 = (floatX *)model_alloc(m, L * N * C * sizeof(floatX), "activations: norm outputs");
@@ -580,20 +620,29 @@ static float fp8_max_of(int t) { return t % FP8_KINDS == FP8_DY ? FP8_E5M2_MAX :
 // The first step's first cast of each tensor, and every cast under -fp8_recipe current, measures the
 // amax before casting; otherwise the scale is the delayed one.
 static int fp8_is_live(const Model *m) {
-    return m->recording && (m->fp8_current || (m->step == 0 && m->micro == 0));
+    return m->recording && (m->fp8.live_always || (m->step == 0 && m->micro == 0));
 }
 
 // A producer kernel about to write tensor t. Delayed scaling: the kernel writes the fp8 copy itself
 // (cast.out) and records the amax in the same pass. Live scaling: the kernel writes bf16 (to `bf16`,
 // or to the staging buffer when the caller needs no bf16 copy) and the amax; fp8_site_finish then
 // derives the scale and casts. In bf16 mode the site is inert and the kernel just writes `bf16`.
+// A site left open (its fp8_site_finish forgotten: live scaling would never cast) stops the run at
+// the next site, GEMM or update, in the first step of any fp8 run.
 typedef struct { Fp8Cast cast; floatX *bf16; int t, live; void *out; size_t n; } Fp8Site;
 
+static void fp8_no_open_site(const Model *m, const char *where) {
+    if (m->open_site) FATAL("%s: the producer site of fp8 tensor %d was opened (fp8_site) but never finished (fp8_site_finish)",
+                            where, m->open_site - 1);
+}
+
 static Fp8Site fp8_site(Model *m, int t, void *out, floatX *bf16, size_t n) {
+    fp8_no_open_site(m, "fp8_site");
     Fp8Site s;
     memset(&s, 0, sizeof(s));
     s.bf16 = bf16; s.t = t; s.out = out; s.n = n;
-    if (m->precision != PREC_FP8 || t < 0) return s; // inert: the kernel just writes bf16
+    if (!m->fp8.on || t < 0) return s; // inert: the kernel just writes bf16
+    m->open_site = t + 1;
     s.live = fp8_is_live(m);
     s.cast.amax = s.live ? m->live_amax : m->recording ? fp8_amax(m, t) : NULL;
     s.cast.scale = fp8_scale(m, t);
@@ -610,11 +659,12 @@ static void fp8_live_scale(Model *m, int t, cudaStream_t stream) {
         mg_join(m->mg, stream);
     }
     fp8_scale_from_live_amax(fp8_scale(m, t), fp8_scale_inv(m, t), fp8_gemm_scale_inv(m, t), m->live_amax, fp8_amax(m, t),
-                             fp8_max_of(t), m->fp8_margin, stream);
+                             fp8_max_of(t), m->opt.fp8_margin, stream);
 }
 
 static void fp8_site_finish(Model *m, const Fp8Site *s, cudaStream_t stream) {
-    if (m->precision != PREC_FP8 || !s->live) return;
+    m->open_site = 0;
+    if (!m->fp8.on || !s->live) return;
     fp8_live_scale(m, s->t, stream);
     fp8_cast(s->out, fp8_format_of(s->t), s->bf16, s->n, NULL, fp8_scale(m, s->t), stream);
 }
@@ -639,13 +689,13 @@ static void fp8_cast_weights(Model *m, cudaStream_t stream) {
     const LlamaConfig *c = &m->cfg;
     m->micro = 0;
     m->w_fp8_stale = 0;
-    if (!m->fp8_weight_cache) return; // linear_forward casts each layer's W when it needs it
+    if (!m->fp8.w_cache) return; // linear_forward casts each layer's W when it needs it
     const floatX *src = m->params_memory;
-    if (m->w_fp8_fused) {
+    if (m->fp8.w_by_adamw) {
         init_from_master(m->grads_memory, m->master, m->num_params, stream);
         src = m->grads_memory;
     }
-    for (int lin = 0; lin < LINS_PER_LAYER + m->fp8_lm_head; lin++) {
+    for (int lin = 0; lin < LINS_PER_LAYER + m->fp8.lm_head; lin++) {
         int IN = linear_in(c, lin), OUT = linear_out(c, lin);
         size_t n = (size_t)IN * OUT, at = m->param[LINEAR_PARAM[lin]] - m->params_memory;
         for (int l = 0; l < (lin == LIN_LM_HEAD ? 1 : c->L); l++) {
@@ -676,12 +726,13 @@ static void (*g_fp8_gemm_probe)(const Model *m, const Fp8GemmView *v);
 #endif
 
 static void linear_forward(Model *m, int l, int lin, floatX *y, const floatX *x, const fp8e4 *x_fp8, cudaStream_t stream) {
+    fp8_no_open_site(m, "linear_forward");
     const LlamaConfig *c = &m->cfg;
-    int N = m->B * m->T, IN = linear_in(c, lin), OUT = linear_out(c, lin);
+    int N = m->opt.B * m->opt.T, IN = linear_in(c, lin), OUT = linear_out(c, lin);
     size_t wn = (size_t)IN * OUT;
-    if (m->precision == PREC_FP8) {
-        const fp8e4 *w = m->w_fp8[lin] + (m->fp8_weight_cache ? l * wn : 0);
-        if (!m->fp8_weight_cache) // the same cast the cache would have made: live in the first step, amax recorded
+    if (m->fp8.on) {
+        const fp8e4 *w = m->w_fp8[lin] + (m->fp8.w_cache ? l * wn : 0);
+        if (!m->fp8.w_cache) // the same cast the cache would have made: live in the first step, amax recorded
             fp8_cast_existing(m, fp8_tensor(c, l, lin, FP8_W), m->w_fp8[lin], m->param[LINEAR_PARAM[lin]] + l * wn, wn, stream);
         matmul_fp8_fprop(y, x_fp8, w, fp8_gemm_scale_inv(m, fp8_tensor(c, l, lin, FP8_X)),
                          fp8_gemm_scale_inv(m, fp8_tensor(c, l, lin, FP8_W)), N, IN, OUT, stream);
@@ -696,11 +747,12 @@ static void linear_forward(Model *m, int l, int lin, floatX *y, const floatX *x,
 // transpose in acts.dy_fp8_t too.
 static void linear_backward(Model *m, int l, int lin, floatX *dx, const floatX *dy, const floatX *x,
                             const fp8e4 *x_fp8, int dy_t_ready, cudaStream_t stream) {
+    fp8_no_open_site(m, "linear_backward");
     const LlamaConfig *c = &m->cfg;
-    int N = m->B * m->T, IN = linear_in(c, lin), OUT = linear_out(c, lin);
+    int N = m->opt.B * m->opt.T, IN = linear_in(c, lin), OUT = linear_out(c, lin);
     size_t wn = (size_t)IN * OUT;
     floatX *dw = m->grad[LINEAR_PARAM[lin]] + l * wn;
-    if (m->precision == PREC_FP8) {
+    if (m->fp8.on) {
         Activations *a = &m->acts;
         const float *dy_sinv = fp8_gemm_scale_inv(m, fp8_tensor(c, l, lin, FP8_DY));
         if (!dy_t_ready) fp8_transpose(a->dy_fp8_t, a->dy_fp8, N, OUT, stream);
@@ -709,7 +761,7 @@ static void linear_backward(Model *m, int l, int lin, floatX *dx, const floatX *
         if (x_fp8) fp8_transpose(a->x_fp8_t, x_fp8, N, IN, stream);
         else fp8_cast_transpose(NULL, a->x_fp8_t, FP8_E4M3, x, N, IN, NULL, fp8_scale(m, fp8_tensor(c, l, lin, FP8_X)), stream);
         // dgrad needs W^T (fp8 GEMMs are TN only): from the cached fp8 W, or cast from bf16 W directly
-        if (m->fp8_weight_cache) fp8_transpose(m->w_fp8_t, m->w_fp8[lin] + l * wn, OUT, IN, stream);
+        if (m->fp8.w_cache) fp8_transpose(m->w_fp8_t, m->w_fp8[lin] + l * wn, OUT, IN, stream);
         else fp8_cast_transpose(NULL, m->w_fp8_t, FP8_E4M3, m->param[LINEAR_PARAM[lin]] + l * wn, OUT, IN, NULL,
                                 fp8_scale(m, fp8_tensor(c, l, lin, FP8_W)), stream);
         matmul_fp8_dgrad(dx, a->dy_fp8, m->w_fp8_t, dy_sinv,
@@ -732,9 +784,9 @@ static fp8e4 *layer_ptr8(fp8e4 *base, int l, size_t per_layer) { return base ? b
 static void model_forward(Model *m, int with_targets, float dloss, cudaStream_t stream) {
     const LlamaConfig *c = &m->cfg;
     Activations *a = &m->acts;
-    int B = m->B, T = m->T, N = B * T, C = c->C, FF = c->FF, NH = c->NH, NKV = c->NKV, HS = C / NH;
+    int B = m->opt.B, T = m->opt.T, N = B * T, C = c->C, FF = c->FF, NH = c->NH, NKV = c->NKV, HS = C / NH;
     size_t NC = (size_t)N * C, NQKV = (size_t)N * config_qkv_width(c), NFF = (size_t)N * FF;
-    size_t swiglu_stride = m->recompute >= 1 ? 0 : NFF;
+    size_t swiglu_stride = m->opt.recompute >= 1 ? 0 : NFF;
 
     encoder_forward(a->encoded, a->inputs, m->param[P_WTE], N, C, stream);
     Fp8Site s = fp8_site(m, fp8_tensor_index(0, LIN_QKV, FP8_X), a->ln1_fp8, a->ln1, NC);
@@ -750,7 +802,7 @@ static void model_forward(Model *m, int with_targets, float dloss, cudaStream_t 
         linear_forward(m, l, LIN_QKV, qkv, layer_ptr(a->ln1, l, NC), layer_ptr8(a->ln1_fp8, l, NC), stream);
         rope_forward(qkv, m->rope_freqs, B, T, NH, NKV, HS, stream);
         attention_forward(atty, stats, qkv, B, T, NH, NKV, HS, stream);
-        if (m->precision == PREC_FP8) fp8_cast_existing(m, fp8_tensor_index(l, LIN_WO, FP8_X), a->atty_fp8, atty, NC, stream);
+        if (m->fp8.on) fp8_cast_existing(m, fp8_tensor_index(l, LIN_WO, FP8_X), a->atty_fp8, atty, NC, stream);
         linear_forward(m, l, LIN_WO, a->proj, atty, a->atty_fp8, stream);
 
         s = fp8_site(m, fp8_tensor_index(l, LIN_W13, FP8_X), layer_ptr8(a->ln2_fp8, l, NC), layer_ptr(a->ln2, l, NC), NC);
@@ -772,13 +824,13 @@ static void model_forward(Model *m, int with_targets, float dloss, cudaStream_t 
                                            m->param[P_LN1W] + (size_t)(l + 1) * C, N, C, c->norm_eps, s.cast, stream);
             fp8_site_finish(m, &s, stream);
         } else { // the final norm: with -fp8_lm_head 1 it also writes the lm_head's E4M3 X
-            s = fp8_site(m, m->fp8_lm_head ? fp8_tensor(c, 0, LIN_LM_HEAD, FP8_X) : -1, a->lnf_fp8, a->lnf, NC);
+            s = fp8_site(m, m->fp8.lm_head ? fp8_tensor(c, 0, LIN_LM_HEAD, FP8_X) : -1, a->lnf_fp8, a->lnf, NC);
             fused_residual_rmsnorm_forward(res3, s.bf16, a->lnf_rstd, res2, a->proj, m->param[P_LNFW], N, C,
                                            c->norm_eps, s.cast, stream);
             fp8_site_finish(m, &s, stream);
         }
     }
-    if (m->fp8_lm_head) linear_forward(m, 0, LIN_LM_HEAD, a->logits, a->lnf, a->lnf_fp8, stream);
+    if (m->fp8.lm_head) linear_forward(m, 0, LIN_LM_HEAD, a->logits, a->lnf, a->lnf_fp8, stream);
     else matmul_forward(a->logits, a->lnf, m->param[P_LM_HEAD], N, C, c->V, stream);
     if (with_targets) fused_classifier(a->logits, a->losses, a->targets, N, c->V, dloss, 1, stream);
 }
@@ -806,12 +858,12 @@ static void reduce_finished_grads(Model *m, int stage, cudaStream_t stream) {
 static void model_backward(Model *m, const int *inputs_host, cudaStream_t stream) {
     const LlamaConfig *c = &m->cfg;
     Activations *a = &m->acts;
-    int B = m->B, T = m->T, N = B * T, C = c->C, FF = c->FF, NH = c->NH, NKV = c->NKV, HS = C / NH;
+    int B = m->opt.B, T = m->opt.T, N = B * T, C = c->C, FF = c->FF, NH = c->NH, NKV = c->NKV, HS = C / NH;
     size_t NC = (size_t)N * C, NQKV = (size_t)N * config_qkv_width(c), NFF = (size_t)N * FF;
-    size_t swiglu_stride = m->recompute >= 1 ? 0 : NFF;
+    size_t swiglu_stride = m->opt.recompute >= 1 ? 0 : NFF;
     Fp8Cast none = {NULL, NULL, NULL};
 
-    if (m->fp8_lm_head) { // dlogits (in place of the logits) are the lm_head's dY
+    if (m->fp8.lm_head) { // dlogits (in place of the logits) are the lm_head's dY
         fp8_cast_existing(m, fp8_tensor(c, 0, LIN_LM_HEAD, FP8_DY), a->dy_fp8, a->logits, (size_t)N * c->V, stream);
         linear_backward(m, 0, LIN_LM_HEAD, a->dbtc, a->logits, a->lnf, a->lnf_fp8, 0, stream);
     } else {
@@ -822,7 +874,7 @@ static void model_backward(Model *m, const int *inputs_host, cudaStream_t stream
     rmsnorm_backward(a->dres, m->grad[P_LNFW], a->rmsnorm_scratch, a->dbtc, a->res3 + (c->L - 1) * NC,
                      m->param[P_LNFW], a->lnf_rstd, N, C, s.cast, stream);
     fp8_site_finish(m, &s, stream);
-    reduce_finished_grads(m, 0, stream);
+    reduce_finished_grads(m, backward_stage(c, P_LNFW, 0), stream);
 
     for (int l = c->L - 1; l >= 0; l--) {
         const floatX *res_in = l == 0 ? a->encoded : a->res3 + (l - 1) * NC;
@@ -830,9 +882,9 @@ static void model_backward(Model *m, const int *inputs_host, cudaStream_t stream
         float *stats = a->att_stats + (size_t)l * N * NH;
 
         // MLP: w2, SwiGLU, w13, then the norm that fed it
-        if (m->recompute >= 1) { // the same scale as the forward's cast, so the same fp8 values; no amax again
+        if (m->opt.recompute >= 1) { // the same scale as the forward's cast, so the same fp8 values; no amax again
             Fp8Cast cast = none;
-            if (m->precision == PREC_FP8) cast.out = a->swiglu_fp8, cast.scale = fp8_scale(m, fp8_tensor_index(l, LIN_W2, FP8_X));
+            if (m->fp8.on) cast.out = a->swiglu_fp8, cast.scale = fp8_scale(m, fp8_tensor_index(l, LIN_W2, FP8_X));
             swiglu_forward(a->swiglu, fch, N, FF, cast, stream);
         }
         linear_backward(m, l, LIN_W2, a->dswiglu, a->dres, layer_ptr(a->swiglu, l, swiglu_stride),
@@ -862,10 +914,10 @@ static void model_backward(Model *m, const int *inputs_host, cudaStream_t stream
         rmsnorm_backward(a->dres, m->grad[P_LN1W] + (size_t)l * C, a->rmsnorm_scratch, a->dbtc, res_in,
                          m->param[P_LN1W] + (size_t)l * C, a->ln1_rstd + (size_t)l * N, N, C, s.cast, stream);
         fp8_site_finish(m, &s, stream);
-        reduce_finished_grads(m, c->L - l, stream);
+        reduce_finished_grads(m, backward_stage(c, P_LN1W, l), stream); // layer l is done
     }
     encoder_backward(&m->enc_bwd, m->grad[P_WTE], a->dres, inputs_host, N, C, stream);
-    reduce_finished_grads(m, c->L + 1, stream);
+    reduce_finished_grads(m, backward_stage(c, P_WTE, 0), stream);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -894,13 +946,14 @@ static void gather_params(Model *m, cudaStream_t stream) {
 }
 
 static float model_update(Model *m, const AdamWParams *h, float *norm_device, int *skipped, cudaStream_t stream) {
+    fp8_no_open_site(m, "model_update");
     MultiGpu *mg = m->mg;
     // FP8_RECIPE.md step 4: one MAX all-reduce of every amax slot, so every rank rolls the same
     // histories into the same scales. It queues behind the gradient buckets; the join makes the
     // compute stream wait for all of them.
-    if (m->precision == PREC_FP8) mg_allreduce_amax(mg, m->fp8_state + m->fp8_layout.amax_slot, m->fp8_layout.num_tensors, stream);
+    if (m->fp8.on) mg_allreduce_amax(mg, m->fp8_state + m->fp8_layout.amax_slot, m->fp8_layout.num_tensors, stream);
     mg_join(mg, stream);
-    if (m->precision == PREC_FP8) fp8_update_scales(m->fp8_state, m->gemm_scale_inv, m->fp8_layout, m->fp8_margin, stream);
+    if (m->fp8.on) fp8_update_scales(m->fp8_state, m->gemm_scale_inv, m->fp8_layout, m->opt.fp8_margin, stream);
     global_norm_squared(norm_device, m->grad_shard, m->shard_params, stream);
     mg_allreduce_sum_f32(mg, norm_device, 1, stream); // the shards' squared norms add up to the whole one
     mg_join(mg, stream);
@@ -910,7 +963,7 @@ static float model_update(Model *m, const AdamWParams *h, float *norm_device, in
     m->step++;
     *skipped = !isfinite(norm); // every rank reads the same reduced norm, so all skip or none
     if (*skipped) {
-        if (m->precision == PREC_FP8) fp8_cast_weights(m, stream); // same weights, but the scales moved on
+        if (m->fp8.on) fp8_cast_weights(m, stream); // same weights, but the scales moved on
         return norm;
     }
     float clip = (h->grad_clip > 0.0f && norm > h->grad_clip) ? h->grad_clip / norm : 1.0f;
@@ -921,19 +974,19 @@ static float model_update(Model *m, const AdamWParams *h, float *norm_device, in
         floatX *param = m->params_memory + p->flat;
         Fp8Cast wcast = {NULL, NULL, NULL};
         int layers = 0, lin = fp8_linear_of_param(m, p->tensor);
-        if (m->w_fp8_fused && lin >= 0) { // one piece = the whole tensor: every layer's E4M3 W and its amax
+        if (m->fp8.w_by_adamw && lin >= 0) { // one piece = the whole tensor: every layer's E4M3 W and its amax
             int t0 = fp8_tensor(&m->cfg, 0, lin, FP8_W);
             wcast.out = m->w_fp8[lin]; wcast.amax = fp8_amax(m, t0); wcast.scale = fp8_scale(m, t0);
             layers = lin == LIN_LM_HEAD ? 1 : m->cfg.L;
             param = NULL;
         }
-        size_t mb = m->moments_bf16 ? sizeof(floatX) : sizeof(float);
+        size_t mb = m->opt.moments_bf16 ? sizeof(floatX) : sizeof(float);
         adamw_update(m->master + p->local, param, m->grad_shard + p->local, (char *)m->adam_m + p->local * mb,
-                     (char *)m->adam_v + p->local * mb, m->moments_bf16, p->count, p->flat, h->lr, h->beta1, h->beta2, h->eps, wd, clip, m->adam_t, wcast, layers,
+                     (char *)m->adam_v + p->local * mb, m->opt.moments_bf16, p->count, p->flat, h->lr, h->beta1, h->beta2, h->eps, wd, clip, m->adam_t, wcast, layers,
                      layers ? p->count / layers : 0, FP8_KINDS * LINS_PER_LAYER, stream);
     }
     gather_params(m, stream);
-    if (m->precision == PREC_FP8 && !m->w_fp8_fused) fp8_cast_weights(m, stream);
+    if (m->fp8.on && !m->fp8.w_by_adamw) fp8_cast_weights(m, stream);
     return norm;
 }
 
@@ -941,15 +994,21 @@ static float model_update(Model *m, const AdamWParams *h, float *norm_device, in
 // tokens each (micro-batch k at offset k * B * T). Returns the mean loss (over every rank's tokens).
 // With several GPUs every fp8 scale is the same on all ranks: delayed ones come from the reduced
 // histories, live ones (the first step, -fp8_recipe current) from amaxes MAX-reduced on the spot.
+// The start of an optimizer step: the fp8 weights recast if the weights changed outside AdamW (the
+// recast may stage bf16 weights in the gradient buffer, so it comes first), then the gradients that
+// kernels add into zeroed (embedding, norm weights: ~4% of the bytes of all gradients); the GEMMs
+// overwrite theirs (the linears', the lm_head's) in micro-step 0.
+static void step_begin(Model *m, cudaStream_t stream) {
+    if (m->fp8.on && m->w_fp8_stale) fp8_cast_weights(m, stream);
+    for (int p = 0; p < NUM_PARAM_TENSORS; p++)
+        if (!param_grad_from_gemm(p)) cudaCheck(cudaMemsetAsync(m->grad[p], 0, m->param_sizes[p] * sizeof(floatX), stream));
+}
+
 static float train_step(Model *m, const int *inputs, const int *targets, int grad_accum, const AdamWParams *h,
                         float *host_losses, float *norm_device, float *grad_norm, int *skipped, cudaStream_t stream) {
     MultiGpu *mg = m->mg;
-    int N = m->B * m->T;
-    if (m->precision == PREC_FP8 && m->w_fp8_stale) fp8_cast_weights(m, stream);
-    // the GEMMs overwrite their gradients in micro-step 0 (the linears', the lm_head's): zero the rest,
-    // which their kernels add into (embedding, norm weights): ~4% of the bytes of all gradients
-    for (int p = 0; p < NUM_PARAM_TENSORS; p++)
-        if (!param_grad_from_gemm(p)) cudaCheck(cudaMemsetAsync(m->grad[p], 0, m->param_sizes[p] * sizeof(floatX), stream));
+    int N = m->opt.B * m->opt.T;
+    step_begin(m, stream);
     for (int micro = 0; micro < grad_accum; micro++) {
         m->micro = micro;
         const int *in = inputs + (size_t)micro * N;
@@ -985,7 +1044,7 @@ static void next_batches(DataLoader *dl, int grad_accum, int *inputs, int *targe
 // the batches one GPU would. Evaluation records no amax, so it leaves the fp8 state exactly as
 // training would have it.
 static float evaluate(Model *m, DataLoader *val, int batches, float *host_losses, cudaStream_t stream) {
-    int N = m->B * m->T;
+    int N = m->opt.B * m->opt.T;
     m->recording = 0;
     dataloader_reset(val);
     double sum = 0.0;
@@ -1009,12 +1068,12 @@ static float evaluate(Model *m, DataLoader *val, int batches, float *host_losses
 // step and keep equal rngs; only the one with print set prints.
 static void sample_text(Model *m, Tokenizer *tok, int have_tok, int bos, int gen_tokens, uint64_t *rng, FILE *log, int print,
                         cudaStream_t stream) {
-    int N = m->B * m->T, V = m->cfg.V;
+    int N = m->opt.B * m->opt.T, V = m->cfg.V;
     int *tokens = (int *)callocCheck(N, sizeof(int));
     floatX *row = (floatX *)mallocCheck(V * sizeof(floatX));
     float *probs = (float *)mallocCheck(V * sizeof(float));
     tokens[0] = bos;
-    if (gen_tokens > m->T - 1) gen_tokens = m->T - 1;
+    if (gen_tokens > m->opt.T - 1) gen_tokens = m->opt.T - 1;
     m->recording = 0;
     if (print) printf("sample: ");
     for (int t = 1; t <= gen_tokens; t++) {
@@ -1088,10 +1147,12 @@ static void write_sections(const char *path, int *header, const Section *sec, in
 }
 
 // Reads and verifies a file written by write_sections; `expect` gives the header words that must
-// match (index, value, name), so a mismatch says exactly what differs.
+// match (index, value, name), so a mismatch says exactly what differs. header (256 words, or NULL)
+// receives the file's header.
 typedef struct { int at, value; const char *name; } HeaderExpect;
 
-static void read_sections(const char *path, int magic, const HeaderExpect *expect, int nexpect, const Section *sec, int nsec) {
+static void read_sections(const char *path, int magic, const HeaderExpect *expect, int nexpect, const Section *sec, int nsec,
+                          int *header_out) {
     FILE *f = fopenCheck(path, "rb");
     int header[256];
     int64_t size = fileSizeCheck(f);
@@ -1121,6 +1182,7 @@ static void read_sections(const char *path, int magic, const HeaderExpect *expec
     free(buf);
     fcloseCheck(f);
     if (h != get64(header, MODEL_HDR_CHECKSUM)) FATAL("checkpoint '%s' is corrupt (checksum mismatch)", path);
+    if (header_out) memcpy(header_out, header, sizeof(header));
 }
 
 // The model config a model file holds (its header, llmc/model_file.h); exits naming the file if it
@@ -1139,13 +1201,36 @@ static LlamaConfig read_model_config(const char *path) {
 
 typedef struct { int step, grad_accum, world, rank; uint64_t rng; DataLoaderState data; } TrainState;
 
-static void state_header(const Model *m, const TrainState *ts, int *h) {
-    memset(h, 0, 256 * sizeof(int));
-    h[0] = STATE_MAGIC; h[1] = CKPT_VERSION;
-    h[2] = m->step; h[3] = m->cfg.V; h[4] = m->cfg.L; h[5] = m->cfg.C; h[6] = m->cfg.NH; h[7] = m->cfg.NKV; h[8] = m->cfg.FF;
-    h[9] = m->B; h[10] = m->T; h[11] = ts->grad_accum; h[12] = ts->world; h[13] = ts->rank;
-    h[14] = m->precision; h[15] = m->fp8_current; h[16] = m->fp8_history; h[17] = m->fp8_margin;
-    h[18] = (int)sizeof(DataLoaderState); h[19] = m->adam_t; h[20] = m->fp8_lm_head; h[21] = m->moments_bf16;
+// The state file's header words 2..21, the one list its writer and its reader use: on resume every
+// checked word must equal this run's value (a mismatch names the field), the others are read back.
+typedef struct { int word; const char *name; int *value; int checked; } StateField;
+#define NUM_STATE_FIELDS 20
+static int g_data_state_bytes = (int)sizeof(DataLoaderState);
+
+static void state_fields(Model *m, TrainState *ts, StateField f[NUM_STATE_FIELDS]) {
+    ModelOptions *o = &m->opt;
+    const StateField all[NUM_STATE_FIELDS] = {
+        {2, "step", &m->step, 1}, {3, "V", &m->cfg.V, 1}, {4, "L", &m->cfg.L, 1}, {5, "C", &m->cfg.C, 1},
+        {6, "NH", &m->cfg.NH, 1}, {7, "NKV", &m->cfg.NKV, 1}, {8, "FF", &m->cfg.FF, 1},
+        {9, "micro-batch B", &o->B, 1}, {10, "sequence length T", &o->T, 1},
+        {11, "gradient accumulation steps", &ts->grad_accum, 1}, {12, "number of GPUs", &ts->world, 1}, {13, "rank", &ts->rank, 1},
+        {14, "precision (0 bf16, 1 fp8)", &o->precision, 1}, {15, "fp8 recipe (1 current)", &o->fp8_current, 1},
+        {16, "fp8 history length", &o->fp8_history, 1}, {17, "fp8 margin", &o->fp8_margin, 1},
+        {18, "data loader state size", &g_data_state_bytes, 1},
+        {19, "AdamW updates applied", &m->adam_t, 0}, // a skipped update does not count: read back
+        {20, "-fp8_lm_head", &m->fp8.lm_head, 1}, {21, "-adam_moments (0 fp32, 1 bf16)", &o->moments_bf16, 1},
+    };
+    memcpy(f, all, sizeof(all));
+}
+
+// The state file's body, in order: AdamW's moments of this rank's shard, the fp8 state, the sampling
+// rng and the data loader's position.
+#define NUM_STATE_SECTIONS 5
+static void state_sections(Model *m, TrainState *ts, Section sec[NUM_STATE_SECTIONS]) {
+    size_t shard_bytes = moments_size(m), fp8_bytes = m->fp8_state ? m->fp8_layout.total * sizeof(float) : 0;
+    const Section all[NUM_STATE_SECTIONS] = {{m->adam_m, shard_bytes, 1}, {m->adam_v, shard_bytes, 1}, {m->fp8_state, fp8_bytes, 1},
+                                              {&ts->rng, sizeof(ts->rng), 0}, {&ts->data, sizeof(ts->data), 0}};
+    memcpy(sec, all, sizeof(all));
 }
 
 static void checkpoint_paths(const char *dir, int step, int rank, char *model_path, char *state_path) {
@@ -1173,18 +1258,22 @@ static void gather_master(Model *m, float *host) {
     cudaCheck(cudaFree(bucket));
 }
 
-static void save_checkpoint(Model *m, const TrainState *ts, const char *dir) {
+static void save_checkpoint(Model *m, TrainState *ts, const char *dir) {
     char model_path[1024], state_path[1024];
     checkpoint_paths(dir, m->step, ts->rank, model_path, state_path);
     int h[256];
-    size_t pbytes = m->num_params * sizeof(float), shard_bytes = moments_size(m);
+    size_t pbytes = m->num_params * sizeof(float);
     // the state file first: a model file without its state is never taken for a resumable checkpoint.
     // With several GPUs rank 0 writes the model file after the gather, which no rank joins before it
     // has written its own state file.
-    state_header(m, ts, h);
-    Section st[] = {{m->adam_m, shard_bytes, 1}, {m->adam_v, shard_bytes, 1}, {m->fp8_state, m->fp8_state ? m->fp8_layout.total * sizeof(float) : 0, 1},
-                    {&ts->rng, sizeof(ts->rng), 0}, {&ts->data, sizeof(ts->data), 0}};
-    write_sections(state_path, h, st, 5);
+    memset(h, 0, sizeof(h));
+    h[0] = STATE_MAGIC; h[1] = CKPT_VERSION;
+    StateField f[NUM_STATE_FIELDS];
+    state_fields(m, ts, f);
+    for (int i = 0; i < NUM_STATE_FIELDS; i++) h[f[i].word] = *f[i].value;
+    Section st[NUM_STATE_SECTIONS];
+    state_sections(m, ts, st);
+    write_sections(state_path, h, st, NUM_STATE_SECTIONS);
     float *whole = NULL; // several GPUs: the gathered master, on rank 0
     if (m->mg->world > 1) {
         if (ts->rank == 0) whole = (float *)mallocCheck(pbytes);
@@ -1217,7 +1306,7 @@ static void load_model_file(Model *m, const char *path) {
     // one GPU: straight into the master weights; several: through the host, each rank keeping its shard
     float *whole = m->mg->world > 1 ? (float *)mallocCheck(pbytes) : NULL;
     Section ms[] = {{whole ? whole : m->master, pbytes, whole == NULL}};
-    read_sections(path, MODEL_MAGIC, NULL, 0, ms, 1); // the config was compared above; any step loads
+    read_sections(path, MODEL_MAGIC, NULL, 0, ms, 1, NULL); // the config was compared above; any step loads
     if (whole) {
         model_set_weights(m, whole);
         free(whole);
@@ -1233,27 +1322,17 @@ static void load_checkpoint(Model *m, TrainState *ts, const char *dir, int step)
     checkpoint_paths(dir, step, ts->rank, model_path, state_path);
     load_model_file(m, model_path);
     m->step = step;
+    StateField f[NUM_STATE_FIELDS];
+    state_fields(m, ts, f);
+    HeaderExpect ex[NUM_STATE_FIELDS];
+    int nex = 0;
+    for (int i = 0; i < NUM_STATE_FIELDS; i++) if (f[i].checked) ex[nex++] = (HeaderExpect){f[i].word, *f[i].value, f[i].name};
+    Section st[NUM_STATE_SECTIONS];
+    state_sections(m, ts, st);
     int h[256];
-    state_header(m, ts, h);
-    const char *names[] = {"", "", "step", "V", "L", "C", "NH", "NKV", "FF", "micro-batch B", "sequence length T",
-                           "gradient accumulation steps", "number of GPUs", "rank", "precision (0 bf16, 1 fp8)",
-                           "fp8 recipe (1 current)", "fp8 history length", "fp8 margin", "data loader state size", "",
-                           "-fp8_lm_head", "-adam_moments (0 fp32, 1 bf16)"};
-    HeaderExpect ex[19];
-    for (int i = 2; i <= 18; i++) ex[i - 2] = (HeaderExpect){i, h[i], names[i]};
-    ex[17] = (HeaderExpect){20, h[20], names[20]}; // [19], AdamW's step count, is read back, not checked
-    ex[18] = (HeaderExpect){21, h[21], names[21]};
-    size_t shard_bytes = moments_size(m);
-    Section st[] = {{m->adam_m, shard_bytes, 1}, {m->adam_v, shard_bytes, 1}, {m->fp8_state, m->fp8_state ? m->fp8_layout.total * sizeof(float) : 0, 1},
-                    {&ts->rng, sizeof(ts->rng), 0}, {&ts->data, sizeof(ts->data), 0}};
-    read_sections(state_path, STATE_MAGIC, ex, 19, st, 5);
-    if (m->precision == PREC_FP8)
-        fp8_publish_scale_inv(m->gemm_scale_inv, m->fp8_state + m->fp8_layout.scale_inv, m->fp8_layout.num_tensors, 0);
-    // adam_t is the one word not checked against this run: it is read back from the file's header
-    FILE *f = fopenCheck(state_path, "rb");
-    freadCheck(h, sizeof(int), 256, f, state_path);
-    fcloseCheck(f);
-    m->adam_t = h[19];
+    read_sections(state_path, STATE_MAGIC, ex, nex, st, NUM_STATE_SECTIONS, h);
+    for (int i = 0; i < NUM_STATE_FIELDS; i++) if (!f[i].checked) *f[i].value = h[f[i].word];
+    if (m->fp8.on) fp8_publish_scale_inv(m->gemm_scale_inv, m->fp8_state + m->fp8_layout.scale_inv, m->fp8_layout.num_tensors, 0);
 }
 
 // The latest step with both a model and a rank-0 state file in dir, or -1.
@@ -1283,7 +1362,7 @@ static void write_fp8_log(Model *m, FILE *f) {
     float *h = (float *)mallocCheck(lay.total * sizeof(float));
     cudaCheck(cudaMemcpy(h, m->fp8_state, lay.total * sizeof(float), cudaMemcpyDeviceToHost));
     for (int l = 0; l < m->cfg.L; l++) {
-        for (int lin = 0; lin < LINS_PER_LAYER + (l == 0 ? m->fp8_lm_head : 0); lin++) {
+        for (int lin = 0; lin < LINS_PER_LAYER + (l == 0 ? m->fp8.lm_head : 0); lin++) {
             fprintf(f, "s:%d layer:%d linear:%s", m->step, l, LINEAR_NAMES[lin]);
             for (int k = 0; k < FP8_KINDS; k++) {
                 int t = fp8_tensor(&m->cfg, l, lin, k);
@@ -1359,32 +1438,146 @@ static void dump_fp8_state(Model *m, const char *dir, int rank) {
     free(h);
 }
 
+// The options checked (every bad value refused here, before any GPU work) and the model's taken from
+// them. Fills in -d's default and returns the gradient accumulation steps in *grad_accum.
+static ModelOptions checked_options(Options *o, int *grad_accum) {
+    ModelOptions mo = model_options(o->B, o->T, PREC_BF16);
+    mo.precision = strcmp(o->precision, "fp8") == 0 ? PREC_FP8 : strcmp(o->precision, "bf16") == 0 ? PREC_BF16 : -1;
+    if (mo.precision < 0) FATAL("-precision must be fp8 or bf16, got '%s'", o->precision);
+    mo.fp8_current = strcmp(o->fp8_recipe, "current") == 0;
+    if (!mo.fp8_current && strcmp(o->fp8_recipe, "delayed") != 0) FATAL("-fp8_recipe must be delayed or current, got '%s'", o->fp8_recipe);
+    if (o->fp8_lm_head != 0 && o->fp8_lm_head != 1) FATAL("-fp8_lm_head must be 0 or 1");
+    if (o->fp8_lm_head && mo.precision != PREC_FP8) FATAL("-fp8_lm_head 1 needs -precision fp8");
+    if (o->B <= 0 || o->T <= 0) FATAL("-b and -t must be positive");
+    mo.moments_bf16 = strcmp(o->adam_moments, "bf16") == 0;
+    if (!mo.moments_bf16 && strcmp(o->adam_moments, "fp32") != 0) FATAL("-adam_moments must be fp32 or bf16, got '%s'", o->adam_moments);
+    if (o->fp8_history < 1 || o->fp8_history > 1024) FATAL("-fp8_history must be in [1, 1024], got %d", o->fp8_history);
+    if (o->warmup < 0 || o->val_batches < 0 || o->gen_tokens < 0) FATAL("-u, -m and -g must not be negative");
+    if (o->recompute < 0 || o->recompute > 1) FATAL("-r must be 0 or 1");
+    if (o->fp8_weight_cache != 0 && o->fp8_weight_cache != 1) FATAL("-fp8_weight_cache must be 0 or 1");
+    if (o->deterministic != 0 && o->deterministic != 1) FATAL("-deterministic must be 0 or 1");
+    if (o->fp8_dump && (mo.precision != PREC_FP8 || o->log_dir[0] == '\0')) FATAL("-fp8_dump 1 needs -precision fp8 and a log directory (-o)");
+    mo.recompute = o->recompute;
+    mo.fp8_history = o->fp8_history; mo.fp8_margin = o->fp8_margin;
+    mo.fp8_weight_cache = o->fp8_weight_cache; mo.fp8_lm_head = o->fp8_lm_head;
+    // the total batch must split over the ranks: refused here, before -ngpu starts any
+    int planned_world = mg_planned_world(o->ngpu);
+    long long tokens_per_micro = (long long)o->B * o->T * planned_world;
+    if (o->total_batch == 0) o->total_batch = (int)tokens_per_micro;
+    if (o->total_batch <= 0 || o->total_batch % tokens_per_micro != 0)
+        FATAL("-d %d (total batch tokens) must be a multiple of B*T*ngpu = %d*%d*%d = %lld", o->total_batch, o->B, o->T,
+              planned_world, tokens_per_micro);
+    *grad_accum = (int)(o->total_batch / tokens_per_micro);
+    return mo;
+}
+
+// The training and (have_val) val loaders of this rank, and the val batches per rank to evaluate on.
+static int open_data(const Options *o, const LlamaConfig *cfg, const MultiGpu *mg, DataLoader *train, DataLoader *val) {
+    int synthetic = strcmp(o->train_pattern, "synthetic") == 0, have_val = o->val_pattern[0] != '\0'; // -j '': no validation
+    if (synthetic) {
+        dataloader_init_synthetic(train, o->B, o->T, mg->rank, mg->world, cfg->V, (uint64_t)o->seed);
+        if (have_val) dataloader_init_synthetic(val, o->B, o->T, mg->rank, mg->world, cfg->V, (uint64_t)o->seed + 1);
+    } else {
+        dataloader_init(train, o->train_pattern, o->B, o->T, mg->rank, mg->world, o->shuffle, (uint64_t)o->seed, cfg->V);
+        if (have_val) dataloader_init(val, o->val_pattern, o->B, o->T, mg->rank, mg->world, 0, 0, cfg->V);
+    }
+    if (!have_val) return 0;
+    int val_batches = (o->val_batches + mg->world - 1) / mg->world; // per rank
+    if (!synthetic && val_batches > val->batches_per_epoch) {
+        // more would read the val data twice: the mean would not change, only take longer
+        if (mg_is_main(mg)) printf("val data '%s' holds %lld batches per GPU: evaluating on those, not %d\n", o->val_pattern,
+                                   (long long)val->batches_per_epoch, val_batches);
+        val_batches = (int)val->batches_per_epoch;
+    }
+    return val_batches;
+}
+
+// The model's starting point: the latest checkpoint with -y 1, else -init_from's weights, else the
+// random init. Returns the step resumed from, or -1.
+static int start_model(Model *m, TrainState *ts, DataLoader *train, const Options *o, int have_dir, MultiGpu *mg) {
+    int resumed_from = -1;
+    if (o->resume) {
+        if (!have_dir) FATAL("-y 1 needs a log directory (-o) to resume from");
+        resumed_from = latest_checkpoint(o->log_dir);
+        // a fine-tune resubmitted before its first checkpoint starts from its weights again
+        if (resumed_from < 0 && !o->init_from[0]) FATAL("-y 1: no checkpoint (model_*.bin + state_*_00000.bin) in '%s'", o->log_dir);
+        if (resumed_from < 0 && mg_is_main(mg)) printf("-y 1: no checkpoint in '%s' yet: starting from -init_from\n", o->log_dir);
+        mg_check_agree(mg, resumed_from, "the checkpoint step to resume from (do all ranks see the same -o directory?)");
+    }
+    if (resumed_from >= 0) {
+        load_checkpoint(m, ts, o->log_dir, resumed_from);
+        dataloader_set_state(train, &ts->data);
+    } else if (o->init_from[0]) {
+        load_model_file(m, o->init_from);
+    } else {
+        float *w = (float *)mallocCheck(m->num_params * sizeof(float));
+        model_init_weights(m, (uint64_t)o->seed, w);
+        model_set_weights(m, w);
+        free(w);
+    }
+    mg_barrier(mg, IO_BARRIER_TIMEOUT_S);
+    return resumed_from;
+}
+
+// The run's description: on stdout (main rank) and as main.log's first line.
+static void print_run(const Model *m, const Options *o, const MultiGpu *mg, const cudaDeviceProp *prop, int grad_accum,
+                      int resumed_from, int synthetic, FILE *logf) {
+    const LlamaConfig *cfg = &m->cfg;
+    const char *model_name = o->init_from[0] ? o->init_from : o->model[0] ? o->model : "125m";
+    if (mg_is_main(mg)) {
+        char gpus[320];
+        if (mg->world > 1) snprintf(gpus, sizeof(gpus), "%d x %s (%s)", mg->world, prop->name, MG_LAUNCH_NAMES[mg->launch]);
+        else snprintf(gpus, sizeof(gpus), "%s", prop->name);
+        char rope[96] = "";
+        if (cfg->rope_scaling == ROPE_LLAMA3)
+            snprintf(rope, sizeof(rope), " (llama3 scaling: factor %g, low %g, high %g, original %d)", cfg->rope_factor,
+                     cfg->rope_low_freq_factor, cfg->rope_high_freq_factor, cfg->rope_original_T);
+        printf("train_llama_fp8 | %s | %s%s | model %s: V %d L %d C %d NH %d NKV %d FF %d theta %g%s%s | %.1fM params\n",
+               gpus, o->precision, m->fp8.on ? (m->fp8.live_always ? " (current scaling)" : " (delayed scaling)") : "",
+               model_name, cfg->V, cfg->L, cfg->C, cfg->NH, cfg->NKV, cfg->FF, cfg->rope_theta, rope, cfg->tied_embeddings ? " | tied embeddings" : "",
+               m->num_params / 1e6);
+        printf("B %d T %d | total batch %d tokens (grad accum %d) | %d steps | lr %g warmup %d final %g | wd %g clip %g | AdamW moments %s | %s attention\n",
+               o->B, o->T, o->total_batch, grad_accum, o->max_steps, o->lr, o->warmup, o->final_lr_frac, o->weight_decay, o->grad_clip, o->adam_moments,
+               attention_uses_cudnn(o->B, o->T, cfg->NH, cfg->NKV, cfg->C / cfg->NH) ? "cuDNN fused" : "plain");
+        printf("device memory allocated: %.2f GiB%s%s\n", m->bytes_allocated / 1073741824.0, mg->world > 1 ? " per GPU (ZeRO-1)" : "",
+               resumed_from >= 0 ? " | resumed" : "");
+        if (resumed_from >= 0) printf("resumed from step %d of '%s'\n", resumed_from, o->log_dir);
+    }
+    if (!logf) return;
+    fprintf(logf, "# %s precision %s model %s V %d L %d C %d NH %d NKV %d FF %d B %d T %d total_batch %d adam_moments %s%s",
+            prop->name, o->precision, model_name, cfg->V, cfg->L, cfg->C, cfg->NH, cfg->NKV, cfg->FF, o->B, o->T, o->total_batch, o->adam_moments,
+            synthetic ? " data synthetic" : "");
+    fprintf(logf, mg->world > 1 ? " gpus %d\n" : "\n", mg->world);
+}
+
+// -x 0: the val loss of the model as it is (e.g. before fine-tuning it), and a sample if asked.
+static void evaluate_only(Model *m, DataLoader *val, int have_val, int val_batches, const Options *o, Tokenizer *tok, int have_tok, int bos,
+                          uint64_t *rng, float *host_losses, cudaStream_t stream) {
+    int main_rank = mg_is_main(m->mg), N = o->B * o->T;
+    if (m->fp8.on && have_val) {
+        // no step has set the scales yet: take them as the first training step would, from the live
+        // amaxes of the weights and of the first val batch
+        fp8_cast_weights(m, stream);
+        dataloader_reset(val);
+        dataloader_next_batch(val);
+        cudaCheck(cudaMemcpyAsync(m->acts.inputs, val->inputs, N * sizeof(int), cudaMemcpyHostToDevice, stream));
+        model_forward(m, 0, 0.0f, stream);
+    }
+    if (val_batches > 0) {
+        float vl = evaluate(m, val, val_batches, host_losses, stream);
+        if (main_rank) printf("val loss %.6f over %d batches of %d x %d tokens%s\n", vl, val_batches * m->mg->world, o->B, o->T,
+                              m->mg->world > 1 ? " (all GPUs)" : "");
+    } else if (main_rank) {
+        printf("-x 0: no val data (-j) to evaluate\n");
+    }
+    if (o->sample_every > 0 && o->gen_tokens > 0) sample_text(m, tok, have_tok, bos, o->gen_tokens, rng, NULL, main_rank, stream);
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); // progress lines reach a log file or pipe as they are printed
     Options o = parse_options(argc, argv);
-    int precision = strcmp(o.precision, "fp8") == 0 ? PREC_FP8 : strcmp(o.precision, "bf16") == 0 ? PREC_BF16 : -1;
-    if (precision < 0) FATAL("-precision must be fp8 or bf16, got '%s'", o.precision);
-    int fp8_current = strcmp(o.fp8_recipe, "current") == 0;
-    if (!fp8_current && strcmp(o.fp8_recipe, "delayed") != 0) FATAL("-fp8_recipe must be delayed or current, got '%s'", o.fp8_recipe);
-    if (o.fp8_lm_head != 0 && o.fp8_lm_head != 1) FATAL("-fp8_lm_head must be 0 or 1");
-    if (o.fp8_lm_head && precision != PREC_FP8) FATAL("-fp8_lm_head 1 needs -precision fp8");
-    if (o.B <= 0 || o.T <= 0) FATAL("-b and -t must be positive");
-    int moments_bf16 = strcmp(o.adam_moments, "bf16") == 0;
-    if (!moments_bf16 && strcmp(o.adam_moments, "fp32") != 0) FATAL("-adam_moments must be fp32 or bf16, got '%s'", o.adam_moments);
-    if (o.fp8_history < 1 || o.fp8_history > 1024) FATAL("-fp8_history must be in [1, 1024], got %d", o.fp8_history);
-    if (o.warmup < 0 || o.val_batches < 0 || o.gen_tokens < 0) FATAL("-u, -m and -g must not be negative");
-    if (o.recompute < 0 || o.recompute > 1) FATAL("-r must be 0 or 1");
-    if (o.fp8_weight_cache != 0 && o.fp8_weight_cache != 1) FATAL("-fp8_weight_cache must be 0 or 1");
-    if (o.deterministic != 0 && o.deterministic != 1) FATAL("-deterministic must be 0 or 1");
-    if (o.fp8_dump && (precision != PREC_FP8 || o.log_dir[0] == '\0')) FATAL("-fp8_dump 1 needs -precision fp8 and a log directory (-o)");
-    // the total batch must split over the ranks: refused here, before -ngpu starts any
-    int planned_world = mg_planned_world(o.ngpu);
-    long long tokens_per_micro = (long long)o.B * o.T * planned_world;
-    if (o.total_batch == 0) o.total_batch = (int)tokens_per_micro;
-    if (o.total_batch <= 0 || o.total_batch % tokens_per_micro != 0)
-        FATAL("-d %d (total batch tokens) must be a multiple of B*T*ngpu = %d*%d*%d = %lld", o.total_batch, o.B, o.T,
-              planned_world, tokens_per_micro);
-    int grad_accum = (int)(o.total_batch / tokens_per_micro);
+    int grad_accum;
+    ModelOptions mo = checked_options(&o, &grad_accum);
 
     int ndev = 0;
     cudaError_t derr = cudaGetDeviceCount(&ndev);
@@ -1396,7 +1589,7 @@ int main(int argc, char **argv) {
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, mg.local_device));
     g_num_sms = prop.multiProcessorCount;
-    if (precision == PREC_FP8 && prop.major * 10 + prop.minor < 89)
+    if (mo.precision == PREC_FP8 && prop.major * 10 + prop.minor < 89)
         FATAL("fp8 GEMMs need compute capability 8.9+ (Ada/Hopper); %s is %d.%d. Use -precision bf16.", prop.name, prop.major, prop.minor);
 
     // data first: the tokenizer decides the vocabulary size (of a new model)
@@ -1405,34 +1598,18 @@ int main(int argc, char **argv) {
     LlamaConfig cfg = run_model_config(&o, have_tok ? &tok : NULL);
     const char *bad = config_check(&cfg);
     if (bad) FATAL("bad model config: %s", bad);
-    if (precision == PREC_FP8 && (cfg.C % 16 || cfg.FF % 16 || (o.B * o.T) % 16))
+    if (mo.precision == PREC_FP8 && (cfg.C % 16 || cfg.FF % 16 || (o.B * o.T) % 16))
         FATAL("fp8 GEMMs need C, FF and B*T to be multiples of 16 (C=%d FF=%d B*T=%d)", cfg.C, cfg.FF, o.B * o.T);
-
     DataLoader train, val;
-    int synthetic = strcmp(o.train_pattern, "synthetic") == 0, have_val = o.val_pattern[0] != '\0'; // -j '': no validation
-    if (synthetic) {
-        dataloader_init_synthetic(&train, o.B, o.T, rank, world, cfg.V, (uint64_t)o.seed);
-        if (have_val) dataloader_init_synthetic(&val, o.B, o.T, rank, world, cfg.V, (uint64_t)o.seed + 1);
-    } else {
-        dataloader_init(&train, o.train_pattern, o.B, o.T, rank, world, o.shuffle, (uint64_t)o.seed, cfg.V);
-        if (have_val) dataloader_init(&val, o.val_pattern, o.B, o.T, rank, world, 0, 0, cfg.V);
-    }
-    int val_batches = (o.val_batches + world - 1) / world; // per rank
-    if (have_val && !synthetic && val_batches > val.batches_per_epoch) {
-        // more would read the val data twice: the mean would not change, only take longer
-        if (main_rank) printf("val data '%s' holds %lld batches per GPU: evaluating on those, not %d\n", o.val_pattern,
-                              (long long)val.batches_per_epoch, val_batches);
-        val_batches = (int)val.batches_per_epoch;
-    }
-
+    int have_val = o.val_pattern[0] != '\0', synthetic = strcmp(o.train_pattern, "synthetic") == 0;
+    int val_batches = open_data(&o, &cfg, &mg, &train, &val);
     if (o.max_steps < 0) {
         o.max_steps = (int)(dataloader_num_tokens(&train) / o.total_batch);
         if (o.max_steps < 1) o.max_steps = 1;
     }
 
     Model m;
-    model_init(&m, &cfg, o.B, o.T, precision, fp8_current, o.fp8_history, o.fp8_margin, o.recompute, &mg, o.fp8_weight_cache, o.fp8_lm_head,
-               moments_bf16);
+    model_init(&m, &cfg, &mo, &mg);
     mg_check_agree(&mg, (long long)m.num_params, "the number of parameters");
     mg_check_agree(&mg, grad_accum, "the gradient accumulation steps");
     matmul_init();
@@ -1445,64 +1622,20 @@ int main(int argc, char **argv) {
 
     int eval_only = o.max_steps == 0, have_dir = o.log_dir[0] != '\0' && !eval_only; // -x 0 writes nothing
     if (have_dir && mkdir(o.log_dir, 0755) != 0 && errno != EEXIST) FATAL("cannot create log directory '%s': %s", o.log_dir, strerror(errno));
-    int resumed_from = -1;
-    if (o.resume) {
-        if (!have_dir) FATAL("-y 1 needs a log directory (-o) to resume from");
-        resumed_from = latest_checkpoint(o.log_dir);
-        // a fine-tune resubmitted before its first checkpoint starts from its weights again
-        if (resumed_from < 0 && !o.init_from[0]) FATAL("-y 1: no checkpoint (model_*.bin + state_*_00000.bin) in '%s'", o.log_dir);
-        if (resumed_from < 0 && main_rank) printf("-y 1: no checkpoint in '%s' yet: starting from -init_from\n", o.log_dir);
-        mg_check_agree(&mg, resumed_from, "the checkpoint step to resume from (do all ranks see the same -o directory?)");
-    }
-    if (resumed_from >= 0) {
-        load_checkpoint(&m, &ts, o.log_dir, resumed_from);
-        dataloader_set_state(&train, &ts.data);
-    } else if (o.init_from[0]) {
-        load_model_file(&m, o.init_from);
-    } else {
-        float *w = (float *)mallocCheck(m.num_params * sizeof(float));
-        model_init_weights(&m, (uint64_t)o.seed, w);
-        model_set_weights(&m, w);
-        free(w);
-    }
-    mg_barrier(&mg, IO_BARRIER_TIMEOUT_S);
+    int resumed_from = start_model(&m, &ts, &train, &o, have_dir, &mg);
     FILE *logf = NULL, *fp8f = NULL;
     if (have_dir && main_rank) {
         char path[1100];
         snprintf(path, sizeof(path), "%s/main.log", o.log_dir);
         logf = fopenCheck(path, resumed_from >= 0 ? "a" : "w");
-        if (precision == PREC_FP8 && o.fp8_log > 0) {
+        if (m.fp8.on && o.fp8_log > 0) {
             snprintf(path, sizeof(path), "%s/fp8.log", o.log_dir);
             fp8f = fopenCheck(path, resumed_from >= 0 ? "a" : "w");
         }
     }
-
-    const char *model_name = o.init_from[0] ? o.init_from : o.model[0] ? o.model : "125m";
+    print_run(&m, &o, &mg, &prop, grad_accum, resumed_from, synthetic, logf);
     double flops_per_token = model_flops_per_token(&cfg, o.T);
     double peak = gpu_bf16_peak_tflops(prop.name) * world; // MFU of all the GPUs together
-    if (main_rank) {
-        char gpus[320];
-        if (world > 1) snprintf(gpus, sizeof(gpus), "%d x %s (%s)", world, prop.name, MG_LAUNCH_NAMES[mg.launch]);
-        else snprintf(gpus, sizeof(gpus), "%s", prop.name);
-        char rope[96] = "";
-        if (cfg.rope_scaling == ROPE_LLAMA3)
-            snprintf(rope, sizeof(rope), " (llama3 scaling: factor %g, low %g, high %g, original %d)", cfg.rope_factor,
-                     cfg.rope_low_freq_factor, cfg.rope_high_freq_factor, cfg.rope_original_T);
-        printf("train_llama_fp8 | %s | %s%s | model %s: V %d L %d C %d NH %d NKV %d FF %d theta %g%s%s | %.1fM params\n",
-               gpus, o.precision, precision == PREC_FP8 ? (fp8_current ? " (current scaling)" : " (delayed scaling)") : "",
-               model_name, cfg.V, cfg.L, cfg.C, cfg.NH, cfg.NKV, cfg.FF, cfg.rope_theta, rope, cfg.tied_embeddings ? " | tied embeddings" : "",
-               m.num_params / 1e6);
-        printf("B %d T %d | total batch %d tokens (grad accum %d) | %d steps | lr %g warmup %d final %g | wd %g clip %g | AdamW moments %s | %s attention\n",
-               o.B, o.T, o.total_batch, grad_accum, o.max_steps, o.lr, o.warmup, o.final_lr_frac, o.weight_decay, o.grad_clip, o.adam_moments,
-               attention_uses_cudnn(o.B, o.T, cfg.NH, cfg.NKV, cfg.C / cfg.NH) ? "cuDNN fused" : "plain");
-        printf("device memory allocated: %.2f GiB%s%s\n", m.bytes_allocated / 1073741824.0, world > 1 ? " per GPU (ZeRO-1)" : "",
-               resumed_from >= 0 ? " | resumed" : "");
-        if (resumed_from >= 0) printf("resumed from step %d of '%s'\n", resumed_from, o.log_dir);
-    }
-    if (logf) fprintf(logf, "# %s precision %s model %s V %d L %d C %d NH %d NKV %d FF %d B %d T %d total_batch %d adam_moments %s%s",
-                      prop.name, o.precision, model_name, cfg.V, cfg.L, cfg.C, cfg.NH, cfg.NKV, cfg.FF, o.B, o.T, o.total_batch, o.adam_moments,
-                      synthetic ? " data synthetic" : "");
-    if (logf) fprintf(logf, world > 1 ? " gpus %d\n" : "\n", world);
 
     AdamWParams hp = {o.lr, o.beta1, o.beta2, 1e-8f, o.weight_decay, o.grad_clip};
     size_t N = (size_t)o.B * o.T;
@@ -1521,25 +1654,7 @@ int main(int argc, char **argv) {
     int bad_steps = 0, start_step = m.step, timed = 0, stopped_by = 0;
     float *step_ms = (float *)mallocCheck((size_t)(o.max_steps > start_step ? o.max_steps - start_step : 1) * sizeof(float));
     size_t mem_used = 0;
-    if (eval_only) { // -x 0: measure the model as it is (e.g. before fine-tuning it)
-        if (precision == PREC_FP8 && have_val) {
-            // no step has set the scales yet: take them as the first training step would, from the live
-            // amaxes of the weights and of the first val batch
-            fp8_cast_weights(&m, stream);
-            dataloader_reset(&val);
-            dataloader_next_batch(&val);
-            cudaCheck(cudaMemcpyAsync(m.acts.inputs, val.inputs, N * sizeof(int), cudaMemcpyHostToDevice, stream));
-            model_forward(&m, 0, 0.0f, stream);
-        }
-        if (have_val && val_batches > 0) {
-            float vl = evaluate(&m, &val, val_batches, host_losses, stream);
-            if (main_rank) printf("val loss %.6f over %d batches of %d x %d tokens%s\n", vl, val_batches * world, o.B, o.T,
-                                  world > 1 ? " (all GPUs)" : "");
-        } else if (main_rank) {
-            printf("-x 0: no val data (-j) to evaluate\n");
-        }
-        if (o.sample_every > 0 && o.gen_tokens > 0) sample_text(&m, &tok, have_tok, bos, o.gen_tokens, &ts.rng, NULL, main_rank, stream);
-    }
+    if (eval_only) evaluate_only(&m, &val, have_val, val_batches, &o, &tok, have_tok, bos, &ts.rng, host_losses, stream);
 
     for (int step = m.step; step < o.max_steps; step++) {
         hp.lr = lr_at_step(step, o.max_steps, o.lr, o.warmup, o.final_lr_frac);

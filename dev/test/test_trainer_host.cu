@@ -37,7 +37,7 @@ static void read_sample(void *arg) {
     uint64_t b;
     HeaderExpect ex[] = {{2, 7, "step"}, {3, r->expect3, "layers L"}};
     Section sec[] = {{a, sizeof(a), 0}, {&b, sizeof(b), 0}};
-    read_sections(r->path, STATE_MAGIC, ex, 2, sec, 2);
+    read_sections(r->path, STATE_MAGIC, ex, 2, sec, 2, NULL);
     for (int i = 0; i < 1000; i++) {
         if (a[i] != r->first + i) { fprintf(stderr, "read back a[%d] = %g, wrote %g\n", i, a[i], r->first + i); exit(3); }
     }

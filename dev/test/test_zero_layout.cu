@@ -10,7 +10,6 @@ Build and run: make dev/test/test_zero_layout && ./dev/test/test_zero_layout
 #include "train_llama_fp8.cu"
 #include <vector>
 #include <algorithm>
-static int stage_of(const LlamaConfig *c, int p, int l) { return p == P_WTE ? c->L + 1 : param_is_per_layer(p) ? c->L - l : 0; }
 static const char *check(LlamaConfig c, int W) {
     size_t sizes[NUM_PARAM_TENSORS], n = param_sizes(&c, sizes);
     std::vector<ShardPiece> all;
@@ -36,7 +35,7 @@ static const char *check(LlamaConfig c, int W) {
                 int layers = param_is_per_layer(p) ? c.L : 1;
                 for (int l = 0; l < layers; l++) {
                     size_t lo = off + l * (sizes[p] / layers), hi = lo + sizes[p] / layers;
-                    if (lo < b.start + b.count && hi > b.start && b.stage < stage_of(&c, p, l)) return "a bucket is reduced before backward finished it";
+                    if (lo < b.start + b.count && hi > b.start && b.stage < backward_stage(&c, p, l)) return "a bucket is reduced before backward finished it";
                 }
                 off += sizes[p];
             }
