@@ -133,11 +133,23 @@ static LlamaConfig small_llama32_config(void) {
 #define BF16_GRAD_TOL 3e-2
 #define BF16_STEPS_TOL 5e-3
 
-static void bf16_first_step_vs_cpu(LlamaConfig c) {
+// The first-step tests' weights: the reference's init (seed 42), or (model_file) an imported Hugging
+// Face model, which the references read on the host and the GPU model loads as -init_from does.
+static void ref_weights(RefModel *r, const char *model_file) {
+    if (!model_file) { ref_init_weights(r, 42); return; }
+    Section ms[] = {{r->params, r->num_params * sizeof(float), 0}};
+    read_sections(model_file, MODEL_MAGIC, NULL, 0, ms, 1, NULL);
+}
+static void gpu_weights(Model *m, const RefModel *r, const char *model_file) {
+    if (model_file) load_model_file(m, model_file);
+    else model_set_weights(m, r->params);
+}
+
+static void bf16_first_step_vs_cpu(LlamaConfig c, const char *model_file) {
     int B = 2, T = 128, N = B * T;
     RefModel ref;
     ref_init(&ref, &c, B, T, 0, 0, 0, 16, 0);
-    ref_init_weights(&ref, 42);
+    ref_weights(&ref, model_file);
     int *in = (int *)mallocCheck(N * sizeof(int)), *tg = (int *)mallocCheck(N * sizeof(int));
     random_tokens(in, N, c.V, 1);
     random_tokens(tg, N, c.V, 2);
@@ -146,7 +158,7 @@ static void bf16_first_step_vs_cpu(LlamaConfig c) {
     Model m;
     ModelOptions mo = model_options(B, T, PREC_BF16);
     model_init(&m, &c, &mo);
-    model_set_weights(&m, ref.params);
+    gpu_weights(&m, &ref, model_file);
     StepZero g = gpu_step_zero(&m, in, tg);
     double el = rel_err(g.logits, ref.logits, (size_t)N * c.V);
     printf("    logits rel %.2e | loss gpu %.6f cpu %.6f\n", el, g.loss, ref_loss);
@@ -158,8 +170,8 @@ static void bf16_first_step_vs_cpu(LlamaConfig c) {
     free(in); free(tg);
     ref_free(&ref);
 }
-static void test_bf16_first_step_vs_cpu(void) { bf16_first_step_vs_cpu(small_config()); }
-static void test_bf16_first_step_llama32_vs_cpu(void) { bf16_first_step_vs_cpu(small_llama32_config()); }
+static void test_bf16_first_step_vs_cpu(void) { bf16_first_step_vs_cpu(small_config(), NULL); }
+static void test_bf16_first_step_llama32_vs_cpu(void) { bf16_first_step_vs_cpu(small_llama32_config(), NULL); }
 
 // moments_bf16: AdamW's m and v in bf16 on the GPU (the reference keeps them in double); their
 // stochastic rounding (2^-9 relative, unbiased) is small next to the bf16 weights' own rounding.
@@ -232,16 +244,16 @@ static double rms_rel(const float *a, const float *ref, size_t n) {
 // noise and nothing more: these checks cannot see a bug smaller than fp8 noise (the probe tests do).
 static double fp8_tolerance(double floor, double bf16_budget) { return 2.0 * floor + bf16_budget; }
 
-static void fp8_first_step_vs_cpu(LlamaConfig c) {
+static void fp8_first_step_vs_cpu(LlamaConfig c, const char *model_file) {
     int B = 2, T = 128, N = B * T;
     RefModel ref, refb, ref32;
     ref_init(&ref, &c, B, T, 1, 0, 0, 16, 0);
-    ref_init_weights(&ref, 42);
+    ref_weights(&ref, model_file);
     ref_init(&refb, &c, B, T, 1, 0, 0, 16, 0);
-    ref_init_weights(&refb, 42);
+    ref_weights(&refb, model_file);
     refb.fp8_bf16_inputs = 1;
     ref_init(&ref32, &c, B, T, 0, 0, 0, 16, 0);
-    ref_init_weights(&ref32, 42);
+    ref_weights(&ref32, model_file);
     int *in = (int *)mallocCheck(N * sizeof(int)), *tg = (int *)mallocCheck(N * sizeof(int));
     random_tokens(in, N, c.V, 1);
     random_tokens(tg, N, c.V, 2);
@@ -252,7 +264,7 @@ static void fp8_first_step_vs_cpu(LlamaConfig c) {
     Model m;
     ModelOptions mo = model_options(B, T, PREC_FP8);
     model_init(&m, &c, &mo);
-    model_set_weights(&m, ref.params);
+    gpu_weights(&m, &ref, model_file);
     StepZero g = gpu_step_zero(&m, in, tg);
     size_t nl = (size_t)N * c.V;
     double el = rel_err(g.logits, ref.logits, nl), floor_l = rel_err(refb.logits, ref.logits, nl);
@@ -278,8 +290,32 @@ static void fp8_first_step_vs_cpu(LlamaConfig c) {
     free(in); free(tg);
     ref_free(&ref); ref_free(&refb); ref_free(&ref32);
 }
-static void test_fp8_first_step_vs_cpu(void) { fp8_first_step_vs_cpu(small_config()); }
-static void test_fp8_first_step_llama32_vs_cpu(void) { fp8_first_step_vs_cpu(small_llama32_config()); }
+static void test_fp8_first_step_vs_cpu(void) { fp8_first_step_vs_cpu(small_config(), NULL); }
+static void test_fp8_first_step_llama32_vs_cpu(void) { fp8_first_step_vs_cpu(small_llama32_config(), NULL); }
+
+// Hugging Face fixtures (dev/test/fixtures/hf: transformers' own random tiny models) imported by
+// scripts/hf_import.py, run from here, then trained from as -init_from does: the shape (tied, llama3
+// RoPE scaling) from the file, the weights through load_model_file; the first step in bf16 and fp8
+// against the C reference on the same weights.
+static void imported_first_steps(const char *fixture) {
+    char dir[] = "/tmp/llama_fp8_hf_XXXXXX", path[128], cmd[512];
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp failed");
+    snprintf(path, sizeof(path), "%s/model.bin", dir);
+    snprintf(cmd, sizeof(cmd), "python3 scripts/hf_import.py dev/test/fixtures/hf/%s %s > %s/import.log 2>&1", fixture, path, dir);
+    int rc = system(cmd);
+    CHECK(rc == 0, "%s failed (status %d); its output is in %s/import.log", cmd, rc, dir);
+    if (rc != 0) return;
+    LlamaConfig c = read_model_config(path);
+    printf("    %s: V %d L %d C %d NH %d NKV %d FF %d tied %d rope scaling %d\n", fixture, c.V, c.L, c.C, c.NH, c.NKV, c.FF,
+           c.tied_embeddings, c.rope_scaling);
+    bf16_first_step_vs_cpu(c, path);
+    fp8_first_step_vs_cpu(c, path);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    CHECK(system(cmd) == 0, "could not remove %s", dir);
+}
+static void test_imported_tied_first_step(void) { imported_first_steps("tied"); }
+static void test_imported_llama3_first_step(void) { imported_first_steps("llama3"); }
+static void test_imported_llama32_first_step(void) { imported_first_steps("llama32"); }
 
 // Worst relative difference of two fp8 states' history and scale entries; counts entries that are
 // zero on one side only.
@@ -1063,6 +1099,9 @@ int main(int argc, char **argv) {
     run_test("fp8 first step vs C reference emulation", test_fp8_first_step_vs_cpu);
     run_test("bf16 first step, tied embeddings + llama3 RoPE scaling, vs C reference", test_bf16_first_step_llama32_vs_cpu);
     run_test("fp8 first step, tied embeddings + llama3 RoPE scaling, vs C reference emulation", test_fp8_first_step_llama32_vs_cpu);
+    run_test("imported Hugging Face fixture 'tied': first step in bf16 and fp8 vs C reference", test_imported_tied_first_step);
+    run_test("imported Hugging Face fixture 'llama3' (RoPE scaling): first step in bf16 and fp8 vs C reference", test_imported_llama3_first_step);
+    run_test("imported Hugging Face fixture 'llama32' (tied + scaling): first step in bf16 and fp8 vs C reference", test_imported_llama32_first_step);
     run_test("fp8 state after 6 steps with grad accumulation vs C reference", test_fp8_state_vs_cpu);
     run_test("fp8 current recipe: 6 steps with grad accumulation vs C reference", test_fp8_current_recipe_vs_cpu);
     run_test("fp8 with -fp8_lm_head 1: 6 steps with grad accumulation vs C reference", test_fp8_lm_head_vs_cpu);

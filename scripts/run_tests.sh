@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the CPU test suites (C, host-only trainer checks, every dev/test/test_*.py) and, when a GPU
-# answers nvidia-smi, the GPU suites (test_llama_fp8, and scripts/test_signal.sh on the trainer);
+# answers nvidia-smi, the GPU suites (test_llama_fp8, scripts/test_signal.sh and scripts/test_hf_gpu.sh
+# on the trainer);
 # prints the combined "N passed, N failed" line last. Exit status is non-zero if anything failed.
 # A suite counts one failure more when it crashes before its summary line or exits non-zero although
 # its summary says 0 failed (dev/test/test_scripts.py runs this script on fake suites to check that).
@@ -47,10 +48,11 @@ else
     failed=$((failed + 1))
 fi
 if nvidia-smi -L >/dev/null 2>&1; then
-    echo "== GPU tests (test_llama_fp8, then scripts/test_signal.sh)"
+    echo "== GPU tests (test_llama_fp8, scripts/test_signal.sh, scripts/test_hf_gpu.sh)"
     if make -s train_llama_fp8 test_llama_fp8; then
         run_suite gpu ./test_llama_fp8
         run_suite signal bash scripts/test_signal.sh
+        run_suite hf_gpu bash scripts/test_hf_gpu.sh
     else
         echo "building train_llama_fp8 and test_llama_fp8 failed"
         failed=$((failed + 1))

@@ -179,7 +179,7 @@ RUNNER = os.path.join(ROOT, "scripts", "run_tests.sh")
 # the suites run_tests.sh runs, as paths in the tree (the Python ones are found by its glob)
 CPU_SUITES = ["dev/test/test_cpu", "dev/test/test_trainer_host", "dev/test/test_zero_layout"]
 PY_SUITES = ["dev/test/test_a.py", "dev/test/test_b.py"]
-GPU_SUITES = ["test_llama_fp8", "scripts/test_signal.sh"]
+GPU_SUITES = ["test_llama_fp8", "scripts/test_signal.sh", "scripts/test_hf_gpu.sh"]
 
 
 def fake_tree(tmp, outcomes, gpu, build_ok=True):
@@ -229,8 +229,8 @@ def test_runner(tmp):
         ("a Python suite printing no summary", {"dev/test/test_b.py": ("no summary here", 0, None)}, False, True, n_cpu - 1, 1),
         ("a suite exiting 3 after '4 passed, 0 failed'", {"dev/test/test_zero_layout": ("4 passed, 0 failed", 3, None)},
          False, True, n_cpu - 1 + 4, 1),
-        ("the GPU suite failing", {"test_llama_fp8": ("10 passed, 1 failed", 1, None)}, True, True, n_cpu + 10 + 1, 1),
-        ("the GPU suite killed", {"test_llama_fp8": ("", 0, "KILL")}, True, True, n_cpu + 1, 1),
+        ("the GPU suite failing", {"test_llama_fp8": ("10 passed, 1 failed", 1, None)}, True, True, n_cpu + 10 + len(GPU_SUITES) - 1, 1),
+        ("the GPU suite killed", {"test_llama_fp8": ("", 0, "KILL")}, True, True, n_cpu + len(GPU_SUITES) - 1, 1),
         ("the GPU build failing", {}, True, False, n_cpu, 1),
         ("no GPU: the GPU suites are not run", {"test_llama_fp8": ("0 passed, 5 failed", 1, None)}, False, True, n_cpu, 0),
     ]
