@@ -22,8 +22,8 @@ moments, integer atomic max for amax.
 
 #include <stdint.h>
 #include "cuda_common.cuh"   // floatX, Fp8Cast, cudaLaunchCheck, FATAL
-#include "fp8_scaling.cuh"   // fp8_cast1/fp8_cast8 helpers (exact scaling, saturating RNE), amax_block_flush, fp8_grid_cap
-#include "packed.cuh"        // bf16x8_to_float: 8 bf16 moments to fp32
+#include "fp8_scaling.cuh"   // fp8_cast1/fp8_cast8 helpers (exact scaling, saturating RNE), amax2_to_bits, fp8_grid_cap, fp8_ptr_aligned
+#include "packed.cuh"        // bf16x8_to_float: 8 bf16 moments to fp32; block_commit_amax
 #include "bf16_round.h"      // bf16_round_bits, bf16_round_stochastic: the bf16 moments' rounding
 
 struct AdamWStepArgs {
@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(256) adamw_kernel(float *master, floatX *param
         if (param != NULL) ((uint16_t *)param)[i] = pb;
         if (CAST) wout[i] = fp8_cast1<__NV_E4M3>(pb, scale, amax2);
     }
-    if (CAST) amax_block_flush(wamax + (size_t)blockIdx.y * stride, amax2_to_bits(amax2));
+    if (CAST) block_commit_amax(wamax + (size_t)blockIdx.y * stride, amax2_to_bits(amax2));
 }
 
 template <typename MT>

@@ -1,7 +1,7 @@
 /*
 Common CUDA definitions: error-check macros, the bf16 activation type, the fp8 types and the
 Fp8Cast descriptor that producer kernels use to write an fp8 copy of their output with its amax,
-warp/block reductions and an atomic max for non-negative floats.
+and warp/block reductions (the amax's block reduction and atomic: llmc/packed.cuh's block_commit_amax).
 */
 #ifndef LLMC_CUDA_COMMON_CUH
 #define LLMC_CUDA_COMMON_CUH
@@ -72,13 +72,6 @@ __device__ float block_reduce(float v) {
     __syncthreads();
     v = lane < nwarps ? shared[lane] : (IS_MAX ? -FLT_MAX : 0.0f);
     return IS_MAX ? warp_reduce_max(v) : warp_reduce_sum(v);
-}
-
-// atomic max for amaxes. Non-negative floats order like their int bit patterns; a NaN amax
-// (positive NaN bits are larger than inf's) wins the max and so reaches the history, where the scale
-// update ignores it. -0.0 never occurs because callers pass fabsf(...).
-__device__ __forceinline__ void atomic_max_nonneg(float *addr, float v) {
-    atomicMax((int *)addr, __float_as_int(fabsf(v)));
 }
 
 static int g_num_sms = 0; // set once by the trainer/test from cudaGetDeviceProperties

@@ -14,7 +14,7 @@ Numerics are bit-exact against llmc/fp8.h (fp8_encode, fp8_update_state: the CPU
 build's --use_fast_math says (dev/cuda/cast_transpose.cu checks every byte and bit):
 - amax is tracked on the bit patterns of |x| (non-negative floats order like their integer bits), so a
   subnormal amax is not flushed to 0 and a NaN wins the max and reaches the history (where the
-  update ignores it), as llmc/cuda_common.cuh's atomic_max_nonneg intends;
+  update ignores it); llmc/packed.cuh's block_commit_amax commits those bits with an integer max;
 - value * scale and the scale formula use inline PTX without .ftz. That is why the update kernel
   re-states fp8.h's fp8_update_tensor instead of calling it: compiled for the device under
   --use_fast_math, its `/` becomes an approximate divide (up to 2 ulp off), its comparisons flush
@@ -26,7 +26,8 @@ Deterministic: each output byte is written by one thread; amax uses integer atom
 #define LLMC_FP8_SCALING_CUH
 
 #include <stdint.h>
-#include "cuda_common.cuh" // floatX, cudaLaunchCheck, g_num_sms, FATAL
+#include "cuda_common.cuh" // floatX, cudaLaunchCheck, FATAL
+#include "packed.cuh"      // block_commit_amax, device_num_sms
 #include "llama_config.h"  // Fp8StateLayout, FP8_KINDS, FP8_DY
 #include "fp8.h"           // FP8_E4M3 / FP8_E5M2 format ids, FP8_E4M3_MAX, FP8_E5M2_MAX
 
@@ -71,29 +72,16 @@ __device__ __forceinline__ unsigned amax2_to_bits(unsigned amax2) {
     return (lo > hi ? lo : hi) << 16; // bf16 bits -> float bits
 }
 
-// Block-wide max of the amax bits, one atomic per block. Every thread of the block must call it.
-__device__ void amax_block_flush(float *amax, unsigned bits) {
-    __shared__ unsigned warp_max[32];
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
-    bits = __reduce_max_sync(0xffffffffu, bits);
-    __syncthreads(); // warp_max may still be read by a previous call
-    if (lane == 0) warp_max[warp] = bits;
-    __syncthreads();
-    if (warp == 0) {
-        unsigned b = lane < nwarps ? warp_max[lane] : 0u;
-        b = __reduce_max_sync(0xffffffffu, b);
-        // a non-negative float's bits as int order like the float; 0 can't raise a slot (>= +0)
-        if (lane == 0 && b != 0u) atomicMax((int *)amax, (int)b);
-    }
-}
-
 template <__nv_fp8_interpretation_t FMT>
 __device__ __forceinline__ uint8_t fp8_cast1(uint16_t h, float scale, unsigned &amax2) {
     amax2 = __vmaxu2(amax2, (unsigned)(h & 0x7fffu));
     return (uint8_t)__nv_cvt_float_to_fp8(fmul_exact(__uint_as_float((unsigned)h << 16), scale), __NV_SATFINITE, FMT);
 }
 
-// 8 bf16 (one 16-byte load) -> 8 fp8 bytes (little-endian: element i is byte i).
+// 8 bf16 (one 16-byte load) -> 8 fp8 bytes (little-endian: element i is byte i), with their amax.
+// Not llmc/packed.cuh's float_to_fp8x8 (8 floats, the build's multiply): the product here is exact,
+// so a subnormal bf16 is scaled as fp8.h's fp8_encode scales it whatever --use_fast_math says;
+// packed.cuh's comment says when the two give different codes.
 template <__nv_fp8_interpretation_t FMT>
 __device__ __forceinline__ uint2 fp8_cast8(uint4 raw, float scale, unsigned &amax2) {
     const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
@@ -109,12 +97,7 @@ __device__ __forceinline__ uint2 fp8_cast8(uint4 raw, float scale, unsigned &ama
 }
 
 static int fp8_grid_cap(void) { // enough blocks of 256 to fill the GPU (8 per SM); grid-stride beyond
-    if (g_num_sms <= 0) {
-        int dev = 0;
-        cudaCheck(cudaGetDevice(&dev));
-        cudaCheck(cudaDeviceGetAttribute(&g_num_sms, cudaDevAttrMultiProcessorCount, dev));
-    }
-    return g_num_sms * 8;
+    return device_num_sms() * 8;
 }
 static inline int fp8_ptr_aligned(const void *p, size_t a) { return ((uintptr_t)p % a) == 0; }
 static void fp8_check_fmt(const char *fn, int fmt) {
@@ -147,7 +130,7 @@ __global__ void __launch_bounds__(256) fp8_cast_kernel(uint8_t *out, const float
         const uint8_t o = fp8_cast1<FMT>(in16[i], scale, amax2);
         if (WRITE) out[i] = o;
     }
-    if (amax != NULL) amax_block_flush(amax, amax2_to_bits(amax2));
+    if (amax != NULL) block_commit_amax(amax, amax2_to_bits(amax2));
 }
 
 // fp8_cast's launch; out NULL: the amax only
@@ -258,7 +241,7 @@ __global__ void __launch_bounds__(256) fp8_cast_transpose_kernel(uint8_t *out, u
     }
     __syncthreads();
     store_tile_transposed(out_t, tile, r0, c0, rows, cols);
-    if (amax != NULL) amax_block_flush(amax, amax2_to_bits(amax2));
+    if (amax != NULL) block_commit_amax(amax, amax2_to_bits(amax2));
 }
 
 // needs cols % 16 == 0, rows % 16 == 0; in and out_t 16 B aligned
@@ -307,7 +290,7 @@ __global__ void __launch_bounds__(256) fp8_transpose_any_kernel(uint8_t *out, ui
         const int c = c0 + i, r = r0 + tx; // out_t row c, column r
         if (r < rows && c < cols) out_t[(size_t)c * rows + r] = tile[tx][i];
     }
-    if (CAST && amax != NULL) amax_block_flush(amax, amax2_to_bits(amax2));
+    if (CAST && amax != NULL) block_commit_amax(amax, amax2_to_bits(amax2));
 }
 
 static void fp8_check_grid(const char *fn, int rows, int cols, int tile) {
@@ -382,7 +365,7 @@ __global__ void fp8_scale_from_amax_kernel(float *scale, float *scale_inv, float
     *scale = s;
     *scale_inv = frcp_exact(s);
     if (gemm_scale_inv) *gemm_scale_inv = *scale_inv;
-    if (slot) { // the live amax joins the step's slot (bit-pattern max, as atomic_max_nonneg) and is consumed
+    if (slot) { // the live amax joins the step's slot (bit-pattern max, as block_commit_amax) and is consumed
         if (__float_as_int(a) > __float_as_int(*slot)) *slot = a;
         *amax = 0.0f;
     }

@@ -1,18 +1,22 @@
 /*
-Helpers shared by the memory-bound kernels (encoder, rmsnorm, rope, swiglu, fused_classifier):
-16-byte loads and stores of 8 bf16 values with fp32 math in between, the saturating fp8 cast of 8
-values, the block-wide amax commit (one atomic per block), host-side checks that pointers and
-widths allow 16-byte access, and the SM count used to size persistent grids.
+Helpers shared by the memory-bound kernels (encoder, rmsnorm, rope, swiglu, fused_classifier, and
+fp8_scaling's casts and adamw's fused weight cast): 16-byte loads and stores of 8 bf16 values with
+fp32 math in between, the saturating fp8 cast of 8 values, the block-wide amax commit (one atomic
+per block), host-side checks that pointers and widths allow 16-byte access, and the SM count
+used to size persistent grids.
 
 Why the fp8 copy is cast from the ROUNDED bf16 value: it is then exactly what a separate cast kernel
 reading the bf16 tensor would write (the trainer's live-scaling path does that), so the codes and the
-amax do not depend on whether the bf16 output is written or which path produced them.
+amax do not depend on whether the bf16 output is written or which path produced them. One exception,
+from the build's --use_fast_math: float_to_fp8x8 and amax_bits_update use the build's float ops,
+which flush bf16 subnormals to 0, where fp8_scaling.cuh's fp8_cast keeps them (float_to_fp8x8 says
+when that changes a code); a NaN amax is recorded as NaN either way, with other payload bits.
 */
 #ifndef LLMC_PACKED_CUH
 #define LLMC_PACKED_CUH
 
 #include <stdint.h>
-#include "cuda_common.cuh" // floatX, fp8 types, Fp8Cast, atomic_max_nonneg, g_num_sms, FATAL
+#include "cuda_common.cuh" // floatX, fp8 types, Fp8Cast, WARP_SIZE, g_num_sms, cudaCheck, FATAL
 
 // ----------------------------------------------------------------------------------------------
 // device side
@@ -44,8 +48,14 @@ __device__ __forceinline__ uint4 float_to_bf16x8(float f[8]) {
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-// 8 values * scale -> 8 fp8 codes (round-to-nearest-even, saturating to the format's max finite
-// value: finite input never becomes inf/NaN). FMT is __NV_E4M3 or __NV_E5M2.
+// 8 values * scale -> 8 fp8 codes, element i in byte i (round-to-nearest-even, saturating to the
+// format's max finite value: finite input never becomes inf/NaN). FMT is __NV_E4M3 or __NV_E5M2.
+// Not the same function as fp8_scaling.cuh's fp8_cast8 (8 bf16 -> 8 codes, same conversion and byte
+// order), and so kept apart: `f * scale` here is the build's multiply, which under --use_fast_math
+// (both Makefiles) flushes a subnormal factor or product to a signed zero, where fp8_cast8 multiplies
+// exactly (mul.rn). A bf16 subnormal input casts to a signed zero here; there, with a scale above
+// ~2^109 for E5M2 or ~2^116 for E4M3 (a tensor whose amax is below ~2^-93 or ~2^-107), it gets a
+// nonzero code. Either one written in terms of the other would change that path's bytes.
 template <__nv_fp8_interpretation_t FMT>
 __device__ __forceinline__ uint2 float_to_fp8x8(const float f[8], float scale) {
     uint32_t w[2];
@@ -59,27 +69,34 @@ __device__ __forceinline__ uint2 float_to_fp8x8(const float f[8], float scale) {
 }
 
 // amax kept as the bit pattern of |value|: non-negative floats order like their bits, and unlike
-// fmaxf a NaN (whose |bits| exceed inf's) wins, so it reaches the history as atomic_max_nonneg intends.
+// fmaxf a NaN (whose |bits| exceed inf's) wins, so it reaches the history (block_commit_amax).
+// fabsf is the build's float op: under --use_fast_math it flushes a subnormal |value| to +0 and
+// writes a NaN as 0x7fffffff. fp8_scaling.cuh keeps the amax of bf16 inputs as their masked bits
+// instead (amax2_to_bits), subnormals and NaN payloads included.
 __device__ __forceinline__ uint32_t amax_bits_update(uint32_t bits, const float f[8]) {
 #pragma unroll
     for (int i = 0; i < 8; i++) bits = max(bits, __float_as_uint(fabsf(f[i])));
     return bits;
 }
 
-// Block-wide max of every thread's amax bits, then ONE atomic per block. Every thread of the block
-// must call it (it synchronizes); blockDim.x * blockDim.y must be a multiple of 32.
+// Block-wide max of every thread's amax bits (the bits of a non-negative float: amax_bits_update,
+// fp8_scaling.cuh's amax2_to_bits), then ONE atomic per block: an integer max on the slot, which
+// orders non-negative floats as floats and lets a NaN win (the order of multi_gpu.cuh's amax
+// all-reduce too). The bits go to the atomic untouched by any float op, so --use_fast_math can't
+// flush a subnormal amax or rewrite a NaN's payload. A block that saw only zeros does no atomic (+0
+// can't raise a slot; slots only ever hold non-negative floats). Every thread of the block must call
+// it (it synchronizes); the block must be 1-D (as every caller's is) with blockDim.x a multiple of 32.
 __device__ __forceinline__ void block_commit_amax(float *amax, uint32_t bits) {
     __shared__ uint32_t warp_max[WARP_SIZE];
-    int tid = threadIdx.x + threadIdx.y * blockDim.x;
-    int nwarps = (blockDim.x * blockDim.y) / WARP_SIZE;
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, nwarps = blockDim.x / WARP_SIZE;
     bits = __reduce_max_sync(0xffffffffu, bits);
     __syncthreads(); // warp_max may still be read by an earlier call
-    if (tid % WARP_SIZE == 0) warp_max[tid / WARP_SIZE] = bits;
+    if (lane == 0) warp_max[warp] = bits;
     __syncthreads();
-    if (tid == 0) {
-        uint32_t m = 0;
-        for (int w = 0; w < nwarps; w++) m = max(m, warp_max[w]);
-        atomic_max_nonneg(amax, __uint_as_float(m));
+    if (warp == 0) {
+        uint32_t b = lane < nwarps ? warp_max[lane] : 0u;
+        b = __reduce_max_sync(0xffffffffu, b);
+        if (lane == 0 && b != 0u) atomicMax((int *)amax, (int)b);
     }
 }
 
@@ -98,7 +115,8 @@ static void check_fp8_cast(const Fp8Cast *cast, const char *who) {
     check_aligned(cast->out, 8, "Fp8Cast.out", who);
 }
 
-// Multiprocessor count, read once from the current device when the program has not set g_num_sms.
+// Multiprocessor count, read once from the current device when the program has not set g_num_sms
+// (row_grid, rmsnorm's grids, fp8_scaling.cuh's fp8_grid_cap).
 static int device_num_sms(void) {
     if (g_num_sms <= 0) {
         int dev = 0;
