@@ -11,7 +11,7 @@ step one kernel rolls every amax history and recomputes every scale. The first s
 under -fp8_recipe current) instead measures the amax first and scales from it ("live").
 
 Several GPUs (-ngpu N, or mpirun -np N): data parallel over NCCL with ZeRO-1 (llmc/multi_gpu.cuh;
-the layout is described above zero_layout). Each rank reads its own batches, reduce-scatters the
+the layout: llmc/zero_layout.h). Each rank reads its own batches, reduce-scatters the
 gradients of each layer while the backward pass goes on with the layer below, updates its shard of
 the fp32 master weights and AdamW state, and all-gathers the bf16 weights. Once per optimizer step
 every amax slot is MAX-reduced across the ranks (one NCCL call) before the scales are updated, so
@@ -42,7 +42,8 @@ every rank casts with the same scales. With one GPU none of this runs: no NCCL c
 #include "llmc/fused_classifier.cuh" // fused_classifier: softmax + cross-entropy + dlogits
 #include "llmc/adamw.cuh"          // adamw_update
 #include "llmc/global_norm.cuh"    // global_norm_squared
-#include "llmc/multi_gpu.cuh"      // MultiGpu: launch, NCCL collectives with deadlines, ZeRO-1 padding
+#include "llmc/zero_layout.h"      // ZeroLayout: the ZeRO-1 buckets and shards, backward_stage
+#include "llmc/multi_gpu.cuh"      // MultiGpu: launch, NCCL collectives with deadlines
 
 enum { PREC_BF16, PREC_FP8 };
 
@@ -213,12 +214,6 @@ typedef struct {
     int *inputs, *targets; // (B, T) on the device
 } Activations;
 
-// A run of the flat parameter vector that is reduce-scattered as one (see zero_layout).
-typedef struct {
-    size_t start, count; // [start, start + count) of the padded vector; count a multiple of world * MG_SHARD_ALIGN
-    size_t shard;        // where this rank's part (count / world elements) starts in its shard
-    int stage;           // the backward stage after which every element of it is final
-} GradBucket;
 
 // How the model trains, besides its shape: the command line's choices (main builds it from the
 // options, the tests from model_options), read by model_init, the checkpoint header and the tests.
@@ -271,17 +266,12 @@ typedef struct {
     Fp8Mode fp8;
     size_t param_sizes[NUM_PARAM_TENSORS], num_params;
     MultiGpu *mg;                    // the data-parallel ranks (world 1: no collectives)
-    size_t padded_params;            // num_params padded so every bucket splits evenly (= num_params on one GPU)
-    size_t shard_params;             // this rank's share of the vector (= num_params on one GPU)
-    floatX *params_memory, *param[NUM_PARAM_TENSORS]; // padded_params: the whole model on every rank
-    floatX *grads_memory, *grad[NUM_PARAM_TENSORS];   // padded_params: this rank's gradients
-    floatX *grad_shard;              // (shard_params) the reduced gradients of this rank's shard (one GPU: grads_memory)
-    float *master;                   // (shard_params) fp32: this rank's shard (ZeRO-1)
-    void *adam_m, *adam_v;           // (shard_params) each, fp32 or (opt.moments_bf16) bf16: AdamW's moments of the shard
-    GradBucket *buckets;             // none on one GPU
-    int num_buckets;
-    ShardPiece *pieces;              // this rank's shard cut at tensor edges: AdamW runs per piece
-    int num_pieces;
+    ZeroLayout zero;                 // the buckets and this rank's shard (llmc/zero_layout.h); one GPU: one shard of everything
+    floatX *params_memory, *param[NUM_PARAM_TENSORS]; // zero.padded: the whole model on every rank
+    floatX *grads_memory, *grad[NUM_PARAM_TENSORS];   // zero.padded: this rank's gradients
+    floatX *grad_shard;              // (zero.shard) the reduced gradients of this rank's shard (one GPU: grads_memory)
+    float *master;                   // (zero.shard) fp32: this rank's shard (ZeRO-1)
+    void *adam_m, *adam_v;           // (zero.shard) each, fp32 or (opt.moments_bf16) bf16: AdamW's moments of the shard
     int reduce_grads;                // set for the last micro-step of a multi-GPU step: backward reduces as it goes
     float *norm_host;                // pinned, so reading the gradient norm never blocks outside mg_wait
     Fp8StateLayout fp8_layout;
@@ -323,11 +313,6 @@ static int fp8_linear_of_param(const Model *m, int p) {
     for (int lin = 0; lin < LINS_PER_LAYER + m->fp8.lm_head; lin++) if (LINEAR_PARAM[lin] == p) return lin;
     return -1;
 }
-static int param_is_per_layer(int p) { return p != P_WTE && p != P_LNFW && p != P_LM_HEAD; }
-// The backward stage after which tensor p's slice of layer l is final: 0 the lm_head and the final
-// norm, k (1..L) the slices of layer L-k, L+1 the embedding (which a tied lm_head adds into at stage
-// 0). zero_layout cuts the buckets by it; model_backward reduces each bucket when its stage ends.
-static int backward_stage(const LlamaConfig *c, int p, int l) { return p == P_WTE ? c->L + 1 : param_is_per_layer(p) ? c->L - l : 0; }
 // 1 if a GEMM writes the gradient (the block linears and the lm_head), 0 if kernels add into it
 static int param_grad_from_gemm(int p) {
     for (int lin = 0; lin < LINS_PER_LAYER + 1; lin++) if (LINEAR_PARAM[lin] == p) return 1;
@@ -341,89 +326,7 @@ static void *model_alloc(Model *m, size_t bytes, const char *what) {
 }
 
 // Bytes of each AdamW moment (m, v) of this rank's shard.
-static size_t moments_size(const Model *m) { return m->shard_params * (m->opt.moments_bf16 ? sizeof(floatX) : sizeof(float)); }
-
-static int compare_sizes(const void *a, const void *b) {
-    size_t x = *(const size_t *)a, y = *(const size_t *)b;
-    return (x > y) - (x < y);
-}
-
-// ZeRO-1 with the gradient reduction overlapping the backward pass.
-// Backward finishes the parameters in stages (backward_stage). The padded flat vector is cut at the slice
-// edges into buckets; each is reduce-scattered as soon as backward has finished its stage, while the
-// compute stream goes on with the layer below. Every bucket splits into world equal parts and rank r
-// owns part r of each; its shard (fp32 master, AdamW m and v, the reduced gradient) is those parts
-// one after another, so the gradient norm and AdamW read it contiguously, and after the update one
-// all-gather per bucket rebuilds the whole bf16 model on every rank.
-// Cuts are rounded to multiples of world * MG_SHARD_ALIGN elements, so the parts are equal and aligned
-// (the padding at the end makes the total a multiple too). A cut inside a slice moves towards the
-// neighbour that is final later, so a bucket waits for no layer but its own. Whatever the rounding
-// does, a bucket's stage is the latest stage of any element in it: it is reduced only when all of it
-// is final. (Splitting the vector into world contiguous shards would give no overlap: each shard spans
-// many layers of several tensors and is final only when backward ends.)
-// One GPU: one shard, the whole vector, and one AdamW piece per tensor, exactly as without ZeRO.
-static void zero_layout(Model *m) {
-    int W = m->mg->world, L = m->cfg.L;
-    size_t n = m->num_params, off = 0;
-    if (W == 1) {
-        m->padded_params = m->shard_params = n;
-        m->pieces = (ShardPiece *)mallocCheck(NUM_PARAM_TENSORS * sizeof(ShardPiece));
-        for (int p = 0; p < NUM_PARAM_TENSORS; p++) {
-            ShardPiece piece = {p, 0, m->param_sizes[p], off, off};
-            if (piece.count > 0) m->pieces[m->num_pieces++] = piece; // a tied lm_head has no elements
-            off += m->param_sizes[p];
-        }
-        return;
-    }
-    size_t unit = (size_t)W * MG_SHARD_ALIGN, padded = mg_padded_size(m->mg, n);
-    // the slices in flat order and the stage after which each is final (the padding: stage 0)
-    int S = 0, max_slices = NUM_PARAM_TENSORS * L + 1;
-    size_t *lo = (size_t *)mallocCheck(max_slices * sizeof(size_t)), *hi = (size_t *)mallocCheck(max_slices * sizeof(size_t));
-    int *stage = (int *)mallocCheck(max_slices * sizeof(int));
-    for (int p = 0; p < NUM_PARAM_TENSORS; p++) {
-        int layers = param_is_per_layer(p) ? L : 1;
-        size_t per = m->param_sizes[p] / layers;
-        for (int l = 0; l < layers; l++, S++) {
-            lo[S] = off + l * per;
-            hi[S] = lo[S] + per;
-            stage[S] = backward_stage(&m->cfg, p, l);
-        }
-        off += m->param_sizes[p];
-    }
-    if (padded > n) { lo[S] = n; hi[S] = padded; stage[S] = 0; S++; }
-    size_t *cut = (size_t *)mallocCheck((S + 1) * sizeof(size_t));
-    int nc = 0;
-    cut[nc++] = 0;
-    cut[nc++] = padded;
-    for (int i = 1; i < S; i++) {
-        size_t down = lo[i] / unit * unit, up = down == lo[i] ? down : down + unit;
-        cut[nc++] = stage[i - 1] >= stage[i] ? up : down;
-    }
-    qsort(cut, nc, sizeof(size_t), compare_sizes);
-    m->buckets = (GradBucket *)mallocCheck(nc * sizeof(GradBucket));
-    m->pieces = (ShardPiece *)mallocCheck(nc * NUM_PARAM_TENSORS * sizeof(ShardPiece));
-    size_t shard = 0;
-    for (int k = 0; k + 1 < nc; k++) {
-        if (cut[k] == cut[k + 1]) continue;
-        GradBucket b = {cut[k], cut[k + 1] - cut[k], shard, 0};
-        for (int i = 0; i < S; i++) if (lo[i] < b.start + b.count && hi[i] > b.start && stage[i] > b.stage) b.stage = stage[i];
-        // this rank's part of the bucket, cut at tensor edges
-        size_t part = b.count / W, ps = b.start + (size_t)m->mg->rank * part, pe = ps + part, base = 0;
-        for (int p = 0; p < NUM_PARAM_TENSORS; p++) {
-            size_t a = ps > base ? ps : base, e = pe < base + m->param_sizes[p] ? pe : base + m->param_sizes[p];
-            if (a < e) {
-                ShardPiece piece = {p, a - base, e - a, a, shard + (a - ps)};
-                m->pieces[m->num_pieces++] = piece;
-            }
-            base += m->param_sizes[p];
-        }
-        m->buckets[m->num_buckets++] = b;
-        shard += part;
-    }
-    m->padded_params = padded;
-    m->shard_params = shard; // = padded / W
-    free(lo); free(hi); free(stage); free(cut);
-}
+static size_t moments_size(const Model *m) { return m->zero.shard * (m->opt.moments_bf16 ? sizeof(floatX) : sizeof(float)); }
 
 // mg: the data-parallel ranks; NULL (the tests) for one GPU.
 static void model_init(Model *m, const LlamaConfig *cfg, const ModelOptions *opt, MultiGpu *mg = NULL) {
@@ -440,11 +343,11 @@ static void model_init(Model *m, const LlamaConfig *cfg, const ModelOptions *opt
     int fp8 = m->fp8.on;
 
     m->num_params = param_sizes(c, m->param_sizes);
-    zero_layout(m);
-    m->params_memory = (floatX *)model_alloc(m, m->padded_params * sizeof(floatX), "bf16 parameters");
-    m->grads_memory = (floatX *)model_alloc(m, m->padded_params * sizeof(floatX), "bf16 gradients");
-    cudaCheck(cudaMemset(m->grads_memory, 0, m->padded_params * sizeof(floatX))); // the padding stays zero
-    m->master = (float *)model_alloc(m, m->shard_params * sizeof(float), "fp32 master weights");
+    m->zero = zero_layout(c, m->param_sizes, m->mg->rank, m->mg->world);
+    m->params_memory = (floatX *)model_alloc(m, m->zero.padded * sizeof(floatX), "bf16 parameters");
+    m->grads_memory = (floatX *)model_alloc(m, m->zero.padded * sizeof(floatX), "bf16 gradients");
+    cudaCheck(cudaMemset(m->grads_memory, 0, m->zero.padded * sizeof(floatX))); // the padding stays zero
+    m->master = (float *)model_alloc(m, m->zero.shard * sizeof(float), "fp32 master weights");
     size_t moments_bytes = moments_size(m);
     m->adam_m = model_alloc(m, moments_bytes, "AdamW m");
     m->adam_v = model_alloc(m, moments_bytes, "AdamW v");
@@ -452,10 +355,10 @@ static void model_init(Model *m, const LlamaConfig *cfg, const ModelOptions *opt
     cudaCheck(cudaMemset(m->adam_v, 0, moments_bytes));
     m->grad_shard = m->grads_memory;
     if (m->mg->world > 1) {
-        m->grad_shard = (floatX *)model_alloc(m, m->shard_params * sizeof(floatX), "bf16 gradient shard");
+        m->grad_shard = (floatX *)model_alloc(m, m->zero.shard * sizeof(floatX), "bf16 gradient shard");
         // no AdamW piece covers the padding: zero once, it travels in the all-gathers as zeros
-        cudaCheck(cudaMemset(m->params_memory, 0, m->padded_params * sizeof(floatX)));
-        cudaCheck(cudaMemset(m->master, 0, m->shard_params * sizeof(float)));
+        cudaCheck(cudaMemset(m->params_memory, 0, m->zero.padded * sizeof(floatX)));
+        cudaCheck(cudaMemset(m->master, 0, m->zero.shard * sizeof(float)));
     }
     cudaCheck(cudaMallocHost(&m->norm_host, sizeof(float)));
     size_t off = 0;
@@ -553,8 +456,7 @@ static void model_free(Model *m) {
     for (int i = 0; i < m->num_allocations; i++) cudaCheck(cudaFree(m->allocations[i]));
     encoder_backward_free(&m->enc_bwd);
     cudaCheck(cudaFreeHost(m->norm_host));
-    free(m->buckets);
-    free(m->pieces);
+    zero_layout_free(&m->zero);
     memset(m, 0, sizeof(*m));
 }
 
@@ -592,8 +494,8 @@ static void model_set_weights(Model *m, const float *host) {
         cudaCheck(cudaDeviceSynchronize());
         return;
     }
-    for (int i = 0; i < m->num_pieces; i++) {
-        const ShardPiece *p = &m->pieces[i];
+    for (int i = 0; i < m->zero.num_pieces; i++) {
+        const ShardPiece *p = &m->zero.pieces[i];
         cudaCheck(cudaMemcpy(m->master + p->local, host + p->flat, p->count * sizeof(float), cudaMemcpyHostToDevice));
     }
     size_t chunk = m->num_params < ((size_t)16 << 20) ? m->num_params : ((size_t)16 << 20);
@@ -840,14 +742,14 @@ static void model_forward(Model *m, int with_targets, float dloss, cudaStream_t 
 // dlogits in acts.logits. Every dY of an fp8 linear is cast by the kernel that produces it.
 
 // In the last micro-step of a multi-GPU step: reduce-scatter, in one NCCL group on the comm stream,
-// every bucket that backward stage `stage` has made final (see zero_layout). The compute stream does
+// every bucket that backward stage `stage` has made final (llmc/zero_layout.h). The compute stream does
 // not wait: the layers it works on next write other buckets.
 static void reduce_finished_grads(Model *m, int stage, cudaStream_t stream) {
     if (!m->reduce_grads) return;
     MultiGpu *mg = m->mg;
     mg_group_start(mg);
-    for (int k = 0; k < m->num_buckets; k++) {
-        const GradBucket *b = &m->buckets[k];
+    for (int k = 0; k < m->zero.num_buckets; k++) {
+        const GradBucket *b = &m->zero.buckets[k];
         if (b->stage == stage) {
             mg_reducescatter_bf16(mg, m->grads_memory + b->start, m->grad_shard + b->shard, b->count / mg->world, MG_SUM, stream);
         }
@@ -933,10 +835,10 @@ typedef struct { float lr, beta1, beta2, eps, weight_decay, grad_clip; } AdamWPa
 static void gather_params(Model *m, cudaStream_t stream) {
     MultiGpu *mg = m->mg;
     if (mg->world == 1) return;
-    for (int k0 = 0; k0 < m->num_buckets; k0 += GATHERS_PER_GROUP) {
+    for (int k0 = 0; k0 < m->zero.num_buckets; k0 += GATHERS_PER_GROUP) {
         mg_group_start(mg);
-        for (int k = k0; k < m->num_buckets && k < k0 + GATHERS_PER_GROUP; k++) {
-            const GradBucket *b = &m->buckets[k];
+        for (int k = k0; k < m->zero.num_buckets && k < k0 + GATHERS_PER_GROUP; k++) {
+            const GradBucket *b = &m->zero.buckets[k];
             size_t part = b->count / mg->world;
             mg_allgather_bf16(mg, m->params_memory + b->start + (size_t)mg->rank * part, m->params_memory + b->start, part, stream);
         }
@@ -954,7 +856,7 @@ static float model_update(Model *m, const AdamWParams *h, float *norm_device, in
     if (m->fp8.on) mg_allreduce_amax(mg, m->fp8_state + m->fp8_layout.amax_slot, m->fp8_layout.num_tensors, stream);
     mg_join(mg, stream);
     if (m->fp8.on) fp8_update_scales(m->fp8_state, m->gemm_scale_inv, m->fp8_layout, m->opt.fp8_margin, stream);
-    global_norm_squared(norm_device, m->grad_shard, m->shard_params, stream);
+    global_norm_squared(norm_device, m->grad_shard, m->zero.shard, stream);
     mg_allreduce_sum_f32(mg, norm_device, 1, stream); // the shards' squared norms add up to the whole one
     mg_join(mg, stream);
     cudaCheck(cudaMemcpyAsync(m->norm_host, norm_device, sizeof(float), cudaMemcpyDeviceToHost, stream));
@@ -968,8 +870,8 @@ static float model_update(Model *m, const AdamWParams *h, float *norm_device, in
     }
     float clip = (h->grad_clip > 0.0f && norm > h->grad_clip) ? h->grad_clip / norm : 1.0f;
     m->adam_t++;
-    for (int i = 0; i < m->num_pieces; i++) {
-        const ShardPiece *p = &m->pieces[i];
+    for (int i = 0; i < m->zero.num_pieces; i++) {
+        const ShardPiece *p = &m->zero.pieces[i];
         float wd = param_is_decayed(p->tensor) ? h->weight_decay : 0.0f;
         floatX *param = m->params_memory + p->flat;
         Fp8Cast wcast = {NULL, NULL, NULL};
@@ -1244,10 +1146,10 @@ static void checkpoint_paths(const char *dir, int step, int rank, char *model_pa
 static void gather_master(Model *m, float *host) {
     MultiGpu *mg = m->mg;
     size_t biggest = 0;
-    for (int k = 0; k < m->num_buckets; k++) if (m->buckets[k].count > biggest) biggest = m->buckets[k].count;
+    for (int k = 0; k < m->zero.num_buckets; k++) if (m->zero.buckets[k].count > biggest) biggest = m->zero.buckets[k].count;
     float *bucket = (float *)cudaMallocCheck(biggest * sizeof(float), "checkpoint gather buffer");
-    for (int k = 0; k < m->num_buckets; k++) {
-        const GradBucket *b = &m->buckets[k];
+    for (int k = 0; k < m->zero.num_buckets; k++) {
+        const GradBucket *b = &m->zero.buckets[k];
         mg_allgather_bytes(mg, m->master + b->shard, bucket, b->count / mg->world * sizeof(float), mg->comm_stream);
         mg_wait(mg, mg->comm_stream, "gathering the master weights for a checkpoint");
         if (host != NULL && b->start < m->num_params) {

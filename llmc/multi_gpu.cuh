@@ -37,11 +37,8 @@ waiting on this rank see an error instead of waiting forever. An alarm bounds th
 The timeout has to exceed the longest time one rank may legitimately run ahead of another between
 two collectives: rank-0-only work (a checkpoint write) should end in mg_barrier with a longer limit.
 
-ZeRO-1: the flat parameter vector (n elements) is padded to a multiple of world * MG_SHARD_ALIGN and
-cut into world equal shards; mg_shard_pieces lists which parts of which tensors a rank's shard holds,
-so AdamW runs per piece with the tensor's own weight decay. Padding elements belong to no tensor.
-(train_llama_fp8 pads the same way but cuts the vector into per-layer buckets, each split over the
-ranks, so that gradients can be reduce-scattered while backward runs: see zero_layout there.)
+ZeRO-1's layout (which buckets are reduced when, which pieces each rank's shard holds) is not here
+but in llmc/zero_layout.h, the one the trainer and dev/cuda/nccl_check.cu both use.
 */
 #ifndef LLMC_MULTI_GPU_CUH
 #define LLMC_MULTI_GPU_CUH
@@ -65,7 +62,6 @@ ranks, so that gradients can be reduce-scattered while backward runs: see zero_l
 
 extern char **environ;
 
-#define MG_SHARD_ALIGN 512         // elements: a shard boundary is 1 KiB aligned in bf16, 2 KiB in fp32
 #define MG_DEFAULT_TIMEOUT_S 60.0  // LLAMA_FP8_NCCL_TIMEOUT_S overrides
 #define MG_ABORT_ALARM_S 10        // a rank that is aborting is killed by SIGALRM if that takes longer
 #define MG_KILL_GRACE_S 5.0        // launcher: SIGTERM, then SIGKILL after this long
@@ -402,60 +398,6 @@ static void mg_check_agree(MultiGpu *mg, long long v, const char *what) {
 }
 
 // ----------------------------------------------------------------------------------------------
-// ZeRO-1 sharding arithmetic (pure host code; the zero_* forms take rank/world for the tests)
-
-typedef struct { size_t start, end; } ShardRange; // [start, end) of the padded flat vector
-
-typedef struct {
-    int tensor;     // parameter tensor index (P_WTE ...)
-    size_t offset;  // first element of the piece within that tensor
-    size_t count;   // elements
-    size_t flat;    // index of the first element in the flat vector (params, grads)
-    size_t local;   // flat - shard start: index in this rank's shard (ZeRO-1 master, m, v)
-} ShardPiece;
-
-// n rounded up to a multiple of world * MG_SHARD_ALIGN: shards are equal and aligned.
-static size_t zero_padded_size(int world, size_t n) {
-    size_t unit = (size_t)world * MG_SHARD_ALIGN;
-    return (n + unit - 1) / unit * unit;
-}
-static void zero_check_padded(int world, size_t padded, const char *fn) {
-    if (world < 1 || padded % ((size_t)world * MG_SHARD_ALIGN) != 0) {
-        FATAL("%s: %zu elements is not a multiple of world (%d) * %d: pass the result of mg_padded_size", fn, padded, world, MG_SHARD_ALIGN);
-    }
-}
-static ShardRange zero_shard_range(int rank, int world, size_t padded) {
-    zero_check_padded(world, padded, "shard range");
-    size_t shard = padded / world;
-    ShardRange r = {(size_t)rank * shard, (size_t)(rank + 1) * shard};
-    return r;
-}
-// This rank's pieces of the tensors (sizes[0..ntensors), laid out one after another from flat index
-// 0) in flat order; out must hold ntensors entries. Returns the number of pieces (empty tensors and
-// the padding give none).
-static int zero_shard_pieces(int rank, int world, const size_t *sizes, int ntensors, size_t padded, ShardPiece *out) {
-    ShardRange s = zero_shard_range(rank, world, padded);
-    size_t total = 0;
-    for (int t = 0; t < ntensors; t++) total += sizes[t];
-    if (total > padded) FATAL("shard pieces: the tensors hold %zu elements, more than the padded %zu", total, padded);
-    int n = 0;
-    size_t base = 0;
-    for (int t = 0; t < ntensors; t++) {
-        size_t lo = base > s.start ? base : s.start, end_t = base + sizes[t], hi = end_t < s.end ? end_t : s.end;
-        if (lo < hi) {
-            ShardPiece p = {t, lo - base, hi - lo, lo, lo - s.start};
-            out[n++] = p;
-        }
-        base = end_t;
-    }
-    return n;
-}
-static size_t mg_padded_size(const MultiGpu *mg, size_t n) { return zero_padded_size(mg->world, n); }
-static ShardRange mg_shard_range(const MultiGpu *mg, size_t padded) { return zero_shard_range(mg->rank, mg->world, padded); }
-static int mg_shard_pieces(const MultiGpu *mg, const size_t *sizes, int ntensors, size_t padded, ShardPiece *out) {
-    return zero_shard_pieces(mg->rank, mg->world, sizes, ntensors, padded, out);
-}
-
 // ----------------------------------------------------------------------------------------------
 // Launch
 

@@ -8,9 +8,9 @@ sums represent exactly, so any rounding in NCCL would show):
   all-reduce bf16 sum      n = 1000003 (odd), per-rank different values
   all-reduce bf16 mean     exact for a power-of-two world; otherwise within 2^-7 relative (NCCL may
                            scale by a rounded 1/world)
-  reduce-scatter bf16      in place over a flat vector of 1000003 padded with mg_padded_size: each
-                           rank's shard = the sum of that shard, the padding stays 0
-  all-gather bf16          in place, every element's bits (the ZeRO-1 parameter gather)
+  reduce-scatter bf16      the trainer's gradient reduce on its own ZeRO-1 layout of the tiny model
+                           (llmc/zero_layout.h): per bucket, out of place into this rank's shard
+  all-gather bf16          per bucket, in place, every element's bits (the ZeRO-1 parameter gather)
   all-gather bytes         333331 bytes per rank (odd), not in place
   amax max (fp32 slots)    1203 slots, ranks hold different values: zeros, equal values, per-rank
                            maxima, denormals, inf, and a NaN on one rank, which must reach all ranks
@@ -19,9 +19,7 @@ sums represent exactly, so any rounding in NCCL would show):
   ordering                 a collective given the compute stream sees data a slow kernel wrote just
                            before it; after mg_join the compute stream sees the result
   overlap                  a collective finishes while a long kernel still runs on the compute stream
-  shard ranges             host only, world 1..8 and this run's: shards equal, aligned, tiling the
-                           padded vector; the pieces of all ranks cover every tensor element exactly
-                           once (tiny and 125m parameter layouts, and odd sizes incl. empty tensors)
+  (the layout itself is checked on the host for worlds 1-8 by dev/test/test_zero_layout)
 Then (multi-rank, unless --no-bench) a bandwidth line per collective on 256 MiB of bf16.
 
 Failure modes (multi-rank):
@@ -42,7 +40,8 @@ Run:
   ./nccl_check -ngpu 2 --hang-rank 1;  echo "exit $?"
 The last line is "nccl_check: ALL PASS" or "nccl_check: N FAILED"; exit status 0 / 1.
 */
-#include "llmc/llama_config.h" // param_sizes, presets: real tensor layouts for the shard checks
+#include "llmc/llama_config.h" // param_sizes, presets: the tiny model's tensors
+#include "llmc/zero_layout.h"  // the trainer's ZeRO-1 layout the collectives run on
 #include "llmc/multi_gpu.cuh"  // the module under test
 #include "bench_common.h"      // bf16 and fp32 bits, device buffers, median
 
@@ -144,48 +143,77 @@ static void check_allreduce(MultiGpu *mg, cudaStream_t stream) {
     cudaCheck(cudaFree(d));
 }
 
+// The trainer's ZeRO-1 collectives on the trainer's own layout (llmc/zero_layout.h) of the tiny
+// model: one reduce-scatter per bucket, out of place into this rank's shard (the gradient reduce),
+// then one in-place all-gather per bucket of each rank's part (the parameter gather), each in one group.
 static void check_reducescatter_allgather(MultiGpu *mg, cudaStream_t stream) {
-    const size_t n = 1000003;
+    LlamaConfig tiny;
+    config_from_preset("tiny", &tiny);
+    size_t sizes[NUM_PARAM_TENSORS], n = param_sizes(&tiny, sizes);
     int W = mg->world, R = mg->rank;
-    size_t padded = mg_padded_size(mg, n);
-    ShardRange s = mg_shard_range(mg, padded);
-    size_t shard = s.end - s.start;
-    char detail[256] = "";
+    ZeroLayout z = zero_layout(&tiny, sizes, R, W);
+    size_t padded = z.padded;
+    char detail[256] = "", what[200];
 
-    // reduce-scatter in place, the ZeRO-1 gradient reduce; the padding is zero on every rank
+    // gradients: small integers that differ per rank (bf16 sums of them are exact); the padding is 0
     std::vector<uint16_t> h(padded, 0);
     for (size_t i = 0; i < n; i++) h[i] = float_to_bf16((float)((int)((i * 5 + R) % 13) - 6));
     floatX *d = (floatX *)to_device(h);
-    mg_reducescatter_bf16(mg, d, d + s.start, shard, MG_SUM, stream);
+    floatX *shard = device_alloc<floatX>(z.shard > 0 ? z.shard : 1);
+    mg_group_start(mg);
+    for (int k = 0; k < z.num_buckets; k++)
+        mg_reducescatter_bf16(mg, d + z.buckets[k].start, shard + z.buckets[k].shard, z.buckets[k].count / W, MG_SUM, stream);
+    mg_group_end(mg);
     mg_join(mg, stream);
-    std::vector<uint16_t> got = to_host(mg, (uint16_t *)d + s.start, shard, stream);
-    size_t bad = 0, first = 0;
-    float want_first = 0;
-    for (size_t j = 0; j < shard; j++) {
-        size_t i = s.start + j;
-        int sum = 0;
-        if (i < n) for (int r = 0; r < W; r++) sum += (int)((i * 5 + r) % 13) - 6;
-        if (got[j] != float_to_bf16((float)sum) && bad++ == 0) { first = i; want_first = (float)sum; }
+    std::vector<uint16_t> got = to_host(mg, (uint16_t *)shard, z.shard, stream);
+    size_t bad = 0, first = 0, checked = 0;
+    float want_first = 0, got_first = 0;
+    for (int k = 0; k < z.num_buckets; k++) {
+        const GradBucket &b = z.buckets[k];
+        size_t part = b.count / W;
+        for (size_t j = 0; j < part; j++, checked++) {
+            size_t i = b.start + (size_t)R * part + j;
+            int sum = 0;
+            if (i < n) for (int r = 0; r < W; r++) sum += (int)((i * 5 + r) % 13) - 6;
+            if (got[b.shard + j] != float_to_bf16((float)sum) && bad++ == 0) {
+                first = i; want_first = (float)sum; got_first = bf16_to_float(got[b.shard + j]);
+            }
+        }
     }
-    if (bad) snprintf(detail, sizeof(detail), "%zu wrong in shard [%zu, %zu), first at %zu: %g, want %g", bad, s.start, s.end,
-                      first, bf16_to_float(got[first - s.start]), want_first);
-    char what[160];
-    snprintf(what, sizeof(what), "reduce-scatter bf16 in place, n = 1000003 padded to %zu (shard %zu)", padded, shard);
-    report(mg, what, bad == 0, detail);
+    if (bad) snprintf(detail, sizeof(detail), "%zu wrong, first at flat %zu: %g, want %g", bad, first, got_first, want_first);
+    snprintf(what, sizeof(what), "reduce-scatter bf16 per bucket into the shard: tiny model, %d buckets, %zu of %zu padded elements here",
+             z.num_buckets, checked, padded);
+    report(mg, what, bad == 0 && (W == 1 || checked == z.shard), detail);
 
-    // all-gather in place: this rank's shard holds finite bit patterns of its flat indices, the rest NaN
+    // parameters: each rank's parts hold finite bit patterns of their flat indices, the rest NaN
     auto pattern = [](size_t i) { return (uint16_t)(hash32(i) & 0xBFFFu); }; // bit 14 clear: finite
-    for (size_t i = 0; i < padded; i++) h[i] = (i >= s.start && i < s.end) ? pattern(i) : (uint16_t)0xFFFF;
-    upload(d, h.data(), padded);
-    mg_allgather_bf16(mg, d + s.start, d, shard, stream);
+    std::vector<uint16_t> p(padded, (uint16_t)0xFFFF);
+    for (int k = 0; k < z.num_buckets; k++) {
+        size_t part = z.buckets[k].count / W, start = z.buckets[k].start + (size_t)R * part;
+        for (size_t j = 0; j < part; j++) p[start + j] = pattern(start + j);
+    }
+    upload(d, p.data(), padded);
+    mg_group_start(mg);
+    for (int k = 0; k < z.num_buckets; k++) {
+        size_t part = z.buckets[k].count / W;
+        mg_allgather_bf16(mg, d + z.buckets[k].start + (size_t)R * part, d + z.buckets[k].start, part, stream);
+    }
+    mg_group_end(mg);
     mg_join(mg, stream);
     got = to_host(mg, (uint16_t *)d, padded, stream);
     bad = 0;
-    for (size_t i = 0; i < padded; i++) if (got[i] != pattern(i) && bad++ == 0) first = i;
+    for (size_t i = 0; i < padded && W > 1; i++) if (got[i] != pattern(i) && bad++ == 0) first = i;
     detail[0] = '\0';
     if (bad) snprintf(detail, sizeof(detail), "%zu wrong, first at %zu: 0x%04x, want 0x%04x", bad, first, got[first], pattern(first));
-    report(mg, "all-gather bf16 in place (ZeRO-1 parameters)", bad == 0, detail);
+    report(mg, "all-gather bf16 per bucket, in place (the ZeRO-1 parameters)", bad == 0, detail);
+    if (mg_is_main(mg) && W > 1) {
+        printf("      tiny model: %zu params padded to %zu in %d buckets; rank 0's shard of %zu =", n, padded, z.num_buckets, z.shard);
+        for (int k = 0; k < z.num_pieces && k < 8; k++) printf(" %s[%zu..+%zu]", PARAM_NAMES[z.pieces[k].tensor], z.pieces[k].offset, z.pieces[k].count);
+        printf("%s\n", z.num_pieces > 8 ? " ..." : "");
+    }
+    zero_layout_free(&z);
     cudaCheck(cudaFree(d));
+    cudaCheck(cudaFree(shard));
 
     // all-gather of raw bytes, not in place, an odd count per rank
     const size_t nb = 333331;
@@ -327,106 +355,6 @@ static void check_ordering(MultiGpu *mg, cudaStream_t stream) {
     cudaCheck(cudaFree(out));
 }
 
-// Host-only: shards tile the padded vector; the pieces of all ranks cover every element once.
-static bool shard_layout_ok(int W, const size_t *sizes, int nt, char *detail, size_t dn) {
-    size_t total = 0;
-    for (int t = 0; t < nt; t++) total += sizes[t];
-    size_t padded = zero_padded_size(W, total);
-    if (padded < total || padded % ((size_t)W * MG_SHARD_ALIGN) != 0 || padded - total >= (size_t)W * MG_SHARD_ALIGN) {
-        snprintf(detail, dn, "world %d: %zu padded to %zu", W, total, padded);
-        return false;
-    }
-    std::vector<ShardPiece> all;
-    std::vector<ShardPiece> pieces(nt > 0 ? nt : 1);
-    size_t expect_start = 0, covered = 0;
-    for (int r = 0; r < W; r++) {
-        ShardRange s = zero_shard_range(r, W, padded);
-        if (s.start != expect_start || s.end - s.start != padded / W || (s.start % MG_SHARD_ALIGN) != 0) {
-            snprintf(detail, dn, "world %d rank %d: shard [%zu, %zu) does not follow on at %zu with size %zu", W, r, s.start, s.end,
-                     expect_start, padded / W);
-            return false;
-        }
-        expect_start = s.end;
-        int np = zero_shard_pieces(r, W, sizes, nt, padded, pieces.data());
-        size_t base_prev_flat = s.start;
-        for (int k = 0; k < np; k++) {
-            const ShardPiece &p = pieces[k];
-            size_t base = 0;
-            for (int t = 0; t < p.tensor; t++) base += sizes[t];
-            if (p.count == 0 || p.flat < base_prev_flat || p.flat + p.count > s.end || p.flat != base + p.offset ||
-                p.local != p.flat - s.start || p.offset + p.count > sizes[p.tensor]) {
-                snprintf(detail, dn, "world %d rank %d piece %d (tensor %d, offset %zu, count %zu, flat %zu) is inconsistent", W, r, k,
-                         p.tensor, p.offset, p.count, p.flat);
-                return false;
-            }
-            base_prev_flat = p.flat + p.count;
-            covered += p.count;
-            all.push_back(p);
-        }
-    }
-    if (expect_start != padded || covered != total) {
-        snprintf(detail, dn, "world %d: shards end at %zu of %zu, pieces cover %zu of %zu elements", W, expect_start, padded, covered, total);
-        return false;
-    }
-    std::sort(all.begin(), all.end(), [](const ShardPiece &a, const ShardPiece &b) {
-        return a.tensor != b.tensor ? a.tensor < b.tensor : a.offset < b.offset;
-    });
-    std::vector<size_t> next(nt, 0);
-    for (const ShardPiece &p : all) {
-        if (p.offset != next[p.tensor]) {
-            snprintf(detail, dn, "world %d: tensor %d element %zu covered %s", W, p.tensor, next[p.tensor], p.offset < next[p.tensor] ? "twice" : "never");
-            return false;
-        }
-        next[p.tensor] = p.offset + p.count;
-    }
-    for (int t = 0; t < nt; t++) {
-        if (next[t] != sizes[t]) {
-            snprintf(detail, dn, "world %d: tensor %d covered up to %zu of %zu", W, t, next[t], sizes[t]);
-            return false;
-        }
-    }
-    return true;
-}
-
-static void check_shards(MultiGpu *mg) {
-    LlamaConfig tiny, m125;
-    config_from_preset("tiny", &tiny);
-    config_from_preset("125m", &m125);
-    size_t tiny_sizes[NUM_PARAM_TENSORS], m125_sizes[NUM_PARAM_TENSORS];
-    param_sizes(&tiny, tiny_sizes);
-    param_sizes(&m125, m125_sizes);
-    size_t odd1[] = {1000003};
-    size_t odd2[] = {7, 0, 1, 513, 1024, 0, 99991, 3};
-    size_t tiny1[] = {1};
-    struct { const size_t *sizes; int nt; const char *name; } cases[] = {
-        {tiny_sizes, NUM_PARAM_TENSORS, "tiny"}, {m125_sizes, NUM_PARAM_TENSORS, "125m"}, {odd1, 1, "1000003"},
-        {odd2, 8, "7,0,1,513,1024,0,99991,3"}, {tiny1, 1, "1"}};
-    char detail[256] = "";
-    bool ok = true;
-    int worlds[] = {1, 2, 3, 4, 5, 6, 7, 8, mg->world};
-    for (int c = 0; c < 5 && ok; c++)
-        for (int w = 0; w < 9 && ok; w++)
-            if (!shard_layout_ok(worlds[w], cases[c].sizes, cases[c].nt, detail, sizeof(detail))) {
-                ok = false;
-                size_t len = strlen(detail);
-                snprintf(detail + len, sizeof(detail) - len, " [sizes %s]", cases[c].name);
-            }
-    report(mg, "ZeRO-1 shards tile the padded vector, pieces cover every element once (worlds 1-8)", ok, detail);
-
-    // this rank's pieces of the tiny model, printed once for the reader
-    if (mg_is_main(mg) && mg->world > 1) {
-        size_t total = 0;
-        for (int t = 0; t < NUM_PARAM_TENSORS; t++) total += tiny_sizes[t];
-        size_t padded = mg_padded_size(mg, total);
-        ShardPiece p[NUM_PARAM_TENSORS];
-        int np = mg_shard_pieces(mg, tiny_sizes, NUM_PARAM_TENSORS, padded, p);
-        ShardRange s = mg_shard_range(mg, padded);
-        printf("      tiny model: %zu params padded to %zu; rank 0 shard [%zu, %zu) =", total, padded, s.start, s.end);
-        for (int k = 0; k < np; k++) printf(" %s[%zu..+%zu]", PARAM_NAMES[p[k].tensor], p[k].offset, p[k].count);
-        printf("\n");
-    }
-}
-
 static void bench(MultiGpu *mg, cudaStream_t stream) {
     const size_t n = (size_t)128 << 20; // 256 MiB of bf16
     int W = mg->world;
@@ -541,7 +469,6 @@ int main(int argc, char **argv) {
     check_sums(&mg, stream);
     check_agree_barrier(&mg);
     check_ordering(&mg, stream);
-    check_shards(&mg);
     if (do_bench && mg.world > 1) bench(&mg, stream);
 
     cudaCheck(cudaStreamDestroy(stream));

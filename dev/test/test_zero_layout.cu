@@ -1,28 +1,21 @@
 /*
-Host-only test of the trainer's ZeRO-1 layout (zero_layout in train_llama_fp8.cu), for every rank of
+Host-only test of the trainer's ZeRO-1 layout (zero_layout, llmc/zero_layout.h), for every rank of
 worlds 1-8 and several shapes: the buckets tile the padded vector in runs that split evenly; every
 piece sits in its rank's part of a bucket at the matching shard offset; all ranks' pieces cover every
 element of every tensor exactly once; and a bucket's stage is no earlier than the backward stage of
 any element in it (so no gradient is reduced before backward has finished it). Needs no GPU: CI runs it.
 Build and run: make dev/test/test_zero_layout && ./dev/test/test_zero_layout
 */
-#define TESTING
-#include "train_llama_fp8.cu"
+#include <stdio.h>
 #include <vector>
+#include "llmc/zero_layout.h" // zero_layout, backward_stage, param_is_per_layer
 #include <algorithm>
 static const char *check(LlamaConfig c, int W) {
     size_t sizes[NUM_PARAM_TENSORS], n = param_sizes(&c, sizes);
     std::vector<ShardPiece> all;
     for (int r = 0; r < W; r++) {
-        MultiGpu mg;
-        memset(&mg, 0, sizeof(mg));
-        mg.world = W; mg.rank = r;
-        Model m;
-        memset(&m, 0, sizeof(m));
-        m.cfg = c; m.mg = &mg;
-        m.num_params = param_sizes(&c, m.param_sizes);
-        zero_layout(&m);
-        if (m.shard_params * W != m.padded_params || m.padded_params < n) return "shard size";
+        ZeroLayout m = zero_layout(&c, sizes, r, W);
+        if (m.shard * W != m.padded || m.padded < n) return "shard size";
         size_t pos = 0, shard = 0;
         for (int k = 0; k < m.num_buckets; k++) {
             GradBucket b = m.buckets[k];
@@ -40,12 +33,12 @@ static const char *check(LlamaConfig c, int W) {
                 off += sizes[p];
             }
         }
-        if (W > 1 && pos != m.padded_params) return "buckets stop short of the padded end";
+        if (W > 1 && pos != m.padded) return "buckets stop short of the padded end";
         for (int i = 0; i < m.num_pieces; i++) {
             ShardPiece p = m.pieces[i];
             size_t base = 0;
             for (int t = 0; t < p.tensor; t++) base += sizes[t];
-            if (p.count == 0 || p.flat != base + p.offset || p.local + p.count > m.shard_params) return "piece out of range";
+            if (p.count == 0 || p.flat != base + p.offset || p.local + p.count > m.shard) return "piece out of range";
             int inside = W == 1 && p.local == p.flat;
             for (int k = 0; k < m.num_buckets; k++) {
                 GradBucket b = m.buckets[k];
@@ -55,8 +48,7 @@ static const char *check(LlamaConfig c, int W) {
             if (!inside) return "a piece is not where its rank's part of a bucket is";
             all.push_back(p);
         }
-        free(m.buckets);
-        free(m.pieces);
+        zero_layout_free(&m);
     }
     std::sort(all.begin(), all.end(), [](const ShardPiece &x, const ShardPiece &y) {
         return x.tensor != y.tensor ? x.tensor < y.tensor : x.offset < y.offset;
