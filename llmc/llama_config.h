@@ -116,6 +116,8 @@ static int config_from_preset(const char *name, LlamaConfig *c) {
     LlamaConfig l3_8b  = {128256, 32, 4096, 32, 8, 14336, 8192, 500000.0f, 1e-5f};
     LlamaConfig l31_8b = {128256, 32, 4096, 32, 8, 14336, 8192, 500000.0f, 1e-5f, 0, ROPE_LLAMA3, 8.0f, 1.0f, 4.0f, 8192};
     LlamaConfig l32_1b = {128256, 16, 2048, 32, 8, 8192, 8192, 500000.0f, 1e-5f, 1, ROPE_LLAMA3, 32.0f, 1.0f, 4.0f, 8192};
+    // SmolLM2-135M (../shared/docs/REAL_MODELS.md): GQA 9/3, head size 64, tied, no RoPE scaling
+    LlamaConfig smol   = {49152, 30, 576, 9, 3, 1536, 8192, 100000.0f, 1e-5f, 1};
     if (strcmp(name, "tiny") == 0) { *c = tiny; return 1; }
     if (strcmp(name, "125m") == 0) { *c = m125; return 1; }
     if (strcmp(name, "1b") == 0) { *c = l1b; return 1; }
@@ -123,6 +125,7 @@ static int config_from_preset(const char *name, LlamaConfig *c) {
     if (strcmp(name, "llama3-8b") == 0) { *c = l3_8b; return 1; }
     if (strcmp(name, "llama3.1-8b") == 0) { *c = l31_8b; return 1; }
     if (strcmp(name, "llama3.2-1b") == 0) { *c = l32_1b; return 1; }
+    if (strcmp(name, "smollm2-135m") == 0) { *c = smol; return 1; }
     return 0;
 }
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Speed benchmark on one GPU: our trainer (bf16 and fp8) against the PyTorch reference
-# (dev/reference/bench_torch.py, bf16 and fp8 tensorwise, torch.compile) on the same model, B and T.
+# (dev/reference/bench_torch.py, bf16 and fp8 tensorwise, torch.compile) and against transformers'
+# own training step (dev/reference/bench_hf.py: LlamaForCausalLM, sdpa, fused AdamW, torch.compile:
+# the peer a fine-tuner would otherwise use) on the same model, B and T.
 # Builds the trainer if needed, runs each system as its own process (one after the other, so no
 # memory is shared or leaked between them), then prints one markdown table and writes it to --out.
 # A run that fails, runs out of memory or times out shows as such in the table; the others still run.
@@ -8,25 +10,32 @@
 #   bash scripts/benchmark.sh                                  # llama2-7b, B 2, T 4096 (the ANCHORS row)
 #   bash scripts/benchmark.sh --model 1b --B 4 --T 2048 --steps 20 --out /tmp/b.md
 #   bash scripts/benchmark.sh --systems ours-fp8,ours-fp8-current,torch-fp8
+#   bash scripts/benchmark.sh --model smollm2-135m --B 16 --T 2048 --systems ours-bf16,ours-fp8,hf-bf16
 #   bash scripts/benchmark.sh --table-only                     # rebuild the table from the logs
 #
 # Options (environment variable in brackets; the flag wins):
-#   --model NAME      tiny, 125m, 1b, llama2-7b, llama3-8b              [BENCH_MODEL, default llama2-7b]
+#   --model NAME      tiny, 125m, 1b, llama2-7b, llama3-8b, smollm2-135m [BENCH_MODEL, default llama2-7b]
+#                     (smollm2-135m has tied embeddings; llama3.1-8b and llama3.2-1b, whose RoPE
+#                     scaling PyTorch's and transformers' scripts lack, run ours only)
 #   --B N, --T N      micro-batch (sequences) and sequence length       [BENCH_B 2, BENCH_T 4096]
 #   --steps N         timed steps per run; the median is reported       [BENCH_STEPS, default 10]
-#   --warmup N        untimed PyTorch steps first (compilation);        [BENCH_WARMUP, default 5]
-#                     our trainer always leaves out its first 3 steps
+#   --warmup N        untimed PyTorch and transformers steps first      [BENCH_WARMUP, default 5]
+#                     (torch.compile compiles there); our trainer always leaves out its first 3
 #   --systems LIST    comma-separated, in table order, from ours-bf16 ours-fp8 ours-fp8-current
-#                     torch-bf16 torch-fp8, and ours-bf16-bf16m ours-fp8-bf16m (-adam_moments bf16)
+#                     torch-bf16 torch-fp8, ours-bf16-bf16m ours-fp8-bf16m (-adam_moments bf16),
+#                     hf-bf16 (transformers, bf16 weights and AdamW state) and hf-amp (transformers,
+#                     fp32 master weights, forward under bf16 autocast: Trainer(bf16=True) on fp32)
 #                     [BENCH_SYSTEMS, default ours-bf16,ours-fp8,ours-fp8-bf16m,torch-bf16,torch-fp8]
 #   --out FILE        where the table goes                              [BENCH_OUT, default bench_results.md]
 #   --logdir DIR      one log per system, DIR/<system>.log              [BENCH_LOGDIR, default log_bench]
 #   --timeout S       kill a run after S seconds (0: never)             [BENCH_TIMEOUT, default 0]
 #   --trainer-args S  extra flags for ./train_llama_fp8, e.g. '-r 1'    [BENCH_TRAINER_ARGS]
 #   --torch-args S    extra flags for bench_torch.py, e.g. '--no-compile' [BENCH_TORCH_ARGS]
+#   --hf-args S       extra flags for bench_hf.py, e.g. '--no-compile'  [BENCH_HF_ARGS]
 #   --table-only      run nothing; tabulate the existing logs of --systems
-#   PYTHON=...        the Python with PyTorch (default python3)
-# Relative paths (--out, --logdir) are taken from the repository root.
+#   PYTHON=...        the Python with PyTorch (and transformers for hf-*; default python3)
+# Relative paths (--out, --logdir) are taken from the repository root. The table's speedup column is
+# against torch-bf16, or hf-bf16 where torch-bf16 gave no number.
 # Exit status: 0 when every system produced a number, 1 otherwise (the table is written either way).
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -42,6 +51,7 @@ LOGDIR=${BENCH_LOGDIR:-log_bench}
 TIMEOUT=${BENCH_TIMEOUT:-0}
 TRAINER_ARGS=${BENCH_TRAINER_ARGS:-}
 TORCH_ARGS=${BENCH_TORCH_ARGS:-}
+HF_ARGS=${BENCH_HF_ARGS:-}
 PYTHON=${PYTHON:-python3}
 TABLE_ONLY=0
 
@@ -64,6 +74,7 @@ while [ $# -gt 0 ]; do
         --timeout) TIMEOUT=$2 ;;
         --trainer-args) TRAINER_ARGS=$2 ;;
         --torch-args) TORCH_ARGS=$2 ;;
+        --hf-args) HF_ARGS=$2 ;;
         *) echo "unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift 2
@@ -73,8 +84,8 @@ for v in BATCH SEQ STEPS WARMUP TIMEOUT; do
 done
 IFS=, read -r -a SYS_LIST <<<"$SYSTEMS"
 for s in "${SYS_LIST[@]}"; do
-    case $s in ours-bf16|ours-fp8|ours-fp8-current|ours-bf16-bf16m|ours-fp8-bf16m|torch-bf16|torch-fp8) ;;
-        *) echo "unknown system '$s' (ours-bf16 ours-fp8 ours-fp8-current ours-bf16-bf16m ours-fp8-bf16m torch-bf16 torch-fp8)" >&2; exit 2 ;;
+    case $s in ours-bf16|ours-fp8|ours-fp8-current|ours-bf16-bf16m|ours-fp8-bf16m|torch-bf16|torch-fp8|hf-bf16|hf-amp) ;;
+        *) echo "unknown system '$s' (ours-bf16 ours-fp8 ours-fp8-current ours-bf16-bf16m ours-fp8-bf16m torch-bf16 torch-fp8 hf-bf16 hf-amp)" >&2; exit 2 ;;
     esac
 done
 mkdir -p "$LOGDIR"
@@ -148,20 +159,28 @@ if [ "$TABLE_ONLY" = 0 ]; then
                     --T "$SEQ" --steps "$STEPS" --warmup "$WARMUP" --precision "${s#torch-}" $TORCH_ARGS
                 stop_sampler
                 ;;
+            hf-*)
+                weights=bf16; [ "$s" = hf-amp ] && weights=fp32
+                start_sampler "$s"
+                # shellcheck disable=SC2086
+                run_one "$s" "$PYTHON" -u dev/reference/bench_hf.py --model "$MODEL" --B "$BATCH" \
+                    --T "$SEQ" --steps "$STEPS" --warmup "$WARMUP" --weights "$weights" $HF_ARGS
+                stop_sampler
+                ;;
         esac
     done
     echo
 fi
 
 # The table, from the logs.
-"$PYTHON" - "$LOGDIR" "$OUTFILE" "$SYSTEMS" "$MODEL" "$BATCH" "$SEQ" "$STEPS" "$WARMUP" "$TRAINER_ARGS" "$TORCH_ARGS" <<'EOF'
+"$PYTHON" - "$LOGDIR" "$OUTFILE" "$SYSTEMS" "$MODEL" "$BATCH" "$SEQ" "$STEPS" "$WARMUP" "$TRAINER_ARGS" "$TORCH_ARGS" "$HF_ARGS" <<'EOF'
 import datetime, os, re, sys
 
 sys.path.insert(0, os.path.abspath("scripts"))  # this script runs from the repository root
 from model_flops import flops_per_token         # the trainer's formula (llmc/mfu.h)
 import trainer_log                              # the reader of the trainer's output
 
-logdir, outfile, systems, model, B, T, steps, warmup, trainer_args, torch_args = sys.argv[1:]
+logdir, outfile, systems, model, B, T, steps, warmup, trainer_args, torch_args, hf_args = sys.argv[1:]
 B, T = int(B), int(T)
 LABELS = {"ours-bf16": "ours bf16 (train_llama_fp8)",
           "ours-fp8": "ours fp8, delayed scaling (train_llama_fp8)",
@@ -171,7 +190,13 @@ LABELS = {"ours-bf16": "ours bf16 (train_llama_fp8)",
           "torch-bf16": "PyTorch bf16, torch.compile",
           "torch-bf16-eager": "PyTorch bf16, eager",
           "torch-fp8": "PyTorch fp8 tensorwise (dynamic), torch.compile",
-          "torch-fp8-eager": "PyTorch fp8 tensorwise (dynamic), eager"}
+          "torch-fp8-eager": "PyTorch fp8 tensorwise (dynamic), eager",
+          "hf-bf16": "transformers bf16, torch.compile",
+          "hf-bf16-eager": "transformers bf16, eager",
+          "hf-amp": "transformers fp32 weights + bf16 autocast, torch.compile",
+          "hf-amp-eager": "transformers fp32 weights + bf16 autocast, eager"}
+# the speedup column is against the first of these with a number
+BASELINES = (("torch-bf16", "PyTorch bf16"), ("hf-bf16", "transformers bf16"))
 
 
 def busy_clock_power(path):
@@ -203,7 +228,7 @@ def failure(text, rc):
     return "FAILED (exit %s)" % rc, why
 
 
-rows, notes, gpu = [], [], None
+rows, notes, gpu, tied = [], [], None, False
 for name in systems.split(","):
     path = os.path.join(logdir, name + ".log")
     row = dict(name=name, label=LABELS[name], tok=None, tflops=None, peak=None, dev=None, cell="not run", busy=None)
@@ -220,7 +245,8 @@ for name in systems.split(","):
     if gpu is None:
         m = re.search(r"^PyTorch \S+ \| (.+?) \(sm_", text, re.M)
         gpu = ours.gpu or (m.group(1) if m else None)
-    dims = trainer_log.model_dims(text)   # bench_torch.py prints the trainer's model line too
+    dims = trainer_log.model_dims(text)   # bench_torch.py and bench_hf.py print the trainer's model line too
+    tied |= bool(ours.tied) or bool(re.search(r"^model \S+: .*\| tied embeddings \|", text, re.M))
     if ours.B is not None:
         bt = (ours.B, ours.T)
     else:
@@ -257,12 +283,13 @@ fpts = {r["name"]: r["fpt"] for r in rows if r.get("fpt")}
 if fpts and max(fpts.values()) > 1.001 * min(fpts.values()):
     notes.append("model FLOPs per token differ between systems (%s): the runs are not the same model"
                  % ", ".join("%s %.4g" % kv for kv in fpts.items()))
-base = next((r["tok"] for r in rows if r["name"] == "torch-bf16" and r["tok"]), None)
+base, base_name = next(((r["tok"], label) for name, label in BASELINES for r in rows if r["name"] == name and r["tok"]),
+                       (None, BASELINES[0][1]))
 f = lambda v, fmt: "-" if v is None or v != v else fmt % v   # v != v: NaN (no GPU memory on the CPU)
 out = ["## Training speed: %s, B %d x T %d (%d tokens/step)%s, %s" % (
            model, B, T, B * T, ", " + gpu if gpu else "", datetime.date.today().isoformat()),
        "",
-       "| system | tokens/s | model TFLOP/s | peak memory GiB | device memory GiB | speedup vs PyTorch bf16 | busy GPU: SM clock, power |",
+       "| system | tokens/s | model TFLOP/s | peak memory GiB | device memory GiB | speedup vs %s | busy GPU: SM clock, power |" % base_name,
        "|---|---|---|---|---|---|---|"]
 for r in rows:
     ok = r["tok"] is not None
@@ -271,14 +298,15 @@ for r in rows:
         r["label"], "{:,.0f}".format(r["tok"]) if ok else r["cell"], f(r["tflops"], "%.0f"), f(r["peak"], "%.1f"),
         f(r["dev"], "%.1f"), "%.2fx" % (r["tok"] / base) if ok and base else "-", busy))
 out += ["",
-        "Median step time: PyTorch over %s steps after %s warm-up steps; ours over the steps after its first 3. "
-        "Model TFLOP/s = tokens/s x (6 x (params - embedding) + 6 x L x T x C) (ANCHORS.md). "
+        "Median step time: PyTorch (and transformers) over %s steps after %s warm-up steps; ours over the steps after its first 3. "
+        "Model TFLOP/s = tokens/s x (6 x (params - embedding) + 6 x L x T x C) (ANCHORS.md)%s. "
         "Peak memory: PyTorch torch.cuda.max_memory_allocated during the timed steps; ours what the trainer "
         "allocates up front (its 'device memory allocated' line). Device memory: what the GPU has in use (cudaMemGetInfo: allocator "
         "cache, workspaces and CUDA context included), after our first step / after PyTorch's last. "
         "Busy GPU: means over the nvidia-smi samples (every 250 ms) with the GPU at least 90%% busy during the run "
-        "(compilation and start-up mostly fall outside); the share of those with the clock held down by the power cap." % (steps, warmup)]
-for who, extra in (("our trainer", trainer_args), ("bench_torch.py", torch_args)):
+        "(compilation and start-up mostly fall outside); the share of those with the clock held down by the power cap."
+        % (steps, warmup, "; with tied embeddings the lm_head is the embedding, so its GEMMs are not counted" if tied else "")]
+for who, extra in (("our trainer", trainer_args), ("bench_torch.py", torch_args), ("bench_hf.py", hf_args)):
     if extra.strip():
         notes.append("extra flags for %s: `%s`" % (who, extra.strip()))
 if notes:

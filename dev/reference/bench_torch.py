@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """
 PyTorch speed reference for train_llama_fp8: the same Llama (dev/test/README.md, presets of
-llmc/llama_config.h), trained with AdamW, timed per step. Two precisions:
+llmc/llama_config.h; with tied embeddings, smollm2-135m, there is no lm_head and the logits read wte),
+trained with AdamW, timed per step. Two precisions:
 
   --precision bf16   bf16 parameters, gradients and AdamW state; every matmul in bf16
                      (the "PyTorch + torch.compile, bf16" row of ../shared/docs/ANCHORS.md)
@@ -24,7 +25,8 @@ prints. The last line is machine-readable:
   RESULT system=torch-fp8 model=llama2-7b B=2 T=4096 tok_s=18228 tflops=781.2 mem_gib=65.60 ...
 
 with tok_s=OOM (out of memory) or tok_s=FAIL (any other error) when the run did not finish.
-No data is read: the batch is random tokens (speed does not depend on them).
+dev/reference/bench_hf.py (transformers' own model) uses this file's presets, timing loop
+(time_steps) and result line (run_and_report). No data is read: the batch is random tokens (speed does not depend on them).
 """
 import argparse
 import math
@@ -40,13 +42,16 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
 import model_flops  # noqa: E402  (the model FLOPs of llmc/mfu.h, which benchmark.sh uses too)
 
-# name: (V, L, C, NH, NKV, FF, rope_theta), as config_from_preset in llmc/llama_config.h
+# name: (V, L, C, NH, NKV, FF, rope_theta, max_T, tied), as config_from_preset in llmc/llama_config.h
+# (dev/test/test_model_flops.py checks that they agree); those without RoPE scaling, which this
+# model lacks. dev/reference/bench_hf.py builds its transformers configs from the same table.
 PRESETS = {
-    "tiny": (32000, 4, 256, 4, 2, 768, 10000.0),
-    "125m": (32000, 12, 768, 12, 12, 2048, 10000.0),
-    "1b": (32000, 18, 2048, 16, 16, 5632, 10000.0),
-    "llama2-7b": (32000, 32, 4096, 32, 32, 11008, 10000.0),
-    "llama3-8b": (128256, 32, 4096, 32, 8, 14336, 500000.0),
+    "tiny": (32000, 4, 256, 4, 2, 768, 10000.0, 256, 0),
+    "125m": (32000, 12, 768, 12, 12, 2048, 10000.0, 1024, 0),
+    "1b": (32000, 18, 2048, 16, 16, 5632, 10000.0, 2048, 0),
+    "llama2-7b": (32000, 32, 4096, 32, 32, 11008, 10000.0, 4096, 0),
+    "llama3-8b": (128256, 32, 4096, 32, 8, 14336, 500000.0, 8192, 0),
+    "smollm2-135m": (49152, 30, 576, 9, 3, 1536, 100000.0, 8192, 1),
 }
 NORM_EPS = 1e-5
 GIB = 1024.0 ** 3
@@ -55,15 +60,23 @@ GIB = 1024.0 ** 3
 class Cfg:
     def __init__(self, name):
         self.name = name
-        self.V, self.L, self.C, self.NH, self.NKV, self.FF, self.rope_theta = PRESETS[name]
+        self.V, self.L, self.C, self.NH, self.NKV, self.FF, self.rope_theta, self.max_T, tied = PRESETS[name]
+        self.tied = bool(tied)   # lm_head is wte (no lm_head tensor)
         self.HS = self.C // self.NH
         self.QKV = (self.NH + 2 * self.NKV) * self.HS
 
     def num_params(self):
-        return model_flops.num_params(self.V, self.L, self.C, self.NH, self.NKV, self.FF)   # lm_head untied
+        return model_flops.num_params(self.V, self.L, self.C, self.NH, self.NKV, self.FF, self.tied)
 
     def flops_per_token(self, T):
-        return model_flops.flops_per_token(self.V, self.L, self.C, self.NH, self.NKV, self.FF, T)
+        """As the trainer counts them: with tied embeddings the lm_head is the embedding, left out."""
+        return model_flops.flops_per_token(self.V, self.L, self.C, self.NH, self.NKV, self.FF, T, self.tied)
+
+    def model_line(self, nparams):
+        """The trainer's "model NAME: V .. | <n>M params" (scripts/trainer_log.py reads it)."""
+        return "model %s: V %d L %d C %d NH %d NKV %d FF %d theta %g%s | %.1fM params" % (
+            self.name, self.V, self.L, self.C, self.NH, self.NKV, self.FF, self.rope_theta,
+            " | tied embeddings" if self.tied else "", nparams / 1e6)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -187,7 +200,7 @@ class Llama(nn.Module):
         self.wte = p(cfg.V, cfg.C)
         self.blocks = nn.ModuleList(Block(cfg, fp8, dtype, device) for _ in range(cfg.L))
         self.lnfw = p(cfg.C)
-        self.lm_head = p(cfg.V, cfg.C)   # untied; bf16 in both precisions
+        self.lm_head = None if cfg.tied else p(cfg.V, cfg.C)   # bf16 in both precisions
         i = torch.arange(cfg.HS // 2, dtype=torch.float64, device=device)
         ang = torch.arange(T, dtype=torch.float64, device=device)[:, None] * cfg.rope_theta ** (-2.0 * i / cfg.HS)
         self.register_buffer("cos", torch.cos(ang).float(), persistent=False)
@@ -209,7 +222,7 @@ class Llama(nn.Module):
         x = F.embedding(idx, self.wte)
         for blk in self.blocks:
             x = blk(x, self.cos, self.sin)
-        logits = F.linear(rmsnorm(x, self.lnfw), self.lm_head)
+        logits = F.linear(rmsnorm(x, self.lnfw), self.wte if self.lm_head is None else self.lm_head)
         return F.cross_entropy(logits.float().view(-1, self.cfg.V), targets.reshape(-1))
 
 
@@ -250,9 +263,8 @@ def bench(args, device):
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=args.lr, betas=(0.9, 0.95), eps=1e-8, fused=on_gpu, foreach=None if on_gpu else True)
     fwd = torch.compile(model) if args.compile else model
-    print("model %s: V %d L %d C %d NH %d NKV %d FF %d theta %g | %.1fM params | B %d T %d | %s%s | %s"
-          % (cfg.name, cfg.V, cfg.L, cfg.C, cfg.NH, cfg.NKV, cfg.FF, cfg.rope_theta, nparams / 1e6, args.B, args.T,
-             args.precision, " (tensorwise dynamic scaling, lm_head bf16)" if fp8 else "",
+    print("%s | B %d T %d | %s%s | %s"
+          % (cfg.model_line(nparams), args.B, args.T, args.precision, " (tensorwise dynamic scaling, lm_head bf16)" if fp8 else "",
              "torch.compile" if args.compile else "eager"), flush=True)
 
     g = torch.Generator(device=device).manual_seed(1234)
@@ -268,6 +280,12 @@ def bench(args, device):
         opt.zero_grad(set_to_none=True)
         return loss.detach()
 
+    return time_steps(step, args, on_gpu, cfg.flops_per_token(args.T))
+
+
+def time_steps(step, args, on_gpu, fpt):
+    """args.warmup untimed calls of step() (it returns the loss, detached), then args.steps timed ones;
+    prints the timing lines and returns the RESULT fields. fpt: model FLOPs per token."""
     sync = torch.cuda.synchronize if on_gpu else (lambda: None)
     t0 = time.perf_counter()
     for i in range(args.warmup):
@@ -294,7 +312,6 @@ def bench(args, device):
         ms = [a.elapsed_time(b) for a, b in ms]
     med = statistics.median(ms)
     tok_s = args.B * args.T / (med / 1e3)
-    fpt = cfg.flops_per_token(args.T)
     tflops = tok_s * fpt / 1e12
     if on_gpu:
         mem = torch.cuda.max_memory_allocated() / GIB
@@ -343,13 +360,19 @@ def main():
             print(result_line(args, system, tok_s="FAIL", tflops="FAIL", mem_gib="FAIL"))
             return 1
 
+    return run_and_report(args, system, args.precision, lambda: bench(args, device))
+
+
+def run_and_report(args, system, what, run):
+    """run() -> the RESULT fields; prints the RESULT line, also for an OOM or another failure (what:
+    the precision, for the OOM message). Returns the exit status: 0, 3 (out of memory) or 1."""
     try:
-        res = bench(args, device)
+        res = run()
     except Exception as e:  # report OOM and other failures as a RESULT line; benchmark.sh tabulates it
         oom = is_oom(e)
         if oom:
             print("OUT OF MEMORY: %s %s B=%d T=%d does not fit (%s). Try a smaller --B or --T."
-                  % (args.model, args.precision, args.B, args.T, str(e).splitlines()[0] if str(e) else type(e).__name__))
+                  % (args.model, what, args.B, args.T, str(e).splitlines()[0] if str(e) else type(e).__name__))
         else:
             import traceback
             traceback.print_exc()

@@ -5,7 +5,11 @@
 - scripts/benchmark.sh --table-only: on real logs of H200 runs (dev/test/fixtures/bench/, our bf16
   trainer, PyTorch bf16, our fp8 trainer with bf16 AdamW moments) and nvidia-smi samples built here;
   the table must carry the logs' numbers, the means of the busy samples, and label the run with bf16
-  moments as such.
+  moments as such. Then transformers' rows (bench_hf.py): real CPU logic-check runs of bench_hf.py and
+  bench_torch.py on the tied smollm2-135m preset through benchmark.sh (dev/test/fixtures/bench/cpu/;
+  no H200 log of bench_hf.py exists yet) and an out-of-memory log built here in bench_hf.py's format:
+  the labels, the speedup against transformers bf16 when PyTorch bf16 is absent (and against PyTorch
+  bf16 when present), OOM, the tied-embeddings note, and a log of another run flagged as such.
 - scripts/run_tests.sh: copied into a fake tree whose suites pass, fail, crash, print no summary or
   exit non-zero after a clean summary, with a fake nvidia-smi that answers (a "GPU") or not and a
   fake make that builds or fails; the totals and the exit status must be what each case gives.
@@ -23,6 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 TABLE = os.path.join(ROOT, "scripts", "ncu_step_table.py")
 BENCH = os.path.join(ROOT, "scripts", "benchmark.sh")
 BENCH_LOGS = os.path.join(ROOT, "dev", "test", "fixtures", "bench")
+BENCH_CPU_LOGS = os.path.join(BENCH_LOGS, "cpu")   # CPU runs: smollm2-135m, B 1, T 64, 3 steps after 2
 HEADER = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
           "Grid Size", "Device", "CC", "Section Name", "Metric Name", "Metric Unit", "Metric Value"]
 
@@ -175,6 +180,65 @@ def test_benchmark_table(tmp):
         check(bf16m[1:6] == ["20,102", "862", "104.8", "105.5", "1.56x"], f"the bf16-moments row from its log: {bf16m[1:6]}")
 
 
+def bench_table(logdir, out_md, *args):
+    """benchmark.sh --table-only ARGS -> (exit status, stderr, {first cell: row cells}, the table's text)."""
+    p = subprocess.run(["bash", BENCH, "--table-only", "--logdir", logdir, "--out", out_md] + list(args),
+                       capture_output=True, text=True, env=dict(os.environ, PYTHON=sys.executable))
+    text = open(out_md).read() if os.path.exists(out_md) else ""
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 7:
+            rows[cells[0]] = cells
+    return p.returncode, p.stderr, rows, text
+
+
+def test_benchmark_table_hf(tmp):
+    logdir = os.path.join(tmp, "log_bench_hf")
+    os.makedirs(logdir)
+    for name in ("hf-bf16", "torch-bf16"):
+        shutil.copy(os.path.join(BENCH_CPU_LOGS, name + ".log"), logdir)
+    # what bench_hf.py prints when it runs out of memory (bench_torch.run_and_report), built here
+    with open(os.path.join(logdir, "hf-amp.log"), "w") as f:
+        f.write("BENCH_CMD python3 -u dev/reference/bench_hf.py --model smollm2-135m --B 1 --T 64 --steps 3 --warmup 2 --weights fp32\n"
+                "PyTorch 2.11.0+cu130 | NVIDIA H200 (sm_90) | transformers 5.3.0\n"
+                "model smollm2-135m: V 49152 L 30 C 576 NH 9 NKV 3 FF 1536 theta 100000 | tied embeddings | 134.5M params | "
+                "B 1 T 64 | transformers 5.3.0 LlamaForCausalLM, sdpa attention | fp32 master weights, gradients and AdamW state, "
+                "forward under bf16 autocast | torch.compile\n"
+                "OUT OF MEMORY: smollm2-135m transformers, fp32 weights B=1 T=64 does not fit (CUDA out of memory. Tried to allocate "
+                "9.00 GiB). Try a smaller --B or --T.\n"
+                "RESULT system=hf-amp model=smollm2-135m B=1 T=64 tok_s=OOM tflops=OOM mem_gib=OOM\nBENCH_EXIT 3\n")
+    run = ["--model", "smollm2-135m", "--B", "1", "--T", "64", "--steps", "3", "--warmup", "2"]
+    hf_label, amp_label, torch_label = ("transformers bf16, torch.compile", "transformers fp32 weights + bf16 autocast, torch.compile",
+                                        "PyTorch bf16, torch.compile")
+    # without PyTorch bf16 the speedup is against transformers bf16; its log: RESULT tok_s=35 mem_gib=nan
+    rc, err, rows, text = bench_table(logdir, os.path.join(tmp, "hf.md"), "--systems", "hf-bf16,hf-amp", *run)
+    check(rc == 1 and text, f"benchmark.sh --table-only, transformers bf16 and an OOM: exit 1 ({rc}: {err.strip()[-200:]})")
+    hf, amp = rows.get(hf_label), rows.get(amp_label)
+    check(hf is not None and amp is not None, f"a row for each transformers system, labelled: rows {sorted(rows)}")
+    if hf is None or amp is None:
+        return
+    check(hf[1:6] == ["35", "0", "-", "-", "1.00x"], f"transformers' row from its log: {hf[1:6]}")
+    check(amp[1] == "OOM" and "- hf-amp: OUT OF MEMORY: smollm2-135m" in text, f"the OOM run: '{amp[1]}' and its line under the table")
+    check("speedup vs transformers bf16 |" in text, "without PyTorch bf16 the speedup is against transformers bf16")
+    check("with tied embeddings the lm_head is the embedding" in text, "a tied model's FLOPs note")
+    check("different run" not in text and "differ between systems" not in text, "no note of another run")
+    # with PyTorch bf16 (its log: RESULT tok_s=83) the speedup is against it: 35 / 83 = 0.42x
+    rc, err, rows, text = bench_table(logdir, os.path.join(tmp, "hf_torch.md"), "--systems", "torch-bf16,hf-bf16", *run)
+    hf, torch = rows.get(hf_label), rows.get(torch_label)
+    check(rc == 0 and hf is not None and torch is not None, f"PyTorch bf16 and transformers bf16 (exit {rc}: {err.strip()[-200:]})")
+    if hf is not None and torch is not None:
+        check(torch[1:6] == ["83", "0", "-", "-", "1.00x"] and hf[5] == "0.42x" and "speedup vs PyTorch bf16 |" in text,
+              f"speedup against PyTorch bf16: {torch[1:6]}, {hf[5]}")
+        check("differ between systems" not in text, "PyTorch and transformers count the same FLOPs per token for the tied model")
+    # transformers' smollm2 log beside the llama2-7b logs, tabulated as llama2-7b B 2 T 4096
+    for name in ("ours-bf16", "torch-bf16"):
+        shutil.copy(os.path.join(BENCH_LOGS, name + ".log"), logdir)
+    rc, err, rows, text = bench_table(logdir, os.path.join(tmp, "mixed.md"), "--systems", "ours-bf16,torch-bf16,hf-bf16")
+    check("- hf-bf16: its log is for a different run (smollm2-135m, B 1 T 64)" in text and "differ between systems" in text,
+          f"a transformers log of another model is flagged (exit {rc})")
+
+
 RUNNER = os.path.join(ROOT, "scripts", "run_tests.sh")
 # the suites run_tests.sh runs, as paths in the tree (the Python ones are found by its glob)
 CPU_SUITES = ["dev/test/test_cpu", "dev/test/test_trainer_host", "dev/test/test_zero_layout"]
@@ -245,6 +309,7 @@ if __name__ == "__main__":
         test_scaling(tmp)
         test_refusals(tmp)
         test_benchmark_table(tmp)
+        test_benchmark_table_hf(tmp)
         test_runner(tmp)
     print(f"{passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)

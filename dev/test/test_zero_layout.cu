@@ -62,14 +62,15 @@ static const char *check(LlamaConfig c, int W) {
     return NULL;
 }
 int main(void) {
-    const char *presets[] = {"tiny", "125m", "1b", "llama2-7b", "llama3-8b"};
-    LlamaConfig shapes[7];
-    for (int i = 0; i < 5; i++) config_from_preset(presets[i], &shapes[i]);
+    // smollm2-135m: tied (an empty lm_head), NH 9, C 576
+    const char *presets[] = {"tiny", "125m", "1b", "llama2-7b", "llama3-8b", "smollm2-135m"};
+    LlamaConfig shapes[8];
+    for (int i = 0; i < 6; i++) config_from_preset(presets[i], &shapes[i]);
     LlamaConfig one_layer = {1001, 1, 24, 2, 1, 40, 64, 10000.0f, 1e-5f}, small = {517, 3, 8, 2, 2, 24, 64, 10000.0f, 1e-5f};
-    shapes[5] = one_layer;
-    shapes[6] = small;
+    shapes[6] = one_layer;
+    shapes[7] = small;
     int passed = 0, failed = 0;
-    for (int s = 0; s < 7; s++) {
+    for (int s = 0; s < 8; s++) {
         for (int W = 1; W <= 8; W++) {
             const char *why = check(shapes[s], W);
             if (why) { printf("FAIL zero layout, shape %d (L %d C %d) world %d: %s\n", s, shapes[s].L, shapes[s].C, W, why); failed++; }

@@ -1,8 +1,9 @@
 /*
 The trainer's model FLOPs per token (llmc/mfu.h's model_flops_per_token) for a preset or a shape, so
 dev/test/test_model_flops.py can check scripts/model_flops.py against it. Prints one line per
-argument: V L C NH NKV FF tied T params flops_per_token (params: param_sizes' total; the FLOPs with
-%.17g, every digit of the double).
+argument: V L C NH NKV FF tied T params flops_per_token rope_theta max_T rope_scaling (params:
+param_sizes' total; the FLOPs with %.17g, every digit of the double; the last three so the test can
+compare dev/reference/bench_torch.py's preset table with llama_config.h's).
 
 Build and run from the repository root (outside dev/test/ because the .c files there are linked into
 the CPU test binary):
@@ -28,8 +29,8 @@ int main(int argc, char **argv) {
             return 1;
         }
         size_t sizes[NUM_PARAM_TENSORS];
-        printf("%d %d %d %d %d %d %d %d %zu %.17g\n", c.V, c.L, c.C, c.NH, c.NKV, c.FF, c.tied_embeddings, T,
-               param_sizes(&c, sizes), model_flops_per_token(&c, T));
+        printf("%d %d %d %d %d %d %d %d %zu %.17g %.9g %d %d\n", c.V, c.L, c.C, c.NH, c.NKV, c.FF, c.tied_embeddings, T,
+               param_sizes(&c, sizes), model_flops_per_token(&c, T), c.rope_theta, c.max_T, c.rope_scaling);
     }
     return 0;
 }
