@@ -70,7 +70,7 @@ static const OptSpec OPTION_SPECS[] = {
     OPT("-j", OPT_STR, val_pattern, "val token shards (glob); '' for none"),
     OPT("-tok", OPT_STR, tokenizer_path, "tokenizer decode table (samples print ids without it)"),
     OPT("-o", OPT_STR, log_dir, "log directory: main.log, fp8.log, checkpoints ('' for none)"),
-    OPT("-e", OPT_STR, model, "model preset: tiny, 125m, 1b, llama2-7b, llama3-8b, llama3.1-8b, llama3.2-1b ('': 125m)"),
+    OPT("-e", OPT_STR, model, "model preset: tiny, 125m, 1b, llama2-7b, llama3-8b, llama3.1-8b, llama3.2-1b, smollm2-135m ('': 125m)"),
     OPT("-init_from", OPT_STR, init_from, "start from this model file's weights and shape (scripts/hf_import.py makes one); fresh optimizer, step 0"),
     OPT("-precision", OPT_STR, precision, "fp8 or bf16"),
     OPT("-ngpu", OPT_INT, ngpu, "GPUs of this node to train on (data parallel); under mpirun leave it out"),
@@ -1303,7 +1303,7 @@ static LlamaConfig run_model_config(const Options *o, const Tokenizer *tok) {
     } else {
         const char *preset = o->model[0] ? o->model : "125m";
         if (!config_from_preset(preset, &cfg))
-            FATAL("unknown model preset '%s' (tiny, 125m, 1b, llama2-7b, llama3-8b, llama3.1-8b, llama3.2-1b)", preset);
+            FATAL("unknown model preset '%s' (tiny, 125m, 1b, llama2-7b, llama3-8b, llama3.1-8b, llama3.2-1b, smollm2-135m)", preset);
         if (tok) cfg.V = tok->vocab_size;
         if (o->V) cfg.V = o->V;
         if (o->L) cfg.L = o->L;
