@@ -124,13 +124,19 @@ static LlamaConfig small_llama32_config(void) {
 
 // The bf16 budgets. bf16 keeps 8 significant bits (unit roundoff 2^-9 = 2e-3); weights,
 // activations and stored gradients are each rounded once per layer stage and the errors add roughly
-// as a random walk. Measured (H200, 2026-12-01; the first steps against the C reference and the
-// PyTorch fixture, tied and scaled variant included): logits up to 3.1e-3 of the largest, loss
-// 1.4e-5, gradients up to 1.45e-2 of each tensor's largest (ln2w against torch); over 10 steps on a
-// memorized batch the losses stay within 1.6e-3. Each budget is about twice to three times that.
-#define BF16_LOGITS_TOL 1e-2
-#define BF16_LOSS_TOL 1e-3
-#define BF16_GRAD_TOL 3e-2
+// as a random walk, amplified by how sensitive the model is. Measured (H200, 2026-12-01) on the small
+// models with the reference's init (logits' RMS 0.17-0.32): logits up to 7.5e-3 of the largest
+// (9.1e-3 against torch's fp32 fixture), loss 1.4e-5, gradients up to 1.45e-2 of each tensor's
+// largest (ln2w against torch); over 10 steps on a memorized batch the losses stay within 1.6e-3.
+// BF16_SMALL is 1.6x to 3x that.
+// The imported Hugging Face fixtures (transformers' init: logits' RMS 1.05-1.07, 4-6x ours, so the
+// softmaxes are sharper and pass rounding errors on more strongly) measured logits 1.7e-2 to 2.65e-2,
+// gradients up to 3.6e-2, loss 3.3e-4, with cuDNN attention (T 128) and the plain kernel (T 64)
+// alike, and the same shapes with our init 3.6e-3 to 4.8e-3: a matter of the weights' scale, not
+// of a path. BF16_IMPORTED is about twice those.
+typedef struct { double logits, loss, grads; } Bf16Budget;
+static const Bf16Budget BF16_SMALL = {1.5e-2, 1e-3, 3e-2};
+static const Bf16Budget BF16_IMPORTED = {5e-2, 1e-3, 7e-2};
 #define BF16_STEPS_TOL 5e-3
 
 // The first-step tests' weights: the reference's init (seed 42), or (model_file) an imported Hugging
@@ -145,7 +151,7 @@ static void gpu_weights(Model *m, const RefModel *r, const char *model_file) {
     else model_set_weights(m, r->params);
 }
 
-static void bf16_first_step_vs_cpu(LlamaConfig c, const char *model_file) {
+static void bf16_first_step_vs_cpu(LlamaConfig c, const char *model_file, Bf16Budget tol) {
     int B = 2, T = 128, N = B * T;
     RefModel ref;
     ref_init(&ref, &c, B, T, 0, 0, 0, 16, 0);
@@ -162,16 +168,16 @@ static void bf16_first_step_vs_cpu(LlamaConfig c, const char *model_file) {
     StepZero g = gpu_step_zero(&m, in, tg);
     double el = rel_err(g.logits, ref.logits, (size_t)N * c.V);
     printf("    logits rel %.2e | loss gpu %.6f cpu %.6f\n", el, g.loss, ref_loss);
-    CHECK(el < BF16_LOGITS_TOL, "logits rel %.3e >= %.0e", el, BF16_LOGITS_TOL);
-    CHECK(fabsf(g.loss - ref_loss) / ref_loss < BF16_LOSS_TOL, "loss %.6f vs %.6f", g.loss, ref_loss);
-    check_grads(&m, g.grads, ref.grads, BF16_GRAD_TOL, "bf16 vs cpu");
+    CHECK(el < tol.logits, "logits rel %.3e >= %.1e", el, tol.logits);
+    CHECK(fabsf(g.loss - ref_loss) / ref_loss < tol.loss, "loss %.6f vs %.6f", g.loss, ref_loss);
+    check_grads(&m, g.grads, ref.grads, tol.grads, "bf16 vs cpu");
     free_step_zero(&g);
     model_free(&m);
     free(in); free(tg);
     ref_free(&ref);
 }
-static void test_bf16_first_step_vs_cpu(void) { bf16_first_step_vs_cpu(small_config(), NULL); }
-static void test_bf16_first_step_llama32_vs_cpu(void) { bf16_first_step_vs_cpu(small_llama32_config(), NULL); }
+static void test_bf16_first_step_vs_cpu(void) { bf16_first_step_vs_cpu(small_config(), NULL, BF16_SMALL); }
+static void test_bf16_first_step_llama32_vs_cpu(void) { bf16_first_step_vs_cpu(small_llama32_config(), NULL, BF16_SMALL); }
 
 // moments_bf16: AdamW's m and v in bf16 on the GPU (the reference keeps them in double); their
 // stochastic rounding (2^-9 relative, unbiased) is small next to the bf16 weights' own rounding.
@@ -216,9 +222,9 @@ static void test_bf16_vs_pytorch_fixture(void) {
     StepZero g = gpu_step_zero(&m, fx.inputs, fx.targets);
     double el = rel_err(g.logits, fx.logits, (size_t)N * fx.cfg.V);
     printf("    logits rel %.2e | loss gpu %.6f torch %.6f\n", el, g.loss, fx.loss);
-    CHECK(el < BF16_LOGITS_TOL, "logits rel %.3e", el);
-    CHECK(fabsf(g.loss - fx.loss) / fx.loss < BF16_LOSS_TOL, "loss %.6f vs %.6f", g.loss, fx.loss);
-    check_grads(&m, g.grads, fx.grads, BF16_GRAD_TOL, "bf16 vs torch");
+    CHECK(el < BF16_SMALL.logits, "logits rel %.3e", el);
+    CHECK(fabsf(g.loss - fx.loss) / fx.loss < BF16_SMALL.loss, "loss %.6f vs %.6f", g.loss, fx.loss);
+    check_grads(&m, g.grads, fx.grads, BF16_SMALL.grads, "bf16 vs torch");
     free_step_zero(&g);
     model_free(&m);
     fixture_free(&fx);
@@ -244,7 +250,7 @@ static double rms_rel(const float *a, const float *ref, size_t n) {
 // noise and nothing more: these checks cannot see a bug smaller than fp8 noise (the probe tests do).
 static double fp8_tolerance(double floor, double bf16_budget) { return 2.0 * floor + bf16_budget; }
 
-static void fp8_first_step_vs_cpu(LlamaConfig c, const char *model_file) {
+static void fp8_first_step_vs_cpu(LlamaConfig c, const char *model_file, Bf16Budget bf16) {
     int B = 2, T = 128, N = B * T;
     RefModel ref, refb, ref32;
     ref_init(&ref, &c, B, T, 1, 0, 0, 16, 0);
@@ -268,7 +274,7 @@ static void fp8_first_step_vs_cpu(LlamaConfig c, const char *model_file) {
     StepZero g = gpu_step_zero(&m, in, tg);
     size_t nl = (size_t)N * c.V;
     double el = rel_err(g.logits, ref.logits, nl), floor_l = rel_err(refb.logits, ref.logits, nl);
-    double tol_l = fp8_tolerance(floor_l, BF16_LOGITS_TOL);
+    double tol_l = fp8_tolerance(floor_l, bf16.logits);
     printf("    logits rel %.2e (flip floor %.2e, tolerance %.2e) | loss gpu %.6f cpu %.6f\n", el, floor_l, tol_l, g.loss, ref_loss);
     CHECK(el < tol_l, "logits rel %.3e >= %.3e", el, tol_l);
     // it must be fp8 at all: closer (RMS) to the fp8 emulation than to the fp32 model
@@ -280,7 +286,7 @@ static void fp8_first_step_vs_cpu(LlamaConfig c, const char *model_file) {
     for (int p = 0; p < NUM_PARAM_TENSORS; p++) {
         size_t n = m.param_sizes[p];
         double e = rel_err(g.grads + off, ref.grads + off, n), fl = rel_err(refb.grads + off, ref.grads + off, n);
-        double tol = fp8_tolerance(fl, BF16_GRAD_TOL);
+        double tol = fp8_tolerance(fl, bf16.grads);
         printf("    fp8 grad %-8s rel %.2e (flip floor %.2e, tolerance %.2e)\n", PARAM_NAMES[p], e, fl, tol);
         CHECK(e < tol, "gradient of %s: rel %.3e >= %.3e", PARAM_NAMES[p], e, tol);
         off += n;
@@ -290,8 +296,8 @@ static void fp8_first_step_vs_cpu(LlamaConfig c, const char *model_file) {
     free(in); free(tg);
     ref_free(&ref); ref_free(&refb); ref_free(&ref32);
 }
-static void test_fp8_first_step_vs_cpu(void) { fp8_first_step_vs_cpu(small_config(), NULL); }
-static void test_fp8_first_step_llama32_vs_cpu(void) { fp8_first_step_vs_cpu(small_llama32_config(), NULL); }
+static void test_fp8_first_step_vs_cpu(void) { fp8_first_step_vs_cpu(small_config(), NULL, BF16_SMALL); }
+static void test_fp8_first_step_llama32_vs_cpu(void) { fp8_first_step_vs_cpu(small_llama32_config(), NULL, BF16_SMALL); }
 
 // Hugging Face fixtures (dev/test/fixtures/hf: transformers' own random tiny models) imported by
 // scripts/hf_import.py, run from here, then trained from as -init_from does: the shape (tied, llama3
@@ -308,8 +314,8 @@ static void imported_first_steps(const char *fixture) {
     LlamaConfig c = read_model_config(path);
     printf("    %s: V %d L %d C %d NH %d NKV %d FF %d tied %d rope scaling %d\n", fixture, c.V, c.L, c.C, c.NH, c.NKV, c.FF,
            c.tied_embeddings, c.rope_scaling);
-    bf16_first_step_vs_cpu(c, path);
-    fp8_first_step_vs_cpu(c, path);
+    bf16_first_step_vs_cpu(c, path, BF16_IMPORTED);
+    fp8_first_step_vs_cpu(c, path, BF16_IMPORTED);
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     CHECK(system(cmd) == 0, "could not remove %s", dir);
 }
@@ -424,7 +430,7 @@ static void test_fp8_vs_pytorch_fixture(void) {
     model_init(&m, &fx.cfg, &mo);
     model_set_weights(&m, fx.params);
     StepZero g = gpu_step_zero(&m, fx.inputs, fx.targets);
-    double el = rel_err(g.logits, fx.logits, nl), tol_l = fp8_tolerance(floor_l, BF16_LOGITS_TOL);
+    double el = rel_err(g.logits, fx.logits, nl), tol_l = fp8_tolerance(floor_l, BF16_SMALL.logits);
     printf("    step-0 logits rel %.2e (flip floor %.2e, tolerance %.2e)\n", el, floor_l, tol_l);
     CHECK(el < tol_l, "step-0 logits rel %.3e >= %.3e", el, tol_l);
     free_step_zero(&g);

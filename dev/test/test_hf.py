@@ -21,7 +21,8 @@ LlamaForCausalLM models with transformers' own logits for fixed tokens):
 - every refusal, on a doctored copy: exit 1, `error: <file>: ...` naming the field or tensor, no
   traceback, no output left.
 
-Needs gcc and numpy safetensors ml_dtypes gguf tokenizers tqdm (not torch or transformers).
+Needs gcc and numpy safetensors ml_dtypes tokenizers tqdm (not torch or transformers), and gguf for the
+GGUF checks (without it they are reported as not run: the GPU machines have no network to install it).
 Last line: "N passed, M failed".
 
     python3 dev/test/test_hf.py
@@ -55,7 +56,6 @@ def check(ok, what):
 try:
     import numpy as np
     import ml_dtypes
-    import gguf
     from safetensors import safe_open
     from safetensors.numpy import save_file
     import tokenizers  # noqa: F401 (the decode table of a tokenizer.json)
@@ -64,6 +64,10 @@ except ImportError as e:
     check(False, f"Python packages: {e}; install with: pip install numpy safetensors ml_dtypes gguf tokenizers tqdm")
     print(f"{passed} passed, {failed} failed")
     sys.exit(1)
+try:  # the GGUF checks alone need it: without it (a GPU machine with no network) they are reported as not run
+    import gguf
+except ImportError:
+    gguf = None
 
 import model_file  # noqa: E402
 import formats  # noqa: E402  (dev/data, on the path through model_file)
@@ -336,7 +340,7 @@ def gguf_name(hf_name):
     return f"blk.{layer}.{GGUF_NAMES[rest.removesuffix('.weight')]}.weight"
 
 
-def write_gguf(path, name, qtype=gguf.GGMLQuantizationType.F32, arch="llama", vocab=None, extra_tensors=(), edit=None):
+def write_gguf(path, name, qtype=None, arch="llama", vocab=None, extra_tensors=(), edit=None):
     """Fixture `name` as llama.cpp's converter would write it: metadata, q/k permuted, matrices in
     qtype (norms stay F32, as llama.cpp keeps them), the tokenizer's vocabulary as a gpt2 one with the
     config's BOS and EOS; edit(writer) adds metadata."""
@@ -344,6 +348,7 @@ def write_gguf(path, name, qtype=gguf.GGMLQuantizationType.F32, arch="llama", vo
     with open(os.path.join(folder, "config.json")) as f:
         hf = json.load(f)
     nh, nkv, C = hf["num_attention_heads"], hf["num_key_value_heads"], hf["hidden_size"]
+    qtype = gguf.GGMLQuantizationType.F32 if qtype is None else qtype
     w = gguf.GGUFWriter(path, arch)
     w.add_vocab_size(hf["vocab_size"])
     w.add_context_length(hf["max_position_embeddings"])
@@ -517,8 +522,6 @@ def test_special_tokens():
     wrong token (the case rebuilt below)."""
     record = model_file.read_special_tokens(model_file.special_tokens_path(tmp("tied.bin")))
     check(record == {"bos_token_id": 1, "eos_token_id": 2}, f"tied import: record beside the model file {record}")
-    record = model_file.read_special_tokens(model_file.special_tokens_path(tmp("tied_gguf.bin")))
-    check(record == {"bos_token_id": 1, "eos_token_id": 2}, f"tied GGUF import: record from tokenizer.ggml.*: {record}")
     folder = copy_fixture("tied", "tied_no_config_ids")
     os.remove(os.path.join(folder, "generation_config.json"))
     edit_config(folder, bos_token_id=None, eos_token_id=None)
@@ -550,10 +553,10 @@ def test_special_tokens():
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(folder, name), tmp("tok_only", name))
     rc, stdout, stderr = run("hf_export.py", tmp("ckpt", "model_00000300.bin"), tmp("ids_record"), "--tokenizer",
-                             tmp("tok_only"), "--special_tokens", model_file.special_tokens_path(tmp("tied_gguf.bin")))
+                             tmp("tok_only"), "--special_tokens", model_file.special_tokens_path(tmp("tied.bin")))
     check(rc == 0 and exported_ids(tmp("ids_record")) == ((1, 2), (1, 2)) and "warning: eos_token_id" in stderr
-          and "tied_gguf_special_tokens.json" in stdout,
-          "export with --special_tokens (the GGUF import's record) and a tokenizer naming EOS 1: EOS 2 from the record")
+          and "tied_special_tokens.json" in stdout,
+          "export with --special_tokens (the import's record) and a tokenizer naming EOS 1: EOS 2 from the record")
     # nothing says: transformers' defaults, and a warning that says so
     rc, stdout, stderr = run("hf_export.py", tmp("ckpt", "model_00000300.bin"), tmp("ids_none"))
     check(rc == 0 and exported_ids(tmp("ids_none")) == ((1, 2), (1, 2)) and stderr.count("transformers' default") == 2,
@@ -656,14 +659,6 @@ def test_refusals():
     refuse_import("a folder without safetensors", folder, "no model.safetensors")
     refuse_import("neither a folder nor a .gguf", os.path.join(FIXTURES, "gqa", "config.json"), "not a Hugging Face model folder")
 
-    refuse_import("a GGUF of another architecture", write_gguf(tmp("qwen.gguf"), "gqa", arch="qwen2"), "general.architecture", "qwen2")
-    with open(tmp("bad.gguf"), "wb") as f:
-        f.write(b"GGUF" + bytes(20))
-    refuse_import("a GGUF with a bad header", tmp("bad.gguf"), "bad.gguf")
-    with open(tmp("cut.gguf"), "wb") as f:
-        f.write(read_bytes(tmp("gqa.gguf"))[:-1000])
-    refuse_import("a truncated GGUF", tmp("cut.gguf"), "cut.gguf")
-
     out = tmp("refused", "existing.bin")
     shutil.copy(tmp("gqa.bin"), out)
     rc, _, stderr = run("hf_import.py", os.path.join(FIXTURES, "gqa"), out)
@@ -695,6 +690,21 @@ def test_refusals():
           "export --force replaces a non-empty folder")
 
 
+def test_gguf_refusals():
+    record = model_file.read_special_tokens(model_file.special_tokens_path(tmp("tied_gguf.bin")))
+    check(record == {"bos_token_id": 1, "eos_token_id": 2}, f"tied GGUF import: record from tokenizer.ggml.*: {record}")
+    refuse_import("a GGUF of another architecture", write_gguf(tmp("qwen.gguf"), "gqa", arch="qwen2"), "general.architecture", "qwen2")
+    with open(tmp("bad.gguf"), "wb") as f:
+        f.write(b"GGUF" + bytes(20))
+    refuse_import("a GGUF with a bad header", tmp("bad.gguf"), "bad.gguf")
+    with open(tmp("cut.gguf"), "wb") as f:
+        f.write(read_bytes(tmp("gqa.gguf"))[:-1000])
+    refuse_import("a truncated GGUF", tmp("cut.gguf"), "cut.gguf")
+
+
+GGUF_TESTS = ("test_gguf", "test_gguf_rope_freqs", "test_gguf_refusals")
+
+
 def main():
     global REF_LOGITS
     REF_LOGITS = tmp("ref_logits")
@@ -702,7 +712,10 @@ def main():
                             REF_LOGITS], cwd=ROOT, capture_output=True, text=True)
     if check(build.returncode == 0 and not build.stderr, f"build dev/test/tools/ref_logits.c{build.stderr}"):
         for test in (test_header_table, test_logits, test_version1, test_sensitivity, test_decode_table, test_round_trips, test_gguf,
-                     test_gguf_rope_freqs, test_special_tokens, test_refusals):
+                     test_gguf_rope_freqs, test_gguf_refusals, test_special_tokens, test_refusals):
+            if gguf is None and test.__name__ in GGUF_TESTS:
+                print(f"not run: {test.__name__} (the gguf package is not installed: pip install gguf; CI installs it)")
+                continue
             try:
                 test()
             except Exception:  # a crash is a failure, and the tests after it still run
