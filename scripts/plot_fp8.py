@@ -18,47 +18,10 @@ import math
 import os
 import sys
 
-KINDS = (("x", "X (E4M3)"), ("w", "W (E4M3)"), ("dy", "dY (E5M2)"))
+from trainer_log import FP8_KINDS, parse_fp8_log
+
+KINDS = tuple(zip(FP8_KINDS, ("X (E4M3)", "W (E4M3)", "dY (E5M2)")))
 LINEARS = ("qkv", "wo", "w13", "w2")
-
-
-def parse_fp8_log(path):
-    """{(layer, linear): {step: {'x_scale': v, ...}}} and the number of malformed lines."""
-    data, skipped, last_step = {}, 0, None
-    with open(path, "r", errors="replace") as f:
-        for raw in f:
-            line = raw.strip()
-            if not line or line.startswith("#"):
-                continue
-            kv = {}
-            for tok in line.split():
-                key, sep, val = tok.partition(":")
-                if sep and key and val:
-                    kv[key] = val
-            try:
-                step, layer, linear = int(kv["s"]), int(kv["layer"]), kv["linear"]
-            except (KeyError, ValueError):
-                skipped += 1
-                continue
-            rec = {}
-            for k, _ in KINDS:
-                for what in ("amax", "scale"):
-                    key = f"{k}_{what}"
-                    if key in kv:
-                        try:
-                            rec[key] = float(kv[key])
-                        except ValueError:
-                            pass
-            if not rec:
-                skipped += 1
-                continue
-            if last_step is not None and step < last_step:
-                for series in data.values():
-                    for s in [s for s in series if s >= step]:
-                        del series[s]
-            data.setdefault((layer, linear), {})[step] = rec
-            last_step = step
-    return data, skipped
 
 
 def main(argv=None):

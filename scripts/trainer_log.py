@@ -109,6 +109,48 @@ def parse_main_log(path):
     return log
 
 
+FP8_KINDS = ("x", "w", "dy")  # the fp8 tensors of a linear, as fp8.log names them
+
+
+def parse_fp8_log(path):
+    """An fp8.log (written with -fp8_log N: one line per linear per logged step, 's:<step> layer:<l>
+    linear:<name> x_amax:<v> x_scale:<v> w_amax:<v> ...') -> ({(layer, linear): {step: {'x_scale': v, ...}}},
+    the number of malformed lines). A resumed run appends: when the step goes back, what was read from
+    that step on is dropped."""
+    data, skipped, last_step = {}, 0, None
+    with open(path, "r", errors="replace") as f:
+        for raw in f:
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            kv = _fields(line)
+            try:
+                step, layer, linear = int(kv["s"]), int(kv["layer"]), kv["linear"]
+            except (KeyError, ValueError):
+                skipped += 1
+                continue
+            rec = {}
+            for k in FP8_KINDS:
+                for what in ("amax", "scale"):
+                    key = f"{k}_{what}"
+                    if key in kv:
+                        try:
+                            rec[key] = float(kv[key])
+                        except ValueError:
+                            pass
+            if not rec:
+                skipped += 1
+                continue
+            if last_step is not None and step < last_step:
+                for series in data.values():
+                    for s in [s for s in series if s >= step]:
+                        del series[s]
+            data.setdefault((layer, linear), {})[step] = rec
+            last_step = step
+    return data, skipped
+
+
+
 # "model NAME: V .. FF ..": the trainer's config line; dev/reference/bench_torch.py prints the same
 MODEL_DIMS = re.compile(r"model (\S+): V (\d+) L (\d+) C (\d+) NH (\d+) NKV (\d+) FF (\d+)")
 DIM_NAMES = ("V", "L", "C", "NH", "NKV", "FF")

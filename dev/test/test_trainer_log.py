@@ -63,6 +63,8 @@ BATCH = fmt("B %d T %d | total batch")
 MEMORY = fmt("device memory allocated:")
 STOPPED = fmt("stopped by %s after step %d of %d. To continue")
 MEDIAN = fmt("median step %.2f ms")
+FP8_LINE = fmt("s:%d layer:%d linear:%s")
+FP8_KIND = fmt(" %s_amax:%.6e %s_scale:%.6e")
 
 
 def train_line(step, loss, norm=1.5, lr=3e-4, ms=12.5, tps=81920.0):
@@ -165,6 +167,33 @@ def test_real_stdout():
           "PyTorch's output: no trainer lines, but its model line reads the same")
 
 
+def fp8_line(step, layer, linear, values):
+    """One fp8.log line as write_fp8_log prints it; values: {kind: (amax, scale)}."""
+    return FP8_LINE % (step, layer, linear) + "".join(FP8_KIND % (k, a, k, s) for k, (a, s) in values.items()) + "\n"
+
+
+def test_fp8_log(tmp):
+    path = os.path.join(tmp, "fp8.log")
+    vals = lambda step: {"x": (1.5 * step, 448 / (1.5 * step)), "w": (0.04, 448 / 0.04), "dy": (2e-5 * step, 57344 / (2e-5 * step))}
+    with open(path, "w") as f:
+        for step in (10, 20, 30):
+            for layer in (0, 1):
+                for linear in ("qkv", "w2"):
+                    f.write(fp8_line(step, layer, linear, vals(step)))
+        f.write("s:40 layer:0 linear:qkv x_amax:\n")  # cut off
+        for layer in (0, 1):  # resumed from step 20: step 30 was redone
+            for linear in ("qkv", "w2"):
+                f.write(fp8_line(30, layer, linear, vals(31)))
+    data, skipped = trainer_log.parse_fp8_log(path)
+    check(sorted(data) == [(0, "qkv"), (0, "w2"), (1, "qkv"), (1, "w2")], f"fp8.log: the (layer, linear) series {sorted(data)}")
+    series = data[(1, "w2")]
+    check(sorted(series) == [10, 20, 30], f"fp8.log: steps {sorted(series)}")
+    check(abs(series[30]["dy_amax"] - 2e-5 * 31) < 1e-9 and abs(series[10]["x_scale"] - 448 / 15) < 1e-4,
+          f"fp8.log: values, the resumed run's step 30 kept ({series[30]})")
+    check(set(series[20]) == {f"{k}_{w}" for k in trainer_log.FP8_KINDS for w in ("amax", "scale")}, f"fp8.log: fields {sorted(series[20])}")
+    check(skipped == 1, f"fp8.log: the cut-off line skipped ({skipped})")
+
+
 def write_log(path, losses, norms, vals):
     with open(path, "w") as f:
         f.write(header_line())
@@ -244,5 +273,6 @@ if __name__ == "__main__":
         test_stdout()
         test_real_stdout()
         test_compare(tmp)
+        test_fp8_log(tmp)
     print(f"{passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
