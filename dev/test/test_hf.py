@@ -40,17 +40,7 @@ SCRIPTS = os.path.join(ROOT, "scripts")
 FIXTURES = os.path.join(ROOT, "dev", "test", "fixtures", "hf")
 sys.path.insert(0, SCRIPTS)
 
-passed = failed = 0
-
-
-def check(ok, what):
-    global passed, failed
-    print(("ok   " if ok else "FAIL ") + what)
-    if ok:
-        passed += 1
-    else:
-        failed += 1
-    return ok
+from checks import check, summary  # noqa: E402  (dev/test/checks.py)
 
 
 try:
@@ -62,8 +52,7 @@ try:
     import tqdm  # noqa: F401 (the scripts' progress bars)
 except ImportError as e:
     check(False, f"Python packages: {e}; install with: pip install numpy safetensors ml_dtypes gguf tokenizers tqdm")
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(1)
+    sys.exit(summary())
 try:  # the GGUF checks alone need it: without it (a GPU machine with no network) they are reported as not run
     import gguf
 except ImportError:
@@ -721,8 +710,7 @@ def main():
             except Exception:  # a crash is a failure, and the tests after it still run
                 check(False, f"{test.__name__} crashed:\n{traceback.format_exc()}")
     shutil.rmtree(TMP, ignore_errors=True)
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    sys.exit(summary())
 
 
 if __name__ == "__main__":

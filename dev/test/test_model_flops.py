@@ -25,17 +25,7 @@ PRESETS = ["tiny", "125m", "1b", "llama2-7b", "llama3-8b", "llama3.1-8b", "llama
 SHAPES = ["32000,2,64,4,1,96,0", "32000,2,64,4,1,96,1", "50257,1,96,6,3,250,0", "7,3,16,2,2,5,1"]  # V,L,C,NH,NKV,FF,tied
 TS = [1, 128, 1024, 4096, 8192]
 
-passed = failed = 0
-
-
-def check(ok, what):
-    global passed, failed
-    print(("ok   " if ok else "FAIL ") + what)
-    if ok:
-        passed += 1
-    else:
-        failed += 1
-    return ok
+from checks import check, summary  # noqa: E402  (dev/test/checks.py)
 
 
 def main(tmp):
@@ -97,5 +87,4 @@ def check_preset_lists(exe):
 if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as tmp:
         main(tmp)
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    sys.exit(summary())

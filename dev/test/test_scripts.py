@@ -80,16 +80,7 @@ def table_rows(out):
     return rows
 
 
-passed = failed = 0
-
-
-def check(ok, what):
-    global passed, failed
-    print(("ok   " if ok else "FAIL ") + what)
-    if ok:
-        passed += 1
-    else:
-        failed += 1
+from checks import check, summary  # noqa: E402  (dev/test/checks.py)
 
 
 def test_scaling(tmp):
@@ -311,5 +302,4 @@ if __name__ == "__main__":
         test_benchmark_table(tmp)
         test_benchmark_table_hf(tmp)
         test_runner(tmp)
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    sys.exit(summary())

@@ -27,17 +27,7 @@ DATA = os.path.join(ROOT, "dev", "data")
 SHAKESPEARE = os.path.join(DATA, "tinyshakespeare")  # the repo's copy of ../shared/data's files
 sys.path.insert(0, DATA)
 
-passed = failed = 0
-
-
-def check(ok, what):
-    global passed, failed
-    print(("ok   " if ok else "FAIL ") + what)
-    if ok:
-        passed += 1
-    else:
-        failed += 1
-    return ok
+from checks import check, summary  # noqa: E402  (dev/test/checks.py)
 
 
 try:
@@ -47,8 +37,7 @@ try:
     import tqdm  # noqa: F401 (tokenize_text.py needs it)
 except ImportError as e:
     check(False, f"Python packages: {e}; install with: pip install numpy tokenizers sentencepiece tqdm")
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(1)
+    sys.exit(summary())
 
 import formats  # noqa: E402
 from shards_to_text import shard_documents  # noqa: E402
@@ -346,5 +335,4 @@ check(rc == 0 and sorted(os.listdir(path("out_bpe"))) == ["bpe_tokenizer.bin", "
       "--force replaces them, and removes the files of this name the new run does not make")
 
 shutil.rmtree(TMP)
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+sys.exit(summary())

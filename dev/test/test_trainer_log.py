@@ -27,17 +27,7 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import compare_logs  # noqa: E402
 import trainer_log  # noqa: E402
 
-passed = failed = 0
-
-
-def check(ok, what):
-    global passed, failed
-    print(("ok   " if ok else "FAIL ") + what)
-    if ok:
-        passed += 1
-    else:
-        failed += 1
-    return ok
+from checks import check, summary  # noqa: E402  (dev/test/checks.py)
 
 
 SRC = open(os.path.join(ROOT, "train_llama_fp8.cu")).read()
@@ -274,5 +264,4 @@ if __name__ == "__main__":
         test_real_stdout()
         test_compare(tmp)
         test_fp8_log(tmp)
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    sys.exit(summary())
