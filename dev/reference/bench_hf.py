@@ -128,19 +128,10 @@ def bench(args, device):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="smollm2-135m", choices=sorted(bench_torch.PRESETS))
+    bench_torch.add_run_args(ap, "smollm2-135m", 16, 2048)
     ap.add_argument("--weights", default="bf16", choices=sorted(WEIGHTS), help="bf16: bf16 weights and AdamW state; "
                     "fp32: fp32 master weights, forward under bf16 autocast")
-    ap.add_argument("--B", type=int, default=16, help="sequences per step")
-    ap.add_argument("--T", type=int, default=2048, help="sequence length")
-    ap.add_argument("--steps", type=int, default=10, help="timed steps (the median is reported)")
-    ap.add_argument("--warmup", type=int, default=5, help="untimed steps first (compilation happens here)")
-    ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True, help="wrap the model in torch.compile")
-    ap.add_argument("--lr", type=float, default=3e-4, help="AdamW learning rate (constant)")
-    ap.add_argument("--clip", type=float, default=1.0, help="global gradient-norm clip (0: off)")
-    args = ap.parse_args()
-    if args.steps < 1 or args.warmup < 0 or args.B < 1 or args.T < 1:
-        ap.error("need --steps >= 1, --warmup >= 0, --B >= 1, --T >= 1")
+    args = bench_torch.parse_run_args(ap)
     system = WEIGHTS[args.weights][0] + ("" if args.compile else "-eager")
     try:
         import transformers

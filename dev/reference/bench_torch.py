@@ -327,20 +327,30 @@ def time_steps(step, args, on_gpu, fpt):
                 ms="%.2f" % med, flops_tok="%.6e" % fpt)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="llama2-7b", choices=sorted(PRESETS))
-    ap.add_argument("--precision", default="bf16", choices=["bf16", "fp8"])
-    ap.add_argument("--B", type=int, default=2, help="sequences per step")
-    ap.add_argument("--T", type=int, default=4096, help="sequence length")
+def add_run_args(ap, model, B, T):
+    """The options every PyTorch benchmark here takes (this one and bench_hf.py), with their defaults."""
+    ap.add_argument("--model", default=model, choices=sorted(PRESETS))
+    ap.add_argument("--B", type=int, default=B, help="sequences per step")
+    ap.add_argument("--T", type=int, default=T, help="sequence length")
     ap.add_argument("--steps", type=int, default=10, help="timed steps (the median is reported)")
     ap.add_argument("--warmup", type=int, default=5, help="untimed steps first (compilation happens here)")
     ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True, help="wrap the model in torch.compile")
     ap.add_argument("--lr", type=float, default=3e-4, help="AdamW learning rate (constant)")
     ap.add_argument("--clip", type=float, default=1.0, help="global gradient-norm clip, as our trainer does (0: off)")
+
+
+def parse_run_args(ap):
     args = ap.parse_args()
     if args.steps < 1 or args.warmup < 0 or args.B < 1 or args.T < 1:
         ap.error("need --steps >= 1, --warmup >= 0, --B >= 1, --T >= 1")
+    return args
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_run_args(ap, "llama2-7b", 2, 4096)
+    ap.add_argument("--precision", default="bf16", choices=["bf16", "fp8"])
+    args = parse_run_args(ap)
     system = "torch-%s%s" % (args.precision, "" if args.compile else "-eager")
 
     if torch.cuda.is_available():
