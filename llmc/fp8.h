@@ -82,6 +82,17 @@ static inline FP8_HD float fp8_decode(uint8_t code, Fp8Format f) {
     return (code & 0x80) ? -v : v;
 }
 
+// fp8 health: what a cast of x with this scale loses. Underflow: a non-zero x whose code is +-0 (its
+// scaled magnitude at most half the smallest subnormal, ties going to the even code 0). Saturation:
+// a scaled magnitude past the format's max (inf included), clipped to it. NaN is neither.
+static inline FP8_HD int fp8_underflows(float x, float scale, Fp8Format f) {
+    return x != 0.0f && !isnan(x) && (fp8_encode(x * scale, f) & 0x7F) == 0;
+}
+static inline FP8_HD int fp8_saturates(float x, float scale, Fp8Format f) {
+    float a = fabsf(x * scale);
+    return !isnan(a) && a > fp8_format_max(f);
+}
+
 // What a cast with this scale keeps of x, in the scaled domain (the value the GEMM multiplies).
 static inline FP8_HD float fp8_quantize(float x, float scale, Fp8Format f) {
     return fp8_decode(fp8_encode(x * scale, f), f);

@@ -115,6 +115,32 @@ static void test_fp8_encode_edge_values(void) {
     CHECK(fp8_encode(NAN, FP8_E4M3) == 0x7F && fp8_encode(-NAN, FP8_E5M2) == 0x7F, "NaN code");
 }
 
+// fp8 health counts on values built to sit at their edges: the smallest subnormal's half (a tie that
+// rounds to the even code 0: underflow) and one float ulp either side, the max and one ulp past it,
+// inf, zero (never an underflow), NaN (neither); each with scales 1 and 2^-3 and both signs.
+static void test_fp8_health_edges(void) {
+    for (int k = 0; k < 2; k++) {
+        const Fp8Spec *s = &FP8_SPECS[k];
+        Fp8Format f = s->f;
+        float half_min = (float)(fp8_textbook_value(s, 1) / 2), max = (float)s->max;
+        struct { float x; int under, sat; } cases[] = {
+            {half_min, 1, 0}, {nextafterf(half_min, 0.0f), 1, 0}, {nextafterf(half_min, 1.0f), 0, 0}, {1e-45f, 1, 0},
+            {0.0f, 0, 0}, {max, 0, 0}, {nextafterf(max, INFINITY), 0, 1}, {2.0f * max, 0, 1}, {INFINITY, 0, 1}, {NAN, 0, 0},
+            {1.0f, 0, 0},
+        };
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+            for (int sign = 0; sign < 2; sign++) {
+                for (int sc = 0; sc < 2; sc++) {
+                    float scale = sc ? 0.125f : 1.0f, x = (sign ? -cases[i].x : cases[i].x) / scale; // x * scale is the case, exactly
+                    CHECK(fp8_underflows(x, scale, f) == cases[i].under && fp8_saturates(x, scale, f) == cases[i].sat,
+                          "%s: x * scale = %g: underflow %d saturation %d, want %d %d", s->name, (double)(x * scale),
+                          fp8_underflows(x, scale, f), fp8_saturates(x, scale, f), cases[i].under, cases[i].sat);
+                }
+            }
+        }
+    }
+}
+
 // 10^6 random floats per format, exponents spread from below the smallest subnormal to beyond max.
 static void test_fp8_encode_random(void) {
     const int n = 1000000;
@@ -219,6 +245,7 @@ static void run_fp8_tests(void) {
     run_test("fp8: encode = brute-force nearest (ties even, saturation, subnormals, -0, NaN) on edge values", test_fp8_encode_edge_values);
     run_test("fp8: encode = brute-force nearest on 10^6 random floats per format", test_fp8_encode_random);
     run_test("fp8: quantize = decode(encode(x * scale))", test_fp8_quantize);
+    run_test("fp8 health: underflow and saturation at the subnormal and max edges, zero, inf, NaN", test_fp8_health_edges);
     run_test("fp8: compute_scale (formula, margin, zero/NaN/inf amax, overflow)", test_fp8_compute_scale);
     run_test("fp8: update_tensor (history roll, slot reset, finite max, scale_inv)", test_fp8_update_tensor);
     run_test("fp8: state_init and update_state over a state buffer", test_fp8_update_state);

@@ -428,6 +428,40 @@ static void test_ref_fp8_bf16_inputs_reach_every_cast(void) {
     }
 }
 
+// fp8 health in the reference: each cast adds its underflows and saturations (fp8_underflows,
+// fp8_saturates of the value it casts, bf16-rounded with fp8_bf16_inputs) to its tensor's counts; the
+// casts of a step add up; a new step starts from zero.
+static void test_ref_fp8_health_counts(void) {
+    RefModel model;
+    ref_init(&model, &FP8_TEST_CFG, FP8_TEST_B, FP8_TEST_T, 1, 0, 0, 4, 0);
+    ref_init_weights(&model, 45);
+    Fp8StateLayout lay = model.fp8_layout;
+    int t = fp8_tensor_index(1, LIN_W13, FP8_DY); // an E5M2 tensor
+    float half_min = ldexpf(1.0f, -17), max = FP8_E5M2_MAX;
+    ref_real in[] = {0.0f, half_min, -half_min, nextafterf(half_min, 1.0f), 1.0f, -max, nextafterf(max, INFINITY), -INFINITY,
+                     1e30f, NAN, ldexpf(1.0f, -20)};
+    ref_real out[sizeof(in) / sizeof(in[0])];
+    size_t n = sizeof(in) / sizeof(in[0]);
+    model.fp8_state[lay.scale + t] = 1.0f;
+    ref_fp8_cast(&model, t, in, out, n, 0);
+    CHECK(model.fp8_counts[2 * t] == 3 && model.fp8_counts[2 * t + 1] == 3, "one cast: %llu underflows (want 3), %llu saturations (want 3)",
+          (unsigned long long)model.fp8_counts[2 * t], (unsigned long long)model.fp8_counts[2 * t + 1]);
+    model.fp8_state[lay.scale + t] = 0.5f; // 2^-17 * 0.5 underflows too; 57344 * 0.5 no longer saturates
+    ref_fp8_cast(&model, t, in, out, n, 0);
+    CHECK(model.fp8_counts[2 * t] == 3 + 4 && model.fp8_counts[2 * t + 1] == 3 + 2, "two casts add up: %llu, %llu (want 7, 5)",
+          (unsigned long long)model.fp8_counts[2 * t], (unsigned long long)model.fp8_counts[2 * t + 1]);
+    for (int k = 0; k < 2 * lay.num_tensors; k++) if (k / 2 != t) CHECK(model.fp8_counts[k] == 0, "count %d of another tensor moved", k);
+    int inputs[FP8_TEST_BT], targets[FP8_TEST_BT];
+    random_tokens(inputs, FP8_TEST_BT, FP8_TEST_CFG.V, 7);
+    random_tokens(targets, FP8_TEST_BT, FP8_TEST_CFG.V, 8);
+    for (int k = 0; k < 2 * lay.num_tensors; k++) model.fp8_counts[k] = 1000000; // more than any tensor of this model holds
+    ref_compute_grads(&model, inputs, targets, 1);
+    int reset = 1;
+    for (int k = 0; k < 2 * lay.num_tensors; k++) reset &= model.fp8_counts[k] < 1000000;
+    CHECK(reset, "a new step does not start its counts from zero");
+    ref_free(&model);
+}
+
 static void ref_forward_bad_token(void *arg) {
     (void)arg;
     RefModel model;
@@ -455,6 +489,7 @@ static void run_ref_tests(void) {
     run_test("ref: fp8 amax histories (dY included) move every step, scales follow them", test_ref_fp8_histories_move);
     run_test("ref: ref_round_bf16 is round-to-nearest-even bf16", test_ref_round_bf16);
     run_test("ref: fp8_bf16_inputs rounds the input of every fp8 cast", test_ref_fp8_bf16_inputs_reach_every_cast);
+    run_test("ref: fp8 health counts: underflows and saturations per tensor, summed over a step's casts", test_ref_fp8_health_counts);
     run_test("ref: a token outside the vocabulary is fatal", test_ref_bad_token_is_fatal);
 }
 
