@@ -620,6 +620,7 @@ static void fp8_gemm_probe(const Model *m, const Fp8GemmView *v) {
 static void fp8_probed_steps(int current, int weight_cache, int margin, int lm_head, int recompute) {
     LlamaConfig c = small_config();
     int B = 2, T = 128, N = B * T, L = c.L;
+    if (L > PROBE_MAX_L) FATAL("fp8_probed_steps: the probe keeps the codes of %d layers, the model has %d", PROBE_MAX_L, L);
     size_t NC = (size_t)N * c.C, NFF = (size_t)N * c.FF;
     Model m;
     ModelOptions mo = model_options(B, T, PREC_FP8);
