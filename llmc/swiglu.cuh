@@ -161,6 +161,7 @@ static void swiglu_backward(floatX *din, const floatX *dout, const floatX *in, i
     if (out_t != NULL) {
         if (cast.out == NULL) FATAL("swiglu_backward: a transposed fp8 copy (out_t) needs the fp8 copy (cast.out)");
         if (N % 16 != 0) FATAL("swiglu_backward: N = %d must be a multiple of 16 for the transposed fp8 copy", N);
+        fp8_check_grid("swiglu_backward (transposed fp8 copy)", N, FF, FP8_TILE);
         check_aligned(out_t, 16, "out_t", "swiglu_backward");
     }
     if (N <= 0) return;
