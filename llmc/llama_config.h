@@ -82,6 +82,8 @@ static size_t param_sizes(const LlamaConfig *c, size_t sizes[NUM_PARAM_TENSORS])
 
 // Weight decay applies to 2-D tensors only (matrices and embeddings), not to norm weights.
 static inline int param_is_decayed(int p) { return !(p == P_LN1W || p == P_LN2W || p == P_LNFW); }
+// 1 if tensor p holds one slice per layer (L of them, one after another), 0 for the model-wide ones.
+static inline int param_is_per_layer(int p) { return p != P_WTE && p != P_LNFW && p != P_LM_HEAD; }
 
 // Number of fp8 linears and fp8 tensors.
 static inline int fp8_num_linears(const LlamaConfig *c, int fp8_lm_head) { return LINS_PER_LAYER * c->L + (fp8_lm_head ? 1 : 0); }

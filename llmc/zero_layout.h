@@ -10,7 +10,7 @@ it) share this one layout.
 
 #include <stdlib.h>
 #include <string.h>
-#include "llama_config.h" // LlamaConfig, NUM_PARAM_TENSORS, P_* tensor indices
+#include "llama_config.h" // LlamaConfig, NUM_PARAM_TENSORS, P_* tensor indices, param_is_per_layer
 #include "utils.h"        // mallocCheck
 
 #define MG_SHARD_ALIGN 512 // elements: a shard boundary is 1 KiB aligned in bf16, 2 KiB in fp32
@@ -45,7 +45,6 @@ static size_t zero_padded_size(int world, size_t n) {
     return (n + unit - 1) / unit * unit;
 }
 
-static int param_is_per_layer(int p) { return p != P_WTE && p != P_LNFW && p != P_LM_HEAD; }
 // The backward stage after which tensor p's slice of layer l is final: 0 the lm_head and the final
 // norm, k (1..L) the slices of layer L-k, L+1 the embedding (which a tied lm_head adds into at stage
 // 0). zero_layout cuts the buckets by it; model_backward reduces each bucket when its stage ends.

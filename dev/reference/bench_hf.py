@@ -99,11 +99,7 @@ def bench(args, device):
         torch.set_default_dtype(default_dtype)
     model.train()
     nparams = check_model(model, cfg, dtype)
-    # as bench_torch.py and our trainer: weight decay on matrices and embeddings, not on norm weights
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.95), eps=1e-8, fused=on_gpu, foreach=None if on_gpu else True)
+    opt = bench_torch.adamw(model, args, on_gpu)
     fwd = torch.compile(model) if args.compile else model
     print("%s | B %d T %d | transformers %s LlamaForCausalLM, %s attention | %s | %s"
           % (cfg.model_line(nparams), args.B, args.T, transformers.__version__, model.config._attn_implementation,

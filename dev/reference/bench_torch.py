@@ -258,10 +258,7 @@ def bench(args, device):
     model = Llama(cfg, args.T, fp8, torch.bfloat16, device)
     nparams = sum(p.numel() for p in model.parameters())
     assert nparams == cfg.num_params(), (nparams, cfg.num_params())
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.95), eps=1e-8, fused=on_gpu, foreach=None if on_gpu else True)
+    opt = adamw(model, args, on_gpu)
     fwd = torch.compile(model) if args.compile else model
     print("%s | B %d T %d | %s%s | %s"
           % (cfg.model_line(nparams), args.B, args.T, args.precision, " (tensorwise dynamic scaling, lm_head bf16)" if fp8 else "",
@@ -325,6 +322,14 @@ def time_steps(step, args, on_gpu, fpt):
           "peak allocated %.2f GiB | device memory in use %.2f GiB" % (med, len(ms), args.warmup, tok_s, tflops, mem, dev))
     return dict(tok_s="%.0f" % tok_s, tflops="%.1f" % tflops, mem_gib="%.2f" % mem, dev_gib="%.2f" % dev,
                 ms="%.2f" % med, flops_tok="%.6e" % fpt)
+
+
+def adamw(model, args, on_gpu):
+    """Our trainer's AdamW: weight decay 0.1 on matrices and embeddings, none on norm weights; fused on a GPU."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                             lr=args.lr, betas=(0.9, 0.95), eps=1e-8, fused=on_gpu, foreach=None if on_gpu else True)
 
 
 def add_run_args(ap, model, B, T):
