@@ -31,7 +31,15 @@ def main():
     ap.add_argument("out_dir")
     ap.add_argument("ref_logits")
     a = ap.parse_args()
-    hf, info = AutoModelForCausalLM.from_pretrained(a.out_dir, torch_dtype=torch.float32, output_loading_info=True)
+    for path in (a.model, a.ref_logits, os.path.join(a.out_dir, "config.json")):
+        if not os.path.exists(path):
+            print(f"error: {path}: no such file", file=sys.stderr)
+            return 1
+    try:
+        hf, info = AutoModelForCausalLM.from_pretrained(a.out_dir, torch_dtype=torch.float32, output_loading_info=True)
+    except (OSError, ValueError) as e:
+        print(f"error: {a.out_dir}: transformers cannot load it: {e}", file=sys.stderr)
+        return 1
     problems = {k: v for k, v in info.items() if v}
     if problems:
         print(f"FAIL transformers loading {a.out_dir}: {problems}")
@@ -43,7 +51,10 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         tok_path, out_path = os.path.join(tmp, "tokens.i32"), os.path.join(tmp, "logits.f32")
         tokens.tofile(tok_path)
-        subprocess.run([a.ref_logits, a.model, tok_path, out_path, str(B)], check=True)
+        run = subprocess.run([a.ref_logits, a.model, tok_path, out_path, str(B)], capture_output=True, text=True)
+        if run.returncode != 0:
+            print(f"error: {a.model}: the C reference failed on it: {run.stderr.strip()}", file=sys.stderr)
+            return 1
         ours = np.fromfile(out_path, dtype=np.float32)
     err = float(np.abs(ours - theirs).max() / np.abs(ours).max())
     ok = err < LOGITS_TOL
