@@ -923,7 +923,7 @@ static void test_fp8_cast_saturates_and_matches_host(void) {
     uint8_t *codes = (uint8_t *)mallocCheck(n);
     for (int fmt = 0; fmt < 2; fmt++) {
         cudaCheck(cudaMemcpy(amax_scale, init, sizeof(init), cudaMemcpyHostToDevice));
-        fp8_cast(out, fmt, d, n, amax_scale, amax_scale + 1, g_stream);
+        fp8_cast(out, fmt, d, n, amax_scale, NULL, amax_scale + 1, g_stream);
         cudaCheck(cudaMemcpy(codes, out, n, cudaMemcpyDeviceToHost));
         int mismatch = 0, nonfinite = 0;
         for (size_t i = 0; i < n; i++) {

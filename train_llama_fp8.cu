@@ -278,6 +278,8 @@ typedef struct {
     float *fp8_state;                      // one buffer, see llmc/llama_config.h
     float *gemm_scale_inv;                 // (NT, FP8_GEMM_SCALE_STRIDE) aligned copies of scale_inv for cuBLASLt
     float *live_amax;                      // (1) amax of the cast being scaled live, before it joins its slot
+    unsigned long long *fp8_counts;        // (2, NT, FP8_COUNTS) fp8 health (llmc/fp8.h): [0] what this step's casts
+                                           // lost so far, [1] the last finished step's (model_update moves it)
     int w_fp8_stale;                       // the weights changed outside AdamW: recast before the next step
     fp8e4 *w_fp8[LINS_PER_LAYER + 1];      // (L or 1, OUT, IN) E4M3 weights (fp8.w_cache; else one layer's);
                                            // [LIN_LM_HEAD] (V, C) with fp8.lm_head
@@ -290,7 +292,7 @@ typedef struct {
     int step;          // optimizer steps completed
     int adam_t;        // AdamW updates applied (bias correction; a skipped step does not count)
     int micro;         // micro-step within the current optimizer step
-    int recording;     // 0 during evaluation: fp8 casts use the scales but record no amax
+    int recording;     // 0 during evaluation: fp8 casts use the scales but record no amax and count nothing
     int open_site;     // 1 + the fp8 tensor whose producer site is open (fp8_site .. fp8_site_finish); 0: none
     size_t bytes_allocated;
     void *allocations[64]; // every device buffer above, for model_free
@@ -381,6 +383,9 @@ static void model_init(Model *m, const LlamaConfig *cfg, const ModelOptions *opt
         free(h);
         m->live_amax = (float *)model_alloc(m, sizeof(float), "fp8 live amax");
         cudaCheck(cudaMemset(m->live_amax, 0, sizeof(float)));
+        size_t counts_bytes = 2 * (size_t)FP8_COUNTS * m->fp8_layout.num_tensors * sizeof(unsigned long long);
+        m->fp8_counts = (unsigned long long *)model_alloc(m, counts_bytes, "fp8 health counts");
+        cudaCheck(cudaMemset(m->fp8_counts, 0, counts_bytes));
         size_t nt = (size_t)m->fp8_layout.num_tensors;
         m->gemm_scale_inv = (float *)model_alloc(m, nt * FP8_GEMM_SCALE_STRIDE * sizeof(float), "fp8 GEMM scales");
         float *ones = (float *)mallocCheck(nt * FP8_GEMM_SCALE_STRIDE * sizeof(float));
@@ -516,6 +521,10 @@ static float *fp8_amax(Model *m, int t) { return m->fp8_state + m->fp8_layout.am
 static float *fp8_scale(Model *m, int t) { return m->fp8_state + m->fp8_layout.scale + t; }
 static float *fp8_scale_inv(Model *m, int t) { return m->fp8_state + m->fp8_layout.scale_inv + t; }
 static float *fp8_gemm_scale_inv(Model *m, int t) { return m->gemm_scale_inv + (size_t)FP8_GEMM_SCALE_STRIDE * t; }
+// Tensor t's health counters of the step being cast; NULL while nothing is recorded (evaluation).
+static unsigned long long *fp8_counts_of(Model *m, int t) {
+    return m->recording ? m->fp8_counts + (size_t)FP8_COUNTS * t : NULL;
+}
 static int fp8_format_of(int t) { return t % FP8_KINDS == FP8_DY ? FP8_E5M2 : FP8_E4M3; }
 static float fp8_max_of(int t) { return t % FP8_KINDS == FP8_DY ? FP8_E5M2_MAX : FP8_E4M3_MAX; }
 
@@ -549,7 +558,7 @@ static Fp8Site fp8_site(Model *m, int t, void *out, floatX *bf16, size_t n) {
     s.cast.amax = s.live ? m->live_amax : m->recording ? fp8_amax(m, t) : NULL;
     s.cast.scale = fp8_scale(m, t);
     if (s.live) { if (s.bf16 == NULL) s.bf16 = m->acts.live_bf16; }
-    else s.cast.out = out;
+    else { s.cast.out = out; s.cast.counts = fp8_counts_of(m, t); }
     return s;
 }
 
@@ -568,7 +577,7 @@ static void fp8_site_finish(Model *m, const Fp8Site *s, cudaStream_t stream) {
     m->open_site = 0;
     if (!m->fp8.on || !s->live) return;
     fp8_live_scale(m, s->t, stream);
-    fp8_cast(s->out, fp8_format_of(s->t), s->bf16, s->n, NULL, fp8_scale(m, s->t), stream);
+    fp8_cast(s->out, fp8_format_of(s->t), s->bf16, s->n, NULL, fp8_counts_of(m, s->t), fp8_scale(m, s->t), stream);
 }
 
 // fp8 copy of a bf16 tensor that already exists (the attention output).
@@ -576,9 +585,9 @@ static void fp8_cast_existing(Model *m, int t, void *out, const floatX *in, size
     if (fp8_is_live(m)) {
         amax_abs_max(m->live_amax, in, n, stream);
         fp8_live_scale(m, t, stream);
-        fp8_cast(out, fp8_format_of(t), in, n, NULL, fp8_scale(m, t), stream);
+        fp8_cast(out, fp8_format_of(t), in, n, NULL, fp8_counts_of(m, t), fp8_scale(m, t), stream);
     } else {
-        fp8_cast(out, fp8_format_of(t), in, n, m->recording ? fp8_amax(m, t) : NULL, fp8_scale(m, t), stream);
+        fp8_cast(out, fp8_format_of(t), in, n, m->recording ? fp8_amax(m, t) : NULL, fp8_counts_of(m, t), fp8_scale(m, t), stream);
     }
 }
 
@@ -659,12 +668,12 @@ static void linear_backward(Model *m, int l, int lin, floatX *dx, const floatX *
         const float *dy_sinv = fp8_gemm_scale_inv(m, fp8_tensor(c, l, lin, FP8_DY));
         if (!dy_t_ready) fp8_transpose(a->dy_fp8_t, a->dy_fp8, N, OUT, stream);
         // X^T for wgrad: from the saved fp8 X, or (x_fp8 NULL) recast from the saved bf16 X with the
-        // forward's scale, which gives the forward's codes.
+        // forward's scale, which gives the forward's codes (so it records and counts nothing again).
         if (x_fp8) fp8_transpose(a->x_fp8_t, x_fp8, N, IN, stream);
-        else fp8_cast_transpose(NULL, a->x_fp8_t, FP8_E4M3, x, N, IN, NULL, fp8_scale(m, fp8_tensor(c, l, lin, FP8_X)), stream);
+        else fp8_cast_transpose(NULL, a->x_fp8_t, FP8_E4M3, x, N, IN, NULL, NULL, fp8_scale(m, fp8_tensor(c, l, lin, FP8_X)), stream);
         // dgrad needs W^T (fp8 GEMMs are TN only): from the cached fp8 W, or cast from bf16 W directly
         if (m->fp8.w_cache) fp8_transpose(m->w_fp8_t, m->w_fp8[lin] + l * wn, OUT, IN, stream);
-        else fp8_cast_transpose(NULL, m->w_fp8_t, FP8_E4M3, m->param[LINEAR_PARAM[lin]] + l * wn, OUT, IN, NULL,
+        else fp8_cast_transpose(NULL, m->w_fp8_t, FP8_E4M3, m->param[LINEAR_PARAM[lin]] + l * wn, OUT, IN, NULL, NULL,
                                 fp8_scale(m, fp8_tensor(c, l, lin, FP8_W)), stream);
         matmul_fp8_dgrad(dx, a->dy_fp8, m->w_fp8_t, dy_sinv,
                          fp8_gemm_scale_inv(m, fp8_tensor(c, l, lin, FP8_W)), N, IN, OUT, stream);
@@ -763,7 +772,7 @@ static void model_backward(Model *m, const int *inputs_host, cudaStream_t stream
     int B = m->opt.B, T = m->opt.T, N = B * T, C = c->C, FF = c->FF, NH = c->NH, NKV = c->NKV, HS = C / NH;
     size_t NC = (size_t)N * C, NQKV = (size_t)N * config_qkv_width(c), NFF = (size_t)N * FF;
     size_t swiglu_stride = m->opt.recompute >= 1 ? 0 : NFF;
-    Fp8Cast none = {NULL, NULL, NULL};
+    Fp8Cast none = {NULL, NULL, NULL, NULL};
 
     if (m->fp8.lm_head) { // dlogits (in place of the logits) are the lm_head's dY
         fp8_cast_existing(m, fp8_tensor(c, 0, LIN_LM_HEAD, FP8_DY), a->dy_fp8, a->logits, (size_t)N * c->V, stream);
@@ -784,7 +793,7 @@ static void model_backward(Model *m, const int *inputs_host, cudaStream_t stream
         float *stats = a->att_stats + (size_t)l * N * NH;
 
         // MLP: w2, SwiGLU, w13, then the norm that fed it
-        if (m->opt.recompute >= 1) { // the same scale as the forward's cast, so the same fp8 values; no amax again
+        if (m->opt.recompute >= 1) { // the same scale as the forward's cast, so the same fp8 values; no amax or count again
             Fp8Cast cast = none;
             if (m->fp8.on) cast.out = a->swiglu_fp8, cast.scale = fp8_scale(m, fp8_tensor_index(l, LIN_W2, FP8_X));
             swiglu_forward(a->swiglu, fch, N, FF, cast, stream);
@@ -851,11 +860,23 @@ static float model_update(Model *m, const AdamWParams *h, float *norm_device, in
     fp8_no_open_site(m, "model_update");
     MultiGpu *mg = m->mg;
     // FP8_RECIPE.md step 4: one MAX all-reduce of every amax slot, so every rank rolls the same
-    // histories into the same scales. It queues behind the gradient buckets; the join makes the
-    // compute stream wait for all of them.
-    if (m->fp8.on) mg_allreduce_amax(mg, m->fp8_state + m->fp8_layout.amax_slot, m->fp8_layout.num_tensors, stream);
+    // histories into the same scales, and in the same NCCL group the SUM of the health counts. They
+    // queue behind the gradient buckets; the join makes the compute stream wait for all of them.
+    size_t nt = (size_t)m->fp8_layout.num_tensors;
+    if (m->fp8.on) {
+        mg_group_start(mg);
+        mg_allreduce_amax(mg, m->fp8_state + m->fp8_layout.amax_slot, nt, stream);
+        mg_allreduce_sum_u64(mg, m->fp8_counts, FP8_COUNTS * nt, stream);
+        mg_group_end(mg);
+    }
     mg_join(mg, stream);
-    if (m->fp8.on) fp8_update_scales(m->fp8_state, m->gemm_scale_inv, m->fp8_layout, m->opt.fp8_margin, stream);
+    if (m->fp8.on) {
+        fp8_update_scales(m->fp8_state, m->gemm_scale_inv, m->fp8_layout, m->opt.fp8_margin, stream);
+        // the step's counts become the last step's; the weights cast next count toward the next step
+        size_t bytes = FP8_COUNTS * nt * sizeof(unsigned long long);
+        cudaCheck(cudaMemcpyAsync(m->fp8_counts + FP8_COUNTS * nt, m->fp8_counts, bytes, cudaMemcpyDeviceToDevice, stream));
+        cudaCheck(cudaMemsetAsync(m->fp8_counts, 0, bytes, stream));
+    }
     global_norm_squared(norm_device, m->grad_shard, m->zero.shard, stream);
     mg_allreduce_sum_f32(mg, norm_device, 1, stream); // the shards' squared norms add up to the whole one
     mg_join(mg, stream);
@@ -874,11 +895,11 @@ static float model_update(Model *m, const AdamWParams *h, float *norm_device, in
         const ShardPiece *p = &m->zero.pieces[i];
         float wd = param_is_decayed(p->tensor) ? h->weight_decay : 0.0f;
         floatX *param = m->params_memory + p->flat;
-        Fp8Cast wcast = {NULL, NULL, NULL};
+        Fp8Cast wcast = {NULL, NULL, NULL, NULL};
         int layers = 0, lin = fp8_linear_of_param(m, p->tensor);
         if (m->fp8.w_by_adamw && lin >= 0) { // one piece = the whole tensor: every layer's E4M3 W and its amax
             int t0 = fp8_tensor(&m->cfg, 0, lin, FP8_W);
-            wcast.out = m->w_fp8[lin]; wcast.amax = fp8_amax(m, t0); wcast.scale = fp8_scale(m, t0);
+            wcast.out = m->w_fp8[lin]; wcast.amax = fp8_amax(m, t0); wcast.scale = fp8_scale(m, t0); wcast.counts = fp8_counts_of(m, t0);
             layers = lin == LIN_LM_HEAD ? 1 : m->cfg.L;
             param = NULL;
         }
@@ -1257,25 +1278,43 @@ static int latest_checkpoint(const char *dir) {
 }
 
 // ----------------------------------------------------------------------------------------------
-// fp8 log: every linear's newest amax and scale of X, W and dY, one line per linear.
+// fp8 log: every linear's newest amax and scale of X, W and dY, and the fractions of the last step's
+// cast values that underflowed and saturated, one line per linear.
 
-static void write_fp8_log(Model *m, FILE *f) {
+// The values tensor `kind` of linear `lin` had cast in one optimizer step, over every rank: X and
+// dY once per micro-step; W once per step from the cache, else before each micro-step's forward.
+static double fp8_values_cast(const Model *m, int lin, int kind, int grad_accum) {
+    const LlamaConfig *c = &m->cfg;
+    double N = (double)m->opt.B * m->opt.T, IN = linear_in(c, lin), OUT = linear_out(c, lin);
+    double per_cast = kind == FP8_X ? N * IN : kind == FP8_W ? IN * OUT : N * OUT;
+    int casts = kind == FP8_W && m->fp8.w_cache ? 1 : grad_accum;
+    return per_cast * casts * m->mg->world;
+}
+
+static void write_fp8_log(Model *m, int grad_accum, FILE *f) {
     Fp8StateLayout lay = m->fp8_layout;
+    size_t nc = (size_t)FP8_COUNTS * lay.num_tensors;
     float *h = (float *)mallocCheck(lay.total * sizeof(float));
+    unsigned long long *counts = (unsigned long long *)mallocCheck(nc * sizeof(unsigned long long));
     cudaCheck(cudaMemcpy(h, m->fp8_state, lay.total * sizeof(float), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(counts, m->fp8_counts + nc, nc * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
     for (int l = 0; l < m->cfg.L; l++) {
         for (int lin = 0; lin < LINS_PER_LAYER + (l == 0 ? m->fp8.lm_head : 0); lin++) {
             fprintf(f, "s:%d layer:%d linear:%s", m->step, l, LINEAR_NAMES[lin]);
             for (int k = 0; k < FP8_KINDS; k++) {
                 int t = fp8_tensor(&m->cfg, l, lin, k);
-                fprintf(f, " %s_amax:%.6e %s_scale:%.6e", FP8_KIND_NAMES[k], h[lay.amax_history + (size_t)t * lay.history_len],
-                        FP8_KIND_NAMES[k], h[lay.scale + t]);
+                const char *name = FP8_KIND_NAMES[k];
+                double cast = fp8_values_cast(m, lin, k, grad_accum);
+                fprintf(f, " %s_amax:%.6e %s_scale:%.6e %s_under:%.6e %s_sat:%.6e", name, h[lay.amax_history + (size_t)t * lay.history_len],
+                        name, h[lay.scale + t], name, counts[FP8_COUNTS * t + FP8_UNDERFLOWS] / cast, name,
+                        counts[FP8_COUNTS * t + FP8_SATURATIONS] / cast);
             }
             fprintf(f, "\n");
         }
     }
     fflush(f);
     free(h);
+    free(counts);
 }
 
 // MFU of `flops_per_s` against `peak` TFLOP/s; "n/a" for a GPU whose peak is unknown.
@@ -1590,7 +1629,7 @@ int main(int argc, char **argv) {
             bad_steps = 0;
         }
         int last = step + 1 == o.max_steps;
-        if (fp8f && ((step + 1) % o.fp8_log == 0 || last)) write_fp8_log(&m, fp8f);
+        if (fp8f && ((step + 1) % o.fp8_log == 0 || last)) write_fp8_log(&m, grad_accum, fp8f);
         if (have_val && val_batches > 0 && ((o.val_every > 0 && (step + 1) % o.val_every == 0) || last)) {
             float vl = evaluate(&m, &val, val_batches, host_losses, stream);
             if (main_rank) printf("val loss %.6f\n", vl);

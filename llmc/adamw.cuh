@@ -10,7 +10,8 @@ random bits hash index0 + i, the element's index in the whole model, and t), 8 b
 Fused fp8 weight cast (FP8_RECIPE.md "Weights"): if
 wcast.out != NULL the tensor is fp8_layers slices of layer_numel elements (all layers of one kind,
 llm.c style); slice l writes out[l*layer_numel + i] = E4M3(param * wcast.scale[l*fp8_tensor_stride]) and
-atomic-maxes |param| into wcast.amax[l*fp8_tensor_stride]. The cast reads the bf16 value just written,
+atomic-maxes |param| into wcast.amax[l*fp8_tensor_stride] (and, unless wcast.counts is NULL, adds its
+underflows and saturations to wcast.counts[FP8_COUNTS*l*fp8_tensor_stride + k]). The cast reads the bf16 value just written,
 so the fused cast equals a separate fp8_cast of the bf16 param (the live-scaling path) byte for byte.
 One pass, memory bound: 28 bytes per element with fp32 moments, 20 with bf16 (each 1 more with the
 fp8 byte, 2 less without the bf16 param; the cast rereads nothing).
@@ -23,7 +24,7 @@ moments, integer atomic max for amax.
 #include <stdint.h>
 #include "cuda_common.cuh"   // floatX, Fp8Cast, cudaLaunchCheck, FATAL
 #include "fp8_scaling.cuh"   // fp8_cast1/fp8_cast8 helpers (exact scaling, saturating RNE), amax2_to_bits, fp8_grid_cap, fp8_ptr_aligned
-#include "packed.cuh"        // bf16x8_to_float: 8 bf16 moments to fp32; block_commit_amax
+#include "packed.cuh"        // bf16x8_to_float: 8 bf16 moments to fp32; block_commit_fp8
 #include "bf16_round.h"      // bf16_round_bits, bf16_round_stochastic: the bf16 moments' rounding
 
 struct AdamWStepArgs {
@@ -88,7 +89,8 @@ __device__ __forceinline__ AdamW8 adamw_load8(const float *master, const floatX 
 // index: element i's index in the whole model (the moments' rounding bits)
 template <bool CAST, typename MT>
 __device__ __forceinline__ void adamw_step8(AdamW8 &x, size_t i, uint64_t index, const AdamWStepArgs &p, float *master,
-                                            floatX *param, MT *m, MT *v, uint8_t *wout, float scale, unsigned &amax2) {
+                                            floatX *param, MT *m, MT *v, uint8_t *wout, float scale, unsigned &amax2,
+                                            Fp8Tally &tally) {
     float *w = (float *)x.w, *mm = (float *)x.m, *vv = (float *)x.v;
     const unsigned gw[4] = {x.g.x, x.g.y, x.g.z, x.g.w};
     unsigned pw[4];
@@ -109,7 +111,7 @@ __device__ __forceinline__ void adamw_step8(AdamW8 &x, size_t i, uint64_t index,
     moments_store8(v + i, x.v, rv);
     const uint4 praw = make_uint4(pw[0], pw[1], pw[2], pw[3]);
     if (param != NULL) *(uint4 *)(param + i) = praw;
-    if (CAST) *(uint2 *)(wout + i) = fp8_cast8<__NV_E4M3>(praw, scale, amax2);
+    if (CAST) *(uint2 *)(wout + i) = fp8_cast8<__NV_E4M3>(praw, scale, amax2, tally);
 }
 
 // blockIdx.y = slice (layer); VEC: two 8-element vectors per thread and iteration, both loaded before
@@ -120,11 +122,12 @@ __device__ __forceinline__ void adamw_step8(AdamW8 &x, size_t i, uint64_t index,
 template <bool VEC, bool CAST, typename MT>
 __global__ void __launch_bounds__(256) adamw_kernel(float *master, floatX *param, const floatX *grad, MT *m, MT *v,
                                                     size_t slice_numel, AdamWStepArgs p, uint8_t *wout, float *wamax,
-                                                    const float *wscale, int stride) {
+                                                    unsigned long long *wcounts, const float *wscale, int stride) {
     const size_t base = (size_t)blockIdx.y * slice_numel;
     const float scale = CAST ? wscale[(size_t)blockIdx.y * stride] : 1.0f;
     const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x, nthreads = (size_t)gridDim.x * blockDim.x;
     unsigned amax2 = 0;
+    Fp8Tally tally = {0, 0};
     size_t done = 0;
     if (VEC) {
         const size_t nvec = slice_numel / 8;
@@ -133,8 +136,8 @@ __global__ void __launch_bounds__(256) adamw_kernel(float *master, floatX *param
             const bool two = v0 + nthreads < nvec;
             AdamW8 a = adamw_load8(master, grad, m, v, i0), b;
             if (two) b = adamw_load8(master, grad, m, v, i1);
-            adamw_step8<CAST>(a, i0, p.index0 + i0, p, master, param, m, v, wout, scale, amax2);
-            if (two) adamw_step8<CAST>(b, i1, p.index0 + i1, p, master, param, m, v, wout, scale, amax2);
+            adamw_step8<CAST>(a, i0, p.index0 + i0, p, master, param, m, v, wout, scale, amax2, tally);
+            if (two) adamw_step8<CAST>(b, i1, p.index0 + i1, p, master, param, m, v, wout, scale, amax2, tally);
         }
         done = nvec * 8;
     }
@@ -148,9 +151,10 @@ __global__ void __launch_bounds__(256) adamw_kernel(float *master, floatX *param
         moment_store(v + i, vv, r >> 16);
         const uint16_t pb = bf16_bits_rn(w);
         if (param != NULL) ((uint16_t *)param)[i] = pb;
-        if (CAST) wout[i] = fp8_cast1<__NV_E4M3>(pb, scale, amax2);
+        if (CAST) wout[i] = fp8_cast1<__NV_E4M3>(pb, scale, amax2, tally);
     }
-    if (CAST) block_commit_amax(wamax + (size_t)blockIdx.y * stride, amax2_to_bits(amax2));
+    if (CAST) block_commit_fp8(wamax + (size_t)blockIdx.y * stride, amax2_to_bits(amax2),
+                               wcounts ? wcounts + (size_t)FP8_COUNTS * blockIdx.y * stride : NULL, tally);
 }
 
 template <typename MT>
@@ -158,11 +162,11 @@ static void adamw_launch(dim3 grid, bool vec, bool cast, float *master, floatX *
                          size_t slice, const AdamWStepArgs &p, Fp8Cast wcast, int stride, cudaStream_t stream) {
     uint8_t *wout = (uint8_t *)wcast.out;
     if (vec) {
-        if (cast) adamw_kernel<true, true><<<grid, 256, 0, stream>>>(master, param, grad, m, v, slice, p, wout, wcast.amax, wcast.scale, stride);
-        else adamw_kernel<true, false><<<grid, 256, 0, stream>>>(master, param, grad, m, v, slice, p, NULL, NULL, NULL, 0);
+        if (cast) adamw_kernel<true, true><<<grid, 256, 0, stream>>>(master, param, grad, m, v, slice, p, wout, wcast.amax, wcast.counts, wcast.scale, stride);
+        else adamw_kernel<true, false><<<grid, 256, 0, stream>>>(master, param, grad, m, v, slice, p, NULL, NULL, NULL, NULL, 0);
     } else {
-        if (cast) adamw_kernel<false, true><<<grid, 256, 0, stream>>>(master, param, grad, m, v, slice, p, wout, wcast.amax, wcast.scale, stride);
-        else adamw_kernel<false, false><<<grid, 256, 0, stream>>>(master, param, grad, m, v, slice, p, NULL, NULL, NULL, 0);
+        if (cast) adamw_kernel<false, true><<<grid, 256, 0, stream>>>(master, param, grad, m, v, slice, p, wout, wcast.amax, wcast.counts, wcast.scale, stride);
+        else adamw_kernel<false, false><<<grid, 256, 0, stream>>>(master, param, grad, m, v, slice, p, NULL, NULL, NULL, NULL, 0);
     }
     cudaLaunchCheck();
 }

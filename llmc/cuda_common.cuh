@@ -44,12 +44,15 @@ static void *cuda_malloc_check(size_t bytes, const char *what, const char *file,
 }
 #define cudaMallocCheck(bytes, what) cuda_malloc_check((bytes), (what), __FILE__, __LINE__)
 
-// Where a producer kernel writes the fp8 copy of its output (NULL: none) and records the amax of
-// the values it casts (NULL: none). The cast multiplies by *scale and saturates to the format's max.
+// Where a producer kernel writes the fp8 copy of its output (NULL: none), records the amax of the
+// values it casts (NULL: none) and counts what its cast loses (NULL: none). The cast multiplies by
+// *scale and saturates to the format's max.
 typedef struct {
     void *out;          // fp8e4 or fp8e5 array, same shape as the producer's output
     float *amax;        // the tensor's amax slot in the fp8 state buffer (atomic max)
     const float *scale; // the tensor's current scale
+    unsigned long long *counts; // the tensor's health counters: [0] += underflows, [1] += saturations
+                                // (llmc/fp8.h's fp8_underflows, fp8_saturates) of the values cast
 } Fp8Cast;
 
 __device__ __forceinline__ float warp_reduce_sum(float v) {

@@ -82,6 +82,11 @@ static inline FP8_HD float fp8_decode(uint8_t code, Fp8Format f) {
     return (code & 0x80) ? -v : v;
 }
 
+// fp8 health counters, per fp8 tensor (the trainer's fp8_counts, the reference's, Fp8Cast.counts):
+// underflows, then saturations, of every value its casts cast in one optimizer step.
+#define FP8_COUNTS 2
+enum { FP8_UNDERFLOWS = 0, FP8_SATURATIONS = 1 };
+
 // fp8 health: what a cast of x with this scale loses. Underflow: a non-zero x whose code is +-0 (its
 // scaled magnitude at most half the smallest subnormal, ties going to the even code 0). Saturation:
 // a scaled magnitude past the format's max (inf included), clipped to it. NaN is neither.

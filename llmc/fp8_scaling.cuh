@@ -2,6 +2,7 @@
 fp8 tensor utilities and the once-per-step delayed-scaling update (../shared/docs/FP8_RECIPE.md,
 dev/test/README.md "fp8 emulation"):
   fp8_cast            bf16 -> fp8 (E4M3 or E5M2) with the tensor's scale, saturating, recording amax
+                      and counting underflows and saturations (fp8 health, llmc/fp8.h)
   fp8_cast_transpose  one read of a bf16 (rows, cols) matrix -> fp8 (rows, cols) and fp8 (cols, rows)
                       (dY and its transpose for dgrad and wgrad; TE's fused cast+transpose)
   fp8_transpose       byte transpose of an fp8 matrix (X^T from the saved fp8 X, W^T from the fp8 W)
@@ -72,28 +73,41 @@ __device__ __forceinline__ unsigned amax2_to_bits(unsigned amax2) {
     return (lo > hi ? lo : hi) << 16; // bf16 bits -> float bits
 }
 
+// The format's max, for the saturation count (a scaled magnitude past it is clipped to it).
+template <__nv_fp8_interpretation_t FMT> __device__ __forceinline__ float fp8_fmax() { return FMT == __NV_E4M3 ? FP8_E4M3_MAX : FP8_E5M2_MAX; }
+
 template <__nv_fp8_interpretation_t FMT>
-__device__ __forceinline__ uint8_t fp8_cast1(uint16_t h, float scale, unsigned &amax2) {
+__device__ __forceinline__ uint8_t fp8_cast1(uint16_t h, float scale, unsigned &amax2, Fp8Tally &tally) {
     amax2 = __vmaxu2(amax2, (unsigned)(h & 0x7fffu));
-    return (uint8_t)__nv_cvt_float_to_fp8(fmul_exact(__uint_as_float((unsigned)h << 16), scale), __NV_SATFINITE, FMT);
+    const float p = fmul_exact(__uint_as_float((unsigned)h << 16), scale);
+    const uint8_t code = (uint8_t)__nv_cvt_float_to_fp8(p, __NV_SATFINITE, FMT);
+    tally.sat += fabsf(p) > fp8_fmax<FMT>();
+    tally.under += (code & 0x7f) == 0 && (h & 0x7fffu) != 0;
+    return code;
 }
 
-// 8 bf16 (one 16-byte load) -> 8 fp8 bytes (little-endian: element i is byte i), with their amax.
+// 8 bf16 (one 16-byte load) -> 8 fp8 bytes (little-endian: element i is byte i), with their amax and
+// their underflows and saturations (packed.cuh's float_to_fp8x8 says how the underflows are counted).
 // Not llmc/packed.cuh's float_to_fp8x8 (8 floats, the build's multiply): the product here is exact,
 // so a subnormal bf16 is scaled as fp8.h's fp8_encode scales it whatever --use_fast_math says;
 // packed.cuh's comment says when the two give different codes.
 template <__nv_fp8_interpretation_t FMT>
-__device__ __forceinline__ uint2 fp8_cast8(uint4 raw, float scale, unsigned &amax2) {
+__device__ __forceinline__ uint2 fp8_cast8(uint4 raw, float scale, unsigned &amax2, Fp8Tally &tally) {
     const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
-    unsigned pairs[4];
+    unsigned pairs[4], zeros = 0;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        amax2 = __vmaxu2(amax2, w[i] & 0x7fff7fffu);
+        const unsigned mag = w[i] & 0x7fff7fffu;
+        amax2 = __vmaxu2(amax2, mag);
+        zeros += __popc(__vcmpeq2(mag, 0u)) / 16;
         float lo = fmul_exact(__uint_as_float(w[i] << 16), scale);
         float hi = fmul_exact(__uint_as_float(w[i] & 0xffff0000u), scale);
+        tally.sat += (fabsf(lo) > fp8_fmax<FMT>()) + (fabsf(hi) > fp8_fmax<FMT>());
         pairs[i] = (unsigned)__nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, FMT);
     }
-    return make_uint2(pairs[0] | (pairs[1] << 16), pairs[2] | (pairs[3] << 16));
+    const uint2 codes = make_uint2(pairs[0] | (pairs[1] << 16), pairs[2] | (pairs[3] << 16));
+    tally.under += fp8_zero_codes4(codes.x) + fp8_zero_codes4(codes.y) - zeros;
+    return codes;
 }
 
 static int fp8_grid_cap(void) { // enough blocks of 256 to fill the GPU (8 per SM); grid-stride beyond
@@ -110,32 +124,34 @@ static void fp8_check_fmt(const char *fn, int fmt) {
 
 template <__nv_fp8_interpretation_t FMT, bool VEC, bool WRITE>
 __global__ void __launch_bounds__(256) fp8_cast_kernel(uint8_t *out, const floatX *in, size_t n, float *amax,
-                                                       const float *scale_ptr) {
+                                                       unsigned long long *counts, const float *scale_ptr) {
     const float scale = scale_ptr != NULL ? *scale_ptr : 1.0f;
     const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x, nthreads = (size_t)gridDim.x * blockDim.x;
     unsigned amax2 = 0;
+    Fp8Tally tally = {0, 0};
     size_t done = 0;
     if (VEC) {
         const size_t nvec = n / 16;
         for (size_t v = tid; v < nvec; v += nthreads) {
             const uint4 *src = (const uint4 *)(in + v * 16);
             uint4 r0 = src[0], r1 = src[1];
-            uint2 o0 = fp8_cast8<FMT>(r0, scale, amax2), o1 = fp8_cast8<FMT>(r1, scale, amax2);
+            uint2 o0 = fp8_cast8<FMT>(r0, scale, amax2, tally), o1 = fp8_cast8<FMT>(r1, scale, amax2, tally);
             if (WRITE) *(uint4 *)(out + v * 16) = make_uint4(o0.x, o0.y, o1.x, o1.y);
         }
         done = nvec * 16;
     }
     const uint16_t *in16 = (const uint16_t *)in;
     for (size_t i = done + tid; i < n; i += nthreads) {
-        const uint8_t o = fp8_cast1<FMT>(in16[i], scale, amax2);
+        const uint8_t o = fp8_cast1<FMT>(in16[i], scale, amax2, tally);
         if (WRITE) out[i] = o;
     }
-    if (amax != NULL) block_commit_amax(amax, amax2_to_bits(amax2));
+    if (!WRITE) tally = Fp8Tally{0, 0}; // nothing was cast (and the conversions are dead code)
+    if (amax != NULL || counts != NULL) block_commit_fp8(amax, amax2_to_bits(amax2), WRITE ? counts : NULL, tally);
 }
 
 // fp8_cast's launch; out NULL: the amax only
-static void fp8_cast_launch(uint8_t *out, int fmt, const floatX *in, size_t n, float *amax, const float *scale,
-                            cudaStream_t stream) {
+static void fp8_cast_launch(uint8_t *out, int fmt, const floatX *in, size_t n, float *amax, unsigned long long *counts,
+                            const float *scale, cudaStream_t stream) {
     if (n == 0) return;
     const int block = 256;
     const bool vec = fp8_ptr_aligned(in, 16) && fp8_ptr_aligned(out, 16);
@@ -144,24 +160,26 @@ static void fp8_cast_launch(uint8_t *out, int fmt, const floatX *in, size_t n, f
     if (grid > (size_t)fp8_grid_cap()) grid = (size_t)fp8_grid_cap();
     const unsigned g = (unsigned)grid;
     if (out == NULL) {
-        if (vec) fp8_cast_kernel<__NV_E4M3, true, false><<<g, block, 0, stream>>>(NULL, in, n, amax, NULL);
-        else fp8_cast_kernel<__NV_E4M3, false, false><<<g, block, 0, stream>>>(NULL, in, n, amax, NULL);
+        if (vec) fp8_cast_kernel<__NV_E4M3, true, false><<<g, block, 0, stream>>>(NULL, in, n, amax, NULL, NULL);
+        else fp8_cast_kernel<__NV_E4M3, false, false><<<g, block, 0, stream>>>(NULL, in, n, amax, NULL, NULL);
     } else if (fmt == FP8_E4M3) {
-        if (vec) fp8_cast_kernel<__NV_E4M3, true, true><<<g, block, 0, stream>>>(out, in, n, amax, scale);
-        else fp8_cast_kernel<__NV_E4M3, false, true><<<g, block, 0, stream>>>(out, in, n, amax, scale);
+        if (vec) fp8_cast_kernel<__NV_E4M3, true, true><<<g, block, 0, stream>>>(out, in, n, amax, counts, scale);
+        else fp8_cast_kernel<__NV_E4M3, false, true><<<g, block, 0, stream>>>(out, in, n, amax, counts, scale);
     } else {
-        if (vec) fp8_cast_kernel<__NV_E5M2, true, true><<<g, block, 0, stream>>>(out, in, n, amax, scale);
-        else fp8_cast_kernel<__NV_E5M2, false, true><<<g, block, 0, stream>>>(out, in, n, amax, scale);
+        if (vec) fp8_cast_kernel<__NV_E5M2, true, true><<<g, block, 0, stream>>>(out, in, n, amax, counts, scale);
+        else fp8_cast_kernel<__NV_E5M2, false, true><<<g, block, 0, stream>>>(out, in, n, amax, counts, scale);
     }
     cudaLaunchCheck();
 }
 
-// out (n fp8 of format fmt) = saturate(in * *scale); *amax = max(*amax, max|in|) if amax != NULL.
-// scale may be NULL (1.0).
-void fp8_cast(void *out, int fmt, const floatX *in, size_t n, float *amax, const float *scale, cudaStream_t stream) {
+// out (n fp8 of format fmt) = saturate(in * *scale); *amax = max(*amax, max|in|) if amax != NULL;
+// counts[0] += underflows, counts[1] += saturations (llmc/fp8.h) if counts != NULL. scale may be
+// NULL (1.0).
+void fp8_cast(void *out, int fmt, const floatX *in, size_t n, float *amax, unsigned long long *counts, const float *scale,
+              cudaStream_t stream) {
     fp8_check_fmt("fp8_cast", fmt);
     if (out == NULL && n > 0) FATAL("fp8_cast: out is NULL");
-    fp8_cast_launch((uint8_t *)out, fmt, in, n, amax, scale, stream);
+    fp8_cast_launch((uint8_t *)out, fmt, in, n, amax, counts, scale, stream);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -219,13 +237,15 @@ __device__ __forceinline__ void store_tile_transposed(uint8_t *out_t, uint8_t (*
 // needs cols % 8 == 0, rows % 16 == 0; in 16 B, out 8 B, out_t 16 B aligned
 template <__nv_fp8_interpretation_t FMT>
 __global__ void __launch_bounds__(256) fp8_cast_transpose_kernel(uint8_t *out, uint8_t *out_t, const floatX *in, int rows,
-                                                                 int cols, float *amax, const float *scale_ptr) {
+                                                                 int cols, float *amax, unsigned long long *counts,
+                                                                 const float *scale_ptr) {
     __shared__ __align__(16) uint8_t tile[FP8_TILE][FP8_TILE];
     const float scale = scale_ptr != NULL ? *scale_ptr : 1.0f;
     const int r0 = blockIdx.y * FP8_TILE, c0 = blockIdx.x * FP8_TILE;
     const int vc = threadIdx.x % 16, lr0 = threadIdx.x / 16; // 16 threads x 8 bf16 = one 128-column row
     const int c = c0 + vc * 8;
     unsigned amax2 = 0;
+    Fp8Tally tally = {0, 0};
     uint4 raw[8];
 #pragma unroll
     for (int i = 0; i < 8; i++) { // all loads first: 8 independent 16-byte loads in flight
@@ -235,13 +255,13 @@ __global__ void __launch_bounds__(256) fp8_cast_transpose_kernel(uint8_t *out, u
 #pragma unroll
     for (int i = 0; i < 8; i++) {
         const int lr = lr0 + 16 * i, r = r0 + lr;
-        uint2 o = fp8_cast8<FMT>(raw[i], scale, amax2); // zero padding casts to zero and can't raise amax
+        uint2 o = fp8_cast8<FMT>(raw[i], scale, amax2, tally); // zero padding casts to zero: no amax, no count
         if (out != NULL && r < rows && c < cols) *(uint2 *)(out + (size_t)r * cols + c) = o;
         *(uint2 *)&tile[lr][vc * 8] = o;
     }
     __syncthreads();
     store_tile_transposed(out_t, tile, r0, c0, rows, cols);
-    if (amax != NULL) block_commit_amax(amax, amax2_to_bits(amax2));
+    if (amax != NULL || counts != NULL) block_commit_fp8(amax, amax2_to_bits(amax2), counts, tally);
 }
 
 // needs cols % 16 == 0, rows % 16 == 0; in and out_t 16 B aligned
@@ -265,19 +285,21 @@ __global__ void __launch_bounds__(256) fp8_transpose_kernel(uint8_t *out_t, cons
 // Fallback for any shape and alignment: 32x32 tiles, one byte per thread and step.
 template <__nv_fp8_interpretation_t FMT, bool CAST>
 __global__ void __launch_bounds__(256) fp8_transpose_any_kernel(uint8_t *out, uint8_t *out_t, const void *in, int rows,
-                                                                int cols, float *amax, const float *scale_ptr) {
+                                                                int cols, float *amax, unsigned long long *counts,
+                                                                const float *scale_ptr) {
     __shared__ uint8_t tile[32][33];
     const float scale = (CAST && scale_ptr != NULL) ? *scale_ptr : 1.0f;
     const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
     const int r0 = blockIdx.y * 32, c0 = blockIdx.x * 32;
     unsigned amax2 = 0;
+    Fp8Tally tally = {0, 0};
     for (int i = ty; i < 32; i += 8) {
         const int r = r0 + i, c = c0 + tx;
         if (r < rows && c < cols) {
             const size_t idx = (size_t)r * cols + c;
             uint8_t code;
             if (CAST) {
-                code = fp8_cast1<FMT>(((const uint16_t *)in)[idx], scale, amax2);
+                code = fp8_cast1<FMT>(((const uint16_t *)in)[idx], scale, amax2, tally);
                 if (out != NULL) out[idx] = code;
             } else {
                 code = ((const uint8_t *)in)[idx];
@@ -290,7 +312,7 @@ __global__ void __launch_bounds__(256) fp8_transpose_any_kernel(uint8_t *out, ui
         const int c = c0 + i, r = r0 + tx; // out_t row c, column r
         if (r < rows && c < cols) out_t[(size_t)c * rows + r] = tile[tx][i];
     }
-    if (CAST && amax != NULL) block_commit_amax(amax, amax2_to_bits(amax2));
+    if (CAST && (amax != NULL || counts != NULL)) block_commit_fp8(amax, amax2_to_bits(amax2), counts, tally);
 }
 
 static void fp8_check_grid(const char *fn, int rows, int cols, int tile) {
@@ -299,9 +321,9 @@ static void fp8_check_grid(const char *fn, int rows, int cols, int tile) {
 }
 
 // One read of bf16 in (rows, cols): out (rows, cols) fp8 (skipped if NULL) and out_t (cols, rows) fp8,
-// both saturate(in * *scale); *amax = max(*amax, max|in|) if amax != NULL.
+// both saturate(in * *scale); *amax = max(*amax, max|in|) if amax != NULL; counts as fp8_cast's.
 void fp8_cast_transpose(void *out, void *out_t, int fmt, const floatX *in, int rows, int cols, float *amax,
-                        const float *scale, cudaStream_t stream) {
+                        unsigned long long *counts, const float *scale, cudaStream_t stream) {
     fp8_check_fmt("fp8_cast_transpose", fmt);
     if (rows == 0 || cols == 0) return;
     const bool fast = rows % 16 == 0 && cols % 8 == 0 && fp8_ptr_aligned(in, 16) && fp8_ptr_aligned(out, 8) && fp8_ptr_aligned(out_t, 16);
@@ -309,13 +331,13 @@ void fp8_cast_transpose(void *out, void *out_t, int fmt, const floatX *in, int r
     if (fast) {
         fp8_check_grid("fp8_cast_transpose", rows, cols, FP8_TILE);
         dim3 grid(CEIL_DIV(cols, FP8_TILE), CEIL_DIV(rows, FP8_TILE));
-        if (fmt == FP8_E4M3) fp8_cast_transpose_kernel<__NV_E4M3><<<grid, 256, 0, stream>>>(o, ot, in, rows, cols, amax, scale);
-        else fp8_cast_transpose_kernel<__NV_E5M2><<<grid, 256, 0, stream>>>(o, ot, in, rows, cols, amax, scale);
+        if (fmt == FP8_E4M3) fp8_cast_transpose_kernel<__NV_E4M3><<<grid, 256, 0, stream>>>(o, ot, in, rows, cols, amax, counts, scale);
+        else fp8_cast_transpose_kernel<__NV_E5M2><<<grid, 256, 0, stream>>>(o, ot, in, rows, cols, amax, counts, scale);
     } else {
         fp8_check_grid("fp8_cast_transpose", rows, cols, 32);
         dim3 grid(CEIL_DIV(cols, 32), CEIL_DIV(rows, 32));
-        if (fmt == FP8_E4M3) fp8_transpose_any_kernel<__NV_E4M3, true><<<grid, 256, 0, stream>>>(o, ot, in, rows, cols, amax, scale);
-        else fp8_transpose_any_kernel<__NV_E5M2, true><<<grid, 256, 0, stream>>>(o, ot, in, rows, cols, amax, scale);
+        if (fmt == FP8_E4M3) fp8_transpose_any_kernel<__NV_E4M3, true><<<grid, 256, 0, stream>>>(o, ot, in, rows, cols, amax, counts, scale);
+        else fp8_transpose_any_kernel<__NV_E5M2, true><<<grid, 256, 0, stream>>>(o, ot, in, rows, cols, amax, counts, scale);
     }
     cudaLaunchCheck();
 }
@@ -331,7 +353,7 @@ void fp8_transpose(void *out_t, const void *in, int rows, int cols, cudaStream_t
     } else {
         fp8_check_grid("fp8_transpose", rows, cols, 32);
         dim3 grid(CEIL_DIV(cols, 32), CEIL_DIV(rows, 32));
-        fp8_transpose_any_kernel<__NV_E4M3, false><<<grid, 256, 0, stream>>>(NULL, (uint8_t *)out_t, in, rows, cols, NULL, NULL);
+        fp8_transpose_any_kernel<__NV_E4M3, false><<<grid, 256, 0, stream>>>(NULL, (uint8_t *)out_t, in, rows, cols, NULL, NULL, NULL);
     }
     cudaLaunchCheck();
 }
@@ -341,7 +363,7 @@ void fp8_transpose(void *out_t, const void *in, int rows, int cols, cudaStream_t
 
 // *amax = max(*amax, max|in|)
 void amax_abs_max(float *amax, const floatX *in, size_t n, cudaStream_t stream) {
-    fp8_cast_launch(NULL, FP8_E4M3, in, n, amax, NULL, stream);
+    fp8_cast_launch(NULL, FP8_E4M3, in, n, amax, NULL, NULL, stream);
 }
 
 // ---------------------------------------------------------------------------------------------

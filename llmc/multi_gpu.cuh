@@ -334,6 +334,15 @@ static void mg_allreduce_amax(MultiGpu *mg, float *amax, size_t n, cudaStream_t 
 #endif
 }
 
+// In place: buf (n uint64 counters, on the device) = sum over ranks (the fp8 health counts).
+static void mg_allreduce_sum_u64(MultiGpu *mg, unsigned long long *buf, size_t n, cudaStream_t stream) {
+    if (mg->world == 1 || n == 0) return;
+    mg_after(mg, stream);
+#ifdef ENABLE_NCCL
+    mgNcclCheck(mg, ncclAllReduce(buf, buf, n, ncclUint64, ncclSum, mg->comm, mg->comm_stream), "all-reduce (uint64 sum)");
+#endif
+}
+
 // In place: buf (n fp32, on the device) = sum over ranks (a squared gradient norm of a shard).
 static void mg_allreduce_sum_f32(MultiGpu *mg, float *buf, size_t n, cudaStream_t stream) {
     if (mg->world == 1 || n == 0) return;

@@ -49,6 +49,7 @@ __global__ void __launch_bounds__(1024) rmsnorm_forward_kernel(
     load_row_vectors<K>(wv, w, nvec);
     const float scale = cast.out != NULL ? *cast.scale : 1.0f;
     uint32_t amax_bits = 0;
+    Fp8Tally tally = {0, 0};
 
     uint4 na[K], nb[K]; // the next row's vectors, loaded one iteration ahead (PREFETCH)
     int row = blockIdx.x;
@@ -105,11 +106,11 @@ __global__ void __launch_bounds__(1024) rmsnorm_forward_kernel(
             for (int i = 0; i < 8; i++) y[i] = x[i] * r * wf[i];
             uint4 packed = float_to_bf16x8(y);
             if (out != NULL) store16(out + base + (size_t)vi * 8, packed);
-            if (cast.out != NULL) store8((fp8e4 *)cast.out + base + (size_t)vi * 8, float_to_fp8x8<__NV_E4M3>(y, scale));
+            if (cast.out != NULL) store8((fp8e4 *)cast.out + base + (size_t)vi * 8, float_to_fp8x8<__NV_E4M3>(y, scale, tally));
             amax_bits = amax_bits_update(amax_bits, y);
         }
     }
-    if (cast.amax != NULL) block_commit_amax(cast.amax, amax_bits);
+    if (cast.amax != NULL || cast.counts != NULL) block_commit_fp8(cast.amax, amax_bits, cast.counts, tally);
 }
 
 // dx = rstd * (g - x * rstd^2 * mean(g * x)) with g = w * dout; dresidual += dx.
@@ -125,6 +126,7 @@ __global__ void __launch_bounds__(1024) rmsnorm_backward_kernel(
     load_row_vectors<K>(wv, w, nvec);
     const float scale = cast.out != NULL ? *cast.scale : 1.0f;
     uint32_t amax_bits = 0;
+    Fp8Tally tally = {0, 0};
     float dw_acc[K][8];
 #pragma unroll
     for (int k = 0; k < K; k++)
@@ -191,7 +193,7 @@ __global__ void __launch_bounds__(1024) rmsnorm_backward_kernel(
             for (int i = 0; i < 8; i++) dr[i] += r * (wf[i] * dy[i] - xf[i] * coef);
             uint4 packed = float_to_bf16x8(dr);
             store16(dresidual + base + (size_t)vi * 8, packed);
-            if (cast.out != NULL) store8((fp8e5 *)cast.out + base + (size_t)vi * 8, float_to_fp8x8<__NV_E5M2>(dr, scale));
+            if (cast.out != NULL) store8((fp8e5 *)cast.out + base + (size_t)vi * 8, float_to_fp8x8<__NV_E5M2>(dr, scale, tally));
             amax_bits = amax_bits_update(amax_bits, dr);
         }
     }
@@ -203,7 +205,7 @@ __global__ void __launch_bounds__(1024) rmsnorm_backward_kernel(
         p[0] = make_float4(dw_acc[k][0], dw_acc[k][1], dw_acc[k][2], dw_acc[k][3]);
         p[1] = make_float4(dw_acc[k][4], dw_acc[k][5], dw_acc[k][6], dw_acc[k][7]);
     }
-    if (cast.amax != NULL) block_commit_amax(cast.amax, amax_bits);
+    if (cast.amax != NULL || cast.counts != NULL) block_commit_fp8(cast.amax, amax_bits, cast.counts, tally);
 }
 
 // dw[c] += sum over g of partial[g][c], in a fixed order: 32 threads per column each add every

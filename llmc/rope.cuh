@@ -33,6 +33,7 @@ __global__ void __launch_bounds__(ROPE_THREADS) rope_kernel(
     const int vi = blockIdx.x * blockDim.x + threadIdx.x;
     const float scale = cast.out != NULL ? *cast.scale : 1.0f;
     uint32_t amax_bits = 0;
+    Fp8Tally tally = {0, 0};
     if (vi < nvec_cover) {
         const int d = (vi * 8) % HS; // offset within the head; HS % 8 == 0, so one head per vector
         for (int row = blockIdx.y; row < BT; row += gridDim.y) {
@@ -53,12 +54,12 @@ __global__ void __launch_bounds__(ROPE_THREADS) rope_kernel(
                 store16(qkv + off, float_to_bf16x8(v)); // v now holds the rounded values
             }
             if (BACKWARD) {
-                if (cast.out != NULL) store8((fp8e5 *)cast.out + off, float_to_fp8x8<__NV_E5M2>(v, scale));
+                if (cast.out != NULL) store8((fp8e5 *)cast.out + off, float_to_fp8x8<__NV_E5M2>(v, scale, tally));
                 amax_bits = amax_bits_update(amax_bits, v);
             }
         }
     }
-    if (BACKWARD && cast.amax != NULL) block_commit_amax(cast.amax, amax_bits);
+    if (BACKWARD && (cast.amax != NULL || cast.counts != NULL)) block_commit_fp8(cast.amax, amax_bits, cast.counts, tally);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -94,7 +95,7 @@ static void rope_check(const char *who, const floatX *qkv, const float *freqs, i
 
 // qkv (B, T, NH + 2*NKV, HS), in place; freqs from rope_freqs with max_T >= T.
 static void rope_forward(floatX *qkv, const float *freqs, int B, int T, int NH, int NKV, int HS, cudaStream_t stream) {
-    Fp8Cast none = {NULL, NULL, NULL};
+    Fp8Cast none = {NULL, NULL, NULL, NULL};
     rope_check("rope_forward", qkv, freqs, HS, &none);
     int BT = B * T;
     if (BT <= 0) return;

@@ -27,6 +27,7 @@ __global__ void __launch_bounds__(SWIGLU_THREADS) swiglu_forward_kernel(
     const int vi = blockIdx.x * blockDim.x + threadIdx.x;
     const float scale = cast.out != NULL ? *cast.scale : 1.0f;
     uint32_t amax_bits = 0;
+    Fp8Tally tally = {0, 0};
     if (vi < nvec) {
         for (int row = blockIdx.y; row < N; row += gridDim.y) {
             const floatX *g_ptr = in + (size_t)row * 2 * FF + (size_t)vi * 8;
@@ -38,11 +39,11 @@ __global__ void __launch_bounds__(SWIGLU_THREADS) swiglu_forward_kernel(
             uint4 packed = float_to_bf16x8(y);
             const size_t o = (size_t)row * FF + (size_t)vi * 8;
             if (out != NULL) store16(out + o, packed);
-            if (cast.out != NULL) store8((fp8e4 *)cast.out + o, float_to_fp8x8<__NV_E4M3>(y, scale));
+            if (cast.out != NULL) store8((fp8e4 *)cast.out + o, float_to_fp8x8<__NV_E4M3>(y, scale, tally));
             amax_bits = amax_bits_update(amax_bits, y);
         }
     }
-    if (cast.amax != NULL) block_commit_amax(cast.amax, amax_bits); // every thread, even idle ones
+    if (cast.amax != NULL || cast.counts != NULL) block_commit_fp8(cast.amax, amax_bits, cast.counts, tally); // every thread, even idle ones
 }
 
 // dg, du of 8 elements from g, u and dout
@@ -65,6 +66,7 @@ __global__ void __launch_bounds__(SWIGLU_THREADS) swiglu_backward_kernel(
     const int vi = blockIdx.x * blockDim.x + threadIdx.x;
     const float scale = cast.out != NULL ? *cast.scale : 1.0f;
     uint32_t amax_bits = 0;
+    Fp8Tally tally = {0, 0};
     if (vi < nvec) {
         for (int row = blockIdx.y; row < N; row += gridDim.y) {
             const size_t gi = (size_t)row * 2 * FF + (size_t)vi * 8;
@@ -79,13 +81,13 @@ __global__ void __launch_bounds__(SWIGLU_THREADS) swiglu_backward_kernel(
                 store16(din + gi + FF, pu);
             }
             if (cast.out != NULL) {
-                store8((fp8e5 *)cast.out + gi, float_to_fp8x8<__NV_E5M2>(dg, scale));
-                store8((fp8e5 *)cast.out + gi + FF, float_to_fp8x8<__NV_E5M2>(du, scale));
+                store8((fp8e5 *)cast.out + gi, float_to_fp8x8<__NV_E5M2>(dg, scale, tally));
+                store8((fp8e5 *)cast.out + gi + FF, float_to_fp8x8<__NV_E5M2>(du, scale, tally));
             }
             amax_bits = amax_bits_update(amax_bits_update(amax_bits, dg), du);
         }
     }
-    if (cast.amax != NULL) block_commit_amax(cast.amax, amax_bits);
+    if (cast.amax != NULL || cast.counts != NULL) block_commit_fp8(cast.amax, amax_bits, cast.counts, tally);
 }
 
 // The same, for a 128 x 128 tile of (tokens, g columns) per block, also writing the E5M2 copy
@@ -101,6 +103,7 @@ __global__ void __launch_bounds__(256) swiglu_backward_t_kernel(floatX *din, con
     const int vc = threadIdx.x % 16, lr0 = threadIdx.x / 16; // 16 threads x 8 values = one 128-column row
     const int c = c0 + vc * 8;
     uint32_t amax_bits = 0;
+    Fp8Tally tally = {0, 0};
 #pragma unroll 2
     for (int i = 0; i < FP8_TILE / 16; i++) {
         const int lr = lr0 + 16 * i, row = r0 + lr;
@@ -117,8 +120,8 @@ __global__ void __launch_bounds__(256) swiglu_backward_t_kernel(floatX *din, con
                 store16(din + gi, pg);
                 store16(din + gi + FF, pu);
             }
-            qg = float_to_fp8x8<__NV_E5M2>(dg, scale);
-            qu = float_to_fp8x8<__NV_E5M2>(du, scale);
+            qg = float_to_fp8x8<__NV_E5M2>(dg, scale, tally);
+            qu = float_to_fp8x8<__NV_E5M2>(du, scale, tally);
             store8((fp8e5 *)cast.out + gi, qg);
             store8((fp8e5 *)cast.out + gi + FF, qu);
             amax_bits = amax_bits_update(amax_bits_update(amax_bits, dg), du);
@@ -129,7 +132,7 @@ __global__ void __launch_bounds__(256) swiglu_backward_t_kernel(floatX *din, con
     __syncthreads();
     store_tile_transposed(out_t, tile_g, r0, c0, N, FF);
     store_tile_transposed(out_t + (size_t)FF * N, tile_u, r0, c0, N, FF);
-    if (cast.amax != NULL) block_commit_amax(cast.amax, amax_bits);
+    if (cast.amax != NULL || cast.counts != NULL) block_commit_fp8(cast.amax, amax_bits, cast.counts, tally);
 }
 
 // ----------------------------------------------------------------------------------------------

@@ -86,7 +86,7 @@ static void validate_adamw(const char *name, size_t n, int layers, size_t layer_
     float *d_scales = device_alloc<float>(nslots), *d_amax = device_alloc<float>(nslots);
     upload(d_scales, scales.data(), nslots);
     upload(d_amax, amax0.data(), nslots);
-    Fp8Cast wc = {NULL, NULL, NULL};
+    Fp8Cast wc = {NULL, NULL, NULL, NULL};
     if (cast) { wc.out = Q; wc.amax = d_amax; wc.scale = d_scales; }
 
     char detail[256] = "";
@@ -245,7 +245,7 @@ static void bench(void) {
     cudaCheck(cudaMemset(v, 0, n * sizeof(float)));
     fill_uniform(w, n, 0, 0.02f);
     fill_uniform(g, n, 0, 0.005f);
-    Fp8Cast none = {NULL, NULL, NULL}, wc = {q, am, sc};
+    Fp8Cast none = {NULL, NULL, NULL, NULL}, wc = {q, am, sc, NULL};
     const int reps = 21, warmup = 3;
     // (name, bytes per element, moments in bf16, bf16 param written, fp8 cast); the last two rows are
     // the trainer's one-GPU fp8 form (the E4M3 copy, no bf16 param) with either moment type

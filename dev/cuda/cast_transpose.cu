@@ -82,7 +82,7 @@ static void validate_cast(int fmt, size_t n, size_t offset, float scale, bool wi
     float *d_scale = d_scalar(scale);
     const float prior = 0.25f; // the slot already holds an amax from an earlier micro-step
     float *d_amax = d_scalar(prior);
-    fp8_cast(d_out + offset, fmt, (const floatX *)(d_in + offset), n, with_amax ? d_amax : NULL, d_scale, 0);
+    fp8_cast(d_out + offset, fmt, (const floatX *)(d_in + offset), n, with_amax ? d_amax : NULL, NULL, d_scale, 0);
     cudaCheck(cudaDeviceSynchronize());
     std::vector<uint8_t> got(n), want(n);
     download(got.data(), d_out + offset, n);
@@ -113,7 +113,7 @@ static void validate_cast_transpose(int fmt, int rows, int cols, size_t offset, 
     upload(d_in + offset, h.data(), n);
     float *d_scale = d_scalar(scale), *d_amax = d_scalar(0.0f);
     fp8_cast_transpose(with_out ? d_out + offset : NULL, d_out_t + offset, fmt, (const floatX *)(d_in + offset), rows,
-                       cols, d_amax, d_scale, 0);
+                       cols, d_amax, NULL, d_scale, 0);
     cudaCheck(cudaDeviceSynchronize());
     std::vector<uint8_t> got(n), got_t(n), want(n), want_t(n);
     download(got.data(), d_out + offset, n);
@@ -291,7 +291,7 @@ static void bench(int version) {
     for (const Shape &s : SHAPES) {
         const int rows = s.M;
         const size_t nx = (size_t)s.M * s.K, ndy = (size_t)s.M * s.N;
-        float t_cast = time_median_ms_queued([&](int i) { fp8_cast(o1[i % 2], FP8_E4M3, in[i % 2], nx, d_amax, d_scale, 0); });
+        float t_cast = time_median_ms_queued([&](int i) { fp8_cast(o1[i % 2], FP8_E4M3, in[i % 2], nx, d_amax, NULL, d_scale, 0); });
         float t_ct;
         if (version == 1) {
             dim3 grid(CEIL_DIV(s.N, 32), CEIL_DIV(rows, 32));
@@ -300,7 +300,7 @@ static void bench(int version) {
             });
         } else {
             t_ct = time_median_ms_queued([&](int i) {
-                fp8_cast_transpose(o1[i % 2], o2[i % 2], FP8_E5M2, in[i % 2], rows, s.N, d_amax, d_scale, 0);
+                fp8_cast_transpose(o1[i % 2], o2[i % 2], FP8_E5M2, in[i % 2], rows, s.N, d_amax, NULL, d_scale, 0);
             });
         }
         float t_tr;

@@ -166,10 +166,10 @@ static void validate_shape(int N, int IN, int OUT) {
     // 2. the trainer's path: operands made by the GPU kernels from bf16, same GEMMs
     cudaCheck(cudaMemset(d_xq, 0, xq.size())); cudaCheck(cudaMemset(d_wq, 0, wq.size())); cudaCheck(cudaMemset(d_dyq, 0, dyq.size()));
     cudaCheck(cudaMemset(d_wq_t, 0, wq.size())); cudaCheck(cudaMemset(d_xq_t, 0, xq.size())); cudaCheck(cudaMemset(d_dyq_t, 0, dyq.size()));
-    fp8_cast(d_xq, FP8_E4M3, d_x, x.size(), d_amax + 0, d_scales + 0, 0);
-    fp8_cast(d_wq, FP8_E4M3, d_w, w.size(), d_amax + 1, d_scales + 1, 0);
+    fp8_cast(d_xq, FP8_E4M3, d_x, x.size(), d_amax + 0, NULL, d_scales + 0, 0);
+    fp8_cast(d_wq, FP8_E4M3, d_w, w.size(), d_amax + 1, NULL, d_scales + 1, 0);
     fp8_transpose(d_wq_t, d_wq, OUT, IN, 0);
-    fp8_cast_transpose(d_dyq, d_dyq_t, FP8_E5M2, d_dy, N, OUT, d_amax + 2, d_scales + 2, 0);
+    fp8_cast_transpose(d_dyq, d_dyq_t, FP8_E5M2, d_dy, N, OUT, d_amax + 2, NULL, d_scales + 2, 0);
     fp8_transpose(d_xq_t, d_xq, N, IN, 0);
     check_bytes("path: fp8_cast X == CPU", d_xq, xq);
     check_bytes("path: fp8_cast W == CPU", d_wq, wq);
@@ -255,10 +255,10 @@ static void bench_shape(const Shape &s, Times out[3]) {
         fp8_scale_from_amax(sc + 0, si + 0, NULL, am + 0, FP8_E4M3_MAX, 0, 0);
         fp8_scale_from_amax(sc + 1, si + 4, NULL, am + 1, FP8_E4M3_MAX, 0, 0);
         fp8_scale_from_amax(sc + 2, si + 8, NULL, am + 2, FP8_E5M2_MAX, 0, 0);
-        fp8_cast(xq[c], FP8_E4M3, x[c], nx, am + 0, sc + 0, 0);
-        fp8_cast(wq[c], FP8_E4M3, w[c], nw, am + 1, sc + 1, 0);
+        fp8_cast(xq[c], FP8_E4M3, x[c], nx, am + 0, NULL, sc + 0, 0);
+        fp8_cast(wq[c], FP8_E4M3, w[c], nw, am + 1, NULL, sc + 1, 0);
         fp8_transpose(wq_t[c], wq[c], OUT, IN, 0);
-        fp8_cast_transpose(dyq[c], dyq_t[c], FP8_E5M2, dy[c], N, OUT, am + 2, sc + 2, 0);
+        fp8_cast_transpose(dyq[c], dyq_t[c], FP8_E5M2, dy[c], N, OUT, am + 2, NULL, sc + 2, 0);
         fp8_transpose(xq_t[c], xq[c], N, IN, 0);
     }
     floatX *y = device_alloc<floatX>(ndy), *dx = device_alloc<floatX>(nx), *dw = device_alloc<floatX>(nw);
@@ -270,7 +270,7 @@ static void bench_shape(const Shape &s, Times out[3]) {
     out[FPROP].fp8 = time_median_ms_queued([&](int i) { int c = i % COPIES;
         matmul_fp8_fprop(y, (const fp8e4 *)xq[c], (const fp8e4 *)wq[c], SI(c) + 0, SI(c) + 4, N, IN, OUT, 0); });
     out[FPROP].sep = time_median_ms_queued([&](int i) { int c = i % COPIES;
-        fp8_cast(xq[c], FP8_E4M3, x[c], nx, AM(c) + 0, SC(c) + 0, 0);
+        fp8_cast(xq[c], FP8_E4M3, x[c], nx, AM(c) + 0, NULL, SC(c) + 0, 0);
         matmul_fp8_fprop(y, (const fp8e4 *)xq[c], (const fp8e4 *)wq[c], SI(c) + 0, SI(c) + 4, N, IN, OUT, 0); });
     out[FPROP].lin = s.x_bf16 ? out[FPROP].sep : out[FPROP].fp8;
     out[DGRAD].bf16 = time_median_ms_queued([&](int i) { int c = i % COPIES;
@@ -281,7 +281,7 @@ static void bench_shape(const Shape &s, Times out[3]) {
         fp8_transpose(wq_t[c], wq[c], OUT, IN, 0);
         matmul_fp8_dgrad(dx, (const fp8e5 *)dyq[c], (const fp8e4 *)wq_t[c], SI(c) + 8, SI(c) + 4, N, IN, OUT, 0); });
     out[DGRAD].sep = time_median_ms_queued([&](int i) { int c = i % COPIES;
-        fp8_cast_transpose(dyq[c], dyq_t[c], FP8_E5M2, dy[c], N, OUT, AM(c) + 2, SC(c) + 2, 0);
+        fp8_cast_transpose(dyq[c], dyq_t[c], FP8_E5M2, dy[c], N, OUT, AM(c) + 2, NULL, SC(c) + 2, 0);
         matmul_fp8_dgrad(dx, (const fp8e5 *)dyq[c], (const fp8e4 *)wq_t[c], SI(c) + 8, SI(c) + 4, N, IN, OUT, 0); });
     out[WGRAD].bf16 = time_median_ms_queued([&](int i) { int c = i % COPIES;
         matmul_backward(NULL, dw, dy[c], x[c], w[c], N, IN, OUT, 0, 0); });
@@ -289,7 +289,7 @@ static void bench_shape(const Shape &s, Times out[3]) {
         matmul_fp8_wgrad(dw, (const fp8e5 *)dyq_t[c], (const fp8e4 *)xq_t[c], SI(c) + 8, SI(c) + 0, N, IN, OUT, 0, 0); });
     out[WGRAD].lin = time_median_ms_queued([&](int i) { int c = i % COPIES;
         fp8_transpose(dyq_t[c], dyq[c], N, OUT, 0);
-        if (s.x_bf16) fp8_cast_transpose(NULL, xq_t[c], FP8_E4M3, x[c], N, IN, NULL, SC(c) + 0, 0);
+        if (s.x_bf16) fp8_cast_transpose(NULL, xq_t[c], FP8_E4M3, x[c], N, IN, NULL, NULL, SC(c) + 0, 0);
         else fp8_transpose(xq_t[c], xq[c], N, IN, 0);
         matmul_fp8_wgrad(dw, (const fp8e5 *)dyq_t[c], (const fp8e4 *)xq_t[c], SI(c) + 8, SI(c) + 0, N, IN, OUT, 0, 0); });
     out[WGRAD].sep = time_median_ms_queued([&](int i) { int c = i % COPIES;
@@ -346,9 +346,9 @@ static void sustained_study(const Shape &s) {
     fill_normalish_kernel<<<2048, 256>>>(w, nw, 23u, 1.0f);
     fill_normalish_kernel<<<2048, 256>>>(dy, ndy, 37u, 1.0f);
     cudaLaunchCheck();
-    fp8_cast(xq, FP8_E4M3, x, nx, NULL, NULL, 0);
-    fp8_cast(wq, FP8_E4M3, w, nw, NULL, NULL, 0);
-    fp8_cast_transpose(dyq, dyq_t, FP8_E5M2, dy, N, OUT, NULL, NULL, 0);
+    fp8_cast(xq, FP8_E4M3, x, nx, NULL, NULL, NULL, 0);
+    fp8_cast(wq, FP8_E4M3, w, nw, NULL, NULL, NULL, 0);
+    fp8_cast_transpose(dyq, dyq_t, FP8_E5M2, dy, N, OUT, NULL, NULL, NULL, 0);
     fp8_transpose(wq_t, wq, OUT, IN, 0);
     fp8_transpose(xq_t, xq, N, IN, 0);
     struct { int kind, m, n, k; const void *a, *b; floatX *d; const float *sa, *sb; } g[6] = {

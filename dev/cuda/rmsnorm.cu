@@ -70,7 +70,7 @@ static void validate(int N, int C) {
     // ~0.3% of outputs exceed 448 / scale: the saturation path is exercised; small ones go subnormal
     const float scale = 448.0f / 3.0f;
     set_float(d_scale, scale);
-    Fp8Cast cast = {d_fp8, d_amax, d_scale};
+    Fp8Cast cast = {d_fp8, d_amax, d_scale, NULL};
 
     // forward
     poison(d_out, NC * 2); poison(d_rstd, N * 4); poison(d_fp8, NC); set_float(d_amax, 0.0f);
@@ -80,7 +80,7 @@ static void validate(int N, int C) {
 
     // fp8-only mode: the same codes and amax without the bf16 output
     poison(d_fp8b, NC); set_float(d_amax, 0.0f);
-    Fp8Cast cast_b = {d_fp8b, d_amax, d_scale};
+    Fp8Cast cast_b = {d_fp8b, d_amax, d_scale, NULL};
     rmsnorm_forward(NULL, NULL, d_x, d_w, N, C, EPS, cast_b, 0);
     {
         std::vector<uint8_t> f1 = to_host<uint8_t>(d_fp8, NC), f2 = to_host<uint8_t>(d_fp8b, NC);
@@ -123,7 +123,7 @@ static void validate(int N, int C) {
     const float bscale = 57344.0f / 4.0f; // a few dresidual values saturate E5M2
     set_float(d_scale, bscale);
     fp8e5 *d_f5 = (fp8e5 *)d_fp8;
-    Fp8Cast bcast = {d_f5, d_amax, d_scale};
+    Fp8Cast bcast = {d_f5, d_amax, d_scale, NULL};
     std::vector<uint16_t> runs_dres[2], runs_dw[2];
     std::vector<uint8_t> runs_f8[2];
     float runs_amax[2];
@@ -193,7 +193,7 @@ static void benchmark(int N, int C) {
     fp8e4 *d_fp8 = device_alloc<fp8e4>(NC);
     set_float(d_scale, 1.0f);
     set_float(d_amax, 0.0f);
-    Fp8Cast cast = {d_fp8, d_amax, d_scale};
+    Fp8Cast cast = {d_fp8, d_amax, d_scale, NULL};
     rmsnorm_forward(NULL, d_rstd, d_x, d_w, N, C, EPS, cast, 0); // realistic rstd for the backward
     const double nc = (double)NC;
     float ms;
@@ -205,7 +205,7 @@ static void benchmark(int N, int C) {
     report_bandwidth("fused_residual_rmsnorm_forward (out + fp8)", ms, nc * (2 + 2 + 2 + 2 + 1) + N * 4.0);
     ms = time_median_ms([&] { fused_residual_rmsnorm_forward(d_res, NULL, d_rstd, d_x, d_b, d_w, N, C, EPS, cast, 0); });
     report_bandwidth("fused_residual_rmsnorm_forward (fp8 only)", ms, nc * (2 + 2 + 2 + 1) + N * 4.0);
-    Fp8Cast bcast = {d_fp8, d_amax, d_scale};
+    Fp8Cast bcast = {d_fp8, d_amax, d_scale, NULL};
     ms = time_median_ms([&] { rmsnorm_backward(d_dres, d_dw, d_scratch, d_out, d_x, d_w, d_rstd, N, C, bcast, 0); });
     report_bandwidth("rmsnorm_backward (+ fp8 + amax)", ms, nc * (2 + 2 + 2 + 2 + 1) + N * 4.0);
     printf("  (rmsnorm_backward uses %d blocks, %.1f MB of dw scratch)\n", rmsnorm_backward_blocks(N, C),

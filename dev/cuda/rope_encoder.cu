@@ -51,7 +51,7 @@ static void validate_rope(int B, int T, int NH, int NKV, int HS) {
     set_float(d_scale, scale);
     set_float(d_amax, 0.0f);
     poison(d_f8, n);
-    Fp8Cast cast = {d_f8, d_amax, d_scale};
+    Fp8Cast cast = {d_f8, d_amax, d_scale, NULL};
     upload(d_qkv, q.data(), n);
     rope_backward(d_qkv, d_freqs, B, T, NH, NKV, HS, cast, 0);
     std::vector<uint16_t> bwd = to_host<uint16_t>(d_qkv, n);
@@ -97,7 +97,7 @@ static void validate_rope(int B, int T, int NH, int NKV, int HS) {
     check_amax("rope backward amax (whole row)", amax, bwd.data(), n);
 
     // without a cast: the same bf16, and the second run is bit-identical to the first
-    Fp8Cast none = {NULL, NULL, NULL};
+    Fp8Cast none = {NULL, NULL, NULL, NULL};
     upload(d_qkv, q.data(), n);
     rope_backward(d_qkv, d_freqs, B, T, NH, NKV, HS, none, 0);
     std::vector<uint16_t> bwd2 = to_host<uint16_t>(d_qkv, n);
@@ -188,7 +188,7 @@ static void benchmark_rope(int B, int T, int NH, int NKV, int HS) {
     uint8_t *d_f8 = device_alloc<uint8_t>((size_t)BT * row);
     set_float(d_scale, 1.0f);
     set_float(d_amax, 0.0f);
-    Fp8Cast cast = {d_f8, d_amax, d_scale}, none = {NULL, NULL, NULL};
+    Fp8Cast cast = {d_f8, d_amax, d_scale, NULL}, none = {NULL, NULL, NULL, NULL};
     float ms = time_median_ms([&] { rope_forward(d_qkv, d_freqs, B, T, NH, NKV, HS, 0); });
     report_bandwidth("rope_forward (q, k in place)", ms, qk * 4);
     ms = time_median_ms([&] { rope_backward(d_qkv, d_freqs, B, T, NH, NKV, HS, cast, 0); });

@@ -30,7 +30,7 @@ static void validate(int N, int FF) {
     // forward
     const float scale = 448.0f / 4.0f; // |out| > 4 saturates
     set_float(d_scale, scale);
-    Fp8Cast cast = {d_f8, d_amax, d_scale};
+    Fp8Cast cast = {d_f8, d_amax, d_scale, NULL};
     poison(d_out, NF * 2); poison(d_f8, NF); set_float(d_amax, 0.0f);
     swiglu_forward(d_out, d_in, N, FF, cast, 0);
     std::vector<uint16_t> out = to_host<uint16_t>(d_out, NF);
@@ -49,7 +49,7 @@ static void validate(int N, int FF) {
     float amax_fwd = get_float(d_amax);
     check_amax("forward amax", amax_fwd, out.data(), NF);
     poison(d_f8b, NF); set_float(d_amax, 0.0f);
-    Fp8Cast cast_b = {d_f8b, d_amax, d_scale};
+    Fp8Cast cast_b = {d_f8b, d_amax, d_scale, NULL};
     swiglu_forward(NULL, d_in, N, FF, cast_b, 0);
     {
         std::vector<uint8_t> f8b = to_host<uint8_t>(d_f8b, NF);
@@ -137,7 +137,7 @@ static void benchmark(int N, int FF) {
     uint8_t *d_f8 = device_alloc<uint8_t>(2 * NF);
     set_float(d_scale, 1.0f);
     set_float(d_amax, 0.0f);
-    Fp8Cast cast = {d_f8, d_amax, d_scale};
+    Fp8Cast cast = {d_f8, d_amax, d_scale, NULL};
     const double nf = (double)NF;
     float ms;
     ms = time_median_ms([&] { swiglu_forward(d_out, d_in, N, FF, cast, 0); });

@@ -81,8 +81,8 @@ typedef struct {
     int fp8, fp8_current, fp8_lm_head, fp8_history, fp8_margin;
     Fp8StateLayout fp8_layout;
     float *fp8_state;    // the GPU's state buffer, layout of llama_config.h (NULL without fp8)
-    uint64_t *fp8_counts; // (2 per fp8 tensor) [2t] underflows, [2t + 1] saturations of tensor t's casts in
-                          // the current step, all micro-steps (fp8_underflows, fp8_saturates); NULL without fp8
+    uint64_t *fp8_counts; // (FP8_COUNTS per fp8 tensor, llmc/fp8.h) underflows and saturations of tensor t's
+                          // casts in the current step, all micro-steps (fp8_underflows, fp8_saturates); NULL without fp8
     ref_real *params_fp8; // (num_params) decoded E4M3 copies of the fp8 linears' weights (scaled domain)
     int fp8_bf16_inputs; // round every fp8 cast's input to bf16 first (the GPU casts bf16 values): the
                          // tests use the difference this makes as the noise floor of GPU-vs-reference
@@ -152,7 +152,7 @@ static void ref_init(RefModel *model, const LlamaConfig *cfg, int B, int T, int 
         model->fp8_layout = fp8_state_layout(fp8_num_tensors(cfg, fp8_lm_head), fp8_history);
         model->fp8_state = (float *)mallocCheck(model->fp8_layout.total * sizeof(float));
         fp8_state_init(model->fp8_state, model->fp8_layout);
-        model->fp8_counts = (uint64_t *)callocCheck(2 * (size_t)model->fp8_layout.num_tensors, sizeof(uint64_t));
+        model->fp8_counts = (uint64_t *)callocCheck(FP8_COUNTS * (size_t)model->fp8_layout.num_tensors, sizeof(uint64_t));
         model->params_fp8 = (ref_real *)callocCheck(model->num_params, sizeof(ref_real));
     }
     size_t sizes[NUM_REF_ACTS], total = 0;
@@ -252,8 +252,8 @@ static void ref_fp8_cast(RefModel *model, int t, const ref_real *in, ref_real *o
         under += fp8_underflows(x, scale, fmt);
         sat += fp8_saturates(x, scale, fmt);
     }
-    model->fp8_counts[2 * t] += under;
-    model->fp8_counts[2 * t + 1] += sat;
+    model->fp8_counts[FP8_COUNTS * t + FP8_UNDERFLOWS] += under;
+    model->fp8_counts[FP8_COUNTS * t + FP8_SATURATIONS] += sat;
 }
 
 static float ref_fp8_scale_inv(const RefModel *model, int lin, int kind) {
@@ -602,7 +602,7 @@ static ref_real ref_compute_grads(RefModel *model, const int *inputs, const int 
     if (grad_accum < 1) FATAL("reference model: grad_accum must be >= 1, got %d", grad_accum);
     size_t BT = (size_t)model->B * model->T;
     memset(model->grads, 0, model->num_params * sizeof(ref_real));
-    if (model->fp8) memset(model->fp8_counts, 0, 2 * (size_t)model->fp8_layout.num_tensors * sizeof(uint64_t));
+    if (model->fp8) memset(model->fp8_counts, 0, FP8_COUNTS * (size_t)model->fp8_layout.num_tensors * sizeof(uint64_t));
     model->micro_step = -1;
     double loss = 0.0;
     for (int k = 0; k < grad_accum; k++) {
