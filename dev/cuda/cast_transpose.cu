@@ -296,7 +296,7 @@ static void bench(int version) {
         if (version == 1) {
             dim3 grid(CEIL_DIV(s.N, 32), CEIL_DIV(rows, 32));
             t_ct = time_median_ms_queued([&](int i) {
-                fp8_transpose_any_kernel<__NV_E5M2, true><<<grid, 256>>>(o1[i % 2], o2[i % 2], in[i % 2], rows, s.N, d_amax, d_scale);
+                fp8_transpose_any_kernel<__NV_E5M2, true><<<grid, 256>>>(o1[i % 2], o2[i % 2], in[i % 2], rows, s.N, d_amax, NULL, d_scale);
             });
         } else {
             t_ct = time_median_ms_queued([&](int i) {
@@ -307,7 +307,7 @@ static void bench(int version) {
         if (version == 1) {
             dim3 grid(CEIL_DIV(s.K, 32), CEIL_DIV(rows, 32));
             t_tr = time_median_ms_queued([&](int i) {
-                fp8_transpose_any_kernel<__NV_E4M3, false><<<grid, 256>>>(NULL, o2[i % 2], o1[i % 2], rows, s.K, NULL, NULL);
+                fp8_transpose_any_kernel<__NV_E4M3, false><<<grid, 256>>>(NULL, o2[i % 2], o1[i % 2], rows, s.K, NULL, NULL, NULL);
             });
         } else {
             t_tr = time_median_ms_queued([&](int i) { fp8_transpose(o2[i % 2], o1[i % 2], rows, s.K, 0); });
