@@ -339,6 +339,42 @@ static double fp8_state_diff(const float *a, const float *r, Fp8StateLayout lay,
     return worst;
 }
 
+// How far one run's fp8 health counts (NT, FP8_COUNTS) are from another's, per kind: sum over the
+// tensors of |a - r| over the sum of r (1 if r has none).
+static void fp8_counts_diff(const uint64_t *a, const uint64_t *r, int num_tensors, double out[FP8_COUNTS]) {
+    for (int k = 0; k < FP8_COUNTS; k++) {
+        double diff = 0.0, total = 0.0;
+        for (int t = 0; t < num_tensors; t++) {
+            diff += fabs((double)a[FP8_COUNTS * t + k] - (double)r[FP8_COUNTS * t + k]);
+            total += (double)r[FP8_COUNTS * t + k];
+        }
+        out[k] = diff / (total > 0.0 ? total : 1.0);
+    }
+}
+
+// The GPU's counts of the step just made against the reference's, with the flip floor (the
+// bf16-input reference against the plain one) as for the state. Counts move with the values near a
+// threshold, which the trajectories' drift moves too.
+#define FP8_COUNTS_BUDGET 1e-1
+static void fp8_counts_check(const Model *m, const RefModel *ref, const RefModel *refb, int step) {
+    int nt = m->fp8_layout.num_tensors;
+    size_t nc = (size_t)FP8_COUNTS * nt;
+    uint64_t *gpu = (uint64_t *)mallocCheck(nc * sizeof(uint64_t)), total = 0;
+    cudaCheck(cudaMemcpy(gpu, m->fp8_counts + nc, nc * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+    double d[FP8_COUNTS], floor[FP8_COUNTS];
+    fp8_counts_diff(gpu, ref->fp8_counts, nt, d);
+    fp8_counts_diff(refb->fp8_counts, ref->fp8_counts, nt, floor);
+    for (size_t i = 0; i < nc; i++) total += ref->fp8_counts[i];
+    for (int k = 0; k < FP8_COUNTS; k++) {
+        const char *what = k == FP8_UNDERFLOWS ? "underflows" : "saturations";
+        double tol = fp8_tolerance(floor[k], FP8_COUNTS_BUDGET);
+        printf("    step %d %s: gpu vs cpu %.2e of the cpu's (flip floor %.2e, tolerance %.2e)\n", step, what, d[k], floor[k], tol);
+        CHECK(d[k] < tol, "step %d: fp8 %s differ from the reference's by %.3e >= %.3e", step, what, d[k], tol);
+    }
+    CHECK(total > 0, "step %d: the reference counted no underflow or saturation: nothing compared", step);
+    free(gpu);
+}
+
 static void fp8_state_check(int current, int lm_head, int margin) {
     LlamaConfig c = small_config();
     int B = 2, T = 128, N = B * T, grad_accum = 2, H = 4;
@@ -367,6 +403,7 @@ static void fp8_state_check(int current, int lm_head, int margin) {
         double tol = fp8_tolerance(fabs(lb - lref) / lref, BF16_STEPS_TOL);
         printf("    step %d loss gpu %.5f cpu %.5f (bf16-input cpu %.5f, tolerance %.2e)\n", step, l, lref, lb, tol);
         CHECK(fabs(l - lref) / lref < tol, "step %d loss %.5f vs %.5f", step, l, lref);
+        fp8_counts_check(&m, &ref, &refb, step);
     }
     Fp8StateLayout lay = m.fp8_layout;
     float *st = download_f32(m.fp8_state, lay.total);
@@ -476,7 +513,10 @@ static void test_fp8_vs_pytorch_fixture(void) {
 //   previous step saw; live (the first step, the current recipe), each scale is the host rule on
 //   that tensor's own amax;
 // - the GEMMs: Y, dX and dW against the fp64 product of the decoded codes times the two scale_invs
-//   (tolerances below).
+//   (tolerances below);
+// - the fp8 health counts: each tensor's underflows and saturations of the step are exactly
+//   fp8_underflows / fp8_saturates summed over the values its casts cast (a fourth run pushes the X
+//   scales down and the dY scales up in its last step, so that both counts are large).
 // A mutation run (scripts/test_mutations.sh, dev/test/README.md) shows each named bug failing here.
 
 #define PROBE_MAX_L 4
@@ -486,6 +526,7 @@ typedef struct {
     float *master;             // (host) the step's fp32 master weights
     float *last_state;         // (host) the fp8 state at the latest backward GEMM: what the update reads
     uint8_t *x[LINS_PER_LAYER + 1][PROBE_MAX_L], *w[LINS_PER_LAYER + 1][PROBE_MAX_L]; // each forward's codes
+    uint64_t *counts;          // (NT, FP8_COUNTS) this step's underflows and saturations by the host definition
     long bad_codes, codes, bad_transposes, bad_slots, bad_scales;
     double worst[3][2];        // Y, dX, dW over the step's GEMMs: max |gpu - fp64| / max |fp64|, RMS relative error
     int gemms;
@@ -498,12 +539,15 @@ static uint8_t *download_u8(const void *d, size_t n) {
     return h;
 }
 
-// Codes of src (n bf16 values, host floats) against the host codec; returns max |src|.
-static float probe_codes(const uint8_t *codes, const float *src, size_t n, float scale, Fp8Format fmt) {
+// Codes of src (n bf16 values, host floats) of tensor t against the host codec, and what the cast
+// lost into the step's counts; returns max |src|.
+static float probe_codes(const uint8_t *codes, const float *src, size_t n, int t, float scale, Fp8Format fmt) {
     float amax = 0.0f;
     for (size_t i = 0; i < n; i++) {
         amax = fmaxf(amax, fabsf(src[i]));
         g_probe.bad_codes += codes[i] != fp8_encode(src[i] * scale, fmt);
+        g_probe.counts[FP8_COUNTS * t + FP8_UNDERFLOWS] += fp8_underflows(src[i], scale, fmt);
+        g_probe.counts[FP8_COUNTS * t + FP8_SATURATIONS] += fp8_saturates(src[i], scale, fmt);
     }
     g_probe.codes += n;
     return amax;
@@ -571,12 +615,12 @@ static void fp8_gemm_probe(const Model *m, const Fp8GemmView *v) {
         if (v->src == NULL) { free(st); return; }
         uint8_t *x = download_u8(v->a, (size_t)N * IN), *w = download_u8(v->b, wn);
         float *src = download_bf16(v->src, (size_t)N * IN);
-        probe_slot_scale(m, st, tx, probe_codes(x, src, (size_t)N * IN, st[lay.scale + tx], FP8_E4M3), what);
+        probe_slot_scale(m, st, tx, probe_codes(x, src, (size_t)N * IN, tx, st[lay.scale + tx], FP8_E4M3), what);
         // W: bf16(master), as AdamW or the weight cast makes it (round to nearest even)
         size_t at = m->param[LINEAR_PARAM[lin]] - m->params_memory + (size_t)l * wn;
         float *wsrc = (float *)mallocCheck(wn * sizeof(float));
         for (size_t i = 0; i < wn; i++) wsrc[i] = __bfloat162float(__float2bfloat16_rn(g_probe.master[at + i]));
-        probe_slot_scale(m, st, tw, probe_codes(w, wsrc, wn, st[lay.scale + tw], FP8_E4M3), what);
+        probe_slot_scale(m, st, tw, probe_codes(w, wsrc, wn, tw, st[lay.scale + tw], FP8_E4M3), what);
         probe_gemm(g_probe.worst[0], v->out, N, OUT, IN, x, IN, 1, FP8_E4M3, st[lay.scale_inv + tx], w, IN, 1, FP8_E4M3,
                    st[lay.scale_inv + tw]);
         free(g_probe.x[lin][l]); free(g_probe.w[lin][l]);
@@ -589,7 +633,7 @@ static void fp8_gemm_probe(const Model *m, const Fp8GemmView *v) {
         uint8_t *dy = download_u8(v->a, (size_t)N * OUT), *wt = download_u8(v->b, wn);
         uint8_t *dyt = download_u8(v->a_t, (size_t)N * OUT), *xt = download_u8(v->x_t, (size_t)N * IN);
         float *src = download_bf16(v->src, (size_t)N * OUT);
-        probe_slot_scale(m, st, tdy, probe_codes(dy, src, (size_t)N * OUT, st[lay.scale + tdy], FP8_E5M2), what);
+        probe_slot_scale(m, st, tdy, probe_codes(dy, src, (size_t)N * OUT, tdy, st[lay.scale + tdy], FP8_E5M2), what);
         probe_transpose(dyt, dy, N, OUT, what);
         probe_transpose(xt, x, N, IN, what);
         probe_transpose(wt, w, OUT, IN, what);
@@ -616,8 +660,48 @@ static void fp8_gemm_probe(const Model *m, const Fp8GemmView *v) {
 #define GEMM_MAX_TOL 1e-2
 #define GEMM_RMS_TOL 4e-3
 
-// Three steps (the first live, then delayed unless current) with every fp8 GEMM probed.
-static void fp8_probed_steps(int current, int weight_cache, int margin, int lm_head, int recompute) {
+// Scales pushed off the recipe's, before a step: X's down 2^12 (values below ~2^-10 of the amax
+// underflow), dY's up 2^6 (values above 1/64 of the amax saturate). W, already cast, keeps its own.
+static void push_scales_off(Model *m) {
+    Fp8StateLayout lay = m->fp8_layout;
+    float *st = download_f32(m->fp8_state, lay.total);
+    for (int t = 0; t < lay.num_tensors; t++) {
+        int kind = t % FP8_KINDS;
+        if (kind == FP8_W) continue;
+        st[lay.scale + t] *= kind == FP8_X ? 0x1p-12f : 0x1p6f;
+        st[lay.scale_inv + t] = 1.0f / st[lay.scale + t];
+    }
+    cudaCheck(cudaMemcpy(m->fp8_state, st, lay.total * sizeof(float), cudaMemcpyHostToDevice));
+    fp8_publish_scale_inv(m->gemm_scale_inv, m->fp8_state + lay.scale_inv, lay.num_tensors, g_stream);
+    free(st);
+}
+
+// The last step's health counts on the GPU against the probe's host counts: every entry exactly.
+static void probe_check_counts(const Model *m, int step, int want_both) {
+    size_t nc = (size_t)FP8_COUNTS * m->fp8_layout.num_tensors;
+    uint64_t *gpu = (uint64_t *)mallocCheck(nc * sizeof(uint64_t));
+    cudaCheck(cudaMemcpy(gpu, m->fp8_counts + nc, nc * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+    long bad = 0;
+    uint64_t total[FP8_COUNTS] = {0, 0};
+    for (size_t i = 0; i < nc; i++) {
+        if (gpu[i] != g_probe.counts[i] && bad++ < 5)
+            printf("    tensor %zu %s: %llu on the GPU, %llu by the host definition\n", i / FP8_COUNTS,
+                   i % FP8_COUNTS == FP8_UNDERFLOWS ? "underflows" : "saturations", (unsigned long long)gpu[i],
+                   (unsigned long long)g_probe.counts[i]);
+        total[i % FP8_COUNTS] += g_probe.counts[i];
+    }
+    printf("    step %d health: %llu underflows, %llu saturations in all; %ld counts differ\n", step,
+           (unsigned long long)total[FP8_UNDERFLOWS], (unsigned long long)total[FP8_SATURATIONS], bad);
+    CHECK(bad == 0, "step %d: %ld fp8 health counts differ from the host definition", step, bad);
+    if (want_both) CHECK(total[FP8_UNDERFLOWS] > 1000 && total[FP8_SATURATIONS] > 1000,
+                         "step %d: the pushed scales gave only %llu underflows and %llu saturations", step,
+                         (unsigned long long)total[FP8_UNDERFLOWS], (unsigned long long)total[FP8_SATURATIONS]);
+    free(gpu);
+}
+
+// Three steps (the first live, then delayed unless current) with every fp8 GEMM probed; with
+// push_off, the last step runs with push_scales_off's scales.
+static void fp8_probed_steps(int current, int weight_cache, int margin, int lm_head, int recompute, int push_off) {
     LlamaConfig c = small_config();
     int B = 2, T = 128, N = B * T, L = c.L;
     if (L > PROBE_MAX_L) FATAL("fp8_probed_steps: the probe keeps the codes of %d layers, the model has %d", PROBE_MAX_L, L);
@@ -643,6 +727,7 @@ static void fp8_probed_steps(int current, int weight_cache, int margin, int lm_h
     AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
     Fp8StateLayout lay = m.fp8_layout;
     memset(&g_probe, 0, sizeof(g_probe));
+    g_probe.counts = (uint64_t *)mallocCheck((size_t)FP8_COUNTS * lay.num_tensors * sizeof(uint64_t));
     g_fp8_gemm_probe = fp8_gemm_probe;
     int per_step = 2 * (LINS_PER_LAYER * L + m.fp8.lm_head);
     for (int step = 0; step < 3; step++) {
@@ -666,6 +751,12 @@ static void fp8_probed_steps(int current, int weight_cache, int margin, int lm_h
             }
             CHECK(bad == 0, "step %d: %ld fp8 state entries differ from the host update of the previous step's state", step, bad);
         }
+        if (push_off && step == 2) {
+            push_scales_off(&m);
+            free(g_probe.state0);
+            g_probe.state0 = download_f32(m.fp8_state, lay.total);
+        }
+        memset(g_probe.counts, 0, (size_t)FP8_COUNTS * lay.num_tensors * sizeof(uint64_t));
         g_probe.gemms = 0;
         g_probe.bad_codes = g_probe.codes = g_probe.bad_transposes = g_probe.bad_slots = g_probe.bad_scales = 0;
         memset(g_probe.worst, 0, sizeof(g_probe.worst));
@@ -684,19 +775,21 @@ static void fp8_probed_steps(int current, int weight_cache, int margin, int lm_h
             CHECK(g_probe.worst[k][0] < GEMM_MAX_TOL, "step %d: %s GEMM max error %.3e >= %.0e", step, which, g_probe.worst[k][0], GEMM_MAX_TOL);
             CHECK(g_probe.worst[k][1] < GEMM_RMS_TOL, "step %d: %s GEMM RMS error %.3e >= %.0e", step, which, g_probe.worst[k][1], GEMM_RMS_TOL);
         }
+        probe_check_counts(&m, step, push_off && step == 2);
     }
     g_fp8_gemm_probe = NULL;
     for (int lin = 0; lin <= LINS_PER_LAYER; lin++)
         for (int l = 0; l < PROBE_MAX_L; l++) { free(g_probe.x[lin][l]); free(g_probe.w[lin][l]); }
-    free(g_probe.state0); free(g_probe.master); free(g_probe.last_state);
+    free(g_probe.state0); free(g_probe.master); free(g_probe.last_state); free(g_probe.counts);
     memset(&g_probe, 0, sizeof(g_probe));
     cudaCheck(cudaFree(a->ln1)); cudaCheck(cudaFree(a->ln2)); cudaCheck(cudaFree(a->swiglu)); cudaCheck(cudaFree(a->dfch));
     free(in); free(tg); free(losses);
     model_free(&m);
 }
-static void test_fp8_probed_delayed(void) { fp8_probed_steps(0, 1, 0, 0, 0); }
-static void test_fp8_probed_margin_no_cache(void) { fp8_probed_steps(0, 0, 1, 1, 1); }
-static void test_fp8_probed_current(void) { fp8_probed_steps(1, 1, 0, 0, 0); }
+static void test_fp8_probed_delayed(void) { fp8_probed_steps(0, 1, 0, 0, 0, 0); }
+static void test_fp8_probed_margin_no_cache(void) { fp8_probed_steps(0, 0, 1, 1, 1, 0); }
+static void test_fp8_probed_current(void) { fp8_probed_steps(1, 1, 0, 0, 0, 0); }
+static void test_fp8_probed_pushed_scales(void) { fp8_probed_steps(0, 1, 0, 0, 0, 1); }
 
 // A small fp8 model with the trainer's own random init.
 static void small_fp8_model(Model *m, int history, uint64_t seed) {
@@ -1117,6 +1210,7 @@ int main(int argc, char **argv) {
     run_test("fp8 linears GEMM by GEMM: codes, amaxes, scales, outputs (delayed, W cast by AdamW)", test_fp8_probed_delayed);
     run_test("fp8 linears GEMM by GEMM: margin 1, W cast per use, fp8 lm_head, -r 1", test_fp8_probed_margin_no_cache);
     run_test("fp8 linears GEMM by GEMM: current recipe", test_fp8_probed_current);
+    run_test("fp8 linears GEMM by GEMM: scales pushed off, large underflow and saturation counts", test_fp8_probed_pushed_scales);
     run_test("fp8 with -fp8_margin 1: 6 steps with grad accumulation vs C reference", test_fp8_margin_vs_cpu);
     run_test("fp8 steps vs PyTorch fixture llama_fp8.bin (logits, losses, fp8 state)", test_fp8_vs_pytorch_fixture);
     run_test("fp8 weight cache off trains bit-identically (losses, weights, fp8 state)", test_fp8_weight_cache_off_identical);

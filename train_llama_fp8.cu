@@ -101,7 +101,7 @@ static const OptSpec OPTION_SPECS[] = {
     OPT("-fp8_margin", OPT_INT, fp8_margin, "scale margin: scale = fp8_max / (amax * 2^margin)"),
     OPT("-fp8_weight_cache", OPT_INT, fp8_weight_cache, "1: fp8 weights made once per step (by AdamW on one GPU); 0: cast per layer when used (several GPUs: saves 1 byte/param)"),
     OPT("-fp8_lm_head", OPT_INT, fp8_lm_head, "1: lm_head as an fp8 linear too (the recipe keeps it bf16)"),
-    OPT("-fp8_log", OPT_INT, fp8_log, "write every linear's amaxes and scales to fp8.log every N steps (0: never)"),
+    OPT("-fp8_log", OPT_INT, fp8_log, "write every linear's amaxes, scales and fp8 health (underflow, saturation) to fp8.log every N steps (0: never)"),
     OPT("-fp8_dump", OPT_INT, fp8_dump, "1: at the end each GPU writes its whole fp8 state to fp8_state_rank<r>.bin in -o (ranks must agree)"),
     OPT("-V", OPT_INT, V, "override vocabulary size (default: the tokenizer's / data's / preset's)"),
     OPT("-L", OPT_INT, L, "override number of layers"),

@@ -1,7 +1,7 @@
-"""The one reader of what train_llama_fp8 writes about a run: its main.log (parse_main_log) and its
-standard output (parse_stdout). plot_log.py, compare_convergence.sh (through plot_log),
-test_multi_gpu.sh and benchmark.sh use it; dev/test/test_trainer_log.py checks it on sample logs in
-the trainer's formats. Standard library only.
+"""The one reader of what train_llama_fp8 writes about a run: its main.log (parse_main_log), its
+fp8.log (parse_fp8_log) and its standard output (parse_stdout). plot_log.py, plot_fp8.py,
+compare_convergence.sh (through those two), test_multi_gpu.sh and benchmark.sh use it;
+dev/test/test_trainer_log.py checks it on sample logs in the trainer's formats. Standard library only.
 
 main.log (the trainer's fprintf(logf, ...) lines):
     # <GPU> precision <p> model <name> V .. L .. C .. NH .. NKV .. FF .. B .. T .. total_batch .. adam_moments ..
@@ -112,10 +112,16 @@ def parse_main_log(path):
 FP8_KINDS = ("x", "w", "dy")  # the fp8 tensors of a linear, as fp8.log names them
 
 
+FP8_FIELDS = ("amax", "scale", "under", "sat")  # of each tensor kind: x_amax, ..., dy_sat
+
+
 def parse_fp8_log(path):
     """An fp8.log (written with -fp8_log N: one line per linear per logged step, 's:<step> layer:<l>
-    linear:<name> x_amax:<v> x_scale:<v> w_amax:<v> ...') -> ({(layer, linear): {step: {'x_scale': v, ...}}},
-    the number of malformed lines). A resumed run appends: when the step goes back, what was read from
+    linear:<name> x_amax:<v> x_scale:<v> x_under:<f> x_sat:<f> w_amax:<v> ...') -> ({(layer, linear):
+    {step: {'x_scale': v, 'dy_under': f, ...}}}, the number of malformed lines). *_under and *_sat are
+    the fractions of the values that tensor had cast in that step that underflowed (non-zero, cast to
+    fp8 zero) or saturated (clipped at the format's max); a log of a trainer before those counts has
+    only the amax and scale keys. A resumed run appends: when the step goes back, what was read from
     that step on is dropped."""
     data, skipped, last_step = {}, 0, None
     with open(path, "r", errors="replace") as f:
@@ -131,7 +137,7 @@ def parse_fp8_log(path):
                 continue
             rec = {}
             for k in FP8_KINDS:
-                for what in ("amax", "scale"):
+                for what in FP8_FIELDS:
                     key = f"{k}_{what}"
                     if key in kv:
                         try:
