@@ -10,8 +10,8 @@
 # and -precision; the fp8 runs also get -fp8_log N and -fp8_recipe. Run it from the repository root
 # when the flags use the trainer's relative default paths (data/...).
 # Writes into OUT: bf16/, fp8/, fp8_current/ (each: main.log, fp8.log, console.log, checkpoint,
-# flags.txt, and DONE once the run finished), loss.png, fp8_scales.png (fp8_current_scales.png),
-# summary.md.
+# flags.txt, and DONE once the run finished), loss.png, fp8_scales.png and fp8_health.png
+# (fp8_current_*.png), summary.md (with each fp8 run's tensors of most underflow and saturation).
 # Exit status: 0 all runs finished and each fp8 run's final val loss is within --threshold of
 # bf16's; 1 an fp8 run is worse than that (or has no finite val loss); 2 bad usage; 3 a run crashed
 # or the comparison could not be made.
@@ -28,7 +28,7 @@ usage: $0 [options] -- [train_llama_fp8 flags]
   --threshold X      fail when an fp8 run's final val loss exceeds bf16's by more than X, relative
                      (default 0.01 = 1%)
   --skip-existing    reuse runs that finished before (OUT/<run>/DONE) with the same flags
-  --fp8-log N        -fp8_log for the fp8 runs (default 10; 0: no fp8.log, no scale plot)
+  --fp8-log N        -fp8_log for the fp8 runs (default 10; 0: no fp8.log, no scale or health plot)
   --smooth K         train-loss smoothing (trailing mean over K steps) in loss.png (default 20)
   --bin PATH         trainer binary (default: train_llama_fp8 in the repository; built with make if missing)
   --python PATH      python with matplotlib for the plots (default: \$PYTHON or python3)
@@ -174,7 +174,7 @@ fi
 
 # plots: a missing matplotlib costs the pictures, not the comparison
 plot_failed=()
-rm -f -- "$out/loss.png" "$out"/fp8*_scales.png
+rm -f -- "$out/loss.png" "$out"/fp8*_scales.png "$out"/fp8*_health.png
 logs=()
 for run in "${finished[@]}"; do logs+=("$out/$run/main.log"); done
 "$python" "$script_dir/plot_log.py" "${logs[@]}" --labels "${finished[@]}" --smooth "$smooth" \
@@ -185,15 +185,22 @@ for run in "${finished[@]}"; do
     [ -s "$out/$run/fp8.log" ] || continue
     "$python" "$script_dir/plot_fp8.py" "$out/$run/fp8.log" --title "fp8 scales: $run ($out)" \
         --out "$out/${run}_scales.png" || plot_failed+=("${run}_scales.png")
+    # an fp8.log of a trainer before the fp8 health counts has none: the summary notes it
+    grep -q ' x_under:' "$out/$run/fp8.log" || continue
+    "$python" "$script_dir/plot_fp8.py" "$out/$run/fp8.log" --health --title "fp8 health: $run ($out)" \
+        --out "$out/${run}_health.png" || plot_failed+=("${run}_health.png")
 done
 
-# summary table and the threshold check (standard library only, via plot_log's parser)
+# summary table, fp8 health and the threshold check (standard library only: plot_log and plot_fp8
+# import matplotlib only to plot)
 rm -f -- "$out/summary.md"
 set +e
 "$python" - "$script_dir" "$out" "$threshold" "$(printf '%q ' "${trainer_args[@]}")" "${failed[*]}" "${finished[@]}" <<'EOF'
 import math, os, statistics, sys
 sys.path.insert(0, sys.argv[1])
 from plot_log import parse_main_log
+from plot_fp8 import has_health, health_summary
+from trainer_log import parse_fp8_log
 
 out, threshold, flags, failed, runs = sys.argv[2], float(sys.argv[3]), sys.argv[4], sys.argv[5].split(), sys.argv[6:]
 stats = {}
@@ -271,7 +278,25 @@ else:
 lines += notes
 for run in failed:
     lines.append(f"CRASHED: {run} did not finish (see {run}/console.log); it is left out above.")
-pngs = [p for p in ["loss.png"] + [f"{r}_scales.png" for r in runs] if os.path.exists(os.path.join(out, p))]
+for run in runs:
+    path = os.path.join(out, run, "fp8.log")
+    if not run.startswith("fp8") or not os.path.isfile(path) or os.path.getsize(path) == 0:
+        continue
+    lines += ["", f"## fp8 health: {run}", ""]
+    try:
+        data = parse_fp8_log(path)[0]
+    except OSError as e:
+        lines.append(f"{run}/fp8.log could not be read: {e.strerror}.")
+        continue
+    if has_health(data):
+        png = f"{run}_health.png"
+        lines += [f"Fractions of a tensor's values cast in a step that underflowed (non-zero, cast to fp8 zero) or "
+                  f"saturated (clipped at the format's max), from {run}/fp8.log"
+                  + (f"; every tensor in {png}." if os.path.exists(os.path.join(out, png)) else "."), ""]
+        lines += health_summary(data)
+    else:
+        lines.append(f"{run}/fp8.log has no underflow/saturation fields (written by a trainer before fp8 health counts).")
+pngs = [p for p in ["loss.png"] + [f"{r}_{k}.png" for r in runs for k in ("scales", "health")] if os.path.exists(os.path.join(out, p))]
 lines += ["", "Plots: " + (", ".join(pngs) if pngs else "none (plotting failed)")]
 text = "\n".join(lines) + "\n"
 with open(os.path.join(out, "summary.md"), "w") as f:

@@ -41,7 +41,7 @@ KIND_NAMES = dict(zip(FP8_KINDS, ("X", "W", "dY")))
 FORMATS = dict(zip(FP8_KINDS, ("E4M3", "E4M3", "E5M2")))
 LINEARS = ("qkv", "wo", "w13", "w2")
 HEALTH = (("under", "underflow"), ("sat", "saturation"))  # the fp8.log field and its name
-FLOOR = 1e-8  # the smallest fraction the heat maps tell apart
+FLOOR = 1e-8  # heat maps: a smaller fraction shows as this one (zero has a colour of its own)
 
 
 def tensor_rows(data):
@@ -101,9 +101,10 @@ def row_ticks(rows):
     labelled = set(layers[::math.ceil(len(layers) / 16)])
     ticks, labels = [], []
     for i, (l, lin) in enumerate(rows):
-        if lin == "lm_head" or (l in labelled and f"layer {l}" not in labels):
+        if lin == "lm_head" or l in labelled:
             ticks.append(i)
             labels.append(tensor_name(l, lin) if lin == "lm_head" else f"layer {l}")
+            labelled.discard(l)  # a layer's first row only
     return ticks, labels
 
 
@@ -115,8 +116,11 @@ def plot_health(plt, data, out, title):
     col = {s: i for i, s in enumerate(steps)}
     # cell edges halfway between logged steps, so the x axis reads in steps however they are spaced
     st = np.array(steps, dtype=float)
-    half = np.diff(st) / 2 if len(st) > 1 else np.array([0.5])
-    x_edges = np.concatenate([[st[0] - half[0]], st[:-1] + half[:len(st) - 1], [st[-1] + half[-1]]])
+    if len(st) > 1:
+        half = np.diff(st) / 2
+        x_edges = np.concatenate([[st[0] - half[0]], st[:-1] + half, [st[-1] + half[-1]]])
+    else:
+        x_edges = st[0] + np.array([-0.5, 0.5])
     y_edges = np.arange(len(rows) + 1) - 0.5
     lo = math.log10(FLOOR)
     cmap = plt.get_cmap("viridis").with_extremes(under="white", bad="lightgrey")
@@ -141,8 +145,12 @@ def plot_health(plt, data, out, title):
             ax.set_title(f"{KIND_NAMES[kind]} ({FORMATS[kind]}) {name}")
         fig.colorbar(mesh, ax=axes[r, :], extend="min", label=f"log10 {name} fraction (white: none)")
     ticks, labels = row_ticks(rows)
-    axes[0, 0].set_yticks(ticks, labels, fontsize=7 if len(ticks) > 12 else 9)
+    for ax in axes[:, 0]:
+        ax.set_yticks(ticks, labels, fontsize=7 if len(ticks) > 12 else 9)
+        if len(ticks) < len(rows):
+            ax.set_ylabel(f"rows in each layer: {' '.join(LINEARS)}")
     axes[0, 0].set_ylim(len(rows) - 0.5, -0.5)  # the first layer on top
+    axes[0, 0].xaxis.set_major_locator(plt.MaxNLocator(integer=True))
     for ax in axes[-1]:
         ax.set_xlabel("step")
     fig.suptitle(title)

@@ -10,6 +10,10 @@
   no H200 log of bench_hf.py exists yet) and an out-of-memory log built here in bench_hf.py's format:
   the labels, the speedup against transformers bf16 when PyTorch bf16 is absent (and against PyTorch
   bf16 when present), OOM, the tied-embeddings note, and a log of another run flagged as such.
+- scripts/compare_convergence.sh --current, with a fake trainer that copies logs written here in the
+  trainer's formats (test_trainer_log.py's writers): fp8's fp8.log has the fp8 health fields,
+  fp8_current's is an older trainer's. fp8 must get fp8_health.png and a health section in
+  summary.md naming the tensors given the most underflow and saturation; fp8_current a note instead.
 - scripts/run_tests.sh: copied into a fake tree whose suites pass, fail, crash, print no summary or
   exit non-zero after a clean summary, with a fake nvidia-smi that answers (a "GPU") or not and a
   fake make that builds or fails; the totals and the exit status must be what each case gives.
@@ -17,6 +21,7 @@ Last line: "N passed, N failed".
 
     python3 dev/test/test_scripts.py
 """
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -81,6 +86,7 @@ def table_rows(out):
 
 
 from checks import check, summary  # noqa: E402  (dev/test/checks.py)
+import test_trainer_log as logs  # noqa: E402  (the sample-log writers, in the trainer's formats)
 
 
 def test_scaling(tmp):
@@ -230,6 +236,61 @@ def test_benchmark_table_hf(tmp):
           f"a transformers log of another model is flagged (exit {rc})")
 
 
+CONVERGENCE = os.path.join(ROOT, "scripts", "compare_convergence.sh")
+
+
+def test_compare_convergence(tmp):
+    src = os.path.join(tmp, "conv_logs")
+    os.makedirs(src)
+    for run, gap in (("bf16", 0.0), ("fp8_delayed", 2e-3), ("fp8_current", 3e-3)):
+        with open(os.path.join(src, run + ".main.log"), "w") as f:
+            f.write(logs.header_line(run[:4]) + "".join(logs.train_line(s, (10 - 0.2 * s) * (1 + gap)) for s in range(1, 21)))
+            f.write(logs.VAL % (20, 6.0 * (1 + gap)))
+    most_under, most_sat = (1, "w2", "dy"), (0, "qkv", "x")  # everything else 1e-4 underflow, no saturation
+    for run, kind_fmt in (("fp8_delayed", logs.FP8_KIND), ("fp8_current", logs.FP8_KIND_OLD)):
+        with open(os.path.join(src, run + ".fp8.log"), "w") as f:
+            for step in (10, 20):
+                for layer in (0, 1):
+                    for linear in ("qkv", "wo", "w13", "w2"):
+                        f.write(logs.fp8_line(step, layer, linear, {k: dict(
+                            amax=1.0, scale=448.0, under=5e-2 if (layer, linear, k) == most_under else 1e-4,
+                            sat=1e-6 * step if (layer, linear, k) == most_sat else 0.0) for k in ("x", "w", "dy")}, kind_fmt))
+    trainer = os.path.join(tmp, "fake_trainer")
+    with open(trainer, "w") as f:
+        f.write(f"""#!/usr/bin/env bash
+# copies the run's logs, chosen by -precision and -fp8_recipe, into -o DIR
+recipe=
+while [ $# -gt 1 ]; do
+    case $1 in -o) dir=$2 ;; -precision) precision=$2 ;; -fp8_recipe) recipe=_$2 ;; esac
+    shift 2
+done
+cp {shlex_quote(src)}/$precision$recipe.main.log "$dir/main.log"
+[ ! -f {shlex_quote(src)}/$precision$recipe.fp8.log ] || cp {shlex_quote(src)}/$precision$recipe.fp8.log "$dir/fp8.log"
+""")
+    os.chmod(trainer, 0o755)
+    out = os.path.join(tmp, "conv")
+    p = subprocess.run(["bash", CONVERGENCE, "--out", out, "--current", "--quiet", "--bin", trainer, "--python", sys.executable,
+                        "--", "-x", "20"], capture_output=True, text=True)
+    check(p.returncode == 0 and p.stdout.rstrip().endswith("compare_convergence.sh: OK"),
+          f"compare_convergence.sh with a fake trainer: OK (exit {p.returncode}; {p.stderr.strip()!r})")
+    text = open(os.path.join(out, "summary.md")).read() if os.path.exists(os.path.join(out, "summary.md")) else ""
+    fp8 = text.partition("## fp8 health: fp8\n")[2].partition("## ")[0]
+    check("- underflow #1: layer 1 w2 dY 5.0e-02 of its values (mean over 2 logged steps; max 5.0e-02 at step 10)" in fp8 and
+          "- saturation #1: layer 0 qkv X 1.5e-05 of its values (mean over 2 logged steps; max 2.0e-05 at step 20)" in fp8 and
+          "saturation #2" not in fp8, f"summary.md: fp8's health names the tensors of most underflow and saturation ({fp8!r})")
+    current = text.partition("## fp8 health: fp8_current\n")[2]
+    check("fp8_current/fp8.log has no underflow/saturation fields (written by a trainer before fp8 health counts)" in current,
+          f"summary.md: fp8_current's older fp8.log is noted ({current!r})")
+    pngs = {name: os.path.exists(os.path.join(out, name)) for name in ("fp8_health.png", "fp8_scales.png", "fp8_current_health.png", "fp8_current_scales.png")}
+    if importlib.util.find_spec("matplotlib"):
+        check(pngs == {"fp8_health.png": True, "fp8_scales.png": True, "fp8_current_health.png": False, "fp8_current_scales.png": True}
+              and "Plots: loss.png, fp8_scales.png, fp8_health.png, fp8_current_scales.png\n" in text,
+              f"the health plot for fp8 only, beside the scale plots ({pngs})")
+    else:
+        check("fp8_health.png" in p.stderr and "fp8_current_health.png" not in p.stderr,
+              f"without matplotlib: the health plot of fp8 (only) is among the failed plots ({p.stderr.strip()!r})")
+
+
 RUNNER = os.path.join(ROOT, "scripts", "run_tests.sh")
 # the suites run_tests.sh runs, as paths in the tree (the Python ones are found by its glob)
 CPU_SUITES = ["dev/test/test_cpu", "dev/test/test_trainer_host", "dev/test/test_zero_layout"]
@@ -301,5 +362,6 @@ if __name__ == "__main__":
         test_refusals(tmp)
         test_benchmark_table(tmp)
         test_benchmark_table_hf(tmp)
+        test_compare_convergence(tmp)
         test_runner(tmp)
     sys.exit(summary())

@@ -1,12 +1,17 @@
-"""CPU checks of scripts/trainer_log.py (the reader of the trainer's main.log and standard output,
-used by plot_log.py, compare_convergence.sh, benchmark.sh and test_multi_gpu.sh) and of
-scripts/compare_logs.py (test_multi_gpu.sh's step-by-step comparison of two runs).
+"""CPU checks of scripts/trainer_log.py (the reader of the trainer's main.log, fp8.log and standard
+output, used by plot_log.py, plot_fp8.py, compare_convergence.sh, benchmark.sh and
+test_multi_gpu.sh), of plot_fp8.py's fp8 health modes and of scripts/compare_logs.py
+(test_multi_gpu.sh's step-by-step comparison of two runs).
 
 The sample logs are written here with the trainer's own format strings, read out of
 train_llama_fp8.cu, so a change of format there shows up here: a main.log with a resumed run (the
 repeated steps must replace the abandoned ones), sample lines, malformed and cut-off lines; a
 standard output with 2 GPUs, tied embeddings, llama3 RoPE scaling, bf16 AdamW moments, a skipped
-update, val losses, a stop by SIGTERM and the median line. Then real logs: a 400-step main.log of
+update, val losses, a stop by SIGTERM and the median line; an fp8.log with a resumed run, a cut-off
+line and the underflow/saturation fractions, and one of a trainer before those (it parses and plots
+its scales; plot_fp8.py --health and --health-summary refuse it). On a crafted 3-layer fp8.log the
+health summary must name the tensors worked out from the values written, and --health must write a
+PNG (where matplotlib is installed; else say it is missing). Then real logs: a 400-step main.log of
 dev/results and an H200 run's output in dev/test/fixtures/bench. compare_logs.py's fp8 mode must pass
 a 2-rank fp8 run that tracks the 1-rank one, fail one that fell back to bf16 GEMMs (the old bound,
 twice the fp8-vs-bf16 gap, passed it), and fail saying it cannot tell when fp8 barely moves the
@@ -15,16 +20,19 @@ loss. Last line: "N passed, N failed".
     python3 dev/test/test_trainer_log.py
 """
 import contextlib
+import importlib.util
 import io
 import math
 import os
 import re
+import subprocess
 import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import compare_logs  # noqa: E402
+import plot_fp8  # noqa: E402
 import trainer_log  # noqa: E402
 
 from checks import check, summary  # noqa: E402  (dev/test/checks.py)
@@ -55,6 +63,7 @@ STOPPED = fmt("stopped by %s after step %d of %d. To continue")
 MEDIAN = fmt("median step %.2f ms")
 FP8_LINE = fmt("s:%d layer:%d linear:%s")
 FP8_KIND = fmt(" %s_amax:%.6e %s_scale:%.6e")
+FP8_KIND_OLD = " %s_amax:%.6e %s_scale:%.6e"  # write_fp8_log's before the fp8 health counts
 
 
 def train_line(step, loss, norm=1.5, lr=3e-4, ms=12.5, tps=81920.0):
@@ -157,31 +166,128 @@ def test_real_stdout():
           "PyTorch's output: no trainer lines, but its model line reads the same")
 
 
-def fp8_line(step, layer, linear, values):
-    """One fp8.log line as write_fp8_log prints it; values: {kind: (amax, scale)}."""
-    return FP8_LINE % (step, layer, linear) + "".join(FP8_KIND % (k, a, k, s) for k, (a, s) in values.items()) + "\n"
+def fp8_line(step, layer, linear, values, kind_fmt=FP8_KIND):
+    """One fp8.log line as write_fp8_log prints it (or an older trainer, with kind_fmt=FP8_KIND_OLD);
+    values: {kind: {field: v}} with (at least) the fields kind_fmt names, amax, scale, under, sat."""
+    fields = re.findall(r"%s_(\w+):", kind_fmt)
+    return FP8_LINE % (step, layer, linear) + \
+        "".join(kind_fmt % sum(((k, v[f]) for f in fields), ()) for k, v in values.items()) + "\n"
+
+
+def run_plot_fp8(*args):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "plot_fp8.py"), *args], capture_output=True, text=True)
+
+
+def fp8_values(step):
+    """A linear's fields at a logged step (amax and scale of each kind, the fraction that underflowed
+    and that saturated), all moving with the step."""
+    return {"x": dict(amax=1.5 * step, scale=448 / (1.5 * step), under=1e-4 * step, sat=0.0),
+            "w": dict(amax=0.04, scale=448 / 0.04, under=0.0, sat=0.0),
+            "dy": dict(amax=2e-5 * step, scale=57344 / (2e-5 * step), under=3e-3, sat=1e-6 * step)}
 
 
 def test_fp8_log(tmp):
     path = os.path.join(tmp, "fp8.log")
-    vals = lambda step: {"x": (1.5 * step, 448 / (1.5 * step)), "w": (0.04, 448 / 0.04), "dy": (2e-5 * step, 57344 / (2e-5 * step))}
     with open(path, "w") as f:
         for step in (10, 20, 30):
             for layer in (0, 1):
                 for linear in ("qkv", "w2"):
-                    f.write(fp8_line(step, layer, linear, vals(step)))
+                    f.write(fp8_line(step, layer, linear, fp8_values(step)))
         f.write("s:40 layer:0 linear:qkv x_amax:\n")  # cut off
         for layer in (0, 1):  # resumed from step 20: step 30 was redone
             for linear in ("qkv", "w2"):
-                f.write(fp8_line(30, layer, linear, vals(31)))
+                f.write(fp8_line(30, layer, linear, fp8_values(31)))
     data, skipped = trainer_log.parse_fp8_log(path)
     check(sorted(data) == [(0, "qkv"), (0, "w2"), (1, "qkv"), (1, "w2")], f"fp8.log: the (layer, linear) series {sorted(data)}")
     series = data[(1, "w2")]
     check(sorted(series) == [10, 20, 30], f"fp8.log: steps {sorted(series)}")
     check(abs(series[30]["dy_amax"] - 2e-5 * 31) < 1e-9 and abs(series[10]["x_scale"] - 448 / 15) < 1e-4,
           f"fp8.log: values, the resumed run's step 30 kept ({series[30]})")
-    check(set(series[20]) == {f"{k}_{w}" for k in trainer_log.FP8_KINDS for w in ("amax", "scale")}, f"fp8.log: fields {sorted(series[20])}")
+    check(abs(series[10]["x_under"] - 1e-3) < 1e-12 and abs(series[30]["dy_sat"] - 3.1e-5) < 1e-15 and series[20]["w_sat"] == 0.0,
+          f"fp8.log: the underflow and saturation fractions ({series[30]})")
+    check(set(series[20]) == {f"{k}_{w}" for k in trainer_log.FP8_KINDS for w in trainer_log.FP8_FIELDS},
+          f"fp8.log: fields {sorted(series[20])}")
     check(skipped == 1, f"fp8.log: the cut-off line skipped ({skipped})")
+    check(plot_fp8.has_health(data), "fp8.log: has the health fields")
+
+    old = os.path.join(tmp, "fp8_old.log")
+    with open(old, "w") as f:
+        for step in (10, 20):
+            f.write(fp8_line(step, 0, "qkv", fp8_values(step), FP8_KIND_OLD))
+    data, skipped = trainer_log.parse_fp8_log(old)
+    rec = data[(0, "qkv")][20]
+    check(sorted(data[(0, "qkv")]) == [10, 20] and skipped == 0 and abs(rec["x_amax"] - 30) < 1e-9 and
+          set(rec) == {f"{k}_{w}" for k in trainer_log.FP8_KINDS for w in ("amax", "scale")} and not plot_fp8.has_health(data),
+          f"fp8.log of a trainer before the health counts: amax and scale, no health ({rec})")
+    for mode in ("--health", "--health-summary"):
+        r = run_plot_fp8(old, mode, "--out", os.path.join(tmp, "fp8_old_health.png"))
+        check(r.returncode == 1 and "no underflow/saturation fields: written by a trainer before fp8 health counts" in r.stderr,
+              f"plot_fp8.py {mode} refuses that log ({r.stderr.strip()!r})")
+    r = run_plot_fp8(old, "--layers", "0", "--linears", "qkv", "--out", os.path.join(tmp, "fp8_old.png"))
+    check(r.returncode == 0 or "matplotlib is not installed" in r.stderr, f"that log still plots its scales ({r.stderr.strip()!r})")
+
+
+KIND_LABEL = {"x": "X", "w": "W", "dy": "dY"}
+
+
+def test_fp8_health(tmp):
+    """A 3-layer log with an fp8 lm_head, 5 logged steps. Underflow: every tensor some (no two the
+    same), and one with a spike at one step (the largest max, not the largest mean); saturation: two
+    tensors only. What the summary must name is worked out here from the values written."""
+    steps = (10, 20, 30, 40, 50)
+    linears = [(l, lin) for l in range(3) for lin in ("qkv", "wo", "w13", "w2")] + [(0, "lm_head")]
+    tensors = [(l, lin, k) for l, lin in linears for k in trainer_log.FP8_KINDS]
+    spike = (1, "wo", "w")
+    written = {"under": {}, "sat": {}}
+    for i, t in enumerate(tensors):
+        for j, step in enumerate(steps):
+            under = 1e-3 if t == spike and step == 30 else 0.0 if t == spike else ((37 * i) % 41 + 1) * 1e-5 * (1 + 0.25 * j)
+            sat = 2e-6 if t == (0, "lm_head", "dy") else 4e-5 if t == (2, "w2", "x") and step == 40 else 0.0
+            written["under"].setdefault(t, {})[step] = float("%.6e" % under)
+            written["sat"].setdefault(t, {})[step] = float("%.6e" % sat)
+    path = os.path.join(tmp, "fp8_health.log")
+    with open(path, "w") as f:
+        for step in steps:
+            for l, lin in linears:
+                f.write(fp8_line(step, l, lin, {k: dict(amax=1.0, scale=448.0, under=written["under"][(l, lin, k)][step],
+                                                        sat=written["sat"][(l, lin, k)][step]) for k in trainer_log.FP8_KINDS}))
+    data, _ = trainer_log.parse_fp8_log(path)
+
+    def expected(what):
+        means = {t: sum(v.values()) / len(v) for t, v in written[what].items()}
+        top = sorted((t for t in tensors if means[t] > 0), key=lambda t: -means[t])[:3]
+        return [(t, means[t], max(written[what][t].values()), max(written[what][t], key=written[what][t].get)) for t in top]
+
+    lines = plot_fp8.health_summary(data)
+    for what, name in (("under", "underflow"), ("sat", "saturation")):
+        exp, got = expected(what), plot_fp8.health_top(data, what)
+        check([(l, lin, k) for *_, l, lin, k in got] == [t for t, *_ in exp] and
+              all(math.isclose(g[0], e[1]) and g[1:4] == (e[2], e[3], len(steps)) for g, e in zip(got, exp)),
+              f"health_top {what}: the tensors of the largest means, their max and its step ({got})")
+        want = [f"- {name} #{i}: {lin if lin == 'lm_head' else f'layer {l} {lin}'} {KIND_LABEL[k]} {mean:.1e} of its values "
+                f"(mean over {len(steps)} logged steps; max {peak:.1e} at step {s})" for i, ((l, lin, k), mean, peak, s) in enumerate(exp, 1)]
+        check([ln for ln in lines if ln.startswith(f"- {name} #")] == want, f"health summary names them: {want}")
+    spike_max = max(written["under"][spike].values())
+    check(spike_max > max(max(v.values()) for t, v in written["under"].items() if t != spike) and
+          expected("under")[0][0] != spike, "(the crafted spike has the largest max, not the largest mean)")
+    check(len(expected("sat")) == 2 and expected("sat")[0][0] == (2, "w2", "x"), "(two tensors saturate, the one-step one most)")
+    for rec in data[(2, "w2")].values():
+        rec["x_sat"] = 0.0
+    for rec in data[(0, "lm_head")].values():
+        rec["dy_sat"] = 0.0
+    check(plot_fp8.health_summary(data)[-1] == "- saturation: none, in any tensor at any logged step",
+          "health summary without any saturation says so")
+
+    r = run_plot_fp8(path, "--health-summary")
+    check(r.returncode == 0 and r.stdout.splitlines() == lines, f"plot_fp8.py --health-summary prints them ({r.stdout!r} {r.stderr!r})")
+    png = os.path.join(tmp, "fp8_health.png")
+    r = run_plot_fp8(path, "--health", "--out", png)
+    if importlib.util.find_spec("matplotlib"):
+        ok = r.returncode == 0 and open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+        check(ok, f"plot_fp8.py --health writes a PNG ({r.stdout!r} {r.stderr!r})")
+    else:
+        check(r.returncode != 0 and "matplotlib is not installed" in r.stderr,
+              f"plot_fp8.py --health without matplotlib says so (the PNG itself is not checked here) ({r.stderr!r})")
 
 
 def write_log(path, losses, norms, vals):
@@ -264,4 +370,5 @@ if __name__ == "__main__":
         test_real_stdout()
         test_compare(tmp)
         test_fp8_log(tmp)
+        test_fp8_health(tmp)
     sys.exit(summary())
