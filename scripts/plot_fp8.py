@@ -154,7 +154,9 @@ def plot_health(plt, data, out, title):
     for ax in axes[-1]:
         ax.set_xlabel("step")
     fig.suptitle(title)
-    fig.savefig(out, dpi=120)
+    tmp = out + ".tmp"  # a finished PNG or none: never half of one under the real name
+    fig.savefig(tmp, dpi=120, format="png")
+    os.replace(tmp, out)
     plt.close(fig)
 
 
@@ -190,7 +192,9 @@ def plot_scales(plt, data, layers, linears, what, out, title):
     axes[0].set_title(title)
     axes[-1].set_xlabel("step")
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
+    tmp = out + ".tmp"  # a finished PNG or none: never half of one under the real name
+    fig.savefig(tmp, dpi=120, format="png")
+    os.replace(tmp, out)
     plt.close(fig)
     return dropped
 

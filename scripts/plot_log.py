@@ -143,7 +143,9 @@ def plot(logs, labels, out, smooth_k=1, title=None, ylim=None, threshold=None):
             ax2.set_ylim(min(lo, 0.0), max(hi, 0.0))
     axes[-1][0].set_xlabel("step")
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
+    tmp = out + ".tmp"  # a finished PNG or none: never half of one under the real name
+    fig.savefig(tmp, dpi=120, format="png")
+    os.replace(tmp, out)
     plt.close(fig)
 
 
