@@ -12,7 +12,10 @@ Validation against CPU references:
     the steps stay comparable;
     param must be exactly bf16(master); the fp8 copy must equal fp8_encode(param * scale[l*stride])
     byte for byte and amax[l*stride] = max |param| of slice l bit for bit, the amax/scale entries
-    between the strides untouched; vectorized, scalar (slice not a multiple of 8) and misaligned paths.
+    between the strides untouched; the fp8 health counts of slice l, summed over the steps, exactly
+    llmc/fp8.h's oracle over its params, added in counts[FP8_COUNTS*l*stride] to what they held, the
+    entries between untouched (and all of them with counts NULL); layer scales that saturate many,
+    and underflow many; vectorized, scalar (slice not a multiple of 8) and misaligned paths.
   init_from_master: exact round-to-nearest-even.
   global_norm_squared: vs a CPU double sum (rel 1e-5), bit-identical over repeated runs, n = 0 and 1.
 Timing: Llama-2-7B's wqkv tensor (32 layers x 12288 x 4096 = 1.61e9 elements) with and without the
@@ -54,11 +57,12 @@ static int moment_mismatch(uint16_t gpu, float cpu, uint32_t r16, double abs_tol
     return fabs((double)bf16_to_float(gpu) - cpu) <= ulp + abs_tol ? 1 : 2;
 }
 
-// Case: n elements; layers > 0 turns on the fp8 cast (n = layers * layer_numel); offset misaligns
-// every pointer by that many elements; bf16m: moments in bf16, the tensor's first element at model
-// index index0.
+// Case: n elements; layers > 0 turns on the fp8 cast (n = layers * layer_numel), counting its fp8
+// health into per-layer counters (with_counts; else none, and the counters must keep COUNTS_START);
+// offset misaligns every pointer by that many elements; bf16m: moments in bf16, the tensor's first
+// element at model index index0.
 static void validate_adamw(const char *name, size_t n, int layers, size_t layer_numel, int stride, size_t offset,
-                           bool bf16m = false, uint64_t index0 = 0) {
+                           bool bf16m = false, uint64_t index0 = 0, bool with_counts = true) {
     const Hyper h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f};
     const bool cast = layers > 0;
     uint64_t s = 1234 + n;
@@ -79,15 +83,20 @@ static void validate_adamw(const char *name, size_t n, int layers, size_t layer_
     const int nslots = cast ? layers * stride : 1;
     std::vector<float> scales(nslots, -7.0f), amax0(nslots, 12345.0f);
     for (int l = 0; l < layers; l++) {
-        const float choices[4] = {4000.0f, 25000.0f, 17.3f, 448.0f / 0.06f}; // typical, saturating, underflowing
+        const float choices[4] = {4000.0f, 25000.0f, 0.5f, 448.0f / 0.06f}; // typical, saturating, underflowing
         scales[(size_t)l * stride] = choices[l % 4];
         amax0[(size_t)l * stride] = l == 0 ? 0.01f : 0.0f; // an earlier value in the slot
     }
     float *d_scales = device_alloc<float>(nslots), *d_amax = device_alloc<float>(nslots);
     upload(d_scales, scales.data(), nslots);
     upload(d_amax, amax0.data(), nslots);
+    // fp8 health counters of the same tensors (FP8_COUNTS each), and what each layer's slot should
+    // have added up to over the steps
+    unsigned long long *d_counts = counts_alloc((size_t)FP8_COUNTS * nslots);
+    std::vector<Fp8Counts> counts_want(layers, Fp8Counts{0, 0});
+    std::vector<unsigned long long> counts_got((size_t)FP8_COUNTS * nslots);
     Fp8Cast wc = {NULL, NULL, NULL, NULL};
-    if (cast) { wc.out = Q; wc.amax = d_amax; wc.scale = d_scales; }
+    if (cast) { wc.out = Q; wc.amax = d_amax; wc.scale = d_scales; wc.counts = with_counts ? d_counts : NULL; }
 
     char detail[256] = "";
     bool ok = true;
@@ -166,6 +175,22 @@ static void validate_adamw(const char *name, size_t n, int layers, size_t layer_
                     ok = false;
                 }
                 amax0[(size_t)l * stride] = amax_got[(size_t)l * stride]; // the slot keeps accumulating
+                if (with_counts) {
+                    const Fp8Counts c = fp8_counts_of(&gp[(size_t)l * layer_numel], layer_numel, sc, FP8_E4M3);
+                    counts_want[l].under += c.under;
+                    counts_want[l].sat += c.sat;
+                }
+            }
+            download(counts_got.data(), d_counts, counts_got.size());
+            for (size_t k = 0; k < counts_got.size() && ok; k++) { // slot l*stride of layer l; the others untouched
+                const size_t slot = k / FP8_COUNTS;
+                const Fp8Counts c = slot % stride == 0 ? counts_want[slot / stride] : Fp8Counts{0, 0};
+                const unsigned long long want = COUNTS_START + (k % FP8_COUNTS == FP8_UNDERFLOWS ? c.under : c.sat);
+                if (counts_got[k] != want) {
+                    snprintf(detail, sizeof(detail), "step %d: counts entry %zu (tensor %zu, %s) = %llu, want %llu", t, k, slot,
+                             k % FP8_COUNTS == FP8_UNDERFLOWS ? "underflows" : "saturations", counts_got[k], want);
+                    ok = false;
+                }
             }
             for (int k = 0; k < nslots && ok; k++) {
                 if (k % stride != 0 && amax_got[k] != 12345.0f) {
@@ -176,11 +201,18 @@ static void validate_adamw(const char *name, size_t n, int layers, size_t layer_
         }
     }
     char what[200];
-    snprintf(what, sizeof(what), "adamw_update %s: n=%zu%s%s", name, n, cast ? "" : ", no cast", bf16m ? ", bf16 moments" : "");
+    snprintf(what, sizeof(what), "adamw_update %s: n=%zu%s%s%s", name, n, cast ? "" : ", no cast", bf16m ? ", bf16 moments" : "",
+             cast && !with_counts ? ", counts NULL" : "");
+    if (ok && cast && with_counts) {
+        Fp8Counts total = {0, 0};
+        for (const Fp8Counts &c : counts_want) { total.under += c.under; total.sat += c.sat; }
+        snprintf(detail, sizeof(detail), "%llu underflows, %llu saturations over %d layers", total.under, total.sat, layers);
+    }
     if (bf16m) printf("  %zu of %zu bf16 moment roundings one ulp off the CPU's (fp32 values a few ulp apart)\n", ulp_off, 10 * n);
     report(what, ok, detail);
     cudaCheck(cudaFree(d_w)); cudaCheck(cudaFree(d_m)); cudaCheck(cudaFree(d_v)); cudaCheck(cudaFree(d_p));
     cudaCheck(cudaFree(d_g)); cudaCheck(cudaFree(d_q)); cudaCheck(cudaFree(d_scales)); cudaCheck(cudaFree(d_amax));
+    cudaCheck(cudaFree(d_counts));
 }
 
 static void validate_init_from_master(size_t n) {
@@ -290,7 +322,7 @@ int main(void) {
     validate_adamw("plain, misaligned (scalar path)", 5003, 0, 0, 1, 1);
     validate_adamw("fp8 cast, 3 layers x 65544, stride 12", 3 * 65544, 3, 65544, 12, 0);
     validate_adamw("fp8 cast, 4 layers x 1001 (scalar path), stride 3", 4 * 1001, 4, 1001, 3, 0);
-    validate_adamw("fp8 cast, 1 layer, stride 1", 4096, 1, 4096, 1, 0);
+    validate_adamw("fp8 cast, 1 layer, stride 1", 4096, 1, 4096, 1, 0, false, 0, false);
     validate_adamw("plain, vector path + tail", 1000003, 0, 0, 1, 0, true, 5000000000ull);
     validate_adamw("plain, misaligned (scalar path)", 5003, 0, 0, 1, 1, true, 17);
     validate_adamw("fp8 cast, 3 layers x 65544, stride 12", 3 * 65544, 3, 65544, 12, 0, true, 123456);

@@ -2,7 +2,10 @@
 fp8 casts, cast+transpose, transpose, amax and the delayed-scaling update (llmc/fp8_scaling.cuh).
 Validates every kernel bit for bit against the CPU rule of llmc/fp8.h (fp8_encode, fp8_update_state),
 on shapes that exercise the vectorized paths, partial tiles, tails and the any-shape fallbacks, and
-on special values (0, -0, subnormals, saturation, inf, NaN); then times them on the ../shared/docs/
+on special values (0, -0, subnormals, saturation, inf, NaN); the casts' fp8 health counts exactly
+against fp8_underflows / fp8_saturates (inputs at the edges: half the smallest subnormal, the max,
+their bf16 neighbours), added to what the counters held (untouched when counts is NULL; the tiles'
+padding counts nothing); then times them on the ../shared/docs/
 ANCHORS.md GEMM shapes (X = (M, K) and dY = (M, N) of each) with bandwidth against the H200's
 measured 4.17 TB/s device-to-device copy.
 
@@ -41,6 +44,25 @@ static std::vector<uint16_t> make_bf16(size_t n, uint64_t seed, float mag, bool 
     return h;
 }
 
+// Overwrites about 1 in 32 elements, at random positions (so the blocks of a launch count
+// differently), with the edges of fp8 health for this format and scale, either sign: the bf16 values
+// nearest half the smallest subnormal / scale (with a power-of-two scale, the tie itself, which rounds
+// to the even code 0: an underflow) and max / scale (max itself does not saturate), with their bf16
+// neighbours below and above; 0 (never counted), bf16 subnormals (underflows), inf (saturates) and
+// NaN (neither).
+static void add_fp8_edges(std::vector<uint16_t> &h, int fmt, float scale, uint64_t seed) {
+    const Fp8Format f = (Fp8Format)fmt;
+    const uint16_t tie = float_to_bf16(ldexpf(1.0f, fp8_min_exponent(f) - fp8_mantissa_bits(f) - 1) / scale);
+    const uint16_t top = float_to_bf16(fp8_format_max(f) / scale);
+    const uint16_t edges[] = {(uint16_t)(tie - 1), tie, (uint16_t)(tie + 1), (uint16_t)(top - 1), top,
+                              (uint16_t)(top + 1), 0x0000, 0x0001, 0x007f, 0x7f80, 0x7fc0};
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 3;
+    for (size_t i = 0; i < h.size(); i++) {
+        const uint32_t r = random_u32(&s);
+        if (r % 32 == 0) h[i] = edges[(r >> 5) % (sizeof(edges) / sizeof(edges[0]))] | (r >> 31 ? 0x8000 : 0);
+    }
+}
+
 static uint32_t cpu_amax_bits(const uint16_t *h, size_t n) { // max |x| as float bits (NaN wins)
     uint32_t m = 0;
     for (size_t i = 0; i < n; i++) m = std::max(m, (uint32_t)(h[i] & 0x7fff) << 16);
@@ -71,18 +93,25 @@ static bool compare_codes(const uint8_t *gpu, const uint8_t *cpu, size_t n, char
 // ---------------------------------------------------------------------------------------------
 // validation
 
-static void validate_cast(int fmt, size_t n, size_t offset, float scale, bool with_amax, bool with_specials) {
+// Codes, amax and counts (fp8 health: the oracle's over h, added to COUNTS_START; with counts NULL
+// the counters keep COUNTS_START).
+static void validate_cast(int fmt, size_t n, size_t offset, float scale, bool with_amax, bool with_counts,
+                          bool with_specials) {
     char what[160], detail[256] = "";
-    snprintf(what, sizeof(what), "fp8_cast %s n=%zu offset=%zu scale=%g%s%s", fmt == FP8_E4M3 ? "E4M3" : "E5M2", n,
-             offset, scale, with_amax ? "" : " amax=NULL", with_specials ? " +specials" : "");
+    snprintf(what, sizeof(what), "fp8_cast %s n=%zu offset=%zu scale=%g%s%s%s", fmt == FP8_E4M3 ? "E4M3" : "E5M2", n,
+             offset, scale, with_amax ? "" : " amax=NULL", with_counts ? "" : " counts=NULL",
+             with_specials ? " +specials" : "");
     std::vector<uint16_t> h = make_bf16(n, n + offset + fmt, 3.0f, with_specials);
+    if (with_specials) add_fp8_edges(h, fmt, scale, n + offset);
     uint16_t *d_in = device_alloc<uint16_t>(n + offset);
     uint8_t *d_out = device_alloc<uint8_t>(n + offset);
     upload(d_in + offset, h.data(), n);
     float *d_scale = d_scalar(scale);
     const float prior = 0.25f; // the slot already holds an amax from an earlier micro-step
     float *d_amax = d_scalar(prior);
-    fp8_cast(d_out + offset, fmt, (const floatX *)(d_in + offset), n, with_amax ? d_amax : NULL, NULL, d_scale, 0);
+    unsigned long long *d_counts = counts_alloc(FP8_COUNTS);
+    fp8_cast(d_out + offset, fmt, (const floatX *)(d_in + offset), n, with_amax ? d_amax : NULL, with_counts ? d_counts : NULL,
+             d_scale, 0);
     cudaCheck(cudaDeviceSynchronize());
     std::vector<uint8_t> got(n), want(n);
     download(got.data(), d_out + offset, n);
@@ -97,8 +126,11 @@ static void validate_cast(int fmt, size_t n, size_t offset, float scale, bool wi
             snprintf(detail, sizeof(detail), "amax bits 0x%08x, want 0x%08x", got_amax, want_amax);
         }
     }
+    if (ok) ok = counts_match(d_counts, with_counts ? fp8_counts_of(h.data(), n, scale, (Fp8Format)fmt) : Fp8Counts{0, 0},
+                              detail, sizeof(detail));
     report(what, ok, detail);
     cudaCheck(cudaFree(d_in)); cudaCheck(cudaFree(d_out)); cudaCheck(cudaFree(d_scale)); cudaCheck(cudaFree(d_amax));
+    cudaCheck(cudaFree(d_counts));
 }
 
 static void validate_cast_transpose(int fmt, int rows, int cols, size_t offset, bool with_out, float scale) {
@@ -107,13 +139,15 @@ static void validate_cast_transpose(int fmt, int rows, int cols, size_t offset, 
              cols, offset, with_out ? "" : " out=NULL");
     size_t n = (size_t)rows * cols;
     std::vector<uint16_t> h = make_bf16(n, n * 3 + fmt + offset, 2.0f, true);
+    add_fp8_edges(h, fmt, scale, n + offset);
     uint16_t *d_in = device_alloc<uint16_t>(n + offset);
     uint8_t *d_out = device_alloc<uint8_t>(n + offset), *d_out_t = device_alloc<uint8_t>(n + offset);
     cudaCheck(cudaMemset(d_out, 0xAB, n + offset));
     upload(d_in + offset, h.data(), n);
     float *d_scale = d_scalar(scale), *d_amax = d_scalar(0.0f);
+    unsigned long long *d_counts = counts_alloc(FP8_COUNTS);
     fp8_cast_transpose(with_out ? d_out + offset : NULL, d_out_t + offset, fmt, (const floatX *)(d_in + offset), rows,
-                       cols, d_amax, NULL, d_scale, 0);
+                       cols, d_amax, d_counts, d_scale, 0);
     cudaCheck(cudaDeviceSynchronize());
     std::vector<uint8_t> got(n), got_t(n), want(n), want_t(n);
     download(got.data(), d_out + offset, n);
@@ -133,9 +167,10 @@ static void validate_cast_transpose(int fmt, int rows, int cols, size_t offset, 
         uint32_t got_amax = float_bits(get_float(d_amax)), want_amax = cpu_amax_bits(h.data(), n);
         if (got_amax != want_amax) { ok = false; snprintf(detail, sizeof(detail), "amax bits 0x%08x, want 0x%08x", got_amax, want_amax); }
     }
+    if (ok) ok = counts_match(d_counts, fp8_counts_of(h.data(), n, scale, (Fp8Format)fmt), detail, sizeof(detail));
     report(what, ok, detail);
     cudaCheck(cudaFree(d_in)); cudaCheck(cudaFree(d_out)); cudaCheck(cudaFree(d_out_t));
-    cudaCheck(cudaFree(d_scale)); cudaCheck(cudaFree(d_amax));
+    cudaCheck(cudaFree(d_scale)); cudaCheck(cudaFree(d_amax)); cudaCheck(cudaFree(d_counts));
 }
 
 static void validate_transpose(int rows, int cols, size_t offset) {
@@ -346,11 +381,13 @@ int main(int argc, char **argv) {
     printf("\nValidation (bit-exact against llmc/fp8.h)\n");
     for (int fmt = 0; fmt < 2; fmt++) {
         float big = fmt == FP8_E4M3 ? 7.3f : 913.7f; // drives the data's tail past the format max (saturation)
-        validate_cast(fmt, (1 << 20) + 13, 0, big, true, true);   // vector path + tail
-        validate_cast(fmt, 100003, 1, 0.37f, true, true);         // misaligned: scalar path
-        validate_cast(fmt, 4096, 0, 1.0f, false, false);          // amax NULL
-        validate_cast(fmt, 7, 0, 1.5e30f, true, false);           // tiny n, everything saturates
-        validate_cast(fmt, 4099, 0, 1.7e-7f, true, false);        // everything underflows to fp8 subnormals / 0
+        validate_cast(fmt, (1 << 20) + 13, 0, big, true, true, true);  // vector path + tail
+        validate_cast(fmt, 65543, 0, 0.25f, true, true, true);         // power-of-two scale: exact edges (the tie)
+        validate_cast(fmt, 100003, 1, 0.37f, true, true, true);        // misaligned: scalar path
+        validate_cast(fmt, 4096, 0, 1.0f, false, true, false);         // amax NULL
+        validate_cast(fmt, 4096, 0, big, true, false, true);           // counts NULL: counters untouched
+        validate_cast(fmt, 7, 0, 1.5e30f, true, true, false);          // tiny n, everything saturates
+        validate_cast(fmt, 4099, 0, 1.7e-7f, true, true, false);       // everything underflows to fp8 subnormals / 0
         validate_cast_transpose(fmt, 256, 384, 0, true, big);     // full 128x128 tiles
         validate_cast_transpose(fmt, 80, 200, 0, true, 0.9f);     // partial tiles (fast path)
         validate_cast_transpose(fmt, 2064, 136, 0, false, 3.1f);  // out=NULL, tall

@@ -10,7 +10,9 @@ NH = 32, NKV = 8 (Llama 3 8B); embedding at N = 8192, C = 4096, V = 32000.
 What is validated:
 - rope_forward: q and k heads against a CPU rotation with angles in double (independent of the
   table), v heads bit-untouched; rope_backward: the inverse rotation, dv untouched, the E5M2 copy of
-  the whole row exact, amax exact; the cast-free backward leaves the same bf16.
+  the whole row exact, amax exact, its fp8 health counts exact against llmc/fp8.h's oracle over the
+  bf16 written, added to what the counters held (some input pairs shrunk or zeroed, shrink_some, so
+  that some values underflow; ~5% saturate); the cast-free backward leaves the same bf16.
 - encoder_forward: an exact gather. encoder_backward: EXACTLY the CPU's fp32 sum in increasing
   position order added once to bf16 dwte (the kernel promises that order, so the match is bit-exact),
   rows of absent tokens untouched, two successive calls (the pinned list is reused), skewed token
@@ -40,6 +42,7 @@ static void validate_rope(int B, int T, int NH, int NKV, int HS) {
     LlamaConfig rc = rope_config(NH, HS);
     rope_freqs(d_freqs, &rc, T);
     std::vector<uint16_t> q = random_bf16(n, 0.0f, 1.0f);
+    shrink_some(q, 4, 40, n); // tiny or zero pairs: rotated values that underflow, zeros that must not count
     floatX *d_qkv = (floatX *)to_device(q);
     rope_forward(d_qkv, d_freqs, B, T, NH, NKV, HS, 0);
     std::vector<uint16_t> fwd = to_host<uint16_t>(d_qkv, n);
@@ -47,11 +50,12 @@ static void validate_rope(int B, int T, int NH, int NKV, int HS) {
     // backward on the same data as an upstream gradient
     float *d_amax = device_alloc<float>(1), *d_scale = device_alloc<float>(1);
     uint8_t *d_f8 = device_alloc<uint8_t>(n);
-    const float scale = 57344.0f / 3.0f;
+    unsigned long long *d_counts = counts_alloc(FP8_COUNTS);
+    const float scale = 57344.0f / 2.0f; // ~5% saturate
     set_float(d_scale, scale);
     set_float(d_amax, 0.0f);
     poison(d_f8, n);
-    Fp8Cast cast = {d_f8, d_amax, d_scale, NULL};
+    Fp8Cast cast = {d_f8, d_amax, d_scale, d_counts};
     upload(d_qkv, q.data(), n);
     rope_backward(d_qkv, d_freqs, B, T, NH, NKV, HS, cast, 0);
     std::vector<uint16_t> bwd = to_host<uint16_t>(d_qkv, n);
@@ -95,6 +99,7 @@ static void validate_rope(int B, int T, int NH, int NKV, int HS) {
     cmp_end(&cv);
     check_fp8("rope backward fp8 e5m2 (whole row)", f8.data(), bwd.data(), n, scale, FP8_E5M2);
     check_amax("rope backward amax (whole row)", amax, bwd.data(), n);
+    check_counts("rope backward counts (whole row)", d_counts, fp8_counts_of(bwd.data(), n, scale, FP8_E5M2));
 
     // without a cast: the same bf16, and the second run is bit-identical to the first
     Fp8Cast none = {NULL, NULL, NULL, NULL};
@@ -103,7 +108,7 @@ static void validate_rope(int B, int T, int NH, int NKV, int HS) {
     std::vector<uint16_t> bwd2 = to_host<uint16_t>(d_qkv, n);
     check_bitwise("rope backward without cast == with", bwd.data(), bwd2.data(), n * 2);
     cudaCheck(cudaFree(d_freqs)); cudaCheck(cudaFree(d_qkv)); cudaCheck(cudaFree(d_amax));
-    cudaCheck(cudaFree(d_scale)); cudaCheck(cudaFree(d_f8));
+    cudaCheck(cudaFree(d_scale)); cudaCheck(cudaFree(d_f8)); cudaCheck(cudaFree(d_counts));
 }
 
 // Tokens with a skewed distribution: ~1/4 of the positions hold token 7, the rest uniform in [0, V).

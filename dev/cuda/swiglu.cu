@@ -10,7 +10,10 @@ swiglu_forward (bf16 out, E4M3 copy, amax; then the fp8-only mode, which must gi
 swiglu_backward (din = [dg | du], E5M2 copy over both halves, amax), the in-place backward
 (din == in) equal to the out-of-place one, bit-identical repeated runs, and (N a multiple of 16;
 tiles cut by both matrix edges) the variant that also writes the E5M2 copy transposed: the same
-din, copy and amax, and a byte-exact transpose.
+din, copy and amax, and a byte-exact transpose. Every kernel's fp8 health counts (underflows,
+saturations) exactly against llmc/fp8.h's oracle over the bf16 values written, added to what the
+counters held (the tiles' padding counts nothing): some inputs are shrunk or zeroed (shrink_some) so
+that outputs underflow or are exactly zero, and the scales make some saturate.
 Outputs are NaN-poisoned first. Tolerances: dev/cuda/kernel_test.h. Exit status 1 on any failure.
 There is one version of each kernel (the one in llmc/).
 */
@@ -22,15 +25,19 @@ static void validate(int N, int FF) {
     size_t NF = (size_t)N * FF;
     // g over a wide range (silu's both tails and its minimum near -1.28), u and dout ~ N(0, 1)
     std::vector<uint16_t> in = random_bf16(2 * NF, 0.0f, 3.0f), dout = random_bf16(NF, 0.0f, 1.0f);
+    // some g, u and dout tiny or zero: outputs that underflow, and zeros that must not count
+    shrink_some(in, 4, 40, 2 * NF + 1);
+    shrink_some(dout, 4, 40, NF + 2);
     floatX *d_in = (floatX *)to_device(in), *d_dout = (floatX *)to_device(dout);
     floatX *d_out = device_alloc<floatX>(NF), *d_din = device_alloc<floatX>(2 * NF);
     float *d_amax = device_alloc<float>(1), *d_scale = device_alloc<float>(1);
     uint8_t *d_f8 = device_alloc<uint8_t>(2 * NF), *d_f8b = device_alloc<uint8_t>(2 * NF);
+    unsigned long long *d_counts = counts_alloc(FP8_COUNTS);
 
     // forward
     const float scale = 448.0f / 4.0f; // |out| > 4 saturates
     set_float(d_scale, scale);
-    Fp8Cast cast = {d_f8, d_amax, d_scale, NULL};
+    Fp8Cast cast = {d_f8, d_amax, d_scale, d_counts};
     poison(d_out, NF * 2); poison(d_f8, NF); set_float(d_amax, 0.0f);
     swiglu_forward(d_out, d_in, N, FF, cast, 0);
     std::vector<uint16_t> out = to_host<uint16_t>(d_out, NF);
@@ -48,8 +55,10 @@ static void validate(int N, int FF) {
     check_fp8("forward fp8 e4m3", f8.data(), out.data(), NF, scale, FP8_E4M3);
     float amax_fwd = get_float(d_amax);
     check_amax("forward amax", amax_fwd, out.data(), NF);
-    poison(d_f8b, NF); set_float(d_amax, 0.0f);
-    Fp8Cast cast_b = {d_f8b, d_amax, d_scale, NULL};
+    const Fp8Counts counts_fwd = fp8_counts_of(out.data(), NF, scale, FP8_E4M3);
+    check_counts("forward counts", d_counts, counts_fwd);
+    poison(d_f8b, NF); set_float(d_amax, 0.0f); counts_reset(d_counts, FP8_COUNTS);
+    Fp8Cast cast_b = {d_f8b, d_amax, d_scale, d_counts};
     swiglu_forward(NULL, d_in, N, FF, cast_b, 0);
     {
         std::vector<uint8_t> f8b = to_host<uint8_t>(d_f8b, NF);
@@ -57,12 +66,13 @@ static void validate(int N, int FF) {
         Cmp c = cmp_begin("forward fp8-only amax");
         cmp_add(&c, 0, get_float(d_amax), amax_fwd, 0.0);
         cmp_end(&c);
+        check_counts("forward fp8-only counts", d_counts, counts_fwd);
     }
 
     // backward
     const float bscale = 57344.0f / 8.0f;
     set_float(d_scale, bscale);
-    poison(d_din, 2 * NF * 2); poison(d_f8, 2 * NF); set_float(d_amax, 0.0f);
+    poison(d_din, 2 * NF * 2); poison(d_f8, 2 * NF); set_float(d_amax, 0.0f); counts_reset(d_counts, FP8_COUNTS);
     swiglu_backward(d_din, d_dout, d_in, N, FF, cast, NULL, 0);
     std::vector<uint16_t> din = to_host<uint16_t>(d_din, 2 * NF);
     std::vector<uint8_t> f8d = to_host<uint8_t>(d_f8, 2 * NF);
@@ -85,6 +95,8 @@ static void validate(int N, int FF) {
     }
     check_fp8("backward fp8 e5m2", f8d.data(), din.data(), 2 * NF, bscale, FP8_E5M2);
     check_amax("backward amax", amax_bwd, din.data(), 2 * NF);
+    const Fp8Counts counts_bwd = fp8_counts_of(din.data(), 2 * NF, bscale, FP8_E5M2);
+    check_counts("backward counts", d_counts, counts_bwd);
 
     // repeat: bit-identical
     poison(d_din, 2 * NF * 2); poison(d_f8, 2 * NF); set_float(d_amax, 0.0f);
@@ -99,6 +111,7 @@ static void validate(int N, int FF) {
         floatX *d_din_t = device_alloc<floatX>(2 * NF);
         uint8_t *d_t = device_alloc<uint8_t>(2 * NF);
         poison(d_din_t, 2 * NF * 2); poison(d_f8b, 2 * NF); poison(d_t, 2 * NF); set_float(d_amax, 0.0f);
+        counts_reset(d_counts, FP8_COUNTS);
         swiglu_backward(d_din_t, d_dout, d_in, N, FF, cast_b, d_t, 0);
         std::vector<uint16_t> din_t = to_host<uint16_t>(d_din_t, 2 * NF);
         std::vector<uint8_t> f8t = to_host<uint8_t>(d_f8b, 2 * NF), tr = to_host<uint8_t>(d_t, 2 * NF);
@@ -110,10 +123,11 @@ static void validate(int N, int FF) {
             for (int n = 0; n < N; n++) cmp_add(&ct, f * N + n, tr[f * N + n], f8d[(size_t)n * 2 * FF + f], 0.0);
         cmp_end(&ca);
         cmp_end(&ct);
+        check_counts("backward + transpose: counts", d_counts, counts_bwd);
         cudaCheck(cudaFree(d_din_t)); cudaCheck(cudaFree(d_t));
     }
     // in place: din == in
-    poison(d_f8b, 2 * NF); set_float(d_amax, 0.0f);
+    poison(d_f8b, 2 * NF); set_float(d_amax, 0.0f); counts_reset(d_counts, FP8_COUNTS);
     swiglu_backward(d_in, d_dout, d_in, N, FF, cast_b, NULL, 0);
     {
         std::vector<uint16_t> din3 = to_host<uint16_t>(d_in, 2 * NF);
@@ -123,9 +137,11 @@ static void validate(int N, int FF) {
         Cmp c = cmp_begin("backward in place amax");
         cmp_add(&c, 0, get_float(d_amax), amax_bwd, 0.0);
         cmp_end(&c);
+        check_counts("backward in place counts", d_counts, counts_bwd);
     }
     cudaCheck(cudaFree(d_in)); cudaCheck(cudaFree(d_dout)); cudaCheck(cudaFree(d_out)); cudaCheck(cudaFree(d_din));
     cudaCheck(cudaFree(d_amax)); cudaCheck(cudaFree(d_scale)); cudaCheck(cudaFree(d_f8)); cudaCheck(cudaFree(d_f8b));
+    cudaCheck(cudaFree(d_counts));
 }
 
 static void benchmark(int N, int FF) {
