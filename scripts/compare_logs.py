@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Compares two runs' main.log step by step: train loss (trl), gradient norm (norm), val loss (tel).
-scripts/test_multi_gpu.sh uses it (2 ranks against 1 rank; a resumed run against the straight one);
-dev/test/test_trainer_log.py checks it on sample logs.
+"""Compares two runs' main.log step by step: train loss (trl), gradient norm (norm), val loss (tel);
+or (health) the fp8 health of their fp8.log's first logged step. scripts/test_multi_gpu.sh uses it
+(2 ranks against 1 rank; a resumed run against the straight one); dev/test/test_trainer_log.py
+checks it on sample logs.
 
     python3 scripts/compare_logs.py A B exact
     python3 scripts/compare_logs.py A B tol F1 L NF1 N
     python3 scripts/compare_logs.py A B fp8 F1 NF1 N RATIO BF16_1RANK BF16_2RANK
+    python3 scripts/compare_logs.py A B health
 
   exact  the same printed values at the same steps (the runs must be bit-identical)
   tol    |A - B| / |B| per value: step-1 loss <= F1, any later loss <= L, step-1 norm <= NF1, any
@@ -24,6 +26,14 @@ dev/test/test_trainer_log.py checks it on sample logs.
          lost rank's gradient or a missing 1/world (a factor ~2); they are not what makes the check
          sharp (a norm follows every rounding chaotically: seen 16% apart at step 7 between 2 ranks
          and 1 in fp8 at lr 1e-3).
+  health A and B are fp8.logs (-fp8_log 1) of a 2-rank and a 1-rank run over the same tokens. At
+         their first logged step (the first, live step): every linear's W underflow and saturation
+         fractions are equal (each rank casts the same weights with the same scale, the counts are
+         summed over the ranks and divided by the values all ranks cast), and not all zero, else it
+         cannot tell; the X and dY underflow fractions summed over the linears are within a factor 1.5
+         of each other (the ranks cast different tokens, and the first micro-step's live scales see 2
+         ranks' amaxes, not 1's: close, not equal; a rank's counts lost or counted twice is a factor
+         2). Saturations of X and dY are too rare in a live step to compare.
 Prints one line (the largest relative differences, or the first failure) and exits 0 when the logs
 agree, 1 when they do not, 2 on bad arguments or an unreadable log.
 """
@@ -32,7 +42,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from trainer_log import parse_main_log  # noqa: E402
+from trainer_log import FP8_KINDS, parse_fp8_log, parse_main_log  # noqa: E402
 
 PRINTED_UNIT = {"trl": 1e-6, "tel": 1e-6, "norm": 1e-4}  # the last digit of %.6f / %.4f in main.log
 LOSSES = ("trl", "tel")
@@ -117,12 +127,66 @@ def compare(A, B, mode, args, extra=None):
     return True, msg
 
 
+HEALTH_FACTOR = 1.5  # health mode: X and dY fractions of 2 ranks vs 1 within this factor
+
+
+def first_step_health(path):
+    """(step, {(layer, linear): record}) of an fp8.log's first logged step, with the health fields."""
+    data, _ = parse_fp8_log(path)
+    steps = sorted({s for series in data.values() for s in series})
+    if not steps:
+        raise ValueError(f"{path}: no fp8 lines")
+    first = {key: series[steps[0]] for key, series in data.items() if steps[0] in series}
+    if not all(f"{k}_under" in rec for rec in first.values() for k in FP8_KINDS):
+        raise ValueError(f"{path}: no underflow/saturation fields (a trainer before fp8 health counts)")
+    return steps[0], first
+
+
+def compare_health(a, b):
+    """(ok, message) for health mode: a the 2-rank run's first_step_health, b the 1-rank run's."""
+    (step_a, A), (step_b, B) = a, b
+    if step_a != step_b:
+        return False, f"first logged steps differ: {step_a} vs {step_b}"
+    if set(A) != set(B):
+        return False, f"different linears: {len(A)} vs {len(B)}"
+    w_nonzero = 0
+    for key in sorted(B):
+        for f in ("w_under", "w_sat"):
+            if A[key][f] != B[key][f]:
+                return False, (f"layer {key[0]} {key[1]} {f}: {A[key][f]:g} with 2 ranks, {B[key][f]:g} with 1: "
+                               "the same weights cast with the same scale must lose the same fraction")
+            w_nonzero += B[key][f] > 0
+    if w_nonzero == 0:
+        return False, "cannot tell: no W tensor underflowed or saturated in either run"
+    parts = []
+    for f in ("x_under", "dy_under"):
+        a, b = sum(r[f] for r in A.values()), sum(r[f] for r in B.values())
+        if b == 0:
+            return False, f"cannot tell: no {f[:-6]} value underflowed with 1 rank"
+        if not 1 / HEALTH_FACTOR <= a / b <= HEALTH_FACTOR:
+            return False, f"{f} summed over the linears: {a:.3e} with 2 ranks, {b:.3e} with 1: not within a factor {HEALTH_FACTOR:g}"
+        parts.append(f"{f} x{a / b:.3f}")
+    return True, f"W equal ({w_nonzero} non-zero fractions); 2 ranks / 1 rank: " + ", ".join(parts)
+
+
 def main(argv):
-    usage = "usage: compare_logs.py A B exact | A B tol F1 L NF1 N | A B fp8 F1 NF1 N RATIO BF16_1RANK BF16_2RANK"
-    if len(argv) < 3 or argv[2] not in ("exact", "tol", "fp8") or len(argv) != {"exact": 3, "tol": 7, "fp8": 9}[argv[2]]:
+    usage = "usage: compare_logs.py A B exact | A B tol F1 L NF1 N | A B fp8 F1 NF1 N RATIO BF16_1RANK BF16_2RANK | A B health"
+    nargs = {"exact": 3, "tol": 7, "fp8": 9, "health": 3}
+    if len(argv) < 3 or argv[2] not in nargs or len(argv) != nargs[argv[2]]:
         print(usage, file=sys.stderr)
         return 2
     a, b, mode = argv[:3]
+    if mode == "health":
+        try:
+            ok, msg = compare_health(first_step_health(a), first_step_health(b))
+        except OSError as e:
+            print(f"error: {e.filename}: {e.strerror}")
+            return 2
+        except ValueError as e:
+            print(f"error: {e}")
+            return 2
+        print(msg)
+        return 0 if ok else 1
     try:
         nums = [float(x) for x in argv[3:7]]
         if mode == "tol":

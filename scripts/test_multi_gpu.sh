@@ -36,6 +36,9 @@
 #   8  a rank that stops responding (SIGSTOP) mid-training ends the job, non-zero, within 60 s
 #   9  SIGTERM to the launcher, or to rank 1 alone: both ranks stop after the same step with a
 #      checkpoint, exit 0; -y 1 then ends bit-identical to the uninterrupted run
+#  10  fp8 health counts summed over the ranks: one step with -fp8_log 1, 2 ranks vs 1 over the same
+#      tokens (scripts/compare_logs.py health): every W fraction equal, X and dY underflow fractions
+#      within a factor 1.5 (a rank's counts lost or counted twice is a factor 2)
 set -u
 cd "$(dirname "$0")/.." || exit 2
 LOG=${LOG_DIR:-log_mgpu}
@@ -433,6 +436,18 @@ if want 9; then
             if [ -z "$diff" ]; then report PASS "9 SIGTERM to the $target" "both ranks stopped after step $step, exit 0; resumed run bit-identical at step 200"
             else report FAIL "9 SIGTERM to the $target" "resumed run differs:$diff"; fi
         done
+    fi
+fi
+# ---- 10: fp8 health counts summed over the ranks (check 2's set-up, one step)
+if want 10; then
+    rm -rf "$LOG/health_r1" "$LOG/health_r2"
+    if ! run health_r1 ./train_llama_fp8 $trainer_args $ours -precision fp8 -x 1 -fp8_log 1 -o "$LOG/health_r1" \
+        || ! run health_r2 ./train_llama_fp8 $trainer_args $ours -precision fp8 -x 1 -fp8_log 1 -ngpu 2 -o "$LOG/health_r2"; then
+        report FAIL "10 fp8 health summed over the ranks" "a run failed: $LOG/health_r1.txt, $LOG/health_r2.txt"
+    else
+        out=$(compare_logs "$LOG/health_r2/fp8.log" "$LOG/health_r1/fp8.log" health)
+        if [ $? -eq 0 ]; then report PASS "10 fp8 health summed over the ranks" "$out"
+        else report FAIL "10 fp8 health summed over the ranks" "$out"; fi
     fi
 fi
 finish

@@ -362,6 +362,42 @@ def test_compare(tmp):
     check(rc == 2 and out.startswith("usage"), "too few tolerances: usage, exit 2")
 
 
+def test_compare_health(tmp):
+    """compare_logs.py health: 2 ranks vs 1 at the first logged step, on fp8.logs in the trainer's format."""
+    def write(path, w_under=2e-5, x_scale=1.0, dy_scale=1.0, fmt=FP8_KIND, steps=(1, 2)):
+        with open(path, "w") as f:
+            for step in steps:
+                for layer in (0, 1):
+                    for i, linear in enumerate(("qkv", "wo", "w13", "w2")):
+                        v = fp8_values(step)
+                        v["w"]["under"] = w_under * (i + 1)
+                        v["x"]["under"] *= x_scale * (layer + 1)
+                        v["dy"]["under"] *= dy_scale
+                        f.write(fp8_line(step, layer, linear, v, fmt))
+
+    p = lambda name: os.path.join(tmp, name + ".fp8.log")
+    write(p("one"))
+    write(p("two"), x_scale=1.2, dy_scale=0.9)  # other tokens, other live scales: close, not equal
+    rc, out = run_compare(p("two"), p("one"), "health")
+    check(rc == 0 and "W equal (8 non-zero" in out and "x_under x1.200" in out, f"health: a 2-rank run like the 1-rank one passes ({out})")
+    write(p("two_w"), w_under=4e-5)  # every rank's W counts summed, divided by one rank's values
+    rc, out = run_compare(p("two_w"), p("one"), "health")
+    check(rc == 1 and "w_under" in out and "same fraction" in out, f"health: W fractions twice as large fail ({out})")
+    write(p("two_half"), x_scale=0.5, dy_scale=0.5)  # rank 1's counts lost
+    rc, out = run_compare(p("two_half"), p("one"), "health")
+    check(rc == 1 and out.startswith("x_under summed"), f"health: X underflows halved fail ({out})")
+    write(p("one_zero"), w_under=0.0)
+    write(p("two_zero"), w_under=0.0)
+    rc, out = run_compare(p("two_zero"), p("one_zero"), "health")
+    check(rc == 1 and out.startswith("cannot tell"), f"health: no W count at all cannot tell ({out})")
+    write(p("two_late"), steps=(2,))  # the first logged step is step 2 here, step 1 there: other values
+    rc, out = run_compare(p("two_late"), p("one"), "health")
+    check(rc == 1 and out.startswith("first logged steps differ"), f"health: logs whose first steps differ fail ({out})")
+    write(p("old"), fmt=FP8_KIND_OLD)
+    rc, out = run_compare(p("old"), p("one"), "health")
+    check(rc == 2 and "no underflow/saturation fields" in out, f"health: a log without the fields exits 2 ({out})")
+
+
 if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as tmp:
         test_main_log(tmp)
@@ -371,4 +407,5 @@ if __name__ == "__main__":
         test_compare(tmp)
         test_fp8_log(tmp)
         test_fp8_health(tmp)
+        test_compare_health(tmp)
     sys.exit(summary())
