@@ -14,6 +14,9 @@
   trainer's formats (test_trainer_log.py's writers): fp8's fp8.log has the fp8 health fields,
   fp8_current's is an older trainer's. fp8 must get fp8_health.png and a health section in
   summary.md naming the tensors given the most underflow and saturation; fp8_current a note instead.
+- scripts/test_mutations.sh's patches (dev/test/mutations/*.patch): each names its bug and the
+  command that must catch it, and still applies to this tree (patch --dry-run), so a stale one shows
+  here and not first on the GPU.
 - scripts/run_tests.sh: copied into a fake tree whose suites pass, fail, crash, print no summary or
   exit non-zero after a clean summary, with a fake nvidia-smi that answers (a "GPU") or not and a
   fake make that builds or fails; the totals and the exit status must be what each case gives.
@@ -356,7 +359,20 @@ def test_runner(tmp):
         check(last == want and (rc == 0) == (want_f == 0), f"run_tests.sh, {what}: '{last}', exit {rc} (want '{want}', exit {'0' if want_f == 0 else 'non-zero'})")
 
 
+def test_mutation_patches():
+    d = os.path.join(ROOT, "dev", "test", "mutations")
+    patches = sorted(f for f in os.listdir(d) if f.endswith(".patch"))
+    check(len(patches) > 0, "dev/test/mutations has patches")
+    for name in patches:
+        path = os.path.join(d, name)
+        text = open(path).read()
+        named = text.startswith("Mutation: ") and "\nCaught by: " in text
+        r = subprocess.run(["patch", "-p1", "--dry-run", "-s", "-f", "-i", path], cwd=ROOT, capture_output=True, text=True)
+        check(named and r.returncode == 0, f"mutation {name}: names its bug and its test, applies to the tree ({(r.stdout + r.stderr).strip()[:200]})")
+
+
 if __name__ == "__main__":
+    test_mutation_patches()
     with tempfile.TemporaryDirectory() as tmp:
         test_scaling(tmp)
         test_refusals(tmp)
