@@ -23,7 +23,7 @@ There is one version of each kernel (the one in llmc/).
 static void validate(int N, int FF) {
     printf("validate N = %d, FF = %d\n", N, FF);
     size_t NF = (size_t)N * FF;
-    // g over a wide range (silu's both tails and its minimum near -1.28), u and dout ~ N(0, 1)
+    // g and u ~ N(0, 3) (g over silu's both tails and its minimum near -1.28), dout ~ N(0, 1)
     std::vector<uint16_t> in = random_bf16(2 * NF, 0.0f, 3.0f), dout = random_bf16(NF, 0.0f, 1.0f);
     // some g, u and dout tiny or zero: outputs that underflow, and zeros that must not count
     shrink_some(in, 4, 40, 2 * NF + 1);
