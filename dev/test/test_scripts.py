@@ -14,6 +14,14 @@
   trainer's formats (test_trainer_log.py's writers): fp8's fp8.log has the fp8 health fields,
   fp8_current's is an older trainer's. fp8 must get fp8_health.png and a health section in
   summary.md naming the tensors given the most underflow and saturation; fp8_current a note instead.
+- scripts/convergence_seeds.sh with a fake trainer whose final val loss depends on -seed, -precision
+  and -adam_moments (logs in the trainer's formats, test_trainer_log.py's writers): 4 seeds with fp32
+  moments, then bf16 moments with --compare against them and seed 2's fp8 run crashing (exit 3, the
+  row says so, means over 3 seeds), mended by --skip-existing (only that run again). The table's
+  numbers (per seed, means, sample sd, spread, against the other run) are worked out here from the
+  values written; the trainer must get the flags exactly (a glob, a space) plus -seed N; the refusals
+  (exit 2, nothing trains), and missing or val-less logs named as such. On the real logs of
+  dev/results/conv125m_gutenberg, convergence_seeds.py must give the numbers of its hand-made seeds.md.
 - scripts/test_mutations.sh's patches (dev/test/mutations/*.patch): each names its bug and the
   command that must catch it, and still applies to this tree (patch --dry-run), so a stale one shows
   here and not first on the GPU.
@@ -27,6 +35,7 @@ Last line: "N passed, N failed".
 import importlib.util
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -294,6 +303,200 @@ cp {shlex_quote(src)}/$precision$recipe.main.log "$dir/main.log"
               f"without matplotlib: the health plot of fp8 (only) is among the failed plots ({p.stderr.strip()!r})")
 
 
+SEEDS = os.path.join(ROOT, "scripts", "convergence_seeds.sh")
+# the fake runs' last val loss: bf16's per seed, fp8's relative gap to it (seed 1 over compare_convergence.sh's
+# 1%), and what -adam_moments bf16 changes in each run (relative), so the table's numbers can be worked out here
+SEED_BF16 = {1337: 4.2237, 0: 4.2064, 1: 4.2027, 2: 4.2139}
+SEED_FP8_GAP = {1337: -0.0009, 0: 0.002, 1: 0.015, 2: 0.0036}
+SEED_BF16M = {(1337, "bf16"): -0.002, (0, "bf16"): 0.001, (1, "bf16"): -0.003, (2, "bf16"): 0.0005,
+              (1337, "fp8"): 0.0012, (0, "fp8"): -0.0025, (1, "fp8"): -0.004, (2, "fp8"): 0.0}
+
+
+def seed_val(seed, precision, moments):
+    """The val loss the fake trainer logs at its last step, as main.log's %.6f prints it."""
+    v = SEED_BF16[seed] * (1 + (SEED_FP8_GAP[seed] if precision == "fp8" else 0.0))
+    v *= 1 + (SEED_BF16M[(seed, precision)] if moments == "bf16" else 0.0)
+    return float("%.6f" % v)
+
+
+def pct(x):
+    return f"{100 * x:+.2f}%"
+
+
+def seeds_rows(text):
+    """{first cell: [the other cells]} of the markdown table rows in text."""
+    rows = {}
+    for line in text.splitlines():
+        if line.startswith("| ") and not line.startswith("| seed ") and not line.startswith("|---"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_convergence_seeds(tmp):
+    """scripts/convergence_seeds.sh with a fake trainer whose val loss depends on -seed, -precision and
+    -adam_moments: two 4-seed runs (fp32 moments; bf16 moments with --compare against the first, seed 2's
+    fp8 crashing, then re-run with --skip-existing), the refusals, missing logs and, on the real logs of
+    dev/results/conv125m_gutenberg, the numbers of its hand-made seeds.md. The plots are left out (a
+    matplotlib that does not import, on PYTHONPATH) to keep it fast; test_compare_convergence checks them."""
+    src = os.path.join(tmp, "seed_logs")
+    os.makedirs(src)
+    for seed in SEED_BF16:
+        for precision in ("bf16", "fp8"):
+            for moments in ("fp32", "bf16"):
+                header = logs.HEADER % ("NVIDIA H200", precision, "tiny", 32000, 4, 256, 4, 2, 768, 2, 128, 1024, moments, "") + "\n"
+                last = seed_val(seed, precision, moments)
+                with open(os.path.join(src, f"{seed}_{precision}_{moments}.main.log"), "w") as f:
+                    f.write(header + "".join(logs.train_line(s, 10 - 0.2 * s) for s in range(1, 21)))
+                    f.write(logs.VAL % (10, last + 0.5) + logs.VAL % (20, last))
+    calls = os.path.join(tmp, "seed_calls")
+    trainer = os.path.join(tmp, "fake_seed_trainer")
+    with open(trainer, "w") as f:
+        f.write(f"""#!/usr/bin/env bash
+# writes the log of its -seed, -precision and -adam_moments into -o DIR, and its argv into DIR/argv.txt;
+# crashes (exit 1, half a log) when the file crash_<seed>_<precision> is there
+args=("$@")
+moments=fp32
+while [ $# -gt 1 ]; do
+    case $1 in -o) dir=$2 ;; -precision) precision=$2 ;; -seed) seed=$2 ;; -adam_moments) moments=$2 ;; esac
+    shift 2
+done
+printf '%s\\n' "${{args[@]}}" >"$dir/argv.txt"
+echo "$seed $precision" >>{shlex_quote(calls)}
+if [ -f {shlex_quote(src)}/crash_${{seed}}_$precision ]; then
+    head -n 5 {shlex_quote(src)}/${{seed}}_${{precision}}_$moments.main.log >"$dir/main.log"
+    echo "CUDA error: an illegal memory access was encountered"; exit 1
+fi
+cp {shlex_quote(src)}/${{seed}}_${{precision}}_$moments.main.log "$dir/main.log"
+""")
+    os.chmod(trainer, 0o755)
+    nompl = os.path.join(tmp, "nompl", "matplotlib")
+    os.makedirs(nompl)
+    with open(os.path.join(nompl, "__init__.py"), "w") as f:
+        f.write('raise ImportError("matplotlib left out by test_scripts.py")\n')
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(nompl))
+    flags = ["-x", "20", "-i", "data/x_*.bin", "-tok", "a b.bin"]
+
+    def run(*args, trainer_flags=flags):
+        open(calls, "w").close()
+        p = subprocess.run(["bash", SEEDS, *args, "--quiet", "--bin", trainer, "--python", sys.executable, "--", *trainer_flags],
+                           capture_output=True, text=True, env=env, cwd=tmp)
+        n = len(open(calls).read().splitlines())
+        md = os.path.join(tmp, args[args.index("--out") + 1], "seeds.md") if "--out" in args else ""
+        return p, n, open(md).read() if md and os.path.exists(md) else ""
+
+    def expect(moments, seeds, crashed=()):
+        """{seed: (bf16 val, fp8 val or None, diff or None)}, the mean and sd of the diffs, and the spread of bf16."""
+        rows = {}
+        for seed in seeds:
+            b = seed_val(seed, "bf16", moments)
+            fp = None if seed in crashed else seed_val(seed, "fp8", moments)
+            rows[seed] = (b, fp, None if fp is None else (fp - b) / b)
+        diffs = [d for _, _, d in rows.values() if d is not None]
+        bvals = [b for b, _, _ in rows.values()]
+        return rows, statistics.fmean(diffs), statistics.stdev(diffs), \
+            f"{min(bvals):.4f}-{max(bvals):.4f} ({100 * (max(bvals) - min(bvals)) / statistics.fmean(bvals):.2f}%)"
+
+    # fp32 moments, every seed: exit 0 although seed 1's fp8 is over the threshold (its verdict says so)
+    p, n, md = run("--out", "ref")
+    rows = seeds_rows(md)
+    want, mean, sd, spread = expect("fp32", SEED_BF16)
+    ok = p.returncode == 0 and n == 8 and all(
+        rows.get(str(s)) == ["20", f"{b:.4f}", f"{fp:.4f}", pct(d), "FAIL (over +1%)" if s == 1 else "PASS"]
+        for s, (b, fp, d) in want.items())
+    check(ok, f"convergence_seeds.sh: 4 seeds, one row each with bf16/fp8 val, their difference and the verdict (exit {p.returncode}, "
+              f"{n} trainer runs; {p.stderr.strip()[-300:]!r})")
+    check(rows.get("mean", [None] * 4)[3] == f"{pct(mean)} (sd {100 * sd:.2f}%, 4 seeds)" and rows["mean"][4] == "3 of 4 PASS"
+          and f"bf16 alone spans {spread}" in md and "AdamW moments: fp32." in md,
+          f"seeds.md: the mean and sample sd of the differences, bf16's spread, the moments ({rows.get('mean')}, want {pct(mean)} sd {100 * sd:.2f}%, {spread})")
+    argv = open(os.path.join(tmp, "ref", "seed0", "bf16", "argv.txt")).read().splitlines()
+    check(argv == flags + ["-seed", "0", "-precision", "bf16", "-o", "ref/seed0/bf16"] and
+          "-x 20 -i data/x_\\*.bin -tok a\\ b.bin -seed N" in md,
+          f"the trainer gets the flags exactly (a glob and a space unexpanded) plus -seed N; seeds.md shows them ({argv})")
+
+    # refusals: nothing trains
+    for what, args, tf, msg in (
+            ("-seed among the trainer flags", ("--out", "x"), flags + ["-seed", "3"], "don't pass -seed"),
+            ("a seed that is no number", ("--out", "x", "--seeds", "1,x"), flags, "--seeds wants"),
+            ("a seed twice", ("--out", "x", "--seeds", "1,2,1"), flags, "--seeds lists 1 twice"),
+            ("--compare of no folder", ("--out", "x", "--compare", "nowhere"), flags, "--compare nowhere: not a folder"),
+            ("--compare lacking a seed", ("--out", "x", "--seeds", "1337,5", "--compare", "ref"), flags,
+             "error: ref/seed5/bf16/main.log: missing"),
+            ("-o for compare_convergence.sh", ("--out", "x"), flags + ["-o", "y"], "don't pass -o")):
+        p, n, _ = run(*args, trainer_flags=tf)
+        check(p.returncode == 2 and n == 0 and msg in p.stderr, f"convergence_seeds.sh refuses {what}: exit 2, no run ({p.returncode}, {n}; {p.stderr.strip()[:300]!r})")
+
+    # bf16 moments against the fp32 ones; seed 2's fp8 crashes: the other seeds go on, exit 3
+    open(os.path.join(src, "crash_2_fp8"), "w").close()
+    p, n, md = run("--out", "bf16m", "--compare", "ref", trainer_flags=flags + ["-adam_moments", "bf16"])
+    main, _, against = md.partition("## Against `ref` (ref)")
+    rows = seeds_rows(main)
+    want, mean, sd, _ = expect("bf16", SEED_BF16, crashed=(2,))
+    check(p.returncode == 3 and n == 8 and "seed(s) 2 had a run that crashed" in p.stderr and "seed 2: compare_convergence.sh exited 3" in p.stderr and
+          rows.get("2") == ["20", f"{want[2][0]:.4f}", "n/a", "n/a", "CRASHED: fp8"] and
+          rows.get("mean", [None] * 4)[3] == f"{pct(mean)} (sd {100 * sd:.2f}%, 3 seeds)" and
+          rows["mean"][2] == f"{statistics.fmean(want[s][1] for s in (1337, 0, 1)):.4f} (3 seeds)",
+          f"a crashed seed: exit 3, its row says CRASHED, the means are over the other 3 (exit {p.returncode}; {rows.get('2')}, {rows.get('mean')})")
+
+    def expect_against(seeds_fp8):
+        vs = {run: [(seed_val(s, run, "bf16") - seed_val(s, run, "fp32")) / seed_val(s, run, "fp32")
+                    for s in (SEED_BF16 if run == "bf16" else seeds_fp8)] for run in ("bf16", "fp8")}
+        return {run: f"{pct(statistics.fmean(v))} (sd {100 * statistics.stdev(v):.2f}%, {len(v)} seeds)" for run, v in vs.items()}
+
+    rows = seeds_rows(against)
+    vs = expect_against((1337, 0, 1))
+    r0 = [seed_val(0, r, m) for r in ("bf16", "fp8") for m in ("bf16", "fp32")]
+    ref_fp8 = [(seed_val(s, "fp8", "fp32") - seed_val(s, "bf16", "fp32")) / seed_val(s, "bf16", "fp32") for s in SEED_BF16]
+    check(rows.get("0") == [f"{r0[0]:.4f}", f"{r0[1]:.4f}", pct((r0[0] - r0[1]) / r0[1]),
+                            f"{r0[2]:.4f}", f"{r0[3]:.4f}", pct((r0[2] - r0[3]) / r0[3]), pct((r0[3] - r0[1]) / r0[1])] and
+          rows.get("2", [None] * 7)[3:6] == [ "n/a", f"{seed_val(2, 'fp8', 'fp32'):.4f}", "n/a"] and
+          rows.get("mean", [None] * 7)[2] == vs["bf16"] and rows["mean"][5] == vs["fp8"] and
+          rows["mean"][6] == f"{pct(statistics.fmean(ref_fp8))} (sd {100 * statistics.stdev(ref_fp8):.2f}%, 4 seeds)",
+          f"--compare: per seed and on average this run's bf16 and fp8 val against ref's ({rows.get('0')}, {rows.get('mean')}; want {vs})")
+    check("Flags: this run adds `-adam_moments bf16`. AdamW moments: this run bf16; ref fp32." in against,
+          f"--compare: the flags' difference and each side's AdamW moments from the main.log headers ({against[:300]!r})")
+
+    # the crash mended: --skip-existing re-runs only seed 2's fp8 and the table is whole
+    os.unlink(os.path.join(src, "crash_2_fp8"))
+    p, n, md = run("--out", "bf16m", "--compare", "ref", "--skip-existing", trainer_flags=flags + ["-adam_moments", "bf16"])
+    main, _, against = md.partition("## Against `ref` (ref)")
+    rows, arows = seeds_rows(main), seeds_rows(against)
+    want, mean, sd, _ = expect("bf16", SEED_BF16)
+    check(p.returncode == 0 and n == 1 and open(calls).read() == "2 fp8\n" and
+          rows.get("mean", [None] * 4)[3] == f"{pct(mean)} (sd {100 * sd:.2f}%, 4 seeds)" and
+          arows.get("mean", [None] * 6)[5] == expect_against(tuple(SEED_BF16))["fp8"],
+          f"--skip-existing: only the crashed run again, then all 4 seeds in both tables (exit {p.returncode}, {n} runs: "
+          f"{open(calls).read()!r}; {rows.get('mean')})")
+
+    # logs gone bad after the runs: the table is written, naming each file and its problem; exit 1
+    os.unlink(os.path.join(tmp, "ref", "seed0", "fp8", "main.log"))
+    with open(os.path.join(tmp, "bf16m", "seed1", "bf16", "main.log"), "w") as f:
+        f.write(logs.train_line(1, 10.0))
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "convergence_seeds.py"), "--out", "bf16m",
+                        "--seeds", "1337,0,1,2", "--status", "0,0,0,0", "--compare", "ref"], capture_output=True, text=True, cwd=tmp)
+    md = open(os.path.join(tmp, "bf16m", "seeds.md")).read()
+    for err in ("error: ref/seed0/fp8/main.log: missing (did the run start?)",
+                "error: bf16m/seed1/bf16/main.log: has no val loss"):
+        check(r.returncode == 1 and err in r.stderr and err in md, f"convergence_seeds.py names a bad log: {err!r} (exit {r.returncode}; {r.stderr.strip()!r})")
+
+    # the real logs of dev/results/conv125m_gutenberg: the numbers of its hand-made seeds.md
+    real = os.path.join(ROOT, "dev", "results", "conv125m_gutenberg")
+    for seed in (1337, 0, 1, 2):
+        for run in ("bf16", "fp8"):
+            d = os.path.join(tmp, "real", f"seed{seed}", run)
+            os.makedirs(d)
+            shutil.copy(os.path.join(real, f"{run}_main.log") if seed == 1337 else
+                        os.path.join(real, "seeds", f"seed{seed}_{run}_main.log"), os.path.join(d, "main.log"))
+            open(os.path.join(d, "DONE"), "w").close()
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "convergence_seeds.py"), "--out", "real",
+                        "--seeds", "1337,0,1,2"], capture_output=True, text=True, cwd=tmp)
+    rows = seeds_rows(r.stdout)
+    check(r.returncode == 0 and [rows.get(s, [None] * 4)[3] for s in ("1337", "0", "1", "2")] == ["-0.09%", "-0.09%", "+0.31%", "+0.36%"]
+          and rows.get("mean", [None] * 5)[1:5] == ["4.2117", "4.2168", "+0.12% (sd 0.24%, 4 seeds)", "4 of 4 PASS"]
+          and "bf16 alone spans 4.2027-4.2237 (0.50%)" in r.stdout,
+          f"on the real 125M logs (no --status: verdicts from the losses): dev/results/conv125m_gutenberg/seeds.md's numbers (exit {r.returncode}; {rows}; {r.stderr.strip()!r})")
+
+
 RUNNER = os.path.join(ROOT, "scripts", "run_tests.sh")
 # the suites run_tests.sh runs, as paths in the tree (the Python ones are found by its glob)
 CPU_SUITES = ["dev/test/test_cpu", "dev/test/test_trainer_host", "dev/test/test_zero_layout"]
@@ -379,5 +582,6 @@ if __name__ == "__main__":
         test_benchmark_table(tmp)
         test_benchmark_table_hf(tmp)
         test_compare_convergence(tmp)
+        test_convergence_seeds(tmp)
         test_runner(tmp)
     sys.exit(summary())
