@@ -73,9 +73,6 @@ __device__ __forceinline__ unsigned amax2_to_bits(unsigned amax2) {
     return (lo > hi ? lo : hi) << 16; // bf16 bits -> float bits
 }
 
-// The format's max, for the saturation count (a scaled magnitude past it is clipped to it).
-template <__nv_fp8_interpretation_t FMT> __device__ __forceinline__ float fp8_fmax() { return FMT == __NV_E4M3 ? FP8_E4M3_MAX : FP8_E5M2_MAX; }
-
 template <__nv_fp8_interpretation_t FMT>
 __device__ __forceinline__ uint8_t fp8_cast1(uint16_t h, float scale, unsigned &amax2, Fp8Tally &tally) {
     amax2 = __vmaxu2(amax2, (unsigned)(h & 0x7fffu));

@@ -60,6 +60,9 @@ typedef struct { unsigned under, sat; } Fp8Tally;
 __device__ __forceinline__ unsigned fp8_zero_codes4(uint32_t codes) { return __popc(__vcmpeq4(codes & 0x7f7f7f7fu, 0u)) / 8; }
 __device__ __forceinline__ unsigned float_is_zero(float x) { return (__float_as_uint(x) << 1) == 0u; } // by the bits: no FTZ
 
+// The format's max, for the saturation count (a scaled magnitude past it is clipped to it).
+template <__nv_fp8_interpretation_t FMT> __device__ __forceinline__ float fp8_fmax() { return FMT == __NV_E4M3 ? FP8_E4M3_MAX : FP8_E5M2_MAX; }
+
 // 8 values * scale -> 8 fp8 codes, element i in byte i (round-to-nearest-even, saturating to the
 // format's max finite value: finite input never becomes inf/NaN), counted into tally. FMT is
 // __NV_E4M3 or __NV_E5M2.
@@ -71,7 +74,6 @@ __device__ __forceinline__ unsigned float_is_zero(float x) { return (__float_as_
 // nonzero code. Either one written in terms of the other would change that path's bytes.
 template <__nv_fp8_interpretation_t FMT>
 __device__ __forceinline__ uint2 float_to_fp8x8(const float f[8], float scale, Fp8Tally &tally) {
-    const float fmax = FMT == __NV_E4M3 ? FP8_E4M3_MAX : FP8_E5M2_MAX;
     uint32_t w[2];
     unsigned zeros = 0;
 #pragma unroll
@@ -80,7 +82,7 @@ __device__ __forceinline__ uint2 float_to_fp8x8(const float f[8], float scale, F
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             p[k] = f[4 * j + k] * scale;
-            tally.sat += fabsf(p[k]) > fmax;
+            tally.sat += fabsf(p[k]) > fp8_fmax<FMT>();
             zeros += float_is_zero(f[4 * j + k]);
         }
         uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(p[0], p[1]), __NV_SATFINITE, FMT);
