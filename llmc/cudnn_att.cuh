@@ -21,6 +21,23 @@ Two backward forms (cudnn_att_set_deterministic picks one; each has its own cach
 - fast (the default): dS x K goes into an fp32 dQ accumulator (zeroed before each call, atomics inside
   the fused kernel), then IDENTITY to bf16 dQ. The order of the atomic adds varies between runs, so dQ
   may differ in its last bits from run to run. If cuDNN has no plan for it, the deterministic form runs.
+
+fp8 attention (cudnn_att_fp8_forward / cudnn_att_fp8_backward; TransformerEngine's fp8_dpa with delayed
+scaling, ../shared/docs/ATTENTION_FP8.md): the same causal GQA graphs with fp8 matmul inputs, per-tensor
+scales and amaxes, in cudnn-frontend's op order (its SDPA with FP8 MMA and its sdpa_fp8_backward node).
+Layouts as above, in bytes: qkv (B, T, NH + 2*NKV, HS) E4M3, out (B, T, NH*HS) E4M3 (on Hopper O must be
+fp8), stats (B, NH, T) fp32; dout (B, T, NH*HS) E5M2, dqkv (B, T, NH + 2*NKV, HS) E5M2 (dQ, dK, dV must be
+fp8 on Hopper). Every scale, descale and amax is one fp32 on the device, passed as a pointer
+(CudnnAttFp8Forward / CudnnAttFp8Backward say which is which); cuDNN reads and writes 16-byte-aligned
+copies in the workspace, filled from the caller's pointers on the stream before each call, and the
+amaxes are max-accumulated into the caller's afterwards (like every fp8 cast of this project), so a
+step's amax slot collects every layer and micro-step. Inside the kernels P (TE's "S") is cast to E4M3
+with scale_s, and dS (TE's "dP") to dout's type, E5M2, with scale_dp; amax_s and amax_dp are their
+amaxes before scaling. Shapes: HS % 16 == 0 and HS <= 256 for the forward, HS == 128 exactly for the
+backward (cuDNN's limit on Hopper), T % 128 == 0 as above. Plans are cached like the bf16 ones (the key
+has fp8 in it); the fp8 backward obeys cudnn_att_set_deterministic like the bf16 one (deterministic:
+engines marked NONDETERMINISTIC are refused). A shape without a plan is reported once and the call
+returns 0: the caller decides what runs instead.
 */
 #ifndef LLMC_CUDNN_ATT_CUH
 #define LLMC_CUDNN_ATT_CUH
@@ -35,20 +52,25 @@ static cudnnHandle_t g_cudnn_handle = NULL;
 static size_t g_cudnn_version = 0;        // cudnnGetVersion() of the library actually loaded
 static void *g_cudnn_workspace = NULL;    // shared by every plan: calls must be stream-ordered
 static size_t g_cudnn_workspace_bytes = 0;
+static int g_cudnn_sm_major = 0;          // compute capability major of the device (fp8 needs 9+)
 
-#define CUDNN_ATT_MAX_DESCS 192 // descriptors one plan is built from (~80 for the backward graph + engine configs)
-#define CUDNN_ATT_MAX_OPS 48
-#define CUDNN_ATT_MAX_PLANS 16
+#define CUDNN_ATT_MAX_DESCS 256 // descriptors one plan is built from (~150 for the fp8 backward graph + engine configs)
+#define CUDNN_ATT_MAX_OPS 64    // the fp8 backward graph has 43
+#define CUDNN_ATT_MAX_PLANS 32
 
 typedef struct {
     int B, T, NH, NKV, HS, backward, deterministic; // deterministic: the backward form (forward: 1)
+    int fp8;                        // the fp8 graphs (cudnn_att_fp8_*), else bf16
     int failed;                     // building failed: the plain kernel runs, nothing is retried
+    char failure[320];              // why (the last graph variant's error), for cudnn_att_plan_failure
+    int nondeterministic;           // the engine is marked NONDETERMINISTIC (printed for fp8 plans)
     cudnnBackendDescriptor_t plan;
     cudnnBackendDescriptor_t descs[CUDNN_ATT_MAX_DESCS]; // everything the plan was built from
     int ndescs;
     int64_t plan_workspace;         // bytes the plan itself needs
     size_t softmax_sum_offset;      // backward: byte offset of softmax_sum (B, NH, T) fp32 in the workspace
     size_t dq_accum_offset, dq_accum_bytes; // fast backward: the fp32 dQ accumulator in the workspace (else 0)
+    size_t fp8_scalars_offset;      // fp8: byte offset of the scale/descale/amax slots in the workspace
     float scale, neg_inf, one;      // by-value scalars: their host addresses go in the variant pack
 } CudnnAttPlan;
 
@@ -59,8 +81,16 @@ static int g_cudnn_nplans = 0;
 enum {
     ATT_UID_Q = 1, ATT_UID_KT, ATT_UID_V, ATT_UID_VT, ATT_UID_O, ATT_UID_STATS, ATT_UID_SCALE,
     ATT_UID_NEG_INF, ATT_UID_DO, ATT_UID_DQ, ATT_UID_DK, ATT_UID_DV, ATT_UID_ONE, ATT_UID_SOFTMAX_SUM,
-    ATT_UID_DQ_ACCUM, ATT_UID_FIRST_VIRTUAL = 100
+    ATT_UID_DQ_ACCUM,
+    // fp8 graphs: device scalars ({1,1,1,1} fp32), each at its own 16-byte slot of the workspace (in this order)
+    ATT_UID_DESCALE_Q, ATT_UID_DESCALE_K, ATT_UID_DESCALE_V, ATT_UID_DESCALE_O, ATT_UID_DESCALE_DO,
+    ATT_UID_DESCALE_S, ATT_UID_DESCALE_DP, ATT_UID_SCALE_S, ATT_UID_SCALE_O, ATT_UID_SCALE_DP, ATT_UID_SCALE_DQ,
+    ATT_UID_SCALE_DK, ATT_UID_SCALE_DV, ATT_UID_AMAX_S, ATT_UID_AMAX_O, ATT_UID_AMAX_DQ, ATT_UID_AMAX_DK,
+    ATT_UID_AMAX_DV, ATT_UID_AMAX_DP,
+    ATT_UID_FIRST_VIRTUAL = 100
 };
+#define ATT_FP8_NSCALARS (ATT_UID_AMAX_DP - ATT_UID_DESCALE_Q + 1)
+#define ATT_FP8_SLOT_FLOATS 4 // 16 bytes per scalar slot
 
 static void cudnn_check(cudnnStatus_t status, const char *file, int line) {
     if (status != CUDNN_STATUS_SUCCESS) {
@@ -149,6 +179,14 @@ static cudnnBackendDescriptor_t cg_virtual(CudnnGraph *g, const char *name, cudn
 static cudnnBackendDescriptor_t cg_scalar(CudnnGraph *g, const char *name, int64_t uid) {
     return cg_tensor(g, name, uid, CUDNN_DATA_FLOAT, dims4(1, 1, 1, 1), dims4(1, 1, 1, 1), 0, 1);
 }
+
+// an fp32 scalar on the device ({1,1,1,1}): the fp8 graphs' scales, descales and amaxes
+static cudnnBackendDescriptor_t cg_device_scalar(CudnnGraph *g, const char *name, int64_t uid) {
+    return cg_tensor(g, name, uid, CUDNN_DATA_FLOAT, dims4(1, 1, 1, 1), dims4(1, 1, 1, 1), 0, 0);
+}
+
+// row-major packed strides of dims (the fp8 graphs' virtual products: cuDNN ignores virtual strides)
+static Dims4 packed_strides(Dims4 d) { return dims4(d.v[1] * d.v[2] * d.v[3], d.v[2] * d.v[3], d.v[3], 1); }
 
 static void cg_add_op(CudnnGraph *g, cudnnBackendDescriptor_t op, const char *name) {
     if (!cg_ok(g)) return;
@@ -243,6 +281,63 @@ static void cg_causal_mask(CudnnGraph *g, cudnnBackendDescriptor_t x, cudnnBacke
     cg_pointwise(g, "causal_select", CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, x, fill, keep, y, -1);
 }
 
+// y = x * b as a new virtual fp32 tensor (b: a tensor of the same dims or a {1,1,1,1} scalar)
+static cudnnBackendDescriptor_t cg_mul(CudnnGraph *g, const char *name, cudnnBackendDescriptor_t x,
+                                       cudnnBackendDescriptor_t b, Dims4 dims, Dims4 strides) {
+    cudnnBackendDescriptor_t y = cg_virtual(g, name, CUDNN_DATA_FLOAT, dims, strides);
+    cg_pointwise(g, name, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, x, b, NULL, y, -1);
+    return y;
+}
+
+// P = softmax(x) over the last dim, written out as max, subtract, exp, sum, log: stats = max + log(sum)
+// (non-virtual fp32 (B, H, T, 1)), P = exp / sum (virtual, of the type the caller made it).
+static void cg_softmax(CudnnGraph *g, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t stats,
+                       cudnnBackendDescriptor_t P, Dims4 scores, Dims4 scores_st, Dims4 rows, Dims4 rows_st) {
+    const cudnnDataType_t F32 = CUDNN_DATA_FLOAT;
+    cudnnBackendDescriptor_t m = cg_virtual(g, "row_max", F32, rows, rows_st);
+    cg_reduction(g, "reduce_max", CUDNN_REDUCE_TENSOR_MAX, x, m, -1);
+    cudnnBackendDescriptor_t s_sub = cg_virtual(g, "S_minus_max", F32, scores, scores_st);
+    cg_pointwise(g, "sub_max", CUDNN_POINTWISE_SUB, F32, x, m, NULL, s_sub, -1);
+    cudnnBackendDescriptor_t e = cg_virtual(g, "exp_S", F32, scores, scores_st);
+    cg_pointwise(g, "exp", CUDNN_POINTWISE_EXP, F32, s_sub, NULL, NULL, e, -1);
+    cudnnBackendDescriptor_t l = cg_virtual(g, "row_sum", F32, rows, rows_st);
+    cg_reduction(g, "reduce_sum", CUDNN_REDUCE_TENSOR_ADD, e, l, -1);
+    cudnnBackendDescriptor_t log_l = cg_virtual(g, "log_row_sum", F32, rows, rows_st);
+    cg_pointwise(g, "log", CUDNN_POINTWISE_LOG, F32, l, NULL, NULL, log_l, -1);
+    cg_pointwise(g, "stats", CUDNN_POINTWISE_ADD, F32, m, log_l, NULL, stats, -1);
+    cg_pointwise(g, "div_sum", CUDNN_POINTWISE_DIV, F32, e, l, NULL, P, -1);
+}
+
+// c = fp8(a x b x descale_a x descale_b x scale_c) and amax_c = max|a x b x descale_a x descale_b| (before
+// the scale), as cudnn-frontend's matmul_fp8 builds it: a fp32 product, the descales, the scale into the
+// non-virtual fp8 c, the AMAX reduction. prod_dims: a x b's dims; when c has fewer heads (GQA's dK, dV),
+// the product is first summed over each kv head's group of query heads.
+static void cg_matmul_fp8(CudnnGraph *g, const char *name, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b,
+                          cudnnBackendDescriptor_t descale_a, cudnnBackendDescriptor_t descale_b,
+                          cudnnBackendDescriptor_t scale_c, cudnnBackendDescriptor_t c, cudnnBackendDescriptor_t amax_c,
+                          Dims4 prod_dims, Dims4 c_dims) {
+    char nm[96];
+    snprintf(nm, sizeof(nm), "%s (fp32)", name);
+    cudnnBackendDescriptor_t x = cg_virtual(g, nm, CUDNN_DATA_FLOAT, prod_dims, packed_strides(prod_dims));
+    cg_matmul(g, name, a, b, x);
+    Dims4 d = prod_dims;
+    if (c_dims.v[1] != prod_dims.v[1]) {
+        snprintf(nm, sizeof(nm), "%s: sum over each head group", name);
+        cudnnBackendDescriptor_t sum = cg_virtual(g, nm, CUDNN_DATA_FLOAT, c_dims, packed_strides(c_dims));
+        cg_reduction(g, nm, CUDNN_REDUCE_TENSOR_ADD, x, sum, -1);
+        x = sum;
+        d = c_dims;
+    }
+    snprintf(nm, sizeof(nm), "%s: x descale_a", name);
+    x = cg_mul(g, nm, x, descale_a, d, packed_strides(d));
+    snprintf(nm, sizeof(nm), "%s: x descale_b", name);
+    x = cg_mul(g, nm, x, descale_b, d, packed_strides(d));
+    snprintf(nm, sizeof(nm), "%s: x scale (fp8 out)", name);
+    cg_pointwise(g, nm, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, x, scale_c, NULL, c, -1);
+    snprintf(nm, sizeof(nm), "%s: amax", name);
+    cg_reduction(g, nm, CUDNN_REDUCE_TENSOR_AMAX, x, amax_c, -1);
+}
+
 // ---------------------------------------------------------------------------------------------------
 // the two graphs (../shared/docs/ATTENTION_CUDNN.md, steps in the same order)
 
@@ -265,19 +360,8 @@ static void cudnn_att_forward_graph(CudnnGraph *g, int64_t B, int64_t T, int64_t
     cg_pointwise(g, "mul_scale", CUDNN_POINTWISE_MUL, F32, s, scale, NULL, s_scaled, -1);
     cudnnBackendDescriptor_t s_masked = cg_virtual(g, "S_masked", F32, scores, scores_st);
     cg_causal_mask(g, s_scaled, neg_inf, s_masked, scores, scores_st);
-    cudnnBackendDescriptor_t m = cg_virtual(g, "row_max", F32, rows, rows_st);
-    cg_reduction(g, "reduce_max", CUDNN_REDUCE_TENSOR_MAX, s_masked, m, -1);
-    cudnnBackendDescriptor_t s_sub = cg_virtual(g, "S_minus_max", F32, scores, scores_st);
-    cg_pointwise(g, "sub_max", CUDNN_POINTWISE_SUB, F32, s_masked, m, NULL, s_sub, -1);
-    cudnnBackendDescriptor_t e = cg_virtual(g, "exp_S", F32, scores, scores_st);
-    cg_pointwise(g, "exp", CUDNN_POINTWISE_EXP, F32, s_sub, NULL, NULL, e, -1);
-    cudnnBackendDescriptor_t l = cg_virtual(g, "row_sum", F32, rows, rows_st);
-    cg_reduction(g, "reduce_sum", CUDNN_REDUCE_TENSOR_ADD, e, l, -1);
-    cudnnBackendDescriptor_t log_l = cg_virtual(g, "log_row_sum", F32, rows, rows_st);
-    cg_pointwise(g, "log", CUDNN_POINTWISE_LOG, F32, l, NULL, NULL, log_l, -1);
-    cg_pointwise(g, "stats", CUDNN_POINTWISE_ADD, F32, m, log_l, NULL, stats, -1);
     cudnnBackendDescriptor_t P = cg_virtual(g, "P", BF16, scores, scores_st); // bmm2's A must be the i/o type
-    cg_pointwise(g, "div_sum", CUDNN_POINTWISE_DIV, F32, e, l, NULL, P, -1);
+    cg_softmax(g, s_masked, stats, P, scores, scores_st, rows, rows_st);
     cg_matmul(g, "P x V", P, V, O);
 }
 
@@ -386,6 +470,143 @@ static void cudnn_att_backward_graph(CudnnGraph *g, int64_t B, int64_t T, int64_
 }
 
 // ---------------------------------------------------------------------------------------------------
+// the fp8 graphs (../shared/docs/ATTENTION_FP8.md): cudnn-frontend's op order, tensor types and virtual
+// types (fp32 intermediates; P and dS retyped to fp8 by the multiply with their scale)
+
+// Forward: S = Q K^T x attn_scale x descale_q x descale_k -> causal mask -> softmax (Stats) -> P;
+// amax_s = max|P|; P x scale_s as E4M3 -> P V x descale_s x descale_v -> amax_o; x scale_o -> O (E4M3).
+static void cudnn_att_fp8_forward_graph(CudnnGraph *g, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS) {
+    const cudnnDataType_t E4M3 = CUDNN_DATA_FP8_E4M3, F32 = CUDNN_DATA_FLOAT;
+    int64_t H3 = NH + 2 * NKV;
+    Dims4 scores = dims4(B, NH, T, T), scores_st = dims4(NH * T * T, T * T, T, 1);
+    Dims4 rows = dims4(B, NH, T, 1), rows_st = dims4(NH * T, T, 1, 1);
+    Dims4 q_dims = dims4(B, NH, T, HS), qkv_st = dims4(T * H3 * HS, HS, H3 * HS, 1);
+    cudnnBackendDescriptor_t Q = cg_tensor(g, "Q", ATT_UID_Q, E4M3, q_dims, qkv_st, 0, 0);
+    cudnnBackendDescriptor_t KT = cg_tensor(g, "K^T", ATT_UID_KT, E4M3, dims4(B, NKV, HS, T), dims4(T * H3 * HS, HS, 1, H3 * HS), 0, 0);
+    cudnnBackendDescriptor_t V = cg_tensor(g, "V", ATT_UID_V, E4M3, dims4(B, NKV, T, HS), qkv_st, 0, 0);
+    cudnnBackendDescriptor_t O = cg_tensor(g, "O", ATT_UID_O, E4M3, q_dims, dims4(T * NH * HS, HS, NH * HS, 1), 0, 0);
+    cudnnBackendDescriptor_t stats = cg_tensor(g, "Stats", ATT_UID_STATS, F32, rows, rows_st, 0, 0);
+    cudnnBackendDescriptor_t scale = cg_scalar(g, "attn_scale", ATT_UID_SCALE);
+    cudnnBackendDescriptor_t neg_inf = cg_scalar(g, "-inf", ATT_UID_NEG_INF);
+    cudnnBackendDescriptor_t descale_q = cg_device_scalar(g, "descale_q", ATT_UID_DESCALE_Q);
+    cudnnBackendDescriptor_t descale_k = cg_device_scalar(g, "descale_k", ATT_UID_DESCALE_K);
+    cudnnBackendDescriptor_t descale_v = cg_device_scalar(g, "descale_v", ATT_UID_DESCALE_V);
+    cudnnBackendDescriptor_t descale_s = cg_device_scalar(g, "descale_s", ATT_UID_DESCALE_S);
+    cudnnBackendDescriptor_t scale_s = cg_device_scalar(g, "scale_s", ATT_UID_SCALE_S);
+    cudnnBackendDescriptor_t scale_o = cg_device_scalar(g, "scale_o", ATT_UID_SCALE_O);
+    cudnnBackendDescriptor_t amax_s = cg_device_scalar(g, "amax_s", ATT_UID_AMAX_S);
+    cudnnBackendDescriptor_t amax_o = cg_device_scalar(g, "amax_o", ATT_UID_AMAX_O);
+
+    cudnnBackendDescriptor_t s = cg_virtual(g, "S", F32, scores, scores_st);
+    cg_matmul(g, "Q x K^T", Q, KT, s);
+    s = cg_mul(g, "mul_scale", s, scale, scores, scores_st);
+    s = cg_mul(g, "mul_descale_q", s, descale_q, scores, scores_st);
+    s = cg_mul(g, "mul_descale_k", s, descale_k, scores, scores_st);
+    cudnnBackendDescriptor_t s_masked = cg_virtual(g, "S_masked", F32, scores, scores_st);
+    cg_causal_mask(g, s, neg_inf, s_masked, scores, scores_st);
+    cudnnBackendDescriptor_t P = cg_virtual(g, "P", F32, scores, scores_st);
+    cg_softmax(g, s_masked, stats, P, scores, scores_st, rows, rows_st);
+    cg_reduction(g, "amax_s", CUDNN_REDUCE_TENSOR_AMAX, P, amax_s, -1);
+    cudnnBackendDescriptor_t P8 = cg_virtual(g, "P (E4M3)", E4M3, scores, scores_st); // bmm2's A: the i/o type
+    cg_pointwise(g, "mul_scale_s", CUDNN_POINTWISE_MUL, F32, P, scale_s, NULL, P8, -1);
+    cg_matmul_fp8(g, "P x V", P8, V, descale_s, descale_v, scale_o, O, amax_o, q_dims, q_dims);
+}
+
+// Backward (cudnn-frontend's sdpa_fp8_backward): D = rowsum(dO * O) x descale_do x descale_o; P recomputed
+// from Q K^T (scaled, descaled, masked) and Stats; dV = fp8(P x scale_s)^T dO; dS = (dO V^T x descales - D)
+// x P x attn_scale -> amax_dp, x scale_dp as E5M2; dQ = dS K, dK = dS^T Q. GQA: dK, dV are summed over
+// each kv head's group of query heads before their descales (cg_matmul_fp8). dS's fp8 type is dO's.
+static void cudnn_att_fp8_backward_graph(CudnnGraph *g, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS) {
+    const cudnnDataType_t E4M3 = CUDNN_DATA_FP8_E4M3, E5M2 = CUDNN_DATA_FP8_E5M2, F32 = CUDNN_DATA_FLOAT;
+    int64_t H3 = NH + 2 * NKV;
+    Dims4 scores = dims4(B, NH, T, T), scores_st = dims4(NH * T * T, T * T, T, 1);
+    Dims4 scores_t_st = dims4(NH * T * T, T * T, 1, T); // the transpose, same memory
+    Dims4 rows = dims4(B, NH, T, 1), rows_st = dims4(NH * T, T, 1, 1);
+    Dims4 q_dims = dims4(B, NH, T, HS), kv_dims = dims4(B, NKV, T, HS), kv_t_dims = dims4(B, NKV, HS, T);
+    Dims4 qkv_st = dims4(T * H3 * HS, HS, H3 * HS, 1), qkv_t_st = dims4(T * H3 * HS, HS, 1, H3 * HS);
+    Dims4 o_st = dims4(T * NH * HS, HS, NH * HS, 1);
+
+    cudnnBackendDescriptor_t Q = cg_tensor(g, "Q", ATT_UID_Q, E4M3, q_dims, qkv_st, 0, 0);
+    cudnnBackendDescriptor_t KT = cg_tensor(g, "K^T", ATT_UID_KT, E4M3, kv_t_dims, qkv_t_st, 0, 0);
+    cudnnBackendDescriptor_t VT = cg_tensor(g, "V^T", ATT_UID_VT, E4M3, kv_t_dims, qkv_t_st, 0, 0);
+    cudnnBackendDescriptor_t O = cg_tensor(g, "O", ATT_UID_O, E4M3, q_dims, o_st, 0, 0);
+    cudnnBackendDescriptor_t dO = cg_tensor(g, "dO", ATT_UID_DO, E5M2, q_dims, o_st, 0, 0);
+    cudnnBackendDescriptor_t stats = cg_tensor(g, "Stats", ATT_UID_STATS, F32, rows, rows_st, 0, 0);
+    cudnnBackendDescriptor_t scale = cg_scalar(g, "attn_scale", ATT_UID_SCALE);
+    cudnnBackendDescriptor_t neg_inf = cg_scalar(g, "-inf", ATT_UID_NEG_INF);
+    cudnnBackendDescriptor_t dQ = cg_tensor(g, "dQ", ATT_UID_DQ, E5M2, q_dims, qkv_st, 0, 0);
+    cudnnBackendDescriptor_t dK = cg_tensor(g, "dK", ATT_UID_DK, E5M2, kv_dims, qkv_st, 0, 0);
+    cudnnBackendDescriptor_t dV = cg_tensor(g, "dV", ATT_UID_DV, E5M2, kv_dims, qkv_st, 0, 0);
+    cudnnBackendDescriptor_t descale_q = cg_device_scalar(g, "descale_q", ATT_UID_DESCALE_Q);
+    cudnnBackendDescriptor_t descale_k = cg_device_scalar(g, "descale_k", ATT_UID_DESCALE_K);
+    cudnnBackendDescriptor_t descale_v = cg_device_scalar(g, "descale_v", ATT_UID_DESCALE_V);
+    cudnnBackendDescriptor_t descale_o = cg_device_scalar(g, "descale_o", ATT_UID_DESCALE_O);
+    cudnnBackendDescriptor_t descale_do = cg_device_scalar(g, "descale_do", ATT_UID_DESCALE_DO);
+    cudnnBackendDescriptor_t descale_s = cg_device_scalar(g, "descale_s", ATT_UID_DESCALE_S);
+    cudnnBackendDescriptor_t descale_dp = cg_device_scalar(g, "descale_dp", ATT_UID_DESCALE_DP);
+    cudnnBackendDescriptor_t scale_s = cg_device_scalar(g, "scale_s", ATT_UID_SCALE_S);
+    cudnnBackendDescriptor_t scale_dp = cg_device_scalar(g, "scale_dp", ATT_UID_SCALE_DP);
+    cudnnBackendDescriptor_t scale_dq = cg_device_scalar(g, "scale_dq", ATT_UID_SCALE_DQ);
+    cudnnBackendDescriptor_t scale_dk = cg_device_scalar(g, "scale_dk", ATT_UID_SCALE_DK);
+    cudnnBackendDescriptor_t scale_dv = cg_device_scalar(g, "scale_dv", ATT_UID_SCALE_DV);
+    cudnnBackendDescriptor_t amax_dq = cg_device_scalar(g, "amax_dq", ATT_UID_AMAX_DQ);
+    cudnnBackendDescriptor_t amax_dk = cg_device_scalar(g, "amax_dk", ATT_UID_AMAX_DK);
+    cudnnBackendDescriptor_t amax_dv = cg_device_scalar(g, "amax_dv", ATT_UID_AMAX_DV);
+    cudnnBackendDescriptor_t amax_dp = cg_device_scalar(g, "amax_dp", ATT_UID_AMAX_DP);
+
+    // 1. softmax_sum D = rowsum(dO * O) x descale_do x descale_o (virtual here, as in cudnn-frontend)
+    cudnnBackendDescriptor_t do_o = cg_virtual(g, "dO*O", F32, q_dims, o_st);
+    cg_pointwise(g, "mul_dO_O", CUDNN_POINTWISE_MUL, F32, dO, O, NULL, do_o, -1);
+    cudnnBackendDescriptor_t softmax_sum = cg_virtual(g, "rowsum_dO*O", F32, rows, rows_st);
+    cg_reduction(g, "reduce_dO_O", CUDNN_REDUCE_TENSOR_ADD, do_o, softmax_sum, -1);
+    softmax_sum = cg_mul(g, "mul_descale_dO", softmax_sum, descale_do, rows, rows_st);
+    softmax_sum = cg_mul(g, "mul_descale_O", softmax_sum, descale_o, rows, rows_st);
+
+    // 2. recompute P = exp(mask(Q K^T x attn_scale x descale_q x descale_k) - Stats)
+    cudnnBackendDescriptor_t s = cg_virtual(g, "S", F32, scores, scores_st);
+    cg_matmul(g, "Q x K^T", Q, KT, s);
+    s = cg_mul(g, "mul_scale", s, scale, scores, scores_st);
+    s = cg_mul(g, "mul_descale_q", s, descale_q, scores, scores_st);
+    s = cg_mul(g, "mul_descale_k", s, descale_k, scores, scores_st);
+    cudnnBackendDescriptor_t s_masked = cg_virtual(g, "S_masked", F32, scores, scores_st);
+    cg_causal_mask(g, s, neg_inf, s_masked, scores, scores_st);
+    cudnnBackendDescriptor_t s_shifted = cg_virtual(g, "S_minus_stats", F32, scores, scores_st);
+    cg_pointwise(g, "sub_stats", CUDNN_POINTWISE_SUB, F32, s_masked, stats, NULL, s_shifted, -1);
+    cudnnBackendDescriptor_t P = cg_virtual(g, "P", F32, scores, scores_st);
+    cg_pointwise(g, "exp", CUDNN_POINTWISE_EXP, F32, s_shifted, NULL, NULL, P, -1);
+
+    // 3. dV = fp8(P x scale_s)^T x dO (GQA: per query head, then summed over each kv head's group)
+    cudnnBackendDescriptor_t P8 = cg_virtual(g, "P (E4M3)", E4M3, scores, scores_st);
+    cg_pointwise(g, "mul_scale_s", CUDNN_POINTWISE_MUL, F32, P, scale_s, NULL, P8, -1);
+    cudnnBackendDescriptor_t P8T = cg_virtual(g, "P^T (E4M3)", E4M3, scores, scores_t_st);
+    cg_reshape(g, "transpose_P", P8, P8T);
+    cg_matmul_fp8(g, "P^T x dO", P8T, dO, descale_s, descale_do, scale_dv, dV, amax_dv, q_dims, kv_dims);
+
+    // 4. dS = (dO V^T x descale_do x descale_v - D) x P x attn_scale; amax_dp; x scale_dp as E5M2
+    cudnnBackendDescriptor_t dP = cg_virtual(g, "dP", F32, scores, scores_st);
+    cg_matmul(g, "dO x V^T", dO, VT, dP);
+    dP = cg_mul(g, "mul_descale_dO_dP", dP, descale_do, scores, scores_st);
+    dP = cg_mul(g, "mul_descale_V", dP, descale_v, scores, scores_st);
+    cudnnBackendDescriptor_t dp_sub = cg_virtual(g, "dP_minus_sum", F32, scores, scores_st);
+    cg_pointwise(g, "sub_softmax_sum", CUDNN_POINTWISE_SUB, F32, dP, softmax_sum, NULL, dp_sub, -1);
+    cudnnBackendDescriptor_t dS = cg_mul(g, "mul_P", dp_sub, P, scores, scores_st);
+    dS = cg_mul(g, "mul_scale_dS", dS, scale, scores, scores_st);
+    cg_reduction(g, "amax_dP", CUDNN_REDUCE_TENSOR_AMAX, dS, amax_dp, -1);
+    cudnnBackendDescriptor_t dS8 = cg_virtual(g, "dS (E5M2)", E5M2, scores, scores_st);
+    cg_pointwise(g, "mul_scale_dP", CUDNN_POINTWISE_MUL, F32, dS, scale_dp, NULL, dS8, -1);
+
+    // 5. dQ = dS x K. K is K^T reshaped back; cudnn-frontend leaves it at the intermediate type (fp32).
+    cudnnBackendDescriptor_t K = cg_virtual(g, "K", F32, kv_dims, qkv_st);
+    cg_reshape(g, "transpose_K^T", KT, K);
+    cg_matmul_fp8(g, "dS x K", dS8, K, descale_dp, descale_k, scale_dq, dQ, amax_dq, q_dims, q_dims);
+
+    // 6. dK = dS^T x Q (GQA as for dV)
+    cudnnBackendDescriptor_t dS8T = cg_virtual(g, "dS^T (E5M2)", E5M2, scores, scores_t_st);
+    cg_reshape(g, "transpose_dS", dS8, dS8T);
+    cg_matmul_fp8(g, "dS^T x Q", dS8T, Q, descale_dp, descale_q, scale_dk, dK, amax_dk, q_dims, kv_dims);
+}
+
+// ---------------------------------------------------------------------------------------------------
 // plan: heuristics -> the first engine config that finalizes (deterministic backward: not marked
 // NONDETERMINISTIC)
 
@@ -464,7 +685,7 @@ static int cudnn_att_make_plan(CudnnGraph *g, int deterministic, int64_t *engine
             if (st == CUDNN_STATUS_SUCCESS) {
                 p->plan = plan;
                 p->plan_workspace = ws;
-                if (engine_index < 0) cudnn_att_config_is_nondeterministic(cfgs[i], &engine_index);
+                p->nondeterministic = cudnn_att_config_is_nondeterministic(cfgs[i], &engine_index);
                 *engine = engine_index;
                 return 1;
             }
@@ -526,32 +747,43 @@ static int att_backward_variants(AttBackwardVariant *v, int gqa, int determinist
     return n;
 }
 
-// The cached plan for this shape and direction (and backward form), built on first use; NULL if it
-// cannot be built.
-static CudnnAttPlan *cudnn_att_get_plan(int B, int T, int NH, int NKV, int HS, int backward) {
+// The cached plan of this shape, direction and precision (and backward form), or NULL if none was built.
+static CudnnAttPlan *cudnn_att_find_plan(int B, int T, int NH, int NKV, int HS, int backward, int fp8) {
     const int deterministic = backward ? g_cudnn_att_deterministic : 1;
     for (int i = 0; i < g_cudnn_nplans; i++) {
         CudnnAttPlan *p = &g_cudnn_plans[i];
         if (p->B == B && p->T == T && p->NH == NH && p->NKV == NKV && p->HS == HS && p->backward == backward &&
-            p->deterministic == deterministic) {
-            return p->failed ? NULL : p;
+            p->deterministic == deterministic && p->fp8 == fp8) {
+            return p;
         }
     }
-    const char *dir = backward ? "backward" : "forward";
+    return NULL;
+}
+
+// The cached plan for this shape, direction and precision (and backward form), built on first use;
+// NULL if it cannot be built.
+static CudnnAttPlan *cudnn_att_get_plan(int B, int T, int NH, int NKV, int HS, int backward, int fp8) {
+    const int deterministic = backward ? g_cudnn_att_deterministic : 1;
+    CudnnAttPlan *found = cudnn_att_find_plan(B, T, NH, NKV, HS, backward, fp8);
+    if (found != NULL) return found->failed ? NULL : found;
+    const char *dir = fp8 ? (backward ? "fp8 backward" : "fp8 forward") : (backward ? "backward" : "forward");
+    const char *fallback = fp8 ? "the caller's fallback runs" : "this shape uses the plain kernel";
     if (g_cudnn_nplans == CUDNN_ATT_MAX_PLANS) {
-        printf("attention: cuDNN %s plan cache full (%d shapes); B=%d T=%d NH=%d NKV=%d HS=%d uses the plain kernel\n",
-               dir, CUDNN_ATT_MAX_PLANS, B, T, NH, NKV, HS);
+        printf("attention: cuDNN %s plan cache full (%d shapes); B=%d T=%d NH=%d NKV=%d HS=%d: %s\n",
+               dir, CUDNN_ATT_MAX_PLANS, B, T, NH, NKV, HS, fallback);
         return NULL;
     }
     CudnnAttPlan *p = &g_cudnn_plans[g_cudnn_nplans++];
     memset(p, 0, sizeof(*p));
     p->B = B; p->T = T; p->NH = NH; p->NKV = NKV; p->HS = HS; p->backward = backward; p->deterministic = deterministic;
+    p->fp8 = fp8;
     p->scale = 1.0f / sqrtf((float)HS);
-    p->neg_inf = -INFINITY;
+    // cudnn-frontend masks with the lowest float before cuDNN 9.10 (its fp8 graphs included), -inf after
+    p->neg_inf = fp8 && g_cudnn_version < 91000 ? -FLT_MAX : -INFINITY;
     p->one = 1.0f;
 
     AttBackwardVariant variants[12];
-    const int nvariants = backward ? att_backward_variants(variants, NH != NKV, deterministic) : 1;
+    const int nvariants = backward && !fp8 ? att_backward_variants(variants, NH != NKV, deterministic) : 1;
     int64_t engine = -1;
     int vi = 0;
     char name[128] = "";
@@ -562,7 +794,10 @@ static CudnnAttPlan *cudnn_att_get_plan(int B, int T, int NH, int NKV, int HS, i
         g.p = p;
         g.status = CUDNN_STATUS_SUCCESS;
         g.next_uid = ATT_UID_FIRST_VIRTUAL;
-        if (backward) {
+        if (fp8) {
+            if (backward) cudnn_att_fp8_backward_graph(&g, B, T, NH, NKV, HS);
+            else cudnn_att_fp8_forward_graph(&g, B, T, NH, NKV, HS);
+        } else if (backward) {
             const AttBackwardVariant v = variants[vi];
             att_variant_name(name, sizeof(name), v);
             cudnn_att_backward_graph(&g, B, T, NH, NKV, HS, v.mask_after_stats, v.det_head_sum, v.dq_accum);
@@ -572,18 +807,23 @@ static CudnnAttPlan *cudnn_att_get_plan(int B, int T, int NH, int NKV, int HS, i
         if (cg_ok(&g) && cudnn_att_make_plan(&g, backward && deterministic, &engine)) break;
         char detail[256] = "";
         cudnnGetLastErrorString(detail, sizeof(detail));
-        printf("attention: cuDNN %s graph for B=%d T=%d NH=%d NKV=%d HS=%d%s%s: %s failed: %s%s%s\n", dir, B, T, NH, NKV, HS,
-               backward ? ", variant " : "", name, g.where, cudnnGetErrorString(g.status), detail[0] ? " - " : "", detail);
+        snprintf(p->failure, sizeof(p->failure), "%s failed: %s%s%s", g.where, cudnnGetErrorString(g.status),
+                 detail[0] ? " - " : "", detail);
+        printf("attention: cuDNN %s graph for B=%d T=%d NH=%d NKV=%d HS=%d%s%s: %s\n", dir, B, T, NH, NKV, HS,
+               name[0] ? ", variant " : "", name, p->failure);
     }
     if (vi == nvariants) {
-        printf("attention: no cuDNN %s plan for B=%d T=%d NH=%d NKV=%d HS=%d; this shape uses the plain kernel\n",
-               dir, B, T, NH, NKV, HS);
+        printf("attention: no cuDNN %s plan for B=%d T=%d NH=%d NKV=%d HS=%d; %s\n", dir, B, T, NH, NKV, HS, fallback);
         cudnn_att_free_plan(p);
         p->failed = 1;
         return NULL;
     }
+    p->failure[0] = '\0';
     size_t need = (size_t)p->plan_workspace;
-    if (backward) {
+    if (fp8) {
+        p->fp8_scalars_offset = CEIL_DIV(need, 256) * 256;
+        need = p->fp8_scalars_offset + ATT_FP8_NSCALARS * ATT_FP8_SLOT_FLOATS * sizeof(float);
+    } else if (backward) {
         p->softmax_sum_offset = CEIL_DIV(need, 256) * 256;
         need = p->softmax_sum_offset + (size_t)B * NH * T * sizeof(float);
         if (variants[vi].dq_accum != ATT_DQ_DIRECT) {
@@ -593,9 +833,17 @@ static CudnnAttPlan *cudnn_att_get_plan(int B, int T, int NH, int NKV, int HS, i
         }
     }
     cudnn_att_reserve_workspace(need);
-    printf("attention: cuDNN %s plan for B=%d T=%d NH=%d NKV=%d HS=%d: engine %lld, workspace %.1f MiB%s%s\n",
-           dir, B, T, NH, NKV, HS, (long long)engine, need / 1048576.0, backward ? ", graph variant: " : "", name);
+    printf("attention: cuDNN %s plan for B=%d T=%d NH=%d NKV=%d HS=%d: engine %lld, workspace %.1f MiB%s%s%s\n",
+           dir, B, T, NH, NKV, HS, (long long)engine, need / 1048576.0, name[0] ? ", graph variant: " : "", name,
+           fp8 && p->nondeterministic ? ", engine marked NONDETERMINISTIC" : "");
     return p;
+}
+
+// Why the plan of this shape could not be built (what cuDNN said), or NULL if it was built or not tried.
+static const char *cudnn_att_plan_failure(int B, int T, int NH, int NKV, int HS, int backward, int fp8) {
+    CudnnAttPlan *p = cudnn_att_find_plan(B, T, NH, NKV, HS, backward, fp8);
+    if (p == NULL) return g_cudnn_nplans == CUDNN_ATT_MAX_PLANS ? "the plan cache is full" : NULL;
+    return p->failed ? p->failure : NULL;
 }
 
 static void cudnn_att_execute(CudnnAttPlan *p, int n, const int64_t *uids, void **ptrs, cudaStream_t stream) {
@@ -624,13 +872,13 @@ static const char *cudnn_att_unsupported(int T, int NH, int NKV, int HS) {
 
 // 1 if a plan for this shape exists or could be built now.
 static int cudnn_att_plan_ready(int B, int T, int NH, int NKV, int HS, int backward) {
-    return cudnn_att_get_plan(B, T, NH, NKV, HS, backward) != NULL;
+    return cudnn_att_get_plan(B, T, NH, NKV, HS, backward, 0) != NULL;
 }
 
 // Returns 0 (having done nothing) if there is no plan for the shape: the caller runs the plain kernel.
 static int cudnn_att_forward(floatX *out, float *stats, const floatX *qkv, int B, int T, int NH, int NKV, int HS,
                              cudaStream_t stream) {
-    CudnnAttPlan *p = cudnn_att_get_plan(B, T, NH, NKV, HS, 0);
+    CudnnAttPlan *p = cudnn_att_get_plan(B, T, NH, NKV, HS, 0, 0);
     if (p == NULL) return 0;
     int64_t uids[7] = {ATT_UID_Q, ATT_UID_KT, ATT_UID_V, ATT_UID_O, ATT_UID_STATS, ATT_UID_SCALE, ATT_UID_NEG_INF};
     void *ptrs[7] = {(void *)qkv, (void *)(qkv + (size_t)NH * HS), (void *)(qkv + (size_t)(NH + NKV) * HS),
@@ -641,7 +889,7 @@ static int cudnn_att_forward(floatX *out, float *stats, const floatX *qkv, int B
 
 static int cudnn_att_backward(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *stats,
                               int B, int T, int NH, int NKV, int HS, cudaStream_t stream) {
-    CudnnAttPlan *p = cudnn_att_get_plan(B, T, NH, NKV, HS, 1);
+    CudnnAttPlan *p = cudnn_att_get_plan(B, T, NH, NKV, HS, 1, 0);
     if (p == NULL) return 0;
     void *softmax_sum = (char *)g_cudnn_workspace + p->softmax_sum_offset;
     void *dq_accum = (char *)g_cudnn_workspace + p->dq_accum_offset;
@@ -654,6 +902,151 @@ static int cudnn_att_backward(floatX *dqkv, const floatX *dout, const floatX *qk
                       dq_accum};
     if (p->dq_accum_bytes > 0) cudaCheck(cudaMemsetAsync(dq_accum, 0, p->dq_accum_bytes, stream));
     cudnn_att_execute(p, p->dq_accum_bytes > 0 ? 14 : 13, uids, ptrs, stream);
+    return 1;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// fp8 attention (see the top of this file). The scaling factors, each a device pointer to one fp32
+// (any 4-byte-aligned address: cuDNN gets aligned copies). scale_x multiplies x into its fp8 range
+// before the cast; descale_x = 1 / x's scale undoes it (TE's scale_inv). Every field is required.
+// amax_x: max|x| before scaling, max-accumulated into *amax_x (zero it first for this call's value).
+
+typedef struct {
+    const float *descale_q, *descale_k, *descale_v; // Q, K, V's E4M3 codes in qkv (one pointer for one qkv scale)
+    const float *scale_s, *descale_s;  // P = softmax(S), cast to E4M3 inside the kernel (TE's "S" slot)
+    const float *scale_o;              // O's E4M3 cast (out)
+    float *amax_s, *amax_o;            // max|P|, max|O|, before scale_s / scale_o
+} CudnnAttFp8Forward;
+
+typedef struct {
+    const float *descale_q, *descale_k, *descale_v; // as in the forward
+    const float *descale_o, *descale_do; // the forward's out (E4M3) and dout (E5M2)
+    const float *scale_s, *descale_s;  // the forward's: P is recomputed and cast to E4M3 the same way
+    const float *scale_dp, *descale_dp; // dS = P * (dP - D) * attn_scale cast to E5M2 inside the kernel (TE's "dP")
+    const float *scale_dq, *scale_dk, *scale_dv; // the E5M2 casts of dQ, dK, dV (dqkv)
+    float *amax_dq, *amax_dk, *amax_dv, *amax_dp; // before their scales
+} CudnnAttFp8Backward;
+
+// The caller's scalars, by slot (slot i is the workspace copy of unique id ATT_UID_DESCALE_Q + i).
+typedef struct { const float *in[ATT_FP8_NSCALARS]; float *amax[ATT_FP8_NSCALARS]; } AttFp8Scalars;
+
+// Before the cuDNN call: copy the scales and descales into their slots, zero the amax slots.
+__global__ void att_fp8_scalars_in_kernel(float *slots, AttFp8Scalars s) {
+    const int i = threadIdx.x;
+    if (i >= ATT_FP8_NSCALARS) return;
+    if (s.in[i] != NULL) slots[i * ATT_FP8_SLOT_FLOATS] = *s.in[i];
+    if (s.amax[i] != NULL) slots[i * ATT_FP8_SLOT_FLOATS] = 0.0f;
+}
+
+// After it: max the amaxes into the caller's. Non-negative floats order like their bit patterns, so an
+// integer max merges them (a NaN wins, as in llmc/packed.cuh's block_commit_amax).
+__global__ void att_fp8_amax_out_kernel(const float *slots, AttFp8Scalars s) {
+    const int i = threadIdx.x;
+    if (i < ATT_FP8_NSCALARS && s.amax[i] != NULL) {
+        atomicMax((int *)s.amax[i], (int)(__float_as_uint(slots[i * ATT_FP8_SLOT_FLOATS]) & 0x7fffffffu));
+    }
+}
+
+static void att_fp8_set(AttFp8Scalars *s, int uid, const float *in, float *amax, const char *what) {
+    if (in == NULL && amax == NULL) FATAL("cuDNN fp8 attention: %s is NULL (every scale, descale and amax is required)", what);
+    s->in[uid - ATT_UID_DESCALE_Q] = in;
+    s->amax[uid - ATT_UID_DESCALE_Q] = amax;
+}
+
+// Runs p with the n tensors in uids/ptrs plus the fp8 scalars of s (uids, ptrs: room for n + ATT_FP8_NSCALARS).
+static void cudnn_att_fp8_execute(CudnnAttPlan *p, int n, int64_t *uids, void **ptrs, const AttFp8Scalars *s,
+                                  cudaStream_t stream) {
+    float *slots = (float *)((char *)g_cudnn_workspace + p->fp8_scalars_offset);
+    for (int i = 0; i < ATT_FP8_NSCALARS; i++) {
+        if (s->in[i] == NULL && s->amax[i] == NULL) continue;
+        uids[n] = ATT_UID_DESCALE_Q + i;
+        ptrs[n++] = slots + i * ATT_FP8_SLOT_FLOATS;
+    }
+    att_fp8_scalars_in_kernel<<<1, 32, 0, stream>>>(slots, *s);
+    cudaLaunchCheck();
+    cudnn_att_execute(p, n, uids, ptrs, stream);
+    att_fp8_amax_out_kernel<<<1, 32, 0, stream>>>(slots, *s);
+    cudaLaunchCheck();
+}
+
+// NULL if cuDNN's fp8 attention takes this shape on this device, else why not.
+static const char *cudnn_att_fp8_unsupported(int T, int NH, int NKV, int HS, int backward) {
+    if (g_cudnn_handle == NULL) return "cuDNN not initialized";
+    if (g_cudnn_sm_major < 9) return "fp8 attention needs sm_90 (Hopper) or newer";
+    if (g_cudnn_version < 90100) return "fp8 attention needs cuDNN >= 9.1.0";
+    if (T % 128 != 0) return "T % 128 != 0 (as the bf16 path: cuDNN <= 9.15 backward NaNs)";
+    if (NKV <= 0 || NH % NKV != 0) return "NH % NKV != 0";
+    if (g_cudnn_sm_major == 9) {
+        if (backward && HS != 128) return "cuDNN's fp8 backward needs HS == 128 on Hopper";
+        if (HS % 16 != 0 || HS > 256) return "cuDNN's fp8 forward needs HS % 16 == 0 and HS <= 256 on Hopper";
+    } else if (HS % 16 != 0 || HS > 128) {
+        return "cuDNN's fp8 attention needs HS % 16 == 0 and HS <= 128 on this GPU";
+    }
+    return NULL;
+}
+
+// 1 if an fp8 plan for this shape exists or could be built now (cudnn_att_plan_failure says why not).
+static int cudnn_att_fp8_plan_ready(int B, int T, int NH, int NKV, int HS, int backward) {
+    return cudnn_att_fp8_unsupported(T, NH, NKV, HS, backward) == NULL &&
+           cudnn_att_get_plan(B, T, NH, NKV, HS, backward, 1) != NULL;
+}
+
+// out (B, T, NH*HS) E4M3, stats (B, NH, T) fp32, *sc's amaxes <- qkv (B, T, NH + 2*NKV, HS) E4M3.
+// Returns 0 (having done nothing) if the shape is unsupported or has no plan; the caller falls back.
+static int cudnn_att_fp8_forward(fp8e4 *out, float *stats, const fp8e4 *qkv, const CudnnAttFp8Forward *sc,
+                                 int B, int T, int NH, int NKV, int HS, cudaStream_t stream) {
+    if (cudnn_att_fp8_unsupported(T, NH, NKV, HS, 0) != NULL) return 0;
+    CudnnAttPlan *p = cudnn_att_get_plan(B, T, NH, NKV, HS, 0, 1);
+    if (p == NULL) return 0;
+    AttFp8Scalars s;
+    memset(&s, 0, sizeof(s));
+    att_fp8_set(&s, ATT_UID_DESCALE_Q, sc->descale_q, NULL, "descale_q");
+    att_fp8_set(&s, ATT_UID_DESCALE_K, sc->descale_k, NULL, "descale_k");
+    att_fp8_set(&s, ATT_UID_DESCALE_V, sc->descale_v, NULL, "descale_v");
+    att_fp8_set(&s, ATT_UID_DESCALE_S, sc->descale_s, NULL, "descale_s");
+    att_fp8_set(&s, ATT_UID_SCALE_S, sc->scale_s, NULL, "scale_s");
+    att_fp8_set(&s, ATT_UID_SCALE_O, sc->scale_o, NULL, "scale_o");
+    att_fp8_set(&s, ATT_UID_AMAX_S, NULL, sc->amax_s, "amax_s");
+    att_fp8_set(&s, ATT_UID_AMAX_O, NULL, sc->amax_o, "amax_o");
+    int64_t uids[7 + ATT_FP8_NSCALARS] = {ATT_UID_Q, ATT_UID_KT, ATT_UID_V, ATT_UID_O, ATT_UID_STATS, ATT_UID_SCALE,
+                                          ATT_UID_NEG_INF};
+    void *ptrs[7 + ATT_FP8_NSCALARS] = {(void *)qkv, (void *)(qkv + (size_t)NH * HS), (void *)(qkv + (size_t)(NH + NKV) * HS),
+                                        (void *)out, (void *)stats, &p->scale, &p->neg_inf};
+    cudnn_att_fp8_execute(p, 7, uids, ptrs, &s, stream);
+    return 1;
+}
+
+// dqkv (B, T, NH + 2*NKV, HS) E5M2 (written, not accumulated), *sc's amaxes <- dout (B, T, NH*HS) E5M2,
+// qkv and out (E4M3) and stats of the fp8 forward. Returns 0 (having done nothing) like the forward.
+static int cudnn_att_fp8_backward(fp8e5 *dqkv, const fp8e5 *dout, const fp8e4 *qkv, const fp8e4 *out, const float *stats,
+                                  const CudnnAttFp8Backward *sc, int B, int T, int NH, int NKV, int HS, cudaStream_t stream) {
+    if (cudnn_att_fp8_unsupported(T, NH, NKV, HS, 1) != NULL) return 0;
+    CudnnAttPlan *p = cudnn_att_get_plan(B, T, NH, NKV, HS, 1, 1);
+    if (p == NULL) return 0;
+    AttFp8Scalars s;
+    memset(&s, 0, sizeof(s));
+    att_fp8_set(&s, ATT_UID_DESCALE_Q, sc->descale_q, NULL, "descale_q");
+    att_fp8_set(&s, ATT_UID_DESCALE_K, sc->descale_k, NULL, "descale_k");
+    att_fp8_set(&s, ATT_UID_DESCALE_V, sc->descale_v, NULL, "descale_v");
+    att_fp8_set(&s, ATT_UID_DESCALE_O, sc->descale_o, NULL, "descale_o");
+    att_fp8_set(&s, ATT_UID_DESCALE_DO, sc->descale_do, NULL, "descale_do");
+    att_fp8_set(&s, ATT_UID_DESCALE_S, sc->descale_s, NULL, "descale_s");
+    att_fp8_set(&s, ATT_UID_DESCALE_DP, sc->descale_dp, NULL, "descale_dp");
+    att_fp8_set(&s, ATT_UID_SCALE_S, sc->scale_s, NULL, "scale_s");
+    att_fp8_set(&s, ATT_UID_SCALE_DP, sc->scale_dp, NULL, "scale_dp");
+    att_fp8_set(&s, ATT_UID_SCALE_DQ, sc->scale_dq, NULL, "scale_dq");
+    att_fp8_set(&s, ATT_UID_SCALE_DK, sc->scale_dk, NULL, "scale_dk");
+    att_fp8_set(&s, ATT_UID_SCALE_DV, sc->scale_dv, NULL, "scale_dv");
+    att_fp8_set(&s, ATT_UID_AMAX_DQ, NULL, sc->amax_dq, "amax_dq");
+    att_fp8_set(&s, ATT_UID_AMAX_DK, NULL, sc->amax_dk, "amax_dk");
+    att_fp8_set(&s, ATT_UID_AMAX_DV, NULL, sc->amax_dv, "amax_dv");
+    att_fp8_set(&s, ATT_UID_AMAX_DP, NULL, sc->amax_dp, "amax_dp");
+    int64_t uids[11 + ATT_FP8_NSCALARS] = {ATT_UID_Q, ATT_UID_KT, ATT_UID_VT, ATT_UID_O, ATT_UID_DO, ATT_UID_STATS,
+                                           ATT_UID_SCALE, ATT_UID_NEG_INF, ATT_UID_DQ, ATT_UID_DK, ATT_UID_DV};
+    void *ptrs[11 + ATT_FP8_NSCALARS] = {(void *)qkv, (void *)(qkv + (size_t)NH * HS), (void *)(qkv + (size_t)(NH + NKV) * HS),
+                                         (void *)out, (void *)dout, (void *)stats, &p->scale, &p->neg_inf, (void *)dqkv,
+                                         (void *)(dqkv + (size_t)NH * HS), (void *)(dqkv + (size_t)(NH + NKV) * HS)};
+    cudnn_att_fp8_execute(p, 11, uids, ptrs, &s, stream);
     return 1;
 }
 
@@ -671,6 +1064,9 @@ static int cudnn_att_init(void) {
                major, minor, patch);
         return 0;
     }
+    int dev = 0;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaDeviceGetAttribute(&g_cudnn_sm_major, cudaDevAttrComputeCapabilityMajor, dev));
     cudnnStatus_t st = cudnnCreate(&g_cudnn_handle);
     if (st != CUDNN_STATUS_SUCCESS) {
         printf("attention: cudnnCreate failed (%s); using the plain attention kernels\n", cudnnGetErrorString(st));

@@ -4,7 +4,8 @@ Causal GQA attention (llmc/attention.cuh, llmc/cudnn_att.cuh): validation, then 
 Build and run, from dev/cuda:
   nvcc -O3 -arch=sm_90 -DENABLE_CUDNN -I../.. attention.cu -lcudnn -o attention && ./attention
   (no cuDNN: drop -DENABLE_CUDNN and -lcudnn; the cuDNN checks then report SKIP)
-  ./attention [all|plain|cudnn]   which versions to validate and time (default all; cudnn: both forms)
+  ./attention [all|plain|cudnn|fp8]   which versions to validate and time (default all; cudnn: both
+                                      forms and fp8; fp8: only section 4)
 
 Versions:
   plain  the kernels in llmc/attention.cuh: flash-style loops over 32-row shared-memory tiles, one warp
@@ -14,6 +15,9 @@ Versions:
   cudnn-fast  the same forward; the backward accumulates dQ in fp32 with atomics (the trainer's
          default, -deterministic 0): not bit-reproducible, so its second runs are checked against
          the reference instead of bit for bit.
+  fp8    cuDNN's fp8 fused attention (cudnn_att_fp8_forward/backward, TE's fp8_dpa with delayed
+         scaling): qkv, out E4M3, dout, dqkv E5M2, per-tensor scales and amaxes; HS 128 for the
+         backward (Hopper), HS % 16 == 0, HS <= 256 for the forward. Not yet run on a GPU.
 
 What it checks (every line says PASS or FAIL; the exit status is non-zero if anything failed):
   1. Against a CPU reference in double, on small shapes: out, stats, dq, dk, dv of each version.
@@ -28,9 +32,18 @@ What it checks (every line says PASS or FAIL; the exit status is non-zero if any
   3. Timing (CUDA events, warm-up, median) of forward and backward at B=2,T=4096,NH=32,HS=128 with
      NKV=32 (llama2-7b) and NKV=8 (GQA), in TFLOP/s with causal FLOPs halved:
      forward 4*B*NH*T*T*HS/2, backward 2.5x that; plus a bitwise determinism check at that size.
+  4. fp8 against a CPU emulation of its fp8 roundings (section 4 says how, and how the tolerances
+     follow from the formats): out, stats, amax_s, amax_o; dq, dk, dv, amax_dp/dq/dk/dv, at
+     (B=2,T=256,NH=4,HS=128) with NKV=2 and NKV=4, the backward in its fast and (if cuDNN has one)
+     deterministic form; (B=2,T=256,NH=4,NKV=2,HS=64): the forward, and the backward must be refused.
+     Outputs NaN-poisoned; amaxes must max-accumulate; a shape cuDNN has no plan for prints SKIP with
+     cuDNN's status. Then fp8 vs bf16 timing at B=2,T=4096,NH=32,NKV=8,HS=128.
 */
 #include "llmc/attention.cuh"
 #include "bench_common.h" // upload, download, fill_uniform, time_median_ms, device_properties
+#ifdef ENABLE_CUDNN
+#include "llmc/fp8.h"     // fp8_encode, fp8_decode, fp8_compute_scale: the project's fp8 definition
+#endif
 
 // ---------------------------------------------------------------------------------------------------
 // Tolerances. bf16 keeps 8 significant bits: one rounding of a value errs by up to 2^-9 ~ 0.2% of it.
@@ -482,23 +495,627 @@ static void benchmark(Shape s, const int use[NUM_PATHS]) {
 }
 
 // ---------------------------------------------------------------------------------------------------
+// 4. fp8 attention (llmc/cudnn_att.cuh: cudnn_att_fp8_forward, cudnn_att_fp8_backward) against a CPU
+// emulation of its fp8 roundings, then timed against the bf16 path.
+//
+// The emulation (double) starts from the decoded fp8 inputs (code x descale) and rounds where cuDNN's
+// graphs cast to fp8: P to E4M3 with scale_s (in the forward, and again for the backward's dV), O to E4M3
+// with scale_o, dS to E5M2 with scale_dp, dQ, dK, dV to E5M2 with their scales; all else is exact. The
+// scales are the ones delayed scaling settles on for these inputs (fmax / amax, margin 0, from the
+// emulation's own amaxes), so nothing saturates; Q, K, V and dO have different spreads, so a descale
+// applied to the wrong tensor errs by a factor of 2 to 4. The backward gets the emulation's O and Stats,
+// so it is checked on exactly the inputs the emulation used.
+//
+// Tolerances, from the fp8 roundings. u = unit roundoff (half an ulp, relative): E4M3 2^-4, E5M2 2^-3;
+// h = half the smallest subnormal (scaled domain): E4M3 2^-10, E5M2 2^-17.
+// - Every element (rigorous, given the eps slack): an output y = sum_j x_j b_j whose x_j is cast to fp8
+//   (P or dS) errs by at most B = sum_j ((u_x + eps) |x_j| + h_x / scale_x) |b_j| in the GPU, and as much in the
+//   emulation, however either rounds (cuDNN may cast the unnormalized probabilities of its online softmax:
+//   relative to P the bound still holds). The output's own cast adds u_y |y| + h_y / scale_y on each side,
+//   so |gpu - ref| <= 2 B + u_y (|gpu| / (1 - u_y) + |y_ref|) + 2 h_y / scale_y. eps = 2^-10 per term is
+//   slack for what the GPU computes in fp32 or in the fp8 tensor cores' accumulators (DeepSeek-V3 measured
+//   ~14 bits kept on Hopper: ~sqrt(K) 2^-14 <= 2^-10 for K <= 256) and its fast exp; dS carries, on top,
+//   eps times the magnitudes it is computed from (dO.V and D cancel). A wrong mask, head mapping or scale
+//   breaks the bound by O(1) on the first rows, whose sums have few terms.
+// - RMS, over the whole tensor and over every (batch, head, 64-row) block: rms(err) <= 2 u rms(ref), u the
+//   coarsest fp8 format on the path. Model: roundings uniform within +-u, independent between the GPU and
+//   the emulation (the worst case: mostly they are the same roundings); one intermediate cast and the
+//   output cast give rms(err) = sqrt(2/3) sqrt(u_x^2 + u_y^2) rms(ref) <= 1.16 u rms(ref), so 2 u leaves a
+//   1.7x margin, and a real bug errs by O(1).
+// - amaxes (before scaling): |max|a| - max|b|| <= max|a - b|, so amax_o and amax_dq/dk/dv are within twice
+//   the largest B of their tensor; amax_s is exactly 1 (row 0 of a causal softmax has one key) up to fp32
+//   ulps of exp and division (2^-20); amax_dp involves no fp8 rounding (P, dP, D in fp32 from exact fp8
+//   inputs), so it is within the largest of dS's eps bounds.
+#ifdef ENABLE_CUDNN
+#define FP8_EPS 0x1p-10 // per-term slack for fp32 / tensor-core accumulation and fast exp (above)
+#define FP8_BLOCK_ROWS 64
+
+typedef struct { float scale, descale; } Fp8Scale; // as the GPU holds them (fp32); descale = 1 / scale
+
+static Fp8Scale fp8_scale_of(double amax, Fp8Format f) {
+    Fp8Scale s;
+    s.scale = fp8_compute_scale((float)amax, fp8_format_max(f), 0, 1.0f);
+    s.descale = 1.0f / s.scale;
+    return s;
+}
+static double fp8_u(Fp8Format f) { return ldexp(1.0, -(fp8_mantissa_bits(f) + 1)); }
+static double fp8_h(Fp8Format f) { return ldexp(1.0, fp8_min_exponent(f) - fp8_mantissa_bits(f) - 1); }
+static uint8_t fp8_code(double x, Fp8Scale sc, Fp8Format f) { return fp8_encode((float)(x * sc.scale), f); }
+static double fp8_value(uint8_t code, Fp8Scale sc, Fp8Format f) { return (double)fp8_decode(code, f) * sc.descale; }
+static double fp8_round(double x, Fp8Scale sc, Fp8Format f) { return fp8_value(fp8_code(x, sc, f), sc, f); }
+
+// One shape's inputs, the emulation's results and the scales, on the host.
+typedef struct {
+    Shape s;
+    size_t n_qkv, n_out, n_stats, n_scores;
+    uint8_t *qkv8, *dout8;     // inputs: E4M3 (B, T, NH + 2*NKV, HS), E5M2 (B, T, NH*HS)
+    double *qkv, *dout;        // their values (code x descale)
+    Fp8Scale sq, sk, sv, sdo;  // their scales
+    // forward emulation
+    Fp8Scale ss, so;           // P's (from amax 1), O's (from the emulation's amax_o)
+    double *o_pre, *o_bound;   // O before its cast, and B of each element (see above)
+    uint8_t *out8;             // O's codes
+    double *stats;             // (B, NH, T)
+    float *stats_f;            // the same as fp32: what the backward gets
+    double amax_s, amax_o;
+    // backward emulation
+    double *P, *dS, *dS_err;   // (B, NH, T, T), u <= t only: P, dS (attn_scale in it), dS's fp32 error bound
+    Fp8Scale sdp, sdq, sdk, sdv;
+    double *dqkv_pre, *dqkv_bound; // (B, T, NH + 2*NKV, HS) like dqkv
+    uint8_t *dqkv8;
+    double amax_dp, amax_dp_tol, amax_dq, amax_dk, amax_dv;
+} Fp8Case;
+
+static double *zeros(size_t n) {
+    double *r = (double *)mallocCheck(n * sizeof(double));
+    memset(r, 0, n * sizeof(double));
+    return r;
+}
+
+// qkv: Q ~ N(0, 1), K ~ N(0, 4), V ~ N(0, 1/4), each cast with its own scale; dO ~ N(0, 1e-4) as E5M2.
+// Scores q.k / sqrt(HS) then spread like N(0, 4): a realistic, neither flat nor one-hot softmax.
+static void fp8_case_init(Fp8Case *c, Shape s, uint64_t seed) {
+    memset(c, 0, sizeof(*c));
+    c->s = s;
+    const int H3 = s.NH + 2 * s.NKV;
+    c->n_qkv = (size_t)s.B * s.T * H3 * s.HS;
+    c->n_out = (size_t)s.B * s.T * s.NH * s.HS;
+    c->n_stats = (size_t)s.B * s.NH * s.T;
+    c->n_scores = c->n_stats * s.T;
+    double *x = zeros(c->n_qkv), *dx = zeros(c->n_out);
+    uint64_t rng = seed;
+    double amax[3] = {0, 0, 0}, amax_do = 0;
+    const double stddev[3] = {1.0, 2.0, 0.5};
+    for (size_t i = 0; i < c->n_qkv; i++) {
+        const int h = (int)(i / s.HS % H3), part = h < s.NH ? 0 : h < s.NH + s.NKV ? 1 : 2;
+        x[i] = stddev[part] * random_normal(&rng);
+        amax[part] = fmax(amax[part], fabs(x[i]));
+    }
+    for (size_t i = 0; i < c->n_out; i++) {
+        dx[i] = 0.01 * random_normal(&rng);
+        amax_do = fmax(amax_do, fabs(dx[i]));
+    }
+    c->sq = fp8_scale_of(amax[0], FP8_E4M3);
+    c->sk = fp8_scale_of(amax[1], FP8_E4M3);
+    c->sv = fp8_scale_of(amax[2], FP8_E4M3);
+    c->sdo = fp8_scale_of(amax_do, FP8_E5M2);
+    c->qkv8 = (uint8_t *)mallocCheck(c->n_qkv);
+    c->qkv = zeros(c->n_qkv);
+    for (size_t i = 0; i < c->n_qkv; i++) {
+        const int h = (int)(i / s.HS % H3);
+        const Fp8Scale sc = h < s.NH ? c->sq : h < s.NH + s.NKV ? c->sk : c->sv;
+        c->qkv8[i] = fp8_code(x[i], sc, FP8_E4M3);
+        c->qkv[i] = fp8_value(c->qkv8[i], sc, FP8_E4M3);
+    }
+    c->dout8 = (uint8_t *)mallocCheck(c->n_out);
+    c->dout = zeros(c->n_out);
+    for (size_t i = 0; i < c->n_out; i++) {
+        c->dout8[i] = fp8_code(dx[i], c->sdo, FP8_E5M2);
+        c->dout[i] = fp8_value(c->dout8[i], c->sdo, FP8_E5M2);
+    }
+    free(x);
+    free(dx);
+}
+
+static void fp8_case_free(Fp8Case *c) {
+    void *ptrs[] = {c->qkv8, c->dout8, c->qkv, c->dout, c->o_pre, c->o_bound, c->out8, c->stats, c->stats_f,
+                    c->P, c->dS, c->dS_err, c->dqkv_pre, c->dqkv_bound, c->dqkv8};
+    for (size_t i = 0; i < sizeof(ptrs) / sizeof(ptrs[0]); i++) free(ptrs[i]);
+}
+
+// element d of head h at position t of batch b in a (B, T, H, HS) tensor
+static size_t at4(Shape s, int H, int b, int t, int h, int d) { return (((size_t)b * s.T + t) * H + h) * s.HS + d; }
+
+static void fp8_reference_forward(Fp8Case *c) {
+    const Shape s = c->s;
+    const int H3 = s.NH + 2 * s.NKV;
+    const double attn_scale = 1.0f / sqrtf((float)s.HS); // the fp32 value cuDNN multiplies by
+    const double u4 = fp8_u(FP8_E4M3), h4 = fp8_h(FP8_E4M3);
+    c->ss = fp8_scale_of(1.0, FP8_E4M3); // max P = 1: row 0 of a causal softmax
+    c->o_pre = zeros(c->n_out);
+    c->o_bound = zeros(c->n_out);
+    c->stats = zeros(c->n_stats);
+    std::vector<double> p(s.T);
+    c->amax_s = c->amax_o = 0.0;
+    for (int b = 0; b < s.B; b++)
+        for (int h = 0; h < s.NH; h++) {
+            const int hk = h / (s.NH / s.NKV);
+            for (int t = 0; t < s.T; t++) {
+                const double *q = c->qkv + at4(s, H3, b, t, h, 0);
+                double m = -INFINITY, l = 0.0;
+                for (int u = 0; u <= t; u++) {
+                    const double *k = c->qkv + at4(s, H3, b, u, s.NH + hk, 0);
+                    double dot = 0.0;
+                    for (int d = 0; d < s.HS; d++) dot += q[d] * k[d];
+                    p[u] = dot * attn_scale;
+                    m = fmax(m, p[u]);
+                }
+                for (int u = 0; u <= t; u++) { p[u] = exp(p[u] - m); l += p[u]; }
+                c->stats[((size_t)b * s.NH + h) * s.T + t] = m + log(l);
+                double *o = c->o_pre + at4(s, s.NH, b, t, h, 0), *bound = c->o_bound + at4(s, s.NH, b, t, h, 0);
+                for (int u = 0; u <= t; u++) {
+                    const double P = p[u] / l, Pq = fp8_round(P, c->ss, FP8_E4M3);
+                    const double Pb = (u4 + FP8_EPS) * P + h4 * c->ss.descale;
+                    c->amax_s = fmax(c->amax_s, P);
+                    const double *v = c->qkv + at4(s, H3, b, u, s.NH + s.NKV + hk, 0);
+                    for (int d = 0; d < s.HS; d++) {
+                        o[d] += Pq * v[d];
+                        bound[d] += Pb * fabs(v[d]);
+                    }
+                }
+                for (int d = 0; d < s.HS; d++) c->amax_o = fmax(c->amax_o, fabs(o[d]));
+            }
+        }
+    c->so = fp8_scale_of(c->amax_o, FP8_E4M3);
+    c->out8 = (uint8_t *)mallocCheck(c->n_out);
+    for (size_t i = 0; i < c->n_out; i++) c->out8[i] = fp8_code(c->o_pre[i], c->so, FP8_E4M3);
+    c->stats_f = (float *)mallocCheck(c->n_stats * sizeof(float));
+    for (size_t i = 0; i < c->n_stats; i++) c->stats_f[i] = (float)c->stats[i];
+}
+
+// From the forward emulation's O codes and fp32 Stats (what the GPU backward gets too).
+static void fp8_reference_backward(Fp8Case *c) {
+    const Shape s = c->s;
+    const int H3 = s.NH + 2 * s.NKV;
+    const double attn_scale = 1.0f / sqrtf((float)s.HS);
+    const double u4 = fp8_u(FP8_E4M3), h4 = fp8_h(FP8_E4M3), u5 = fp8_u(FP8_E5M2), h5 = fp8_h(FP8_E5M2);
+    c->P = zeros(c->n_scores);
+    c->dS = zeros(c->n_scores);
+    c->dS_err = zeros(c->n_scores);
+    c->amax_dp = c->amax_dp_tol = 0.0;
+    std::vector<double> o(s.HS);
+    // pass 1: P, dS and amax_dp (scale_dp needs it before any dS is cast)
+    for (int b = 0; b < s.B; b++)
+        for (int h = 0; h < s.NH; h++) {
+            const int hk = h / (s.NH / s.NKV);
+            for (int t = 0; t < s.T; t++) {
+                const double *q = c->qkv + at4(s, H3, b, t, h, 0), *dO = c->dout + at4(s, s.NH, b, t, h, 0);
+                double D = 0.0, D_mag = 0.0;
+                for (int d = 0; d < s.HS; d++) {
+                    const double od = fp8_value(c->out8[at4(s, s.NH, b, t, h, d)], c->so, FP8_E4M3);
+                    D += dO[d] * od;
+                    D_mag += fabs(dO[d] * od);
+                }
+                const double stat = c->stats_f[((size_t)b * s.NH + h) * s.T + t];
+                const size_t row = (((size_t)b * s.NH + h) * s.T + t) * s.T;
+                for (int u = 0; u <= t; u++) {
+                    const double *k = c->qkv + at4(s, H3, b, u, s.NH + hk, 0);
+                    const double *v = c->qkv + at4(s, H3, b, u, s.NH + s.NKV + hk, 0);
+                    double dot = 0.0, dp = 0.0, dp_mag = 0.0;
+                    for (int d = 0; d < s.HS; d++) {
+                        dot += q[d] * k[d];
+                        dp += dO[d] * v[d];
+                        dp_mag += fabs(dO[d] * v[d]);
+                    }
+                    const double P = exp(dot * attn_scale - stat), dS = P * (dp - D) * attn_scale;
+                    c->P[row + u] = P;
+                    c->dS[row + u] = dS;
+                    c->dS_err[row + u] = FP8_EPS * (P * (dp_mag + D_mag) * attn_scale + fabs(dS));
+                    if (fabs(dS) > c->amax_dp) c->amax_dp = fabs(dS);
+                    c->amax_dp_tol = fmax(c->amax_dp_tol, c->dS_err[row + u]);
+                }
+            }
+        }
+    c->sdp = fp8_scale_of(c->amax_dp, FP8_E5M2);
+    // pass 2: dQ, dK, dV from the cast P and dS, with their bounds
+    c->dqkv_pre = zeros(c->n_qkv);
+    c->dqkv_bound = zeros(c->n_qkv);
+    for (int b = 0; b < s.B; b++)
+        for (int h = 0; h < s.NH; h++) {
+            const int hk = h / (s.NH / s.NKV);
+            for (int t = 0; t < s.T; t++) {
+                const double *q = c->qkv + at4(s, H3, b, t, h, 0), *dO = c->dout + at4(s, s.NH, b, t, h, 0);
+                double *dq = c->dqkv_pre + at4(s, H3, b, t, h, 0), *dq_b = c->dqkv_bound + at4(s, H3, b, t, h, 0);
+                const size_t row = (((size_t)b * s.NH + h) * s.T + t) * s.T;
+                for (int u = 0; u <= t; u++) {
+                    const double P = c->P[row + u], dS = c->dS[row + u];
+                    const double Pq = fp8_round(P, c->ss, FP8_E4M3), Pb = (u4 + FP8_EPS) * P + h4 * c->ss.descale;
+                    const double dSq = fp8_round(dS, c->sdp, FP8_E5M2);
+                    const double dSb = (u5 + FP8_EPS) * fabs(dS) + h5 * c->sdp.descale + c->dS_err[row + u];
+                    const double *k = c->qkv + at4(s, H3, b, u, s.NH + hk, 0);
+                    double *dk = c->dqkv_pre + at4(s, H3, b, u, s.NH + hk, 0);
+                    double *dk_b = c->dqkv_bound + at4(s, H3, b, u, s.NH + hk, 0);
+                    double *dv = c->dqkv_pre + at4(s, H3, b, u, s.NH + s.NKV + hk, 0);
+                    double *dv_b = c->dqkv_bound + at4(s, H3, b, u, s.NH + s.NKV + hk, 0);
+                    for (int d = 0; d < s.HS; d++) {
+                        dq[d] += dSq * k[d];
+                        dq_b[d] += dSb * fabs(k[d]);
+                        dk[d] += dSq * q[d];
+                        dk_b[d] += dSb * fabs(q[d]);
+                        dv[d] += Pq * dO[d];
+                        dv_b[d] += Pb * fabs(dO[d]);
+                    }
+                }
+            }
+        }
+    double amax[3] = {0, 0, 0};
+    for (size_t i = 0; i < c->n_qkv; i++) {
+        const int hh = (int)(i / s.HS % H3), part = hh < s.NH ? 0 : hh < s.NH + s.NKV ? 1 : 2;
+        amax[part] = fmax(amax[part], fabs(c->dqkv_pre[i]));
+    }
+    c->amax_dq = amax[0];
+    c->amax_dk = amax[1];
+    c->amax_dv = amax[2];
+    c->sdq = fp8_scale_of(amax[0], FP8_E5M2);
+    c->sdk = fp8_scale_of(amax[1], FP8_E5M2);
+    c->sdv = fp8_scale_of(amax[2], FP8_E5M2);
+    c->dqkv8 = (uint8_t *)mallocCheck(c->n_qkv);
+    for (size_t i = 0; i < c->n_qkv; i++) {
+        const int hh = (int)(i / s.HS % H3);
+        const Fp8Scale sc = hh < s.NH ? c->sdq : hh < s.NH + s.NKV ? c->sdk : c->sdv;
+        c->dqkv8[i] = fp8_code(c->dqkv_pre[i], sc, FP8_E5M2);
+    }
+}
+
+// Heads [h0, h0 + nh) of a (B, T, H, HS) fp8 tensor: the GPU's codes against the emulation's, both
+// dequantized with sc; pre = the emulation's values before the cast, bound = B (see the top of section 4).
+// u_path: the coarsest fp8 format on the path (the RMS limit is 2 u_path). Returns the largest B x 2 (for
+// the amax check).
+static double check_fp8_output(const char *what, const uint8_t *gpu, const uint8_t *ref, const double *pre,
+                               const double *bound, Shape s, int H, int h0, int nh, Fp8Format f, Fp8Scale sc,
+                               double u_path) {
+    const double u = fp8_u(f), h = fp8_h(f), rms_limit = 2.0 * u_path;
+    const int nblk = CEIL_DIV(s.T, FP8_BLOCK_ROWS);
+    std::vector<double> blk_err2((size_t)s.B * nh * nblk, 0.0), blk_ref2((size_t)s.B * nh * nblk, 0.0);
+    double sum_err2 = 0.0, sum_ref2 = 0.0, worst = 0.0, max_pre_diff = 0.0;
+    size_t n = 0, nonfinite = 0, same = 0, worst_i = 0;
+    for (int b = 0; b < s.B; b++)
+        for (int t = 0; t < s.T; t++)
+            for (int hh = h0; hh < h0 + nh; hh++)
+                for (int d = 0; d < s.HS; d++) {
+                    const size_t i = at4(s, H, b, t, hh, d);
+                    const double g = fp8_value(gpu[i], sc, f), r = fp8_value(ref[i], sc, f);
+                    n++;
+                    max_pre_diff = fmax(max_pre_diff, 2.0 * bound[i]);
+                    if (!isfinite(g)) { nonfinite++; continue; }
+                    const double err = fabs(g - r);
+                    const double tol = 2.0 * bound[i] + u * (fabs(g) / (1.0 - u) + fabs(pre[i])) + 2.0 * h * sc.descale;
+                    if (err / tol > worst) { worst = err / tol; worst_i = i; }
+                    same += gpu[i] == ref[i];
+                    sum_err2 += err * err;
+                    sum_ref2 += r * r;
+                    const size_t blk = ((size_t)b * nh + (hh - h0)) * nblk + t / FP8_BLOCK_ROWS;
+                    blk_err2[blk] += err * err;
+                    blk_ref2[blk] += r * r;
+                }
+    double worst_blk = 0.0;
+    size_t worst_blk_i = 0;
+    for (size_t k = 0; k < blk_err2.size(); k++) {
+        const double rel = blk_ref2[k] > 0 ? sqrt(blk_err2[k] / blk_ref2[k]) : (blk_err2[k] > 0 ? INFINITY : 0.0);
+        if (rel > worst_blk) { worst_blk = rel; worst_blk_i = k; }
+    }
+    const double rms = sum_ref2 > 0 ? sqrt(sum_err2 / sum_ref2) : 0.0;
+    const int ok = nonfinite == 0 && worst <= 1.0 && rms <= rms_limit && worst_blk <= rms_limit;
+    if (nonfinite) {
+        printf("    %-4s %zu of %zu non-finite (unwritten or NaN)  FAIL\n", what, nonfinite, n);
+    } else {
+        const size_t hs = worst_i % s.HS, hh = worst_i / s.HS % H, tt = worst_i / s.HS / H % s.T, bb = worst_i / s.HS / H / s.T;
+        const size_t blk_b = worst_blk_i / nblk / nh, blk_h = h0 + worst_blk_i / nblk % nh;
+        const size_t blk_r = worst_blk_i % nblk * FP8_BLOCK_ROWS;
+        printf("    %-4s |err|/bound max %.2f (b %zu t %zu head %zu d %zu: %.4g vs %.4g); rms err/ref %.3f, worst block"
+               " %.3f (b %zu head %zu rows %zu+) <= %.3f; same code %.1f%%  %s\n",
+               what, worst, bb, tt, hh, hs, fp8_value(gpu[worst_i], sc, f), fp8_value(ref[worst_i], sc, f), rms, worst_blk,
+               blk_b, blk_h, blk_r, rms_limit, 100.0 * same / n, ok ? "PASS" : "FAIL");
+    }
+    report(ok);
+    return max_pre_diff;
+}
+
+// dq, dk, dv of a packed fp8 dqkv against the emulation; tol: each one's amax tolerance (from its bounds)
+static void check_fp8_dqkv(const uint8_t *gpu, const Fp8Case *c, double tol[3]) {
+    const Shape s = c->s;
+    const char *names[3] = {"dq", "dk", "dv"};
+    const int h0[3] = {0, s.NH, s.NH + s.NKV}, nh[3] = {s.NH, s.NKV, s.NKV};
+    const Fp8Scale sc[3] = {c->sdq, c->sdk, c->sdv};
+    for (int i = 0; i < 3; i++) {
+        tol[i] = check_fp8_output(names[i], gpu, c->dqkv8, c->dqkv_pre, c->dqkv_bound, s, s.NH + 2 * s.NKV, h0[i], nh[i],
+                                  FP8_E5M2, sc[i], fp8_u(FP8_E5M2));
+    }
+}
+
+static void check_amax(const char *what, float gpu, double ref, double tol) {
+    const double diff = fabs((double)gpu - ref);
+    const int ok = isfinite(gpu) && diff <= tol;
+    printf("    %-8s %.7g vs %.7g (|diff| %.2e <= %.2e)  %s\n", what, gpu, ref, diff, tol, ok ? "PASS" : "FAIL");
+    report(ok);
+}
+
+// the fp8 graphs' scalars in one device array, densely (4-byte aligned: the wrapper copies them)
+enum { F_DESCALE_Q, F_DESCALE_K, F_DESCALE_V, F_DESCALE_O, F_DESCALE_DO, F_SCALE_S, F_DESCALE_S, F_SCALE_O,
+       F_SCALE_DP, F_DESCALE_DP, F_SCALE_DQ, F_SCALE_DK, F_SCALE_DV,
+       F_AMAX_S, F_AMAX_O, F_AMAX_DQ, F_AMAX_DK, F_AMAX_DV, F_AMAX_DP, F_COUNT };
+
+typedef struct {
+    Shape s;
+    fp8e4 *qkv, *out;
+    fp8e5 *dout, *dqkv;
+    float *stats, *scalars; // scalars: F_COUNT floats
+} Fp8Buffers;
+
+static Fp8Buffers fp8_buffers_alloc(Shape s) {
+    Fp8Buffers d;
+    d.s = s;
+    const size_t n_qkv = (size_t)s.B * s.T * (s.NH + 2 * s.NKV) * s.HS, n_out = (size_t)s.B * s.T * s.NH * s.HS;
+    d.qkv = (fp8e4 *)cudaMallocCheck(n_qkv, "fp8 qkv");
+    d.out = (fp8e4 *)cudaMallocCheck(n_out, "fp8 out");
+    d.dout = (fp8e5 *)cudaMallocCheck(n_out, "fp8 dout");
+    d.dqkv = (fp8e5 *)cudaMallocCheck(n_qkv, "fp8 dqkv");
+    d.stats = (float *)cudaMallocCheck((size_t)s.B * s.NH * s.T * sizeof(float), "stats");
+    d.scalars = (float *)cudaMallocCheck(F_COUNT * sizeof(float), "fp8 scalars");
+    return d;
+}
+
+static void fp8_buffers_free(Fp8Buffers *d) {
+    cudaCheck(cudaFree(d->qkv));
+    cudaCheck(cudaFree(d->out));
+    cudaCheck(cudaFree(d->dout));
+    cudaCheck(cudaFree(d->dqkv));
+    cudaCheck(cudaFree(d->stats));
+    cudaCheck(cudaFree(d->scalars));
+}
+
+static CudnnAttFp8Forward fp8_fwd_args(const Fp8Buffers *d) {
+    float *f = d->scalars;
+    CudnnAttFp8Forward a;
+    a.descale_q = f + F_DESCALE_Q; a.descale_k = f + F_DESCALE_K; a.descale_v = f + F_DESCALE_V;
+    a.scale_s = f + F_SCALE_S; a.descale_s = f + F_DESCALE_S; a.scale_o = f + F_SCALE_O;
+    a.amax_s = f + F_AMAX_S; a.amax_o = f + F_AMAX_O;
+    return a;
+}
+static CudnnAttFp8Backward fp8_bwd_args(const Fp8Buffers *d) {
+    float *f = d->scalars;
+    CudnnAttFp8Backward a;
+    a.descale_q = f + F_DESCALE_Q; a.descale_k = f + F_DESCALE_K; a.descale_v = f + F_DESCALE_V;
+    a.descale_o = f + F_DESCALE_O; a.descale_do = f + F_DESCALE_DO;
+    a.scale_s = f + F_SCALE_S; a.descale_s = f + F_DESCALE_S; a.scale_dp = f + F_SCALE_DP; a.descale_dp = f + F_DESCALE_DP;
+    a.scale_dq = f + F_SCALE_DQ; a.scale_dk = f + F_SCALE_DK; a.scale_dv = f + F_SCALE_DV;
+    a.amax_dq = f + F_AMAX_DQ; a.amax_dk = f + F_AMAX_DK; a.amax_dv = f + F_AMAX_DV; a.amax_dp = f + F_AMAX_DP;
+    return a;
+}
+
+// Why the fp8 forward or backward cannot run this shape (the reason, or cuDNN's status), NULL if it can.
+static const char *fp8_unavailable(Shape s, int backward) {
+    const char *why = cudnn_att_fp8_unsupported(s.T, s.NH, s.NKV, s.HS, backward);
+    if (why != NULL) return why;
+    if (cudnn_att_fp8_plan_ready(s.B, s.T, s.NH, s.NKV, s.HS, backward)) return NULL;
+    why = cudnn_att_plan_failure(s.B, s.T, s.NH, s.NKV, s.HS, backward, 1);
+    return why != NULL ? why : "no cuDNN plan";
+}
+
+// amax slots before a call: 0 (this call's amax comes back) or a value above every amax (the wrapper
+// max-accumulates, so it must come back unchanged)
+static void fp8_set_amaxes(Fp8Buffers *d, int first, int last, float v) {
+    for (int i = first; i <= last; i++) set_float(d->scalars + i, v);
+}
+
+static void validate_fp8(Shape s, uint64_t seed) {
+    printf("\nB=%d T=%d NH=%d NKV=%d HS=%d: cuDNN fp8 attention vs CPU emulation of its fp8 roundings\n", s.B, s.T,
+           s.NH, s.NKV, s.HS);
+    const char *why_fwd = fp8_unavailable(s, 0);
+    if (why_fwd != NULL) {
+        printf("  fp8 forward: SKIP (%s)\n", why_fwd);
+        return;
+    }
+    Fp8Case c;
+    fp8_case_init(&c, s, seed);
+    fp8_reference_forward(&c);
+    Fp8Buffers d = fp8_buffers_alloc(s);
+    float h[F_COUNT] = {0};
+    h[F_DESCALE_Q] = c.sq.descale; h[F_DESCALE_K] = c.sk.descale; h[F_DESCALE_V] = c.sv.descale;
+    h[F_DESCALE_DO] = c.sdo.descale; h[F_SCALE_S] = c.ss.scale; h[F_DESCALE_S] = c.ss.descale;
+    h[F_SCALE_O] = c.so.scale; h[F_DESCALE_O] = c.so.descale;
+    upload(d.scalars, h, F_COUNT);
+    upload(d.qkv, c.qkv8, c.n_qkv);
+    upload(d.dout, c.dout8, c.n_out);
+    const float above_every_amax = 0x1p20f;
+    uint8_t *got = (uint8_t *)mallocCheck(c.n_qkv), *again = (uint8_t *)mallocCheck(c.n_qkv);
+    float *stats = (float *)mallocCheck(c.n_stats * sizeof(float));
+
+    // forward: outputs poisoned (0xFF is NaN in both fp8 formats and in fp32)
+    printf("  fp8 forward (scale_s %.4g, scale_o %.4g):\n", c.ss.scale, c.so.scale);
+    const CudnnAttFp8Forward fa = fp8_fwd_args(&d);
+    for (int run = 0; run < 2; run++) {
+        cudaCheck(cudaMemset(d.out, 0xFF, c.n_out));
+        cudaCheck(cudaMemset(d.stats, 0xFF, c.n_stats * sizeof(float)));
+        fp8_set_amaxes(&d, F_AMAX_S, F_AMAX_O, run == 0 ? 0.0f : above_every_amax);
+        if (!cudnn_att_fp8_forward(d.out, d.stats, d.qkv, &fa, s.B, s.T, s.NH, s.NKV, s.HS, 0))
+            FATAL("cudnn_att_fp8_forward declined a shape it has a plan for");
+        cudaCheck(cudaDeviceSynchronize());
+        download(run == 0 ? got : again, d.out, c.n_out);
+        if (run == 0) {
+            download(stats, d.stats, c.n_stats);
+            const double o_tol = check_fp8_output("out", got, c.out8, c.o_pre, c.o_bound, s, s.NH, 0, s.NH, FP8_E4M3, c.so,
+                                                  fp8_u(FP8_E4M3));
+            double *g = to_double_f32(stats, c.n_stats);
+            check_stats(g, c.stats, c.n_stats);
+            free(g);
+            check_amax("amax_s", get_float(d.scalars + F_AMAX_S), c.amax_s, 0x1p-20 * c.amax_s);
+            check_amax("amax_o", get_float(d.scalars + F_AMAX_O), c.amax_o, o_tol);
+        } else {
+            check_bitwise("second run: out", got, again, c.n_out);
+            const int ok = get_float(d.scalars + F_AMAX_S) == above_every_amax &&
+                           get_float(d.scalars + F_AMAX_O) == above_every_amax;
+            printf("    %-40s %s\n", "amaxes max-accumulate (2^20 stays 2^20)", ok ? "PASS" : "FAIL");
+            report(ok);
+        }
+    }
+
+    // backward, on the emulation's O and Stats
+    cudnn_att_set_deterministic(0);
+    const char *why_bwd = fp8_unavailable(s, 1);
+    if (why_bwd != NULL) {
+        // HS != 128 on Hopper must be refused, and the call must then do nothing
+        const int refused = cudnn_att_fp8_unsupported(s.T, s.NH, s.NKV, s.HS, 1) != NULL;
+        if (refused) {
+            const CudnnAttFp8Backward ba = fp8_bwd_args(&d);
+            const int ran = cudnn_att_fp8_backward(d.dqkv, d.dout, d.qkv, d.out, d.stats, &ba, s.B, s.T, s.NH, s.NKV, s.HS, 0);
+            printf("  fp8 backward refused (%s), cudnn_att_fp8_backward returns 0  %s\n", why_bwd, ran ? "FAIL" : "PASS");
+            report(!ran);
+        } else {
+            printf("  fp8 backward: SKIP (%s)\n", why_bwd);
+        }
+    } else {
+        fp8_reference_backward(&c);
+        h[F_SCALE_DP] = c.sdp.scale; h[F_DESCALE_DP] = c.sdp.descale;
+        h[F_SCALE_DQ] = c.sdq.scale; h[F_SCALE_DK] = c.sdk.scale; h[F_SCALE_DV] = c.sdv.scale;
+        upload(d.scalars, h, F_COUNT);
+        upload(d.out, c.out8, c.n_out);
+        upload(d.stats, c.stats_f, c.n_stats);
+        const CudnnAttFp8Backward ba = fp8_bwd_args(&d);
+        // the fast form (nondeterministic engines allowed), then the deterministic one if cuDNN has it
+        for (int deterministic = 0; deterministic < 2; deterministic++) {
+            cudnn_att_set_deterministic(deterministic);
+            const char *why = deterministic ? fp8_unavailable(s, 1) : NULL;
+            const char *form = deterministic ? "deterministic" : "fast";
+            if (why != NULL) {
+                printf("  fp8 backward, %s form: SKIP (%s)\n", form, why);
+                continue;
+            }
+            printf("  fp8 backward, %s form (scale_dp %.4g, scale_dq %.4g, scale_dk %.4g, scale_dv %.4g):\n", form,
+                   c.sdp.scale, c.sdq.scale, c.sdk.scale, c.sdv.scale);
+            for (int run = 0; run < 2; run++) {
+                cudaCheck(cudaMemset(d.dqkv, 0xFF, c.n_qkv));
+                fp8_set_amaxes(&d, F_AMAX_DQ, F_AMAX_DP, run == 0 ? 0.0f : above_every_amax);
+                if (!cudnn_att_fp8_backward(d.dqkv, d.dout, d.qkv, d.out, d.stats, &ba, s.B, s.T, s.NH, s.NKV, s.HS, 0))
+                    FATAL("cudnn_att_fp8_backward declined a shape it has a plan for");
+                cudaCheck(cudaDeviceSynchronize());
+                download(run == 0 ? got : again, d.dqkv, c.n_qkv);
+                if (run == 1) break;
+                double tol[3];
+                check_fp8_dqkv(got, &c, tol);
+                check_amax("amax_dp", get_float(d.scalars + F_AMAX_DP), c.amax_dp, c.amax_dp_tol);
+                check_amax("amax_dq", get_float(d.scalars + F_AMAX_DQ), c.amax_dq, tol[0]);
+                check_amax("amax_dk", get_float(d.scalars + F_AMAX_DK), c.amax_dk, tol[1]);
+                check_amax("amax_dv", get_float(d.scalars + F_AMAX_DV), c.amax_dv, tol[2]);
+            }
+            int ok = 1;
+            for (int i = F_AMAX_DQ; i <= F_AMAX_DP; i++) ok &= get_float(d.scalars + i) == above_every_amax;
+            printf("    %-40s %s\n", "amaxes max-accumulate (2^20 stays 2^20)", ok ? "PASS" : "FAIL");
+            report(ok);
+            if (deterministic) {
+                check_bitwise("second run: dqkv", got, again, c.n_qkv);
+            } else {
+                const int same = memcmp(got, again, c.n_qkv) == 0;
+                printf("    second run: dqkv %s (the fast form may use atomics: not required)\n",
+                       same ? "bitwise identical" : "differs; checked against the emulation again");
+                if (!same) {
+                    double tol[3];
+                    check_fp8_dqkv(again, &c, tol);
+                }
+            }
+        }
+    }
+    cudnn_att_set_deterministic(1); // the program's default form
+    free(got);
+    free(again);
+    free(stats);
+    fp8_buffers_free(&d);
+    fp8_case_free(&c);
+}
+
+// fp8 vs bf16 (cuDNN, the trainer's fast backward form for both) at one shape
+static void benchmark_fp8(Shape s) {
+    printf("\nB=%d T=%d NH=%d NKV=%d HS=%d timing, cuDNN fp8 vs bf16 (median; causal FLOPs halved)\n", s.B, s.T, s.NH,
+           s.NKV, s.HS);
+    const double fwd_flops = 4.0 * s.B * s.NH * (double)s.T * s.T * s.HS / 2.0, bwd_flops = 2.5 * fwd_flops;
+    float ms[2][2] = {{0, 0}, {0, 0}}; // [bf16, fp8][forward, backward]
+    int ran[2] = {0, 0};
+    const char *why = path_unavailable(PATH_CUDNN_FAST, s);
+    if (why != NULL) {
+        printf("  %-10s SKIP (%s)\n", "bf16", why);
+    } else {
+        Buffers d = buffers_alloc(s);
+        fill_uniform(d.qkv, d.n_qkv, 1234u, 1.0f);
+        fill_uniform(d.dout, d.n_out, 5678u, 1.0f);
+        ms[0][0] = time_median_ms([&] { run_forward(PATH_CUDNN_FAST, &d); }, 20, 2);
+        ms[0][1] = time_median_ms([&] { run_backward(PATH_CUDNN_FAST, &d); }, 20, 2);
+        ran[0] = 1;
+        buffers_free(&d);
+    }
+    cudnn_att_set_deterministic(0);
+    why = fp8_unavailable(s, 0);
+    if (why == NULL) why = fp8_unavailable(s, 1);
+    if (why != NULL) {
+        printf("  %-10s SKIP (%s)\n", "fp8", why);
+    } else {
+        Fp8Buffers d = fp8_buffers_alloc(s);
+        const size_t n_qkv = (size_t)s.B * s.T * (s.NH + 2 * s.NKV) * s.HS, n_out = (size_t)s.B * s.T * s.NH * s.HS;
+        fill_uniform(d.qkv, n_qkv, 1234u, 448.0f); // the fp8 codes span the format's range
+        fill_uniform(d.dout, n_out, 5678u, 448.0f);
+        // scales that keep every cast in range for these inputs (values: codes x descale)
+        float h[F_COUNT] = {0};
+        h[F_DESCALE_Q] = h[F_DESCALE_K] = h[F_DESCALE_V] = 1.0f / 448.0f;
+        h[F_DESCALE_O] = 1.0f / 448.0f;
+        h[F_DESCALE_DO] = 1e-2f / 448.0f;
+        h[F_SCALE_S] = 448.0f; h[F_DESCALE_S] = 1.0f / 448.0f;
+        h[F_SCALE_O] = 448.0f;
+        h[F_SCALE_DP] = 1e5f; h[F_DESCALE_DP] = 1e-5f;
+        h[F_SCALE_DQ] = h[F_SCALE_DK] = h[F_SCALE_DV] = 1e4f;
+        upload(d.scalars, h, F_COUNT);
+        const CudnnAttFp8Forward fa = fp8_fwd_args(&d);
+        const CudnnAttFp8Backward ba = fp8_bwd_args(&d);
+        ms[1][0] = time_median_ms([&] {
+            cudnn_att_fp8_forward(d.out, d.stats, d.qkv, &fa, s.B, s.T, s.NH, s.NKV, s.HS, 0);
+        }, 20, 2);
+        ms[1][1] = time_median_ms([&] {
+            cudnn_att_fp8_backward(d.dqkv, d.dout, d.qkv, d.out, d.stats, &ba, s.B, s.T, s.NH, s.NKV, s.HS, 0);
+        }, 20, 2);
+        ran[1] = 1;
+        fp8_buffers_free(&d);
+    }
+    cudnn_att_set_deterministic(1);
+    const char *names[2] = {"bf16", "fp8"};
+    for (int i = 0; i < 2; i++) {
+        if (!ran[i]) continue;
+        printf("  %-10s forward %8.3f ms %7.1f TFLOP/s | backward %8.3f ms %7.1f TFLOP/s\n", names[i], ms[i][0],
+               fwd_flops / ms[i][0] / 1e9, ms[i][1], bwd_flops / ms[i][1] / 1e9);
+    }
+    if (ran[0] && ran[1]) {
+        printf("  fp8 / bf16 speed: forward %.2fx, backward %.2fx\n", ms[0][0] / ms[1][0], ms[0][1] / ms[1][1]);
+    }
+}
+#endif // ENABLE_CUDNN
+
+// ---------------------------------------------------------------------------------------------------
 
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "all";
-    int use[NUM_PATHS] = {1, 1, 1};
-    if (strcmp(mode, "plain") == 0) use[PATH_CUDNN] = use[PATH_CUDNN_FAST] = 0;
+    int use[NUM_PATHS] = {1, 1, 1}, use_fp8 = 1;
+    if (strcmp(mode, "plain") == 0) use[PATH_CUDNN] = use[PATH_CUDNN_FAST] = use_fp8 = 0;
     else if (strcmp(mode, "cudnn") == 0) use[PATH_PLAIN] = 0;
+    else if (strcmp(mode, "fp8") == 0) use[PATH_PLAIN] = use[PATH_CUDNN] = use[PATH_CUDNN_FAST] = 0;
     else if (strcmp(mode, "all") != 0) {
-        fprintf(stderr, "usage: %s [all|plain|cudnn]\n", argv[0]);
+        fprintf(stderr, "usage: %s [all|plain|cudnn|fp8]\n", argv[0]);
         return EXIT_FAILURE;
     }
+    const int use_bf16 = use[PATH_PLAIN] || use[PATH_CUDNN];
     cudaDeviceProp prop = device_properties();
     printf("device: %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
-    attention_init(use[PATH_CUDNN], 1);
+    attention_init(use[PATH_CUDNN] || use_fp8, 1);
 
     // 1. against the CPU reference (the dispatcher check needs both versions' results: mode all)
     const Shape small[3] = {{2, 128, 4, 2, 64}, {1, 200, 4, 4, 64}, {2, 256, 8, 2, 128}};
-    for (int i = 0; i < 3; i++) validate_small(small[i], use, 42 + i);
+    for (int i = 0; use_bf16 && i < 3; i++) validate_small(small[i], use, 42 + i);
     // 2. cuDNN against the plain kernels
     if (use[PATH_PLAIN] && use[PATH_CUDNN]) {
         const Shape big = {2, 1024, 16, 4, 128};
@@ -507,7 +1124,19 @@ int main(int argc, char **argv) {
     }
     // 3. timing
     const Shape timed[2] = {{2, 4096, 32, 32, 128}, {2, 4096, 32, 8, 128}};
-    for (int i = 0; i < 2; i++) benchmark(timed[i], use);
+    for (int i = 0; use_bf16 && i < 2; i++) benchmark(timed[i], use);
+    // 4. fp8 attention: against the CPU emulation (GQA and MHA at HS 128; HS 64: forward only, the
+    //    backward must be refused), then timed against bf16 at the 7B shape with GQA
+    if (use_fp8) {
+#ifdef ENABLE_CUDNN
+        const Shape fp8_shapes[3] = {{2, 256, 4, 2, 128}, {2, 256, 4, 4, 128}, {2, 256, 4, 2, 64}};
+        for (int i = 0; i < 3; i++) validate_fp8(fp8_shapes[i], 99 + i);
+        const Shape fp8_timed = {2, 4096, 32, 8, 128};
+        benchmark_fp8(fp8_timed);
+#else
+        printf("\nfp8 attention: SKIP (built without ENABLE_CUDNN)\n");
+#endif
+    }
 
     attention_destroy();
     printf("\nattention: %d checks, %d failed: %s\n", g_checks, g_failed, g_failed == 0 ? "PASS" : "FAIL");
