@@ -287,16 +287,21 @@ def seeds_table(out, seeds, status, flags, threshold, compare=None):
 
 
 def check_compare(ref, seeds):
-    """The problems (SeedsError) of REF's bf16 and fp8 logs of these seeds; REF must be a folder."""
+    """The problems (SeedsError) of REF's bf16 and fp8 runs of these seeds: a log the table cannot read,
+    or no DONE beside it; REF must be a folder."""
     if not os.path.isdir(ref):
         return [SeedsError(ref, "not a folder (--compare wants an earlier convergence_seeds.sh --out DIR)")]
     problems = []
     for seed in seeds:
         for run in RUNS:
+            d = os.path.join(ref, f"seed{seed}", run)
             try:
-                read_run(os.path.join(ref, f"seed{seed}", run))
+                read_run(d)
             except SeedsError as e:
                 problems.append(e)
+                continue
+            if not os.path.isfile(os.path.join(d, "DONE")):  # the table takes a run without DONE as unfinished
+                problems.append(SeedsError(os.path.join(d, "DONE"), "missing: the run did not finish (compare_convergence.sh writes it when a run ends)"))
     return problems
 
 

@@ -89,7 +89,7 @@ if [ -n "$compare" ]; then
     fi
     # before anything trains: REF must have every seed's logs
     "$python" "$script_dir/convergence_seeds.py" --check-compare "$compare" --seeds "$seeds_arg" \
-        || die_usage "--compare $compare lacks the logs above (it must hold seed<N>/bf16 and seed<N>/fp8 of every seed of --seeds $seeds_arg)"
+        || die_usage "--compare $compare lacks what is named above (it must hold the finished runs seed<N>/bf16 and seed<N>/fp8, each with its DONE, of every seed of --seeds $seeds_arg)"
 fi
 
 flags=

@@ -415,6 +415,8 @@ cp {shlex_quote(src)}/${{seed}}_${{precision}}_$moments.main.log "$dir/main.log"
           f"the trainer gets the flags exactly (a glob and a space unexpanded) plus -seed N; seeds.md shows them ({argv})")
 
     # refusals: nothing trains
+    shutil.copytree(os.path.join(tmp, "ref"), os.path.join(tmp, "ref_unfinished"))
+    os.unlink(os.path.join(tmp, "ref_unfinished", "seed0", "fp8", "DONE"))
     for what, args, tf, msg in (
             ("-seed among the trainer flags", ("--out", "x"), flags + ["-seed", "3"], "don't pass -seed"),
             ("a seed that is no number", ("--out", "x", "--seeds", "1,x"), flags, "--seeds wants"),
@@ -422,6 +424,8 @@ cp {shlex_quote(src)}/${{seed}}_${{precision}}_$moments.main.log "$dir/main.log"
             ("--compare of no folder", ("--out", "x", "--compare", "nowhere"), flags, "--compare nowhere: not a folder"),
             ("--compare lacking a seed", ("--out", "x", "--seeds", "1337,5", "--compare", "ref"), flags,
              "error: ref/seed5/bf16/main.log: missing"),
+            ("--compare with a run that did not finish", ("--out", "x", "--compare", "ref_unfinished"), flags,
+             "error: ref_unfinished/seed0/fp8/DONE: missing: the run did not finish"),
             ("-o for compare_convergence.sh", ("--out", "x"), flags + ["-o", "y"], "don't pass -o")):
         p, n, _ = run(*args, trainer_flags=tf)
         check(p.returncode == 2 and n == 0 and msg in p.stderr, f"convergence_seeds.sh refuses {what}: exit 2, no run ({p.returncode}, {n}; {p.stderr.strip()[:300]!r})")
