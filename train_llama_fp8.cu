@@ -85,7 +85,7 @@ static const OptSpec OPTION_SPECS[] = {
     OPT("-clip", OPT_FLOAT, grad_clip, "global gradient-norm clip (0: off)"),
     OPT("-beta1", OPT_FLOAT, beta1, "AdamW beta1"),
     OPT("-beta2", OPT_FLOAT, beta2, "AdamW beta2"),
-    OPT("-adam_moments", OPT_STR, adam_moments, "AdamW m and v in fp32, or bf16 (stochastically rounded: 4 bytes/param less memory, 8 less optimizer traffic)"),
+    OPT("-adam_moments", OPT_STR, adam_moments, "AdamW m and v in bf16 (stochastically rounded; against fp32: 4 bytes/param less memory, 8 less optimizer traffic, 7B fp8 +2.5% tokens/s, val loss unchanged within seed spread) or fp32 (needed to resume a checkpoint written with fp32 moments)"),
     OPT("-v", OPT_INT, val_every, "evaluate val loss every N steps (0: never; always at the end)"),
     OPT("-m", OPT_INT, val_batches, "val batches per evaluation (shared out over the GPUs)"),
     OPT("-s", OPT_INT, sample_every, "sample text every N steps (0: never)"),
@@ -123,7 +123,7 @@ static Options default_options(void) {
     strcpy(o.log_dir, "log");
     strcpy(o.precision, "fp8");
     strcpy(o.fp8_recipe, "delayed");
-    strcpy(o.adam_moments, "fp32");
+    strcpy(o.adam_moments, "bf16");
     // 160 steps of 125m (~8 epochs of TinyShakespeare, about 30 s of training on an H200): val loss
     // still falls there; it starts to overfit after ~200 steps
     o.B = 16; o.T = 1024; o.total_batch = 0; o.max_steps = 160;
@@ -226,7 +226,7 @@ typedef struct {
     int fp8_history, fp8_margin, fp8_weight_cache, fp8_lm_head; // -fp8_history, -fp8_margin, -fp8_weight_cache, -fp8_lm_head
 } ModelOptions;
 
-// The command line's defaults for a B x T model of one precision.
+// The command line's defaults for a B x T model of one precision, except fp32 AdamW moments (the C reference's; a test sets moments_bf16).
 static ModelOptions model_options(int B, int T, int precision) {
     ModelOptions o = {B, T, precision, 0, 0, 0, 16, 0, 1, 0};
     return o;
@@ -1070,9 +1070,10 @@ static void write_sections(const char *path, int *header, const Section *sec, in
 }
 
 // Reads and verifies a file written by write_sections; `expect` gives the header words that must
-// match (index, value, name), so a mismatch says exactly what differs. header (256 words, or NULL)
-// receives the file's header.
-typedef struct { int at, value; const char *name; } HeaderExpect;
+// match (index, value, name), so a mismatch says exactly what differs; a word set by a flag also
+// gives the flag that makes it 0 and 1 (pass[0], pass[1]; NULL for other words), so the message says
+// what resumes the file. header (256 words, or NULL) receives the file's header.
+typedef struct { int at, value; const char *name; const char *pass[2]; } HeaderExpect;
 
 static void read_sections(const char *path, int magic, const HeaderExpect *expect, int nexpect, const Section *sec, int nsec,
                           int *header_out) {
@@ -1085,8 +1086,11 @@ static void read_sections(const char *path, int magic, const HeaderExpect *expec
     if (header[1] < 1 || header[1] > CKPT_VERSION)
         FATAL("checkpoint '%s' has version %d; this build reads versions 1 to %d", path, header[1], CKPT_VERSION);
     for (int i = 0; i < nexpect; i++) {
-        if (header[expect[i].at] != expect[i].value)
-            FATAL("checkpoint '%s' does not match this run: %s is %d in the file, %d here", path, expect[i].name, header[expect[i].at], expect[i].value);
+        int v = header[expect[i].at];
+        if (v == expect[i].value) continue;
+        const char *pass = v == 0 || v == 1 ? expect[i].pass[v] : NULL;
+        FATAL("checkpoint '%s' does not match this run: %s is %d in the file, %d here%s%s", path, expect[i].name, v, expect[i].value,
+              pass ? "; to resume it, pass " : "", pass ? pass : "");
     }
     int64_t want = sizeof(header);
     for (int s = 0; s < nsec; s++) want += (int64_t)sec[s].bytes;
@@ -1125,8 +1129,10 @@ static LlamaConfig read_model_config(const char *path) {
 typedef struct { int step, grad_accum, world, rank; uint64_t rng; DataLoaderState data; } TrainState;
 
 // The state file's header words 2..21, the one list its writer and its reader use: on resume every
-// checked word must equal this run's value (a mismatch names the field), the others are read back.
-typedef struct { int word; const char *name; int *value; int checked; } StateField;
+// checked word must equal this run's value (a mismatch names the field, and for a flag's word the
+// flag that resumes the file: pass[0] for the value 0, pass[1] for 1), the others are read back.
+// A word a trainer before its flag never wrote is 0 there: fp32 moments, no fp8 lm_head.
+typedef struct { int word; const char *name; int *value; int checked; const char *pass[2]; } StateField;
 #define NUM_STATE_FIELDS 20
 static int g_data_state_bytes = (int)sizeof(DataLoaderState);
 
@@ -1137,13 +1143,36 @@ static void state_fields(Model *m, TrainState *ts, StateField f[NUM_STATE_FIELDS
         {6, "NH", &m->cfg.NH, 1}, {7, "NKV", &m->cfg.NKV, 1}, {8, "FF", &m->cfg.FF, 1},
         {9, "micro-batch B", &o->B, 1}, {10, "sequence length T", &o->T, 1},
         {11, "gradient accumulation steps", &ts->grad_accum, 1}, {12, "number of GPUs", &ts->world, 1}, {13, "rank", &ts->rank, 1},
-        {14, "precision (0 bf16, 1 fp8)", &o->precision, 1}, {15, "fp8 recipe (1 current)", &o->fp8_current, 1},
+        {14, "precision (0 bf16, 1 fp8)", &o->precision, 1, {"-precision bf16", "-precision fp8"}},
+        {15, "fp8 recipe (1 current)", &o->fp8_current, 1, {"-fp8_recipe delayed", "-fp8_recipe current"}},
         {16, "fp8 history length", &o->fp8_history, 1}, {17, "fp8 margin", &o->fp8_margin, 1},
         {18, "data loader state size", &g_data_state_bytes, 1},
         {19, "AdamW updates applied", &m->adam_t, 0}, // a skipped update does not count: read back
-        {20, "-fp8_lm_head", &m->fp8.lm_head, 1}, {21, "-adam_moments (0 fp32, 1 bf16)", &o->moments_bf16, 1},
+        {20, "-fp8_lm_head", &m->fp8.lm_head, 1, {"-fp8_lm_head 0", "-fp8_lm_head 1"}},
+        {21, "-adam_moments (0 fp32, 1 bf16)", &o->moments_bf16, 1,
+         {"-adam_moments fp32 (the file's moments are fp32, the default before bf16)", "-adam_moments bf16"}},
     };
     memcpy(f, all, sizeof(all));
+}
+
+// The state file's header as this run writes it (h: 256 words), and what a state file's header must
+// hold for this run to resume it (ex: the checked words; returns their count).
+static void state_header(Model *m, TrainState *ts, int h[256]) {
+    memset(h, 0, 256 * sizeof(int));
+    h[0] = STATE_MAGIC; h[1] = CKPT_VERSION;
+    StateField f[NUM_STATE_FIELDS];
+    state_fields(m, ts, f);
+    for (int i = 0; i < NUM_STATE_FIELDS; i++) h[f[i].word] = *f[i].value;
+}
+
+static int state_expect(Model *m, TrainState *ts, HeaderExpect ex[NUM_STATE_FIELDS]) {
+    StateField f[NUM_STATE_FIELDS];
+    state_fields(m, ts, f);
+    int n = 0;
+    for (int i = 0; i < NUM_STATE_FIELDS; i++) {
+        if (f[i].checked) ex[n++] = (HeaderExpect){f[i].word, *f[i].value, f[i].name, {f[i].pass[0], f[i].pass[1]}};
+    }
+    return n;
 }
 
 // The state file's body, in order: AdamW's moments of this rank's shard, the fp8 state, the sampling
@@ -1189,11 +1218,7 @@ static void save_checkpoint(Model *m, TrainState *ts, const char *dir) {
     // the state file first: a model file without its state is never taken for a resumable checkpoint.
     // With several GPUs rank 0 writes the model file after the gather, which no rank joins before it
     // has written its own state file.
-    memset(h, 0, sizeof(h));
-    h[0] = STATE_MAGIC; h[1] = CKPT_VERSION;
-    StateField f[NUM_STATE_FIELDS];
-    state_fields(m, ts, f);
-    for (int i = 0; i < NUM_STATE_FIELDS; i++) h[f[i].word] = *f[i].value;
+    state_header(m, ts, h);
     Section st[NUM_STATE_SECTIONS];
     state_sections(m, ts, st);
     write_sections(state_path, h, st, NUM_STATE_SECTIONS);
@@ -1245,15 +1270,14 @@ static void load_checkpoint(Model *m, TrainState *ts, const char *dir, int step)
     checkpoint_paths(dir, step, ts->rank, model_path, state_path);
     load_model_file(m, model_path);
     m->step = step;
-    StateField f[NUM_STATE_FIELDS];
-    state_fields(m, ts, f);
     HeaderExpect ex[NUM_STATE_FIELDS];
-    int nex = 0;
-    for (int i = 0; i < NUM_STATE_FIELDS; i++) if (f[i].checked) ex[nex++] = (HeaderExpect){f[i].word, *f[i].value, f[i].name};
+    int nex = state_expect(m, ts, ex);
     Section st[NUM_STATE_SECTIONS];
     state_sections(m, ts, st);
     int h[256];
     read_sections(state_path, STATE_MAGIC, ex, nex, st, NUM_STATE_SECTIONS, h);
+    StateField f[NUM_STATE_FIELDS];
+    state_fields(m, ts, f);
     for (int i = 0; i < NUM_STATE_FIELDS; i++) if (!f[i].checked) *f[i].value = h[f[i].word];
     if (m->fp8.on) fp8_publish_scale_inv(m->gemm_scale_inv, m->fp8_state + m->fp8_layout.scale_inv, m->fp8_layout.num_tensors, 0);
 }
@@ -1359,26 +1383,6 @@ static LlamaConfig run_model_config(const Options *o, const Tokenizer *tok) {
     return cfg;
 }
 
-#ifndef TESTING
-// After loading weights and after writing a checkpoint the ranks meet with this deadline, not the
-// usual collective timeout: for a large model, reading the model file (every rank) or writing it
-// (rank 0 alone) can take minutes, and the ranks need not take equally long.
-#define IO_BARRIER_TIMEOUT_S 1800.0
-
-// -fp8_dump: this rank's whole fp8 state buffer (amax slots, histories, scales, scale_invs) as raw
-// floats, so a test can check that every rank holds the same bits.
-static void dump_fp8_state(Model *m, const char *dir, int rank) {
-    char path[1100];
-    snprintf(path, sizeof(path), "%s/fp8_state_rank%d.bin", dir, rank);
-    size_t n = m->fp8_layout.total;
-    float *h = (float *)mallocCheck(n * sizeof(float));
-    cudaCheck(cudaMemcpy(h, m->fp8_state, n * sizeof(float), cudaMemcpyDeviceToHost));
-    FILE *f = fopenCheck(path, "wb");
-    fwriteCheck(h, sizeof(float), n, f);
-    fcloseCheck(f);
-    free(h);
-}
-
 // The options checked (every bad value refused here, before any GPU work) and the model's taken from
 // them. Fills in -d's default and returns the gradient accumulation steps in *grad_accum.
 static ModelOptions checked_options(Options *o, int *grad_accum) {
@@ -1410,6 +1414,26 @@ static ModelOptions checked_options(Options *o, int *grad_accum) {
               planned_world, tokens_per_micro);
     *grad_accum = (int)(o->total_batch / tokens_per_micro);
     return mo;
+}
+
+#ifndef TESTING
+// After loading weights and after writing a checkpoint the ranks meet with this deadline, not the
+// usual collective timeout: for a large model, reading the model file (every rank) or writing it
+// (rank 0 alone) can take minutes, and the ranks need not take equally long.
+#define IO_BARRIER_TIMEOUT_S 1800.0
+
+// -fp8_dump: this rank's whole fp8 state buffer (amax slots, histories, scales, scale_invs) as raw
+// floats, so a test can check that every rank holds the same bits.
+static void dump_fp8_state(Model *m, const char *dir, int rank) {
+    char path[1100];
+    snprintf(path, sizeof(path), "%s/fp8_state_rank%d.bin", dir, rank);
+    size_t n = m->fp8_layout.total;
+    float *h = (float *)mallocCheck(n * sizeof(float));
+    cudaCheck(cudaMemcpy(h, m->fp8_state, n * sizeof(float), cudaMemcpyDeviceToHost));
+    FILE *f = fopenCheck(path, "wb");
+    fwriteCheck(h, sizeof(float), n, f);
+    fcloseCheck(f);
+    free(h);
 }
 
 // The training and (have_val) val loaders of this rank, and the val batches per rank to evaluate on.

@@ -4,9 +4,9 @@ AdamW on fp32 master weights (dev/test/README.md): t = step + 1 (1-based here),
   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
   master -= lr * ( (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + wd * master )
 then param = bf16(master) for the GEMMs (param may be NULL: fp8 mode needs no bf16 copy of a linear's
-weights, only the fp8 one). The moments m and v are fp32, or bf16 (MT = floatX, -adam_moments bf16,
-DeepSeek-V3's choice): computed in fp32 and stored with stochastic rounding (llmc/bf16_round.h; the
-random bits hash index0 + i, the element's index in the whole model, and t), 8 bytes per element less.
+weights, only the fp8 one). The moments m and v are bf16 (MT = floatX, the trainer's default, DeepSeek-V3's
+choice; computed in fp32 and stored with stochastic rounding, llmc/bf16_round.h: the random bits hash
+index0 + i, the element's index in the whole model, and t), or fp32 (-adam_moments fp32; 4 bytes more per element, 8 more moved).
 Fused fp8 weight cast (FP8_RECIPE.md "Weights"): if
 wcast.out != NULL the tensor is fp8_layers slices of layer_numel elements (all layers of one kind,
 llm.c style); slice l writes out[l*layer_numel + i] = E4M3(param * wcast.scale[l*fp8_tensor_stride]) and

@@ -1,6 +1,6 @@
 /*
 Stochastic rounding of float to bf16 with counter-based random bits: the rule behind AdamW's bf16
-moments (-adam_moments bf16), shared by the CUDA kernel (llmc/adamw.cuh) and the tests that hold
+moments (-adam_moments bf16, the default), shared by the CUDA kernel (llmc/adamw.cuh) and the tests that hold
 it to the rule (dev/test/test_bf16_round.h on the CPU, dev/cuda/adamw.cu against the GPU).
 
 Why stochastic: an AdamW moment changes each step by (1 - beta) of its size, e.g. 0.1% for v with

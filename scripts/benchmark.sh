@@ -22,10 +22,11 @@
 #   --warmup N        untimed PyTorch and transformers steps first      [BENCH_WARMUP, default 5]
 #                     (torch.compile compiles there); our trainer always leaves out its first 3
 #   --systems LIST    comma-separated, in table order, from ours-bf16 ours-fp8 ours-fp8-current
-#                     torch-bf16 torch-fp8, ours-bf16-bf16m ours-fp8-bf16m (-adam_moments bf16),
+#                     (our trainer with its default bf16 AdamW moments), ours-bf16-fp32m
+#                     ours-fp8-fp32m (the same with -adam_moments fp32), torch-bf16 torch-fp8,
 #                     hf-bf16 (transformers, bf16 weights and AdamW state) and hf-amp (transformers,
 #                     fp32 master weights, forward under bf16 autocast: Trainer(bf16=True) on fp32)
-#                     [BENCH_SYSTEMS, default ours-bf16,ours-fp8,ours-fp8-bf16m,torch-bf16,torch-fp8]
+#                     [BENCH_SYSTEMS, default ours-bf16,ours-fp8,ours-fp8-fp32m,torch-bf16,torch-fp8]
 #   --out FILE        where the table goes                              [BENCH_OUT, default bench_results.md]
 #   --logdir DIR      one log per system, DIR/<system>.log              [BENCH_LOGDIR, default log_bench]
 #   --timeout S       kill a run after S seconds (0: never)             [BENCH_TIMEOUT, default 0]
@@ -45,7 +46,7 @@ BATCH=${BENCH_B:-2}
 SEQ=${BENCH_T:-4096}
 STEPS=${BENCH_STEPS:-10}
 WARMUP=${BENCH_WARMUP:-5}
-SYSTEMS=${BENCH_SYSTEMS:-ours-bf16,ours-fp8,ours-fp8-bf16m,torch-bf16,torch-fp8}
+SYSTEMS=${BENCH_SYSTEMS:-ours-bf16,ours-fp8,ours-fp8-fp32m,torch-bf16,torch-fp8}
 OUTFILE=${BENCH_OUT:-bench_results.md}
 LOGDIR=${BENCH_LOGDIR:-log_bench}
 TIMEOUT=${BENCH_TIMEOUT:-0}
@@ -84,8 +85,8 @@ for v in BATCH SEQ STEPS WARMUP TIMEOUT; do
 done
 IFS=, read -r -a SYS_LIST <<<"$SYSTEMS"
 for s in "${SYS_LIST[@]}"; do
-    case $s in ours-bf16|ours-fp8|ours-fp8-current|ours-bf16-bf16m|ours-fp8-bf16m|torch-bf16|torch-fp8|hf-bf16|hf-amp) ;;
-        *) echo "unknown system '$s' (ours-bf16 ours-fp8 ours-fp8-current ours-bf16-bf16m ours-fp8-bf16m torch-bf16 torch-fp8 hf-bf16 hf-amp)" >&2; exit 2 ;;
+    case $s in ours-bf16|ours-fp8|ours-fp8-current|ours-bf16-fp32m|ours-fp8-fp32m|torch-bf16|torch-fp8|hf-bf16|hf-amp) ;;
+        *) echo "unknown system '$s' (ours-bf16 ours-fp8 ours-fp8-current ours-bf16-fp32m ours-fp8-fp32m torch-bf16 torch-fp8 hf-bf16 hf-amp)" >&2; exit 2 ;;
     esac
 done
 mkdir -p "$LOGDIR"
@@ -143,7 +144,7 @@ if [ "$TABLE_ONLY" = 0 ]; then
                 fi
                 prec=${s#ours-}; flags=""
                 [ "$prec" = fp8-current ] && { prec=fp8; flags="-fp8_recipe current"; }
-                case $prec in *-bf16m) prec=${prec%-bf16m}; flags="-adam_moments bf16" ;; esac
+                case $prec in *-fp32m) prec=${prec%-fp32m}; flags="-adam_moments fp32" ;; esac
                 # no logs, checkpoints, val, samples or tokenizer (so V stays the preset's); the
                 # trainer's median leaves out its first 3 steps, so run 3 more than STEPS.
                 start_sampler "$s"
@@ -184,8 +185,8 @@ logdir, outfile, systems, model, B, T, steps, warmup, trainer_args, torch_args, 
 B, T = int(B), int(T)
 LABELS = {"ours-bf16": "ours bf16 (train_llama_fp8)",
           "ours-fp8": "ours fp8, delayed scaling (train_llama_fp8)",
-          "ours-bf16-bf16m": "ours bf16 (train_llama_fp8)",
-          "ours-fp8-bf16m": "ours fp8, delayed scaling (train_llama_fp8)",
+          "ours-bf16-fp32m": "ours bf16, fp32 AdamW moments (train_llama_fp8)",
+          "ours-fp8-fp32m": "ours fp8, delayed scaling, fp32 AdamW moments (train_llama_fp8)",
           "ours-fp8-current": "ours fp8, current scaling (train_llama_fp8)",
           "torch-bf16": "PyTorch bf16, torch.compile",
           "torch-bf16-eager": "PyTorch bf16, eager",
@@ -195,6 +196,7 @@ LABELS = {"ours-bf16": "ours bf16 (train_llama_fp8)",
           "hf-bf16-eager": "transformers bf16, eager",
           "hf-amp": "transformers fp32 weights + bf16 autocast, torch.compile",
           "hf-amp-eager": "transformers fp32 weights + bf16 autocast, eager"}
+FP32M = ", fp32 AdamW moments"  # in the label of a run of ours with them
 # the speedup column is against the first of these with a number
 BASELINES = (("torch-bf16", "PyTorch bf16"), ("hf-bf16", "transformers bf16"))
 
@@ -256,8 +258,12 @@ for name in systems.split(","):
         notes.append("%s: its log is for a different run (%s, B %s T %s) than the table's header: re-run it"
                      % (name, dims[0] if dims else "?", bt[0] if bt else "?", bt[1] if bt else "?"))
     if name.startswith("ours-"):
-        if ours.adam_moments == "bf16":  # what ran, whichever flag asked for it
-            row["label"] = row["label"].replace(" (train_llama_fp8)", ", bf16 AdamW moments (train_llama_fp8)")
+        # the label says what ran, whichever flag asked for it: bf16 moments (the default) unnamed, fp32
+        # named; a log whose batch line lacks the field is of a trainer before -adam_moments: fp32
+        moments = ours.adam_moments or ("fp32" if ours.B is not None else None)
+        if moments:
+            plain = LABELS[name].replace(FP32M, "")
+            row["label"] = plain.replace(" (train_llama_fp8)", FP32M + " (train_llama_fp8)") if moments == "fp32" else plain
         if ours.median and ours.dims:
             row["fpt"] = flops_per_token(*(ours.dims[k] for k in trainer_log.DIM_NAMES), T, tied=ours.tied)
             row["tok"] = ours.median["tok/s"]

@@ -3,7 +3,7 @@
 in DIR/seed<N>/ (bf16/main.log and fp8/main.log of each seed, read by trainer_log.parse_main_log).
 
     python3 scripts/convergence_seeds.py --out conv125m_seeds --seeds 1337,0,1,2 --status 0,0,1,0
-    python3 scripts/convergence_seeds.py --out conv125m_seeds_bf16m --seeds 1337,0,1,2 --status 0,0,0,0 \\
+    python3 scripts/convergence_seeds.py --out conv125m_seeds_fp32m --seeds 1337,0,1,2 --status 0,0,0,0 \\
         --compare conv125m_seeds
     python3 scripts/convergence_seeds.py --check-compare conv125m_seeds --seeds 1337,0,1,2
 

@@ -5,7 +5,8 @@
 #   bash scripts/test_multi_gpu.sh 2 5        build, then checks 2 and 5 only (any check makes the runs it needs)
 # Environment: LOG_DIR (default log_mgpu/: one log per run); MGPU_DETERMINISTIC (default 1, the
 # -deterministic of our runs; 0 skips the bit-for-bit checks 4, 5, 7 and 9); MGPU_TRAINER_ARGS (more
-# flags for our runs, e.g. '-adam_moments bf16'; check 7 against BASE_SRC or BASE_REV then reports SKIP);
+# flags for our runs, e.g. '-adam_moments fp32' (the default is bf16); check 7 against BASE_SRC or
+# BASE_REV then reports SKIP);
 # for check 7 the trainer to compare the single-GPU path with: by default this tree's, built without
 # NCCL and MPI; BASE_SRC (a train_llama_fp8.cu, built with this tree's llmc/), or BASE_REV (a git
 # revision, read with git archive: its train_llama_fp8.cu and llmc/). NVLink multicast stays off:
@@ -87,7 +88,7 @@ trainer_args="-e tiny -b 2 -t 128 -d 1024 -x 20 -l 3e-4 -u 5 -q 1.0 -c 0.1 -v 10
     -i $ts/tinyshakespeare_llama2_train.bin -j $ts/tinyshakespeare_llama2_val.bin -tok $ts/llama2_tokenizer.bin"
 # our runs are compared bit for bit; MGPU_DETERMINISTIC=0 runs checks 2 and 3 with the trainer's
 # fast default and skips 4, 5, 7 and 9. MGPU_TRAINER_ARGS: more flags for our runs (and for check 7's
-# build without NCCL, the same source; not for BASE_SRC's or BASE_REV's), e.g. '-adam_moments bf16'
+# build without NCCL, the same source; not for BASE_SRC's or BASE_REV's), e.g. '-adam_moments fp32'
 ours="-deterministic ${MGPU_DETERMINISTIC:-1} ${MGPU_TRAINER_ARGS:-}"
 for c in 4 5 7 9; do
     asked $c && ! want $c && report SKIP "$c" "compares runs bit for bit: needs MGPU_DETERMINISTIC=1"
@@ -288,7 +289,9 @@ fi
 # NCCL compiled in, world 1 must still make no collective and take no path that touches the
 # numbers). That cannot see a change both builds share; to compare with an older trainer (e.g. the one before multi-GPU) set
 # BASE_SRC or BASE_REV. An older trainer without -deterministic is deterministic already; one with it
-# gets -deterministic 1, whose default is the faster, not bit-reproducible 0.
+# gets -deterministic 1, whose default is the faster, not bit-reproducible 0. Both sides get the same
+# AdamW moments: an older trainer with -adam_moments gets -adam_moments bf16 (its default may be
+# fp32); against one from before it (fp32 only) ours runs again with -adam_moments fp32.
 if want 7; then
     base="$LOG/base_src"
     rm -rf "$base"
@@ -312,11 +315,16 @@ if want 7; then
         cp -r llmc train_llama_fp8.cu "$base/" 2> "$LOG/base_build.txt"
         got=$?
     fi
-    base_build=$nvcc_line base_args=""
+    base_build=$nvcc_line base_args="" ours7=$ours r1=r1
     if [ $mode = no_nccl ]; then
         base_build=$nvcc_line_single base_args=$ours
-    elif grep -q '"-deterministic"' "$base/train_llama_fp8.cu" 2> /dev/null; then
-        base_args="-deterministic 1"
+    else
+        grep -q '"-deterministic"' "$base/train_llama_fp8.cu" 2> /dev/null && base_args="-deterministic 1"
+        if grep -q '"-adam_moments"' "$base/train_llama_fp8.cu" 2> /dev/null; then
+            base_args="$base_args -adam_moments bf16"
+        else
+            ours7="$ours -adam_moments fp32" r1=r1_fp32m
+        fi
     fi
     if [ $mode != no_nccl ] && [ -n "${MGPU_TRAINER_ARGS:-}" ]; then
         report SKIP "7 one GPU unchanged vs $vs" "MGPU_TRAINER_ARGS is set: our runs differ from the base trainer's on purpose"
@@ -330,14 +338,15 @@ if want 7; then
         report FAIL "7 one GPU unchanged vs $vs" "the base trainer does not build: $LOG/base_build.txt"
     else
         for prec in bf16 fp8; do
-            [ -f "$LOG/r1_$prec/main.log" ] || run r1_$prec ./train_llama_fp8 $trainer_args $ours -precision $prec -o "$LOG/r1_$prec"
+            [ "$r1" = r1_fp32m ] && rm -rf "$LOG/${r1}_$prec" # check 2 makes r1_$prec; nothing remakes this one
+            [ -f "$LOG/${r1}_$prec/main.log" ] || run ${r1}_$prec ./train_llama_fp8 $trainer_args $ours7 -precision $prec -o "$LOG/${r1}_$prec"
             rm -rf "$LOG/base_$prec"
             if ! run base_$prec "$base/train_llama_fp8" $trainer_args $base_args -precision $prec -o "$LOG/base_$prec"; then
                 report FAIL "7 $prec: one GPU unchanged vs $vs" "the base run failed: $LOG/base_$prec.txt"
                 continue
             fi
-            diff=$(same_files "$LOG/base_$prec" "$LOG/r1_$prec" model_00000010.bin model_00000020.bin state_00000020_00000.bin)
-            out=$(compare_logs "$LOG/r1_$prec/main.log" "$LOG/base_$prec/main.log" exact)
+            diff=$(same_files "$LOG/base_$prec" "$LOG/${r1}_$prec" model_00000010.bin model_00000020.bin state_00000020_00000.bin)
+            out=$(compare_logs "$LOG/${r1}_$prec/main.log" "$LOG/base_$prec/main.log" exact)
             rc=$?
             if [ -z "$diff" ] && [ $rc -eq 0 ]; then report PASS "7 $prec: one GPU unchanged vs $vs" "checkpoints byte-identical"
             else report FAIL "7 $prec: one GPU unchanged vs $vs" "${diff:+differing:$diff }$out"; fi

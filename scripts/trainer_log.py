@@ -5,6 +5,7 @@ dev/test/test_trainer_log.py checks it on sample logs in the trainer's formats. 
 
 main.log (the trainer's fprintf(logf, ...) lines):
     # <GPU> precision <p> model <name> V .. L .. C .. NH .. NKV .. FF .. B .. T .. total_batch .. adam_moments ..
+      (a trainer before -adam_moments wrote no adam_moments field: its moments were fp32)
     s:<step> trl:<train loss> norm:<grad norm> lr:<lr> ms:<step ms> tok/s:<tokens per s>
     s:<step> tel:<val loss>
     sample: <token ids>
@@ -186,7 +187,7 @@ class TrainerOutput:
         self.dims = None            # {'V':, 'L':, 'C':, 'NH':, 'NKV':, 'FF':}
         self.tied = None            # True with tied embeddings
         self.B = self.T = None
-        self.adam_moments = None    # 'fp32' or 'bf16'
+        self.adam_moments = None    # 'fp32' or 'bf16'; None also when the batch line lacks it (a trainer before -adam_moments: fp32)
         self.allocated_gib = None   # 'device memory allocated' (per GPU with ZeRO-1)
         self.steps = {}             # step -> {'loss':, 'norm':, 'lr':, 'ms':, 'tok/s':, 'mfu': str, 'skipped': bool}
         self.val = {}               # the step after which it was measured (0 before any) -> val loss

@@ -3,9 +3,10 @@
 - scripts/ncu_step_table.py: the CSVs of a 1-layer and a 2-layer run are built here from known
   per-kernel durations; the script's table must give those durations back.
 - scripts/benchmark.sh --table-only: on real logs of H200 runs (dev/test/fixtures/bench/, our bf16
-  trainer, PyTorch bf16, our fp8 trainer with bf16 AdamW moments) and nvidia-smi samples built here;
-  the table must carry the logs' numbers, the means of the busy samples, and label the run with bf16
-  moments as such. Then transformers' rows (bench_hf.py): real CPU logic-check runs of bench_hf.py and
+  trainer from before -adam_moments, PyTorch bf16, our fp8 trainer with bf16 AdamW moments) and
+  nvidia-smi samples built here; the table must carry the logs' numbers, the means of the busy
+  samples, and label each run of ours by the moments its log reports, whatever its system name asked
+  for: fp32 ones named (a log without the field is fp32), bf16 ones (the default) not. Then transformers' rows (bench_hf.py): real CPU logic-check runs of bench_hf.py and
   bench_torch.py on the tied smollm2-135m preset through benchmark.sh (dev/test/fixtures/bench/cpu/;
   no H200 log of bench_hf.py exists yet) and an out-of-memory log built here in bench_hf.py's format:
   the labels, the speedup against transformers bf16 when PyTorch bf16 is absent (and against PyTorch
@@ -15,9 +16,10 @@
   fp8_current's is an older trainer's. fp8 must get fp8_health.png and a health section in
   summary.md naming the tensors given the most underflow and saturation; fp8_current a note instead.
 - scripts/convergence_seeds.sh with a fake trainer whose final val loss depends on -seed, -precision
-  and -adam_moments (logs in the trainer's formats, test_trainer_log.py's writers): 4 seeds with fp32
-  moments, then bf16 moments with --compare against them and seed 2's fp8 run crashing (exit 3, the
-  row says so, means over 3 seeds), mended by --skip-existing (only that run again). The table's
+  and -adam_moments (bf16 unless given, as the trainer's; logs in the trainer's formats,
+  test_trainer_log.py's writers): 4 seeds with the default bf16 moments, then -adam_moments fp32 with
+  --compare against them and seed 2's fp8 run crashing (exit 3, the row says so, means over 3 seeds),
+  mended by --skip-existing (only that run again). The table's
   numbers (per seed, means, sample sd, spread, against the other run) are worked out here from the
   values written; the trainer must get the flags exactly (a glob, a space) plus -seed N; the refusals
   (exit 2, nothing trains), and missing or val-less logs named as such. On the real logs of
@@ -151,8 +153,9 @@ def write_smi(path, samples):
 def test_benchmark_table(tmp):
     logdir = os.path.join(tmp, "log_bench")
     os.makedirs(logdir)
-    for name in ("ours-bf16", "torch-bf16", "ours-fp8-bf16m"):
+    for name in ("ours-bf16", "torch-bf16"):
         shutil.copy(os.path.join(BENCH_LOGS, name + ".log"), logdir)
+    shutil.copy(os.path.join(BENCH_LOGS, "ours-fp8-bf16m.log"), os.path.join(logdir, "ours-fp8.log"))  # bf16 moments: now the default
     # ours: idle start-up samples (left out), then 8 busy ones, 6 of them at the power cap
     idle = [(0, 1980, 121.0, 0x0)] * 5
     busy = [(100, 1410, 696.0, 0x4)] * 6 + [(98, 1980, 520.0, 0x0)] * 2
@@ -160,7 +163,7 @@ def test_benchmark_table(tmp):
     with open(os.path.join(logdir, "torch-bf16.smi.csv"), "w") as f:
         f.write("Field \"clocks_event_reasons.active\" is not a valid field to query.\n")  # an older driver
     out_md = os.path.join(tmp, "bench.md")
-    p = subprocess.run(["bash", BENCH, "--table-only", "--systems", "ours-bf16,torch-bf16,ours-fp8-bf16m", "--logdir", logdir,
+    p = subprocess.run(["bash", BENCH, "--table-only", "--systems", "ours-bf16,torch-bf16,ours-fp8", "--logdir", logdir,
                         "--out", out_md], capture_output=True, text=True, env=dict(os.environ, PYTHON=sys.executable))
     check(p.returncode == 0 and os.path.exists(out_md), f"benchmark.sh --table-only (exit {p.returncode}: {p.stderr.strip()[-200:]})")
     if not os.path.exists(out_md):
@@ -170,8 +173,9 @@ def test_benchmark_table(tmp):
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 7:
             rows[cells[0]] = cells
-    ours, torch = rows.get("ours bf16 (train_llama_fp8)"), rows.get("PyTorch bf16, torch.compile")
-    check(ours is not None and torch is not None, "a row for each system")
+    # ours-bf16's log is of a trainer before -adam_moments (no such field in its batch line): fp32 moments
+    ours, torch = rows.get("ours bf16, fp32 AdamW moments (train_llama_fp8)"), rows.get("PyTorch bf16, torch.compile")
+    check(ours is not None and torch is not None, f"a row for each system, the old trainer's labelled fp32 moments: rows {sorted(rows)}")
     if ours is None or torch is None:
         return
     # the logs: median step line 12942 tok/s, 134.07 GiB allocated, 134.76 GiB in use; RESULT tok_s=12893 ...
@@ -183,10 +187,21 @@ def test_benchmark_table(tmp):
     check(torch[6] == "-", f"samples without the fields give '-': '{torch[6]}'")
     # its log: "AdamW moments bf16" in the config line; median step line 20102 tok/s (20102 / 12893 = 1.56x),
     # 104.81 GiB allocated
-    bf16m = rows.get("ours fp8, delayed scaling, bf16 AdamW moments (train_llama_fp8)")
-    check(bf16m is not None, f"the bf16-moments run labelled as such: rows {sorted(rows)}")
+    bf16m = rows.get("ours fp8, delayed scaling (train_llama_fp8)")
+    check(bf16m is not None, f"the bf16-moments run (the default) labelled without a moments note: rows {sorted(rows)}")
     if bf16m is not None:
         check(bf16m[1:6] == ["20,102", "862", "104.8", "105.5", "1.56x"], f"the bf16-moments row from its log: {bf16m[1:6]}")
+    # ours-fp8-fp32m: labelled by what its log reports (fp32; or bf16, had --trainer-args overridden it)
+    text = open(os.path.join(BENCH_LOGS, "ours-fp8-bf16m.log")).read()
+    check("| AdamW moments bf16 |" in text, "the fixture's batch line reports bf16 moments")
+    for moments, want in (("fp32", "ours fp8, delayed scaling, fp32 AdamW moments (train_llama_fp8)"),
+                          ("bf16", "ours fp8, delayed scaling (train_llama_fp8)")):
+        with open(os.path.join(logdir, "ours-fp8-fp32m.log"), "w") as f:
+            f.write(text.replace("| AdamW moments bf16 |", f"| AdamW moments {moments} |"))
+        p = subprocess.run(["bash", BENCH, "--table-only", "--systems", "ours-fp8-fp32m", "--logdir", logdir, "--out", out_md],
+                           capture_output=True, text=True, env=dict(os.environ, PYTHON=sys.executable))
+        labels = [line.split("|")[1].strip() for line in open(out_md) if line.startswith("| ours")]
+        check(p.returncode == 0 and labels == [want], f"ours-fp8-fp32m with a log of {moments} moments: labelled {labels} (want {want!r}; exit {p.returncode})")
 
 
 def bench_table(logdir, out_md, *args):
@@ -304,8 +319,9 @@ cp {shlex_quote(src)}/$precision$recipe.main.log "$dir/main.log"
 
 
 SEEDS = os.path.join(ROOT, "scripts", "convergence_seeds.sh")
-# the fake runs' last val loss: bf16's per seed, fp8's relative gap to it (seed 1 over compare_convergence.sh's
-# 1%), and what -adam_moments bf16 changes in each run (relative), so the table's numbers can be worked out here
+# the fake runs' last val loss with fp32 moments: bf16's per seed, fp8's relative gap to it (seed 1 over
+# compare_convergence.sh's 1%), and what bf16 moments change in each run (relative), so the table's numbers
+# can be worked out here
 SEED_BF16 = {1337: 4.2237, 0: 4.2064, 1: 4.2027, 2: 4.2139}
 SEED_FP8_GAP = {1337: -0.0009, 0: 0.002, 1: 0.015, 2: 0.0036}
 SEED_BF16M = {(1337, "bf16"): -0.002, (0, "bf16"): 0.001, (1, "bf16"): -0.003, (2, "bf16"): 0.0005,
@@ -335,8 +351,8 @@ def seeds_rows(text):
 
 def test_convergence_seeds(tmp):
     """scripts/convergence_seeds.sh with a fake trainer whose val loss depends on -seed, -precision and
-    -adam_moments: two 4-seed runs (fp32 moments; bf16 moments with --compare against the first, seed 2's
-    fp8 crashing, then re-run with --skip-existing), the refusals, missing logs and, on the real logs of
+    -adam_moments: two 4-seed runs (the default bf16 moments; fp32 moments with --compare against the first,
+    seed 2's fp8 crashing, then re-run with --skip-existing), the refusals, missing logs and, on the real logs of
     dev/results/conv125m_gutenberg, the numbers of its hand-made seeds.md. The plots are left out (a
     matplotlib that does not import, on PYTHONPATH) to keep it fast; test_compare_convergence checks them."""
     src = os.path.join(tmp, "seed_logs")
@@ -353,10 +369,10 @@ def test_convergence_seeds(tmp):
     trainer = os.path.join(tmp, "fake_seed_trainer")
     with open(trainer, "w") as f:
         f.write(f"""#!/usr/bin/env bash
-# writes the log of its -seed, -precision and -adam_moments into -o DIR, and its argv into DIR/argv.txt;
-# crashes (exit 1, half a log) when the file crash_<seed>_<precision> is there
+# writes the log of its -seed, -precision and -adam_moments (bf16 by default, as the trainer's) into
+# -o DIR, and its argv into DIR/argv.txt; crashes (exit 1, half a log) when the file crash_<seed>_<precision> is there
 args=("$@")
-moments=fp32
+moments=bf16
 while [ $# -gt 1 ]; do
     case $1 in -o) dir=$2 ;; -precision) precision=$2 ;; -seed) seed=$2 ;; -adam_moments) moments=$2 ;; esac
     shift 2
@@ -397,17 +413,17 @@ cp {shlex_quote(src)}/${{seed}}_${{precision}}_$moments.main.log "$dir/main.log"
         return rows, statistics.fmean(diffs), statistics.stdev(diffs), \
             f"{min(bvals):.4f}-{max(bvals):.4f} ({100 * (max(bvals) - min(bvals)) / statistics.fmean(bvals):.2f}%)"
 
-    # fp32 moments, every seed: exit 0 although seed 1's fp8 is over the threshold (its verdict says so)
+    # the default bf16 moments, every seed: exit 0 although seed 1's fp8 is over the threshold (its verdict says so)
     p, n, md = run("--out", "ref")
     rows = seeds_rows(md)
-    want, mean, sd, spread = expect("fp32", SEED_BF16)
+    want, mean, sd, spread = expect("bf16", SEED_BF16)
     ok = p.returncode == 0 and n == 8 and all(
         rows.get(str(s)) == ["20", f"{b:.4f}", f"{fp:.4f}", pct(d), "FAIL (over +1%)" if s == 1 else "PASS"]
         for s, (b, fp, d) in want.items())
     check(ok, f"convergence_seeds.sh: 4 seeds, one row each with bf16/fp8 val, their difference and the verdict (exit {p.returncode}, "
               f"{n} trainer runs; {p.stderr.strip()[-300:]!r})")
     check(rows.get("mean", [None] * 4)[3] == f"{pct(mean)} (sd {100 * sd:.2f}%, 4 seeds)" and rows["mean"][4] == "3 of 4 PASS"
-          and f"bf16 alone spans {spread}" in md and "AdamW moments: fp32." in md,
+          and f"bf16 alone spans {spread}" in md and "AdamW moments: bf16." in md,
           f"seeds.md: the mean and sample sd of the differences, bf16's spread, the moments ({rows.get('mean')}, want {pct(mean)} sd {100 * sd:.2f}%, {spread})")
     argv = open(os.path.join(tmp, "ref", "seed0", "bf16", "argv.txt")).read().splitlines()
     check(argv == flags + ["-seed", "0", "-precision", "bf16", "-o", "ref/seed0/bf16"] and
@@ -430,12 +446,12 @@ cp {shlex_quote(src)}/${{seed}}_${{precision}}_$moments.main.log "$dir/main.log"
         p, n, _ = run(*args, trainer_flags=tf)
         check(p.returncode == 2 and n == 0 and msg in p.stderr, f"convergence_seeds.sh refuses {what}: exit 2, no run ({p.returncode}, {n}; {p.stderr.strip()[:300]!r})")
 
-    # bf16 moments against the fp32 ones; seed 2's fp8 crashes: the other seeds go on, exit 3
+    # fp32 moments against the default bf16 ones; seed 2's fp8 crashes: the other seeds go on, exit 3
     open(os.path.join(src, "crash_2_fp8"), "w").close()
-    p, n, md = run("--out", "bf16m", "--compare", "ref", trainer_flags=flags + ["-adam_moments", "bf16"])
+    p, n, md = run("--out", "fp32m", "--compare", "ref", trainer_flags=flags + ["-adam_moments", "fp32"])
     main, _, against = md.partition("## Against `ref` (ref)")
     rows = seeds_rows(main)
-    want, mean, sd, _ = expect("bf16", SEED_BF16, crashed=(2,))
+    want, mean, sd, _ = expect("fp32", SEED_BF16, crashed=(2,))
     check(p.returncode == 3 and n == 8 and "seed(s) 2 had a run that crashed" in p.stderr and "seed 2: compare_convergence.sh exited 3" in p.stderr and
           rows.get("2") == ["20", f"{want[2][0]:.4f}", "n/a", "n/a", "CRASHED: fp8"] and
           rows.get("mean", [None] * 4)[3] == f"{pct(mean)} (sd {100 * sd:.2f}%, 3 seeds)" and
@@ -443,29 +459,29 @@ cp {shlex_quote(src)}/${{seed}}_${{precision}}_$moments.main.log "$dir/main.log"
           f"a crashed seed: exit 3, its row says CRASHED, the means are over the other 3 (exit {p.returncode}; {rows.get('2')}, {rows.get('mean')})")
 
     def expect_against(seeds_fp8):
-        vs = {run: [(seed_val(s, run, "bf16") - seed_val(s, run, "fp32")) / seed_val(s, run, "fp32")
+        vs = {run: [(seed_val(s, run, "fp32") - seed_val(s, run, "bf16")) / seed_val(s, run, "bf16")
                     for s in (SEED_BF16 if run == "bf16" else seeds_fp8)] for run in ("bf16", "fp8")}
         return {run: f"{pct(statistics.fmean(v))} (sd {100 * statistics.stdev(v):.2f}%, {len(v)} seeds)" for run, v in vs.items()}
 
     rows = seeds_rows(against)
     vs = expect_against((1337, 0, 1))
-    r0 = [seed_val(0, r, m) for r in ("bf16", "fp8") for m in ("bf16", "fp32")]
-    ref_fp8 = [(seed_val(s, "fp8", "fp32") - seed_val(s, "bf16", "fp32")) / seed_val(s, "bf16", "fp32") for s in SEED_BF16]
+    r0 = [seed_val(0, r, m) for r in ("bf16", "fp8") for m in ("fp32", "bf16")]  # this run's, then ref's
+    ref_fp8 = [(seed_val(s, "fp8", "bf16") - seed_val(s, "bf16", "bf16")) / seed_val(s, "bf16", "bf16") for s in SEED_BF16]
     check(rows.get("0") == [f"{r0[0]:.4f}", f"{r0[1]:.4f}", pct((r0[0] - r0[1]) / r0[1]),
                             f"{r0[2]:.4f}", f"{r0[3]:.4f}", pct((r0[2] - r0[3]) / r0[3]), pct((r0[3] - r0[1]) / r0[1])] and
-          rows.get("2", [None] * 7)[3:6] == [ "n/a", f"{seed_val(2, 'fp8', 'fp32'):.4f}", "n/a"] and
+          rows.get("2", [None] * 7)[3:6] == [ "n/a", f"{seed_val(2, 'fp8', 'bf16'):.4f}", "n/a"] and
           rows.get("mean", [None] * 7)[2] == vs["bf16"] and rows["mean"][5] == vs["fp8"] and
           rows["mean"][6] == f"{pct(statistics.fmean(ref_fp8))} (sd {100 * statistics.stdev(ref_fp8):.2f}%, 4 seeds)",
           f"--compare: per seed and on average this run's bf16 and fp8 val against ref's ({rows.get('0')}, {rows.get('mean')}; want {vs})")
-    check("Flags: this run adds `-adam_moments bf16`. AdamW moments: this run bf16; ref fp32." in against,
+    check("Flags: this run adds `-adam_moments fp32`. AdamW moments: this run fp32; ref bf16." in against,
           f"--compare: the flags' difference and each side's AdamW moments from the main.log headers ({against[:300]!r})")
 
     # the crash mended: --skip-existing re-runs only seed 2's fp8 and the table is whole
     os.unlink(os.path.join(src, "crash_2_fp8"))
-    p, n, md = run("--out", "bf16m", "--compare", "ref", "--skip-existing", trainer_flags=flags + ["-adam_moments", "bf16"])
+    p, n, md = run("--out", "fp32m", "--compare", "ref", "--skip-existing", trainer_flags=flags + ["-adam_moments", "fp32"])
     main, _, against = md.partition("## Against `ref` (ref)")
     rows, arows = seeds_rows(main), seeds_rows(against)
-    want, mean, sd, _ = expect("bf16", SEED_BF16)
+    want, mean, sd, _ = expect("fp32", SEED_BF16)
     check(p.returncode == 0 and n == 1 and open(calls).read() == "2 fp8\n" and
           rows.get("mean", [None] * 4)[3] == f"{pct(mean)} (sd {100 * sd:.2f}%, 4 seeds)" and
           arows.get("mean", [None] * 6)[5] == expect_against(tuple(SEED_BF16))["fp8"],
@@ -474,13 +490,13 @@ cp {shlex_quote(src)}/${{seed}}_${{precision}}_$moments.main.log "$dir/main.log"
 
     # logs gone bad after the runs: the table is written, naming each file and its problem; exit 1
     os.unlink(os.path.join(tmp, "ref", "seed0", "fp8", "main.log"))
-    with open(os.path.join(tmp, "bf16m", "seed1", "bf16", "main.log"), "w") as f:
+    with open(os.path.join(tmp, "fp32m", "seed1", "bf16", "main.log"), "w") as f:
         f.write(logs.train_line(1, 10.0))
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "convergence_seeds.py"), "--out", "bf16m",
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "convergence_seeds.py"), "--out", "fp32m",
                         "--seeds", "1337,0,1,2", "--status", "0,0,0,0", "--compare", "ref"], capture_output=True, text=True, cwd=tmp)
-    md = open(os.path.join(tmp, "bf16m", "seeds.md")).read()
+    md = open(os.path.join(tmp, "fp32m", "seeds.md")).read()
     for err in ("error: ref/seed0/fp8/main.log: missing (did the run start?)",
-                "error: bf16m/seed1/bf16/main.log: has no val loss"):
+                "error: fp32m/seed1/bf16/main.log: has no val loss"):
         check(r.returncode == 1 and err in r.stderr and err in md, f"convergence_seeds.py names a bad log: {err!r} (exit {r.returncode}; {r.stderr.strip()!r})")
 
     # the real logs of dev/results/conv125m_gutenberg: the numbers of its hand-made seeds.md

@@ -1,7 +1,8 @@
 /*
 Host-only tests of trainer code that needs no GPU (CI runs them): the checkpoint file format (a file
-written and read back; every kind of bad file refused with a message, and a refused write never
-replacing the good file), the option parser (its errors, and that every documented flag parses), the
+written and read back; every kind of bad file refused with a message, a state file of another run
+naming the flag that resumes it, and a refused write never replacing the good file), the option
+parser (its errors, that every documented flag parses, the AdamW moments' default), the
 learning-rate schedule and the MFU text.
 Build and run: make dev/test/test_trainer_host && ./dev/test/test_trainer_host
 */
@@ -180,6 +181,88 @@ static void test_options(void) {
     }
 }
 
+// The state file's header of a run (state_header, as save_checkpoint writes it) and the refusal of
+// one written by another run (state_expect, as load_checkpoint reads it): a mismatch in a word set
+// by a flag names the flag that resumes the file. Only the fields set here differ from zero.
+typedef struct { int moments_bf16, precision, B; } StateRun;
+typedef struct { const char *path; StateRun run; } StateReadArgs;
+
+static void state_run(Model *m, TrainState *ts, StateRun r) {
+    memset(m, 0, sizeof(*m));
+    memset(ts, 0, sizeof(*ts));
+    m->opt.moments_bf16 = r.moments_bf16; m->opt.precision = r.precision; m->opt.B = r.B;
+}
+
+static void write_state_header(const char *path, StateRun r) {
+    static Model m;
+    TrainState ts;
+    state_run(&m, &ts, r);
+    int h[256];
+    state_header(&m, &ts, h);
+    write_sections(path, h, NULL, 0);
+}
+
+static void read_state_header(void *arg) {
+    const StateReadArgs *a = (const StateReadArgs *)arg;
+    static Model m;
+    TrainState ts;
+    state_run(&m, &ts, a->run);
+    HeaderExpect ex[NUM_STATE_FIELDS];
+    int n = state_expect(&m, &ts, ex);
+    read_sections(a->path, STATE_MAGIC, ex, n, NULL, 0, NULL);
+}
+
+static void test_checkpoint_other_run(void) {
+    char path[128], err[2048];
+    path_in_dir(path, sizeof(path), "state.bin");
+    StateRun fp32m = {0, PREC_FP8, 4}, bf16m = {1, PREC_FP8, 4};
+    // a checkpoint with fp32 moments (every one from before bf16 became the default; a trainer before
+    // -adam_moments wrote 0 there too) and a run with the default bf16 moments, then the other way round
+    struct { StateRun file, run; const char *want, *what; } cases[] = {
+        {fp32m, bf16m, "-adam_moments (0 fp32, 1 bf16) is 0 in the file, 1 here; to resume it, pass -adam_moments fp32 (the file's moments are fp32",
+         "fp32 moments in the file, bf16 (the default) here"},
+        {bf16m, fp32m, "-adam_moments (0 fp32, 1 bf16) is 1 in the file, 0 here; to resume it, pass -adam_moments bf16\n",
+         "bf16 moments in the file, fp32 here"},
+        {{1, PREC_FP8, 4}, {1, PREC_BF16, 4}, "precision (0 bf16, 1 fp8) is 1 in the file, 0 here; to resume it, pass -precision fp8\n",
+         "fp8 in the file, bf16 here"},
+        {{1, PREC_FP8, 4}, {1, PREC_FP8, 8}, "micro-batch B is 4 in the file, 8 here\n", "another B (no flag to name)"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        write_state_header(path, cases[i].file);
+        StateReadArgs a = {path, cases[i].run};
+        int status = run_expect_fatal(read_state_header, &a, err, sizeof(err));
+        CHECK(status != 0 && strstr(err, cases[i].want) != NULL, "%s: exit %d, message lacks '%s': %s", cases[i].what, status, cases[i].want, err);
+        StateReadArgs same = {path, cases[i].file};
+        CHECK(run_expect_fatal(read_state_header, &same, err, sizeof(err)) == 0, "%s: the writing run's own header refused: %s", cases[i].what, err);
+    }
+}
+
+static void options_in_child(void *arg) {
+    char **argv = (char **)arg;
+    int argc = 0, grad_accum;
+    while (argv[argc]) argc++;
+    Options o = parse_options(argc, argv);
+    ModelOptions mo = checked_options(&o, &grad_accum);
+    fprintf(stderr, "moments_bf16 %d\n", mo.moments_bf16);
+}
+
+// bf16 AdamW moments by default (the usage text says so), fp32 by -adam_moments fp32, anything else refused.
+static void test_adam_moments_option(void) {
+    const char *none[] = {"train_llama_fp8", NULL}, *fp32[] = {"train_llama_fp8", "-adam_moments", "fp32", NULL},
+               *bf16[] = {"train_llama_fp8", "-adam_moments", "bf16", NULL}, *fp16[] = {"train_llama_fp8", "-adam_moments", "fp16", NULL};
+    char err[2048];
+    CHECK(run_expect_fatal(options_in_child, (void *)none, err, sizeof(err)) == 0 && strstr(err, "moments_bf16 1\n"), "the default: %s", err);
+    CHECK(run_expect_fatal(options_in_child, (void *)fp32, err, sizeof(err)) == 0 && strstr(err, "moments_bf16 0\n"), "-adam_moments fp32: %s", err);
+    CHECK(run_expect_fatal(options_in_child, (void *)bf16, err, sizeof(err)) == 0 && strstr(err, "moments_bf16 1\n"), "-adam_moments bf16: %s", err);
+    CHECK(run_expect_fatal(options_in_child, (void *)fp16, err, sizeof(err)) != 0 && strstr(err, "-adam_moments must be fp32 or bf16, got 'fp16'"),
+          "-adam_moments fp16: %s", err);
+    Options d = default_options();
+    CHECK(strcmp(d.adam_moments, "bf16") == 0, "default_options: -adam_moments '%s'", d.adam_moments);
+    const char *help = NULL;
+    for (int i = 0; i < NUM_OPTIONS; i++) if (strcmp(OPTION_SPECS[i].flag, "-adam_moments") == 0) help = OPTION_SPECS[i].help;
+    CHECK(help && strncmp(help, "AdamW m and v in bf16", 21) == 0 && strstr(help, "or fp32"), "the usage text: '%s'", help ? help : "(none)");
+}
+
 // A version-1 file (FNV-1a checksum, written before CRC-32) still reads.
 static void test_checkpoint_version1(void) {
     char path[128];
@@ -288,9 +371,11 @@ int main(void) {
     run_test("checkpoint: mismatched, corrupt, truncated, other version or kind, missing: refused", test_checkpoint_refusals);
     run_test("checkpoint: a write that fails midway leaves the previous file intact", test_checkpoint_crash_keeps_old);
     run_test("checkpoint: a version-1 file (FNV-1a) still reads", test_checkpoint_version1);
+    run_test("checkpoint: a state file of other AdamW moments or precision refused, naming the flag that resumes it", test_checkpoint_other_run);
     run_test("model file header: config round trip, version 1 as untied and unscaled", test_model_header);
     run_test("-init_from: shape flags and a decode table of another vocabulary refused", test_init_from_config);
     run_test("options: errors name the problem; every documented flag parses", test_options);
+    run_test("options: bf16 AdamW moments by default, fp32 with -adam_moments fp32, others refused", test_adam_moments_option);
     run_test("learning-rate schedule: warmup, cosine, final fraction", test_lr_schedule);
     run_test("MFU: percent for a known GPU, n/a for an unknown one", test_mfu_text);
     printf("%d passed, %d failed\n", g_tests_passed, g_tests_failed);
