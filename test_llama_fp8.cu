@@ -518,7 +518,9 @@ static void test_fp8_vs_pytorch_fixture(void) {
 //   SwiGLU outputs and of w13's dY, which fp8 training does not keep: the kernels then write both,
 //   and the fp8 copy is cast from the rounded bf16 value either way, llmc/packed.cuh); W from the
 //   step's master weights; the transposes (dY^T, X^T, W^T) exactly the transposes of the codes the
-//   forward and the dY producer wrote (X^T of w2 under -r 1 comes from the recomputed SwiGLU);
+//   forward and the dY producer wrote, each the very operand its GEMM read (w2's X^T is written by
+//   SwiGLU's forward beside the row-major codes fprop reads, or under -r 1 by the recomputed SwiGLU;
+//   w13's dY^T by SwiGLU's backward);
 // - the amaxes: each tensor's slot is exactly max |bf16 value| of its one producer (one micro-step);
 // - the scales: delayed, every cast of the step uses the scale the step began with, and that state
 //   is the host rule (fp8_update_state, margin included) applied to the state the last GEMM of the
@@ -811,6 +813,7 @@ static void fp8_probed_steps(int current, int weight_cache, int margin, int lm_h
 static void test_fp8_probed_delayed(void) { fp8_probed_steps(0, 1, 0, 0, 0, 0); }
 static void test_fp8_probed_margin_no_cache(void) { fp8_probed_steps(0, 0, 1, 1, 1, 0); }
 static void test_fp8_probed_current(void) { fp8_probed_steps(1, 1, 0, 0, 0, 0); }
+static void test_fp8_probed_current_recompute(void) { fp8_probed_steps(1, 1, 0, 0, 1, 0); }
 static void test_fp8_probed_pushed_scales(void) { fp8_probed_steps(0, 1, 0, 0, 0, 1); }
 
 // A small fp8 model with the trainer's own random init.
@@ -1150,7 +1153,7 @@ static void test_attention_paths(void) {
 // ----------------------------------------------------------------------------------------------
 // Resume: 6 steps straight == 3 steps, checkpoint, fresh process state, load, 3 steps (bit-exact).
 
-static void resume_check(int precision, int moments_bf16) {
+static void resume_check(int precision, int moments_bf16, int recompute) {
     LlamaConfig c = small_config();
     int B = 2, T = 128, N = B * T, grad_accum = 2, steps = 6, half = 3;
     AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
@@ -1164,7 +1167,7 @@ static void resume_check(int precision, int moments_bf16) {
     for (int run = 0; run < 2; run++) {
         Model m;
         ModelOptions mo = model_options(B, T, precision);
-        mo.fp8_history = 4; mo.moments_bf16 = moments_bf16;
+        mo.fp8_history = 4; mo.moments_bf16 = moments_bf16; mo.recompute = recompute;
         model_init(&m, &c, &mo);
         if (!w) { w = (float *)mallocCheck(m.num_params * sizeof(float)); model_init_weights(&m, 11, w); }
         model_set_weights(&m, w);
@@ -1197,9 +1200,10 @@ static void resume_check(int precision, int moments_bf16) {
     }
     free(w); free(in); free(tg); free(losses);
 }
-static void test_resume_bitexact_bf16(void) { resume_check(PREC_BF16, 0); }
-static void test_resume_bitexact_fp8(void) { resume_check(PREC_FP8, 0); }
-static void test_resume_bitexact_fp8_bf16_moments(void) { resume_check(PREC_FP8, 1); }
+static void test_resume_bitexact_bf16(void) { resume_check(PREC_BF16, 0, 0); }
+static void test_resume_bitexact_fp8(void) { resume_check(PREC_FP8, 0, 0); }
+static void test_resume_bitexact_fp8_recompute(void) { resume_check(PREC_FP8, 0, 1); }
+static void test_resume_bitexact_fp8_bf16_moments(void) { resume_check(PREC_FP8, 1, 0); }
 
 int main(int argc, char **argv) {
     if (argc > 1) g_test_filter = argv[1]; // run only the tests whose name contains it
@@ -1232,6 +1236,7 @@ int main(int argc, char **argv) {
     run_test("fp8 linears GEMM by GEMM: codes, amaxes, scales, outputs (delayed, W cast by AdamW)", test_fp8_probed_delayed);
     run_test("fp8 linears GEMM by GEMM: margin 1, W cast per use, fp8 lm_head, -r 1", test_fp8_probed_margin_no_cache);
     run_test("fp8 linears GEMM by GEMM: current recipe", test_fp8_probed_current);
+    run_test("fp8 linears GEMM by GEMM: current recipe, -r 1", test_fp8_probed_current_recompute);
     run_test("fp8 linears GEMM by GEMM: scales pushed off, large underflow and saturation counts", test_fp8_probed_pushed_scales);
     run_test("fp8 with -fp8_margin 1: 6 steps with grad accumulation vs C reference", test_fp8_margin_vs_cpu);
     run_test("fp8 steps vs PyTorch fixture llama_fp8.bin (logits, losses, fp8 state)", test_fp8_vs_pytorch_fixture);
@@ -1240,6 +1245,7 @@ int main(int argc, char **argv) {
     run_test("fp8 weights made by AdamW match the host codec", test_fp8_weights_made_by_adamw);
     run_test("resume is bit-exact (bf16)", test_resume_bitexact_bf16);
     run_test("resume is bit-exact (fp8)", test_resume_bitexact_fp8);
+    run_test("resume is bit-exact (fp8, -r 1)", test_resume_bitexact_fp8_recompute);
     run_test("resume is bit-exact (fp8, bf16 AdamW moments)", test_resume_bitexact_fp8_bf16_moments);
     if (g_tests_passed + g_tests_failed == 0) { printf("no test matches '%s'\n", g_test_filter); g_tests_failed = 1; }
     printf("%d passed, %d failed\n", g_tests_passed, g_tests_failed);

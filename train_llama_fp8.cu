@@ -199,7 +199,8 @@ typedef struct {
     fp8e4 *ln1_fp8, *ln2_fp8; // (L, B, T, C)
     fp8e4 *atty_fp8;     // (B, T, C) one layer's: the backward recasts the saved bf16 output straight to X^T
     fp8e4 *lnf_fp8;      // (B, T, C) X of lm_head with -fp8_lm_head 1
-    fp8e4 *swiglu_fp8;   // (L or 1 with -r 1, B, T, FF)
+    fp8e4 *swiglu_fp8;   // (L, FF, B*T) X^T of w2 per layer, written by SwiGLU's forward for w2's wgrad;
+                         // NULL with -r 1 (the backward recomputes X^T into x_fp8_t)
     // scratch
     floatX *proj;        // (B, T, C) output of wo / w2 before the residual add
     floatX *dres;        // (B, T, C) gradient of the residual stream
@@ -210,6 +211,8 @@ typedef struct {
     floatX *live_bf16;   // (B, T, max(C, 2*FF, QKV)) bf16 staging for live (current) scaling
     fp8e5 *dy_fp8, *dy_fp8_t; // (B, T, max(QKV, C, 2*FF)) the dY being consumed and its transpose
     fp8e4 *x_fp8_t;      // (B, T, max(C, FF)) X^T for wgrad
+    fp8e4 *x_fp8;        // (B, T, FF) one layer's X of w2 row-major, for its fprop only: the memory of
+                         // x_fp8_t, which only the backward uses (the saved copy is swiglu_fp8's X^T)
     float *rmsnorm_scratch;
     int *inputs, *targets; // (B, T) on the device
 } Activations;
@@ -235,7 +238,8 @@ static ModelOptions model_options(int B, int T, int precision) {
 // The fp8 mode, derived from the options once (fp8_mode): which linears are fp8, how scales are set,
 // where the E4M3 weights live and who writes them. Forward, backward and update read only this.
 //   X: cast by the kernel that produces it (the norms, SwiGLU; the attention output by a cast), E4M3,
-//      kept for backward (the norms' and SwiGLU's per layer; wo's X^T is recast from the bf16 output).
+//      kept for backward (the norms' per layer; SwiGLU's per layer as X^T, the layout w2's wgrad
+//      reads, or with -r 1 not at all; wo's X^T is recast from the bf16 output).
 //   dY: cast by the kernel that produces it (norm backward, SwiGLU backward, RoPE backward; the
 //      lm_head's dlogits by a cast), E5M2, one layer's at a time.
 //   W: E4M3 of bf16(master), each layer its own tensor with its own scale; see w_cache, w_by_adamw.
@@ -430,12 +434,13 @@ static void model_init(Model *m, const LlamaConfig *cfg, const ModelOptions *opt
         a->ln1_fp8 = (fp8e4 *)model_alloc(m, L * N * C, "activations: fp8 norm outputs");
         a->ln2_fp8 = (fp8e4 *)model_alloc(m, L * N * C, "activations: fp8 norm outputs");
         a->atty_fp8 = (fp8e4 *)model_alloc(m, N * C, "scratch: fp8 attention output");
-        a->swiglu_fp8 = (fp8e4 *)model_alloc(m, swiglu_layers * N * FF, "activations: fp8 SwiGLU output");
+        if (opt->recompute == 0) a->swiglu_fp8 = (fp8e4 *)model_alloc(m, L * N * FF, "activations: fp8 SwiGLU output (X^T)");
         a->live_bf16 = (floatX *)model_alloc(m, N * widest * sizeof(floatX), "scratch: live-scaling staging");
         a->dy_fp8 = (fp8e5 *)model_alloc(m, N * widest_dy, "scratch: fp8 dY");
         a->dy_fp8_t = (fp8e5 *)model_alloc(m, N * widest_dy, "scratch: fp8 dY^T");
         if (m->fp8.lm_head) a->lnf_fp8 = (fp8e4 *)model_alloc(m, N * C, "activations: fp8 final norm");
         a->x_fp8_t = (fp8e4 *)model_alloc(m, N * (C > FF ? C : FF), "scratch: fp8 X^T");
+        a->x_fp8 = a->x_fp8_t;
     } else {
         a->ln1 = (floatX *)model_alloc(m, L * N * C * sizeof(floatX), "activations: norm outputs");
         a->ln2 = (floatX *)model_alloc(m, L * N * C * sizeof(floatX), "activations: norm outputs");
@@ -540,7 +545,9 @@ static int fp8_is_live(const Model *m) {
 // derives the scale and casts. In bf16 mode the site is inert and the kernel just writes `bf16`.
 // A site left open (its fp8_site_finish forgotten: live scaling would never cast) stops the run at
 // the next site, GEMM or update, in the first step of any fp8 run.
-typedef struct { Fp8Cast cast; floatX *bf16; int t, live; void *out; size_t n; } Fp8Site;
+// A site made by fp8_site_t also writes the fp8 copy transposed (out_t, cols x rows), for a wgrad:
+// with delayed scaling the producer kernel does (cast_t), with live scaling fp8_site_finish's cast.
+typedef struct { Fp8Cast cast; void *cast_t; floatX *bf16; int t, live; void *out, *out_t; size_t n; int rows, cols; } Fp8Site;
 
 static void fp8_no_open_site(const Model *m, const char *where) {
     if (m->open_site) FATAL("%s: the producer site of fp8 tensor %d was opened (fp8_site) but never finished (fp8_site_finish)",
@@ -562,6 +569,16 @@ static Fp8Site fp8_site(Model *m, int t, void *out, floatX *bf16, size_t n) {
     return s;
 }
 
+// The same for a (rows, cols) tensor whose fp8 copy also goes transposed to out_t (NULL: a plain
+// fp8_site), out (the row-major copy) then optional. Live, the finish casts with fp8_cast_transpose:
+// the same codes and counts as fp8_cast's, and the transpose is that of the row-major codes.
+static Fp8Site fp8_site_t(Model *m, int t, void *out, void *out_t, floatX *bf16, int rows, int cols) {
+    Fp8Site s = fp8_site(m, t, out, bf16, (size_t)rows * cols);
+    s.out_t = out_t; s.rows = rows; s.cols = cols;
+    if (m->fp8.on && t >= 0 && !s.live) s.cast_t = out_t;
+    return s;
+}
+
 // Live scaling of tensor t from m->live_amax, the amax of this cast alone: MAX-reduced over the ranks
 // first, so every rank casts with the same scale from the very first step.
 static void fp8_live_scale(Model *m, int t, cudaStream_t stream) {
@@ -577,7 +594,10 @@ static void fp8_site_finish(Model *m, const Fp8Site *s, cudaStream_t stream) {
     m->open_site = 0;
     if (!m->fp8.on || !s->live) return;
     fp8_live_scale(m, s->t, stream);
-    fp8_cast(s->out, fp8_format_of(s->t), s->bf16, s->n, NULL, fp8_counts_of(m, s->t), fp8_scale(m, s->t), stream);
+    if (s->out_t != NULL)
+        fp8_cast_transpose(s->out, s->out_t, fp8_format_of(s->t), s->bf16, s->rows, s->cols, NULL, fp8_counts_of(m, s->t),
+                           fp8_scale(m, s->t), stream);
+    else fp8_cast(s->out, fp8_format_of(s->t), s->bf16, s->n, NULL, fp8_counts_of(m, s->t), fp8_scale(m, s->t), stream);
 }
 
 // fp8 copy of a bf16 tensor that already exists (the attention output).
@@ -655,9 +675,10 @@ static void linear_forward(Model *m, int l, int lin, floatX *y, const floatX *x,
 
 // dx = dy w; dw = dy^T x in micro-step 0, dw += dy^T x after it (so the step need not zero dw).
 // In fp8 mode dy is in acts.dy_fp8 (written by the producer of dY), and with dy_t_ready its
-// transpose in acts.dy_fp8_t too.
+// transpose in acts.dy_fp8_t too; x_t is X^T (IN, N) where its producer wrote it (w2's: SwiGLU),
+// else NULL: made here from the saved fp8 X (x_fp8) or the bf16 X.
 static void linear_backward(Model *m, int l, int lin, floatX *dx, const floatX *dy, const floatX *x,
-                            const fp8e4 *x_fp8, int dy_t_ready, cudaStream_t stream) {
+                            const fp8e4 *x_fp8, const fp8e4 *x_t, int dy_t_ready, cudaStream_t stream) {
     fp8_no_open_site(m, "linear_backward");
     const LlamaConfig *c = &m->cfg;
     int N = m->opt.B * m->opt.T, IN = linear_in(c, lin), OUT = linear_out(c, lin);
@@ -669,17 +690,20 @@ static void linear_backward(Model *m, int l, int lin, floatX *dx, const floatX *
         if (!dy_t_ready) fp8_transpose(a->dy_fp8_t, a->dy_fp8, N, OUT, stream);
         // X^T for wgrad: from the saved fp8 X, or (x_fp8 NULL) recast from the saved bf16 X with the
         // forward's scale, which gives the forward's codes (so it records and counts nothing again).
-        if (x_fp8) fp8_transpose(a->x_fp8_t, x_fp8, N, IN, stream);
-        else fp8_cast_transpose(NULL, a->x_fp8_t, FP8_E4M3, x, N, IN, NULL, NULL, fp8_scale(m, fp8_tensor(c, l, lin, FP8_X)), stream);
+        if (x_t == NULL) {
+            if (x_fp8) fp8_transpose(a->x_fp8_t, x_fp8, N, IN, stream);
+            else fp8_cast_transpose(NULL, a->x_fp8_t, FP8_E4M3, x, N, IN, NULL, NULL, fp8_scale(m, fp8_tensor(c, l, lin, FP8_X)), stream);
+            x_t = a->x_fp8_t;
+        }
         // dgrad needs W^T (fp8 GEMMs are TN only): from the cached fp8 W, or cast from bf16 W directly
         if (m->fp8.w_cache) fp8_transpose(m->w_fp8_t, m->w_fp8[lin] + l * wn, OUT, IN, stream);
         else fp8_cast_transpose(NULL, m->w_fp8_t, FP8_E4M3, m->param[LINEAR_PARAM[lin]] + l * wn, OUT, IN, NULL, NULL,
                                 fp8_scale(m, fp8_tensor(c, l, lin, FP8_W)), stream);
         matmul_fp8_dgrad(dx, a->dy_fp8, m->w_fp8_t, dy_sinv,
                          fp8_gemm_scale_inv(m, fp8_tensor(c, l, lin, FP8_W)), N, IN, OUT, stream);
-        matmul_fp8_wgrad(dw, a->dy_fp8_t, a->x_fp8_t, dy_sinv, fp8_gemm_scale_inv(m, fp8_tensor(c, l, lin, FP8_X)),
+        matmul_fp8_wgrad(dw, a->dy_fp8_t, x_t, dy_sinv, fp8_gemm_scale_inv(m, fp8_tensor(c, l, lin, FP8_X)),
                          N, IN, OUT, m->micro > 0, stream);
-        FP8_GEMM_PROBE(l, lin, 1, N, IN, OUT, dy, a->dy_fp8, m->w_fp8_t, a->dy_fp8_t, a->x_fp8_t, dx, dw);
+        FP8_GEMM_PROBE(l, lin, 1, N, IN, OUT, dy, a->dy_fp8, m->w_fp8_t, a->dy_fp8_t, x_t, dx, dw);
     } else {
         matmul_backward(dx, dw, dy, x, m->param[LINEAR_PARAM[lin]] + l * wn, N, IN, OUT, m->micro > 0, stream);
     }
@@ -722,12 +746,14 @@ static void model_forward(Model *m, int with_targets, float dloss, cudaStream_t 
         fp8_site_finish(m, &s, stream);
         linear_forward(m, l, LIN_W13, fch, layer_ptr(a->ln2, l, NC), layer_ptr8(a->ln2_fp8, l, NC), stream);
 
-        s = fp8_site(m, fp8_tensor_index(l, LIN_W2, FP8_X), layer_ptr8(a->swiglu_fp8, l, swiglu_stride),
-                     layer_ptr(a->swiglu, l, swiglu_stride), NFF);
-        swiglu_forward(s.bf16, fch, N, FF, s.cast, stream);
+        // w2's X: fprop reads it row-major (N, FF), wgrad as X^T (FF, N) (fp8 GEMMs are TN only).
+        // SwiGLU writes the row-major codes to one layer's scratch (x_fp8) and, with -r 0, X^T straight
+        // into the saved buffer, so the backward has no transpose of X to do; -r 1 saves nothing.
+        s = fp8_site_t(m, fp8_tensor_index(l, LIN_W2, FP8_X), a->x_fp8, layer_ptr8(a->swiglu_fp8, l, NFF),
+                       layer_ptr(a->swiglu, l, swiglu_stride), N, FF);
+        swiglu_forward(s.bf16, fch, N, FF, s.cast, s.cast_t, stream);
         fp8_site_finish(m, &s, stream);
-        linear_forward(m, l, LIN_W2, a->proj, layer_ptr(a->swiglu, l, swiglu_stride),
-                       layer_ptr8(a->swiglu_fp8, l, swiglu_stride), stream);
+        linear_forward(m, l, LIN_W2, a->proj, layer_ptr(a->swiglu, l, swiglu_stride), a->x_fp8, stream);
 
         if (l + 1 < c->L) { // the next layer's attention norm, fused with this layer's residual add
             s = fp8_site(m, fp8_tensor_index(l + 1, LIN_QKV, FP8_X), layer_ptr8(a->ln1_fp8, l + 1, NC), layer_ptr(a->ln1, l + 1, NC), NC);
@@ -776,7 +802,7 @@ static void model_backward(Model *m, const int *inputs_host, cudaStream_t stream
 
     if (m->fp8.lm_head) { // dlogits (in place of the logits) are the lm_head's dY
         fp8_cast_existing(m, fp8_tensor(c, 0, LIN_LM_HEAD, FP8_DY), a->dy_fp8, a->logits, (size_t)N * c->V, stream);
-        linear_backward(m, 0, LIN_LM_HEAD, a->dbtc, a->logits, a->lnf, a->lnf_fp8, 0, stream);
+        linear_backward(m, 0, LIN_LM_HEAD, a->dbtc, a->logits, a->lnf, a->lnf_fp8, NULL, 0, stream);
     } else {
         matmul_backward(a->dbtc, m->grad[P_LM_HEAD], a->logits, a->lnf, m->param[P_LM_HEAD], N, C, c->V, m->micro > 0, stream);
     }
@@ -792,14 +818,17 @@ static void model_backward(Model *m, const int *inputs_host, cudaStream_t stream
         floatX *qkv = a->qkv + l * NQKV, *atty = a->atty + l * NC, *fch = a->fch + l * 2 * NFF;
         float *stats = a->att_stats + (size_t)l * N * NH;
 
-        // MLP: w2, SwiGLU, w13, then the norm that fed it
+        // MLP: w2, SwiGLU, w13, then the norm that fed it. w2's wgrad reads X^T: -r 0 saved it in the
+        // forward; -r 1 recomputes it here, X^T only (nothing reads the row-major codes now)
+        const fp8e4 *w2_x_t = layer_ptr8(a->swiglu_fp8, l, NFF);
         if (m->opt.recompute >= 1) { // the same scale as the forward's cast, so the same fp8 values; no amax or count again
             Fp8Cast cast = none;
-            if (m->fp8.on) cast.out = a->swiglu_fp8, cast.scale = fp8_scale(m, fp8_tensor_index(l, LIN_W2, FP8_X));
-            swiglu_forward(a->swiglu, fch, N, FF, cast, stream);
+            fp8e4 *x_t = NULL;
+            if (m->fp8.on) { cast.scale = fp8_scale(m, fp8_tensor_index(l, LIN_W2, FP8_X)); x_t = a->x_fp8_t; }
+            swiglu_forward(a->swiglu, fch, N, FF, cast, x_t, stream);
+            w2_x_t = x_t;
         }
-        linear_backward(m, l, LIN_W2, a->dswiglu, a->dres, layer_ptr(a->swiglu, l, swiglu_stride),
-                        layer_ptr8(a->swiglu_fp8, l, swiglu_stride), 0, stream);
+        linear_backward(m, l, LIN_W2, a->dswiglu, a->dres, layer_ptr(a->swiglu, l, swiglu_stride), NULL, w2_x_t, 0, stream);
         // fp8 mode reads only the E5M2 dY of w13 (dfch is not allocated): no bf16 copy unless live
         // scaling needs one to cast from
         s = fp8_site(m, fp8_tensor_index(l, LIN_W13, FP8_DY), a->dy_fp8, a->dfch, 2 * NFF);
@@ -807,7 +836,7 @@ static void model_backward(Model *m, const int *inputs_host, cudaStream_t stream
         void *dy_t = s.cast.out != NULL ? a->dy_fp8_t : NULL;
         swiglu_backward(s.bf16, a->dswiglu, fch, N, FF, s.cast, dy_t, stream);
         fp8_site_finish(m, &s, stream);
-        linear_backward(m, l, LIN_W13, a->dbtc, s.bf16, layer_ptr(a->ln2, l, NC), layer_ptr8(a->ln2_fp8, l, NC),
+        linear_backward(m, l, LIN_W13, a->dbtc, s.bf16, layer_ptr(a->ln2, l, NC), layer_ptr8(a->ln2_fp8, l, NC), NULL,
                         dy_t != NULL, stream);
         s = fp8_site(m, fp8_tensor_index(l, LIN_WO, FP8_DY), a->dy_fp8, a->dres, NC);
         rmsnorm_backward(a->dres, m->grad[P_LN2W] + (size_t)l * C, a->rmsnorm_scratch, a->dbtc, a->res2 + l * NC,
@@ -815,12 +844,12 @@ static void model_backward(Model *m, const int *inputs_host, cudaStream_t stream
         fp8_site_finish(m, &s, stream);
 
         // attention: wo, the fused attention, RoPE, qkv, then the norm that fed it
-        linear_backward(m, l, LIN_WO, a->dbtc, a->dres, atty, NULL, 0, stream); // X^T recast from the bf16 output
+        linear_backward(m, l, LIN_WO, a->dbtc, a->dres, atty, NULL, NULL, 0, stream); // X^T recast from the bf16 output
         attention_backward(a->dqkv, a->dbtc, qkv, atty, stats, B, T, NH, NKV, HS, stream);
         s = fp8_site(m, fp8_tensor_index(l, LIN_QKV, FP8_DY), a->dy_fp8, a->dqkv, NQKV);
         rope_backward(a->dqkv, m->rope_freqs, B, T, NH, NKV, HS, s.cast, stream);
         fp8_site_finish(m, &s, stream);
-        linear_backward(m, l, LIN_QKV, a->dbtc, a->dqkv, layer_ptr(a->ln1, l, NC), layer_ptr8(a->ln1_fp8, l, NC), 0, stream);
+        linear_backward(m, l, LIN_QKV, a->dbtc, a->dqkv, layer_ptr(a->ln1, l, NC), layer_ptr8(a->ln1_fp8, l, NC), NULL, 0, stream);
         s = fp8_site(m, l > 0 ? fp8_tensor_index(l - 1, LIN_W2, FP8_DY) : -1, a->dy_fp8, a->dres, NC);
         rmsnorm_backward(a->dres, m->grad[P_LN1W] + (size_t)l * C, a->rmsnorm_scratch, a->dbtc, res_in,
                          m->param[P_LN1W] + (size_t)l * C, a->ln1_rstd + (size_t)l * N, N, C, s.cast, stream);

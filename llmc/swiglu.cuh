@@ -1,25 +1,34 @@
 /*
 SwiGLU, the Llama MLP's activation: each row of the w13 output is [g | u] (g = the first FF columns,
 from w1; u = the last FF, from w3), and out = silu(g) * u with silu(g) = g / (1 + exp(-g)).
-  swiglu_forward   out (N, FF) and/or its E4M3 copy = X of w2, with amax
+  swiglu_forward   out (N, FF) and/or its E4M3 copy = X of w2, with amax, and optionally that copy
+                   transposed too (X^T for w2's wgrad, no transpose pass), or only the transposed copy
   swiglu_backward  din (N, 2*FF) = [dg | du] and/or its E5M2 copy = dY of w13, with amax, and
                    optionally that copy transposed too (dY^T for w13's wgrad, no transpose pass):
                    du = dout * silu(g),  dg = dout * u * sig(g) * (1 + g * (1 - sig(g)))
 Elementwise, 16-byte vectors, fp32 math; the fp8 copy is cast from the rounded bf16 value
 (llmc/packed.cuh says why). The grid's x covers one row's vectors and its y strides over rows, so no
-64-bit division per element; each block commits its amax once.
+64-bit division per element (the transposing variants: one 128 x 128 tile per block); each block
+commits its amax once.
 */
 #ifndef LLMC_SWIGLU_CUH
 #define LLMC_SWIGLU_CUH
 
 #include "cuda_common.cuh" // floatX, fp8 types, Fp8Cast, block_reduce, cudaCheck, FATAL
 #include "packed.cuh" // 16-byte bf16 vectors, fp8x8 cast, block amax commit
-#include "fp8_scaling.cuh" // FP8_TILE, store_tile_transposed (the transposed fp8 dY)
+#include "fp8_scaling.cuh" // FP8_TILE, store_tile_transposed (the transposed fp8 X and dY), fp8_check_grid
 
 #define SWIGLU_THREADS 128
 
 // ----------------------------------------------------------------------------------------------
 // kernels
+
+// silu(g) * u of 8 elements: one function for both forward kernels, so that they compute the same
+// bits (the tiled kernel's codes must be exactly the row kernel's)
+__device__ __forceinline__ void swiglu8(float y[8], const float g[8], const float u[8]) {
+#pragma unroll
+    for (int i = 0; i < 8; i++) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
 
 __global__ void __launch_bounds__(SWIGLU_THREADS) swiglu_forward_kernel(
     floatX *__restrict__ out, const floatX *__restrict__ in, int N, int FF, Fp8Cast cast) {
@@ -34,8 +43,7 @@ __global__ void __launch_bounds__(SWIGLU_THREADS) swiglu_forward_kernel(
             float g[8], u[8], y[8];
             bf16x8_to_float(g, load16(g_ptr));
             bf16x8_to_float(u, load16(g_ptr + FF));
-#pragma unroll
-            for (int i = 0; i < 8; i++) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+            swiglu8(y, g, u);
             uint4 packed = float_to_bf16x8(y);
             const size_t o = (size_t)row * FF + (size_t)vi * 8;
             if (out != NULL) store16(out + o, packed);
@@ -44,6 +52,53 @@ __global__ void __launch_bounds__(SWIGLU_THREADS) swiglu_forward_kernel(
         }
     }
     if (cast.amax != NULL || cast.counts != NULL) block_commit_fp8(cast.amax, amax_bits, cast.counts, tally); // every thread, even idle ones
+}
+
+// The same for a 128 x 128 tile of (tokens, columns) per block, also writing the E4M3 copy
+// transposed: out_t (FF, N) = X^T, the operand of w2's wgrad, through the shared-memory tile of
+// llmc/fp8_scaling.cuh (store_tile_transposed), so the backward needs no fp8_transpose of X. The row-
+// major copy (cast.out, fprop's operand) may be NULL: -r 1's recompute needs only X^T. Needs
+// cast.scale. lines (N % 16 == 0 and out_t 16-byte aligned, as the trainer's shapes always are): the
+// transposed rows go out as whole lines; otherwise byte by byte (slow, for odd test shapes).
+__global__ void __launch_bounds__(256) swiglu_forward_t_kernel(floatX *__restrict__ out, const floatX *__restrict__ in,
+                                                               int N, int FF, Fp8Cast cast, uint8_t *__restrict__ out_t,
+                                                               int lines) {
+    __shared__ __align__(16) uint8_t tile[FP8_TILE][FP8_TILE];
+    const float scale = *cast.scale;
+    const int r0 = blockIdx.y * FP8_TILE, c0 = blockIdx.x * FP8_TILE;
+    const int vc = threadIdx.x % 16, lr0 = threadIdx.x / 16; // 16 threads x 8 values = one 128-column row
+    const int c = c0 + vc * 8;
+    uint32_t amax_bits = 0;
+    Fp8Tally tally = {0, 0};
+#pragma unroll 2
+    for (int i = 0; i < FP8_TILE / 16; i++) {
+        const int lr = lr0 + 16 * i, row = r0 + lr;
+        uint2 q = make_uint2(0, 0); // outside the matrix: zeros, never stored
+        if (row < N && c < FF) {
+            const floatX *g_ptr = in + (size_t)row * 2 * FF + c;
+            float g[8], u[8], y[8];
+            bf16x8_to_float(g, load16(g_ptr));
+            bf16x8_to_float(u, load16(g_ptr + FF));
+            swiglu8(y, g, u);
+            uint4 packed = float_to_bf16x8(y);
+            const size_t o = (size_t)row * FF + c;
+            if (out != NULL) store16(out + o, packed);
+            q = float_to_fp8x8<__NV_E4M3>(y, scale, tally);
+            if (cast.out != NULL) store8((fp8e4 *)cast.out + o, q);
+            amax_bits = amax_bits_update(amax_bits, y);
+        }
+        *(uint2 *)&tile[lr][vc * 8] = q;
+    }
+    __syncthreads();
+    if (lines) {
+        store_tile_transposed(out_t, tile, r0, c0, N, FF);
+    } else {
+        for (int k = threadIdx.x; k < FP8_TILE * FP8_TILE; k += blockDim.x) {
+            const int tc = k / FP8_TILE, lr = k % FP8_TILE, row = r0 + lr, col = c0 + tc;
+            if (row < N && col < FF) out_t[(size_t)col * N + row] = tile[lr][tc];
+        }
+    }
+    if (cast.amax != NULL || cast.counts != NULL) block_commit_fp8(cast.amax, amax_bits, cast.counts, tally);
 }
 
 // dg, du of 8 elements from g, u and dout
@@ -147,11 +202,23 @@ static void swiglu_check(const char *who, int FF, const void *p0, const void *p1
 }
 
 // in (N, 2*FF) = [g | u] per row; out (N, FF) = silu(g) * u, may be NULL (fp8 copy and/or amax only).
-static void swiglu_forward(floatX *out, const floatX *in, int N, int FF, Fp8Cast cast, cudaStream_t stream) {
+// out_t: NULL, or (with cast.scale) where the E4M3 copy also goes transposed, (FF, N) = X^T of w2;
+// cast.out may then be NULL (only X^T). The codes, amax and counts are the same either way.
+static void swiglu_forward(floatX *out, const floatX *in, int N, int FF, Fp8Cast cast, void *out_t, cudaStream_t stream) {
     swiglu_check("swiglu_forward", FF, out, in, NULL, &cast);
+    if (out_t != NULL) {
+        if (cast.scale == NULL) FATAL("swiglu_forward: a transposed fp8 copy (out_t) needs Fp8Cast.scale");
+        fp8_check_grid("swiglu_forward (transposed fp8 copy)", N, FF, FP8_TILE);
+    }
     if (N <= 0) return;
-    dim3 grid = row_grid(FF / 8, SWIGLU_THREADS, N);
-    swiglu_forward_kernel<<<grid, SWIGLU_THREADS, 0, stream>>>(out, in, N, FF, cast);
+    if (out_t != NULL) {
+        const int lines = N % 16 == 0 && fp8_ptr_aligned(out_t, 16);
+        dim3 grid(CEIL_DIV(FF, FP8_TILE), CEIL_DIV(N, FP8_TILE));
+        swiglu_forward_t_kernel<<<grid, 256, 0, stream>>>(out, in, N, FF, cast, (uint8_t *)out_t, lines);
+    } else {
+        dim3 grid = row_grid(FF / 8, SWIGLU_THREADS, N);
+        swiglu_forward_kernel<<<grid, SWIGLU_THREADS, 0, stream>>>(out, in, N, FF, cast);
+    }
     cudaLaunchCheck();
 }
 

@@ -7,7 +7,11 @@ Optional arguments: N FF (the timed shape; default 8192 11008, Llama-2-7B's MLP 
 
 What is validated, for several shapes (FF a multiple of 8 but not of the block's 1024 values; odd N):
 swiglu_forward (bf16 out, E4M3 copy, amax; then the fp8-only mode, which must give the same bytes),
-swiglu_backward (din = [dg | du], E5M2 copy over both halves, amax), the in-place backward
+the forward that also writes the E4M3 copy transposed (X^T of w2, for its wgrad; the tiled kernel,
+tiles cut by both matrix edges, whole-line stores for N % 16 == 0 and byte stores otherwise): the
+same out, codes, amax and counts as the row kernel, X^T byte for byte the transpose of its row-major
+codes and the host codec's codes of the transposed bf16 values, and the X^T-only mode of -r 1's
+recompute (no bf16, no row-major copy, no amax, no counts) giving the same bytes; swiglu_backward (din = [dg | du], E5M2 copy over both halves, amax), the in-place backward
 (din == in) equal to the out-of-place one, bit-identical repeated runs, and (N a multiple of 16;
 tiles cut by both matrix edges) the variant that also writes the E5M2 copy transposed: the same
 din, copy and amax, and a byte-exact transpose. Every kernel's fp8 health counts (underflows,
@@ -16,6 +20,9 @@ counters held (the tiles' padding counts nothing): some inputs are shrunk or zer
 that outputs underflow or are exactly zero, and the scales make some saturate.
 Outputs are NaN-poisoned first. Tolerances: dev/cuda/kernel_test.h. Exit status 1 on any failure.
 There is one version of each kernel (the one in llmc/).
+Timing (the N FF shape): each kernel alone, then what writing w2's X^T in the forward saves: the
+forward with X^T against the forward and then fp8_transpose (the pass linear_backward ran before),
+and -r 1's recompute of X^T alone against the recompute of the row-major codes and then the transpose.
 */
 #include "llmc/swiglu.cuh" // the kernels under test
 #include "kernel_test.h"     // CPU bf16, comparisons, poison, timing
@@ -39,7 +46,7 @@ static void validate(int N, int FF) {
     set_float(d_scale, scale);
     Fp8Cast cast = {d_f8, d_amax, d_scale, d_counts};
     poison(d_out, NF * 2); poison(d_f8, NF); set_float(d_amax, 0.0f);
-    swiglu_forward(d_out, d_in, N, FF, cast, 0);
+    swiglu_forward(d_out, d_in, N, FF, cast, NULL, 0);
     std::vector<uint16_t> out = to_host<uint16_t>(d_out, NF);
     {
         Cmp c = cmp_begin("forward out");
@@ -59,7 +66,7 @@ static void validate(int N, int FF) {
     check_counts("forward counts", d_counts, counts_fwd);
     poison(d_f8b, NF); set_float(d_amax, 0.0f); counts_reset(d_counts, FP8_COUNTS);
     Fp8Cast cast_b = {d_f8b, d_amax, d_scale, d_counts};
-    swiglu_forward(NULL, d_in, N, FF, cast_b, 0);
+    swiglu_forward(NULL, d_in, N, FF, cast_b, NULL, 0);
     {
         std::vector<uint8_t> f8b = to_host<uint8_t>(d_f8b, NF);
         check_bitwise("forward fp8-only == with out", f8.data(), f8b.data(), NF);
@@ -67,6 +74,42 @@ static void validate(int N, int FF) {
         cmp_add(&c, 0, get_float(d_amax), amax_fwd, 0.0);
         cmp_end(&c);
         check_counts("forward fp8-only counts", d_counts, counts_fwd);
+    }
+    // with the transposed E4M3 copy (the tiled kernel): out, the copy, amax and counts as the row
+    // kernel's, and out_t[f][n] == fp8[n][f] == the host codec's code of out[n][f]
+    {
+        floatX *d_out_t = device_alloc<floatX>(NF);
+        uint8_t *d_t = device_alloc<uint8_t>(NF);
+        poison(d_out_t, NF * 2); poison(d_f8b, NF); poison(d_t, NF); set_float(d_amax, 0.0f); counts_reset(d_counts, FP8_COUNTS);
+        swiglu_forward(d_out_t, d_in, N, FF, cast_b, d_t, 0);
+        std::vector<uint16_t> out2 = to_host<uint16_t>(d_out_t, NF);
+        std::vector<uint8_t> f8t = to_host<uint8_t>(d_f8b, NF), tr = to_host<uint8_t>(d_t, NF);
+        check_bitwise("forward + transpose: out", out.data(), out2.data(), NF * 2);
+        check_bitwise("forward + transpose: fp8", f8.data(), f8t.data(), NF);
+        Cmp c = cmp_begin("forward + transpose: amax");
+        cmp_add(&c, 0, get_float(d_amax), amax_fwd, 0.0);
+        cmp_end(&c);
+        check_counts("forward + transpose: counts", d_counts, counts_fwd);
+        std::vector<uint8_t> f8_tr(NF);
+        std::vector<uint16_t> out_tr(NF);
+        for (int n = 0; n < N; n++)
+            for (int f = 0; f < FF; f++) {
+                f8_tr[(size_t)f * N + n] = f8[(size_t)n * FF + f];
+                out_tr[(size_t)f * N + n] = out[(size_t)n * FF + f];
+            }
+        check_bitwise("forward + transpose: fp8^T == fp8 transposed", f8_tr.data(), tr.data(), NF);
+        check_fp8("forward + transpose: fp8^T vs host", tr.data(), out_tr.data(), NF, scale, FP8_E4M3);
+        // X^T alone, as -r 1's recompute casts it: the same bytes, and no amax or count
+        poison(d_t, NF); set_float(d_amax, 0.0f); counts_reset(d_counts, FP8_COUNTS);
+        Fp8Cast cast_t = {NULL, NULL, d_scale, NULL};
+        swiglu_forward(NULL, d_in, N, FF, cast_t, d_t, 0);
+        std::vector<uint8_t> tr2 = to_host<uint8_t>(d_t, NF);
+        check_bitwise("forward fp8^T only == with the rest", tr.data(), tr2.data(), NF);
+        Cmp c2 = cmp_begin("forward fp8^T only: amax untouched");
+        cmp_add(&c2, 0, get_float(d_amax), 0.0, 0.0);
+        cmp_end(&c2);
+        check_counts("forward fp8^T only: no counts", d_counts, Fp8Counts{0, 0});
+        cudaCheck(cudaFree(d_out_t)); cudaCheck(cudaFree(d_t));
     }
 
     // backward
@@ -156,10 +199,33 @@ static void benchmark(int N, int FF) {
     Fp8Cast cast = {d_f8, d_amax, d_scale, NULL};
     const double nf = (double)NF;
     float ms;
-    ms = time_median_ms([&] { swiglu_forward(d_out, d_in, N, FF, cast, 0); });
+    ms = time_median_ms([&] { swiglu_forward(d_out, d_in, N, FF, cast, NULL, 0); });
     report_bandwidth("swiglu_forward (out + fp8 + amax)", ms, nf * (4 + 2 + 1));
-    ms = time_median_ms([&] { swiglu_forward(NULL, d_in, N, FF, cast, 0); });
+    ms = time_median_ms([&] { swiglu_forward(NULL, d_in, N, FF, cast, NULL, 0); });
     report_bandwidth("swiglu_forward (fp8 + amax only)", ms, nf * (4 + 1));
+    if (N % 16 == 0) { // w2's X^T: written by the forward, against the forward plus the transpose pass
+        uint8_t *d_xt = device_alloc<uint8_t>(NF);
+        const float ms_sep = time_median_ms([&] {
+            swiglu_forward(NULL, d_in, N, FF, cast, NULL, 0);
+            fp8_transpose(d_xt, d_f8, N, FF, 0);
+        });
+        report_bandwidth("swiglu_forward (fp8 + amax) + fp8_transpose", ms_sep, nf * (4 + 1 + 1 + 1));
+        const float ms_t = time_median_ms([&] { swiglu_forward(NULL, d_in, N, FF, cast, d_xt, 0); });
+        report_bandwidth("swiglu_forward (fp8 + fp8^T + amax)", ms_t, nf * (4 + 1 + 1));
+        // -r 1's recompute (the forward's scale, no amax): before, the codes and then the transpose
+        const Fp8Cast rows_only = {d_f8, NULL, d_scale, NULL}, t_only = {NULL, NULL, d_scale, NULL};
+        const float ms_rsep = time_median_ms([&] {
+            swiglu_forward(NULL, d_in, N, FF, rows_only, NULL, 0);
+            fp8_transpose(d_xt, d_f8, N, FF, 0);
+        });
+        report_bandwidth("recompute: swiglu_forward (fp8) + fp8_transpose", ms_rsep, nf * (4 + 1 + 1 + 1));
+        const float ms_r = time_median_ms([&] { swiglu_forward(NULL, d_in, N, FF, t_only, d_xt, 0); });
+        report_bandwidth("recompute: swiglu_forward (fp8^T only)", ms_r, nf * (4 + 1));
+        printf("  w2's X^T from the forward saves %.1f us per layer with -r 0 (%.1f -> %.1f), %.1f us with -r 1's"
+               " recompute (%.1f -> %.1f)\n", (ms_sep - ms_t) * 1e3, ms_sep * 1e3, ms_t * 1e3, (ms_rsep - ms_r) * 1e3,
+               ms_rsep * 1e3, ms_r * 1e3);
+        cudaCheck(cudaFree(d_xt));
+    }
     ms = time_median_ms([&] { swiglu_backward(d_din, d_out, d_in, N, FF, cast, NULL, 0); });
     report_bandwidth("swiglu_backward (din + fp8 + amax)", ms, nf * (2 + 4 + 4 + 2));
     ms = time_median_ms([&] { swiglu_backward(NULL, d_out, d_in, N, FF, cast, NULL, 0); });
@@ -177,7 +243,10 @@ static void benchmark(int N, int FF) {
 int main(int argc, char **argv) {
     int N = argc > 1 ? atoi(argv[1]) : 8192, FF = argc > 2 ? atoi(argv[2]) : 11008;
     dev_setup();
-    const int shapes[][2] = {{8192, 11008}, {37, 768}, {5, 8}, {129, 1032}, {2, 14336}, {144, 1032}, {16, 8}};
+    // 7B (whole tiles); odd N (X^T stored byte by byte); N % 16 == 0 but not % 128, FF not % 128 (tiles
+    // cut by both edges, whole-line stores); one partial tile; several tile rows with FF % 128 == 0
+    const int shapes[][2] = {{8192, 11008}, {37, 768}, {5, 8}, {129, 1032}, {2, 14336}, {144, 1032}, {16, 8},
+                             {1040, 1000}, {272, 11008}};
     for (const auto &s : shapes) validate(s[0], s[1]);
     benchmark(N, FF);
     return finish("swiglu");
