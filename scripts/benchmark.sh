@@ -8,6 +8,9 @@
 # A run that fails, runs out of memory or times out shows as such in the table; the others still run.
 #
 #   bash scripts/benchmark.sh                                  # llama2-7b, B 2, T 4096 (the ANCHORS row)
+#   bash scripts/benchmark.sh --model llama3-8b --B 1 --T 8192 --trainer-args '-r 1' \
+#       --systems ours-bf16,ours-fp8,torch-bf16,torch-fp8     # the README's second headline row (fp32
+#                                                            # moments, ours-*-fp32m, do not fit at 8B)
 #   bash scripts/benchmark.sh --model 1b --B 4 --T 2048 --steps 20 --out /tmp/b.md
 #   bash scripts/benchmark.sh --systems ours-fp8,ours-fp8-current,torch-fp8
 #   bash scripts/benchmark.sh --model smollm2-135m --B 16 --T 2048 --systems ours-bf16,ours-fp8,hf-bf16
