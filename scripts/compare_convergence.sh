@@ -7,7 +7,8 @@
 #            -j data/gutenberg_llama2_val.bin -b 16 -t 1024 -d 16384 -x 1500 -v 100 -m 20
 #
 # Every run gets the same trainer flags (so the same seed, init and data order) plus -o OUT/<run>
-# and -precision; the fp8 runs also get -fp8_log N and -fp8_recipe. Run it from the repository root
+# and -precision; the fp8 runs also get -fp8_log N, -fp8_recipe and --fp8-args (fp8-only flags, e.g.
+# '-fp8_lm_head 1', which bf16 refuses: bf16 against fp8 with that option). Run it from the repository root
 # when the flags use the trainer's relative default paths (data/...).
 # Writes into OUT: bf16/, fp8/, fp8_current/ (each: main.log, fp8.log, console.log, checkpoint,
 # flags.txt, and DONE once the run finished), loss.png, fp8_scales.png and fp8_health.png
@@ -29,12 +30,15 @@ usage: $0 [options] -- [train_llama_fp8 flags]
                      (default 0.01 = 1%)
   --skip-existing    reuse runs that finished before (OUT/<run>/DONE) with the same flags
   --fp8-log N        -fp8_log for the fp8 runs (default 10; 0: no fp8.log, no scale or health plot)
+  --fp8-args 'FLAGS' more trainer flags for the fp8 runs only, e.g. '-fp8_lm_head 1' or '-fp8_margin 1'
+                     (split at spaces, flag/value pairs)
   --smooth K         train-loss smoothing (trailing mean over K steps) in loss.png (default 20)
   --bin PATH         trainer binary (default: train_llama_fp8 in the repository; built with make if missing)
   --python PATH      python with matplotlib for the plots (default: \$PYTHON or python3)
   --quiet            trainer output only to OUT/<run>/console.log, not also to the terminal
   -h, --help         this help
-Not allowed after --: -o, -precision, -fp8_recipe, -fp8_log, -y (the script sets them per run).
+Not allowed after -- or in --fp8-args: -o, -precision, -fp8_recipe, -fp8_log, -y (the script sets
+them per run).
 EOF
 }
 
@@ -51,6 +55,7 @@ bin_given=0
 python=${PYTHON:-python3}
 quiet=0
 trainer_args=()
+fp8_args=()
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -62,6 +67,8 @@ while [ $# -gt 0 ]; do
         --skip-existing) skip_existing=1; shift ;;
         --fp8-log) [ $# -ge 2 ] || die_usage "--fp8-log needs a value"; fp8_log=$2; shift 2 ;;
         --fp8-log=*) fp8_log=${1#--fp8-log=}; shift ;;
+        --fp8-args) [ $# -ge 2 ] || die_usage "--fp8-args needs a value"; read -ra fp8_args <<<"$2"; shift 2 ;;
+        --fp8-args=*) read -ra fp8_args <<<"${1#--fp8-args=}"; shift ;;
         --smooth) [ $# -ge 2 ] || die_usage "--smooth needs a value"; smooth=$2; shift 2 ;;
         --smooth=*) smooth=${1#--smooth=}; shift ;;
         --bin) [ $# -ge 2 ] || die_usage "--bin needs a value"; bin=$2; bin_given=1; shift 2 ;;
@@ -81,17 +88,23 @@ done
 if ! [[ $smooth =~ ^[0-9]+$ ]] || [ "$smooth" -lt 1 ]; then die_usage "--smooth wants a positive integer, got '$smooth'"; fi
 # flags that must differ per run (or would break the comparison) are the script's to set; the
 # trainer's parser reads flag/value pairs, so only even positions are flags
-for ((i = 0; i < ${#trainer_args[@]}; i += 2)); do
-    case "${trainer_args[i]}" in
-        -o) die_usage "don't pass -o: each run logs into --out DIR/<run>" ;;
-        -precision) die_usage "don't pass -precision: the script runs bf16 and fp8" ;;
-        -fp8_recipe) die_usage "don't pass -fp8_recipe: the fp8 run is delayed scaling; --current adds a current-scaling run" ;;
-        -fp8_log) die_usage "don't pass -fp8_log: use --fp8-log N" ;;
-        -y) die_usage "don't pass -y: runs start from step 0 (use --skip-existing to reuse finished runs)" ;;
-        -h|--help) die_usage "for the trainer's flags run: $bin -h" ;;
-    esac
-done
-[ $(( ${#trainer_args[@]} % 2 )) -eq 0 ] || die_usage "trainer flags come in pairs (-flag value); got an odd number: ${trainer_args[*]}"
+check_flags() { # WHERE FLAG...: refuses what the script sets and an odd count
+    local where=$1; shift
+    local a=("$@") i
+    for ((i = 0; i < ${#a[@]}; i += 2)); do
+        case "${a[i]}" in
+            -o) die_usage "don't pass -o ($where): each run logs into --out DIR/<run>" ;;
+            -precision) die_usage "don't pass -precision ($where): the script runs bf16 and fp8" ;;
+            -fp8_recipe) die_usage "don't pass -fp8_recipe ($where): the fp8 run is delayed scaling; --current adds a current-scaling run" ;;
+            -fp8_log) die_usage "don't pass -fp8_log ($where): use --fp8-log N" ;;
+            -y) die_usage "don't pass -y ($where): runs start from step 0 (use --skip-existing to reuse finished runs)" ;;
+            -h|--help) die_usage "for the trainer's flags run: $bin -h" ;;
+        esac
+    done
+    [ $(( ${#a[@]} % 2 )) -eq 0 ] || die_usage "trainer flags come in pairs (-flag value); got an odd number $where: ${a[*]}"
+}
+check_flags "after --" "${trainer_args[@]}"
+check_flags "in --fp8-args" "${fp8_args[@]}"
 
 if [ ! -x "$bin" ]; then
     if [ "$bin_given" = 1 ]; then
@@ -109,8 +122,8 @@ runs=(bf16 fp8)
 run_flags() { # the per-run flags, minus -o
     case "$1" in
         bf16) printf '%s\n' -precision bf16 ;;
-        fp8) printf '%s\n' -precision fp8 -fp8_recipe delayed -fp8_log "$fp8_log" ;;
-        fp8_current) printf '%s\n' -precision fp8 -fp8_recipe current -fp8_log "$fp8_log" ;;
+        fp8) printf '%s\n' -precision fp8 -fp8_recipe delayed -fp8_log "$fp8_log" "${fp8_args[@]}" ;;
+        fp8_current) printf '%s\n' -precision fp8 -fp8_recipe current -fp8_log "$fp8_log" "${fp8_args[@]}" ;;
     esac
 }
 
@@ -195,14 +208,14 @@ done
 # import matplotlib only to plot)
 rm -f -- "$out/summary.md"
 set +e
-"$python" - "$script_dir" "$out" "$threshold" "$(printf '%q ' "${trainer_args[@]}")" "${failed[*]}" "${finished[@]}" <<'EOF'
+"$python" - "$script_dir" "$out" "$threshold" "$(printf '%q ' "${trainer_args[@]}")" "${fp8_args[*]}" "${failed[*]}" "${finished[@]}" <<'EOF'
 import math, os, statistics, sys
 sys.path.insert(0, sys.argv[1])
 from plot_log import parse_main_log
 from plot_fp8 import has_health, health_summary
 from trainer_log import parse_fp8_log
 
-out, threshold, flags, failed, runs = sys.argv[2], float(sys.argv[3]), sys.argv[4], sys.argv[5].split(), sys.argv[6:]
+out, threshold, flags, fp8_flags, failed, runs = sys.argv[2], float(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6].split(), sys.argv[7:]
 stats = {}
 for run in runs:
     log = parse_main_log(os.path.join(out, run, "main.log"))
@@ -235,7 +248,7 @@ def ratio(a, b):
 
 base = stats.get("bf16")
 lines = [f"# Convergence: {', '.join(runs)}", "",
-         f"Trainer flags (all runs): `{flags.strip()}`", "",
+         f"Trainer flags (all runs): `{flags.strip()}`", *([f"The fp8 runs also: `{fp8_flags}`"] if fp8_flags else []), "",
          "| run | steps | final train loss (mean of last 20) | train vs bf16 | final val loss (step) | val vs bf16 | median tok/s | tok/s vs bf16 |",
          "|---|---|---|---|---|---|---|---|"]
 for run in runs:

@@ -189,15 +189,15 @@ def moments_of(table):
     return ", ".join(seen) + (" (some headers lack it)" if missing else "")
 
 
-def read_flags(d):
+def read_flags(d, name="flags.txt"):
     try:
-        with open(os.path.join(d, "flags.txt")) as f:
+        with open(os.path.join(d, name)) as f:
             return f.read().strip()
     except OSError:
         return None
 
 
-def seeds_table(out, seeds, status, flags, threshold, compare=None):
+def seeds_table(out, seeds, status, flags, threshold, compare=None, fp8_args=""):
     """(the text of seeds.md, the problems (SeedsError) met)."""
     table, problems = read_seeds(out, seeds, status)
     rows = [table[s] for s in seeds]
@@ -205,7 +205,8 @@ def seeds_table(out, seeds, status, flags, threshold, compare=None):
     lines = [f"# bf16 vs fp8 over {len(seeds)} seed{'s' if len(seeds) != 1 else ''}", "",
              f"`scripts/compare_convergence.sh` once per seed, into `{out}/seed<N>/`, each with the trainer flags",
              "", f"    {flags} -seed N" if flags else "    -seed N", "",
-             f"(compare_convergence.sh adds each run's `-precision`). AdamW moments: {moments_of(table)}."
+             f"(compare_convergence.sh adds each run's `-precision`{f', and to the fp8 runs `{fp8_args}`' if fp8_args else ''})."
+             f" AdamW moments: {moments_of(table)}."
              + (f" GPU: {', '.join(gpus)}." if gpus else ""), "",
              "| seed | step | bf16 val | fp8 val | fp8 vs bf16 | verdict |", "|---|---|---|---|---|---|"]
     diffs = {}
@@ -238,6 +239,9 @@ def seeds_table(out, seeds, status, flags, threshold, compare=None):
         lines.append("Flags: this run " + (flags_difference(flags, ref_flags) if ref_flags is not None
                                            else f"(ref's flags unknown: no {os.path.join(compare, 'flags.txt')})")
                      + f". AdamW moments: this run {moments_of(table)}; ref {moments_of(ref)}.")
+        ref_fp8_args = read_flags(compare, "fp8_args.txt") or ""  # an older REF has none: it had no --fp8-args
+        if ref_fp8_args != fp8_args:
+            lines.append(f"The fp8 runs' own flags (--fp8-args): this run `{fp8_args or 'none'}`, ref `{ref_fp8_args or 'none'}`.")
         lines += ["", "| seed | bf16 val | ref bf16 | bf16 vs ref | fp8 val | ref fp8 | fp8 vs ref | ref fp8 vs bf16 |",
                   "|---|---|---|---|---|---|---|---|"]
         vs = {run: [] for run in RUNS}       # this run's val against ref's, per seed (nan: not both)
@@ -334,6 +338,7 @@ def main(argv=None):
     p.add_argument("--status", help="compare_convergence.sh's exit status of each seed, comma-separated (default: the "
                    "verdicts from the val losses and --threshold, as compare_convergence.sh decides them)")
     p.add_argument("--flags", help="the trainer flags of every run, as bash quoted them (default: OUT/flags.txt)")
+    p.add_argument("--fp8-args", help="the fp8 runs' own flags (convergence_seeds.sh --fp8-args; default: OUT/fp8_args.txt)")
     p.add_argument("--threshold", type=float, default=0.01, help="compare_convergence.sh's --threshold (default 0.01)")
     p.add_argument("--compare", metavar="REF", help="an earlier convergence_seeds.sh output to set this run against")
     p.add_argument("--check-compare", metavar="REF", help="only check that REF has every seed's logs; write nothing")
@@ -353,7 +358,8 @@ def main(argv=None):
         flags = args.flags if args.flags is not None else read_flags(args.out) or ""
         if args.compare is not None and not os.path.isdir(args.compare):
             raise SeedsError(args.compare, "not a folder (--compare wants an earlier convergence_seeds.sh --out DIR)")
-        text, problems = seeds_table(args.out, seeds, status, flags, args.threshold, args.compare)
+        fp8_args = args.fp8_args if args.fp8_args is not None else read_flags(args.out, "fp8_args.txt") or ""
+        text, problems = seeds_table(args.out, seeds, status, flags, args.threshold, args.compare, fp8_args)
         path = os.path.join(args.out, "seeds.md")
         try:
             write_atomic(path, text)

@@ -30,6 +30,8 @@ usage: $0 [options] -- [train_llama_fp8 flags]
                      with every run finished nothing trains: the tables are made again
   --quiet            trainer output only to the runs' console.log (compare_convergence.sh's)
   --threshold X      compare_convergence.sh's verdict threshold (default 0.01 = 1%)
+  --fp8-args 'FLAGS' trainer flags for the fp8 runs only (compare_convergence.sh's), e.g. '-fp8_lm_head 1';
+                     kept in DIR/fp8_args.txt
   --bin PATH         trainer binary (compare_convergence.sh's --bin)
   --python PATH      python for the plots and the tables (default: \$PYTHON or python3)
   -h, --help         this help
@@ -46,6 +48,7 @@ compare=
 python=${PYTHON:-python3}
 cc_opts=()   # passed through to compare_convergence.sh
 threshold=0.01
+fp8_args=
 trainer_args=()
 
 while [ $# -gt 0 ]; do
@@ -61,6 +64,8 @@ while [ $# -gt 0 ]; do
         --threshold=*) threshold=${1#--threshold=}; shift ;;
         --bin) [ $# -ge 2 ] || die_usage "--bin needs a value"; cc_opts+=(--bin "$2"); shift 2 ;;
         --bin=*) cc_opts+=(--bin "${1#--bin=}"); shift ;;
+        --fp8-args) [ $# -ge 2 ] || die_usage "--fp8-args needs a value"; fp8_args=$2; shift 2 ;;
+        --fp8-args=*) fp8_args=${1#--fp8-args=}; shift ;;
         --python) [ $# -ge 2 ] || die_usage "--python needs a value"; python=$2; shift 2 ;;
         --python=*) python=${1#--python=}; shift ;;
         -h|--help) usage; exit 0 ;;
@@ -102,7 +107,7 @@ for seed in "${seeds[@]}"; do
     echo "== seed $seed: compare_convergence.sh into $out/seed$seed"
     set +e
     bash "$script_dir/compare_convergence.sh" "${cc_opts[@]}" --threshold "$threshold" --python "$python" \
-        --out "$out/seed$seed" -- "${trainer_args[@]}" -seed "$seed"
+        --fp8-args "$fp8_args" --out "$out/seed$seed" -- "${trainer_args[@]}" -seed "$seed"
     rc=$?
     set -e
     case "$rc" in
@@ -117,12 +122,14 @@ for seed in "${seeds[@]}"; do
     status+=("$rc")
 done
 
-tmp_flags=$(mktemp "$out/.flags.XXXXXX")
-printf '%s\n' "$flags" >"$tmp_flags"
-mv -f -- "$tmp_flags" "$out/flags.txt"
+for f in flags fp8_args; do
+    tmp_flags=$(mktemp "$out/.$f.XXXXXX")
+    printf '%s\n' "${!f}" >"$tmp_flags"
+    mv -f -- "$tmp_flags" "$out/$f.txt"
+done
 
 status_arg=$(IFS=,; echo "${status[*]}")
-table_args=(--out "$out" --seeds "$seeds_arg" --status "$status_arg" --flags "$flags" --threshold "$threshold")
+table_args=(--out "$out" --seeds "$seeds_arg" --status "$status_arg" --flags "$flags" "--fp8-args=$fp8_args" --threshold "$threshold")
 [ -z "$compare" ] || table_args+=(--compare "$compare")
 echo "== seeds table: $out/seeds.md"
 set +e

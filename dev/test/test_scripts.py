@@ -442,9 +442,25 @@ cp {shlex_quote(src)}/${{seed}}_${{precision}}_$moments.main.log "$dir/main.log"
              "error: ref/seed5/bf16/main.log: missing"),
             ("--compare with a run that did not finish", ("--out", "x", "--compare", "ref_unfinished"), flags,
              "error: ref_unfinished/seed0/fp8/DONE: missing: the run did not finish"),
-            ("-o for compare_convergence.sh", ("--out", "x"), flags + ["-o", "y"], "don't pass -o")):
+            ("-o for compare_convergence.sh", ("--out", "x"), flags + ["-o", "y"], "don't pass -o"),
+            ("-precision in --fp8-args", ("--out", "x", "--fp8-args", "-precision bf16"), flags,
+             "don't pass -precision (in --fp8-args)"),
+            ("an odd --fp8-args", ("--out", "x", "--fp8-args", "-fp8_lm_head"), flags, "got an odd number in --fp8-args")):
         p, n, _ = run(*args, trainer_flags=tf)
         check(p.returncode == 2 and n == 0 and msg in p.stderr, f"convergence_seeds.sh refuses {what}: exit 2, no run ({p.returncode}, {n}; {p.stderr.strip()[:300]!r})")
+
+    # --fp8-args: only the fp8 runs get them; summary.md, seeds.md and --compare say so
+    p, n, md = run("--out", "lmhead", "--seeds", "0", "--compare", "ref", "--fp8-args", "-fp8_lm_head 1")
+    argv = {r: open(os.path.join(tmp, "lmhead", "seed0", r, "argv.txt")).read().splitlines() for r in ("bf16", "fp8")}
+    summary = open(os.path.join(tmp, "lmhead", "seed0", "summary.md")).read()
+    check(p.returncode == 0 and n == 2 and argv["bf16"] == flags + ["-seed", "0", "-precision", "bf16", "-o", "lmhead/seed0/bf16"] and
+          argv["fp8"] == flags + ["-seed", "0", "-precision", "fp8", "-fp8_recipe", "delayed", "-fp8_log", "10",
+                                  "-fp8_lm_head", "1", "-o", "lmhead/seed0/fp8"] and
+          "The fp8 runs also: `-fp8_lm_head 1`" in summary and "and to the fp8 runs `-fp8_lm_head 1`" in md and
+          "The fp8 runs' own flags (--fp8-args): this run `-fp8_lm_head 1`, ref `none`." in md and
+          open(os.path.join(tmp, "lmhead", "fp8_args.txt")).read() == "-fp8_lm_head 1\n",
+          f"--fp8-args: the fp8 run alone gets them, and summary.md, seeds.md and --compare name them (exit {p.returncode}, "
+          f"{n} runs; {argv}; {p.stderr.strip()[-300:]!r})")
 
     # fp32 moments against the default bf16 ones; seed 2's fp8 crashes: the other seeds go on, exit 3
     open(os.path.join(src, "crash_2_fp8"), "w").close()
