@@ -11,9 +11,9 @@ work=$(mktemp -d /tmp/test_hf_gpu.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 passed=0 failed=0
 check() { # check NAME COMMAND...: runs it, its output in $work/NAME.log
-    local name=$1; shift
-    if "$@" > "$work/$name.log" 2>&1; then echo "ok   $name"; passed=$((passed + 1));
-    else echo "FAIL $name:"; tail -5 "$work/$name.log"; failed=$((failed + 1)); fi
+    local name=$1 t0=$SECONDS; shift
+    if "$@" > "$work/$name.log" 2>&1; then echo "ok   $name ($((SECONDS - t0)) s)"; passed=$((passed + 1));
+    else echo "FAIL $name ($((SECONDS - t0)) s):"; tail -5 "$work/$name.log"; failed=$((failed + 1)); fi
 }
 make -s train_llama_fp8 > "$work/build.log" 2>&1 || { echo "FAIL building the trainer"; cat "$work/build.log"; echo "0 passed, 1 failed"; exit 1; }
 gcc -O2 -Wall -Wno-unused-function -I. dev/test/tools/ref_logits.c -lm -o "$work/ref_logits" || { echo "0 passed, 1 failed"; exit 1; }

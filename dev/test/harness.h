@@ -1,7 +1,7 @@
 /*
 A minimal test harness for the CPU tests: CHECK records a failure (with file, line and a message)
 without stopping the test; run_test runs one named test (when its name contains g_test_filter)
-and counts it as passed or failed;
+and counts it as passed or failed, printing its wall time;
 run_expect_fatal runs a function in a child process, so code that must exit with an error on bad
 input can be tested, and returns its exit status and what it printed to stderr.
 */
@@ -10,6 +10,7 @@ input can be tested, and returns its exit status and what it printed to stderr.
 
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <sys/wait.h>
 
@@ -25,13 +26,23 @@ static int g_tests_passed = 0, g_tests_failed = 0, g_check_failures = 0;
 
 static const char *g_test_filter = ""; // run_test runs only the tests whose name contains it
 
+static double harness_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+// Each result line ends with the test's wall time, so a slow test (a GPU suite's device time is
+// scarce) can be found from the log.
 static void run_test(const char *name, void (*fn)(void)) {
     if (strstr(name, g_test_filter) == NULL) return;
     g_check_failures = 0;
+    double t0 = harness_seconds();
     fn();
+    double secs = harness_seconds() - t0;
     fflush(stdout);
-    if (g_check_failures == 0) { g_tests_passed++; printf("ok   %s\n", name); }
-    else { g_tests_failed++; printf("FAIL %s (%d checks failed)\n", name, g_check_failures); }
+    if (g_check_failures == 0) { g_tests_passed++; printf("ok   %s (%.1f s)\n", name, secs); }
+    else { g_tests_failed++; printf("FAIL %s (%d checks failed, %.1f s)\n", name, g_check_failures, secs); }
     fflush(stdout);
 }
 
