@@ -74,7 +74,8 @@ static StepZero gpu_step_zero(Model *m, const int *inputs, const int *targets) {
     // starts them afresh. Later steps record nothing here.
     m->recording = m->fp8.on && m->step == 0;
     m->w_fp8_stale = 1;
-    step_begin(m, g_stream);
+    recast_stale_weights(m, g_stream);
+    zero_added_grads(m, g_stream);
     model_forward(m, 0, 0.0f, g_stream);
     r.logits = download_bf16(m->acts.logits, (size_t)N * m->cfg.V);
     m->recording = 1;
@@ -82,9 +83,11 @@ static StepZero gpu_step_zero(Model *m, const int *inputs, const int *targets) {
         cudaCheck(cudaMemset(m->fp8_state + m->fp8_layout.amax_slot, 0, m->fp8_layout.num_tensors * sizeof(float)));
         m->w_fp8_stale = 1;
     }
-    step_begin(m, g_stream);
+    recast_stale_weights(m, g_stream);
+    zero_added_grads(m, g_stream);
     model_forward(m, 1, 1.0f / N, g_stream);
-    model_backward(m, inputs, g_stream);
+    model_group_tokens(m, 0, inputs);
+    model_backward(m, g_stream);
     cudaCheck(cudaDeviceSynchronize());
     float *losses = download_f32(m->acts.losses, N);
     double sum = 0.0;
@@ -851,7 +854,8 @@ static void test_fp8_dy_amax_updates(void) {
     cudaCheck(cudaMemcpy(m.acts.targets, tg, N * sizeof(int), cudaMemcpyHostToDevice));
     model_forward(&m, 1, 1.0f / N, g_stream);
     float *after_fwd = download_f32(m.fp8_state, lay.total);
-    model_backward(&m, in, g_stream);
+    model_group_tokens(&m, 0, in);
+    model_backward(&m, g_stream);
     float *after_bwd = download_f32(m.fp8_state, lay.total);
     for (int l = 0; l < c.L; l++) {
         for (int lin = 0; lin < LINS_PER_LAYER; lin++) {
@@ -897,7 +901,8 @@ static void test_fp8_amax_max_over_microsteps(void) {
             cudaCheck(cudaMemcpy(m.acts.inputs, mi, N * sizeof(int), cudaMemcpyHostToDevice));
             cudaCheck(cudaMemcpy(m.acts.targets, tg + (size_t)runs[r][k] * N, N * sizeof(int), cudaMemcpyHostToDevice));
             model_forward(&m, 1, 0.5f / N, g_stream);
-            model_backward(&m, mi, g_stream);
+            model_group_tokens(&m, k, mi);
+            model_backward(&m, g_stream);
         }
         slots[r] = download_f32(m.fp8_state + lay.amax_slot, lay.num_tensors);
     }
@@ -913,42 +918,71 @@ static void test_fp8_amax_max_over_microsteps(void) {
     model_free(&m);
 }
 
-// A few steps of the small model from the trainer's init; the losses, the fp32 master weights and the
-// fp8 state (host copies) after them.
-typedef struct { float losses[3], *master, *state; size_t num_params; Fp8StateLayout lay; } Trained;
+// A few steps of the small model from the trainer's init, with new tokens every step in pinned host
+// buffers, as the trainer's (so -cuda_graph 1 replays from the second step on; swap_at >= 0 moves
+// the batches to other buffers from that step on, which must capture the graph again); the losses,
+// the fp32 master weights and the fp8 state (host copies) after them, and the graph's counts.
+#define TRAIN_SMALL_STEPS 4
+typedef struct { int precision, recompute, weight_cache, current, cuda_graph, swap_at; } SmallRun;
+typedef struct {
+    float losses[TRAIN_SMALL_STEPS], *master, *state;
+    size_t num_params;
+    Fp8StateLayout lay;
+    int captures, replays;
+} Trained;
 
-static Trained train_small(int precision, int recompute, int weight_cache) {
+static SmallRun small_run(int precision) {
+    SmallRun r = {precision, 0, 1, 0, 1, -1};
+    return r;
+}
+
+static Trained train_small(SmallRun run) {
     LlamaConfig c = small_config();
     int B = 2, T = 128, N = B * T, grad_accum = 2;
-    int *in = (int *)mallocCheck(grad_accum * N * sizeof(int)), *tg = (int *)mallocCheck(grad_accum * N * sizeof(int));
-    random_tokens(in, grad_accum * N, c.V, 31);
-    random_tokens(tg, grad_accum * N, c.V, 32);
+    size_t n = (size_t)grad_accum * N;
+    int *in[2], *tg[2];
+    float *losses;
+    for (int k = 0; k < 2; k++) {
+        cudaCheck(cudaMallocHost(&in[k], n * sizeof(int)));
+        cudaCheck(cudaMallocHost(&tg[k], n * sizeof(int)));
+    }
+    cudaCheck(cudaMallocHost(&losses, n * sizeof(float)));
     AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
-    float *losses = (float *)mallocCheck(grad_accum * N * sizeof(float)), gn;
+    float gn;
     int skipped;
     Model m;
-    ModelOptions mo = model_options(B, T, precision);
-    mo.fp8_history = 4; mo.recompute = recompute; mo.fp8_weight_cache = weight_cache;
+    ModelOptions mo = model_options(B, T, run.precision);
+    mo.fp8_history = 4; mo.recompute = run.recompute; mo.fp8_weight_cache = run.weight_cache;
+    mo.fp8_current = run.current; mo.cuda_graph = run.cuda_graph;
     model_init(&m, &c, &mo);
     float *w = (float *)mallocCheck(m.num_params * sizeof(float));
     model_init_weights(&m, 13, w);
     model_set_weights(&m, w);
     Trained r;
-    for (int s = 0; s < 3; s++) r.losses[s] = train_step(&m, in, tg, grad_accum, &h, losses, g_norm_device, &gn, &skipped, g_stream);
+    for (int s = 0; s < TRAIN_SMALL_STEPS; s++) {
+        int k = run.swap_at >= 0 && s >= run.swap_at;
+        random_tokens(in[k], n, c.V, 31 + 2 * s);
+        random_tokens(tg[k], n, c.V, 32 + 2 * s);
+        r.losses[s] = train_step(&m, in[k], tg[k], grad_accum, &h, losses, g_norm_device, &gn, &skipped, g_stream);
+    }
     cudaCheck(cudaDeviceSynchronize());
     r.num_params = m.num_params;
     r.master = download_f32(m.master, m.num_params);
     r.lay = m.fp8_layout;
-    r.state = precision == PREC_FP8 ? download_f32(m.fp8_state, m.fp8_layout.total) : NULL;
+    r.state = run.precision == PREC_FP8 ? download_f32(m.fp8_state, m.fp8_layout.total) : NULL;
+    r.captures = m.graph.captures;
+    r.replays = m.graph.replays;
     model_free(&m);
-    free(w); free(in); free(tg); free(losses);
+    free(w);
+    for (int k = 0; k < 2; k++) { cudaCheck(cudaFreeHost(in[k])); cudaCheck(cudaFreeHost(tg[k])); }
+    cudaCheck(cudaFreeHost(losses));
     return r;
 }
 
 // Bit for bit: the losses, every master weight and (fp8) the amax histories, scales and scale_invs.
 // The slots are left out: the W slots hold the next step's weight amaxes only when W is cached.
 static void expect_same_training(Trained a, Trained b, const char *what) {
-    for (int s = 0; s < 3; s++) {
+    for (int s = 0; s < TRAIN_SMALL_STEPS; s++) {
         printf("    step %d loss %.7f and %.7f\n", s, a.losses[s], b.losses[s]);
         CHECK(a.losses[s] == b.losses[s], "%s: step %d loss %.9g vs %.9g", what, s, a.losses[s], b.losses[s]);
     }
@@ -963,17 +997,50 @@ static void expect_same_training(Trained a, Trained b, const char *what) {
     free(a.master); free(b.master); free(a.state); free(b.state);
 }
 
+// -cuda_graph 1 replays the forward and backward passes that -cuda_graph 0 queues kernel by kernel:
+// the same training, bit for bit, with new tokens each step (so a graph that replayed a stale copy of
+// the batch or of the embedding backward's token lists would differ), grad accumulation, and a
+// recapture when the host buffers move. The counts show the graphs did run.
+static void cuda_graph_identical(SmallRun run, const char *what) {
+    SmallRun eager = run, swapped = run;
+    eager.cuda_graph = 0;
+    swapped.swap_at = 3;
+    Trained e = train_small(eager), g = train_small(run), s = train_small(swapped);
+    CHECK(e.captures == 0 && e.replays == 0, "%s: -cuda_graph 0 captured %d graphs", what, e.captures);
+    CHECK(g.captures == 1 && g.replays == TRAIN_SMALL_STEPS - 1, "%s: %d captures and %d replays, expected 1 and %d",
+          what, g.captures, g.replays, TRAIN_SMALL_STEPS - 1);
+    CHECK(s.captures == 2 && s.replays == TRAIN_SMALL_STEPS - 1,
+          "%s: with the buffers moved at step 3, %d captures and %d replays, expected 2 and %d", what, s.captures,
+          s.replays, TRAIN_SMALL_STEPS - 1);
+    Trained e2 = train_small(eager);
+    expect_same_training(e, g, what);
+    expect_same_training(e2, s, what);
+}
+
+static void test_cuda_graph_identical(void) {
+    cuda_graph_identical(small_run(PREC_BF16), "bf16");
+    cuda_graph_identical(small_run(PREC_FP8), "fp8 delayed");
+    SmallRun current = small_run(PREC_FP8);
+    current.current = 1;
+    cuda_graph_identical(current, "fp8 current recipe");
+}
+
 // -fp8_weight_cache 0 casts each layer's W when it is used instead of all of them once per step:
 // the same scales and codes, so the same training, bit for bit.
 static void test_fp8_weight_cache_off_identical(void) {
-    expect_same_training(train_small(PREC_FP8, 0, 0), train_small(PREC_FP8, 0, 1), "-fp8_weight_cache 0 vs 1");
+    SmallRun off = small_run(PREC_FP8);
+    off.weight_cache = 0;
+    expect_same_training(train_small(off), train_small(small_run(PREC_FP8)), "-fp8_weight_cache 0 vs 1");
 }
 
 // -r 1 recomputes SwiGLU in the backward pass (fp8: recast with the forward's scale): the same values,
 // so the same training, bit for bit (the tests run with the deterministic attention backward).
 static void test_recompute_identical(void) {
-    expect_same_training(train_small(PREC_BF16, 1, 1), train_small(PREC_BF16, 0, 1), "bf16 -r 1 vs -r 0");
-    expect_same_training(train_small(PREC_FP8, 1, 1), train_small(PREC_FP8, 0, 1), "fp8 -r 1 vs -r 0");
+    for (int precision = PREC_BF16; precision <= PREC_FP8; precision++) {
+        SmallRun r1 = small_run(precision);
+        r1.recompute = 1;
+        expect_same_training(train_small(r1), train_small(small_run(precision)), precision == PREC_FP8 ? "fp8 -r 1 vs -r 0" : "bf16 -r 1 vs -r 0");
+    }
 }
 
 // One GPU: AdamW writes the E4M3 weights of the next step itself. They must be exactly the host
@@ -1159,8 +1226,11 @@ static void resume_check(int precision, int moments_bf16, int recompute) {
     AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
     float straight[6], resumed[6], gn;
     int skipped;
-    int *in = (int *)mallocCheck(grad_accum * N * sizeof(int)), *tg = (int *)mallocCheck(grad_accum * N * sizeof(int));
-    float *losses = (float *)mallocCheck(grad_accum * N * sizeof(float));
+    int *in, *tg; // pinned, as the trainer's: both runs replay CUDA graphs, the resumed one a new capture
+    float *losses;
+    cudaCheck(cudaMallocHost(&in, grad_accum * N * sizeof(int)));
+    cudaCheck(cudaMallocHost(&tg, grad_accum * N * sizeof(int)));
+    cudaCheck(cudaMallocHost(&losses, grad_accum * N * sizeof(float)));
     float *w = NULL;
     char dir[] = "/tmp/llama_fp8_resume_XXXXXX";
     CHECK(mkdtemp(dir) != NULL, "mkdtemp failed");
@@ -1198,7 +1268,8 @@ static void resume_check(int precision, int moments_bf16, int recompute) {
         printf("    step %d straight %.7f resumed %.7f\n", s, straight[s], resumed[s]);
         CHECK(straight[s] == resumed[s], "step %d: %.9g straight vs %.9g resumed (must be bit-exact)", s, straight[s], resumed[s]);
     }
-    free(w); free(in); free(tg); free(losses);
+    free(w);
+    cudaCheck(cudaFreeHost(in)); cudaCheck(cudaFreeHost(tg)); cudaCheck(cudaFreeHost(losses));
 }
 static void test_resume_bitexact_bf16(void) { resume_check(PREC_BF16, 0, 0); }
 static void test_resume_bitexact_fp8(void) { resume_check(PREC_FP8, 0, 0); }
@@ -1242,6 +1313,7 @@ int main(int argc, char **argv) {
     run_test("fp8 steps vs PyTorch fixture llama_fp8.bin (logits, losses, fp8 state)", test_fp8_vs_pytorch_fixture);
     run_test("fp8 weight cache off trains bit-identically (losses, weights, fp8 state)", test_fp8_weight_cache_off_identical);
     run_test("-r 1 trains bit-identically to -r 0 (bf16 and fp8: losses, weights, fp8 state)", test_recompute_identical);
+    run_test("-cuda_graph 1 trains bit-identically to 0 (bf16, fp8 delayed and current; new tokens each step, recapture)", test_cuda_graph_identical);
     run_test("fp8 weights made by AdamW match the host codec", test_fp8_weights_made_by_adamw);
     run_test("resume is bit-exact (bf16)", test_resume_bitexact_bf16);
     run_test("resume is bit-exact (fp8)", test_resume_bitexact_fp8);

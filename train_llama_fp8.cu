@@ -55,6 +55,7 @@ typedef struct {
     char precision[16], fp8_recipe[16], adam_moments[16];
     int B, T, total_batch, max_steps, warmup, val_every, val_batches, sample_every, gen_tokens;
     int ckpt_every, resume, recompute, seed, shuffle, fp8_history, fp8_margin, fp8_lm_head, fp8_log, fp8_dump, ngpu, fp8_weight_cache, deterministic;
+    int cuda_graph;
     float lr, final_lr_frac, weight_decay, grad_clip, beta1, beta2;
     // model overrides (0: keep the preset's)
     int V, L, C, NH, NKV, FF;
@@ -93,6 +94,7 @@ static const OptSpec OPTION_SPECS[] = {
     OPT("-n", OPT_INT, ckpt_every, "checkpoint every N steps (0: only at the end)"),
     OPT("-y", OPT_INT, resume, "1: resume from the latest checkpoint in the log directory"),
     OPT("-r", OPT_INT, recompute, "recompute in backward: 0 none, 1 SwiGLU output (saves memory)"),
+    OPT("-cuda_graph", OPT_INT, cuda_graph, "1: one GPU replays each step's forward and backward as one CUDA graph (from the second step; the same results, fewer launches); 0: launch kernel by kernel"),
     OPT("-deterministic", OPT_INT, deterministic, "1: bit-reproducible runs and resumes (deterministic attention backward, heuristic GEMM algorithms); 0: faster"),
     OPT("-seed", OPT_INT, seed, "seed for init, data shuffling and sampling"),
     OPT("-shuffle", OPT_INT, shuffle, "1: shuffle batch order each epoch"),
@@ -132,6 +134,7 @@ static Options default_options(void) {
     o.val_every = 20; o.val_batches = 20; o.sample_every = 80; o.gen_tokens = 64;
     o.ckpt_every = 0; o.resume = 0; o.recompute = 0; o.seed = 1337; o.shuffle = 0;
     o.fp8_history = 16; o.fp8_margin = 0; o.fp8_lm_head = 0; o.fp8_log = 0; o.fp8_weight_cache = 1; o.fp8_dump = 0; o.ngpu = 0;
+    o.cuda_graph = 1;
     return o;
 }
 
@@ -227,11 +230,12 @@ typedef struct {
     int moments_bf16;      // -adam_moments bf16: m and v stored in bf16 (stochastic rounding, llmc/adamw.cuh)
     int fp8_current;       // -fp8_recipe current
     int fp8_history, fp8_margin, fp8_weight_cache, fp8_lm_head; // -fp8_history, -fp8_margin, -fp8_weight_cache, -fp8_lm_head
+    int cuda_graph;        // -cuda_graph: forward and backward replayed as a CUDA graph (StepGraph)
 } ModelOptions;
 
 // The command line's defaults for a B x T model of one precision, except fp32 AdamW moments (the C reference's; a test sets moments_bf16).
 static ModelOptions model_options(int B, int T, int precision) {
-    ModelOptions o = {B, T, precision, 0, 0, 0, 16, 0, 1, 0};
+    ModelOptions o = {B, T, precision, 0, 0, 0, 16, 0, 1, 0, 1};
     return o;
 }
 
@@ -264,6 +268,22 @@ static Fp8Mode fp8_mode(const ModelOptions *o, int world) {
     return f;
 }
 
+// What a captured step graph (train_step) was captured with: a graph keeps every pointer, so it is
+// captured again when one of these moves.
+typedef struct {
+    const int *inputs, *targets; // the pinned host batches the step copies from
+    float *losses;               // and the pinned host losses it copies to
+    int grad_accum;
+    const void *token_lists, *cudnn_workspace; // the embedding backward's device lists, cuDNN's workspace
+} StepGraphKey;
+
+typedef struct {
+    cudaGraphExec_t exec; // NULL: none captured
+    StepGraphKey key;
+    int steps;            // train_step calls in this process
+    int captures, replays;
+} StepGraph;
+
 typedef struct {
     LlamaConfig cfg;
     ModelOptions opt;
@@ -293,6 +313,7 @@ typedef struct {
     float *rope_freqs;
     Activations acts;
     EncoderBackward enc_bwd;
+    StepGraph graph;
     int step;          // optimizer steps completed
     int adam_t;        // AdamW updates applied (bias correction; a skipped step does not count)
     int micro;         // micro-step within the current optimizer step
@@ -465,6 +486,7 @@ static void model_init(Model *m, const LlamaConfig *cfg, const ModelOptions *opt
 static void model_free(Model *m) {
     for (int i = 0; i < m->num_allocations; i++) cudaCheck(cudaFree(m->allocations[i]));
     encoder_backward_free(&m->enc_bwd);
+    if (m->graph.exec) cudaCheck(cudaGraphExecDestroy(m->graph.exec));
     cudaCheck(cudaFreeHost(m->norm_host));
     zero_layout_free(&m->zero);
     memset(m, 0, sizeof(*m));
@@ -792,7 +814,15 @@ static void reduce_finished_grads(Model *m, int stage, cudaStream_t stream) {
     mg_group_end(mg);
 }
 
-static void model_backward(Model *m, const int *inputs_host, cudaStream_t stream) {
+// The embedding's backward needs micro-step k's tokens grouped on the host into list slot k
+// (llmc/encoder.cuh) before model_backward is queued for it. train_step groups all of a step's
+// micro-batches first, so that a CUDA graph of the step replays them all.
+static void model_group_tokens(Model *m, int micro, const int *inputs_host) {
+    encoder_backward_reserve(&m->enc_bwd, micro + 1);
+    encoder_backward_group(&m->enc_bwd, micro, inputs_host, m->opt.B * m->opt.T);
+}
+
+static void model_backward(Model *m, cudaStream_t stream) {
     const LlamaConfig *c = &m->cfg;
     Activations *a = &m->acts;
     int B = m->opt.B, T = m->opt.T, N = B * T, C = c->C, FF = c->FF, NH = c->NH, NKV = c->NKV, HS = C / NH;
@@ -856,7 +886,7 @@ static void model_backward(Model *m, const int *inputs_host, cudaStream_t stream
         fp8_site_finish(m, &s, stream);
         reduce_finished_grads(m, backward_stage(c, P_LN1W, l), stream); // layer l is done
     }
-    encoder_backward(&m->enc_bwd, m->grad[P_WTE], a->dres, inputs_host, N, C, stream);
+    encoder_backward_launch(&m->enc_bwd, m->micro, m->grad[P_WTE], a->dres, N, C, stream);
     reduce_finished_grads(m, backward_stage(c, P_WTE, 0), stream);
 }
 
@@ -942,37 +972,105 @@ static float model_update(Model *m, const AdamWParams *h, float *norm_device, in
     return norm;
 }
 
-// One optimizer step over grad_accum micro-batches; inputs and targets hold grad_accum * B * T
-// tokens each (micro-batch k at offset k * B * T). Returns the mean loss (over every rank's tokens).
-// With several GPUs every fp8 scale is the same on all ranks: delayed ones come from the reduced
-// histories, live ones (the first step, -fp8_recipe current) from amaxes MAX-reduced on the spot.
 // The start of an optimizer step: the fp8 weights recast if the weights changed outside AdamW (the
-// recast may stage bf16 weights in the gradient buffer, so it comes first), then the gradients that
-// kernels add into zeroed (embedding, norm weights: ~4% of the bytes of all gradients); the GEMMs
-// overwrite theirs (the linears', the lm_head's) in micro-step 0.
-static void step_begin(Model *m, cudaStream_t stream) {
+// recast may stage bf16 weights in the gradient buffer, so it comes before the step's gradients).
+static void recast_stale_weights(Model *m, cudaStream_t stream) {
     if (m->fp8.on && m->w_fp8_stale) fp8_cast_weights(m, stream);
+}
+
+// The gradients that kernels add into, zeroed once per step (embedding, norm weights: ~4% of the
+// bytes of all gradients); the GEMMs overwrite theirs (the linears', the lm_head's) in micro-step 0.
+static void zero_added_grads(Model *m, cudaStream_t stream) {
     for (int p = 0; p < NUM_PARAM_TENSORS; p++)
         if (!param_grad_from_gemm(p)) cudaCheck(cudaMemsetAsync(m->grad[p], 0, m->param_sizes[p] * sizeof(floatX), stream));
 }
 
-static float train_step(Model *m, const int *inputs, const int *targets, int grad_accum, const AdamWParams *h,
-                        float *host_losses, float *norm_device, float *grad_norm, int *skipped, cudaStream_t stream) {
+// The forward and backward passes of a step, micro-step by micro-step, the tokens already grouped
+// (model_group_tokens).
+static void step_passes(Model *m, const int *inputs, const int *targets, int grad_accum, float *host_losses,
+                        cudaStream_t stream) {
     MultiGpu *mg = m->mg;
     int N = m->opt.B * m->opt.T;
-    step_begin(m, stream);
+    zero_added_grads(m, stream);
     for (int micro = 0; micro < grad_accum; micro++) {
         m->micro = micro;
-        const int *in = inputs + (size_t)micro * N;
-        cudaCheck(cudaMemcpyAsync(m->acts.inputs, in, N * sizeof(int), cudaMemcpyHostToDevice, stream));
+        cudaCheck(cudaMemcpyAsync(m->acts.inputs, inputs + (size_t)micro * N, N * sizeof(int), cudaMemcpyHostToDevice, stream));
         cudaCheck(cudaMemcpyAsync(m->acts.targets, targets + (size_t)micro * N, N * sizeof(int), cudaMemcpyHostToDevice, stream));
         // the mean over every token of the step on every rank: the ranks' gradients then just add (MG_SUM, exact)
         model_forward(m, 1, 1.0f / ((float)N * grad_accum * mg->world), stream);
         cudaCheck(cudaMemcpyAsync(host_losses + (size_t)micro * N, m->acts.losses, N * sizeof(float), cudaMemcpyDeviceToHost, stream));
         m->reduce_grads = mg->world > 1 && micro == grad_accum - 1; // gradients are final in the last micro-step only
-        model_backward(m, in, stream);
+        model_backward(m, stream);
     }
     m->reduce_grads = 0;
+}
+
+static int is_pinned(const void *p) {
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        (void)cudaGetLastError(); // not an error here: the pointer is just not one CUDA knows
+        return 0;
+    }
+    return a.type == cudaMemoryTypeHost;
+}
+
+// -cuda_graph 1: step_passes as one CUDA graph, so that its ~40 kernels per layer cost one launch
+// instead of one each (at small batches launches are much of a step: dev/results/step_profile_125m_fp8.md).
+// The kernels and their order are the same, so are the results, bit for bit. One GPU only, and not
+// in a process's first step (it builds the attention plans and tunes the GEMMs, which synchronize),
+// nor with pageable host buffers (a graph cannot copy from them) or a test's GEMM probe (it reads
+// the device mid-step). The graph replays what it was captured with: the host keeps the batches,
+// losses and token lists in the same pinned buffers, and anything that moves one (StepGraphKey)
+// captures it again. Returns 0 if this step cannot run as a graph.
+static int step_passes_graph(Model *m, const int *inputs, const int *targets, int grad_accum, float *host_losses,
+                             cudaStream_t stream) {
+    StepGraph *g = &m->graph;
+    if (!m->opt.cuda_graph || m->mg->world > 1 || g->steps < 2) return 0;
+    if (!is_pinned(inputs) || !is_pinned(targets) || !is_pinned(host_losses)) return 0;
+#ifdef TESTING
+    if (g_fp8_gemm_probe) return 0;
+#endif
+    StepGraphKey key;
+    memset(&key, 0, sizeof(key)); // compared with memcmp
+    key.inputs = inputs; key.targets = targets; key.losses = host_losses; key.grad_accum = grad_accum;
+    key.token_lists = m->enc_bwd.device_list; key.cudnn_workspace = attention_workspace();
+    if (g->exec == NULL || memcmp(&key, &g->key, sizeof(key)) != 0) {
+        if (g->exec) cudaCheck(cudaGraphExecDestroy(g->exec));
+        cudaGraph_t graph;
+        cudaCheck(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        step_passes(m, inputs, targets, grad_accum, host_losses, stream);
+        cudaCheck(cudaStreamEndCapture(stream, &graph));
+        cudaCheck(cudaGraphInstantiate(&g->exec, graph, 0));
+        size_t nodes = 0;
+        cudaCheck(cudaGraphGetNodes(graph, NULL, &nodes));
+        cudaCheck(cudaGraphDestroy(graph));
+        g->key = key;
+        g->captures++;
+        printf("cuda graph: step %d's forward and backward captured (%zu nodes%s); replayed from here on\n", m->step + 1,
+               nodes, g->captures > 1 ? ", again: a buffer it uses moved" : "");
+    }
+    cudaCheck(cudaGraphLaunch(g->exec, stream));
+    g->replays++;
+    m->micro = grad_accum - 1; // as step_passes leaves it
+    return 1;
+}
+
+// One optimizer step over grad_accum micro-batches; inputs and targets hold grad_accum * B * T
+// tokens each (micro-batch k at offset k * B * T). Returns the mean loss (over every rank's tokens).
+// With several GPUs every fp8 scale is the same on all ranks: delayed ones come from the reduced
+// histories, live ones (the first step, -fp8_recipe current) from amaxes MAX-reduced on the spot.
+// The tokens are grouped for the embedding's backward before anything is queued; the last step's
+// copies of the lists are done by then (model_update waited for its backward).
+static float train_step(Model *m, const int *inputs, const int *targets, int grad_accum, const AdamWParams *h,
+                        float *host_losses, float *norm_device, float *grad_norm, int *skipped, cudaStream_t stream) {
+    MultiGpu *mg = m->mg;
+    int N = m->opt.B * m->opt.T;
+    m->graph.steps++;
+    encoder_backward_reserve(&m->enc_bwd, grad_accum);
+    for (int micro = 0; micro < grad_accum; micro++) model_group_tokens(m, micro, inputs + (size_t)micro * N);
+    recast_stale_weights(m, stream);
+    if (!step_passes_graph(m, inputs, targets, grad_accum, host_losses, stream))
+        step_passes(m, inputs, targets, grad_accum, host_losses, stream);
     *grad_norm = model_update(m, h, norm_device, skipped, stream); // waits for the stream up to the norm, losses included
     double sum = 0.0;
     for (size_t i = 0; i < (size_t)grad_accum * N; i++) sum += host_losses[i];
@@ -1430,10 +1528,12 @@ static ModelOptions checked_options(Options *o, int *grad_accum) {
     if (o->recompute < 0 || o->recompute > 1) FATAL("-r must be 0 or 1");
     if (o->fp8_weight_cache != 0 && o->fp8_weight_cache != 1) FATAL("-fp8_weight_cache must be 0 or 1");
     if (o->deterministic != 0 && o->deterministic != 1) FATAL("-deterministic must be 0 or 1");
+    if (o->cuda_graph != 0 && o->cuda_graph != 1) FATAL("-cuda_graph must be 0 or 1");
     if (o->fp8_dump && (mo.precision != PREC_FP8 || o->log_dir[0] == '\0')) FATAL("-fp8_dump 1 needs -precision fp8 and a log directory (-o)");
     mo.recompute = o->recompute;
     mo.fp8_history = o->fp8_history; mo.fp8_margin = o->fp8_margin;
     mo.fp8_weight_cache = o->fp8_weight_cache; mo.fp8_lm_head = o->fp8_lm_head;
+    mo.cuda_graph = o->cuda_graph;
     // the total batch must split over the ranks: refused here, before -ngpu starts any
     int planned_world = mg_planned_world(o->ngpu);
     long long tokens_per_micro = (long long)o->B * o->T * planned_world;

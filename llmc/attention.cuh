@@ -422,6 +422,16 @@ const char *attention_path(int B, int T, int NH, int NKV, int HS, int backward) 
 #endif
 }
 
+// The device memory cuDNN's plans run in (NULL: none yet, or no cuDNN). It moves when a new plan
+// needs more: a CUDA graph of attention calls must then be captured again.
+const void *attention_workspace(void) {
+#ifdef ENABLE_CUDNN
+    return g_cudnn_workspace;
+#else
+    return NULL;
+#endif
+}
+
 // 1 if both the forward and the backward of this shape run on cuDNN (builds their plans, see above).
 int attention_uses_cudnn(int B, int T, int NH, int NKV, int HS) {
     return strcmp(attention_path(B, T, NH, NKV, HS, 0), "cudnn") == 0 &&
