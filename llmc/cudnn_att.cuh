@@ -366,29 +366,51 @@ static AttShapes att_shapes(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64
     return d;
 }
 
+// The non-virtual tensors the graphs share (in their variant packs), declared in this order: Q, K^T and
+// V (forward) or V^T (backward), O, all x_type; the backward's dO; Stats (fp32); attn_scale and -inf (by
+// value); the backward's dQ, dK, dV. grad_type is dO's and dQ, dK, dV's (backward only).
+typedef struct {
+    cudnnBackendDescriptor_t Q, KT, V, VT, O, stats, scale, neg_inf; // V: forward only, VT: backward only
+    cudnnBackendDescriptor_t dO, dQ, dK, dV;                         // backward only
+} AttTensors;
+
+static AttTensors att_tensors(CudnnGraph *g, const AttShapes *d, int backward, cudnnDataType_t x_type,
+                              cudnnDataType_t grad_type) {
+    AttTensors t;
+    memset(&t, 0, sizeof(t));
+    t.Q = cg_tensor(g, "Q", ATT_UID_Q, x_type, d->q, d->qkv_st, 0, 0);
+    t.KT = cg_tensor(g, "K^T", ATT_UID_KT, x_type, d->kv_t, d->qkv_t_st, 0, 0);
+    if (backward) t.VT = cg_tensor(g, "V^T", ATT_UID_VT, x_type, d->kv_t, d->qkv_t_st, 0, 0);
+    else t.V = cg_tensor(g, "V", ATT_UID_V, x_type, d->kv, d->qkv_st, 0, 0);
+    t.O = cg_tensor(g, "O", ATT_UID_O, x_type, d->q, d->o_st, 0, 0);
+    if (backward) t.dO = cg_tensor(g, "dO", ATT_UID_DO, grad_type, d->q, d->o_st, 0, 0);
+    t.stats = cg_tensor(g, "Stats", ATT_UID_STATS, CUDNN_DATA_FLOAT, d->rows, d->rows_st, 0, 0);
+    t.scale = cg_scalar(g, "attn_scale", ATT_UID_SCALE);
+    t.neg_inf = cg_scalar(g, "-inf", ATT_UID_NEG_INF);
+    if (!backward) return t;
+    t.dQ = cg_tensor(g, "dQ", ATT_UID_DQ, grad_type, d->q, d->qkv_st, 0, 0);
+    t.dK = cg_tensor(g, "dK", ATT_UID_DK, grad_type, d->kv, d->qkv_st, 0, 0);
+    t.dV = cg_tensor(g, "dV", ATT_UID_DV, grad_type, d->kv, d->qkv_st, 0, 0);
+    return t;
+}
+
 // ---------------------------------------------------------------------------------------------------
 // the two graphs (../shared/docs/ATTENTION_CUDNN.md, steps in the same order)
 
 static void cudnn_att_forward_graph(CudnnGraph *g, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS) {
     const cudnnDataType_t BF16 = CUDNN_DATA_BFLOAT16, F32 = CUDNN_DATA_FLOAT;
     AttShapes d = att_shapes(B, T, NH, NKV, HS);
-    cudnnBackendDescriptor_t Q = cg_tensor(g, "Q", ATT_UID_Q, BF16, d.q, d.qkv_st, 0, 0);
-    cudnnBackendDescriptor_t KT = cg_tensor(g, "K^T", ATT_UID_KT, BF16, d.kv_t, d.qkv_t_st, 0, 0);
-    cudnnBackendDescriptor_t V = cg_tensor(g, "V", ATT_UID_V, BF16, d.kv, d.qkv_st, 0, 0);
-    cudnnBackendDescriptor_t O = cg_tensor(g, "O", ATT_UID_O, BF16, d.q, d.o_st, 0, 0);
-    cudnnBackendDescriptor_t stats = cg_tensor(g, "Stats", ATT_UID_STATS, F32, d.rows, d.rows_st, 0, 0);
-    cudnnBackendDescriptor_t scale = cg_scalar(g, "attn_scale", ATT_UID_SCALE);
-    cudnnBackendDescriptor_t neg_inf = cg_scalar(g, "-inf", ATT_UID_NEG_INF);
+    AttTensors t = att_tensors(g, &d, 0, BF16, BF16);
 
     cudnnBackendDescriptor_t s = cg_virtual(g, "S", F32, d.scores, d.scores_st);
-    cg_matmul(g, "Q x K^T", Q, KT, s);
+    cg_matmul(g, "Q x K^T", t.Q, t.KT, s);
     cudnnBackendDescriptor_t s_scaled = cg_virtual(g, "S_scaled", F32, d.scores, d.scores_st);
-    cg_pointwise(g, "mul_scale", CUDNN_POINTWISE_MUL, F32, s, scale, NULL, s_scaled, -1);
+    cg_pointwise(g, "mul_scale", CUDNN_POINTWISE_MUL, F32, s, t.scale, NULL, s_scaled, -1);
     cudnnBackendDescriptor_t s_masked = cg_virtual(g, "S_masked", F32, d.scores, d.scores_st);
-    cg_causal_mask(g, s_scaled, neg_inf, s_masked, d.scores, d.scores_st);
+    cg_causal_mask(g, s_scaled, t.neg_inf, s_masked, d.scores, d.scores_st);
     cudnnBackendDescriptor_t P = cg_virtual(g, "P", BF16, d.scores, d.scores_st); // bmm2's A must be the i/o type
-    cg_softmax(g, s_masked, stats, P, d.scores, d.scores_st, d.rows, d.rows_st);
-    cg_matmul(g, "P x V", P, V, O);
+    cg_softmax(g, s_masked, t.stats, P, d.scores, d.scores_st, d.rows, d.rows_st);
+    cg_matmul(g, "P x V", P, t.V, t.O);
 }
 
 // A K or V gradient: the matmul a x b straight into out, or for GQA into every query head (a virtual
@@ -415,41 +437,30 @@ static void cudnn_att_backward_graph(CudnnGraph *g, int64_t B, int64_t T, int64_
                                      int mask_after_stats, int det_head_sum, int dq_accum) {
     const cudnnDataType_t BF16 = CUDNN_DATA_BFLOAT16, F32 = CUDNN_DATA_FLOAT;
     AttShapes d = att_shapes(B, T, NH, NKV, HS);
-
-    cudnnBackendDescriptor_t Q = cg_tensor(g, "Q", ATT_UID_Q, BF16, d.q, d.qkv_st, 0, 0);
-    cudnnBackendDescriptor_t KT = cg_tensor(g, "K^T", ATT_UID_KT, BF16, d.kv_t, d.qkv_t_st, 0, 0);
-    cudnnBackendDescriptor_t VT = cg_tensor(g, "V^T", ATT_UID_VT, BF16, d.kv_t, d.qkv_t_st, 0, 0);
-    cudnnBackendDescriptor_t O = cg_tensor(g, "O", ATT_UID_O, BF16, d.q, d.o_st, 0, 0);
-    cudnnBackendDescriptor_t dO = cg_tensor(g, "dO", ATT_UID_DO, BF16, d.q, d.o_st, 0, 0);
-    cudnnBackendDescriptor_t stats = cg_tensor(g, "Stats", ATT_UID_STATS, F32, d.rows, d.rows_st, 0, 0);
-    cudnnBackendDescriptor_t scale = cg_scalar(g, "attn_scale", ATT_UID_SCALE);
-    cudnnBackendDescriptor_t neg_inf = cg_scalar(g, "-inf", ATT_UID_NEG_INF);
+    AttTensors t = att_tensors(g, &d, 1, BF16, BF16);
     cudnnBackendDescriptor_t one = cg_scalar(g, "1.0", ATT_UID_ONE);
-    cudnnBackendDescriptor_t dQ = cg_tensor(g, "dQ", ATT_UID_DQ, BF16, d.q, d.qkv_st, 0, 0);
-    cudnnBackendDescriptor_t dK = cg_tensor(g, "dK", ATT_UID_DK, BF16, d.kv, d.qkv_st, 0, 0);
-    cudnnBackendDescriptor_t dV = cg_tensor(g, "dV", ATT_UID_DV, BF16, d.kv, d.qkv_st, 0, 0);
     cudnnBackendDescriptor_t softmax_sum = cg_tensor(g, "softmax_sum", ATT_UID_SOFTMAX_SUM, F32, d.rows, d.rows_st, 0, 0);
 
     // 1. softmax_sum = rowsum(dO * O) (= rowsum(P * dP))
     cudnnBackendDescriptor_t do_o = cg_virtual(g, "dO*O", F32, d.q, d.o_st);
-    cg_pointwise(g, "mul_dO_O", CUDNN_POINTWISE_MUL, F32, dO, O, NULL, do_o, -1);
+    cg_pointwise(g, "mul_dO_O", CUDNN_POINTWISE_MUL, F32, t.dO, t.O, NULL, do_o, -1);
     cudnnBackendDescriptor_t do_o_sum = cg_virtual(g, "rowsum_dO*O", F32, d.rows, d.rows_st);
     cg_reduction(g, "reduce_dO_O", CUDNN_REDUCE_TENSOR_ADD, do_o, do_o_sum, -1);
     cg_pointwise(g, "softmax_sum", CUDNN_POINTWISE_MUL, F32, do_o_sum, one, NULL, softmax_sum, -1);
 
     // 2. recompute P = exp(mask(scale * Q K^T) - Stats)
     cudnnBackendDescriptor_t s = cg_virtual(g, "S", F32, d.scores, d.scores_st);
-    cg_matmul(g, "Q x K^T", Q, KT, s);
+    cg_matmul(g, "Q x K^T", t.Q, t.KT, s);
     cudnnBackendDescriptor_t s_scaled = cg_virtual(g, "S_scaled", F32, d.scores, d.scores_st);
-    cg_pointwise(g, "mul_scale", CUDNN_POINTWISE_MUL, F32, s, scale, NULL, s_scaled, -1);
+    cg_pointwise(g, "mul_scale", CUDNN_POINTWISE_MUL, F32, s, t.scale, NULL, s_scaled, -1);
     cudnnBackendDescriptor_t s_shifted = cg_virtual(g, "S_minus_stats", F32, d.scores, d.scores_st);
     cudnnBackendDescriptor_t s_masked = cg_virtual(g, "S_masked", F32, d.scores, d.scores_st);
     if (!mask_after_stats) {
-        cg_causal_mask(g, s_scaled, neg_inf, s_masked, d.scores, d.scores_st);
-        cg_pointwise(g, "sub_stats", CUDNN_POINTWISE_SUB, F32, s_masked, stats, NULL, s_shifted, -1);
+        cg_causal_mask(g, s_scaled, t.neg_inf, s_masked, d.scores, d.scores_st);
+        cg_pointwise(g, "sub_stats", CUDNN_POINTWISE_SUB, F32, s_masked, t.stats, NULL, s_shifted, -1);
     } else {
-        cg_pointwise(g, "sub_stats", CUDNN_POINTWISE_SUB, F32, s_scaled, stats, NULL, s_shifted, -1);
-        cg_causal_mask(g, s_shifted, neg_inf, s_masked, d.scores, d.scores_st);
+        cg_pointwise(g, "sub_stats", CUDNN_POINTWISE_SUB, F32, s_scaled, t.stats, NULL, s_shifted, -1);
+        cg_causal_mask(g, s_shifted, t.neg_inf, s_masked, d.scores, d.scores_st);
     }
     cudnnBackendDescriptor_t P = cg_virtual(g, "P", F32, d.scores, d.scores_st);
     cg_pointwise(g, "exp", CUDNN_POINTWISE_EXP, F32, mask_after_stats ? s_masked : s_shifted, NULL, NULL, P, -1);
@@ -457,35 +468,35 @@ static void cudnn_att_backward_graph(CudnnGraph *g, int64_t B, int64_t T, int64_
     // 3. dV = P^T x dO (GQA: per query head, then summed over each kv head's group)
     cudnnBackendDescriptor_t PT = cg_virtual(g, "P^T", BF16, d.scores, d.scores_t_st);
     cg_reshape(g, "transpose_P", P, PT);
-    cg_kv_grad(g, "P^T x dO", "dV_full_heads", "sum_dV_heads", PT, dO, dV, d.q, d.full_head_st, NH != NKV, det_head_sum);
+    cg_kv_grad(g, "P^T x dO", "dV_full_heads", "sum_dV_heads", PT, t.dO, t.dV, d.q, d.full_head_st, NH != NKV, det_head_sum);
 
     // 4. dS = scale * P * (dO V^T - softmax_sum)
     cudnnBackendDescriptor_t dP = cg_virtual(g, "dP", F32, d.scores, d.scores_st);
-    cg_matmul(g, "dO x V^T", dO, VT, dP);
+    cg_matmul(g, "dO x V^T", t.dO, t.VT, dP);
     cudnnBackendDescriptor_t dp_sub = cg_virtual(g, "dP_minus_sum", F32, d.scores, d.scores_st);
     cg_pointwise(g, "sub_softmax_sum", CUDNN_POINTWISE_SUB, F32, dP, softmax_sum, NULL, dp_sub, -1);
     cudnnBackendDescriptor_t dp_p = cg_virtual(g, "dP_times_P", F32, d.scores, d.scores_st);
     cg_pointwise(g, "mul_P", CUDNN_POINTWISE_MUL, F32, dp_sub, P, NULL, dp_p, -1);
     cudnnBackendDescriptor_t dS = cg_virtual(g, "dS", F32, d.scores, d.scores_st);
-    cg_pointwise(g, "mul_scale_dS", CUDNN_POINTWISE_MUL, F32, dp_p, scale, NULL, dS, -1);
+    cg_pointwise(g, "mul_scale_dS", CUDNN_POINTWISE_MUL, F32, dp_p, t.scale, NULL, dS, -1);
 
     // 5. dK = dS^T x Q (GQA as for dV)
     cudnnBackendDescriptor_t dST = cg_virtual(g, "dS^T", BF16, d.scores, d.scores_t_st);
     cg_reshape(g, "transpose_dS", dS, dST);
-    cg_kv_grad(g, "dS^T x Q", "dK_full_heads", "sum_dK_heads", dST, Q, dK, d.q, d.full_head_st, NH != NKV, det_head_sum);
+    cg_kv_grad(g, "dS^T x Q", "dK_full_heads", "sum_dK_heads", dST, t.Q, t.dK, d.q, d.full_head_st, NH != NKV, det_head_sum);
 
     // 6. dQ = dS x K, written directly (bf16), or accumulated in fp32 and then converted.
     // K is K^T reshaped back; cudnn-frontend leaves this virtual tensor at the intermediate type (fp32).
     cudnnBackendDescriptor_t K = cg_virtual(g, "K", F32, d.kv, d.qkv_st);
-    cg_reshape(g, "transpose_K^T", KT, K);
+    cg_reshape(g, "transpose_K^T", t.KT, K);
     if (dq_accum == ATT_DQ_DIRECT) {
-        cg_matmul(g, "dS x K", dS, K, dQ);
+        cg_matmul(g, "dS x K", dS, K, t.dQ);
         return;
     }
     cudnnBackendDescriptor_t acc = cg_tensor_reordered(g, "dQ_accumulator", ATT_UID_DQ_ACCUM, F32, d.q, d.o_st, 0, 0,
         dq_accum == ATT_DQ_ACCUM_F16x16 ? CUDNN_TENSOR_REORDERING_F16x16 : CUDNN_TENSOR_REORDERING_NONE);
     cg_matmul(g, "dS x K", dS, K, acc);
-    cg_pointwise(g, "dQ_from_accumulator", CUDNN_POINTWISE_IDENTITY, F32, acc, NULL, NULL, dQ, -1);
+    cg_pointwise(g, "dQ_from_accumulator", CUDNN_POINTWISE_IDENTITY, F32, acc, NULL, NULL, t.dQ, -1);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -497,13 +508,7 @@ static void cudnn_att_backward_graph(CudnnGraph *g, int64_t B, int64_t T, int64_
 static void cudnn_att_fp8_forward_graph(CudnnGraph *g, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS) {
     const cudnnDataType_t E4M3 = CUDNN_DATA_FP8_E4M3, F32 = CUDNN_DATA_FLOAT;
     AttShapes d = att_shapes(B, T, NH, NKV, HS);
-    cudnnBackendDescriptor_t Q = cg_tensor(g, "Q", ATT_UID_Q, E4M3, d.q, d.qkv_st, 0, 0);
-    cudnnBackendDescriptor_t KT = cg_tensor(g, "K^T", ATT_UID_KT, E4M3, d.kv_t, d.qkv_t_st, 0, 0);
-    cudnnBackendDescriptor_t V = cg_tensor(g, "V", ATT_UID_V, E4M3, d.kv, d.qkv_st, 0, 0);
-    cudnnBackendDescriptor_t O = cg_tensor(g, "O", ATT_UID_O, E4M3, d.q, d.o_st, 0, 0);
-    cudnnBackendDescriptor_t stats = cg_tensor(g, "Stats", ATT_UID_STATS, F32, d.rows, d.rows_st, 0, 0);
-    cudnnBackendDescriptor_t scale = cg_scalar(g, "attn_scale", ATT_UID_SCALE);
-    cudnnBackendDescriptor_t neg_inf = cg_scalar(g, "-inf", ATT_UID_NEG_INF);
+    AttTensors t = att_tensors(g, &d, 0, E4M3, E4M3);
     cudnnBackendDescriptor_t descale_q = cg_device_scalar(g, "descale_q", ATT_UID_DESCALE_Q);
     cudnnBackendDescriptor_t descale_k = cg_device_scalar(g, "descale_k", ATT_UID_DESCALE_K);
     cudnnBackendDescriptor_t descale_v = cg_device_scalar(g, "descale_v", ATT_UID_DESCALE_V);
@@ -514,18 +519,18 @@ static void cudnn_att_fp8_forward_graph(CudnnGraph *g, int64_t B, int64_t T, int
     cudnnBackendDescriptor_t amax_o = cg_device_scalar(g, "amax_o", ATT_UID_AMAX_O);
 
     cudnnBackendDescriptor_t s = cg_virtual(g, "S", F32, d.scores, d.scores_st);
-    cg_matmul(g, "Q x K^T", Q, KT, s);
-    s = cg_mul(g, "mul_scale", s, scale, d.scores, d.scores_st);
+    cg_matmul(g, "Q x K^T", t.Q, t.KT, s);
+    s = cg_mul(g, "mul_scale", s, t.scale, d.scores, d.scores_st);
     s = cg_mul(g, "mul_descale_q", s, descale_q, d.scores, d.scores_st);
     s = cg_mul(g, "mul_descale_k", s, descale_k, d.scores, d.scores_st);
     cudnnBackendDescriptor_t s_masked = cg_virtual(g, "S_masked", F32, d.scores, d.scores_st);
-    cg_causal_mask(g, s, neg_inf, s_masked, d.scores, d.scores_st);
+    cg_causal_mask(g, s, t.neg_inf, s_masked, d.scores, d.scores_st);
     cudnnBackendDescriptor_t P = cg_virtual(g, "P", F32, d.scores, d.scores_st);
-    cg_softmax(g, s_masked, stats, P, d.scores, d.scores_st, d.rows, d.rows_st);
+    cg_softmax(g, s_masked, t.stats, P, d.scores, d.scores_st, d.rows, d.rows_st);
     cg_reduction(g, "amax_s", CUDNN_REDUCE_TENSOR_AMAX, P, amax_s, -1);
     cudnnBackendDescriptor_t P8 = cg_virtual(g, "P (E4M3)", E4M3, d.scores, d.scores_st); // bmm2's A: the i/o type
     cg_pointwise(g, "mul_scale_s", CUDNN_POINTWISE_MUL, F32, P, scale_s, NULL, P8, -1);
-    cg_matmul_fp8(g, "P x V", P8, V, descale_s, descale_v, scale_o, O, amax_o, d.q, d.q);
+    cg_matmul_fp8(g, "P x V", P8, t.V, descale_s, descale_v, scale_o, t.O, amax_o, d.q, d.q);
 }
 
 // Backward (cudnn-frontend's sdpa_fp8_backward): D = rowsum(dO * O) x descale_do x descale_o; P recomputed
@@ -535,18 +540,7 @@ static void cudnn_att_fp8_forward_graph(CudnnGraph *g, int64_t B, int64_t T, int
 static void cudnn_att_fp8_backward_graph(CudnnGraph *g, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS) {
     const cudnnDataType_t E4M3 = CUDNN_DATA_FP8_E4M3, E5M2 = CUDNN_DATA_FP8_E5M2, F32 = CUDNN_DATA_FLOAT;
     AttShapes d = att_shapes(B, T, NH, NKV, HS);
-
-    cudnnBackendDescriptor_t Q = cg_tensor(g, "Q", ATT_UID_Q, E4M3, d.q, d.qkv_st, 0, 0);
-    cudnnBackendDescriptor_t KT = cg_tensor(g, "K^T", ATT_UID_KT, E4M3, d.kv_t, d.qkv_t_st, 0, 0);
-    cudnnBackendDescriptor_t VT = cg_tensor(g, "V^T", ATT_UID_VT, E4M3, d.kv_t, d.qkv_t_st, 0, 0);
-    cudnnBackendDescriptor_t O = cg_tensor(g, "O", ATT_UID_O, E4M3, d.q, d.o_st, 0, 0);
-    cudnnBackendDescriptor_t dO = cg_tensor(g, "dO", ATT_UID_DO, E5M2, d.q, d.o_st, 0, 0);
-    cudnnBackendDescriptor_t stats = cg_tensor(g, "Stats", ATT_UID_STATS, F32, d.rows, d.rows_st, 0, 0);
-    cudnnBackendDescriptor_t scale = cg_scalar(g, "attn_scale", ATT_UID_SCALE);
-    cudnnBackendDescriptor_t neg_inf = cg_scalar(g, "-inf", ATT_UID_NEG_INF);
-    cudnnBackendDescriptor_t dQ = cg_tensor(g, "dQ", ATT_UID_DQ, E5M2, d.q, d.qkv_st, 0, 0);
-    cudnnBackendDescriptor_t dK = cg_tensor(g, "dK", ATT_UID_DK, E5M2, d.kv, d.qkv_st, 0, 0);
-    cudnnBackendDescriptor_t dV = cg_tensor(g, "dV", ATT_UID_DV, E5M2, d.kv, d.qkv_st, 0, 0);
+    AttTensors t = att_tensors(g, &d, 1, E4M3, E5M2);
     cudnnBackendDescriptor_t descale_q = cg_device_scalar(g, "descale_q", ATT_UID_DESCALE_Q);
     cudnnBackendDescriptor_t descale_k = cg_device_scalar(g, "descale_k", ATT_UID_DESCALE_K);
     cudnnBackendDescriptor_t descale_v = cg_device_scalar(g, "descale_v", ATT_UID_DESCALE_V);
@@ -566,7 +560,7 @@ static void cudnn_att_fp8_backward_graph(CudnnGraph *g, int64_t B, int64_t T, in
 
     // 1. softmax_sum D = rowsum(dO * O) x descale_do x descale_o (virtual here, as in cudnn-frontend)
     cudnnBackendDescriptor_t do_o = cg_virtual(g, "dO*O", F32, d.q, d.o_st);
-    cg_pointwise(g, "mul_dO_O", CUDNN_POINTWISE_MUL, F32, dO, O, NULL, do_o, -1);
+    cg_pointwise(g, "mul_dO_O", CUDNN_POINTWISE_MUL, F32, t.dO, t.O, NULL, do_o, -1);
     cudnnBackendDescriptor_t softmax_sum = cg_virtual(g, "rowsum_dO*O", F32, d.rows, d.rows_st);
     cg_reduction(g, "reduce_dO_O", CUDNN_REDUCE_TENSOR_ADD, do_o, softmax_sum, -1);
     softmax_sum = cg_mul(g, "mul_descale_dO", softmax_sum, descale_do, d.rows, d.rows_st);
@@ -574,14 +568,14 @@ static void cudnn_att_fp8_backward_graph(CudnnGraph *g, int64_t B, int64_t T, in
 
     // 2. recompute P = exp(mask(Q K^T x attn_scale x descale_q x descale_k) - Stats)
     cudnnBackendDescriptor_t s = cg_virtual(g, "S", F32, d.scores, d.scores_st);
-    cg_matmul(g, "Q x K^T", Q, KT, s);
-    s = cg_mul(g, "mul_scale", s, scale, d.scores, d.scores_st);
+    cg_matmul(g, "Q x K^T", t.Q, t.KT, s);
+    s = cg_mul(g, "mul_scale", s, t.scale, d.scores, d.scores_st);
     s = cg_mul(g, "mul_descale_q", s, descale_q, d.scores, d.scores_st);
     s = cg_mul(g, "mul_descale_k", s, descale_k, d.scores, d.scores_st);
     cudnnBackendDescriptor_t s_masked = cg_virtual(g, "S_masked", F32, d.scores, d.scores_st);
-    cg_causal_mask(g, s, neg_inf, s_masked, d.scores, d.scores_st);
+    cg_causal_mask(g, s, t.neg_inf, s_masked, d.scores, d.scores_st);
     cudnnBackendDescriptor_t s_shifted = cg_virtual(g, "S_minus_stats", F32, d.scores, d.scores_st);
-    cg_pointwise(g, "sub_stats", CUDNN_POINTWISE_SUB, F32, s_masked, stats, NULL, s_shifted, -1);
+    cg_pointwise(g, "sub_stats", CUDNN_POINTWISE_SUB, F32, s_masked, t.stats, NULL, s_shifted, -1);
     cudnnBackendDescriptor_t P = cg_virtual(g, "P", F32, d.scores, d.scores_st);
     cg_pointwise(g, "exp", CUDNN_POINTWISE_EXP, F32, s_shifted, NULL, NULL, P, -1);
 
@@ -590,30 +584,30 @@ static void cudnn_att_fp8_backward_graph(CudnnGraph *g, int64_t B, int64_t T, in
     cg_pointwise(g, "mul_scale_s", CUDNN_POINTWISE_MUL, F32, P, scale_s, NULL, P8, -1);
     cudnnBackendDescriptor_t P8T = cg_virtual(g, "P^T (E4M3)", E4M3, d.scores, d.scores_t_st);
     cg_reshape(g, "transpose_P", P8, P8T);
-    cg_matmul_fp8(g, "P^T x dO", P8T, dO, descale_s, descale_do, scale_dv, dV, amax_dv, d.q, d.kv);
+    cg_matmul_fp8(g, "P^T x dO", P8T, t.dO, descale_s, descale_do, scale_dv, t.dV, amax_dv, d.q, d.kv);
 
     // 4. dS = (dO V^T x descale_do x descale_v - D) x P x attn_scale; amax_dp; x scale_dp as E5M2
     cudnnBackendDescriptor_t dP = cg_virtual(g, "dP", F32, d.scores, d.scores_st);
-    cg_matmul(g, "dO x V^T", dO, VT, dP);
+    cg_matmul(g, "dO x V^T", t.dO, t.VT, dP);
     dP = cg_mul(g, "mul_descale_dO_dP", dP, descale_do, d.scores, d.scores_st);
     dP = cg_mul(g, "mul_descale_V", dP, descale_v, d.scores, d.scores_st);
     cudnnBackendDescriptor_t dp_sub = cg_virtual(g, "dP_minus_sum", F32, d.scores, d.scores_st);
     cg_pointwise(g, "sub_softmax_sum", CUDNN_POINTWISE_SUB, F32, dP, softmax_sum, NULL, dp_sub, -1);
     cudnnBackendDescriptor_t dS = cg_mul(g, "mul_P", dp_sub, P, d.scores, d.scores_st);
-    dS = cg_mul(g, "mul_scale_dS", dS, scale, d.scores, d.scores_st);
+    dS = cg_mul(g, "mul_scale_dS", dS, t.scale, d.scores, d.scores_st);
     cg_reduction(g, "amax_dP", CUDNN_REDUCE_TENSOR_AMAX, dS, amax_dp, -1);
     cudnnBackendDescriptor_t dS8 = cg_virtual(g, "dS (E5M2)", E5M2, d.scores, d.scores_st);
     cg_pointwise(g, "mul_scale_dP", CUDNN_POINTWISE_MUL, F32, dS, scale_dp, NULL, dS8, -1);
 
     // 5. dQ = dS x K. K is K^T reshaped back; cudnn-frontend leaves it at the intermediate type (fp32).
     cudnnBackendDescriptor_t K = cg_virtual(g, "K", F32, d.kv, d.qkv_st);
-    cg_reshape(g, "transpose_K^T", KT, K);
-    cg_matmul_fp8(g, "dS x K", dS8, K, descale_dp, descale_k, scale_dq, dQ, amax_dq, d.q, d.q);
+    cg_reshape(g, "transpose_K^T", t.KT, K);
+    cg_matmul_fp8(g, "dS x K", dS8, K, descale_dp, descale_k, scale_dq, t.dQ, amax_dq, d.q, d.q);
 
     // 6. dK = dS^T x Q (GQA as for dV)
     cudnnBackendDescriptor_t dS8T = cg_virtual(g, "dS^T (E5M2)", E5M2, d.scores, d.scores_t_st);
     cg_reshape(g, "transpose_dS", dS8, dS8T);
-    cg_matmul_fp8(g, "dS^T x Q", dS8T, Q, descale_dp, descale_q, scale_dk, dK, amax_dk, d.q, d.kv);
+    cg_matmul_fp8(g, "dS^T x Q", dS8T, t.Q, descale_dp, descale_q, scale_dk, t.dK, amax_dk, d.q, d.kv);
 }
 
 // ---------------------------------------------------------------------------------------------------

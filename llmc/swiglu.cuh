@@ -23,6 +23,23 @@ commits its amax once.
 // ----------------------------------------------------------------------------------------------
 // kernels
 
+// What the two transposing kernels (the _t ones) start from: the amax and tally the block commits at
+// the end, the fp8 cast's scale, and this thread's place in the block's tile.
+typedef struct {
+    uint32_t amax_bits;
+    Fp8Tally tally;
+    float scale;
+    int r0, c0;     // the block's 128 x 128 tile of (tokens, columns) starts at row r0, column c0
+    int vc, lr0, c; // this thread's 8 columns: tile column vc * 8, matrix column c, of tile rows lr0 + 16 * i
+} SwigluTile;
+
+__device__ __forceinline__ SwigluTile swiglu_tile(float scale) {
+    const int r0 = blockIdx.y * FP8_TILE, c0 = blockIdx.x * FP8_TILE;
+    const int vc = threadIdx.x % 16, lr0 = threadIdx.x / 16; // 16 threads x 8 values = one 128-column row
+    SwigluTile t = {0, {0, 0}, scale, r0, c0, vc, lr0, c0 + vc * 8};
+    return t;
+}
+
 // silu(g) * u of 8 elements: one function for both forward kernels, so that they compute the same
 // bits (the tiled kernel's codes must be exactly the row kernel's)
 __device__ __forceinline__ void swiglu8(float y[8], const float g[8], const float u[8]) {
@@ -64,41 +81,36 @@ __global__ void __launch_bounds__(256) swiglu_forward_t_kernel(floatX *__restric
                                                                int N, int FF, Fp8Cast cast, uint8_t *__restrict__ out_t,
                                                                int lines) {
     __shared__ __align__(16) uint8_t tile[FP8_TILE][FP8_TILE];
-    const float scale = *cast.scale;
-    const int r0 = blockIdx.y * FP8_TILE, c0 = blockIdx.x * FP8_TILE;
-    const int vc = threadIdx.x % 16, lr0 = threadIdx.x / 16; // 16 threads x 8 values = one 128-column row
-    const int c = c0 + vc * 8;
-    uint32_t amax_bits = 0;
-    Fp8Tally tally = {0, 0};
+    SwigluTile t = swiglu_tile(*cast.scale);
 #pragma unroll 2
     for (int i = 0; i < FP8_TILE / 16; i++) {
-        const int lr = lr0 + 16 * i, row = r0 + lr;
+        const int lr = t.lr0 + 16 * i, row = t.r0 + lr;
         uint2 q = make_uint2(0, 0); // outside the matrix: zeros, never stored
-        if (row < N && c < FF) {
-            const floatX *g_ptr = in + (size_t)row * 2 * FF + c;
+        if (row < N && t.c < FF) {
+            const floatX *g_ptr = in + (size_t)row * 2 * FF + t.c;
             float g[8], u[8], y[8];
             bf16x8_to_float(g, load16(g_ptr));
             bf16x8_to_float(u, load16(g_ptr + FF));
             swiglu8(y, g, u);
             uint4 packed = float_to_bf16x8(y);
-            const size_t o = (size_t)row * FF + c;
+            const size_t o = (size_t)row * FF + t.c;
             if (out != NULL) store16(out + o, packed);
-            q = float_to_fp8x8<__NV_E4M3>(y, scale, tally);
+            q = float_to_fp8x8<__NV_E4M3>(y, t.scale, t.tally);
             if (cast.out != NULL) store8((fp8e4 *)cast.out + o, q);
-            amax_bits = amax_bits_update(amax_bits, y);
+            t.amax_bits = amax_bits_update(t.amax_bits, y);
         }
-        *(uint2 *)&tile[lr][vc * 8] = q;
+        *(uint2 *)&tile[lr][t.vc * 8] = q;
     }
     __syncthreads();
     if (lines) {
-        store_tile_transposed(out_t, tile, r0, c0, N, FF);
+        store_tile_transposed(out_t, tile, t.r0, t.c0, N, FF);
     } else {
         for (int k = threadIdx.x; k < FP8_TILE * FP8_TILE; k += blockDim.x) {
-            const int tc = k / FP8_TILE, lr = k % FP8_TILE, row = r0 + lr, col = c0 + tc;
+            const int tc = k / FP8_TILE, lr = k % FP8_TILE, row = t.r0 + lr, col = t.c0 + tc;
             if (row < N && col < FF) out_t[(size_t)col * N + row] = tile[lr][tc];
         }
     }
-    if (cast.amax != NULL || cast.counts != NULL) block_commit_fp8(cast.amax, amax_bits, cast.counts, tally);
+    if (cast.amax != NULL || cast.counts != NULL) block_commit_fp8(cast.amax, t.amax_bits, cast.counts, t.tally);
 }
 
 // dg, du of 8 elements from g, u and dout
@@ -153,41 +165,36 @@ __global__ void __launch_bounds__(256) swiglu_backward_t_kernel(floatX *din, con
                                                                 const floatX *in, int N, int FF, Fp8Cast cast,
                                                                 uint8_t *out_t) {
     __shared__ __align__(16) uint8_t tile_g[FP8_TILE][FP8_TILE], tile_u[FP8_TILE][FP8_TILE];
-    const float scale = *cast.scale;
-    const int r0 = blockIdx.y * FP8_TILE, c0 = blockIdx.x * FP8_TILE;
-    const int vc = threadIdx.x % 16, lr0 = threadIdx.x / 16; // 16 threads x 8 values = one 128-column row
-    const int c = c0 + vc * 8;
-    uint32_t amax_bits = 0;
-    Fp8Tally tally = {0, 0};
+    SwigluTile t = swiglu_tile(*cast.scale);
 #pragma unroll 2
     for (int i = 0; i < FP8_TILE / 16; i++) {
-        const int lr = lr0 + 16 * i, row = r0 + lr;
+        const int lr = t.lr0 + 16 * i, row = t.r0 + lr;
         uint2 qg = make_uint2(0, 0), qu = make_uint2(0, 0); // outside the matrix: zeros, never stored
-        if (row < N && c < FF) {
-            const size_t gi = (size_t)row * 2 * FF + c;
+        if (row < N && t.c < FF) {
+            const size_t gi = (size_t)row * 2 * FF + t.c;
             float g[8], u[8], dy[8], dg[8], du[8];
             bf16x8_to_float(g, load16(in + gi));
             bf16x8_to_float(u, load16(in + gi + FF));
-            bf16x8_to_float(dy, load16(dout + (size_t)row * FF + c));
+            bf16x8_to_float(dy, load16(dout + (size_t)row * FF + t.c));
             swiglu_grad8(dg, du, g, u, dy);
             uint4 pg = float_to_bf16x8(dg), pu = float_to_bf16x8(du);
             if (din != NULL) {
                 store16(din + gi, pg);
                 store16(din + gi + FF, pu);
             }
-            qg = float_to_fp8x8<__NV_E5M2>(dg, scale, tally);
-            qu = float_to_fp8x8<__NV_E5M2>(du, scale, tally);
+            qg = float_to_fp8x8<__NV_E5M2>(dg, t.scale, t.tally);
+            qu = float_to_fp8x8<__NV_E5M2>(du, t.scale, t.tally);
             store8((fp8e5 *)cast.out + gi, qg);
             store8((fp8e5 *)cast.out + gi + FF, qu);
-            amax_bits = amax_bits_update(amax_bits_update(amax_bits, dg), du);
+            t.amax_bits = amax_bits_update(amax_bits_update(t.amax_bits, dg), du);
         }
-        *(uint2 *)&tile_g[lr][vc * 8] = qg;
-        *(uint2 *)&tile_u[lr][vc * 8] = qu;
+        *(uint2 *)&tile_g[lr][t.vc * 8] = qg;
+        *(uint2 *)&tile_u[lr][t.vc * 8] = qu;
     }
     __syncthreads();
-    store_tile_transposed(out_t, tile_g, r0, c0, N, FF);
-    store_tile_transposed(out_t + (size_t)FF * N, tile_u, r0, c0, N, FF);
-    if (cast.amax != NULL || cast.counts != NULL) block_commit_fp8(cast.amax, amax_bits, cast.counts, tally);
+    store_tile_transposed(out_t, tile_g, t.r0, t.c0, N, FF);
+    store_tile_transposed(out_t + (size_t)FF * N, tile_u, t.r0, t.c0, N, FF);
+    if (cast.amax != NULL || cast.counts != NULL) block_commit_fp8(cast.amax, t.amax_bits, cast.counts, t.tally);
 }
 
 // ----------------------------------------------------------------------------------------------
