@@ -1576,26 +1576,6 @@ static ModelOptions checked_options(Options *o, int *grad_accum) {
     return mo;
 }
 
-#ifndef TESTING
-// After loading weights and after writing a checkpoint the ranks meet with this deadline, not the
-// usual collective timeout: for a large model, reading the model file (every rank) or writing it
-// (rank 0 alone) can take minutes, and the ranks need not take equally long.
-#define IO_BARRIER_TIMEOUT_S 1800.0
-
-// -fp8_dump: this rank's whole fp8 state buffer (amax slots, histories, scales, scale_invs) as raw
-// floats, so a test can check that every rank holds the same bits.
-static void dump_fp8_state(Model *m, const char *dir, int rank) {
-    char path[1100];
-    snprintf(path, sizeof(path), "%s/fp8_state_rank%d.bin", dir, rank);
-    size_t n = m->fp8_layout.total;
-    float *h = (float *)mallocCheck(n * sizeof(float));
-    cudaCheck(cudaMemcpy(h, m->fp8_state, n * sizeof(float), cudaMemcpyDeviceToHost));
-    FILE *f = fopenCheck(path, "wb");
-    fwriteCheck(h, sizeof(float), n, f);
-    fcloseCheck(f);
-    free(h);
-}
-
 // The training and (have_val) val loaders of this rank; returns the val batch positions an
 // evaluation covers, all ranks together (the same number at any world size).
 static int open_data(const Options *o, const LlamaConfig *cfg, const MultiGpu *mg, DataLoader *train, DataLoader *val) {
@@ -1616,6 +1596,26 @@ static int open_data(const Options *o, const LlamaConfig *cfg, const MultiGpu *m
         return (int)held;
     }
     return o->val_batches;
+}
+
+#ifndef TESTING
+// After loading weights and after writing a checkpoint the ranks meet with this deadline, not the
+// usual collective timeout: for a large model, reading the model file (every rank) or writing it
+// (rank 0 alone) can take minutes, and the ranks need not take equally long.
+#define IO_BARRIER_TIMEOUT_S 1800.0
+
+// -fp8_dump: this rank's whole fp8 state buffer (amax slots, histories, scales, scale_invs) as raw
+// floats, so a test can check that every rank holds the same bits.
+static void dump_fp8_state(Model *m, const char *dir, int rank) {
+    char path[1100];
+    snprintf(path, sizeof(path), "%s/fp8_state_rank%d.bin", dir, rank);
+    size_t n = m->fp8_layout.total;
+    float *h = (float *)mallocCheck(n * sizeof(float));
+    cudaCheck(cudaMemcpy(h, m->fp8_state, n * sizeof(float), cudaMemcpyDeviceToHost));
+    FILE *f = fopenCheck(path, "wb");
+    fwriteCheck(h, sizeof(float), n, f);
+    fcloseCheck(f);
+    free(h);
 }
 
 // The model's starting point: the latest checkpoint with -y 1, else -init_from's weights, else the
