@@ -186,8 +186,8 @@ static void dataloader_drop_small_shards(DataLoader *dl, const char *pattern) {
     int64_t needed = (int64_t)dl->B * dl->T * dl->world + 1;
     const char *what = dl->world == 1 ? "batch" : "step";
     char rule[128];
-    if (dl->world == 1) snprintf(rule, sizeof(rule), "B*T + 1 = %d*%d + 1 = %lld", dl->B, dl->T, (long long)needed);
-    else snprintf(rule, sizeof(rule), "B*T*world + 1 = %d*%d*%d + 1 = %lld (B*T for each rank plus the last target)",
+    if (dl->world == 1) snprintf(rule, sizeof(rule), "B*T + 1 = %d*%d + 1 = %lld tokens", dl->B, dl->T, (long long)needed);
+    else snprintf(rule, sizeof(rule), "B*T*world + 1 = %d*%d*%d + 1 = %lld tokens (B*T for each rank plus the last target)",
                   dl->B, dl->T, dl->world, (long long)needed);
     int kept = 0, largest = 0;
     for (int i = 0; i < dl->num_shards; i++) {
@@ -200,14 +200,14 @@ static void dataloader_drop_small_shards(DataLoader *dl, const char *pattern) {
               (long long)dl->shard_tokens[0], what, rule, advice);
     }
     if (kept == 0) {
-        FATAL("none of the %d data shards matching '%s' holds one %s, which needs %s tokens (the largest, '%s', has"
-              " %lld); %s", dl->num_shards, pattern, what, rule, dl->shard_paths[largest],
+        FATAL("none of the %d data shards matching '%s' holds one %s, which needs %s; the largest, '%s', has"
+              " %lld; %s", dl->num_shards, pattern, what, rule, dl->shard_paths[largest],
               (long long)dl->shard_tokens[largest], advice);
     }
     int k = 0;
     for (int i = 0; i < dl->num_shards; i++) {
         if (dl->shard_tokens[i] < needed) {
-            if (dl->warn) fprintf(stderr, "warning: data shard '%s' has %lld tokens, fewer than one %s needs (%s): left out\n",
+            if (dl->warn) fprintf(stderr, "warning: data shard '%s' has %lld tokens, fewer than one %s needs: %s; left out\n",
                                   dl->shard_paths[i], (long long)dl->shard_tokens[i], what, rule);
             free(dl->shard_paths[i]);
             continue;

@@ -496,7 +496,7 @@ static void test_eval_read_position(void) {
     td_path(pattern, "eval_*.bin");
     TdInitArgs a = {pattern, 2, 4, 0, 1, 1};
     CHECK(run_expect_fatal(td_init_child, &a, err, sizeof(err)) == 0, "evaluation loader refused: %s", err);
-    CHECK(strstr(err, td_path(small, "eval_1.bin")) && strstr(err, "has 8 tokens, fewer than one batch needs (B*T + 1 = 2*4 + 1 = 9)"),
+    CHECK(strstr(err, td_path(small, "eval_1.bin")) && strstr(err, "has 8 tokens, fewer than one batch needs: B*T + 1 = 2*4 + 1 = 9 tokens; left out"),
           "the evaluation loader's warning: '%s'", err);
     DataLoader dl;
     dataloader_init_eval(&dl, pattern, 2, 4, 4000, 0);

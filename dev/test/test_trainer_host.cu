@@ -478,7 +478,7 @@ static void test_data_small_shard_every_world(void) {
     char err[4096], want[256];
     for (int W = 1; W <= 8; W++) {
         snprintf(want, sizeof(want), "warning: data shard '%s' has 32768 tokens, fewer than one step needs"
-                 " (B*T*world + 1 = 16*1024*%d + 1 = %d", val, W, 16384 * W + 1);
+                 ": B*T*world + 1 = 16*1024*%d + 1 = %d tokens", val, W, 16384 * W + 1);
         for (int r = 0; r < W; r++) {
             DataRankArgs a = {0, 0, r, W, "dev/data/tinyshakespeare/tinyshakespeare_llama2_*.bin", W == 1 ? 21 : 20 / W};
             int status = run_expect_fatal(data_rank, &a, err, sizeof(err));
