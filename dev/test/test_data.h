@@ -1,8 +1,10 @@
 /*
 Tests of the shard loader (llmc/dataloader.h) and the tokenizer (llmc/tokenizer.h): exact batches
 from small synthetic shards written to a temporary directory, rank disjointness, shuffling, resume
-state, glob ordering, the synthetic corpus; every bad input (each must exit non-zero with a message
-naming the file and the problem); and the real TinyShakespeare files shipped in dev/data/tinyshakespeare.
+state, glob ordering, the synthetic corpus; shards too small for one step left out with a warning;
+the evaluation loader's positions and their sharing over the ranks; the vocabulary's edge (V-1, V);
+every bad input (each must exit non-zero with a message naming the file and the problem); and the
+real TinyShakespeare files shipped in dev/data/tinyshakespeare.
 */
 #ifndef DEV_TEST_TEST_DATA_H
 #define DEV_TEST_TEST_DATA_H

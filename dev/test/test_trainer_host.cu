@@ -3,7 +3,8 @@ Host-only tests of trainer code that needs no GPU (CI runs them): the checkpoint
 written and read back; every kind of bad file refused with a message, a state file of another run
 naming the flag that resumes it, and a refused write never replacing the good file), the option
 parser (its errors, that every documented flag parses, the AdamW moments' default), the
-learning-rate schedule and the MFU text.
+learning-rate schedule, the MFU text, and the data loaders as open_data makes them on 1-8 stand-in
+ranks (the shipped shards at the README's B x T: val positions shared once, the val loss the same).
 Build and run: make dev/test/test_trainer_host && ./dev/test/test_trainer_host
 */
 #define TESTING
