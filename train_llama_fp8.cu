@@ -1089,27 +1089,58 @@ static void next_batches(DataLoader *dl, int grad_accum, int *inputs, int *targe
     }
 }
 
-// Mean val loss over `batches` batches per rank from the start of the val data; the loader deals the
-// batches out to the ranks as in training, so with batches = B_total / world the ranks together see
-// the batches one GPU would. Evaluation records no amax, so it leaves the fp8 state exactly as
-// training would have it.
-static float evaluate(Model *m, DataLoader *val, int batches, float *host_losses, cudaStream_t stream) {
-    int N = m->opt.B * m->opt.T;
-    m->recording = 0;
-    dataloader_reset(val);
+// The mean of the per-token losses of one batch.
+static float batch_mean_loss(const float *losses, int N) {
     double sum = 0.0;
-    for (int i = 0; i < batches; i++) {
-        dataloader_next_batch(val);
+    for (int k = 0; k < N; k++) sum += losses[k];
+    return (float)(sum / N);
+}
+
+// The val loss from every val position's mean loss, summed in position order: the same number at
+// any world size.
+static float val_loss_mean(const float *position_loss, int positions) {
+    double sum = 0.0;
+    for (int p = 0; p < positions; p++) sum += position_loss[p];
+    return (float)(sum / positions);
+}
+
+// Mean val loss over the first `positions` batch positions of the val data (llmc/dataloader.h,
+// "Evaluation"): the ranks share them out, each evaluated by one rank, and every rank runs the same
+// number of forwards. Each rank fills its positions' entries of a vector that is zero elsewhere, so
+// the sum over ranks adds only zeros to each entry: exact, whatever the order. Evaluation records
+// no amax, so it leaves the fp8 state exactly as training would have it.
+static float evaluate(Model *m, DataLoader *val, int positions, float *host_losses, cudaStream_t stream) {
+    MultiGpu *mg = m->mg;
+    int N = m->opt.B * m->opt.T;
+    float *position_loss = (float *)callocCheck(positions, sizeof(float));
+    m->recording = 0;
+    for (int64_t s = 0; s < dataloader_eval_steps(positions, mg->world); s++) {
+        int own;
+        int64_t p = dataloader_eval_position(positions, mg->world, mg->rank, s, &own);
+        dataloader_read_position(val, p);
         cudaCheck(cudaMemcpyAsync(m->acts.inputs, val->inputs, N * sizeof(int), cudaMemcpyHostToDevice, stream));
         cudaCheck(cudaMemcpyAsync(m->acts.targets, val->targets, N * sizeof(int), cudaMemcpyHostToDevice, stream));
         model_forward(m, 1, 0.0f, stream);
         cudaCheck(cudaMemcpyAsync(host_losses, m->acts.losses, N * sizeof(float), cudaMemcpyDeviceToHost, stream));
-        mg_wait(m->mg, stream, "a validation batch");
-        for (int k = 0; k < N; k++) sum += host_losses[k];
+        mg_wait(mg, stream, "a validation batch");
+        if (own) position_loss[p] = batch_mean_loss(host_losses, N);
     }
     m->recording = 1;
-    float loss = (float)(sum / ((double)batches * N));
-    return m->mg->world == 1 ? loss : mg_allreduce_sum_float(m->mg, loss) / m->mg->world; // equal counts: the mean of means
+    // summed over the ranks N entries at a time, through acts.losses (free now) and the pinned
+    // host_losses (a copy to pageable memory would wait for the collective outside mg_wait)
+    for (int first = 0; mg->world > 1 && first < positions; first += N) {
+        int n = positions - first < N ? positions - first : N;
+        memcpy(host_losses, position_loss + first, n * sizeof(float));
+        cudaCheck(cudaMemcpyAsync(m->acts.losses, host_losses, n * sizeof(float), cudaMemcpyHostToDevice, stream));
+        mg_allreduce_sum_f32(mg, m->acts.losses, n, stream);
+        mg_join(mg, stream);
+        cudaCheck(cudaMemcpyAsync(host_losses, m->acts.losses, n * sizeof(float), cudaMemcpyDeviceToHost, stream));
+        mg_wait(mg, stream, "the val losses of all ranks");
+        memcpy(position_loss + first, host_losses, n * sizeof(float));
+    }
+    float loss = val_loss_mean(position_loss, positions);
+    free(position_loss);
+    return loss;
 }
 
 // Sample gen_tokens tokens after the document-start token (row 0 of the batch; the model is causal,
@@ -1545,6 +1576,28 @@ static ModelOptions checked_options(Options *o, int *grad_accum) {
     return mo;
 }
 
+// The training and (have_val) val loaders of this rank; returns the val batch positions an
+// evaluation covers, all ranks together (the same number at any world size).
+static int open_data(const Options *o, const LlamaConfig *cfg, const MultiGpu *mg, DataLoader *train, DataLoader *val) {
+    int synthetic = strcmp(o->train_pattern, "synthetic") == 0, have_val = o->val_pattern[0] != '\0'; // -j '': no validation
+    if (synthetic) {
+        dataloader_init_synthetic(train, o->B, o->T, mg->rank, mg->world, cfg->V, (uint64_t)o->seed);
+        if (have_val) dataloader_init_synthetic(val, o->B, o->T, 0, 1, cfg->V, (uint64_t)o->seed + 1);
+    } else {
+        dataloader_init(train, o->train_pattern, o->B, o->T, mg->rank, mg->world, o->shuffle, (uint64_t)o->seed, cfg->V);
+        if (have_val) dataloader_init_eval(val, o->val_pattern, o->B, o->T, cfg->V, mg_is_main(mg));
+    }
+    if (!have_val) return 0;
+    int64_t held = dataloader_positions(val);
+    if (o->val_batches > held) {
+        // more would read the val data twice: the mean would not change, only take longer
+        if (mg_is_main(mg)) printf("val data '%s' holds %lld batches of %d x %d tokens: evaluating on those, not %d\n",
+                                   o->val_pattern, (long long)held, o->B, o->T, o->val_batches);
+        return (int)held;
+    }
+    return o->val_batches;
+}
+
 #ifndef TESTING
 // After loading weights and after writing a checkpoint the ranks meet with this deadline, not the
 // usual collective timeout: for a large model, reading the model file (every rank) or writing it
@@ -1563,27 +1616,6 @@ static void dump_fp8_state(Model *m, const char *dir, int rank) {
     fwriteCheck(h, sizeof(float), n, f);
     fcloseCheck(f);
     free(h);
-}
-
-// The training and (have_val) val loaders of this rank, and the val batches per rank to evaluate on.
-static int open_data(const Options *o, const LlamaConfig *cfg, const MultiGpu *mg, DataLoader *train, DataLoader *val) {
-    int synthetic = strcmp(o->train_pattern, "synthetic") == 0, have_val = o->val_pattern[0] != '\0'; // -j '': no validation
-    if (synthetic) {
-        dataloader_init_synthetic(train, o->B, o->T, mg->rank, mg->world, cfg->V, (uint64_t)o->seed);
-        if (have_val) dataloader_init_synthetic(val, o->B, o->T, mg->rank, mg->world, cfg->V, (uint64_t)o->seed + 1);
-    } else {
-        dataloader_init(train, o->train_pattern, o->B, o->T, mg->rank, mg->world, o->shuffle, (uint64_t)o->seed, cfg->V);
-        if (have_val) dataloader_init(val, o->val_pattern, o->B, o->T, mg->rank, mg->world, 0, 0, cfg->V);
-    }
-    if (!have_val) return 0;
-    int val_batches = (o->val_batches + mg->world - 1) / mg->world; // per rank
-    if (!synthetic && val_batches > val->batches_per_epoch) {
-        // more would read the val data twice: the mean would not change, only take longer
-        if (mg_is_main(mg)) printf("val data '%s' holds %lld batches per GPU: evaluating on those, not %d\n", o->val_pattern,
-                                   (long long)val->batches_per_epoch, val_batches);
-        val_batches = (int)val->batches_per_epoch;
-    }
-    return val_batches;
 }
 
 // The model's starting point: the latest checkpoint with -y 1, else -init_from's weights, else the
@@ -1652,15 +1684,13 @@ static void evaluate_only(Model *m, DataLoader *val, int have_val, int val_batch
         // no step has set the scales yet: take them as the first training step would, from the live
         // amaxes of the weights and of the first val batch
         fp8_cast_weights(m, stream);
-        dataloader_reset(val);
-        dataloader_next_batch(val);
+        dataloader_read_position(val, 0); // on every rank: the MAX over the ranks is one GPU's amax
         cudaCheck(cudaMemcpyAsync(m->acts.inputs, val->inputs, N * sizeof(int), cudaMemcpyHostToDevice, stream));
         model_forward(m, 0, 0.0f, stream);
     }
     if (val_batches > 0) {
         float vl = evaluate(m, val, val_batches, host_losses, stream);
-        if (main_rank) printf("val loss %.6f over %d batches of %d x %d tokens%s\n", vl, val_batches * m->mg->world, o->B, o->T,
-                              m->mg->world > 1 ? " (all GPUs)" : "");
+        if (main_rank) printf("val loss %.6f over %d batches of %d x %d tokens\n", vl, val_batches, o->B, o->T);
     } else if (main_rank) {
         printf("-x 0: no val data (-j) to evaluate\n");
     }

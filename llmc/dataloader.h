@@ -12,16 +12,29 @@ Batch positions. A batch is B rows of T+1 consecutive tokens, taken as one run o
     inputs  = run[0 .. B*T)      (row b is run[b*T .. b*T + T))
     targets = run[1 .. B*T + 1)  (each input's next token)
 A shard of N tokens holds P = (N - 1) / (B*T) positions; position p is the run starting at token
-p*B*T (a run's last token is the next run's first, as in llm.c, so no token is skipped). Positions
-are dealt out in steps: at step s of a shard, rank r reads entry s*world + r of the shard's position
-list, so the ranks' batches are disjoint and together cover the shard. Every rank takes the same
-number of steps, S = P / world, in each shard (so data-parallel ranks change shards together); the
-last P - S*world positions of the list are left out that epoch. Hence every shard must hold at least
-    B*T*world + 1 tokens   (one step: B*T tokens for each rank, plus the last target).
-Without shuffling the position list is 0, 1, ..., P-1 and the shards come in name order. With
-shuffling each epoch permutes the shard order and each shard's position list (so a different tail
-is left out each epoch); the permutations derive only from (seed, epoch, shard), never from a
-running random stream, so any point of the sequence can be rebuilt from a small DataLoaderState.
+p*B*T (a run's last token is the next run's first, as in llm.c, so no token is skipped).
+
+Training (dataloader_init). Positions are dealt out in steps: at step s of a shard, rank r reads
+entry s*world + r of the shard's position list, so the ranks' batches are disjoint and together
+cover the shard. Every rank takes the same number of steps, S = P / world, in each shard (so
+data-parallel ranks change shards together); the last P - S*world positions of the list are left
+out that epoch. A shard with P < world, fewer than
+    B*T*world + 1 tokens   (one step: B*T tokens for each rank, plus the last target),
+gives no step: it is left out with a warning naming it, and only a run none of whose shards gives a
+step is refused. Without shuffling the position list is 0, 1, ..., P-1 and the shards come in name
+order. With shuffling each epoch permutes the shard order and each shard's position list (so a
+different tail is left out each epoch); the permutations derive only from (seed, epoch, shard),
+never from a running random stream, so any point of the sequence can be rebuilt from a small
+DataLoaderState.
+
+Evaluation (dataloader_init_eval). The positions of all shards, in name order, are numbered 0, 1, ...
+(dataloader_positions of them; a shard shorter than B*T + 1 tokens has none and is left out with a
+warning), the same numbers at any world size; dataloader_read_position reads any one of them. The
+ranks share the first P in steps (dataloader_eval_position): at step s rank r evaluates number
+s*world + r, so each of the P is evaluated by exactly one rank, and every rank takes the same
+ceil(P / world) steps, so collectives inside a forward stay in step. Where s*world + r >= P the rank
+re-reads a position that exists (the number modulo P) and marks it not its own: its loss is not
+counted. The mean over the P positions is then the same at any world size.
 
 Every batch's tokens are checked against the vocabulary size, naming the file and token position of
 a bad one. Multi-byte values are read in the host's byte order: little-endian, as the format is.
@@ -58,9 +71,10 @@ typedef struct {
 
 typedef struct {
     int B, T, rank, world, shuffle, vocab_size;
+    int warn;                  // 1: name each shard left out (too small) on stderr; the main rank's loaders
     uint64_t seed;
     // the shards, in name order
-    int num_shards;
+    int num_shards;            // those that give a batch (a step, training); smaller ones are left out
     char **shard_paths;
     int64_t *shard_tokens;     // tokens in each shard (header count, checked against the file size)
     int *shard_token_bytes;    // 2 or 4
@@ -161,14 +175,49 @@ static void dataloader_check_shard(DataLoader *dl, int i) {
         FATAL("data shard '%s': header token count %lld disagrees with the file size (%lld bytes expected,"
               " %lld found)", path, (long long)ntok, (long long)expected, (long long)size);
     }
-    int64_t needed = (int64_t)dl->B * dl->T * dl->world + 1;
-    if (ntok < needed) {
-        FATAL("data shard '%s' has %lld tokens, fewer than one step needs: B*T*world + 1 = %d*%d*%d + 1 ="
-              " %lld (B*T per rank plus the last target); use a smaller -b/-t or more data", path,
-              (long long)ntok, dl->B, dl->T, dl->world, (long long)needed);
-    }
     dl->shard_tokens[i] = ntok;
     dl->shard_token_bytes[i] = width;
+}
+
+// Leaves out the shards too small for one batch of every rank (an evaluation loader has world 1),
+// naming each on stderr if dl->warn; refuses the run, naming the data and the tokens needed, if no
+// shard is left.
+static void dataloader_drop_small_shards(DataLoader *dl, const char *pattern) {
+    int64_t needed = (int64_t)dl->B * dl->T * dl->world + 1;
+    const char *what = dl->world == 1 ? "batch" : "step";
+    char rule[128];
+    if (dl->world == 1) snprintf(rule, sizeof(rule), "B*T + 1 = %d*%d + 1 = %lld tokens", dl->B, dl->T, (long long)needed);
+    else snprintf(rule, sizeof(rule), "B*T*world + 1 = %d*%d*%d + 1 = %lld tokens (B*T for each rank plus the last target)",
+                  dl->B, dl->T, dl->world, (long long)needed);
+    int kept = 0, largest = 0;
+    for (int i = 0; i < dl->num_shards; i++) {
+        if (dl->shard_tokens[i] > dl->shard_tokens[largest]) largest = i;
+        kept += dl->shard_tokens[i] >= needed;
+    }
+    const char *advice = dl->world == 1 ? "use a smaller -b/-t or more data" : "use a smaller -b/-t, fewer GPUs or more data";
+    if (kept == 0 && dl->num_shards == 1) {
+        FATAL("data shard '%s' has %lld tokens, fewer than one %s needs: %s; %s", dl->shard_paths[0],
+              (long long)dl->shard_tokens[0], what, rule, advice);
+    }
+    if (kept == 0) {
+        FATAL("none of the %d data shards matching '%s' holds one %s, which needs %s; the largest, '%s', has"
+              " %lld; %s", dl->num_shards, pattern, what, rule, dl->shard_paths[largest],
+              (long long)dl->shard_tokens[largest], advice);
+    }
+    int k = 0;
+    for (int i = 0; i < dl->num_shards; i++) {
+        if (dl->shard_tokens[i] < needed) {
+            if (dl->warn) fprintf(stderr, "warning: data shard '%s' has %lld tokens, fewer than one %s needs: %s; left out\n",
+                                  dl->shard_paths[i], (long long)dl->shard_tokens[i], what, rule);
+            free(dl->shard_paths[i]);
+            continue;
+        }
+        dl->shard_paths[k] = dl->shard_paths[i];
+        dl->shard_tokens[k] = dl->shard_tokens[i];
+        dl->shard_token_bytes[k] = dl->shard_token_bytes[i];
+        k++;
+    }
+    dl->num_shards = kept;
 }
 
 // The shard order of dl->epoch.
@@ -227,14 +276,8 @@ static void dataloader_check_args(int B, int T, int rank, int world, int vocab_s
     if (vocab_size <= 0) FATAL("data loader: vocab_size must be positive (got %d)", vocab_size);
 }
 
-// Loads every shard matching `pattern` (a glob, or one file name). Exits with a message on any
-// missing, malformed or too-small shard.
-static void dataloader_init(DataLoader *dl, const char *pattern, int B, int T, int rank, int world,
-                            int shuffle, uint64_t seed, int vocab_size) {
-    dataloader_check_args(B, T, rank, world, vocab_size);
-    memset(dl, 0, sizeof(*dl));
-    dl->B = B; dl->T = T; dl->rank = rank; dl->world = world;
-    dl->shuffle = shuffle != 0; dl->seed = seed; dl->vocab_size = vocab_size;
+// Finds, checks and sorts every shard matching `pattern`, leaving out those too small.
+static void dataloader_open_shards(DataLoader *dl, const char *pattern) {
     // GLOB_NOSORT + strcmp: glob's own sort follows the locale, and every rank and every machine
     // must see the same order.
     glob_t g;
@@ -253,6 +296,32 @@ static void dataloader_init(DataLoader *dl, const char *pattern, int B, int T, i
     dl->shard_tokens = (int64_t *)mallocCheck(dl->num_shards * sizeof(int64_t));
     dl->shard_token_bytes = (int *)mallocCheck(dl->num_shards * sizeof(int));
     for (int i = 0; i < dl->num_shards; i++) dataloader_check_shard(dl, i);
+    dataloader_drop_small_shards(dl, pattern);
+}
+
+// The training loader of rank `rank` of `world`: every shard matching `pattern` (a glob, or one file
+// name). Exits with a message on any missing or malformed shard, or when no shard gives a step; the
+// main rank (rank 0) names each shard left out as too small.
+static void dataloader_init(DataLoader *dl, const char *pattern, int B, int T, int rank, int world,
+                            int shuffle, uint64_t seed, int vocab_size) {
+    dataloader_check_args(B, T, rank, world, vocab_size);
+    memset(dl, 0, sizeof(*dl));
+    dl->B = B; dl->T = T; dl->rank = rank; dl->world = world;
+    dl->shuffle = shuffle != 0; dl->seed = seed; dl->vocab_size = vocab_size;
+    dl->warn = rank == 0;
+    dataloader_open_shards(dl, pattern);
+    dataloader_setup(dl);
+}
+
+// An evaluation loader (see the file comment): the same on every rank, read with
+// dataloader_read_position. warn: name the shards left out as too small (the main rank's).
+static void dataloader_init_eval(DataLoader *dl, const char *pattern, int B, int T, int vocab_size, int warn) {
+    dataloader_check_args(B, T, 0, 1, vocab_size);
+    memset(dl, 0, sizeof(*dl));
+    dl->B = B; dl->T = T; dl->rank = 0; dl->world = 1;
+    dl->vocab_size = vocab_size;
+    dl->warn = warn;
+    dataloader_open_shards(dl, pattern);
     dataloader_setup(dl);
 }
 
@@ -285,11 +354,9 @@ static int dataloader_synthetic_token(const DataLoader *dl, int64_t i) {
     return dl->sentences[pick % SYNTH_SENTENCES][i % SYNTH_LEN];
 }
 
-// Reads the next batch into dl->inputs and dl->targets (each B*T ints, row-major (B, T)).
-static void dataloader_next_batch(DataLoader *dl) {
-    int shard = dl->shard_order[dl->shard_index];
-    int64_t slot = dl->step * dl->world + dl->rank;
-    int64_t position = dl->shuffle ? dl->positions[slot] : slot;
+// Reads position `position` of shard `shard` (dl->fp must be that shard) into dl->inputs and
+// dl->targets (each B*T ints, row-major (B, T)).
+static void dataloader_read_run(DataLoader *dl, int shard, int64_t position) {
     int64_t BT = (int64_t)dl->B * dl->T;
     int64_t start = position * BT; // first token of the run, within the shard
     if (dl->synthetic) {
@@ -297,23 +364,30 @@ static void dataloader_next_batch(DataLoader *dl) {
             dl->inputs[i] = dataloader_synthetic_token(dl, start + i);
             dl->targets[i] = dataloader_synthetic_token(dl, start + i + 1);
         }
-    } else {
-        const char *path = dl->shard_paths[shard];
-        int width = dl->shard_token_bytes[shard];
-        fseekCheck(dl->fp, SHARD_HEADER_INTS * (int64_t)sizeof(int32_t) + start * width, SEEK_SET);
-        freadCheck(dl->raw, width, (size_t)BT + 1, dl->fp, path);
-        for (int64_t i = 0; i <= BT; i++) {
-            uint32_t tok;
-            if (width == 2) { uint16_t t16; memcpy(&t16, dl->raw + 2 * i, 2); tok = t16; }
-            else { memcpy(&tok, dl->raw + 4 * i, 4); }
-            if (tok >= (uint32_t)dl->vocab_size) {
-                FATAL("data shard '%s': token id %u at token %lld is >= the vocabulary size %d"
-                      " (was it made with another tokenizer?)", path, tok, (long long)(start + i), dl->vocab_size);
-            }
-            if (i < BT) dl->inputs[i] = (int)tok;
-            if (i > 0) dl->targets[i - 1] = (int)tok;
-        }
+        return;
     }
+    const char *path = dl->shard_paths[shard];
+    int width = dl->shard_token_bytes[shard];
+    fseekCheck(dl->fp, SHARD_HEADER_INTS * (int64_t)sizeof(int32_t) + start * width, SEEK_SET);
+    freadCheck(dl->raw, width, (size_t)BT + 1, dl->fp, path);
+    for (int64_t i = 0; i <= BT; i++) {
+        uint32_t tok;
+        if (width == 2) { uint16_t t16; memcpy(&t16, dl->raw + 2 * i, 2); tok = t16; }
+        else { memcpy(&tok, dl->raw + 4 * i, 4); }
+        if (tok >= (uint32_t)dl->vocab_size) {
+            FATAL("data shard '%s': token id %u at token %lld is >= the vocabulary size %d"
+                  " (was it made with another tokenizer?)", path, tok, (long long)(start + i), dl->vocab_size);
+        }
+        if (i < BT) dl->inputs[i] = (int)tok;
+        if (i > 0) dl->targets[i - 1] = (int)tok;
+    }
+}
+
+// Reads the next batch into dl->inputs and dl->targets (each B*T ints, row-major (B, T)).
+static void dataloader_next_batch(DataLoader *dl) {
+    int shard = dl->shard_order[dl->shard_index];
+    int64_t slot = dl->step * dl->world + dl->rank;
+    dataloader_read_run(dl, shard, dl->shuffle ? dl->positions[slot] : slot);
     // advance now, so the state always names the batch the next call returns
     dl->step++;
     if (dl->step == dl->shard_steps) {
@@ -328,13 +402,39 @@ static void dataloader_next_batch(DataLoader *dl) {
     }
 }
 
-// Back to the first batch of epoch 0, as after init (a validation loader calls this before each eval).
-static void dataloader_reset(DataLoader *dl) {
-    dl->epoch = 0;
-    dl->shard_index = 0;
-    dl->step = 0;
-    dataloader_order_shards(dl);
-    dataloader_load_shard(dl);
+// Positions in all shards, numbered in name order: shard 0's, then shard 1's, ...
+static int64_t dataloader_positions(const DataLoader *dl) {
+    int64_t n = 0;
+    for (int i = 0; i < dl->num_shards; i++) n += (dl->shard_tokens[i] - 1) / ((int64_t)dl->B * dl->T);
+    return n;
+}
+
+// Reads position number `index` of all shards (see dataloader_positions) into dl->inputs and
+// dl->targets. For an evaluation loader: in a training loader it would move the current shard.
+static void dataloader_read_position(DataLoader *dl, int64_t index) {
+    int64_t BT = (int64_t)dl->B * dl->T, first = 0;
+    int shard = 0;
+    while (shard + 1 < dl->num_shards && index >= first + (dl->shard_tokens[shard] - 1) / BT) {
+        first += (dl->shard_tokens[shard] - 1) / BT;
+        shard++;
+    }
+    if (index < 0 || index - first >= (dl->shard_tokens[shard] - 1) / BT)
+        FATAL("data loader: position %lld is outside the %lld positions of the data", (long long)index,
+              (long long)dataloader_positions(dl));
+    if (shard != dl->shard_order[dl->shard_index]) {
+        dl->shard_index = shard; // an evaluation loader is never shuffled: shard_order is the identity
+        dataloader_load_shard(dl);
+    }
+    dataloader_read_run(dl, shard, index - first);
+}
+
+// Evaluation of the first P >= 1 positions by `world` ranks (see the file comment): the steps every
+// rank takes, and the position rank `rank` reads at step `step`, with *own = 1 if its loss counts.
+static int64_t dataloader_eval_steps(int64_t P, int world) { return (P + world - 1) / world; }
+static int64_t dataloader_eval_position(int64_t P, int world, int rank, int64_t step, int *own) {
+    int64_t i = step * world + rank;
+    *own = i < P;
+    return i % P;
 }
 
 // Tokens in all shards (the synthetic stream's nominal length for a synthetic loader).

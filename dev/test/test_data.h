@@ -1,8 +1,10 @@
 /*
 Tests of the shard loader (llmc/dataloader.h) and the tokenizer (llmc/tokenizer.h): exact batches
 from small synthetic shards written to a temporary directory, rank disjointness, shuffling, resume
-state, glob ordering, the synthetic corpus; every bad input (each must exit non-zero with a message
-naming the file and the problem); and the real TinyShakespeare files shipped in dev/data/tinyshakespeare.
+state, glob ordering, the synthetic corpus; shards too small for one step left out with a warning;
+the evaluation loader's positions and their sharing over the ranks; the vocabulary's edge (V-1, V);
+every bad input (each must exit non-zero with a message naming the file and the problem); and the
+real TinyShakespeare files shipped in dev/data/tinyshakespeare.
 */
 #ifndef DEV_TEST_TEST_DATA_H
 #define DEV_TEST_TEST_DATA_H
@@ -245,16 +247,8 @@ static void test_state_resume(void) {
         }
         CHECK(same, "resuming after %d batches did not replay the same %d batches", skip, K);
         CHECK(dataloader_get_state(&b).epoch >= 1, "the replay never crossed an epoch");
-        // reset goes back to the very first batch
-        DataLoader c;
-        dataloader_init(&c, pattern, B, T, 1, 2, 1, 9, 4000);
-        dataloader_next_batch(&c);
-        dataloader_reset(&b);
-        dataloader_next_batch(&b);
-        CHECK(memcmp(b.inputs, c.inputs, B * T * sizeof(int)) == 0, "reset did not return to the first batch");
         dataloader_free(&a);
         dataloader_free(&b);
-        dataloader_free(&c);
     }
 }
 
@@ -400,6 +394,159 @@ static void test_bad_shards(void) {
     a.B = 2; a.T = 4; a.world = 1; a.vocab = 1000; a.batches = 0;
     char bad[512];
     td_expect_fatal("one bad shard of two", td_load_child, &a, td_path(bad, "mix_b.bin"), "truncated", NULL);
+}
+
+// ---- shards too small for one step; evaluation positions; the vocabulary's edge
+
+typedef struct {
+    const char *pattern;
+    int B, T, rank, world, eval;
+} TdInitArgs;
+
+// A loader made in a child (its warnings go to the parent's err); eval: an evaluation loader, warning.
+static void td_init_child(void *arg) {
+    const TdInitArgs *a = (const TdInitArgs *)arg;
+    DataLoader dl;
+    if (a->eval) dataloader_init_eval(&dl, a->pattern, a->B, a->T, 4000, 1);
+    else dataloader_init(&dl, a->pattern, a->B, a->T, a->rank, a->world, 0, 0, 4000);
+    dataloader_free(&dl);
+}
+
+static void test_small_train_shard_left_out(void) {
+    char pattern[512], small[512], err[4096];
+    // B*T = 8, world 2: one step needs 2*8 + 1 = 17 tokens
+    td_write_shard("small_0.bin", 2, 0, 41);    // 5 positions: 2 steps
+    td_write_shard("small_1.bin", 2, 1000, 16); // 1 position: fewer than the ranks, no step
+    td_write_shard("small_2.bin", 2, 2000, 33); // 4 positions: 2 steps
+    td_path(pattern, "small_*.bin");
+    td_path(small, "small_1.bin");
+    TdInitArgs a = {pattern, 2, 4, 0, 2, 0};
+    CHECK(run_expect_fatal(td_init_child, &a, err, sizeof(err)) == 0, "a run with a too-small shard among good ones refused: %s", err);
+    CHECK(strstr(err, "warning: data shard") && strstr(err, small) && strstr(err, "has 16 tokens") &&
+          strstr(err, "B*T*world + 1 = 2*4*2 + 1 = 17") && strstr(err, "left out"), "rank 0's warning: '%s'", err);
+    CHECK(strstr(err, "small_0.bin") == NULL && strstr(err, "small_2.bin") == NULL, "a good shard named: '%s'", err);
+    a.rank = 1;
+    CHECK(run_expect_fatal(td_init_child, &a, err, sizeof(err)) == 0 && err[0] == '\0', "rank 1 must warn about nothing: '%s'", err);
+    // rank 1 reads positions 1 and 3 of small_0, then of small_2, then epoch 1 again
+    DataLoader dl;
+    dataloader_init(&dl, pattern, 2, 4, 1, 2, 0, 0, 4000);
+    CHECK(dl.num_shards == 2 && dl.batches_per_epoch == 4, "%d shards, %lld batches an epoch; expected 2, 4", dl.num_shards,
+          (long long)dl.batches_per_epoch);
+    CHECK(dataloader_num_tokens(&dl) == 41 + 33, "num_tokens %lld counts the shard left out", (long long)dataloader_num_tokens(&dl));
+    const int expect[5] = {8, 24, 2008, 2024, 8};
+    for (int i = 0; i < 5; i++) {
+        dataloader_next_batch(&dl);
+        CHECK(td_batch_is_run(&dl, expect[i]), "rank 1 batch %d starts at %d, expected %d", i, dl.inputs[0], expect[i]);
+    }
+    dataloader_free(&dl);
+    // one GPU: 16 tokens hold a batch (9 needed), nothing is left out
+    a.rank = 0; a.world = 1;
+    CHECK(run_expect_fatal(td_init_child, &a, err, sizeof(err)) == 0 && err[0] == '\0', "world 1 warned: '%s'", err);
+    // 8 GPUs need 65 tokens: no shard gives a step, refused naming the data, the largest shard and the need
+    char largest[512];
+    a.world = 8;
+    td_expect_fatal("no shard gives a step", td_init_child, &a, pattern, "none of the 3 data shards matching",
+                    "B*T*world + 1 = 2*4*8 + 1 = 65");
+    td_expect_fatal("no shard gives a step: the largest named", td_init_child, &a, td_path(largest, "small_0.bin"),
+                    "has 41", NULL);
+}
+
+// The rule the ranks share the first P val positions by, stated here: at step s rank r evaluates
+// s*world + r; past P it re-reads (s*world + r) mod P and does not count it.
+static void test_eval_positions(void) {
+    // the shipped val shard at B*T = 8192 (the 7B and 8B commands) holds 3 positions; on 8 GPUs:
+    int own;
+    for (int r = 0; r < 8; r++) {
+        int64_t p = dataloader_eval_position(3, 8, r, 0, &own);
+        CHECK(p == r % 3 && own == (r < 3), "P 3 world 8 rank %d: position %lld own %d", r, (long long)p, own);
+    }
+    CHECK(dataloader_eval_steps(3, 8) == 1, "P 3 world 8: %lld steps", (long long)dataloader_eval_steps(3, 8));
+    // 7 positions on 3 GPUs: rank 0 evaluates 0 3 6, rank 1 1 4 and re-reads 0, rank 2 2 5 and re-reads 1
+    const int pos7[3][3] = {{0, 3, 6}, {1, 4, 0}, {2, 5, 1}}, own7[3][3] = {{1, 1, 1}, {1, 1, 0}, {1, 1, 0}};
+    CHECK(dataloader_eval_steps(7, 3) == 3, "P 7 world 3: %lld steps", (long long)dataloader_eval_steps(7, 3));
+    for (int r = 0; r < 3; r++) {
+        for (int s = 0; s < 3; s++) {
+            int64_t p = dataloader_eval_position(7, 3, r, s, &own);
+            CHECK(p == pos7[r][s] && own == own7[r][s], "P 7 world 3 rank %d step %d: position %lld own %d", r, s, (long long)p, own);
+        }
+    }
+    // every P and world: each position evaluated by exactly one rank; every read is a position that exists;
+    // every rank takes the same number of steps, the fewest that reach P
+    for (int P = 1; P <= 40; P++) {
+        for (int world = 1; world <= 8; world++) {
+            int64_t steps = dataloader_eval_steps(P, world);
+            CHECK(steps * world >= P && (steps - 1) * world < P, "P %d world %d: %lld steps", P, world, (long long)steps);
+            int count[40] = {0}, bad = 0;
+            for (int r = 0; r < world; r++) {
+                for (int64_t s = 0; s < steps; s++) {
+                    int64_t p = dataloader_eval_position(P, world, r, s, &own);
+                    if (p < 0 || p >= P) { bad++; continue; }
+                    count[p] += own;
+                }
+            }
+            CHECK(bad == 0, "P %d world %d: %d reads outside the positions", P, world, bad);
+            for (int p = 0; p < P; p++) CHECK(count[p] == 1, "P %d world %d: position %d counted %d times", P, world, p, count[p]);
+        }
+    }
+}
+
+static void test_eval_read_position(void) {
+    char pattern[512], small[512], err[4096];
+    td_write_shard("eval_0.bin", 2, 0, 41);    // B*T = 8: positions 0-4
+    td_write_shard("eval_1.bin", 2, 1000, 8);  // shorter than one batch (9 tokens): left out
+    td_write_shard("eval_2.bin", 4, 2000, 25); // positions 5-7
+    td_path(pattern, "eval_*.bin");
+    TdInitArgs a = {pattern, 2, 4, 0, 1, 1};
+    CHECK(run_expect_fatal(td_init_child, &a, err, sizeof(err)) == 0, "evaluation loader refused: %s", err);
+    CHECK(strstr(err, td_path(small, "eval_1.bin")) && strstr(err, "has 8 tokens, fewer than one batch needs: B*T + 1 = 2*4 + 1 = 9 tokens; left out"),
+          "the evaluation loader's warning: '%s'", err);
+    DataLoader dl;
+    dataloader_init_eval(&dl, pattern, 2, 4, 4000, 0);
+    CHECK(dataloader_positions(&dl) == 8, "%lld positions, expected 8", (long long)dataloader_positions(&dl));
+    const int order[7] = {7, 0, 5, 4, 6, 1, 7};
+    for (int i = 0; i < 7; i++) {
+        int k = order[i], first = k < 5 ? 8 * k : 2000 + 8 * (k - 5);
+        dataloader_read_position(&dl, k);
+        CHECK(td_batch_is_run(&dl, first), "position %d starts at %d, expected %d", k, dl.inputs[0], first);
+    }
+    dataloader_free(&dl);
+}
+
+typedef struct { const char *path; int vocab; int64_t index; } TdReadArgs;
+
+// Reads one position of an evaluation loader in a child.
+static void td_read_position_child(void *arg) {
+    const TdReadArgs *a = (const TdReadArgs *)arg;
+    DataLoader dl;
+    dataloader_init_eval(&dl, a->path, 2, 5, a->vocab, 1);
+    dataloader_read_position(&dl, a->index);
+    dataloader_free(&dl);
+}
+
+// V - 1 is the last id of the vocabulary; V is one embedding row past the end.
+static void test_token_at_vocab_edge(void) {
+    char path[512], err[4096];
+    td_write_shard("edge16.bin", 2, 0, 101); // B*T = 10: 10 batches
+    td_poke_token("edge16.bin", 2, 57, 999);
+    td_poke_token("edge16.bin", 2, 100, 999); // the last target
+    TdLoadArgs a;
+    a.pattern = td_path(path, "edge16.bin");
+    a.B = 2; a.T = 5; a.world = 1; a.vocab = 1000; a.batches = 10;
+    CHECK(run_expect_fatal(td_load_child, &a, err, sizeof(err)) == 0, "id V-1 = 999 refused: %s", err);
+    td_write_shard("edge16_v.bin", 2, 0, 101);
+    td_poke_token("edge16_v.bin", 2, 57, 1000);
+    td_expect_load_fatal("token id V, 16-bit", "edge16_v.bin", 2, 5, 1, 1000, 10, "token id 1000 at token 57",
+                         "vocabulary size 1000");
+    TdReadArgs r = {td_path(path, "edge16_v.bin"), 1000, 5}; // position 5: tokens 50..60
+    td_expect_fatal("token id V, evaluation loader", td_read_position_child, &r, path, "token id 1000 at token 57", NULL);
+    // 32-bit, the Llama 3 vocabulary: the shard's last token is 128155 + 100
+    td_write_shard("edge32.bin", 4, 128155, 101);
+    a.pattern = td_path(path, "edge32.bin");
+    a.vocab = 128256;
+    CHECK(run_expect_fatal(td_load_child, &a, err, sizeof(err)) == 0, "id V-1 = 128255 refused: %s", err);
+    td_write_shard("edge32_v.bin", 4, 128156, 101);
+    td_expect_load_fatal("token id V, 32-bit", "edge32_v.bin", 2, 5, 1, 128256, 10, "token id 128256 at token 100",
+                         "vocabulary size 128256");
 }
 
 typedef struct {
@@ -624,11 +771,15 @@ static void run_data_tests(void) {
     run_test("data: 32-bit shard, exact batches", test_shard_32bit_exact_batches);
     run_test("data: ranks read disjoint positions covering the shard", test_ranks_disjoint);
     run_test("data: shuffle is deterministic per seed, a permutation per epoch", test_shuffle_deterministic);
-    run_test("data: state save/restore replays the same batches; reset", test_state_resume);
+    run_test("data: state save/restore replays the same batches", test_state_resume);
     run_test("data: glob matches are read in name order", test_glob_order);
     run_test("data: synthetic corpus is deterministic and learnable", test_synthetic);
     run_test("data: bad shards exit naming the file and the problem", test_bad_shards);
     run_test("data: mismatched resume state is refused", test_bad_state);
+    run_test("data: a shard too small for one step is left out with a warning; none left is refused", test_small_train_shard_left_out);
+    run_test("data: val positions shared by the ranks, each evaluated once, every rank the same steps", test_eval_positions);
+    run_test("data: evaluation loader numbers positions across shards, reads any", test_eval_read_position);
+    run_test("data: token id V-1 accepted, V refused naming the shard and position", test_token_at_vocab_edge);
     run_test("tokenizer: decode table, placeholders, safe print, optional", test_tokenizer_good);
     run_test("tokenizer: bad tables exit naming the file and the problem", test_tokenizer_bad);
     run_test("data: real TinyShakespeare, Llama 2 (16-bit)", test_real_llama2);

@@ -3,7 +3,8 @@ Host-only tests of trainer code that needs no GPU (CI runs them): the checkpoint
 written and read back; every kind of bad file refused with a message, a state file of another run
 naming the flag that resumes it, and a refused write never replacing the good file), the option
 parser (its errors, that every documented flag parses, the AdamW moments' default), the
-learning-rate schedule and the MFU text.
+learning-rate schedule, the MFU text, and the data loaders as open_data makes them on 1-8 stand-in
+ranks (the shipped shards at the README's B x T: val positions shared once, the val loss the same).
 Build and run: make dev/test/test_trainer_host && ./dev/test/test_trainer_host
 */
 #define TESTING
@@ -364,6 +365,131 @@ static void test_mfu_text(void) {
     CHECK(strcmp(buf, "n/a") == 0, "an unknown GPU's MFU must read n/a, got '%s'", buf);
 }
 
+// ---- the data at every world size: the loaders as open_data makes them on each rank (stand-in
+// ranks: a MultiGpu with only rank and world set), on the shipped TinyShakespeare
+
+// The README's geometries: the Quick start (B 16, T 1024, -ngpu N), the -x 0 check (B 4), 7B
+// (B 2, T 4096) and 8B (B 1, T 8192). Positions counted by hand: the val shard's 32,768 tokens hold
+// (32768 - 1) / (B*T), the train shard's 329,450 tokens (329450 - 1) / (B*T).
+static const struct { int B, T, val_positions, train_positions; } DATA_GEOMETRIES[] = {
+    {16, 1024, 1, 20}, {4, 1024, 7, 80}, {2, 4096, 3, 40}, {1, 8192, 3, 40}};
+static const char *const VAL_SHARDS[2] = {"dev/data/tinyshakespeare/tinyshakespeare_llama2_val.bin",
+                                          "dev/data/tinyshakespeare/tinyshakespeare_llama3_val.bin"};
+static const int VAL_VOCABS[2] = {32000, 128256};
+
+typedef struct { int geometry, shard, rank, world; const char *train_pattern; int64_t train_steps; } DataRankArgs;
+
+// A stand-in for the model's per-token losses of the batch in the loader: a function of its tokens.
+static void standin_losses(const DataLoader *dl, float *losses) {
+    for (int k = 0; k < dl->B * dl->T; k++) losses[k] = logf(2.0f + (float)((dl->inputs[k] * 7 + dl->targets[k]) % 1009));
+}
+
+// One rank: open_data, the train loader's steps, then the val positions evaluate() would read, its
+// entries of the per-position vector written to val_<world>_<rank>.bin (zero where not its own).
+// Any mismatch exits 3 with a message.
+static void data_rank(void *arg) {
+    const DataRankArgs *a = (const DataRankArgs *)arg;
+    if (!freopen("/dev/null", "w", stdout)) exit(4); // open_data's "val data holds ..." line
+    Options o = default_options();
+    o.B = DATA_GEOMETRIES[a->geometry].B; o.T = DATA_GEOMETRIES[a->geometry].T;
+    strcpy(o.val_pattern, VAL_SHARDS[a->shard]);
+    if (a->train_pattern) strcpy(o.train_pattern, a->train_pattern);
+    LlamaConfig cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.V = VAL_VOCABS[a->shard];
+    MultiGpu mg;
+    memset(&mg, 0, sizeof(mg));
+    mg.rank = a->rank; mg.world = a->world;
+    DataLoader train, val;
+    int positions = open_data(&o, &cfg, &mg, &train, &val);
+    int want = DATA_GEOMETRIES[a->geometry].val_positions;
+    if (positions != want) { fprintf(stderr, "%d val positions, expected %d\n", positions, want); exit(3); }
+    if (train.batches_per_epoch != a->train_steps) {
+        fprintf(stderr, "%lld train steps an epoch, expected %lld\n", (long long)train.batches_per_epoch, (long long)a->train_steps);
+        exit(3);
+    }
+    int N = o.B * o.T;
+    float *losses = (float *)mallocCheck(N * sizeof(float)), *position_loss = (float *)callocCheck(positions, sizeof(float));
+    for (int64_t s = 0; s < dataloader_eval_steps(positions, a->world); s++) {
+        int own;
+        int64_t p = dataloader_eval_position(positions, a->world, a->rank, s, &own);
+        dataloader_read_position(&val, p);
+        standin_losses(&val, losses);
+        if (own) position_loss[p] = batch_mean_loss(losses, N);
+    }
+    char path[128], name[64];
+    snprintf(name, sizeof(name), "val_%d_%d.bin", a->world, a->rank);
+    path_in_dir(path, sizeof(path), name);
+    FILE *f = fopenCheck(path, "wb");
+    fwriteCheck(position_loss, sizeof(float), positions, f);
+    fcloseCheck(f);
+    free(losses);
+    free(position_loss);
+    dataloader_free(&train);
+    dataloader_free(&val);
+}
+
+// Every world size 1-8 starts (the val shard holds fewer positions than some of them have ranks),
+// every val position is evaluated by exactly one rank, and the val loss is the same bit for bit:
+// the ranks' vectors are summed here as NCCL would, entry by entry, in an order of our choosing.
+static void test_data_every_world(void) {
+    char err[4096];
+    int ngeom = (int)(sizeof(DATA_GEOMETRIES) / sizeof(DATA_GEOMETRIES[0]));
+    for (int g = 0; g < ngeom; g++) {
+        for (int shard = 0; shard < 2; shard++) {
+            int P = DATA_GEOMETRIES[g].val_positions;
+            float loss_one_gpu = 0.0f;
+            for (int W = 1; W <= 8; W++) {
+                float total[8] = {0};
+                int owners[8] = {0}, started = 1;
+                for (int r = W - 1; r >= 0; r--) {
+                    DataRankArgs a = {g, shard, r, W, NULL, DATA_GEOMETRIES[g].train_positions / W};
+                    int status = run_expect_fatal(data_rank, &a, err, sizeof(err));
+                    CHECK(status == 0, "B %d T %d, %s, world %d rank %d: exit %d: %s", DATA_GEOMETRIES[g].B, DATA_GEOMETRIES[g].T,
+                          VAL_SHARDS[shard], W, r, status, err);
+                    if (status != 0) { started = 0; continue; }
+                    char path[128], name[64];
+                    snprintf(name, sizeof(name), "val_%d_%d.bin", W, r);
+                    path_in_dir(path, sizeof(path), name);
+                    float v[8];
+                    FILE *f = fopenCheck(path, "rb");
+                    freadCheck(v, sizeof(float), P, f, path);
+                    fcloseCheck(f);
+                    remove(path);
+                    for (int p = 0; p < P; p++) { total[p] += v[p]; owners[p] += v[p] != 0.0f; }
+                }
+                if (!started) continue;
+                for (int p = 0; p < P; p++)
+                    CHECK(owners[p] == 1, "B %d T %d world %d: val position %d evaluated by %d ranks", DATA_GEOMETRIES[g].B,
+                          DATA_GEOMETRIES[g].T, W, p, owners[p]);
+                float loss = val_loss_mean(total, P);
+                if (W == 1) loss_one_gpu = loss;
+                CHECK(loss == loss_one_gpu, "B %d T %d, %s: val loss %.9g on %d ranks, %.9g on one", DATA_GEOMETRIES[g].B,
+                      DATA_GEOMETRIES[g].T, VAL_SHARDS[shard], loss, W, loss_one_gpu);
+            }
+        }
+    }
+}
+
+// A train glob that also matches the val shard (32,768 tokens): at B 16 x T 1024 one GPU takes a step
+// from it, 2-8 GPUs cannot (32,769 tokens needed on 2): it is left out with a warning naming it,
+// printed by rank 0 only, and the train shard's 20 positions are dealt out as before.
+static void test_data_small_shard_every_world(void) {
+    const char *val = VAL_SHARDS[0];
+    char err[4096], want[256];
+    for (int W = 1; W <= 8; W++) {
+        snprintf(want, sizeof(want), "warning: data shard '%s' has 32768 tokens, fewer than one step needs"
+                 ": B*T*world + 1 = 16*1024*%d + 1 = %d tokens", val, W, 16384 * W + 1);
+        for (int r = 0; r < W; r++) {
+            DataRankArgs a = {0, 0, r, W, "dev/data/tinyshakespeare/tinyshakespeare_llama2_*.bin", W == 1 ? 21 : 20 / W};
+            int status = run_expect_fatal(data_rank, &a, err, sizeof(err));
+            CHECK(status == 0, "world %d rank %d: exit %d: %s", W, r, status, err);
+            if (W > 1 && r == 0) CHECK(strstr(err, want) != NULL, "world %d: rank 0's stderr lacks '%s': '%s'", W, want, err);
+            else CHECK(err[0] == '\0', "world %d rank %d printed '%s'", W, r, err);
+        }
+    }
+}
+
 int main(void) {
     snprintf(g_dir, sizeof(g_dir), "/tmp/llama_fp8_host_XXXXXX");
     if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
@@ -378,6 +504,8 @@ int main(void) {
     run_test("options: bf16 AdamW moments by default, fp32 with -adam_moments fp32, others refused", test_adam_moments_option);
     run_test("learning-rate schedule: warmup, cosine, final fraction", test_lr_schedule);
     run_test("MFU: percent for a known GPU, n/a for an unknown one", test_mfu_text);
+    run_test("data: the README's B x T on 1-8 GPUs start; each val position evaluated once; the val loss the same", test_data_every_world);
+    run_test("data: a train shard too small for one step on N GPUs is left out, named by rank 0", test_data_small_shard_every_world);
     printf("%d passed, %d failed\n", g_tests_passed, g_tests_failed);
     return g_tests_failed == 0 ? 0 : 1;
 }
