@@ -44,6 +44,8 @@ every rank casts with the same scales. With one GPU none of this runs: no NCCL c
 #include "llmc/global_norm.cuh"    // global_norm_squared
 #include "llmc/zero_layout.h"      // ZeroLayout: the ZeRO-1 buckets and shards, backward_stage
 #include "llmc/multi_gpu.cuh"      // MultiGpu: launch, NCCL collectives with deadlines
+#include "llmc/hellaswag.h"        // HellaSwag: the eval file, its rows, acc / acc_norm as lm-eval scores them
+#include "llmc/bpb.h"              // target_text_bytes: bits per byte of the val set
 
 enum { PREC_BF16, PREC_FP8 };
 
@@ -60,6 +62,8 @@ typedef struct {
     // model overrides (0: keep the preset's)
     int V, L, C, NH, NKV, FF;
     float rope_theta;
+    char hellaswag_path[512], hellaswag_preds[512]; // -hs, -hs_preds
+    int hellaswag_items;                            // -hs_items
 } Options;
 
 typedef enum { OPT_INT, OPT_FLOAT, OPT_STR } OptType;
@@ -89,6 +93,9 @@ static const OptSpec OPTION_SPECS[] = {
     OPT("-adam_moments", OPT_STR, adam_moments, "AdamW m and v in bf16 (stochastically rounded; against fp32: 4 bytes/param less memory, 8 less optimizer traffic, 7B fp8 +2.5% tokens/s, val loss unchanged within seed spread) or fp32 (needed to resume a checkpoint written with fp32 moments)"),
     OPT("-v", OPT_INT, val_every, "evaluate val loss every N steps (0: never; always at the end)"),
     OPT("-m", OPT_INT, val_batches, "val batches per evaluation (shared out over the GPUs)"),
+    OPT("-hs", OPT_STR, hellaswag_path, "HellaSwag eval file (dev/data/prepare_hellaswag.py): acc and acc_norm at every val step, at the end and with -x 0 ('' for none)"),
+    OPT("-hs_items", OPT_INT, hellaswag_items, "HellaSwag items per evaluation, the file's first (0: all)"),
+    OPT("-hs_preds", OPT_STR, hellaswag_preds, "write each HellaSwag item's 4 log-probabilities and predictions of the last evaluation to this file ('' for none)"),
     OPT("-s", OPT_INT, sample_every, "sample text every N steps (0: never)"),
     OPT("-g", OPT_INT, gen_tokens, "tokens to generate per sample"),
     OPT("-n", OPT_INT, ckpt_every, "checkpoint every N steps (0: only at the end)"),
@@ -1499,6 +1506,226 @@ static void write_fp8_log(Model *m, int grad_accum, FILE *f) {
     free(counts);
 }
 
+// ----------------------------------------------------------------------------------------------
+// HellaSwag (llmc/hellaswag.h), bits per byte (llmc/bpb.h) and metrics.jsonl: an accuracy and a
+// loss that does not depend on the vocabulary beside the val loss, and every number in a file a
+// user's tools read.
+
+typedef struct { float acc, acc_norm; int items; } HellaSwagScore;
+
+// acc and acc_norm over hs's items, shared out to the ranks in contiguous ranges (every rank must
+// call it: the sums across ranks are collectives). The rows go through the ordinary forward, B at a
+// time, so an item's 4 rows may straddle two batches. Records no amax, as evaluate(). preds, if not
+// NULL, gets per item (num_items, 6): the 4 endings' log-probabilities, pred, pred_norm, on every rank.
+static HellaSwagScore hellaswag_evaluate(Model *m, const HellaSwag *hs, float *host_losses, float *preds, cudaStream_t stream) {
+    int B = m->opt.B, T = m->opt.T, rank = m->mg->rank, world = m->mg->world;
+    size_t N = (size_t)B * T;
+    int item0 = (int)((long long)hs->num_items * rank / world), item1 = (int)((long long)hs->num_items * (rank + 1) / world);
+    int row0 = HELLASWAG_ENDINGS * item0, row1 = HELLASWAG_ENDINGS * item1;
+    int *inputs = (int *)mallocCheck(N * sizeof(int)), *targets = (int *)mallocCheck(N * sizeof(int));
+    int *first = (int *)mallocCheck(B * sizeof(int)), *count = (int *)mallocCheck(B * sizeof(int));
+    double *logprob = (double *)mallocCheck((size_t)(row1 - row0 + 1) * sizeof(double));
+    m->recording = 0;
+    for (int r = row0; r < row1; r += B) {
+        hellaswag_batch(hs, r, row1, B, T, inputs, targets, first, count);
+        cudaCheck(cudaMemcpyAsync(m->acts.inputs, inputs, N * sizeof(int), cudaMemcpyHostToDevice, stream));
+        cudaCheck(cudaMemcpyAsync(m->acts.targets, targets, N * sizeof(int), cudaMemcpyHostToDevice, stream));
+        model_forward(m, 1, 0.0f, stream);
+        cudaCheck(cudaMemcpyAsync(host_losses, m->acts.losses, N * sizeof(float), cudaMemcpyDeviceToHost, stream));
+        mg_wait(m->mg, stream, "a HellaSwag batch");
+        for (int b = 0; b < B && r + b < row1; b++) logprob[r + b - row0] = hellaswag_logprob(host_losses + (size_t)b * T, first[b], count[b]);
+    }
+    m->recording = 1;
+    size_t preds_n = (size_t)hs->num_items * 6;
+    if (preds) memset(preds, 0, preds_n * sizeof(float));
+    int acc = 0, acc_norm = 0;
+    for (int i = item0; i < item1; i++) {
+        const double *lp = logprob + HELLASWAG_ENDINGS * (i - item0);
+        int pred, pred_norm;
+        hellaswag_predict(hs, i, lp, &pred, &pred_norm);
+        acc += pred == hs->label[i];
+        acc_norm += pred_norm == hs->label[i];
+        if (!preds) continue;
+        for (int k = 0; k < HELLASWAG_ENDINGS; k++) preds[6 * i + k] = (float)lp[k];
+        preds[6 * i + 4] = (float)pred;
+        preds[6 * i + 5] = (float)pred_norm;
+    }
+    if (preds && world > 1) { // each rank filled its own items and zeros elsewhere: the sum is all of them
+        float *d = (float *)cudaMallocCheck(preds_n * sizeof(float), "HellaSwag predictions");
+        cudaCheck(cudaMemcpy(d, preds, preds_n * sizeof(float), cudaMemcpyHostToDevice));
+        mg_allreduce_sum_f32(m->mg, d, preds_n, stream);
+        mg_join(m->mg, stream);
+        cudaCheck(cudaMemcpyAsync(preds, d, preds_n * sizeof(float), cudaMemcpyDeviceToHost, stream));
+        mg_wait(m->mg, stream, "the HellaSwag predictions");
+        cudaCheck(cudaFree(d));
+    }
+    HellaSwagScore score = {mg_allreduce_sum_float(m->mg, (float)acc) / hs->num_items,
+                            mg_allreduce_sum_float(m->mg, (float)acc_norm) / hs->num_items, hs->num_items};
+    free(inputs); free(targets); free(first); free(count); free(logprob);
+    return score;
+}
+
+// -hs: the file, read for this model's vocabulary and sequence length (every bad file refused here).
+static int hellaswag_open(HellaSwag *hs, const Options *o, const LlamaConfig *cfg, int print) {
+    if (o->hellaswag_items < 0) FATAL("-hs_items must not be negative (0: all items)");
+    if (o->hellaswag_path[0] == '\0') {
+        if (o->hellaswag_preds[0]) FATAL("-hs_preds '%s' needs a HellaSwag file (-hs)", o->hellaswag_preds);
+        return 0;
+    }
+    hellaswag_init(hs, o->hellaswag_path, o->hellaswag_items, cfg->V, o->T);
+    if (hs->vocab_size > cfg->V)
+        FATAL("HellaSwag file '%s' was made with a tokenizer of %d tokens, more than the model's vocabulary of %d: make it with the model's tokenizer",
+              o->hellaswag_path, hs->vocab_size, cfg->V);
+    if (print) printf("HellaSwag: %d items of '%s'\n", hs->num_items, o->hellaswag_path);
+    return 1;
+}
+
+// Writes the predictions of hellaswag_evaluate (temporary name, then renamed): per item its index,
+// label, pred, pred_norm and the 4 log-probabilities.
+static void hellaswag_write_preds(const HellaSwag *hs, const float *preds, const char *path) {
+    char tmp[600];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *f = fopenCheck(tmp, "w");
+    fprintf(f, "# item label pred pred_norm logprob0 logprob1 logprob2 logprob3\n");
+    for (int i = 0; i < hs->num_items; i++) {
+        const float *p = preds + 6 * i;
+        fprintf(f, "%d %d %d %d %.6f %.6f %.6f %.6f\n", i, hs->label[i], (int)p[4], (int)p[5], p[0], p[1], p[2], p[3]);
+    }
+    fcloseCheck(f);
+    if (rename(tmp, path) != 0) FATAL("cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
+}
+
+// A JSON number, or null for inf / NaN (JSON has neither).
+static void json_number(FILE *f, const char *key, double v) {
+    if (isfinite(v)) fprintf(f, ", \"%s\": %.8g", key, v);
+    else fprintf(f, ", \"%s\": null", key);
+}
+
+// A HellaSwag score: printed, in main.log and metrics.jsonl (either may be NULL).
+static void hellaswag_log(const HellaSwagScore *s, int step, FILE *logf, FILE *metricsf) {
+    printf("hellaswag: acc %.4f acc_norm %.4f (%d items)\n", s->acc, s->acc_norm, s->items);
+    if (logf) { fprintf(logf, "s:%d hs_acc:%.6f hs_acc_norm:%.6f hs_items:%d\n", step, s->acc, s->acc_norm, s->items); fflush(logf); }
+    if (metricsf) {
+        fprintf(metricsf, "{\"step\": %d", step);
+        json_number(metricsf, "hellaswag_acc", s->acc);
+        json_number(metricsf, "hellaswag_acc_norm", s->acc_norm);
+        fprintf(metricsf, ", \"hellaswag_items\": %d}\n", s->items);
+        fflush(metricsf);
+    }
+}
+
+// HellaSwag at an evaluation, logged by the main rank, and with -hs_preds at the last one.
+static void hellaswag_report(Model *m, const HellaSwag *hs, const Options *o, int step, int last, float *host_losses,
+                             FILE *logf, FILE *metricsf, cudaStream_t stream) {
+    float *preds = last && o->hellaswag_preds[0] ? (float *)mallocCheck((size_t)hs->num_items * 6 * sizeof(float)) : NULL;
+    HellaSwagScore s = hellaswag_evaluate(m, hs, host_losses, preds, stream);
+    if (!mg_is_main(m->mg)) { free(preds); return; }
+    hellaswag_log(&s, step, logf, metricsf);
+    if (preds) {
+        hellaswag_write_preds(hs, preds, o->hellaswag_preds);
+        printf("HellaSwag predictions written: %s\n", o->hellaswag_preds);
+        free(preds);
+    }
+}
+
+// -x 0 in fp8 with no val data: the scales are taken as the first training step would, from the live
+// amaxes of the weights and of the first HellaSwag rows (evaluate_only does so from a val batch).
+static void hellaswag_live_scales(Model *m, const HellaSwag *hs, cudaStream_t stream) {
+    int B = m->opt.B, T = m->opt.T;
+    size_t N = (size_t)B * T;
+    int *inputs = (int *)mallocCheck(N * sizeof(int)), *targets = (int *)mallocCheck(N * sizeof(int));
+    int *first = (int *)mallocCheck(B * sizeof(int)), *count = (int *)mallocCheck(B * sizeof(int));
+    fp8_cast_weights(m, stream);
+    hellaswag_batch(hs, 0, HELLASWAG_ENDINGS * hs->num_items, B, T, inputs, targets, first, count);
+    cudaCheck(cudaMemcpyAsync(m->acts.inputs, inputs, N * sizeof(int), cudaMemcpyHostToDevice, stream));
+    model_forward(m, 0, 0.0f, stream);
+    mg_wait(m->mg, stream, "the fp8 scales from HellaSwag rows");
+    free(inputs); free(targets); free(first); free(count);
+}
+
+// The text bytes of the targets evaluate() scores (val positions 0 .. positions-1, the same on every
+// rank): bits per byte's denominator, the same at every evaluation and at any world size.
+static double val_text_bytes(DataLoader *val, int positions, const Tokenizer *tok) {
+    size_t N = (size_t)val->B * val->T;
+    double bytes = 0.0;
+    for (int p = 0; p < positions; p++) {
+        dataloader_read_position(val, p);
+        bytes += target_text_bytes(tok, val->inputs, val->targets, N);
+    }
+    return bytes;
+}
+
+// bpb of a mean val loss (nats per token over positions * B * T tokens); 0 without bytes.
+static double bits_per_byte(float val_loss, double val_bytes, int positions, const Model *m) {
+    if (val_bytes <= 0.0) return 0.0;
+    double tokens = (double)positions * m->opt.B * m->opt.T;
+    return val_loss * tokens / (M_LN2 * val_bytes);
+}
+
+// An evaluation's val loss: printed, in main.log and metrics.jsonl (either may be NULL), with bpb
+// when a decode table gave the val bytes.
+static void report_val(float val_loss, double bpb, int step, int main_rank, FILE *logf, FILE *metricsf) {
+    if (!main_rank) return;
+    if (bpb > 0.0) printf("val loss %.6f | bpb %.4f\n", val_loss, bpb);
+    else printf("val loss %.6f\n", val_loss);
+    if (logf) {
+        if (bpb <= 0.0) fprintf(logf, "s:%d tel:%.6f\n", step, val_loss);
+        else fprintf(logf, "s:%d tel:%.6f bpb:%.6f\n", step, val_loss, bpb);
+        fflush(logf);
+    }
+    if (metricsf) {
+        fprintf(metricsf, "{\"step\": %d", step);
+        json_number(metricsf, "val_loss", val_loss);
+        if (bpb > 0.0) json_number(metricsf, "bpb", bpb);
+        fprintf(metricsf, "}\n");
+        fflush(metricsf);
+    }
+}
+
+// One step's line of metrics.jsonl: what the step line prints, the device memory in use and, in
+// fp8, the step's health summary: the fractions of every value cast that underflowed and saturated,
+// and the tensor that lost most to underflow (its fraction and name, as fp8.log names it).
+static void metrics_step(FILE *f, Model *m, int step, float loss, float norm, float lr, float ms, double tok_per_s,
+                         double mfu_fraction, size_t mem_used, int grad_accum) {
+    fprintf(f, "{\"step\": %d", step);
+    json_number(f, "loss", loss);
+    json_number(f, "lr", lr);
+    json_number(f, "norm", norm);
+    json_number(f, "ms", ms);
+    json_number(f, "tokens_per_s", tok_per_s);
+    if (mfu_fraction > 0.0) json_number(f, "mfu", mfu_fraction);
+    json_number(f, "memory_gib", mem_used / 1073741824.0);
+    if (m->fp8.on) {
+        size_t nc = (size_t)FP8_COUNTS * m->fp8_layout.num_tensors;
+        unsigned long long *counts = (unsigned long long *)mallocCheck(nc * sizeof(unsigned long long));
+        cudaCheck(cudaMemcpy(counts, m->fp8_counts + nc, nc * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+        double cast = 0.0, under = 0.0, sat = 0.0, worst = -1.0;
+        char worst_name[64] = "";
+        for (int l = 0; l < m->cfg.L; l++) {
+            for (int lin = 0; lin < LINS_PER_LAYER + (l == 0 ? m->fp8.lm_head : 0); lin++) {
+                for (int k = 0; k < FP8_KINDS; k++) {
+                    int t = fp8_tensor(&m->cfg, l, lin, k);
+                    double n = fp8_values_cast(m, lin, k, grad_accum), u = (double)counts[FP8_COUNTS * t + FP8_UNDERFLOWS];
+                    cast += n;
+                    under += u;
+                    sat += (double)counts[FP8_COUNTS * t + FP8_SATURATIONS];
+                    if (u / n > worst) {
+                        worst = u / n;
+                        snprintf(worst_name, sizeof(worst_name), "layer %d %s %s", lin == LIN_LM_HEAD ? m->cfg.L : l, LINEAR_NAMES[lin], FP8_KIND_NAMES[k]);
+                    }
+                }
+            }
+        }
+        free(counts);
+        json_number(f, "fp8_underflow", under / cast);
+        json_number(f, "fp8_saturation", sat / cast);
+        json_number(f, "fp8_worst_underflow", worst);
+        fprintf(f, ", \"fp8_worst_underflow_tensor\": \"%s\"", worst_name);
+    }
+    fprintf(f, "}\n");
+    fflush(f);
+}
+
 // MFU of `flops_per_s` against `peak` TFLOP/s; "n/a" for a GPU whose peak is unknown.
 static void format_mfu(char *buf, size_t n, double flops_per_s, double peak_tflops) {
     if (peak_tflops > 0) snprintf(buf, n, "%.1f%%", 100.0 * flops_per_s / (peak_tflops * 1e12));
@@ -1727,6 +1954,9 @@ int main(int argc, char **argv) {
     DataLoader train, val;
     int have_val = o.val_pattern[0] != '\0', synthetic = strcmp(o.train_pattern, "synthetic") == 0;
     int val_batches = open_data(&o, &cfg, &mg, &train, &val);
+    HellaSwag hs;
+    int have_hs = hellaswag_open(&hs, &o, &cfg, main_rank);
+    double val_bytes = have_val && have_tok && val_batches > 0 ? val_text_bytes(&val, val_batches, &tok) : 0.0;
     if (o.max_steps < 0) {
         o.max_steps = (int)(dataloader_num_tokens(&train) / o.total_batch);
         if (o.max_steps < 1) o.max_steps = 1;
@@ -1747,11 +1977,13 @@ int main(int argc, char **argv) {
     int eval_only = o.max_steps == 0, have_dir = o.log_dir[0] != '\0' && !eval_only; // -x 0 writes nothing
     if (have_dir && mkdir(o.log_dir, 0755) != 0 && errno != EEXIST) FATAL("cannot create log directory '%s': %s", o.log_dir, strerror(errno));
     int resumed_from = start_model(&m, &ts, &train, &o, have_dir, &mg);
-    FILE *logf = NULL, *fp8f = NULL;
+    FILE *logf = NULL, *fp8f = NULL, *metricsf = NULL;
     if (have_dir && main_rank) {
         char path[1100];
         snprintf(path, sizeof(path), "%s/main.log", o.log_dir);
         logf = fopenCheck(path, resumed_from >= 0 ? "a" : "w");
+        snprintf(path, sizeof(path), "%s/metrics.jsonl", o.log_dir);
+        metricsf = fopenCheck(path, resumed_from >= 0 ? "a" : "w");
         if (m.fp8.on && o.fp8_log > 0) {
             snprintf(path, sizeof(path), "%s/fp8.log", o.log_dir);
             fp8f = fopenCheck(path, resumed_from >= 0 ? "a" : "w");
@@ -1779,6 +2011,10 @@ int main(int argc, char **argv) {
     float *step_ms = (float *)mallocCheck((size_t)(o.max_steps > start_step ? o.max_steps - start_step : 1) * sizeof(float));
     size_t mem_used = 0;
     if (eval_only) evaluate_only(&m, &val, have_val, val_batches, &o, &tok, have_tok, bos, &ts.rng, host_losses, stream);
+    if (eval_only && have_hs) {
+        if (m.fp8.on && !have_val) hellaswag_live_scales(&m, &hs, stream);
+        hellaswag_report(&m, &hs, &o, 0, 1, host_losses, NULL, NULL, stream);
+    }
 
     for (int step = m.step; step < o.max_steps; step++) {
         hp.lr = lr_at_step(step, o.max_steps, o.lr, o.warmup, o.final_lr_frac);
@@ -1800,6 +2036,8 @@ int main(int argc, char **argv) {
         if (main_rank) printf("step %5d/%d | loss %.6f | norm %.4f | lr %.3e | %.2f ms | %.0f tok/s | MFU %s%s\n", step + 1, o.max_steps,
                               loss, grad_norm, hp.lr, ms, tok_per_s, mfu, skipped ? " | update SKIPPED (non-finite gradient)" : "");
         if (logf) { fprintf(logf, "s:%d trl:%.6f norm:%.4f lr:%.4e ms:%.2f tok/s:%.0f\n", step + 1, loss, grad_norm, hp.lr, ms, tok_per_s); fflush(logf); }
+        if (metricsf) metrics_step(metricsf, &m, step + 1, loss, grad_norm, hp.lr, ms, tok_per_s,
+                                   peak > 0 ? flops_per_token * tok_per_s / (peak * 1e12) : 0.0, mem_used, grad_accum);
         // a stop signal may have reached any one rank (or all, at different steps): they agree on the
         // largest, so all stop after the same step. Loss and norm are reduced over the ranks too:
         // every rank takes the same branches from here on.
@@ -1815,9 +2053,10 @@ int main(int argc, char **argv) {
         if (fp8f && ((step + 1) % o.fp8_log == 0 || last)) write_fp8_log(&m, grad_accum, fp8f);
         if (have_val && val_batches > 0 && ((o.val_every > 0 && (step + 1) % o.val_every == 0) || last)) {
             float vl = evaluate(&m, &val, val_batches, host_losses, stream);
-            if (main_rank) printf("val loss %.6f\n", vl);
-            if (logf) { fprintf(logf, "s:%d tel:%.6f\n", step + 1, vl); fflush(logf); }
+            report_val(vl, bits_per_byte(vl, val_bytes, val_batches, &m), step + 1, main_rank, logf, metricsf);
         }
+        if (have_hs && ((o.val_every > 0 && (step + 1) % o.val_every == 0) || last))
+            hellaswag_report(&m, &hs, &o, step + 1, last, host_losses, logf, metricsf, stream);
         if (o.sample_every > 0 && ((step + 1) % o.sample_every == 0 || last) && o.gen_tokens > 0)
             sample_text(&m, &tok, have_tok, bos, o.gen_tokens, &ts.rng, logf, main_rank, stream);
         if (have_dir && ((o.ckpt_every > 0 && (step + 1) % o.ckpt_every == 0) || last || stop)) {
@@ -1849,6 +2088,7 @@ int main(int argc, char **argv) {
     free(step_ms);
     if (logf) fcloseCheck(logf);
     if (fp8f) fcloseCheck(fp8f);
+    if (metricsf) fcloseCheck(metricsf);
     cudaCheck(cudaFreeHost(host_losses));
     cudaCheck(cudaFreeHost(host_inputs));
     cudaCheck(cudaFreeHost(host_targets));
@@ -1858,6 +2098,7 @@ int main(int argc, char **argv) {
     dataloader_free(&train);
     if (have_val) dataloader_free(&val);
     if (have_tok) tokenizer_free(&tok);
+    if (have_hs) hellaswag_free(&hs);
     multi_gpu_free(&mg); // also the sign of a clean exit: a rank that leaves without it aborts the communicator
     return stopped_by && !have_dir ? 128 + stopped_by : 0; // stopped with nothing saved: not a success
 }

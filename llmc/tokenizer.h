@@ -22,6 +22,7 @@ typedef struct {
     int doc_start_id;    // the token every document starts with (Llama 2: 1 <s>, Llama 3: 128000)
     int init_ok;         // 0 after tokenizer_init_optional found no file
     char **pieces;       // (vocab_size) NUL-terminated pieces, pointing into blob
+    int *piece_len;      // (vocab_size) each piece's bytes: a piece may hold a 0 byte (Llama 2's <0x00>)
     char *blob;          // every piece, each followed by a NUL
     char bad_id[32];     // the placeholder tokenizer_decode returns for an out-of-range id
 } Tokenizer;
@@ -55,6 +56,7 @@ static void tokenizer_init(Tokenizer *t, const char *path) {
     // body - vocab_size bytes of text plus one NUL per piece: exactly the blob's size if well-formed
     t->blob = (char *)mallocCheck(body + 1);
     t->pieces = (char **)mallocCheck((size_t)t->vocab_size * sizeof(char *));
+    t->piece_len = (int *)mallocCheck((size_t)t->vocab_size * sizeof(int));
     size_t in = 0, out = 0;
     for (int i = 0; i < t->vocab_size; i++) {
         if (in >= body || in + 1 + data[in] > body) {
@@ -63,6 +65,7 @@ static void tokenizer_init(Tokenizer *t, const char *path) {
         }
         size_t len = data[in++];
         t->pieces[i] = t->blob + out;
+        t->piece_len[i] = (int)len;
         memcpy(t->blob + out, data + in, len);
         t->blob[out + len] = '\0';
         in += len;
@@ -110,6 +113,7 @@ static void tokenizer_safe_print(const char *piece) {
 
 static void tokenizer_free(Tokenizer *t) {
     free(t->pieces);
+    free(t->piece_len);
     free(t->blob);
     memset(t, 0, sizeof(*t));
 }

@@ -232,6 +232,8 @@ for run in runs:
         val=log.val[vsteps[-1]] if vsteps else float("nan"),
         val_step=vsteps[-1] if vsteps else None,
         tps=statistics.median(tps) if tps else float("nan"),
+        bpb=log.bpb.get(vsteps[-1], float("nan")) if vsteps else float("nan"),
+        hs=log.hellaswag[max(log.hellaswag)] if log.hellaswag else None,  # the last HellaSwag score (-hs)
     )
 
 def rel(a, b):  # (a - b) / b
@@ -249,17 +251,20 @@ def ratio(a, b):
 base = stats.get("bf16")
 lines = [f"# Convergence: {', '.join(runs)}", "",
          f"Trainer flags (all runs): `{flags.strip()}`", *([f"The fp8 runs also: `{fp8_flags}`"] if fp8_flags else []), "",
-         "| run | steps | final train loss (mean of last 20) | train vs bf16 | final val loss (step) | val vs bf16 | median tok/s | tok/s vs bf16 |",
-         "|---|---|---|---|---|---|---|---|"]
+         "| run | steps | final train loss (mean of last 20) | train vs bf16 | final val loss (step) | val vs bf16 | val bpb | HellaSwag acc_norm (acc, items) | median tok/s | tok/s vs bf16 |",
+         "|---|---|---|---|---|---|---|---|---|---|"]
 for run in runs:
     s = stats[run]
     is_base = run == "bf16"
-    lines.append("| {} | {} | {} | {} | {} | {} | {} | {} |".format(
+    hs = s["hs"]
+    lines.append("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
         run, s["last_step"] if s["last_step"] is not None else "n/a",
         num(s["train"], ".4f") + ("" if s["n_train"] in (0, 20) else f" (of {s['n_train']})"),
         "-" if is_base else pct(rel(s["train"], base["train"])) if base else "n/a",
         num(s["val"], ".4f") + (f" ({s['val_step']})" if s["val_step"] is not None else ""),
         "-" if is_base else pct(rel(s["val"], base["val"])) if base else "n/a",
+        num(s["bpb"], ".4f"),
+        f"{hs['acc_norm']:.4f} ({hs['acc']:.4f}, {hs['items']})" if hs else "n/a",
         num(s["tps"], ",.0f"),
         "-" if is_base else ratio(s["tps"], base["tps"] if base else float("nan"))))
 lines.append("")

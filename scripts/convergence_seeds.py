@@ -47,7 +47,8 @@ class SeedsError(Exception):
 
 def read_run(run_dir):
     """{'val': last val loss, 'step': its step, 'moments': the main.log header's adam_moments or None,
-    'gpu': the header's GPU or None} of one run folder; SeedsError when main.log is missing, cannot
+    'gpu': the header's GPU or None, 'hs': the last HellaSwag score {'acc', 'acc_norm', 'items'} or None}
+    of one run folder; SeedsError when main.log is missing, cannot
     be read or has no val loss."""
     path = os.path.join(run_dir, "main.log")
     if not os.path.exists(path):
@@ -62,7 +63,8 @@ def read_run(run_dir):
     header = log.header[-1] if log.header else ""
     moments = re.search(r"\badam_moments (\S+)", header)
     gpu = header.partition(" precision ")[0] if " precision " in header else None
-    return {"val": log.val[steps[-1]], "step": steps[-1], "moments": moments.group(1) if moments else None, "gpu": gpu}
+    return {"val": log.val[steps[-1]], "step": steps[-1], "moments": moments.group(1) if moments else None, "gpu": gpu,
+            "hs": log.hellaswag[max(log.hellaswag)] if log.hellaswag else None}
 
 
 def rel(a, b):  # (a - b) / b
@@ -197,6 +199,26 @@ def read_flags(d, name="flags.txt"):
         return None
 
 
+def hellaswag_table(seeds, rows):
+    """The runs' last HellaSwag acc_norm (acc) per seed and their means, when any run had -hs."""
+    if not any(r[run] and r[run]["hs"] for r in rows for run in RUNS):
+        return []
+    cell = lambda run: f"{run['hs']['acc_norm']:.4f} ({run['hs']['acc']:.4f})" if run and run["hs"] else "n/a"  # noqa: E731
+    lines = ["", "HellaSwag at each run's last evaluation, acc_norm (acc); the items: "
+             + ", ".join(sorted({str(r[run]["hs"]["items"]) for r in rows for run in RUNS if r[run] and r[run]["hs"]})), "",
+             "| seed | bf16 acc_norm (acc) | fp8 acc_norm (acc) | fp8 - bf16 acc_norm |", "|---|---|---|---|"]
+    deltas = []
+    for seed, row in zip(seeds, rows):
+        b, f = row["bf16"], row["fp8"]
+        d = f["hs"]["acc_norm"] - b["hs"]["acc_norm"] if b and f and b["hs"] and f["hs"] else None
+        if d is not None:
+            deltas.append(d)
+        lines.append(f"| {seed} | {cell(b)} | {cell(f)} | {'n/a' if d is None else f'{d:+.4f}'} |")
+    if deltas:
+        lines.append(f"| mean | | | {statistics.mean(deltas):+.4f} |")
+    return lines
+
+
 def seeds_table(out, seeds, status, flags, threshold, compare=None, fp8_args=""):
     """(the text of seeds.md, the problems (SeedsError) met)."""
     table, problems = read_seeds(out, seeds, status)
@@ -230,6 +252,7 @@ def seeds_table(out, seeds, status, flags, threshold, compare=None, fp8_args="")
             lines.append(f"Warning: seed {seed}: fp8's last val loss is at step {f['step']}, bf16's at {b['step']}: no difference taken.")
     lines.append(f"Verdicts: compare_convergence.sh's (fp8's final val loss at most +{100 * threshold:g}% over bf16's)"
                  + ("." if status else ", worked out here from the val losses (no exit statuses given)."))
+    lines += hellaswag_table(seeds, rows)
 
     if compare is not None:
         ref, ref_problems = read_seeds(compare, seeds)

@@ -7,7 +7,8 @@ main.log (the trainer's fprintf(logf, ...) lines):
     # <GPU> precision <p> model <name> V .. L .. C .. NH .. NKV .. FF .. B .. T .. total_batch .. adam_moments ..
       (a trainer before -adam_moments wrote no adam_moments field: its moments were fp32)
     s:<step> trl:<train loss> norm:<grad norm> lr:<lr> ms:<step ms> tok/s:<tokens per s>
-    s:<step> tel:<val loss>
+    s:<step> tel:<val loss>[ bpb:<bits per byte>]
+    s:<step> hs_acc:<HellaSwag acc> hs_acc_norm:<acc_norm> hs_items:<items>
     sample: <token ids>
 A resumed run appends to the same file and repeats steps after its checkpoint: when a train step
 goes back, everything already read from that step on is dropped, so the latest attempt wins.
@@ -27,13 +28,16 @@ import re
 
 
 class MainLog:
-    """One parsed main.log: train[step] = {'trl':, 'norm':, 'lr':, 'ms':, 'tok/s':}, val[step] = loss."""
+    """One parsed main.log: train[step] = {'trl':, 'norm':, 'lr':, 'ms':, 'tok/s':}, val[step] = loss,
+    bpb[step] = bits per byte (runs with a decode table), hellaswag[step] = {'acc':, 'acc_norm':, 'items':}."""
 
     def __init__(self, path):
         self.path = path
         self.header = []   # the '#' lines, one per (re)start
         self.train = {}
         self.val = {}
+        self.bpb = {}
+        self.hellaswag = {}
         self.skipped = 0   # malformed lines
 
     def train_steps(self):
@@ -83,7 +87,16 @@ def parse_main_log(path):
             if "tel" in kv:
                 try:
                     log.val[step] = float(kv["tel"])
+                    if "bpb" in kv:
+                        log.bpb[step] = float(kv["bpb"])
                 except ValueError:
+                    log.skipped += 1
+                continue
+            if "hs_acc" in kv:
+                try:
+                    log.hellaswag[step] = {"acc": float(kv["hs_acc"]), "acc_norm": float(kv["hs_acc_norm"]),
+                                           "items": int(kv["hs_items"])}
+                except (KeyError, ValueError):
                     log.skipped += 1
                 continue
             if "trl" not in kv:
@@ -105,6 +118,8 @@ def parse_main_log(path):
                 # records from this step on (train and val), keep the new ones
                 log.train = {s: r for s, r in log.train.items() if s < step}
                 log.val = {s: v for s, v in log.val.items() if s < step}
+                log.bpb = {s: v for s, v in log.bpb.items() if s < step}
+                log.hellaswag = {s: v for s, v in log.hellaswag.items() if s < step}
             log.train[step] = rec
             last_step = step
     return log

@@ -6,6 +6,7 @@ Token shard: 256 x int32 header (magic, version, token count), then the ids, uin
 version 1) when every id fits, else uint32 (magic 20240801, version 7).
 Decode table: 256 x int32 header (magic 20240328, version 2, vocab size, document-start id), then
 per token a uint8 length and that many raw bytes.
+HellaSwag eval file: below (write_hellaswag).
 
 Problems with a file raise FormatError(path, problem); the scripts print it as
 `error: <path>: <problem>` and exit 1.
@@ -145,6 +146,61 @@ def read_decode_table(path):
     if at != len(data):
         raise FormatError(path, f"{len(data) - at} bytes after its {h[2]} tokens")
     return pieces, int(h[3])
+
+
+# --- HellaSwag eval files (dev/data/prepare_hellaswag.py writes them, llmc/hellaswag.h reads them) ---
+# Little-endian int32 throughout, so ids of any vocabulary fit:
+#   header int32[256]: [0] magic 20261205, [1] version 1, [2] items, [3] vocabulary size of the
+#     tokenizer (every id is below it), [4] endings per item (4), [5] the longest context + ending
+#     in tokens; rest 0
+#   per item: label (0-3), context length in tokens, the 4 endings' lengths in tokens, the 4
+#     endings' lengths in characters (what lm-eval's acc_norm divides by), then the context's
+#     tokens and each ending's tokens in order.
+HELLASWAG_MAGIC, HELLASWAG_VERSION, HELLASWAG_ENDINGS = 20261205, 1, 4
+
+
+def write_hellaswag(path, items, vocab_size):
+    """items: (label, context ids, [4 ending id lists], [4 ending lengths in characters]) each."""
+    if not items:
+        raise FormatError(path, "no items to write")
+    body, longest = [], 0
+    for label, ctx, endings, chars in items:
+        body.append(np.array([label, len(ctx)] + [len(e) for e in endings] + list(chars), dtype="<i4"))
+        body.append(np.array(list(ctx) + [t for e in endings for t in e], dtype="<i4"))
+        longest = max(longest, len(ctx) + max(len(e) for e in endings))
+    header = np.zeros(HEADER_INTS, dtype="<i4")
+    header[:6] = (HELLASWAG_MAGIC, HELLASWAG_VERSION, len(items), vocab_size, HELLASWAG_ENDINGS, longest)
+    write_atomic(path, [header.tobytes()] + [b.tobytes() for b in body])
+
+
+def read_hellaswag(path):
+    """(items as write_hellaswag takes them, vocabulary size) of a HellaSwag eval file."""
+    data = _read_bytes(path)
+    h = _read_header(path, data, "HellaSwag eval file")
+    if h[0] != HELLASWAG_MAGIC:
+        raise FormatError(path, f"bad magic {h[0]}, expected {HELLASWAG_MAGIC}; is it a HellaSwag eval file?")
+    if h[1] != HELLASWAG_VERSION or h[4] != HELLASWAG_ENDINGS:
+        raise FormatError(path, f"version {h[1]} with {h[4]} endings, expected version {HELLASWAG_VERSION} with {HELLASWAG_ENDINGS}")
+    if (len(data) - HEADER_INTS * 4) % 4:
+        raise FormatError(path, "its size is not a whole number of int32 values")
+    ints, at, items = np.frombuffer(data, dtype="<i4", offset=HEADER_INTS * 4), 0, []
+    for i in range(int(h[2])):
+        if at + 10 > len(ints):
+            raise FormatError(path, f"truncated: it ends inside item {i} of the {h[2]} its header says")
+        label, ctx_len, lens, chars = int(ints[at]), int(ints[at + 1]), ints[at + 2:at + 6].tolist(), ints[at + 6:at + 10].tolist()
+        at += 10
+        if at + ctx_len + sum(lens) > len(ints):
+            raise FormatError(path, f"truncated: it ends inside item {i} of the {h[2]} its header says")
+        ctx = ints[at:at + ctx_len].tolist()
+        at += ctx_len
+        endings = []
+        for n in lens:
+            endings.append(ints[at:at + n].tolist())
+            at += n
+        items.append((label, ctx, endings, chars))
+    if at != len(ints):
+        raise FormatError(path, f"{(len(ints) - at) * 4} bytes after its {h[2]} items")
+    return items, int(h[3])
 
 
 # --- tokenizers: finding the file, special tokens, the decode table ---

@@ -647,4 +647,24 @@ static ref_real ref_train_step(RefModel *model, const int *inputs, const int *ta
     return loss;
 }
 
+// HellaSwag scoring, lm-eval's way (llmc/hellaswag.h scores the trainer's forward the same): the
+// log-probability of an ending of n tokens after a context of c tokens, the sum over k of
+// log softmax(logits at position c - 1 + k)[ending[k]], from one forward of context + ending[:-1].
+// The model must have B 1 and T >= c + n - 1; positions past the row hold token 0, which changes
+// nothing before them (attention is causal).
+static double ref_ending_logprob(RefModel *model, const int *ctx, int c, const int *ending, int n) {
+    int T = model->T, V = model->cfg.V;
+    if (model->B != 1 || c < 1 || n < 1 || c + n - 1 > T) FATAL("reference model: an ending of %d tokens after %d does not fit B 1 x T %d", n, c, T);
+    int *row = (int *)callocCheck((size_t)T, sizeof(int));
+    for (int t = 0; t < c + n - 1; t++) row[t] = t < c ? ctx[t] : ending[t - c];
+    ref_forward(model, row, row);
+    double sum = 0.0;
+    for (int k = 0; k < n; k++) {
+        size_t pos = (size_t)(c - 1 + k);
+        sum += (double)model->acts.logits[pos * V + ending[k]] - (double)model->acts.lse[pos];
+    }
+    free(row);
+    return sum;
+}
+
 #endif

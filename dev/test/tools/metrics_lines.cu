@@ -1,0 +1,41 @@
+/*
+A main.log and a metrics.jsonl written by the trainer's own writers (metrics_step, report_val,
+hellaswag_log of train_llama_fp8.cu) for a made-up bf16 run of 4 steps that was resumed after step
+2, with a val loss, bits per byte and HellaSwag at steps 2 and 4 and a non-finite loss at step 3.
+No GPU: the writers need none for a bf16 run. dev/test/test_metrics.py reads them back.
+
+Build and run from the repository root:
+  nvcc -O1 -arch=sm_90 -std=c++17 -Xcompiler -fopenmp -I. dev/test/tools/metrics_lines.cu -lcublasLt -lcublas -lgomp -o metrics_lines
+  ./metrics_lines DIR      writes DIR/main.log and DIR/metrics.jsonl
+*/
+#define TESTING
+#include "train_llama_fp8.cu"
+
+int main(int argc, char **argv) {
+    if (argc != 2) FATAL("usage: %s DIR", argv[0]);
+    char path[600];
+    snprintf(path, sizeof(path), "%s/main.log", argv[1]);
+    FILE *logf = fopenCheck(path, "w");
+    snprintf(path, sizeof(path), "%s/metrics.jsonl", argv[1]);
+    FILE *metricsf = fopenCheck(path, "w");
+    Model m;
+    memset(&m, 0, sizeof(m));
+    m.mg = mg_single_gpu();
+    m.opt.B = 4;
+    m.opt.T = 64;
+    size_t gib = (size_t)1 << 30;
+    // the first attempt: steps 1-3, the last one's record abandoned by the resume
+    for (int step = 1; step <= 3; step++) metrics_step(metricsf, &m, step, 6.0f - step, 1.5f, 3e-4f, 20.0f, 51200.0, 0.25, 3 * gib, 1);
+    report_val(4.25f, bits_per_byte(4.25f, 1000.0, 2, &m), 2, 1, logf, metricsf);
+    HellaSwagScore hs = {0.25f, 0.3f, 40};
+    hellaswag_log(&hs, 2, logf, metricsf);
+    // resumed from step 2: steps 3 and 4 again, step 3's loss not finite
+    metrics_step(metricsf, &m, 3, NAN, 1.25f, 2e-4f, 21.0f, 48000.0, 0.0, 3 * gib, 1);
+    metrics_step(metricsf, &m, 4, 2.5f, 1.0f, 1e-4f, 19.5f, 52000.0, 0.3, 3 * gib, 1);
+    report_val(3.5f, bits_per_byte(3.5f, 1000.0, 2, &m), 4, 1, logf, metricsf);
+    HellaSwagScore hs4 = {0.5f, 0.625f, 40};
+    hellaswag_log(&hs4, 4, logf, metricsf);
+    fcloseCheck(logf);
+    fcloseCheck(metricsf);
+    return 0;
+}

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# HellaSwag of a real model, ours (GPU, bf16 and fp8) against transformers (CPU, fp32), on the same
+# tokens: SmolLM2-135M-Instruct from its GGUF, the first N items of ../shared's HellaSwag file.
+# Prints both runs' acc and acc_norm and the share of items predicted alike (the bar: 99%, bf16).
+# usage: bash scripts/hellaswag_check.sh GGUF [N (default 1000)] [WORK (default /tmp/hellaswag_check)]
+# Needs a GPU, torch, transformers, gguf, tokenizers, numpy; builds train_llama_fp8 if missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+gguf=${1:?usage: bash scripts/hellaswag_check.sh GGUF [N] [WORK]}
+n=${2:-1000}
+work=${3:-/tmp/hellaswag_check}
+data=../shared/data/hellaswag/hellaswag_val_full.txt.bz2
+mkdir -p "$work"
+[ -x train_llama_fp8 ] || make -j train_llama_fp8
+python3 scripts/hf_import.py "$gguf" "$work/smollm2.bin"
+# transformers' own folder from the GGUF: the model (dequantized) and its tokenizer.json
+python3 - "$gguf" "$work/hf" <<'PY'
+import os, sys
+from transformers import AutoModelForCausalLM, AutoTokenizer
+d, f = os.path.split(os.path.abspath(sys.argv[1]))
+AutoTokenizer.from_pretrained(d, gguf_file=f).save_pretrained(sys.argv[2])
+AutoModelForCausalLM.from_pretrained(d, gguf_file=f).save_pretrained(sys.argv[2])
+PY
+python3 dev/data/prepare_hellaswag.py --tokenizer "$work/hf" --out "$work/hs.bin" --max_items "$n" --force "$data"
+for prec in bf16 fp8; do
+    ./train_llama_fp8 -init_from "$work/smollm2.bin" -tok "$work/smollm2_tokenizer.bin" -i synthetic -j '' -x 0 -s 0 \
+        -b 16 -t 512 -precision "$prec" -hs "$work/hs.bin" -hs_preds "$work/ours_$prec.txt" | tee "$work/ours_$prec.log"
+done
+python3 dev/reference/hellaswag_hf.py --model "$work/hf" --eval "$work/hs.bin" --out "$work/hf.txt" --compare "$work/ours_bf16.txt"
+echo "fp8 against transformers (no bar: fp8 noise):"
+python3 - "$work/hf.txt" "$work/ours_fp8.txt" <<'PY'
+import sys
+sys.path.insert(0, "dev/reference")
+from hellaswag_hf import read_preds, summary
+hf, ours = read_preds(sys.argv[1]), read_preds(sys.argv[2])
+summary("ours fp8", ours)
+common = sorted(set(hf) & set(ours))
+print(f"same acc_norm prediction as transformers on {100 * sum(hf[i][2] == ours[i][2] for i in common) / len(common):.2f}% of {len(common)} items")
+PY
