@@ -1276,6 +1276,137 @@ static void test_resume_bitexact_fp8(void) { resume_check(PREC_FP8, 0, 0); }
 static void test_resume_bitexact_fp8_recompute(void) { resume_check(PREC_FP8, 0, 1); }
 static void test_resume_bitexact_fp8_bf16_moments(void) { resume_check(PREC_FP8, 1, 0); }
 
+
+// ----------------------------------------------------------------------------------------------
+// The main loop's end of a run, and evaluation without training (issue 30 items 3 and 4)
+
+// A last step whose gradient is not finite (a NaN planted in the final norm's bf16 weight, which both
+// precisions' forward reads: the loss is NaN, the update skipped) still ends the run with its
+// checkpoint, through the main loop's own after_step and checkpoint_step; the checkpoint (the fp32
+// master weights, which the skipped update left as the last good step made them) then resumes.
+static void nonfinite_last_step_checkpoint(int precision) {
+    LlamaConfig c = small_config();
+    int B = 2, T = 128, N = B * T;
+    AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    Options o = default_options();
+    o.max_steps = 2; o.ckpt_every = 0; o.val_every = 0; o.sample_every = 0;
+    int *in, *tg;
+    float *losses, gn;
+    cudaCheck(cudaMallocHost(&in, N * sizeof(int)));
+    cudaCheck(cudaMallocHost(&tg, N * sizeof(int)));
+    cudaCheck(cudaMallocHost(&losses, N * sizeof(float)));
+    char dir[] = "/tmp/llama_fp8_nanlast_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp failed");
+    Model m;
+    ModelOptions mo = model_options(B, T, precision);
+    mo.fp8_history = 4;
+    model_init(&m, &c, &mo);
+    float *w = (float *)mallocCheck(m.num_params * sizeof(float));
+    model_init_weights(&m, 17, w);
+    model_set_weights(&m, w);
+    TrainState ts;
+    memset(&ts, 0, sizeof(ts));
+    ts.grad_accum = 1; ts.world = 1;
+    int bad = 0, skipped, wrote = 0;
+    for (int step = 0; step < o.max_steps; step++) {
+        if (step == o.max_steps - 1) {
+            floatX nan_bf16 = __float2bfloat16(NAN);
+            cudaCheck(cudaMemcpy(m.param[P_LNFW], &nan_bf16, sizeof(floatX), cudaMemcpyHostToDevice));
+        }
+        random_tokens(in, N, c.V, 41 + 2 * step);
+        random_tokens(tg, N, c.V, 42 + 2 * step);
+        float loss = train_step(&m, in, tg, 1, &h, losses, g_norm_device, &gn, &skipped, g_stream);
+        cudaCheck(cudaDeviceSynchronize());
+        if (step == o.max_steps - 1) CHECK(!isfinite(loss) && skipped, "the planted NaN gave loss %g, update skipped %d", loss, skipped);
+        int work = after_step(&o, step, isfinite(loss) && !skipped, 0, 0, 0, 1, &bad);
+        if (work & AFTER_CHECKPOINT) { checkpoint_step(&m, &ts, dir, 0); wrote++; }
+    }
+    char model_path[1024], state_path[1024];
+    checkpoint_paths(dir, o.max_steps, 0, model_path, state_path);
+    CHECK(wrote == 1 && access(model_path, R_OK) == 0 && access(state_path, R_OK) == 0,
+          "the run whose last step was not finite wrote %d checkpoints; %s %s", wrote, model_path, access(model_path, R_OK) == 0 ? "exists" : "missing");
+    CHECK(latest_checkpoint(dir) == o.max_steps, "-y 1 would resume from step %d, not %d", latest_checkpoint(dir), o.max_steps);
+    model_free(&m);
+    Model back;
+    model_init(&back, &c, &mo);
+    if (wrote) {
+        load_checkpoint(&back, &ts, dir, o.max_steps);
+        float *master = download_f32(back.master, back.num_params);
+        long bad_weights = 0;
+        for (size_t i = 0; i < back.num_params; i++) bad_weights += !isfinite(master[i]);
+        CHECK(bad_weights == 0, "%ld master weights of the checkpoint are not finite", bad_weights);
+        free(master);
+    }
+    model_free(&back);
+    free(w);
+    cudaCheck(cudaFreeHost(in)); cudaCheck(cudaFreeHost(tg)); cudaCheck(cudaFreeHost(losses));
+}
+static void test_nonfinite_last_step_checkpoint(void) {
+    nonfinite_last_step_checkpoint(PREC_BF16);
+    nonfinite_last_step_checkpoint(PREC_FP8);
+}
+
+// The logits (B*T*V, as floats) of one forward of `tokens`, nothing recorded when eval is set.
+static float *forward_logits(Model *m, const int *tokens, int eval) {
+    size_t N = (size_t)m->opt.B * m->opt.T;
+    cudaCheck(cudaMemcpy(m->acts.inputs, tokens, N * sizeof(int), cudaMemcpyHostToDevice));
+    if (eval) m->recording = 0;
+    model_forward(m, 0, 0.0f, g_stream);
+    m->recording = 1;
+    cudaCheck(cudaDeviceSynchronize());
+    return download_bf16(m->acts.logits, N * m->cfg.V);
+}
+
+// -x 0 in fp8: what evaluate_only does before evaluating or sampling (fp8_ready_for_eval, with the
+// first val batch or the sample's prompt), then a forward that records nothing, as evaluate() and
+// sample_text() run it, must give exactly the logits of the first training step's forward of the
+// same tokens: the weights cast, and the scales those of that step (delayed: set live by the
+// calibration forward; current: every cast live, evaluation included). Before, -x 0 without val data
+// read never-cast weights with scales of 1, and the current recipe evaluated with stale scales. The
+// sample's prompt (a document start, then zeros) and random tokens (a val batch) both. Against bf16's
+// logits of the same weights: fp8's error must be smaller than the logits themselves (RMS), a gross
+// check that garbage (bf16 bytes read as E4M3) fails; the sharp one is the exact match.
+static void eval_only_fp8(int current) {
+    LlamaConfig c = small_config();
+    int B = 2, T = 128, N = B * T;
+    int *prompt = (int *)callocCheck(N, sizeof(int)), *batch = (int *)mallocCheck(N * sizeof(int));
+    prompt[0] = 1;
+    random_tokens(batch, N, c.V, 51);
+    const int *inputs[2] = {prompt, batch};
+    const char *what[2] = {"the sample's prompt", "a val batch"};
+    ModelOptions mo = model_options(B, T, PREC_FP8), mb = model_options(B, T, PREC_BF16);
+    mo.fp8_current = current;
+    size_t nl = (size_t)N * c.V;
+    for (int k = 0; k < 2; k++) {
+        Model trained, evaluated, bf16;
+        model_init(&trained, &c, &mo);
+        model_init(&evaluated, &c, &mo);
+        model_init(&bf16, &c, &mb);
+        float *w = (float *)mallocCheck(trained.num_params * sizeof(float));
+        model_init_weights(&trained, 23, w);
+        model_set_weights(&trained, w);
+        model_set_weights(&evaluated, w);
+        model_set_weights(&bf16, w);
+        recast_stale_weights(&trained, g_stream); // as train_step does before the first forward
+        float *want = forward_logits(&trained, inputs[k], 0);
+        fp8_ready_for_eval(&evaluated, inputs[k], g_stream);
+        float *got = forward_logits(&evaluated, inputs[k], 1);
+        float *ref = forward_logits(&bf16, inputs[k], 1);
+        long differ = 0;
+        for (size_t i = 0; i < nl; i++) differ += memcmp(&got[i], &want[i], sizeof(float)) != 0;
+        double to_bf16 = rms_rel(got, ref, nl);
+        printf("    %s, %s recipe: %ld of %zu logits differ from the first training step's; RMS rel to bf16 %.3e\n", what[k],
+               current ? "current" : "delayed", differ, nl, to_bf16);
+        CHECK(differ == 0, "%s (%s): %ld of %zu evaluation logits differ from the first training step's", what[k], current ? "current" : "delayed", differ, nl);
+        CHECK(to_bf16 < 1.0, "%s (%s): fp8 evaluation logits are %.3e (RMS rel) from bf16's", what[k], current ? "current" : "delayed", to_bf16);
+        free(want); free(got); free(ref); free(w);
+        model_free(&trained); model_free(&evaluated); model_free(&bf16);
+    }
+    free(prompt); free(batch);
+}
+static void test_eval_only_fp8_delayed(void) { eval_only_fp8(0); }
+static void test_eval_only_fp8_current(void) { eval_only_fp8(1); }
+
 int main(int argc, char **argv) {
     if (argc > 1) g_test_filter = argv[1]; // run only the tests whose name contains it
     cudaDeviceProp prop;
@@ -1319,6 +1450,9 @@ int main(int argc, char **argv) {
     run_test("resume is bit-exact (fp8)", test_resume_bitexact_fp8);
     run_test("resume is bit-exact (fp8, -r 1)", test_resume_bitexact_fp8_recompute);
     run_test("resume is bit-exact (fp8, bf16 AdamW moments)", test_resume_bitexact_fp8_bf16_moments);
+    run_test("a non-finite last step still writes the end-of-run checkpoint (bf16, fp8)", test_nonfinite_last_step_checkpoint);
+    run_test("-x 0 in fp8: evaluation logits are the first training step's (delayed recipe; prompt and val batch)", test_eval_only_fp8_delayed);
+    run_test("-x 0 in fp8: evaluation logits are the first training step's (current recipe: live in evaluation)", test_eval_only_fp8_current);
     if (g_tests_passed + g_tests_failed == 0) { printf("no test matches '%s'\n", g_test_filter); g_tests_failed = 1; }
     printf("%d passed, %d failed\n", g_tests_passed, g_tests_failed);
     return g_tests_failed == 0 ? 0 : 1;

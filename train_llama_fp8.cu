@@ -21,9 +21,10 @@ every rank casts with the same scales. With one GPU none of this runs: no NCCL c
 #include <time.h>
 #include <sys/stat.h>
 #include <glob.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include "llmc/utils.h"            // FATAL, checked file I/O, random numbers
-#include "llmc/stop_signal.h"      // stop on SIGTERM/SIGINT after the step in flight, with a checkpoint
+#include "llmc/stop_signal.h"      // stop on SIGTERM/SIGINT/SIGHUP/SIGUSR1 after the step in flight, with a checkpoint
 #include "llmc/llama_config.h"     // LlamaConfig, presets, parameter and fp8-state layouts
 #include "llmc/model_file.h"       // the model file's header table and checksums
 #include "llmc/cuda_common.cuh"    // cudaCheck, floatX, fp8 types, Fp8Cast
@@ -57,7 +58,7 @@ typedef struct {
     char precision[16], fp8_recipe[16], adam_moments[16];
     int B, T, total_batch, max_steps, warmup, val_every, val_batches, sample_every, gen_tokens;
     int ckpt_every, resume, recompute, seed, shuffle, fp8_history, fp8_margin, fp8_lm_head, fp8_log, fp8_dump, ngpu, fp8_weight_cache, deterministic;
-    int cuda_graph;
+    int cuda_graph, keep;
     float lr, final_lr_frac, weight_decay, grad_clip, beta1, beta2;
     // model overrides (0: keep the preset's)
     int V, L, C, NH, NKV, FF;
@@ -99,7 +100,8 @@ static const OptSpec OPTION_SPECS[] = {
     OPT("-s", OPT_INT, sample_every, "sample text every N steps (0: never)"),
     OPT("-g", OPT_INT, gen_tokens, "tokens to generate per sample"),
     OPT("-n", OPT_INT, ckpt_every, "checkpoint every N steps (0: only at the end)"),
-    OPT("-y", OPT_INT, resume, "1: resume from the latest checkpoint in the log directory"),
+    OPT("-keep", OPT_INT, keep, "keep the K newest checkpoints in -o, removing older ones once a newer one is complete on every GPU (0: keep all)"),
+    OPT("-y", OPT_INT, resume, "1: resume from the latest checkpoint in the log directory (with -x 0: evaluate it)"),
     OPT("-r", OPT_INT, recompute, "recompute in backward: 0 none, 1 SwiGLU output (saves memory)"),
     OPT("-cuda_graph", OPT_INT, cuda_graph, "1: one GPU replays each step's forward and backward as one CUDA graph (from the second step; the same results, fewer launches); 0: launch kernel by kernel"),
     OPT("-deterministic", OPT_INT, deterministic, "1: bit-reproducible runs and resumes (deterministic attention backward, heuristic GEMM algorithms); 0: faster"),
@@ -141,7 +143,7 @@ static Options default_options(void) {
     o.val_every = 20; o.val_batches = 20; o.sample_every = 80; o.gen_tokens = 64;
     o.ckpt_every = 0; o.resume = 0; o.recompute = 0; o.seed = 1337; o.shuffle = 0;
     o.fp8_history = 16; o.fp8_margin = 0; o.fp8_lm_head = 0; o.fp8_log = 0; o.fp8_weight_cache = 1; o.fp8_dump = 0; o.ngpu = 0;
-    o.cuda_graph = 1;
+    o.cuda_graph = 1; o.keep = 0;
     return o;
 }
 
@@ -562,10 +564,11 @@ static unsigned long long *fp8_counts_of(Model *m, int t) {
 static int fp8_format_of(int t) { return t % FP8_KINDS == FP8_DY ? FP8_E5M2 : FP8_E4M3; }
 static float fp8_max_of(int t) { return t % FP8_KINDS == FP8_DY ? FP8_E5M2_MAX : FP8_E4M3_MAX; }
 
-// The first step's first cast of each tensor, and every cast under -fp8_recipe current, measures the
-// amax before casting; otherwise the scale is the delayed one.
+// The first step's first cast of each tensor, and every cast under -fp8_recipe current (evaluation
+// and sampling too: that recipe has no delayed scale to fall back on), measures the amax before
+// casting; otherwise the scale is the delayed one.
 static int fp8_is_live(const Model *m) {
-    return m->recording && (m->fp8.live_always || (m->step == 0 && m->micro == 0));
+    return m->fp8.live_always || (m->recording && m->step == 0 && m->micro == 0);
 }
 
 // A producer kernel about to write tensor t. Delayed scaling: the kernel writes the fp8 copy itself
@@ -615,8 +618,10 @@ static void fp8_live_scale(Model *m, int t, cudaStream_t stream) {
         mg_allreduce_amax(m->mg, m->live_amax, 1, stream);
         mg_join(m->mg, stream);
     }
-    fp8_scale_from_live_amax(fp8_scale(m, t), fp8_scale_inv(m, t), fp8_gemm_scale_inv(m, t), m->live_amax, fp8_amax(m, t),
-                             fp8_max_of(t), m->opt.fp8_margin, stream);
+    // evaluation records no amax: the live one joins no slot, and is cleared here instead
+    fp8_scale_from_live_amax(fp8_scale(m, t), fp8_scale_inv(m, t), fp8_gemm_scale_inv(m, t), m->live_amax,
+                             m->recording ? fp8_amax(m, t) : NULL, fp8_max_of(t), m->opt.fp8_margin, stream);
+    if (!m->recording) cudaCheck(cudaMemsetAsync(m->live_amax, 0, sizeof(float), stream));
 }
 
 static void fp8_site_finish(Model *m, const Fp8Site *s, cudaStream_t stream) {
@@ -1197,6 +1202,12 @@ static void sample_text(Model *m, Tokenizer *tok, int have_tok, int bos, int gen
 // position and the sampling RNG. Both are written to a temporary name and renamed, carry a checksum
 // of their body, and are refused on any mismatch.
 
+// Collectives that follow file I/O (the master gather after each rank's state write, the barriers
+// after loading weights and after a checkpoint) wait this long, not the usual collective timeout:
+// for a large model, reading or writing a file can take minutes, and the ranks need not take
+// equally long.
+#define IO_BARRIER_TIMEOUT_S 1800.0
+
 #define STATE_MAGIC 20261202
 #define CKPT_VERSION 2 // both files (version 1: FNV-1a checksums, still read; see llmc/model_file.h)
 #define CKPT_CHUNK ((size_t)64 << 20)
@@ -1340,6 +1351,13 @@ static int state_expect(Model *m, TrainState *ts, HeaderExpect ex[NUM_STATE_FIEL
     return n;
 }
 
+// The words of a resumed state file's header that are read back, not checked (h: the file's header).
+static void state_read_back(Model *m, TrainState *ts, const int h[256]) {
+    StateField f[NUM_STATE_FIELDS];
+    state_fields(m, ts, f);
+    for (int i = 0; i < NUM_STATE_FIELDS; i++) if (!f[i].checked) *f[i].value = h[f[i].word];
+}
+
 // The state file's body, in order: AdamW's moments of this rank's shard, the fp8 state, the sampling
 // rng and the data loader's position.
 #define NUM_STATE_SECTIONS 5
@@ -1357,7 +1375,8 @@ static void checkpoint_paths(const char *dir, int step, int rank, char *model_pa
 
 // Several GPUs: the whole fp32 master (num_params floats) into `host` on rank 0 (NULL on the others),
 // one bucket at a time through a bucket-sized device buffer; every rank must call it. The compute
-// stream must be idle (the main loop has waited for the step).
+// stream must be idle (the main loop has waited for the step). Each rank arrives after writing its
+// state file, so the waits have the I/O deadline: a rank whose disk is a minute slower is no failure.
 static void gather_master(Model *m, float *host) {
     MultiGpu *mg = m->mg;
     size_t biggest = 0;
@@ -1366,7 +1385,8 @@ static void gather_master(Model *m, float *host) {
     for (int k = 0; k < m->zero.num_buckets; k++) {
         const GradBucket *b = &m->zero.buckets[k];
         mg_allgather_bytes(mg, m->master + b->shard, bucket, b->count / mg->world * sizeof(float), mg->comm_stream);
-        mg_wait(mg, mg->comm_stream, "gathering the master weights for a checkpoint");
+        mg_wait_for(mg, mg->comm_stream, "gathering the master weights for a checkpoint (after every rank wrote its state file)",
+                    IO_BARRIER_TIMEOUT_S);
         if (host != NULL && b->start < m->num_params) {
             size_t n = m->num_params - b->start < b->count ? m->num_params - b->start : b->count; // not the padding
             cudaCheck(cudaMemcpy(host + b->start, bucket, n * sizeof(float), cudaMemcpyDeviceToHost));
@@ -1375,9 +1395,38 @@ static void gather_master(Model *m, float *host) {
     cudaCheck(cudaFree(bucket));
 }
 
+// The bytes of this step's whole checkpoint: the model file and every rank's state file (the ranks of
+// one node write to the same disk).
+static unsigned long long checkpoint_bytes(Model *m, TrainState *ts) {
+    Section st[NUM_STATE_SECTIONS];
+    state_sections(m, ts, st);
+    unsigned long long state = 256 * sizeof(int);
+    for (int i = 0; i < NUM_STATE_SECTIONS; i++) state += st[i].bytes;
+    return 256 * sizeof(int) + (unsigned long long)m->num_params * sizeof(float) + (unsigned long long)m->mg->world * state;
+}
+
+// NULL if the file system of `dir` has room for `need` more bytes, else the problem (in msg).
+static const char *checkpoint_space_problem(const char *dir, unsigned long long need, char *msg, size_t n) {
+    struct statvfs v;
+    if (statvfs(dir, &v) != 0) { snprintf(msg, n, "cannot query the free space of '%s': %s", dir, strerror(errno)); return msg; }
+    unsigned long long have = (unsigned long long)v.f_bavail * v.f_frsize;
+    if (have >= need) return NULL;
+    snprintf(msg, n, "the disk of '%s' has %llu bytes (%.2f GB) free, the checkpoint needs %llu (%.2f GB): not writing it, the previous"
+             " checkpoint is kept. Free space there (-keep K keeps only the K newest checkpoints)", dir, have, have / 1e9, need, need / 1e9);
+    return msg;
+}
+
+// Writes this step's checkpoint; refused on every rank alike, before anything is written, when a
+// rank's disk has no room for it. This rank's state file stays marked unfinished (removed if the
+// process dies) until checkpoint_step has seen the whole checkpoint complete.
 static void save_checkpoint(Model *m, TrainState *ts, const char *dir) {
-    char model_path[1024], state_path[1024];
+    char model_path[1024], state_path[1024], problem[512];
     checkpoint_paths(dir, m->step, ts->rank, model_path, state_path);
+    const char *space = checkpoint_space_problem(dir, checkpoint_bytes(m, ts), problem, sizeof(problem));
+    long long all_have_room = 0;
+    mg_all_agree(m->mg, space == NULL, &all_have_room, NULL);
+    if (space) FATAL("checkpoint of step %d: %s", m->step, space);
+    if (!all_have_room) FATAL("checkpoint of step %d: another rank's disk has no room for it (its message says how much); the previous checkpoint is kept", m->step);
     int h[256];
     size_t pbytes = m->num_params * sizeof(float);
     // the state file first: a model file without its state is never taken for a resumable checkpoint.
@@ -1387,6 +1436,7 @@ static void save_checkpoint(Model *m, TrainState *ts, const char *dir) {
     Section st[NUM_STATE_SECTIONS];
     state_sections(m, ts, st);
     write_sections(state_path, h, st, NUM_STATE_SECTIONS);
+    stop_signal_unfinished(state_path);
     float *whole = NULL; // several GPUs: the gathered master, on rank 0
     if (m->mg->world > 1) {
         if (ts->rank == 0) whole = (float *)mallocCheck(pbytes);
@@ -1398,6 +1448,63 @@ static void save_checkpoint(Model *m, TrainState *ts, const char *dir) {
         write_sections(model_path, h, ms, 1);
     }
     free(whole);
+}
+
+// The steps of dir's complete checkpoints (a model file, written last), newest first, at most max.
+static int checkpoint_steps(const char *dir, int *steps, int max) {
+    char pattern[1100], want_model[1024], want_state[1024];
+    snprintf(pattern, sizeof(pattern), "%s/model_*.bin", dir);
+    glob_t g;
+    int n = 0;
+    if (glob(pattern, 0, NULL, &g) != 0) return 0;
+    for (size_t i = 0; i < g.gl_pathc && n < max; i++) {
+        int step;
+        const char *base = strrchr(g.gl_pathv[i], '/');
+        if (sscanf(base ? base + 1 : g.gl_pathv[i], "model_%d.bin", &step) != 1 || step < 0) continue;
+        checkpoint_paths(dir, step, 0, want_model, want_state);
+        if (strcmp(want_model, g.gl_pathv[i]) == 0) steps[n++] = step; // not e.g. a user's model_best.bin
+    }
+    globfree(&g);
+    for (int i = 1; i < n; i++) // newest first
+        for (int j = i; j > 0 && steps[j] > steps[j - 1]; j--) { int t = steps[j]; steps[j] = steps[j - 1]; steps[j - 1] = t; }
+    return n;
+}
+
+// -keep K: once the checkpoint of step `newest` is complete on every rank, removes from dir the
+// checkpoints older than it beyond the K - 1 newest of those: this rank's state files of those steps
+// (of unfinished checkpoints too), and on rank 0 the model files. Checkpoints of later steps (another
+// run's) are left alone. Every rank sees the same kept steps (only older files go), so they agree.
+static void prune_checkpoints(const char *dir, int keep, int rank, int newest) {
+    static int steps[100000];
+    if (keep <= 0) return;
+    int n = checkpoint_steps(dir, steps, 100000), kept = 1, oldest_kept = newest;
+    char pattern[1100], model_path[1024], state_path[1024];
+    for (int i = 0; i < n; i++) {
+        if (steps[i] >= newest) continue;
+        if (kept < keep) { kept++; oldest_kept = steps[i]; continue; }
+        checkpoint_paths(dir, steps[i], 0, model_path, state_path);
+        if (rank == 0 && unlink(model_path) != 0) fprintf(stderr, "warning: -keep %d: cannot remove '%s': %s\n", keep, model_path, strerror(errno));
+    }
+    snprintf(pattern, sizeof(pattern), "%s/state_*_%05d.bin", dir, rank);
+    glob_t g;
+    if (glob(pattern, 0, NULL, &g) != 0) return;
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        int step, r;
+        const char *base = strrchr(g.gl_pathv[i], '/');
+        if (sscanf(base ? base + 1 : g.gl_pathv[i], "state_%d_%d.bin", &step, &r) != 2 || step >= oldest_kept) continue;
+        checkpoint_paths(dir, step, rank, model_path, state_path);
+        if (strcmp(state_path, g.gl_pathv[i]) == 0 && unlink(state_path) != 0)
+            fprintf(stderr, "warning: -keep %d: cannot remove '%s': %s\n", keep, state_path, strerror(errno));
+    }
+    globfree(&g);
+}
+
+// A checkpoint of this step, complete on every rank when it returns; then (-keep K) the older ones go.
+static void checkpoint_step(Model *m, TrainState *ts, const char *dir, int keep) {
+    save_checkpoint(m, ts, dir);
+    mg_barrier(m->mg, IO_BARRIER_TIMEOUT_S);
+    stop_signal_unfinished(NULL);
+    prune_checkpoints(dir, keep, ts->rank, m->step);
 }
 
 // Loads the fp32 weights of a model file into m (whose config must match).
@@ -1441,9 +1548,7 @@ static void load_checkpoint(Model *m, TrainState *ts, const char *dir, int step)
     state_sections(m, ts, st);
     int h[256];
     read_sections(state_path, STATE_MAGIC, ex, nex, st, NUM_STATE_SECTIONS, h);
-    StateField f[NUM_STATE_FIELDS];
-    state_fields(m, ts, f);
-    for (int i = 0; i < NUM_STATE_FIELDS; i++) if (!f[i].checked) *f[i].value = h[f[i].word];
+    state_read_back(m, ts, h);
     if (m->fp8.on) fp8_publish_scale_inv(m->gemm_scale_inv, m->fp8_state + m->fp8_layout.scale_inv, m->fp8_layout.num_tensors, 0);
 }
 
@@ -1628,21 +1733,6 @@ static void hellaswag_report(Model *m, const HellaSwag *hs, const Options *o, in
     }
 }
 
-// -x 0 in fp8 with no val data: the scales are taken as the first training step would, from the live
-// amaxes of the weights and of the first HellaSwag rows (evaluate_only does so from a val batch).
-static void hellaswag_live_scales(Model *m, const HellaSwag *hs, cudaStream_t stream) {
-    int B = m->opt.B, T = m->opt.T;
-    size_t N = (size_t)B * T;
-    int *inputs = (int *)mallocCheck(N * sizeof(int)), *targets = (int *)mallocCheck(N * sizeof(int));
-    int *first = (int *)mallocCheck(B * sizeof(int)), *count = (int *)mallocCheck(B * sizeof(int));
-    fp8_cast_weights(m, stream);
-    hellaswag_batch(hs, 0, HELLASWAG_ENDINGS * hs->num_items, B, T, inputs, targets, first, count);
-    cudaCheck(cudaMemcpyAsync(m->acts.inputs, inputs, N * sizeof(int), cudaMemcpyHostToDevice, stream));
-    model_forward(m, 0, 0.0f, stream);
-    mg_wait(m->mg, stream, "the fp8 scales from HellaSwag rows");
-    free(inputs); free(targets); free(first); free(count);
-}
-
 // The text bytes of the targets evaluate() scores (val positions 0 .. positions-1, the same on every
 // rank): bits per byte's denominator, the same at every evaluation and at any world size.
 static double val_text_bytes(DataLoader *val, int positions, const Tokenizer *tok) {
@@ -1788,6 +1878,8 @@ static ModelOptions checked_options(Options *o, int *grad_accum) {
     if (o->deterministic != 0 && o->deterministic != 1) FATAL("-deterministic must be 0 or 1");
     if (o->cuda_graph != 0 && o->cuda_graph != 1) FATAL("-cuda_graph must be 0 or 1");
     if (o->fp8_dump && (mo.precision != PREC_FP8 || o->log_dir[0] == '\0')) FATAL("-fp8_dump 1 needs -precision fp8 and a log directory (-o)");
+    if (o->resume && o->log_dir[0] == '\0') FATAL("-y 1 needs a log directory (-o) to resume from");
+    if (o->keep < 0) FATAL("-keep must be 0 (keep every checkpoint) or the number of newest checkpoints to keep, got %d", o->keep);
     mo.recompute = o->recompute;
     mo.fp8_history = o->fp8_history; mo.fp8_margin = o->fp8_margin;
     mo.fp8_weight_cache = o->fp8_weight_cache; mo.fp8_lm_head = o->fp8_lm_head;
@@ -1825,12 +1917,86 @@ static int open_data(const Options *o, const LlamaConfig *cfg, const MultiGpu *m
     return o->val_batches;
 }
 
-#ifndef TESTING
-// After loading weights and after writing a checkpoint the ranks meet with this deadline, not the
-// usual collective timeout: for a large model, reading the model file (every rank) or writing it
-// (rank 0 alone) can take minutes, and the ranks need not take equally long.
-#define IO_BARRIER_TIMEOUT_S 1800.0
+// What the main loop does after optimizer step `step` (0-based) of a run of o->max_steps: the fp8
+// log (fp8_log: it is open), the val loss (have_val: there are val batches), a sample and a
+// checkpoint (have_dir) at their intervals and after the last step, a checkpoint and the stop when
+// the ranks agreed on a stop signal (stop: its number, or 0). A step whose loss or gradient was not
+// finite (finite 0: its update was skipped, so the weights are the last good step's) does the same:
+// the run's end and a periodic checkpoint do not wait for a good step. Five such steps in a row
+// end the run (bad_steps counts them).
+enum { AFTER_FP8_LOG = 1, AFTER_VAL = 2, AFTER_SAMPLE = 4, AFTER_CHECKPOINT = 8, AFTER_STOP = 16 };
+static int after_step(const Options *o, int step, int finite, long long stop, int fp8_log, int have_val, int have_dir, int *bad_steps) {
+    if (finite) *bad_steps = 0;
+    else if (++*bad_steps >= 5) FATAL("5 consecutive steps with a non-finite loss or gradient: stopping (last good checkpoint kept)");
+    int done = step + 1, last = done == o->max_steps, work = 0;
+    if (fp8_log && (done % o->fp8_log == 0 || last)) work |= AFTER_FP8_LOG;
+    if (have_val && ((o->val_every > 0 && done % o->val_every == 0) || last)) work |= AFTER_VAL;
+    if (o->sample_every > 0 && o->gen_tokens > 0 && (done % o->sample_every == 0 || last)) work |= AFTER_SAMPLE;
+    if (have_dir && ((o->ckpt_every > 0 && done % o->ckpt_every == 0) || last || stop)) work |= AFTER_CHECKPOINT;
+    if (stop && !last) work |= AFTER_STOP;
+    return work;
+}
 
+// The line a stop by signal `sig` after `done` of max_steps steps prints (print: the main rank), and
+// the process's exit status: 0 when a checkpoint was written (have_dir; it resumes from the one of
+// step ckpt_step), else 128 + the signal, as a shell reports a process the signal ended: nothing was
+// saved, so the stop is no success.
+static int stop_report(int sig, int done, int max_steps, const char *log_dir, int have_dir, int ckpt_step, int print) {
+    if (print && have_dir)
+        printf("stopped by %s after step %d of %d. To continue, run the same command with -y 1 (resumes from %s/model_%08d.bin)\n",
+               stop_signal_name(sig), done, max_steps, log_dir, ckpt_step);
+    else if (print)
+        printf("stopped by %s after step %d of %d: no checkpoint written (no log directory, -o '')\n", stop_signal_name(sig), done, max_steps);
+    return have_dir ? 0 : 128 + sig;
+}
+
+// Before evaluating or sampling a model that no step of this process has trained (-x 0): the E4M3
+// weights were never made (a training step makes them), and at step 0 no scale has been set yet (a
+// resumed checkpoint brings its scales). Casts the weights and, at step 0 with delayed scaling, sets
+// every X scale as the first training step would: live, from a forward over `tokens` (B*T ids: the
+// first val batch, or the sample's prompt). Under -fp8_recipe current every cast scales live anyway.
+static void fp8_ready_for_eval(Model *m, const int *tokens, cudaStream_t stream) {
+    if (!m->fp8.on) return;
+    fp8_cast_weights(m, stream);
+    if (m->step > 0 || m->fp8.live_always) return;
+    cudaCheck(cudaMemcpyAsync(m->acts.inputs, tokens, (size_t)m->opt.B * m->opt.T * sizeof(int), cudaMemcpyHostToDevice, stream));
+    model_forward(m, 0, 0.0f, stream);
+    mg_wait(m->mg, stream, "the fp8 scales for evaluation");
+}
+
+// -x 0: the val loss of the model as it is (e.g. before fine-tuning it), HellaSwag (hs, if not NULL)
+// and a sample if asked. The fp8 scales of step 0 come from the first val batch, else the first
+// HellaSwag rows, else the sample's prompt (the document-start token, then zeros).
+static void evaluate_only(Model *m, DataLoader *val, int have_val, int val_batches, const HellaSwag *hs, const Options *o,
+                          Tokenizer *tok, int have_tok, int bos, uint64_t *rng, float *host_losses, cudaStream_t stream) {
+    int main_rank = mg_is_main(m->mg), N = o->B * o->T;
+    if (have_val) {
+        dataloader_read_position(val, 0); // on every rank: the MAX over the ranks is one GPU's amax
+        fp8_ready_for_eval(m, val->inputs, stream);
+    } else {
+        int *tokens = (int *)callocCheck(N, sizeof(int));
+        if (hs) {
+            int *targets = (int *)mallocCheck(N * sizeof(int)), *first = (int *)mallocCheck(o->B * sizeof(int));
+            int *count = (int *)mallocCheck(o->B * sizeof(int));
+            hellaswag_batch(hs, 0, HELLASWAG_ENDINGS * hs->num_items, o->B, o->T, tokens, targets, first, count);
+            free(targets); free(first); free(count);
+        } else {
+            tokens[0] = bos;
+        }
+        fp8_ready_for_eval(m, tokens, stream);
+        free(tokens);
+    }
+    if (val_batches > 0) {
+        float vl = evaluate(m, val, val_batches, host_losses, stream);
+        if (main_rank) printf("val loss %.6f over %d batches of %d x %d tokens\n", vl, val_batches, o->B, o->T);
+    } else if (main_rank) {
+        printf("-x 0: no val data (-j) to evaluate\n");
+    }
+    if (hs) hellaswag_report(m, hs, o, 0, 1, host_losses, NULL, NULL, stream);
+    if (o->sample_every > 0 && o->gen_tokens > 0) sample_text(m, tok, have_tok, bos, o->gen_tokens, rng, NULL, main_rank, stream);
+}
+
+#ifndef TESTING
 // -fp8_dump: this rank's whole fp8 state buffer (amax slots, histories, scales, scale_invs) as raw
 // floats, so a test can check that every rank holds the same bits.
 static void dump_fp8_state(Model *m, const char *dir, int rank) {
@@ -1847,10 +2013,9 @@ static void dump_fp8_state(Model *m, const char *dir, int rank) {
 
 // The model's starting point: the latest checkpoint with -y 1, else -init_from's weights, else the
 // random init. Returns the step resumed from, or -1.
-static int start_model(Model *m, TrainState *ts, DataLoader *train, const Options *o, int have_dir, MultiGpu *mg) {
+static int start_model(Model *m, TrainState *ts, DataLoader *train, const Options *o, MultiGpu *mg) {
     int resumed_from = -1;
-    if (o->resume) {
-        if (!have_dir) FATAL("-y 1 needs a log directory (-o) to resume from");
+    if (o->resume) { // -x 0 too: it evaluates the checkpoint (checked_options refused -y 1 without -o)
         resumed_from = latest_checkpoint(o->log_dir);
         // a fine-tune resubmitted before its first checkpoint starts from its weights again
         if (resumed_from < 0 && !o->init_from[0]) FATAL("-y 1: no checkpoint (model_*.bin + state_*_00000.bin) in '%s'", o->log_dir);
@@ -1903,39 +2068,21 @@ static void print_run(const Model *m, const Options *o, const MultiGpu *mg, cons
     fprintf(logf, mg->world > 1 ? " gpus %d\n" : "\n", mg->world);
 }
 
-// -x 0: the val loss of the model as it is (e.g. before fine-tuning it), and a sample if asked.
-static void evaluate_only(Model *m, DataLoader *val, int have_val, int val_batches, const Options *o, Tokenizer *tok, int have_tok, int bos,
-                          uint64_t *rng, float *host_losses, cudaStream_t stream) {
-    int main_rank = mg_is_main(m->mg), N = o->B * o->T;
-    if (m->fp8.on && have_val) {
-        // no step has set the scales yet: take them as the first training step would, from the live
-        // amaxes of the weights and of the first val batch
-        fp8_cast_weights(m, stream);
-        dataloader_read_position(val, 0); // on every rank: the MAX over the ranks is one GPU's amax
-        cudaCheck(cudaMemcpyAsync(m->acts.inputs, val->inputs, N * sizeof(int), cudaMemcpyHostToDevice, stream));
-        model_forward(m, 0, 0.0f, stream);
-    }
-    if (val_batches > 0) {
-        float vl = evaluate(m, val, val_batches, host_losses, stream);
-        if (main_rank) printf("val loss %.6f over %d batches of %d x %d tokens\n", vl, val_batches, o->B, o->T);
-    } else if (main_rank) {
-        printf("-x 0: no val data (-j) to evaluate\n");
-    }
-    if (o->sample_every > 0 && o->gen_tokens > 0) sample_text(m, tok, have_tok, bos, o->gen_tokens, rng, NULL, main_rank, stream);
-}
-
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); // progress lines reach a log file or pipe as they are printed
     Options o = parse_options(argc, argv);
     int grad_accum;
     ModelOptions mo = checked_options(&o, &grad_accum);
 
+    int planned_world;
+    // before anything starts a thread (CUDA, NCCL, OpenMP), so every thread inherits the block; the
+    // launcher passes the signals on instead (llmc/multi_gpu.cuh)
+    if (mg_start_of(o.ngpu, &planned_world) != MG_START_LAUNCHER) stop_signal_install();
     int ndev = 0;
     cudaError_t derr = cudaGetDeviceCount(&ndev);
     if (derr != cudaSuccess || ndev == 0) FATAL("no CUDA GPU found (%s): this trainer needs an NVIDIA GPU", cudaGetErrorString(derr));
     MultiGpu mg;
     multi_gpu_init(&mg, argv, o.ngpu); // with -ngpu N > 1 this process starts N ranks, watches them and never returns
-    stop_signal_install();
     int rank = mg.rank, world = mg.world, main_rank = mg_is_main(&mg); // only the main rank prints and logs
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, mg.local_device));
@@ -1976,7 +2123,7 @@ int main(int argc, char **argv) {
 
     int eval_only = o.max_steps == 0, have_dir = o.log_dir[0] != '\0' && !eval_only; // -x 0 writes nothing
     if (have_dir && mkdir(o.log_dir, 0755) != 0 && errno != EEXIST) FATAL("cannot create log directory '%s': %s", o.log_dir, strerror(errno));
-    int resumed_from = start_model(&m, &ts, &train, &o, have_dir, &mg);
+    int resumed_from = start_model(&m, &ts, &train, &o, &mg);
     FILE *logf = NULL, *fp8f = NULL, *metricsf = NULL;
     if (have_dir && main_rank) {
         char path[1100];
@@ -2007,14 +2154,11 @@ int main(int argc, char **argv) {
     cudaCheck(cudaEventCreate(&ev0));
     cudaCheck(cudaEventCreate(&ev1));
     int bos = have_tok ? tok.doc_start_id : 1;
-    int bad_steps = 0, start_step = m.step, timed = 0, stopped_by = 0;
+    int bad_steps = 0, start_step = m.step, timed = 0, exit_status = 0;
     float *step_ms = (float *)mallocCheck((size_t)(o.max_steps > start_step ? o.max_steps - start_step : 1) * sizeof(float));
     size_t mem_used = 0;
-    if (eval_only) evaluate_only(&m, &val, have_val, val_batches, &o, &tok, have_tok, bos, &ts.rng, host_losses, stream);
-    if (eval_only && have_hs) {
-        if (m.fp8.on && !have_val) hellaswag_live_scales(&m, &hs, stream);
-        hellaswag_report(&m, &hs, &o, 0, 1, host_losses, NULL, NULL, stream);
-    }
+    if (eval_only)
+        evaluate_only(&m, &val, have_val, val_batches, have_hs ? &hs : NULL, &o, &tok, have_tok, bos, &ts.rng, host_losses, stream);
 
     for (int step = m.step; step < o.max_steps; step++) {
         hp.lr = lr_at_step(step, o.max_steps, o.lr, o.warmup, o.final_lr_frac);
@@ -2043,36 +2187,22 @@ int main(int argc, char **argv) {
         // every rank takes the same branches from here on.
         long long stop = g_stop_signal;
         if (world > 1) mg_all_agree(&mg, stop, NULL, &stop);
-        if (!isfinite(loss) || skipped) {
-            if (++bad_steps >= 5) FATAL("5 consecutive steps with a non-finite loss or gradient: stopping (last good checkpoint kept)");
-            if (!stop) continue;
-        } else {
-            bad_steps = 0;
-        }
-        int last = step + 1 == o.max_steps;
-        if (fp8f && ((step + 1) % o.fp8_log == 0 || last)) write_fp8_log(&m, grad_accum, fp8f);
-        if (have_val && val_batches > 0 && ((o.val_every > 0 && (step + 1) % o.val_every == 0) || last)) {
+        int work = after_step(&o, step, isfinite(loss) && !skipped, stop, fp8f != NULL, have_val && val_batches > 0, have_dir, &bad_steps);
+        if (work & AFTER_FP8_LOG) write_fp8_log(&m, grad_accum, fp8f);
+        if (work & AFTER_VAL) {
             float vl = evaluate(&m, &val, val_batches, host_losses, stream);
             report_val(vl, bits_per_byte(vl, val_bytes, val_batches, &m), step + 1, main_rank, logf, metricsf);
         }
-        if (have_hs && ((o.val_every > 0 && (step + 1) % o.val_every == 0) || last))
-            hellaswag_report(&m, &hs, &o, step + 1, last, host_losses, logf, metricsf, stream);
-        if (o.sample_every > 0 && ((step + 1) % o.sample_every == 0 || last) && o.gen_tokens > 0)
-            sample_text(&m, &tok, have_tok, bos, o.gen_tokens, &ts.rng, logf, main_rank, stream);
-        if (have_dir && ((o.ckpt_every > 0 && (step + 1) % o.ckpt_every == 0) || last || stop)) {
+        if (have_hs && ((o.val_every > 0 && (step + 1) % o.val_every == 0) || step + 1 == o.max_steps))
+            hellaswag_report(&m, &hs, &o, step + 1, step + 1 == o.max_steps, host_losses, logf, metricsf, stream);
+        if (work & AFTER_SAMPLE) sample_text(&m, &tok, have_tok, bos, o.gen_tokens, &ts.rng, logf, main_rank, stream);
+        if (work & AFTER_CHECKPOINT) {
             ts.data = dataloader_get_state(&train);
-            save_checkpoint(&m, &ts, o.log_dir);
-            mg_barrier(&mg, IO_BARRIER_TIMEOUT_S);
+            checkpoint_step(&m, &ts, o.log_dir, o.keep);
             if (main_rank) printf("checkpoint written: %s/model_%08d.bin\n", o.log_dir, m.step);
         }
-        if (stop && !last) {
-            stopped_by = (int)stop;
-            if (main_rank && have_dir)
-                printf("stopped by %s after step %d of %d. To continue, run the same command with -y 1 (resumes from %s/model_%08d.bin)\n",
-                       stop_signal_name(stopped_by), step + 1, o.max_steps, o.log_dir, m.step);
-            else if (main_rank)
-                printf("stopped by %s after step %d of %d: no checkpoint written (no log directory, -o '')\n",
-                       stop_signal_name(stopped_by), step + 1, o.max_steps);
+        if (work & AFTER_STOP) {
+            exit_status = stop_report((int)stop, step + 1, o.max_steps, o.log_dir, have_dir, m.step, main_rank);
             break;
         }
     }
@@ -2100,6 +2230,6 @@ int main(int argc, char **argv) {
     if (have_tok) tokenizer_free(&tok);
     if (have_hs) hellaswag_free(&hs);
     multi_gpu_free(&mg); // also the sign of a clean exit: a rank that leaves without it aborts the communicator
-    return stopped_by && !have_dir ? 128 + stopped_by : 0; // stopped with nothing saved: not a success
+    return exit_status;
 }
 #endif

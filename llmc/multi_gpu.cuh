@@ -4,12 +4,13 @@ trainer needs, the ZeRO-1 sharding arithmetic, and failure handling that ends ev
 time instead of hanging. Without ENABLE_NCCL this compiles to a single-GPU version (world 1, every
 collective a no-op) and asking for more GPUs is a clear error.
 
-Launch (multi_gpu_init decides, in this order):
+Launch (mg_start_of decides, in this order):
   1. LLAMA_FP8_RANK is set: this process is rank LLAMA_FP8_RANK of LLAMA_FP8_WORLD, started by the
      fork launcher below; it reads the NCCL unique id from the file LLAMA_FP8_ID_FILE.
   2. An MPI launcher's variables are set (OMPI_COMM_WORLD_SIZE, PMI_SIZE, MV2_COMM_WORLD_SIZE) with
      more than one rank: MPI_Init, rank 0 makes the id and MPI_Bcast hands it out (needs ENABLE_MPI;
      without it the launch is refused, since N copies would otherwise train N separate models).
+     One MPI rank (`srun --mpi=pmi2 -n 1`, `mpirun -np 1`) is no launch of ours: -ngpu N still works.
   3. -ngpu N (N > 1): this process becomes the launcher. It starts N ranks by fork + execve of
      /proc/self/exe with the same argv and the same environment plus LLAMA_FP8_RANK, LLAMA_FP8_WORLD
      and LLAMA_FP8_ID_FILE=/tmp/llama_fp8_nccl_<launcher pid>, then only watches them: it never
@@ -17,8 +18,14 @@ Launch (multi_gpu_init decides, in this order):
      id file atomically (temporary name + rename); the others poll for it, up to the timeout. If any
      rank exits non-zero or is killed, the launcher sends SIGUSR2 ("exit now", llmc/stop_signal.h)
      to the rest, SIGKILL after 5 s, and exits 1; if the launcher itself dies, every rank gets SIGKILL
-     (PR_SET_PDEATHSIG). A SIGTERM or SIGINT to the launcher is passed on to every rank as SIGUSR1
-     (stop after this step with a checkpoint), a second one as SIGUSR2.
+     (PR_SET_PDEATHSIG). The launcher takes the stop signals as a rank does (llmc/stop_signal.h):
+     SIGTERM, SIGINT, SIGHUP and SIGUSR1 are passed on to every rank as SIGUSR1 (stop after this
+     step with a checkpoint), a second SIGTERM/SIGINT/SIGHUP or any SIGUSR2 as SIGUSR2 (exit now),
+     each carrying the signal the launcher got (sigqueue), so the ranks name it and exit with its
+     status. A rank that exits 128 + a stop signal after such a stop (nothing saved: -o '') has done
+     what was asked; the launcher then exits with that status too, and with 128 + the second signal
+     after an "exit now". The ranks start with the stop signals blocked (inherited through execve),
+     so one that arrives before a rank is ready to take it waits instead of killing it.
   4. Otherwise: one GPU, no communicator.
 The environment passes to the ranks unchanged (NCCL_* settings such as NCCL_NVLS_ENABLE included);
 rank r uses local device r (CUDA_VISIBLE_DEVICES is respected, not rewritten).
@@ -52,6 +59,7 @@ but in llmc/zero_layout.h, the one the trainer and dev/cuda/nccl_check.cu both u
 #include <sys/prctl.h>
 #include "utils.h"        // FATAL, fatal_at
 #include "cuda_common.cuh" // cudaCheck, floatX
+#include "stop_signal.h"    // stop_signal_cleanup: a failing rank removes its unfinished checkpoint files
 #ifdef ENABLE_NCCL
 #include <nccl.h>
 #if defined(ENABLE_MPI)
@@ -149,6 +157,7 @@ static void mg_fail_at(const MultiGpu *mg, const char *file, int line, const cha
     fflush(stdout);
     fprintf(stderr, "error (%s:%d): rank %d of %d (GPU %d): %s\n", file, line, mg->rank, mg->world, mg->local_device, msg);
     fflush(stderr);
+    stop_signal_cleanup();
     mg_abort_all();
     _exit(EXIT_FAILURE);
 }
@@ -451,14 +460,33 @@ static const char *mg_describe_status(int status, char *buf, size_t n) {
     return buf;
 }
 
-// The launcher's ranks, for its signal handler (0: not started or ended).
+// The launcher's ranks, for its signal handler (0: not started or ended), and what it was asked:
+// the first stop signal, the signal of an "exit now" (0: none).
 static pid_t *volatile g_mg_pids = NULL;
-static volatile sig_atomic_t g_mg_nranks = 0, g_mg_signals = 0;
+static volatile sig_atomic_t g_mg_nranks = 0, g_mg_counted = 0, g_mg_stop_sig = 0, g_mg_exit_sig = 0;
 
+// As a rank takes a signal (llmc/stop_signal.h), passed on with the signal itself as the value.
 static void mg_launcher_signal(int sig) {
-    (void)sig;
-    int forward = g_mg_signals++ == 0 ? SIGUSR1 : SIGUSR2; // see llmc/stop_signal.h
-    for (int k = 0; k < g_mg_nranks; k++) if (g_mg_pids[k] > 0) kill(g_mg_pids[k], forward);
+    int now = sig == SIGUSR2 || (sig != SIGUSR1 && g_mg_counted++ > 0);
+    if (now && g_mg_exit_sig == 0) g_mg_exit_sig = sig;
+    if (!now && g_mg_stop_sig == 0) g_mg_stop_sig = sig;
+    union sigval v;
+    v.sival_int = sig;
+    for (int k = 0; k < g_mg_nranks; k++) if (g_mg_pids[k] > 0) sigqueue(g_mg_pids[k], now ? SIGUSR2 : SIGUSR1, v);
+}
+
+static const int MG_STOP_SIGNALS[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2};
+
+// Did a rank that ended with `status` do what the launcher's signals asked? It finished (0), or,
+// once a stop or an "exit now" was passed on, exited 128 + a stop signal (a stop with nothing saved,
+// or an exit now).
+static int mg_rank_status_ok(int status) {
+    if (!WIFEXITED(status)) return 0;
+    int code = WEXITSTATUS(status);
+    if (code == 0) return 1;
+    if (g_mg_stop_sig == 0 && g_mg_exit_sig == 0) return 0;
+    for (int i = 0; i < 5; i++) if (code == 128 + MG_STOP_SIGNALS[i]) return 1;
+    return 0;
 }
 
 // The -ngpu launcher: starts world ranks and watches them. Never returns.
@@ -502,9 +530,14 @@ static void mg_launch_ranks(int world, char **argv) {
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = mg_launcher_signal;
     sa.sa_flags = SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
+    sigset_t stops, before;
+    sigemptyset(&stops);
+    for (int i = 0; i < 5; i++) sigaddset(&stops, MG_STOP_SIGNALS[i]);
+    sa.sa_mask = stops; // one forward at a time
+    for (int i = 0; i < 5; i++) sigaction(MG_STOP_SIGNALS[i], &sa, NULL);
+    // blocked until every pid is known (a signal meanwhile waits, then reaches every rank); the ranks
+    // keep the block through execve until their stop-signal thread takes over
+    sigprocmask(SIG_BLOCK, &stops, &before);
     for (int r = 0; r < world; r++) {
         pid_t p = fork();
         if (p < 0) {
@@ -523,8 +556,9 @@ static void mg_launch_ranks(int world, char **argv) {
         }
         pids[r] = p;
     }
+    sigprocmask(SIG_SETMASK, &before, NULL);
 
-    int alive = world, failed_rank = -1, term_sent = 0, kill_sent = 0;
+    int alive = world, failed_rank = -1, term_sent = 0, kill_sent = 0, stop_status = 0;
     double t_fail = 0.0;
     while (alive > 0) {
         int status = 0;
@@ -537,7 +571,8 @@ static void mg_launch_ranks(int world, char **argv) {
             if (r < 0) continue;
             pids[r] = 0;
             alive--;
-            int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+            int ok = mg_rank_status_ok(status);
+            if (ok && WEXITSTATUS(status) != 0 && stop_status == 0) stop_status = WEXITSTATUS(status);
             if (!ok && failed_rank < 0) {
                 char desc[96];
                 failed_rank = r;
@@ -565,7 +600,7 @@ static void mg_launch_ranks(int world, char **argv) {
                 world, mg_now() - t_fail, failed_rank, mg_now() - t0);
         exit(EXIT_FAILURE);
     }
-    exit(EXIT_SUCCESS);
+    exit(g_mg_exit_sig ? 128 + g_mg_exit_sig : stop_status);
 }
 
 #ifdef ENABLE_NCCL
@@ -620,14 +655,24 @@ static void mg_read_id(const MultiGpu *mg, ncclUniqueId *id) {
 }
 #endif
 
-// The number of ranks multi_gpu_init will give this launch, known before it runs, so that settings
-// that cannot work with it (a total batch that does not split over the ranks) are refused before any
-// rank starts. Mirrors multi_gpu_init's decision; a launch that it refuses may get any answer here.
-static int mg_planned_world(int ngpu) {
-    if (getenv("LLAMA_FP8_RANK") != NULL) return mg_env_int("LLAMA_FP8_WORLD");
+// How multi_gpu_init starts this process's part of the job (the file comment's order), and the
+// number of ranks it will have, known before it runs: settings that cannot work with that many (a
+// total batch that does not split over them) are refused before any rank starts, and main knows
+// whether this process becomes the launcher. Reads only the environment.
+enum { MG_START_SINGLE, MG_START_FORK_RANK, MG_START_MPI, MG_START_LAUNCHER };
+static int mg_start_of(int ngpu, int *world) {
+    if (getenv("LLAMA_FP8_RANK") != NULL) { *world = mg_env_int("LLAMA_FP8_WORLD"); return MG_START_FORK_RANK; }
     int mpi_size = mg_mpi_env_size();
-    if (mpi_size > 1 || (mpi_size == 1 && ngpu > 1)) return mpi_size;
-    return ngpu > 1 ? ngpu : 1;
+    if (mpi_size > 1) { *world = mpi_size; return MG_START_MPI; }
+    if (ngpu > 1) { *world = ngpu; return MG_START_LAUNCHER; }
+    *world = 1;
+    return MG_START_SINGLE;
+}
+
+static int mg_planned_world(int ngpu) {
+    int world;
+    mg_start_of(ngpu, &world);
+    return world;
 }
 
 // Sets up this process's part of the job (see the file comment); ngpu is the -ngpu flag (0: one
@@ -648,8 +693,8 @@ static void multi_gpu_init(MultiGpu *mg, char **argv, int ngpu) {
     }
     if (ngpu < 0) FATAL("-ngpu must be 0 (one GPU, or mpirun's rank count) or a GPU count, got %d", ngpu);
 
-    int mpi_size = mg_mpi_env_size();
-    if (getenv("LLAMA_FP8_RANK") != NULL) {
+    int planned, start = mg_start_of(ngpu, &planned);
+    if (start == MG_START_FORK_RANK) {
         mg->launch = MG_LAUNCH_FORK;
         mg->rank = mg_env_int("LLAMA_FP8_RANK");
         mg->world = mg_env_int("LLAMA_FP8_WORLD");
@@ -660,7 +705,8 @@ static void multi_gpu_init(MultiGpu *mg, char **argv, int ngpu) {
         if (ngpu != mg->world) FATAL("world sizes disagree: this rank was started as one of %d but its -ngpu is %d", mg->world, ngpu);
         mg->local_rank = mg->rank;
         mg->local_world = mg->world;
-    } else if (mpi_size > 1 || (mpi_size == 1 && ngpu > 1)) {
+    } else if (start == MG_START_MPI) {
+        int mpi_size = planned;
         if (ngpu > 0 && ngpu != mpi_size) {
             FATAL("world sizes disagree: mpirun started %d rank%s but -ngpu is %d. Under mpirun leave -ngpu out (or give the"
                   " same count); without mpirun, -ngpu N starts the ranks itself", mpi_size, mpi_size == 1 ? "" : "s", ngpu);
@@ -684,7 +730,7 @@ static void multi_gpu_init(MultiGpu *mg, char **argv, int ngpu) {
         mpiCheck(MPI_Comm_size(node, &mg->local_world));
         mpiCheck(MPI_Comm_free(&node));
 #endif
-    } else if (ngpu > 1) {
+    } else if (start == MG_START_LAUNCHER) {
 #ifndef ENABLE_NCCL
         FATAL("-ngpu %d: this build has no NCCL, so it can only train on one GPU. Install NCCL (libnccl-dev) and"
               " rebuild (make prints whether it found NCCL), or run with -ngpu 1", ngpu);

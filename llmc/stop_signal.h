@@ -1,6 +1,7 @@
 /*
 Stopping on a signal without losing work: clusters send SIGTERM some time before SIGKILL (Slurm:
-the grace period), users press Ctrl-C. The first SIGTERM or SIGINT only sets a flag; the trainer
+the grace period, or SIGUSR1 ahead of time with --signal=USR1@SECONDS), users press Ctrl-C, a
+closed terminal sends SIGHUP. The first SIGTERM, SIGINT or SIGHUP only sets a flag; the trainer
 finishes the step in flight, writes a checkpoint, says how to resume and exits 0. A second one exits
 at once with status 128 + signal, first removing the temporary file of a checkpoint being written,
 so nothing partial is left and the previous checkpoint stays the latest.
@@ -9,61 +10,124 @@ SIGUSR1 asks for the same stop but never counts as the second signal: it is what
 its ranks (OpenMPI forwards SIGUSR1/2; SIGTERM to mpirun kills the job after a short delay) and what
 the -ngpu launcher sends when it is signalled, so that a rank that also got the signal itself (Ctrl-C
 reaches every process of the terminal's group) does not take the copy as a second one. SIGUSR2 is
-the launcher's "exit now". Plain C, header-only; also compiles as C++ under nvcc.
+"exit now". The launcher sends both with sigqueue, carrying the signal it got itself as the value:
+the rank then stops (or exits) as if that signal had reached it, under its name and exit status.
+
+The signals are blocked in every thread and one thread of ours waits for them (sigwaitinfo): a
+thread that NCCL, CUDA or OpenMP creates later inherits the block, so a stop signal never interrupts
+one of their system calls, and a second signal still ends a process whose main thread is stuck.
+An unfinished checkpoint's files are also removed when the process exits on an error (atexit, and
+llmc/multi_gpu.cuh's failure path).
+Plain C, header-only; also compiles as C++ under nvcc.
 */
 #ifndef LLMC_STOP_SIGNAL_H
 #define LLMC_STOP_SIGNAL_H
 
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <pthread.h>
 
 static volatile sig_atomic_t g_stop_signal = 0; // the first signal that asked to stop, 0 if none
-static volatile sig_atomic_t g_stop_count = 0;  // SIGTERM/SIGINT received
-static volatile char g_partial_path[1100];      // the temporary file being written, "" if none
+static volatile sig_atomic_t g_stop_count = 0;  // SIGTERM/SIGINT/SIGHUP received
+// What a second signal, or an exit on an error, must remove: the temporary file being written (a
+// checkpoint's, before its rename) and this rank's finished file of a checkpoint that is not yet
+// complete on every rank; "" if none.
+static volatile char g_partial_path[1100], g_unfinished_path[1100];
 
-static void stop_signal_handler(int sig) {
+static const int STOP_SIGNALS[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2};
+#define NUM_STOP_SIGNALS 5
+
+static void stop_signal_set(sigset_t *set) {
+    sigemptyset(set);
+    for (int i = 0; i < NUM_STOP_SIGNALS; i++) sigaddset(set, STOP_SIGNALS[i]);
+}
+
+// Only async-signal-safe calls: it also runs from mg_fail_at's _exit path.
+static void stop_signal_remove_one(volatile char *path) {
+    if (path[0] && unlink((const char *)path) == 0) {
+        const char what[] = "removed the partial file ";
+        size_t n = 0;
+        while (path[n]) n++;
+        ssize_t ignored = write(STDERR_FILENO, what, sizeof(what) - 1);
+        ignored = write(STDERR_FILENO, (const char *)path, n);
+        ignored = write(STDERR_FILENO, "\n", 1);
+        (void)ignored;
+    }
+    path[0] = '\0';
+}
+static void stop_signal_cleanup(void) {
+    stop_signal_remove_one(g_partial_path);
+    stop_signal_remove_one(g_unfinished_path);
+}
+
+// One signal: sig as received; the launcher's SIGUSR1/SIGUSR2 carry (SI_QUEUE) the signal it got.
+static void stop_signal_take(int sig, const siginfo_t *info) {
+    int as = sig;
+    if ((sig == SIGUSR1 || sig == SIGUSR2) && info && info->si_code == SI_QUEUE) {
+        int v = info->si_value.sival_int;
+        if (v == SIGTERM || v == SIGINT || v == SIGHUP || v == SIGUSR1 || v == SIGUSR2) as = v;
+    }
     int now = sig == SIGUSR2 || (sig != SIGUSR1 && g_stop_count++ > 0);
-    if (now) { // only async-signal-safe calls
+    if (now) {
         const char msg[] = "\nsecond signal: exiting now without a checkpoint (the last complete one is kept)\n";
         ssize_t ignored = write(STDERR_FILENO, msg, sizeof(msg) - 1);
-        if (g_partial_path[0] && unlink((const char *)g_partial_path) == 0) {
-            const char what[] = "removed the partial file ";
-            size_t n = 0;
-            while (g_partial_path[n]) n++;
-            ignored = write(STDERR_FILENO, what, sizeof(what) - 1);
-            ignored = write(STDERR_FILENO, (const char *)g_partial_path, n);
-            ignored = write(STDERR_FILENO, "\n", 1);
-        }
         (void)ignored;
-        _exit(128 + sig);
+        stop_signal_cleanup();
+        _exit(128 + as);
     }
-    if (g_stop_signal == 0) g_stop_signal = sig;
+    if (g_stop_signal == 0) g_stop_signal = as;
 }
 
+static void *stop_signal_thread(void *arg) {
+    (void)arg;
+    sigset_t set;
+    stop_signal_set(&set);
+    for (;;) {
+        siginfo_t info;
+        int sig = sigwaitinfo(&set, &info);
+        if (sig > 0) stop_signal_take(sig, &info);
+    }
+    return NULL;
+}
+
+// Call first in main, before anything starts a thread (CUDA, NCCL, OpenMP): blocks the stop signals
+// in this thread, and so in every thread created from here on, and starts the thread that takes them.
 static void stop_signal_install(void) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = stop_signal_handler;
-    sa.sa_flags = SA_RESTART; // file writes and waits carry on through the first signal
-    sigemptyset(&sa.sa_mask);
-    const int sigs[] = {SIGTERM, SIGINT, SIGUSR1, SIGUSR2};
-    for (int i = 0; i < 4; i++) sigaction(sigs[i], &sa, NULL);
+    sigset_t set;
+    stop_signal_set(&set);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    pthread_t t;
+    if (pthread_create(&t, NULL, stop_signal_thread, NULL) != 0) {
+        const char msg[] = "error: cannot start the stop-signal thread\n";
+        ssize_t ignored = write(STDERR_FILENO, msg, sizeof(msg) - 1);
+        (void)ignored;
+        exit(EXIT_FAILURE);
+    }
+    pthread_detach(t);
 }
 
-// The file a second signal must remove (a checkpoint's temporary name), or NULL once it is renamed.
-static void stop_signal_partial(const char *path) {
-    g_partial_path[0] = '\0';
+static void stop_signal_set_path(volatile char *to, const char *path) {
+    static int cleanup_registered = 0;
+    if (!cleanup_registered) { cleanup_registered = 1; atexit(stop_signal_cleanup); }
+    to[0] = '\0';
     if (path == NULL) return;
     size_t n = strlen(path);
     if (n >= sizeof(g_partial_path)) n = sizeof(g_partial_path) - 1;
-    for (size_t i = 1; i < n; i++) g_partial_path[i] = path[i]; // the first byte last: the handler sees all or ""
-    g_partial_path[n] = '\0';
-    g_partial_path[0] = path[0];
+    for (size_t i = 1; i < n; i++) to[i] = path[i]; // the first byte last: the signal thread sees all or ""
+    to[n] = '\0';
+    to[0] = path[0];
 }
+// The temporary file being written (removed on a second signal or an error exit), NULL once renamed.
+static void stop_signal_partial(const char *path) { stop_signal_set_path(g_partial_path, path); }
+// This rank's finished file of a checkpoint other ranks may still be writing (removed likewise), NULL
+// once the checkpoint is complete everywhere.
+static void stop_signal_unfinished(const char *path) { stop_signal_set_path(g_unfinished_path, path); }
 
 static const char *stop_signal_name(int sig) {
-    return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : sig == SIGUSR1 ? "SIGUSR1" : "a signal";
+    return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : sig == SIGUSR1 ? "SIGUSR1"
+         : sig == SIGUSR2 ? "SIGUSR2" : "a signal";
 }
 
 #endif // LLMC_STOP_SIGNAL_H

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Multi-GPU checks of train_llama_fp8 (data parallel over NCCL, ZeRO-1, fp8 amax reduction) on one
-# node with at least 2 GPUs:
+# node with at least 2 GPUs. The comparisons (checks 2, 3, 5, 10) run at every N of 2, 4, 8 that the
+# node has (nvidia-smi's count); the others with 2 ranks:
 #   bash scripts/test_multi_gpu.sh            build, then every check
 #   bash scripts/test_multi_gpu.sh 2 5        build, then checks 2 and 5 only (any check makes the runs it needs)
 # Environment: LOG_DIR (default log_mgpu/: one log per run); MGPU_DETERMINISTIC (default 1, the
@@ -17,29 +18,37 @@
 # TinyShakespeare. The data loader
 # deals batch positions out in turn: in its k-th read, rank r of N takes position k*N + r. So 2 ranks
 # with 2 micro-batches each (positions 4s..4s+3 at step s) see exactly the tokens of 1 rank with 4
-# micro-batches, and 1 val batch per rank the tokens of 2 val batches on one GPU (-m 2).
+# micro-batches, and 1 val batch per rank the tokens of 2 val batches on one GPU (-m 2). With N ranks
+# the runs take -m N, and -d 256*N when that is more than 1024 (8 ranks: 2048, one micro-batch each),
+# against 1 rank with the same flags (nargs below); N = 2 is the set-up above.
 #
 # Checks (PASS / FAIL / SKIP each, then "N passed, N failed"; exit status 1 on any failure):
 #   0  ZeRO-1 bucket layout, host only, presets tiny..llama3-8b and odd shapes, worlds 1-8: every
 #      parameter element is in exactly one rank's shard; buckets split evenly; no bucket is reduced
 #      before backward has finished every element in it
 #   1  dev/cuda/nccl_check -ngpu 2 passes; with --kill-rank 1 it exits non-zero within 60 s
-#   2  bf16 and fp8: 2 ranks vs 1 rank with twice the gradient accumulation, same tokens: per-step
-#      train loss, gradient norm and val loss (tolerances where they are checked, below)
-#   3  fp8: both ranks end with the same fp8 state (amax slots, histories, scales), bit for bit
+#   2  bf16 and fp8: N ranks vs 1 rank with N times the gradient accumulation, same tokens: per-step
+#      train loss, gradient norm and val loss (tolerances where they are checked, below; measured at
+#      N = 2 only: 4 and 8 have not run)
+#   3  fp8: every rank ends with the same fp8 state (amax slots, histories, scales), bit for bit
 #   4  mpirun -np 2 (when mpirun exists and the build has MPI): nccl_check passes, and training gives
 #      the -ngpu 2 run's losses, norms and final weights bit for bit
-#   5  resume with 2 ranks is bit-exact (bf16, fp8): checkpoint files after 10 + 10 steps == after 20
+#   5  resume with N ranks is bit-exact (bf16, fp8): checkpoint files after 10 + 10 steps == after 20
 #   6  refused before any rank starts: more ranks than GPUs; -d not a multiple of B*T*ranks
 #   7  one GPU unchanged by the multi-GPU build: one-GPU runs of this trainer and of the same source
 #      built without NCCL and MPI (or of BASE_SRC's / BASE_REV's trainer) write byte-identical
 #      checkpoints and logs (bf16, fp8)
 #   8  a rank that stops responding (SIGSTOP) mid-training ends the job, non-zero, within 60 s
-#   9  SIGTERM to the launcher, or to rank 1 alone: both ranks stop after the same step with a
-#      checkpoint, exit 0; -y 1 then ends bit-identical to the uninterrupted run
-#  10  fp8 health counts summed over the ranks: one step with -fp8_log 1, 2 ranks vs 1 over the same
+#   9  SIGTERM, SIGUSR1 (Slurm's --signal=USR1@N) or SIGHUP to the launcher, or SIGTERM to rank 1
+#      alone: both ranks stop after the same step with a checkpoint, naming the signal, exit 0; -y 1
+#      then ends bit-identical to the uninterrupted run. Without -o, SIGTERM to the launcher: every
+#      rank says "stopped by SIGTERM", exit 143
+#  10  fp8 health counts summed over the ranks: one step with -fp8_log 1, N ranks vs 1 over the same
 #      tokens (scripts/compare_logs.py health): every W fraction equal, X and dY underflow fractions
-#      within a factor 1.5 (a rank's counts lost or counted twice is a factor 2)
+#      within a factor 1.5 (a rank's counts counted twice is a factor 2; with 2 ranks, one lost too)
+#  11  a rank whose state file takes 15 s longer to write (fsync delayed by an LD_PRELOAD shim on
+#      rank 1) with LLAMA_FP8_NCCL_TIMEOUT_S=5: the master-weight gather after the state files waits
+#      under the I/O deadline, so the checkpoint completes and the run exits 0
 set -u
 cd "$(dirname "$0")/.." || exit 2
 LOG=${LOG_DIR:-log_mgpu}
@@ -65,7 +74,9 @@ fi
 export NCCL_NVLS_ENABLE=0
 ngpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 if [ "$ngpus" -lt 2 ]; then echo "these checks need 2 GPUs; nvidia-smi lists $ngpus"; exit 2; fi
-echo "GPUs: $ngpus | logs in $LOG/ | NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE"
+ns=()
+for n in 2 4 8; do [ "$n" -le "$ngpus" ] && ns+=("$n"); done
+echo "GPUs: $ngpus | comparisons at N = ${ns[*]} | logs in $LOG/ | NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE"
 
 # ---- build: the trainer and nccl_check with NCCL (MPI when found). A binary left by a build without
 # NCCL looks up to date to make, so a missing libnccl forces a rebuild.
@@ -111,6 +122,14 @@ same_files() { # same_files DIR_A DIR_B FILE...: "" if every FILE is byte-identi
 #   fp8 F1 NF1 N RATIO BF16_1 BF16_2   A the 2-rank fp8 run, B the 1-rank one: step 1 as tol; later losses
 #                               within RATIO x what fp8 does to the 1-rank run (vs BF16_1), see check 2
 compare_logs() { python3 scripts/compare_logs.py "$@"; }
+# nargs N: the flags after $trainer_args of an N-rank comparison and of its 1-rank run (see the top)
+nargs() {
+    local d=1024
+    [ $((256 * $1)) -gt $d ] && d=$((256 * $1))
+    echo "-d $d -m $1"
+}
+# ref_dir N PREC: the 1-rank run N ranks are compared with (N = 2: r1_PREC, which checks 4 and 7 reuse)
+ref_dir() { if [ "$1" = 2 ]; then echo "r1_$2"; else echo "r1_$2_vs$1"; fi; }
 
 # ---- 0: the ZeRO-1 layout, host only
 if want 0; then
@@ -176,38 +195,46 @@ fi
 #    Measured before this check (2 H200s, 2026-11-30): 2 vs 1 rank fp8 losses within 1.7e-4, bf16
 #    2.4e-5; the 1-rank fp8-vs-bf16 gap of these runs was not recorded, so 0.25 has not yet been run.
 if want 2 || want 3 || want 5; then
-    for prec in bf16 fp8; do
-        extra=""
-        [ $prec = fp8 ] && extra="-fp8_dump 1"
-        rm -rf "$LOG/r1_$prec" "$LOG/r2_$prec"
-        run r1_$prec ./train_llama_fp8 $trainer_args $ours -precision $prec -o "$LOG/r1_$prec"
-        rc1=$?
-        run r2_$prec ./train_llama_fp8 $trainer_args $ours -precision $prec -ngpu 2 -o "$LOG/r2_$prec" $extra
-        rc2=$?
-        if want 2; then
-            if [ $rc1 -ne 0 ] || [ $rc2 -ne 0 ]; then
-                report FAIL "2 $prec: 2 ranks vs 1 rank" "runs exited $rc1 (1 rank), $rc2 (2 ranks): see $LOG/r1_$prec.txt, $LOG/r2_$prec.txt"
-            else
-                if [ $prec = bf16 ]; then tol="tol 1e-5 2e-2 1e-3 5e-2"
-                else tol="fp8 1e-3 1e-2 5e-2 0.25 $LOG/r1_bf16/main.log $LOG/r2_bf16/main.log"; fi
-                out=$(compare_logs "$LOG/r2_$prec/main.log" "$LOG/r1_$prec/main.log" $tol)
-                if [ $? -eq 0 ]; then report PASS "2 $prec: 2 ranks vs 1 rank, 20 steps" "$out"
-                else report FAIL "2 $prec: 2 ranks vs 1 rank, 20 steps" "$out"; fi
+    for n in "${ns[@]}"; do
+        na=$(nargs "$n")
+        for prec in bf16 fp8; do
+            extra=""
+            [ $prec = fp8 ] && extra="-fp8_dump 1"
+            r1=$(ref_dir "$n" $prec) rn=r${n}_$prec
+            rm -rf "${LOG:?}/$r1" "${LOG:?}/$rn"
+            run "$r1" ./train_llama_fp8 $trainer_args $na $ours -precision $prec -o "$LOG/$r1"
+            rc1=$?
+            run "$rn" ./train_llama_fp8 $trainer_args $na $ours -precision $prec -ngpu "$n" -o "$LOG/$rn" $extra
+            rc2=$?
+            if want 2; then
+                if [ $rc1 -ne 0 ] || [ $rc2 -ne 0 ]; then
+                    report FAIL "2 $prec: $n ranks vs 1 rank" "runs exited $rc1 (1 rank), $rc2 ($n ranks): see $LOG/$r1.txt, $LOG/$rn.txt"
+                else
+                    if [ $prec = bf16 ]; then tol="tol 1e-5 2e-2 1e-3 5e-2"
+                    else tol="fp8 1e-3 1e-2 5e-2 0.25 $LOG/$(ref_dir "$n" bf16)/main.log $LOG/r${n}_bf16/main.log"; fi
+                    out=$(compare_logs "$LOG/$rn/main.log" "$LOG/$r1/main.log" $tol)
+                    if [ $? -eq 0 ]; then report PASS "2 $prec: $n ranks vs 1 rank, 20 steps" "$out"
+                    else report FAIL "2 $prec: $n ranks vs 1 rank, 20 steps" "$out"; fi
+                fi
             fi
-        fi
+        done
     done
 fi
 if want 3; then
-    d="$LOG/r2_fp8"
-    if [ ! -f "$d/fp8_state_rank0.bin" ] || [ ! -f "$d/fp8_state_rank1.bin" ]; then
-        report FAIL "3 fp8 state identical on both ranks" "no fp8_state_rank*.bin in $d"
-    elif ! cmp -s "$d/fp8_state_rank0.bin" "$d/fp8_state_rank1.bin"; then
-        report FAIL "3 fp8 state identical on both ranks" "$(cmp "$d/fp8_state_rank0.bin" "$d/fp8_state_rank1.bin" | head -n 1)"
-    elif python3 -c "import array, sys; a = array.array('f', open(sys.argv[1], 'rb').read()); sys.exit(0 if sum(x != 0 for x in a) > len(a) // 2 else 1)" "$d/fp8_state_rank0.bin"; then
-        report PASS "3 fp8 state identical on both ranks" "$(stat -c %s "$d/fp8_state_rank0.bin") bytes"
-    else
-        report FAIL "3 fp8 state identical on both ranks" "identical but mostly zero: no amax history was recorded"
-    fi
+    for n in "${ns[@]}"; do
+        d="$LOG/r${n}_fp8" differ=""
+        for r in $(seq 0 $((n - 1))); do
+            if [ ! -f "$d/fp8_state_rank$r.bin" ]; then differ="$differ rank$r:missing"
+            elif ! cmp -s "$d/fp8_state_rank0.bin" "$d/fp8_state_rank$r.bin"; then differ="$differ rank$r"; fi
+        done
+        if [ -n "$differ" ]; then
+            report FAIL "3 fp8 state identical on all $n ranks" "differing from rank 0 or missing in $d:$differ"
+        elif python3 -c "import array, sys; a = array.array('f', open(sys.argv[1], 'rb').read()); sys.exit(0 if sum(x != 0 for x in a) > len(a) // 2 else 1)" "$d/fp8_state_rank0.bin"; then
+            report PASS "3 fp8 state identical on all $n ranks" "$(stat -c %s "$d/fp8_state_rank0.bin") bytes"
+        else
+            report FAIL "3 fp8 state identical on all $n ranks" "identical but mostly zero: no amax history was recorded"
+        fi
+    done
 fi
 
 # ---- 4: mpirun
@@ -239,29 +266,37 @@ if want 4; then
     fi
 fi
 
-# ---- 5: resume with 2 ranks: restart from check 2's step-10 checkpoint
+# ---- 5: resume with N ranks: restart from check 2's step-10 checkpoint
 if want 5; then
-    for prec in bf16 fp8; do
-        a="$LOG/r2_$prec" b="$LOG/r2_${prec}_resumed"
-        rm -rf "$b"
-        mkdir -p "$b"
-        if ! cp "$a/model_00000010.bin" "$a/state_00000010_00000.bin" "$a/state_00000010_00001.bin" "$b/" 2> /dev/null; then
-            report FAIL "5 $prec: resume with 2 ranks is bit-exact" "no step-10 checkpoint in $a (check 2's run failed?)"
-            continue
-        fi
-        extra=""
-        [ $prec = fp8 ] && extra="-fp8_dump 1"
-        if ! run r2_${prec}_resumed ./train_llama_fp8 $trainer_args $ours -precision $prec -ngpu 2 -y 1 -o "$b" $extra; then
-            report FAIL "5 $prec: resume with 2 ranks is bit-exact" "exit non-zero: $LOG/r2_${prec}_resumed.txt"
-            continue
-        fi
-        diff=$(same_files "$a" "$b" model_00000020.bin state_00000020_00000.bin state_00000020_00001.bin)
-        # the straight run's log has steps 1-20, the resumed one 11-20: compare those
-        grep -E '^s:(1[1-9]|20) ' "$a/main.log" > "$b/straight_11_20.log"
-        out=$(compare_logs "$b/main.log" "$b/straight_11_20.log" exact)
-        rc=$?
-        if [ -z "$diff" ] && [ $rc -eq 0 ]; then report PASS "5 $prec: resume with 2 ranks is bit-exact" "checkpoint files at step 20 identical"
-        else report FAIL "5 $prec: resume with 2 ranks is bit-exact" "${diff:+differing:$diff }$out"; fi
+    for n in "${ns[@]}"; do
+        na=$(nargs "$n")
+        for prec in bf16 fp8; do
+            a="$LOG/r${n}_$prec" b="$LOG/r${n}_${prec}_resumed"
+            rm -rf "$b"
+            mkdir -p "$b"
+            states="" ok=1
+            for r in $(seq 0 $((n - 1))); do
+                states="$states $(printf 'state_00000020_%05d.bin' "$r")"
+                cp "$a/$(printf 'state_00000010_%05d.bin' "$r")" "$b/" 2> /dev/null || ok=0
+            done
+            if [ $ok = 0 ] || ! cp "$a/model_00000010.bin" "$b/" 2> /dev/null; then
+                report FAIL "5 $prec: resume with $n ranks is bit-exact" "no step-10 checkpoint in $a (check 2's run failed?)"
+                continue
+            fi
+            extra=""
+            [ $prec = fp8 ] && extra="-fp8_dump 1"
+            if ! run "r${n}_${prec}_resumed" ./train_llama_fp8 $trainer_args $na $ours -precision $prec -ngpu "$n" -y 1 -o "$b" $extra; then
+                report FAIL "5 $prec: resume with $n ranks is bit-exact" "exit non-zero: $LOG/r${n}_${prec}_resumed.txt"
+                continue
+            fi
+            diff=$(same_files "$a" "$b" model_00000020.bin $states)
+            # the straight run's log has steps 1-20, the resumed one 11-20: compare those
+            grep -E '^s:(1[1-9]|20) ' "$a/main.log" > "$b/straight_11_20.log"
+            out=$(compare_logs "$b/main.log" "$b/straight_11_20.log" exact)
+            rc=$?
+            if [ -z "$diff" ] && [ $rc -eq 0 ]; then report PASS "5 $prec: resume with $n ranks is bit-exact" "checkpoint files at step 20 identical"
+            else report FAIL "5 $prec: resume with $n ranks is bit-exact" "${diff:+differing:$diff }$out"; fi
+        done
     done
 fi
 
@@ -404,7 +439,9 @@ if want 9; then
     if ! run sig_full ./train_llama_fp8 $sig_args -o "$LOG/sig_full"; then
         report FAIL "9 stop signal with 2 ranks" "the uninterrupted run failed: $LOG/sig_full.txt"
     else
-        for target in launcher rank1; do
+        for target in launcher rank1 launcher_USR1 launcher_HUP; do
+            sig=TERM
+            case $target in launcher_*) sig=${target#launcher_} ;; esac
             d="$LOG/sig_$target"
             rm -rf "$d"
             ./train_llama_fp8 $sig_args -o "$d" > "$LOG/sig_$target.txt" 2>&1 &
@@ -422,41 +459,96 @@ if want 9; then
                     tr '\0' '\n' < "$p/environ" 2> /dev/null | grep -qx 'LLAMA_FP8_RANK=1' && pid=${p#/proc/}
                 done
             fi
-            if [ -z "$pid" ] || ! kill -TERM "$pid" 2> /dev/null; then
+            if [ -z "$pid" ] || ! kill -"$sig" "$pid" 2> /dev/null; then
                 kill -KILL $launcher 2> /dev/null
                 wait $launcher 2> /dev/null
-                report FAIL "9 SIGTERM to the $target" "no process to signal: $LOG/sig_$target.txt"
+                report FAIL "9 SIG$sig to the $target" "no process to signal: $LOG/sig_$target.txt"
                 continue
             fi
             wait $launcher
             rc=$?
-            step=$(sed -nE 's/^stopped by SIG[A-Z0-9]+ after step ([0-9]+) of 200\..*/\1/p' "$LOG/sig_$target.txt")
+            step=$(sed -nE "s/^stopped by SIG$sig after step ([0-9]+) of 200\\..*/\\1/p" "$LOG/sig_$target.txt")
             k=$(printf %08d "${step:-0}")
             if [ $rc -ne 0 ] || [ -z "$step" ] || [ ! -f "$d/model_$k.bin" ] || [ ! -f "$d/state_${k}_00000.bin" ] \
                 || [ ! -f "$d/state_${k}_00001.bin" ] || ls "$d" | grep -q '\.tmp$'; then
-                report FAIL "9 SIGTERM to the $target" "exit $rc, stop step '${step}': $LOG/sig_$target.txt"
+                report FAIL "9 SIG$sig to the $target" "exit $rc, stop step '${step}' (the line must name SIG$sig): $LOG/sig_$target.txt"
                 continue
             fi
             if ! run sig_${target}_resumed ./train_llama_fp8 $sig_args -o "$d" -y 1; then
-                report FAIL "9 SIGTERM to the $target" "resume failed: $LOG/sig_${target}_resumed.txt"
+                report FAIL "9 SIG$sig to the $target" "resume failed: $LOG/sig_${target}_resumed.txt"
                 continue
             fi
             diff=$(same_files "$LOG/sig_full" "$d" model_00000200.bin state_00000200_00000.bin state_00000200_00001.bin)
-            if [ -z "$diff" ]; then report PASS "9 SIGTERM to the $target" "both ranks stopped after step $step, exit 0; resumed run bit-identical at step 200"
-            else report FAIL "9 SIGTERM to the $target" "resumed run differs:$diff"; fi
+            if [ -z "$diff" ]; then report PASS "9 SIG$sig to the $target" "both ranks stopped after step $step, exit 0; resumed run bit-identical at step 200"
+            else report FAIL "9 SIG$sig to the $target" "resumed run differs:$diff"; fi
         done
+    fi
+    # no log directory: nothing saved, so the stop is no success: 128 + 15, under the real signal's name
+    ./train_llama_fp8 $sig_args -o '' > "$LOG/sig_nodir.txt" 2>&1 &
+    launcher=$!
+    for _ in $(seq 1200); do
+        [ "$(grep -c '^step ' "$LOG/sig_nodir.txt" 2> /dev/null)" -ge 20 ] && break
+        kill -0 $launcher 2> /dev/null || break
+        sleep 0.1
+    done
+    kill -TERM $launcher 2> /dev/null
+    wait $launcher
+    rc=$?
+    if [ $rc = 143 ] && grep -q "^stopped by SIGTERM after step [0-9]* of 200: no checkpoint written" "$LOG/sig_nodir.txt" \
+        && ! grep -qE "second signal|exited with status" "$LOG/sig_nodir.txt"; then
+        report PASS "9 SIGTERM to the launcher, -o ''" "exit 143, stopped by SIGTERM"
+    else
+        report FAIL "9 SIGTERM to the launcher, -o ''" "exit $rc (want 143): $LOG/sig_nodir.txt"
     fi
 fi
 # ---- 10: fp8 health counts summed over the ranks (check 2's set-up, one step)
 if want 10; then
-    rm -rf "$LOG/health_r1" "$LOG/health_r2"
-    if ! run health_r1 ./train_llama_fp8 $trainer_args $ours -precision fp8 -x 1 -fp8_log 1 -o "$LOG/health_r1" \
-        || ! run health_r2 ./train_llama_fp8 $trainer_args $ours -precision fp8 -x 1 -fp8_log 1 -ngpu 2 -o "$LOG/health_r2"; then
-        report FAIL "10 fp8 health summed over the ranks" "a run failed: $LOG/health_r1.txt, $LOG/health_r2.txt"
+    for n in "${ns[@]}"; do
+        h1="health_r1_vs$n" hn="health_r$n" na=$(nargs "$n")
+        rm -rf "${LOG:?}/$h1" "${LOG:?}/$hn"
+        if ! run "$h1" ./train_llama_fp8 $trainer_args $na $ours -precision fp8 -x 1 -fp8_log 1 -o "$LOG/$h1" \
+            || ! run "$hn" ./train_llama_fp8 $trainer_args $na $ours -precision fp8 -x 1 -fp8_log 1 -ngpu "$n" -o "$LOG/$hn"; then
+            report FAIL "10 fp8 health summed over $n ranks" "a run failed: $LOG/$h1.txt, $LOG/$hn.txt"
+        else
+            out=$(compare_logs "$LOG/$hn/fp8.log" "$LOG/$h1/fp8.log" health)
+            if [ $? -eq 0 ]; then report PASS "10 fp8 health summed over $n ranks" "$out"
+            else report FAIL "10 fp8 health summed over $n ranks" "$out"; fi
+        fi
+    done
+fi
+# ---- 11: the gather after the state files waits under the I/O deadline. An LD_PRELOAD shim delays
+# rank 1's fsync of its state file by 15 s (rank 1 writes no other file); the collective timeout is
+# 5 s, so a gather waiting under it would end the job.
+if want 11; then
+    shim="$LOG/slow_fsync.so"
+    cat > "$LOG/slow_fsync.c" << 'EOF'
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+int fsync(int fd) {
+    static int (*real)(int) = NULL;
+    if (!real) real = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
+    const char *r = getenv("LLAMA_FP8_RANK");
+    if (r && strcmp(r, "1") == 0) sleep(15);
+    return real(fd);
+}
+EOF
+    if ! gcc -shared -fPIC -O2 -o "$shim" "$LOG/slow_fsync.c" -ldl > "$LOG/slow_fsync.build.txt" 2>&1; then
+        report FAIL "11 a slow state-file write (rank 1, 15 s) with a 5 s collective timeout" "the shim does not build: $LOG/slow_fsync.build.txt"
     else
-        out=$(compare_logs "$LOG/health_r2/fp8.log" "$LOG/health_r1/fp8.log" health)
-        if [ $? -eq 0 ]; then report PASS "10 fp8 health summed over the ranks" "$out"
-        else report FAIL "10 fp8 health summed over the ranks" "$out"; fi
+        rm -rf "$LOG/slow_write"
+        t0=$(date +%s)
+        LD_PRELOAD=$PWD/$shim LLAMA_FP8_NCCL_TIMEOUT_S=5 run slow_write ./train_llama_fp8 $trainer_args $ours -precision bf16 -x 2 -n 0 -v 0 -s 0 \
+            -ngpu 2 -o "$LOG/slow_write"
+        rc=$?
+        secs=$(($(date +%s) - t0))
+        if [ $rc = 0 ] && [ -f "$LOG/slow_write/model_00000002.bin" ] && [ "$secs" -ge 15 ]; then
+            report PASS "11 a slow state-file write (rank 1, 15 s) with a 5 s collective timeout" "checkpoint complete, exit 0 after $secs s"
+        else
+            report FAIL "11 a slow state-file write (rank 1, 15 s) with a 5 s collective timeout" "exit $rc after $secs s: $LOG/slow_write.txt"
+        fi
     fi
 fi
 finish

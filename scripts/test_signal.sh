@@ -3,13 +3,15 @@
 #   bash scripts/test_signal.sh
 # Real runs of the trainer (the tiny preset on the shipped TinyShakespeare, -deterministic 1, 300
 # steps) are signalled once their log shows step 20:
-#   1  SIGTERM (fp8) and SIGINT (bf16): the run finishes its step, writes a checkpoint, prints how to
-#      resume and exits 0, leaving no temporary file
+#   1  SIGTERM and SIGUSR1 (Slurm's --signal=USR1@N) in fp8, SIGINT and SIGHUP in bf16: the run
+#      finishes its step, writes a checkpoint, prints how to resume (naming the signal) and exits 0,
+#      leaving no temporary file
 #   2  -y 1 then runs to the end, and its last checkpoint (model and state file) is byte-identical to
 #      that of the uninterrupted run, as are the losses of the steps after the stop
 #   3  a second SIGTERM 0.3 s after the first (125m, whose checkpoint takes that long to write): exit
 #      status 143 at once, no temporary file; resuming then starts from the last complete checkpoint
 #   4  no log directory (-o ''): exit status 143 and a message that nothing was saved
+#   5  -keep 2 with a checkpoint every 10 of 60 steps: only steps 50 and 60 are left
 # Prints PASS / FAIL per check, then "N passed, N failed"; logs in LOG_DIR (default log_signal/).
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -47,33 +49,33 @@ losses_after() { # losses_after LOG STEP: "s:N trl:L norm:G" for steps > STEP fr
 }
 checkpoint_files() { ls "$1" | grep -E '^(model|state)_' | sort; }
 
-for case in "fp8 TERM" "bf16 INT"; do
+for case in "fp8 TERM" "bf16 INT" "fp8 USR1" "bf16 HUP"; do
     set -- $case
     prec=$1 sig=$2
-    full=$LOG/${prec}_full cut=$LOG/${prec}_cut
-    ./train_llama_fp8 $args -precision "$prec" -o "$full" > "$LOG/${prec}_full.out" 2>&1 \
+    full=$LOG/${prec}_full cut=$LOG/${prec}_cut_$sig
+    [ -f "$full/model_00000300.bin" ] || ./train_llama_fp8 $args -precision "$prec" -o "$full" > "$LOG/${prec}_full.out" 2>&1 \
         || { report FAIL "$prec: the uninterrupted run" "see $LOG/${prec}_full.out"; continue; }
-    start_run "$LOG/${prec}_cut.out" "$prec" "$cut"
-    if ! wait_for_step "$LOG/${prec}_cut.out" 20; then
+    start_run "$LOG/${prec}_cut_$sig.out" "$prec" "$cut"
+    if ! wait_for_step "$LOG/${prec}_cut_$sig.out" 20; then
         kill -9 "$pid" 2>/dev/null
-        report FAIL "$prec: the run to signal never reached step 20" "see $LOG/${prec}_cut.out"
+        report FAIL "$prec: the run to signal never reached step 20" "see $LOG/${prec}_cut_$sig.out"
         continue
     fi
     kill -"$sig" "$pid"
     wait "$pid"
     rc=$?
-    msg=$(grep -E "^stopped by SIG$sig after step [0-9]+ of 300\. To continue, run the same command with -y 1" "$LOG/${prec}_cut.out")
-    stop_step=$(sed -E 's/^stopped by SIG[A-Z]+ after step ([0-9]+) .*/\1/' <<<"$msg")
+    msg=$(grep -E "^stopped by SIG$sig after step [0-9]+ of 300\. To continue, run the same command with -y 1" "$LOG/${prec}_cut_$sig.out")
+    stop_step=$(sed -E 's/^stopped by SIG[A-Z0-9]+ after step ([0-9]+) .*/\1/' <<<"$msg")
     files=$(checkpoint_files "$cut" | tr '\n' ' ')
     want="model_$(printf %08d "${stop_step:-0}").bin state_$(printf %08d "${stop_step:-0}")_00000.bin "
     if [ "$rc" = 0 ] && [ -n "$msg" ] && [ "$stop_step" -lt 300 ] && [ "$files" = "$want" ] && ! ls "$cut" | grep -q '\.tmp$'; then
         report PASS "$prec: SIG$sig stops after step $stop_step with a checkpoint, exit 0"
     else
-        report FAIL "$prec: SIG$sig" "exit $rc, message '$msg', files '$files' (want '$want'); see $LOG/${prec}_cut.out"
+        report FAIL "$prec: SIG$sig" "exit $rc, message '$msg', files '$files' (want '$want'); see $LOG/${prec}_cut_$sig.out"
         continue
     fi
-    ./train_llama_fp8 $args -precision "$prec" -o "$cut" -y 1 > "$LOG/${prec}_resume.out" 2>&1 \
-        || { report FAIL "$prec: resume with -y 1" "see $LOG/${prec}_resume.out"; continue; }
+    ./train_llama_fp8 $args -precision "$prec" -o "$cut" -y 1 > "$LOG/${prec}_resume_$sig.out" 2>&1 \
+        || { report FAIL "$prec: resume with -y 1" "see $LOG/${prec}_resume_$sig.out"; continue; }
     same=1
     for f in model_00000300.bin state_00000300_00000.bin; do cmp -s "$full/$f" "$cut/$f" || same=0; done
     if [ "$same" = 1 ] && [ "$(losses_after "$full/main.log" "$stop_step")" = "$(losses_after "$cut/main.log" "$stop_step")" ]; then
@@ -128,5 +130,17 @@ if wait_for_step "$LOG/nodir.out" 20; then
 else
     kill -9 "$pid" 2>/dev/null
     report FAIL "without -o: the run never reached step 20" "see $LOG/nodir.out"
+fi
+
+# -keep 2: each checkpoint removes the older ones once it is complete
+keep=$LOG/keep
+./train_llama_fp8 $args -precision bf16 -x 60 -n 10 -keep 2 -o "$keep" > "$LOG/keep.out" 2>&1
+rc=$?
+files=$(checkpoint_files "$keep" | tr '\n' ' ')
+want="model_00000050.bin model_00000060.bin state_00000050_00000.bin state_00000060_00000.bin "
+if [ "$rc" = 0 ] && [ "$files" = "$want" ]; then
+    report PASS "-keep 2: 6 checkpoints written, the 2 newest left"
+else
+    report FAIL "-keep 2" "exit $rc, files '$files' (want '$want'); see $LOG/keep.out"
 fi
 finish

@@ -1,15 +1,20 @@
 /*
 Host-only tests of trainer code that needs no GPU (CI runs them): the checkpoint file format (a file
-written and read back; every kind of bad file refused with a message, a state file of another run
-naming the flag that resumes it, and a refused write never replacing the good file), the option
-parser (its errors, that every documented flag parses, the AdamW moments' default), the
-learning-rate schedule, the MFU text, and the data loaders as open_data makes them on 1-8 stand-in
-ranks (the shipped shards at the README's B x T: val positions shared once, the val loss the same).
+written and read back; every kind of bad file refused with a message, every state-header field of
+another run refused naming it (and the flag that resumes it), a refused write never replacing the
+good file and leaving nothing behind, the free-space check, -keep's pruning), the option parser (its
+errors, that every documented flag parses, the AdamW moments' default), the main loop's work after a
+step (a non-finite step included), the launch decision, the stop signals (in every thread; the real
+-ngpu launcher, mg_launch_ranks, with stand-in ranks: this program run again, taking the signals as
+the trainer does), the learning-rate schedule, the MFU text, and the data loaders as open_data makes them on 1-8
+stand-in ranks (the shipped shards at the README's B x T: val positions shared once, the val loss
+the same).
 Build and run: make dev/test/test_trainer_host && ./dev/test/test_trainer_host
 */
 #define TESTING
 #include "train_llama_fp8.cu"
 #include <signal.h>
+#include <pthread.h>
 #include <sys/resource.h>
 #include "dev/test/harness.h" // CHECK, run_test, run_expect_fatal
 
@@ -143,6 +148,9 @@ static void test_checkpoint_crash_keeps_old(void) {
     int status = run_expect_fatal(write_past_limit, good, err, sizeof(err));
     CHECK(status != 0 && strstr(err, "failed") != NULL, "the failing write was not reported: %s", err);
     CHECK(file_size(good) == before, "the good file changed size after a failed write");
+    char tmp[140];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", good);
+    CHECK(access(tmp, F_OK) != 0, "the failed write left its temporary file %s", tmp);
     ReadArgs r = {good, 5, 3.0f};
     CHECK(run_expect_fatal(read_sample, &r, err, sizeof(err)) == 0, "the good file no longer reads as written: %s", err);
 }
@@ -490,18 +498,459 @@ static void test_data_small_shard_every_world(void) {
     }
 }
 
-int main(void) {
+
+// ---- every field of the state file's header (issue 29.7): each one, changed in the run or in the
+// file, refuses the resume naming it; the one that is read back (AdamW updates applied) is read back.
+typedef int *(*FieldOf)(Model *, TrainState *);
+typedef struct { int word; const char *name; FieldOf field; int flag; } HeaderField;
+// README.md's table of the state header, written out here (not taken from state_fields).
+static const HeaderField HEADER_FIELDS[] = {
+    {2, "step", +[](Model *m, TrainState *) { return &m->step; }, 0},
+    {3, "V", +[](Model *m, TrainState *) { return &m->cfg.V; }, 0},
+    {4, "L", +[](Model *m, TrainState *) { return &m->cfg.L; }, 0},
+    {5, "C", +[](Model *m, TrainState *) { return &m->cfg.C; }, 0},
+    {6, "NH", +[](Model *m, TrainState *) { return &m->cfg.NH; }, 0},
+    {7, "NKV", +[](Model *m, TrainState *) { return &m->cfg.NKV; }, 0},
+    {8, "FF", +[](Model *m, TrainState *) { return &m->cfg.FF; }, 0},
+    {9, "micro-batch B", +[](Model *m, TrainState *) { return &m->opt.B; }, 0},
+    {10, "sequence length T", +[](Model *m, TrainState *) { return &m->opt.T; }, 0},
+    {11, "gradient accumulation steps", +[](Model *, TrainState *t) { return &t->grad_accum; }, 0},
+    {12, "number of GPUs", +[](Model *, TrainState *t) { return &t->world; }, 0},
+    {13, "rank", +[](Model *, TrainState *t) { return &t->rank; }, 0},
+    {14, "precision (0 bf16, 1 fp8)", +[](Model *m, TrainState *) { return &m->opt.precision; }, 1},
+    {15, "fp8 recipe (1 current)", +[](Model *m, TrainState *) { return &m->opt.fp8_current; }, 1},
+    {16, "fp8 history length", +[](Model *m, TrainState *) { return &m->opt.fp8_history; }, 0},
+    {17, "fp8 margin", +[](Model *m, TrainState *) { return &m->opt.fp8_margin; }, 0},
+    {18, "data loader state size", +[](Model *, TrainState *) { return &g_data_state_bytes; }, 0},
+    {19, "AdamW updates applied", +[](Model *m, TrainState *) { return &m->adam_t; }, 0}, // read back, not checked
+    {20, "-fp8_lm_head", +[](Model *m, TrainState *) { return &m->fp8.lm_head; }, 1},
+    {21, "-adam_moments (0 fp32, 1 bf16)", +[](Model *m, TrainState *) { return &m->opt.moments_bf16; }, 1},
+};
+#define NUM_HEADER_FIELDS ((int)(sizeof(HEADER_FIELDS) / sizeof(HEADER_FIELDS[0])))
+#define READ_BACK_WORD 19
+
+static int header_base_value(int i) { return HEADER_FIELDS[i].flag ? 1 : 10 + HEADER_FIELDS[i].word; }
+static int header_changed_value(int i) { return HEADER_FIELDS[i].flag ? 0 : 11 + HEADER_FIELDS[i].word; }
+
+// The base run (every field its base value) with field `changed` (-1: none) at its changed value.
+static void header_run(Model *m, TrainState *ts, int changed) {
+    memset(m, 0, sizeof(*m));
+    memset(ts, 0, sizeof(*ts));
+    for (int i = 0; i < NUM_HEADER_FIELDS; i++) *HEADER_FIELDS[i].field(m, ts) = i == changed ? header_changed_value(i) : header_base_value(i);
+}
+
+typedef struct { const char *path; int changed; } HeaderReadArgs;
+
+// Resumes the header at path as the run header_run(changed) would; the read-back word must then
+// hold the file's value (else exit 5).
+static void resume_header(void *arg) {
+    const HeaderReadArgs *a = (const HeaderReadArgs *)arg;
+    static Model m;
+    TrainState ts;
+    header_run(&m, &ts, a->changed);
+    HeaderExpect ex[NUM_STATE_FIELDS];
+    int n = state_expect(&m, &ts, ex);
+    int h[256];
+    read_sections(a->path, STATE_MAGIC, ex, n, NULL, 0, h);
+    state_read_back(&m, &ts, h);
+    if (m.adam_t != h[READ_BACK_WORD]) { fprintf(stderr, "AdamW updates applied read back as %d, the file has %d\n", m.adam_t, h[READ_BACK_WORD]); exit(5); }
+}
+
+static void test_state_header_every_field(void) {
+    CHECK(NUM_HEADER_FIELDS == NUM_STATE_FIELDS, "README's state header has %d fields, state_fields %d", NUM_HEADER_FIELDS, NUM_STATE_FIELDS);
+    char path[128], err[2048];
+    path_in_dir(path, sizeof(path), "header.bin");
+    int saved_data_bytes = g_data_state_bytes;
+    static Model m;
+    TrainState ts;
+    for (int i = 0; i < NUM_HEADER_FIELDS; i++) {
+        const HeaderField *f = &HEADER_FIELDS[i];
+        int base = header_base_value(i), other = header_changed_value(i);
+        header_run(&m, &ts, -1);
+        int h[256];
+        state_header(&m, &ts, h);
+        CHECK(h[f->word] == base, "%s: word %d of the header is %d, the run's value is %d", f->name, f->word, h[f->word], base);
+        write_sections(path, h, NULL, 0);
+        HeaderReadArgs same = {path, -1}, changed_run = {path, i};
+        int status = run_expect_fatal(resume_header, &same, err, sizeof(err));
+        CHECK(status == 0, "%s: the writing run's own header refused: %s", f->name, err);
+        // the run differs in this field
+        status = run_expect_fatal(resume_header, &changed_run, err, sizeof(err));
+        char want[256];
+        snprintf(want, sizeof(want), "%s is %d in the file, %d here", f->name, base, other);
+        if (f->word == READ_BACK_WORD) CHECK(status == 0, "%s: a run at another count refused (it is read back): %s", f->name, err);
+        else CHECK(status != 0 && strstr(err, want), "%s, %d here: exit %d, message lacks '%s': %s", f->name, other, status, want, err);
+        // the file differs in this word (the word the README gives it)
+        h[f->word] = other;
+        write_sections(path, h, NULL, 0);
+        status = run_expect_fatal(resume_header, &same, err, sizeof(err));
+        snprintf(want, sizeof(want), "%s is %d in the file, %d here", f->name, other, base);
+        if (f->word == READ_BACK_WORD) CHECK(status == 0, "%s: a file at another count refused or not read back: %s", f->name, err);
+        else CHECK(status != 0 && strstr(err, want), "%s: word %d changed in the file: exit %d, message lacks '%s': %s", f->name, f->word, status, want, err);
+    }
+    g_data_state_bytes = saved_data_bytes;
+}
+
+// ---- the main loop's work after a step (issue 30.3)
+static void test_after_step(void) {
+    Options o = default_options();
+    o.max_steps = 7; o.val_every = 2; o.sample_every = 3; o.ckpt_every = 2; o.fp8_log = 4; o.gen_tokens = 8;
+    // steps 1..7 (after the step): val at 2, 4, 6 and the last; samples at 3, 6, 7; checkpoints at 2, 4, 6, 7; fp8 log at 4, 7
+    const int want[8] = {0, 0,
+        AFTER_VAL | AFTER_CHECKPOINT, AFTER_SAMPLE, AFTER_VAL | AFTER_CHECKPOINT | AFTER_FP8_LOG, 0,
+        AFTER_VAL | AFTER_SAMPLE | AFTER_CHECKPOINT, AFTER_VAL | AFTER_SAMPLE | AFTER_CHECKPOINT | AFTER_FP8_LOG};
+    for (int finite = 1; finite >= 0; finite--) {
+        for (int done = 1; done <= 7; done++) {
+            int bad = 0;
+            int work = after_step(&o, done - 1, finite, 0, 1, 1, 1, &bad);
+            CHECK(work == want[done], "%s step %d of 7: work %#x, want %#x", finite ? "a" : "a non-finite", done, work, want[done]);
+        }
+    }
+    int bad = 0;
+    CHECK(after_step(&o, 2, 0, SIGTERM, 1, 1, 1, &bad) == (AFTER_SAMPLE | AFTER_CHECKPOINT | AFTER_STOP), "a stop after a non-finite step 3");
+    CHECK(after_step(&o, 0, 1, SIGTERM, 1, 1, 0, &bad) == AFTER_STOP, "a stop without a log directory: nothing to write");
+    CHECK(after_step(&o, 6, 0, SIGTERM, 1, 1, 1, &bad) == want[7], "a stop after the last step: the end of the run, no stop");
+    CHECK(after_step(&o, 6, 1, 0, 0, 0, 0, &bad) == AFTER_SAMPLE, "no fp8 log, val data or log directory: only the sample");
+    bad = 0;
+    for (int k = 0; k < 4; k++) after_step(&o, k, 0, 0, 1, 1, 1, &bad);
+    after_step(&o, 4, 1, 0, 1, 1, 1, &bad);
+    CHECK(bad == 0, "a good step does not reset the count of bad steps in a row");
+}
+
+static void five_bad_steps(void *arg) {
+    const Options *o = (const Options *)arg;
+    int bad = 0;
+    for (int k = 0; k < 5; k++) after_step(o, k, 0, 0, 1, 1, 1, &bad);
+}
+
+static void test_five_bad_steps(void) {
+    Options o = default_options();
+    char err[1024];
+    int status = run_expect_fatal(five_bad_steps, &o, err, sizeof(err));
+    CHECK(status != 0 && strstr(err, "5 consecutive steps with a non-finite loss or gradient"), "five non-finite steps in a row: exit %d: %s", status, err);
+}
+
+// ---- checkpoint lifecycle (issue 30.6): what a failing process began is removed; the free-space
+// check; -keep
+static void touch(const char *path) {
+    FILE *f = fopen(path, "wb");
+    if (f) fclose(f);
+}
+
+typedef struct { const char *path; int how; } UnfinishedArgs;
+
+// A rank that has written its state file of a checkpoint other ranks have not finished, then ends:
+// 0 by FATAL (exit), 1 by a failed collective (mg_fail_at's _exit), 2 after the checkpoint completed.
+static void unfinished_then(void *arg) {
+    const UnfinishedArgs *a = (const UnfinishedArgs *)arg;
+    touch(a->path);
+    stop_signal_unfinished(a->path);
+    if (a->how == 0) FATAL("writing the model file failed");
+    if (a->how == 1) MG_FAIL(mg_single_gpu(), "the gather timed out");
+    stop_signal_unfinished(NULL);
+}
+
+static void test_checkpoint_failure_removes_unfinished(void) {
+    char path[128], err[1024];
+    path_in_dir(path, sizeof(path), "state_00000004_00001.bin");
+    const char *what[] = {"an error exit (FATAL)", "a failed collective (MG_FAIL)", "a completed checkpoint"};
+    for (int how = 0; how < 3; how++) {
+        UnfinishedArgs a = {path, how};
+        int status = run_expect_fatal(unfinished_then, &a, err, sizeof(err));
+        int left = access(path, F_OK) == 0;
+        if (how < 2) CHECK(status != 0 && !left, "%s: exit %d, the unfinished checkpoint's state file %s", what[how], status, left ? "left behind" : "removed");
+        else CHECK(status == 0 && left, "%s: exit %d, its state file %s", what[how], status, left ? "kept" : "removed");
+        unlink(path);
+    }
+}
+
+static void test_checkpoint_space(void) {
+    char msg[512];
+    CHECK(checkpoint_space_problem(g_dir, 1, msg, sizeof(msg)) == NULL, "one byte does not fit in %s: %s", g_dir, msg);
+    unsigned long long need = 1ull << 62; // 4.6 EB: no disk has it
+    const char *p = checkpoint_space_problem(g_dir, need, msg, sizeof(msg));
+    char bytes[32];
+    snprintf(bytes, sizeof(bytes), "needs %llu", need);
+    CHECK(p && strstr(p, g_dir) && strstr(p, bytes) && strstr(p, "previous checkpoint is kept"), "4.6 EB: %s", p ? p : "(accepted)");
+    CHECK(checkpoint_space_problem("/nonexistent/dir", 1, msg, sizeof(msg)) != NULL && strstr(msg, "/nonexistent/dir"), "a missing directory: %s", msg);
+}
+
+static void make_checkpoint_files(const char *dir, int step, int world, int with_model) {
+    char model[1024], state[1024];
+    for (int r = 0; r < world; r++) {
+        checkpoint_paths(dir, step, r, model, state);
+        touch(state);
+    }
+    if (with_model) touch(model);
+}
+
+static void test_keep(void) {
+    char dir[128];
+    path_in_dir(dir, sizeof(dir), "keep");
+    mkdir(dir, 0755);
+    // complete checkpoints of steps 2, 4, 6, 8 and 10 (2 ranks), an unfinished one (state files only) at
+    // 5, another run's complete one at 12, and a user's file that looks like a checkpoint
+    for (int s = 2; s <= 10; s += 2) make_checkpoint_files(dir, s, 2, 1);
+    make_checkpoint_files(dir, 5, 2, 0);
+    make_checkpoint_files(dir, 12, 2, 1);
+    char other[1100];
+    snprintf(other, sizeof(other), "%s/model_best.bin", dir);
+    touch(other);
+    prune_checkpoints(dir, 0, 0, 10);
+    prune_checkpoints(dir, 0, 1, 10);
+    int steps[64];
+    CHECK(checkpoint_steps(dir, steps, 64) == 6, "-keep 0 removed checkpoints");
+    // -keep 2 after step 10's checkpoint: 8 and 10 stay (and 12, a later step); 2, 4, 5 and 6 go
+    prune_checkpoints(dir, 2, 1, 10);
+    prune_checkpoints(dir, 2, 0, 10);
+    for (int s = 2; s <= 12; s++) {
+        char model[1024], s0[1024], s1[1024];
+        checkpoint_paths(dir, s, 0, model, s0);
+        checkpoint_paths(dir, s, 1, model, s1);
+        int stays = s == 8 || s == 10 || s == 12, existed = s % 2 == 0 || s == 5;
+        int m = access(model, F_OK) == 0, a = access(s0, F_OK) == 0, b = access(s1, F_OK) == 0;
+        if (stays) CHECK(m && a && b, "-keep 2: step %d's checkpoint was removed (model %d, states %d %d)", s, m, a, b);
+        else if (existed) CHECK(!m && !a && !b, "-keep 2: step %d's files left (model %d, states %d %d)", s, m, a, b);
+    }
+    CHECK(access(other, F_OK) == 0, "-keep removed a file that is no checkpoint of the run (model_best.bin)");
+}
+
+// ---- options (issue 30.7) and the launch decision (30.8)
+static void test_resume_options(void) {
+    char dir[128];
+    path_in_dir(dir, sizeof(dir), "resume_dir");
+    const char *eval_resume[] = {"train_llama_fp8", "-x", "0", "-y", "1", "-o", dir, NULL},
+               *no_dir[] = {"train_llama_fp8", "-y", "1", "-o", "", NULL}, *keep_neg[] = {"train_llama_fp8", "-keep", "-1", NULL};
+    char err[2048];
+    CHECK(run_expect_fatal(options_in_child, (void *)eval_resume, err, sizeof(err)) == 0, "-x 0 -y 1 -o DIR refused: %s", err);
+    CHECK(run_expect_fatal(options_in_child, (void *)no_dir, err, sizeof(err)) != 0 && strstr(err, "-y 1 needs a log directory (-o)"),
+          "-y 1 -o '': %s", err);
+    CHECK(run_expect_fatal(options_in_child, (void *)keep_neg, err, sizeof(err)) != 0 && strstr(err, "-keep must be 0"), "-keep -1: %s", err);
+    Options d = default_options();
+    CHECK(d.keep == 0, "-keep's default is %d, the usage text says 0 (keep all)", d.keep);
+}
+
+static void test_launch_decision(void) {
+    const char *vars[] = {"LLAMA_FP8_RANK", "LLAMA_FP8_WORLD", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE"};
+    for (int i = 0; i < 5; i++) unsetenv(vars[i]);
+    struct { const char *var, *value; int ngpu, start, world; } cases[] = {
+        {NULL, NULL, 0, MG_START_SINGLE, 1}, {NULL, NULL, 4, MG_START_LAUNCHER, 4},
+        {"PMI_SIZE", "1", 2, MG_START_LAUNCHER, 2},               // srun --mpi=pmi2 -n 1 ./train_llama_fp8 -ngpu 2
+        {"OMPI_COMM_WORLD_SIZE", "1", 8, MG_START_LAUNCHER, 8},   // mpirun -np 1 ... -ngpu 8
+        {"PMI_SIZE", "1", 0, MG_START_SINGLE, 1},
+        {"PMI_SIZE", "4", 0, MG_START_MPI, 4}, {"MV2_COMM_WORLD_SIZE", "2", 2, MG_START_MPI, 2},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        if (cases[i].var) setenv(cases[i].var, cases[i].value, 1);
+        int world = -1, start = mg_start_of(cases[i].ngpu, &world);
+        CHECK(start == cases[i].start && world == cases[i].world && mg_planned_world(cases[i].ngpu) == cases[i].world,
+              "%s=%s -ngpu %d: start %d with %d ranks, want %d with %d", cases[i].var ? cases[i].var : "(none)", cases[i].value ? cases[i].value : "",
+              cases[i].ngpu, start, world, cases[i].start, cases[i].world);
+        if (cases[i].var) unsetenv(cases[i].var);
+    }
+}
+
+// ---- stop signals in every thread (issue 30.11)
+static volatile int g_thread_unblocked = 0;
+
+static void note_mask(void) {
+    sigset_t cur;
+    pthread_sigmask(SIG_SETMASK, NULL, &cur);
+    for (int i = 0; i < NUM_STOP_SIGNALS; i++) if (!sigismember(&cur, STOP_SIGNALS[i])) g_thread_unblocked = 1;
+}
+static void *note_mask_thread(void *arg) { (void)arg; note_mask(); return NULL; }
+
+// After stop_signal_install: a thread made later (as NCCL's and CUDA's are) and OpenMP's workers
+// must have the stop signals blocked (else exit 2); a SIGTERM must still stop (else 3); then a
+// SIGUSR2 carrying SIGHUP, as the launcher sends it, exits at once as SIGHUP would (129).
+static void signal_threads_child(void *arg) {
+    (void)arg;
+    stop_signal_install();
+    pthread_t t;
+    pthread_create(&t, NULL, note_mask_thread, NULL);
+    pthread_join(t, NULL);
+#pragma omp parallel num_threads(4)
+    note_mask();
+    if (g_thread_unblocked) { fprintf(stderr, "a thread started after stop_signal_install takes stop signals\n"); exit(2); }
+    kill(getpid(), SIGTERM);
+    for (int i = 0; i < 500 && g_stop_signal == 0; i++) usleep(10000);
+    if (g_stop_signal != SIGTERM) { fprintf(stderr, "SIGTERM did not stop: g_stop_signal %d\n", (int)g_stop_signal); exit(3); }
+    union sigval v;
+    v.sival_int = SIGHUP;
+    sigqueue(getpid(), SIGUSR2, v);
+    sleep(5);
+    exit(4);
+}
+
+static void test_signal_threads(void) {
+    char err[1024];
+    int status = run_expect_fatal(signal_threads_child, NULL, err, sizeof(err));
+    CHECK(status == 128 + SIGHUP, "exit %d, want %d (an exit now as SIGHUP): %s", status, 128 + SIGHUP, err);
+}
+
+// ---- the -ngpu launcher and its ranks under stop signals (issues 30.2 and 30.5)
+#define STAND_IN_FLAG "--stand-in-rank"
+
+// A stand-in rank: this program, started by the real mg_launch_ranks as a trainer rank is. It takes
+// the stop signals as the trainer does (stop_signal_install, first thing in main), says it is ready,
+// "trains" until a stop arrives, then prints the trainer's stop line and exits with the trainer's
+// status (stop_report: with mode "nodir", as -o ''). Mode "slow": its stop checkpoint never finishes
+// (a partial file, then 30 s), so only a second signal ends it, removing the file.
+static void stand_in_rank(const char *mode, const char *dir) {
+    stop_signal_install();
+    int rank = atoi(getenv("LLAMA_FP8_RANK"));
+    char path[600];
+    snprintf(path, sizeof(path), "%s/ready_%d", dir, rank);
+    touch(path);
+    for (int i = 0; i < 3000 && g_stop_signal == 0; i++) usleep(10000);
+    if (g_stop_signal == 0) _exit(99);
+    if (strcmp(mode, "slow") == 0) {
+        snprintf(path, sizeof(path), "%s/state_%d.bin.tmp", dir, rank);
+        touch(path);
+        stop_signal_partial(path);
+        snprintf(path, sizeof(path), "%s/saving_%d", dir, rank);
+        touch(path);
+        sleep(30);
+        _exit(98);
+    }
+    exit(stop_report(g_stop_signal, 3, 10, dir, strcmp(mode, "nodir") != 0, 3, 1));
+}
+
+typedef struct { const char *mode, *dir; int world; } LauncherArgs;
+
+static void launcher_child(const LauncherArgs *a) {
+    char out[600];
+    snprintf(out, sizeof(out), "%s/out.txt", a->dir);
+    int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    close(fd);
+    char *argv[] = {(char *)"test_trainer_host", (char *)STAND_IN_FLAG, (char *)a->mode, (char *)a->dir, NULL};
+    mg_launch_ranks(a->world, argv);
+}
+
+static int wait_for_files(const char *dir, const char *prefix, int world) {
+    for (int t = 0; t < 1500; t++) {
+        int n = 0;
+        for (int r = 0; r < world; r++) {
+            char path[600];
+            snprintf(path, sizeof(path), "%s/%s_%d", dir, prefix, r);
+            n += access(path, F_OK) == 0;
+        }
+        if (n == world) return 1;
+        usleep(10000);
+    }
+    return 0;
+}
+
+// Starts the launcher with `world` stand-in ranks, sends it sigs (the second once every rank is
+// saving), and returns its exit status (256 + signal if a signal ended it, -1 if it did not end
+// within wait_s seconds: then it is killed); out: what it and its ranks printed.
+static int launch_and_signal(const char *mode, int world, const int *sigs, int nsigs, double wait_s, char *out, size_t outlen, const char *tag) {
+    char dir[200];
+    snprintf(dir, sizeof(dir), "%s/launch_%s", g_dir, tag);
+    mkdir(dir, 0755);
+    LauncherArgs a = {mode, dir, world};
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) launcher_child(&a);
+    int status = -1;
+    if (wait_for_files(dir, "ready", world)) {
+        kill(pid, sigs[0]);
+        if (nsigs > 1 && wait_for_files(dir, "saving", world)) kill(pid, sigs[1]);
+    }
+    int st = 0, done = 0;
+    for (int t = 0; t < (int)(wait_s * 100) && !done; t++) {
+        if (waitpid(pid, &st, WNOHANG) == pid) done = 1;
+        else usleep(10000);
+    }
+    if (!done) { kill(pid, SIGKILL); waitpid(pid, &st, 0); }
+    else status = WIFEXITED(st) ? WEXITSTATUS(st) : 256 + WTERMSIG(st);
+    usleep(100000); // ranks killed with the launcher (PR_SET_PDEATHSIG) may still be printing
+    char path[300];
+    snprintf(path, sizeof(path), "%s/out.txt", dir);
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(out, 1, outlen - 1, f) : 0;
+    out[n] = '\0';
+    if (f) fclose(f);
+    return status;
+}
+
+static int count_of(const char *text, const char *what) {
+    int n = 0;
+    for (const char *p = strstr(text, what); p; p = strstr(p + 1, what)) n++;
+    return n;
+}
+
+static void test_launcher_signals(void) {
+    static char out[16384];
+    struct { int sig; const char *name; } stops[] = {{SIGTERM, "SIGTERM"}, {SIGINT, "SIGINT"}, {SIGHUP, "SIGHUP"}, {SIGUSR1, "SIGUSR1"}};
+    for (int i = 0; i < 4; i++) {
+        // one stop signal to the launcher: every rank stops under that signal's name, with a checkpoint: exit 0
+        char want[64], tag[32];
+        snprintf(want, sizeof(want), "stopped by %s after step 3 of 10. To continue", stops[i].name);
+        snprintf(tag, sizeof(tag), "stop_%s", stops[i].name);
+        int status = launch_and_signal("dir", 2, &stops[i].sig, 1, 20.0, out, sizeof(out), tag);
+        CHECK(status == 0 && count_of(out, want) == 2 && !strstr(out, "second signal"),
+              "%s to the launcher: exit %d (want 0), %d ranks said '%s':\n%s", stops[i].name, status, count_of(out, want), want, out);
+        // without a log directory nothing is saved: exit 128 + signal, from every rank and the launcher
+        snprintf(want, sizeof(want), "stopped by %s after step 3 of 10: no checkpoint written", stops[i].name);
+        snprintf(tag, sizeof(tag), "nodir_%s", stops[i].name);
+        status = launch_and_signal("nodir", 2, &stops[i].sig, 1, 20.0, out, sizeof(out), tag);
+        CHECK(status == 128 + stops[i].sig && count_of(out, want) == 2 && !strstr(out, "second signal") && !strstr(out, "exited with status"),
+              "%s to the launcher, -o '': exit %d (want %d), %d ranks said '%s':\n%s", stops[i].name, status, 128 + stops[i].sig,
+              count_of(out, want), want, out);
+    }
+    // SIGUSR2: exit now
+    int usr2 = SIGUSR2;
+    int status = launch_and_signal("dir", 2, &usr2, 1, 20.0, out, sizeof(out), "usr2");
+    CHECK(status == 128 + SIGUSR2 && count_of(out, "second signal: exiting now") == 2, "SIGUSR2 to the launcher: exit %d (want %d):\n%s", status,
+          128 + SIGUSR2, out);
+    // a second SIGTERM (or SIGINT) while the ranks write their checkpoint: exit now, the partial files removed
+    int twice[][2] = {{SIGTERM, SIGTERM}, {SIGINT, SIGINT}, {SIGUSR1, SIGHUP}};
+    const char *tags[] = {"term_term", "int_int", "usr1_hup"};
+    for (int i = 0; i < 3; i++) {
+        // SIGUSR1 never counts as the second: SIGHUP after it is the first stop, so the slow ranks go on
+        int expect_exit = i < 2;
+        status = launch_and_signal("slow", 2, twice[i], 2, expect_exit ? 20.0 : 1.5, out, sizeof(out), tags[i]);
+        char dir[200], partial[300];
+        snprintf(dir, sizeof(dir), "%s/launch_%s", g_dir, tags[i]);
+        snprintf(partial, sizeof(partial), "%s/state_0.bin.tmp", dir);
+        int left = access(partial, F_OK) == 0;
+        if (expect_exit)
+            CHECK(status == 128 + twice[i][1] && count_of(out, "second signal: exiting now") == 2 && count_of(out, "removed the partial file") == 2 && !left,
+                  "%s twice: exit %d (want %d), partial file %s:\n%s", tags[i], status, 128 + twice[i][1], left ? "left" : "removed", out);
+        else
+            CHECK(status == -1 && !strstr(out, "second signal"), "SIGUSR1 then SIGHUP: exit %d (want none within 1.5 s: the ranks still saving):\n%s",
+                  status, out);
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc == 4 && strcmp(argv[1], STAND_IN_FLAG) == 0) stand_in_rank(argv[2], argv[3]); // started by test_launcher_signals
     snprintf(g_dir, sizeof(g_dir), "/tmp/llama_fp8_host_XXXXXX");
     if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
     run_test("checkpoint: written to a temporary name, renamed, read back", test_checkpoint_round_trip);
     run_test("checkpoint: mismatched, corrupt, truncated, other version or kind, missing: refused", test_checkpoint_refusals);
-    run_test("checkpoint: a write that fails midway leaves the previous file intact", test_checkpoint_crash_keeps_old);
+    run_test("checkpoint: a write that fails midway leaves the previous file intact and no temporary file", test_checkpoint_crash_keeps_old);
+    run_test("checkpoint: a rank that fails before the checkpoint is complete removes its state file", test_checkpoint_failure_removes_unfinished);
+    run_test("checkpoint: no room on the disk refused before writing, naming the directory and the bytes", test_checkpoint_space);
+    run_test("checkpoint: -keep K removes only checkpoints older than the K newest", test_keep);
     run_test("checkpoint: a version-1 file (FNV-1a) still reads", test_checkpoint_version1);
     run_test("checkpoint: a state file of other AdamW moments or precision refused, naming the flag that resumes it", test_checkpoint_other_run);
+    run_test("checkpoint: every state-header field, changed in the run or the file, refused naming it (the read-back one read back)",
+             test_state_header_every_field);
     run_test("model file header: config round trip, version 1 as untied and unscaled", test_model_header);
     run_test("-init_from: shape flags and a decode table of another vocabulary refused", test_init_from_config);
     run_test("options: errors name the problem; every documented flag parses", test_options);
     run_test("options: bf16 AdamW moments by default, fp32 with -adam_moments fp32, others refused", test_adam_moments_option);
+    run_test("options: -x 0 -y 1 -o DIR evaluates the checkpoint; -y 1 without -o and -keep < 0 refused", test_resume_options);
+    run_test("main loop: val, sample, checkpoint at their steps and at the end, a non-finite step too", test_after_step);
+    run_test("main loop: five non-finite steps in a row end the run", test_five_bad_steps);
+    run_test("launch: one MPI rank in the environment (srun -n 1) leaves -ngpu N to the launcher", test_launch_decision);
+    run_test("stop signals: blocked in every thread started later, taken by the stop thread", test_signal_threads);
+    run_test("-ngpu launcher: SIGTERM, SIGINT, SIGHUP, SIGUSR1 stop every rank by name; exit 0, or 128 + signal with -o ''; SIGUSR2 and a second signal exit now",
+             test_launcher_signals);
     run_test("learning-rate schedule: warmup, cosine, final fraction", test_lr_schedule);
     run_test("MFU: percent for a known GPU, n/a for an unknown one", test_mfu_text);
     run_test("data: the README's B x T on 1-8 GPUs start; each val position evaluated once; the val loss the same", test_data_every_world);
