@@ -697,7 +697,7 @@ GGUF_TESTS = ("test_gguf", "test_gguf_rope_freqs", "test_gguf_refusals")
 def main():
     global REF_LOGITS
     REF_LOGITS = tmp("ref_logits")
-    build = subprocess.run(["gcc", "-O2", "-Wall", "-Wno-unused-function", "-I.", "dev/test/tools/ref_logits.c", "-lm", "-o",
+    build = subprocess.run(["gcc", "-O2", "-Wall", "-Wno-unused-function", "-I.", "dev/test/tools/ref_logits.c", "-lz", "-lm", "-o",
                             REF_LOGITS], cwd=ROOT, capture_output=True, text=True)
     if check(build.returncode == 0 and not build.stderr, f"build dev/test/tools/ref_logits.c{build.stderr}"):
         for test in (test_header_table, test_logits, test_version1, test_sensitivity, test_decode_table, test_round_trips, test_gguf,
