@@ -180,7 +180,7 @@ def write_model_file(path, c, tensors, step=0):
         raise FormatError(path, f"cannot write this config: {bad}")
     with formats.atomic_file(path) as f:
         f.write(bytes(HEADER_BYTES))
-        crc, expected = zlib.crc32(_header(c, step, 0)), iter(param_shapes(c))
+        crc, expected = _header_checksum(np.frombuffer(_header(c, step, 0), dtype="<i4")), iter(param_shapes(c))
         name, shape = next(expected)
         left = int(np.prod(shape))
         for piece_name, piece in tensors:
