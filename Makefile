@@ -13,7 +13,7 @@ GPU_ARCH ?= sm_90
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
 
 NVCC_FLAGS = -O3 -arch=$(GPU_ARCH) -std=c++17 --use_fast_math -Xcompiler -Wall -Xcompiler -Wno-unused-function -Xcompiler -fopenmp -I.
-NVCC_LDLIBS = -lcublasLt -lcublas -lgomp
+NVCC_LDLIBS = -lcublasLt -lcublas -lgomp -lz
 CPU_CFLAGS = -O2 -Wall -Wno-unused-function -I.
 
 ifeq ($(CUDA_HOME),)
@@ -74,7 +74,7 @@ HOST_TESTS = dev/test/test_zero_layout dev/test/test_trainer_host
 
 .PHONY: all test dev clean
 .DEFAULT_GOAL := train_llama_fp8
-all: train_llama_fp8 test_llama_fp8 dev dev/test/test_cpu $(HOST_TESTS) dev/data/decode_shard
+all: train_llama_fp8 test_llama_fp8 dev dev/test/test_cpu $(HOST_TESTS) dev/test/bench_checkpoint dev/data/decode_shard dev/data/upgrade_model_file
 
 train_llama_fp8: train_llama_fp8.cu $(HEADERS)
 	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDFLAGS) $(NVCC_LDLIBS) -o $@
@@ -89,6 +89,14 @@ dev/test/test_%: dev/test/test_%.cu train_llama_fp8.cu $(HEADERS) dev/test/harne
 dev/data/decode_shard: dev/data/decode_shard.c llmc/tokenizer.h llmc/utils.h
 	$(CC) $(CPU_CFLAGS) $< -o $@
 
+# rewrites a model file of version 1 or 2 as version 3 (the checksum covers the header too)
+dev/data/upgrade_model_file: dev/data/upgrade_model_file.c llmc/model_file.h llmc/llama_config.h llmc/utils.h
+	$(CC) $(CPU_CFLAGS) $< -lz -o $@
+
+# checkpoint save/load speed with the trainer's own host code (not part of make test; dev/results/checkpoint_io.md)
+dev/test/bench_checkpoint: dev/test/bench_checkpoint.cu train_llama_fp8.cu $(HEADERS)
+	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDFLAGS) $(NVCC_LDLIBS) -o $@
+
 dev/test/test_cpu: $(wildcard dev/test/*.c dev/test/*.h) $(HEADERS)
 	$(CC) $(CPU_CFLAGS) $(wildcard dev/test/*.c) -lm -o $@
 
@@ -101,5 +109,5 @@ dev:
 	$(MAKE) -C dev/cuda NVCC="$(NVCC)" GPU_ARCH=$(GPU_ARCH) CUDNN_FLAGS="$(CUDNN_FLAGS)" NCCL_FLAGS="$(NCCL_FLAGS)" MPI_FLAGS="$(MPI_FLAGS)"
 
 clean:
-	rm -f train_llama_fp8 test_llama_fp8 dev/test/test_cpu $(HOST_TESTS) dev/data/decode_shard
+	rm -f train_llama_fp8 test_llama_fp8 dev/test/test_cpu $(HOST_TESTS) dev/test/bench_checkpoint dev/data/decode_shard dev/data/upgrade_model_file
 	$(MAKE) -C dev/cuda clean

@@ -4,11 +4,13 @@ Hugging Face model (scripts/model_file.py is the Python reader and writer of the
 int32 header[256], then the fp32 weights in the order of llmc/llama_config.h (with tied embeddings
 there is no lm_head tensor). One table, MODEL_HEADER_FIELDS, lists the words that hold the config:
 the writer, the reader and every mismatch message use it, so a field is added in one place.
-  [0] magic 20261201   [1] version 2   [8] step   [254..255] checksum of the body (CRC-32, below)
+  [0] magic 20261201   [1] version 3   [8] step   [254..255] checksum of header and body (CRC-32, below)
   [2..7] V L C NH NKV FF   [9] rope_theta   [10] norm eps   [11] tied embeddings (0/1)
   [12] RoPE scaling (0 none, 1 llama3)   [13..15] its factor, low and high frequency factors
   [16] its original context   [17] max_position_embeddings (0: unknown)
-Floats are stored as their bits. Version 1 (words 11-17 zero) still loads: untied, unscaled.
+Floats are stored as their bits. Version 2 (the same words; the checksum covers the body only) and
+version 1 (words 11-17 zero, so untied and unscaled; FNV-1a of the body) still load;
+dev/data/upgrade_model_file rewrites either as version 3.
 Plain C, header-only; also compiles as C++ under nvcc.
 */
 #ifndef LLMC_MODEL_FILE_H
@@ -17,10 +19,11 @@ Plain C, header-only; also compiles as C++ under nvcc.
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <zlib.h>         // crc32
 #include "llama_config.h" // LlamaConfig
 
 #define MODEL_MAGIC 20261201
-#define MODEL_VERSION 2
+#define MODEL_VERSION 3
 #define MODEL_HEADER_INTS 256
 enum { MODEL_HDR_STEP = 8, MODEL_HDR_CHECKSUM = 254 };
 
@@ -45,23 +48,18 @@ static const ModelHeaderField MODEL_HEADER_FIELDS[] = {
 #define MODEL_NUM_FIELDS ((int)(sizeof(MODEL_HEADER_FIELDS) / sizeof(MODEL_HEADER_FIELDS[0])))
 enum { MODEL_HDR_MAX_T = 17 }; // not a shape field: a model file of any context loads
 
-// Checksums of a file body, streamed chunk by chunk (start from 0 for either): version-2 files carry
-// zlib's CRC-32 (Python's zlib.crc32 computes it at C speed, so the import scripts can write it),
-// version-1 files FNV-1a 64.
-static uint64_t checksum_crc32(uint64_t crc, const void *data, size_t n) {
-    static uint32_t table[256];
-    if (table[1] == 0) {
-        for (uint32_t i = 0; i < 256; i++) {
-            uint32_t c = i;
-            for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-            table[i] = c;
-        }
+// Checksums, streamed chunk by chunk (start from 0 for either): zlib's CRC-32 since version 2 (the
+// same function as Python's zlib.crc32, so the import scripts write it at C speed), FNV-1a 64 in
+// version-1 files. zlib takes 32-bit lengths, so a buffer goes in max_call bytes at a time.
+static uint64_t checksum_crc32_calls(uint64_t crc, const void *data, size_t n, size_t max_call) {
+    const Bytef *p = (const Bytef *)data;
+    for (size_t off = 0; off < n; off += max_call) {
+        size_t k = n - off < max_call ? n - off : max_call;
+        crc = crc32((uLong)crc, p + off, (uInt)k);
     }
-    uint32_t c = ~(uint32_t)crc;
-    const unsigned char *p = (const unsigned char *)data;
-    for (size_t i = 0; i < n; i++) c = table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
-    return ~c;
+    return crc;
 }
+static uint64_t checksum_crc32(uint64_t crc, const void *data, size_t n) { return checksum_crc32_calls(crc, data, n, (size_t)1 << 30); }
 static uint64_t checksum_fnv1a(uint64_t h, const void *data, size_t n) {
     if (h == 0) h = 0xcbf29ce484222325ull;
     const unsigned char *p = (const unsigned char *)data;
@@ -70,6 +68,25 @@ static uint64_t checksum_fnv1a(uint64_t h, const void *data, size_t n) {
 }
 typedef uint64_t (*ChecksumFn)(uint64_t, const void *, size_t);
 static ChecksumFn checksum_of_version(int version) { return version >= 2 ? checksum_crc32 : checksum_fnv1a; }
+
+// Where the checksum of a file with header h starts before its body: from version 3 on it covers the
+// header too (its checksum words read as 0), so a changed rope_theta, shape or step is refused like a
+// changed weight; versions 1 and 2 checksum the body alone. The state files of train_llama_fp8.cu
+// share the layout and the versions.
+static uint64_t checksum_of_header(const int32_t *h) {
+    if (h[1] < 3) return 0;
+    int32_t copy[MODEL_HEADER_INTS];
+    memcpy(copy, h, sizeof(copy));
+    copy[MODEL_HDR_CHECKSUM] = copy[MODEL_HDR_CHECKSUM + 1] = 0;
+    return checksum_crc32(0, copy, sizeof(copy));
+}
+static uint64_t header_checksum_word(const int32_t *h) {
+    return (uint64_t)(uint32_t)h[MODEL_HDR_CHECKSUM] | ((uint64_t)(uint32_t)h[MODEL_HDR_CHECKSUM + 1] << 32);
+}
+static void header_set_checksum_word(int32_t *h, uint64_t v) {
+    h[MODEL_HDR_CHECKSUM] = (int32_t)(uint32_t)v;
+    h[MODEL_HDR_CHECKSUM + 1] = (int32_t)(uint32_t)(v >> 32);
+}
 
 // The header word of field f of c (floats as bits).
 static int32_t model_field_word(const LlamaConfig *c, const ModelHeaderField *f) {
@@ -90,7 +107,7 @@ static void model_header_put(int32_t *h, const LlamaConfig *c, int step) {
 // The config a header holds (max_T 0 if the file does not say); NULL, or what is wrong with it.
 static const char *model_header_get(const int32_t *h, LlamaConfig *c) {
     if (h[0] != MODEL_MAGIC) return "bad magic: not a train_llama_fp8 model file";
-    if (h[1] != 1 && h[1] != MODEL_VERSION) return "unknown version (this build reads model files of versions 1 and 2)";
+    if (h[1] < 1 || h[1] > MODEL_VERSION) return "unknown version (this build reads model files of versions 1 to 3)";
     memset(c, 0, sizeof(*c));
     for (int i = 0; i < MODEL_NUM_FIELDS; i++)
         memcpy((char *)c + MODEL_HEADER_FIELDS[i].offset, &h[MODEL_HEADER_FIELDS[i].word], sizeof(int32_t));

@@ -1,6 +1,9 @@
 """Reader and writer of our model file (llmc/model_file.h is the C side): int32 header[256], then the
 fp32 weights in the order of llmc/llama_config.h, each tensor contiguous with all layers of one kind
-together; with tied embeddings there is no lm_head tensor.
+together; with tied embeddings there is no lm_head tensor. Version 3 (written here) carries zlib's
+CRC-32 of the header (its checksum words as 0) and the weights; version 2 (the CRC-32 of the weights
+alone) is read with a notice; version 1 (FNV-1a 64, which Python computes at ~5 MB/s) is refused,
+naming dev/data/upgrade_model_file, the C tool that rewrites version 1 and 2 as 3.
 
 The config is a dict keyed by LlamaConfig's field names (V L C NH NKV FF max_T rope_theta norm_eps
 tied_embeddings rope_scaling rope_factor rope_low_freq_factor rope_high_freq_factor rope_original_T);
@@ -26,7 +29,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import formats  # noqa: E402
 from formats import FormatError  # noqa: E402  (one error type for every format the tools touch)
 
-MAGIC, VERSION, HEADER_INTS = 20261201, 2, 256
+MAGIC, VERSION, HEADER_INTS = 20261201, 3, 256
 HDR_STEP, HDR_MAX_T, HDR_CHECKSUM = 8, 17, 254
 HEADER_BYTES = HEADER_INTS * 4
 CHUNK = 64 << 20
@@ -107,13 +110,17 @@ def _header(c, step, checksum):
     return h.tobytes()
 
 
-def fnv1a64(h, data):
-    """FNV-1a 64 of version-1 files, continued from h (0 starts). Pure Python: slow, but only old
-    files need it."""
-    h = h or 0xcbf29ce484222325
-    for b in data:
-        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
-    return h
+UPGRADE = "make dev/data/upgrade_model_file && ./dev/data/upgrade_model_file OLD.bin NEW.bin"
+
+
+def _header_checksum(h):
+    """Where a file's CRC-32 starts before its weights: version 3 covers the header, its checksum
+    words as 0 (llmc/model_file.h's checksum_of_header); version 2 starts from 0."""
+    if h[1] < 3:
+        return 0
+    zeroed = h.copy()
+    zeroed[HDR_CHECKSUM:] = 0
+    return zlib.crc32(zeroed.tobytes())
 
 
 def read_model_file(path):
@@ -128,8 +135,11 @@ def read_model_file(path):
                 raise FormatError(path, f"truncated: {size} bytes, shorter than the {HEADER_BYTES}-byte header")
             if h[0] != MAGIC:
                 raise FormatError(path, f"bad magic {h[0]}, expected {MAGIC}: not a train_llama_fp8 model file")
-            if h[1] not in (1, VERSION):
-                raise FormatError(path, f"version {h[1]}: this tool reads model files of versions 1 and 2")
+            if h[1] == 1:
+                raise FormatError(path, "a version-1 model file (an FNV-1a checksum, which Python checks at ~5 MB/s): rewrite it"
+                                        f" as version {VERSION} with the C tool: {UPGRADE}")
+            if h[1] not in (2, VERSION):
+                raise FormatError(path, f"version {h[1]}: this tool reads model files of versions 2 and {VERSION}")
             c = {key: _float32(h[word:word + 1].view("<f4")[0]) if is_float else int(h[word])
                  for word, key, is_float, _ in HEADER_FIELDS}
             c["max_T"] = int(h[HDR_MAX_T])
@@ -139,17 +149,17 @@ def read_model_file(path):
             shapes = param_shapes(c)
             want = HEADER_BYTES + 4 * sum(int(np.prod(s)) for _, s in shapes)
             if size != want:
-                raise FormatError(path, f"{size} bytes, but its header's config needs {want}: truncated or not this config")
-            crc, fnv = 0, 0
+                raise FormatError(path, f"{size} bytes, but its header's config needs {want}: truncated, not this config, or the"
+                                        " header is corrupt")
+            crc = _header_checksum(h)
             while chunk := f.read(CHUNK):
-                if h[1] == VERSION:
-                    crc = zlib.crc32(chunk, crc)
-                else:
-                    fnv = fnv1a64(fnv, chunk)
+                crc = zlib.crc32(chunk, crc)
             stored = int(h[HDR_CHECKSUM:].view("<u8")[0])
-            got = crc if h[1] == VERSION else fnv
-            if got != stored:
-                raise FormatError(path, f"checksum mismatch (stored {stored:#x}, body {got:#x}): the file is corrupt")
+            if crc != stored:
+                raise FormatError(path, f"checksum mismatch (stored {stored:#x}, computed {crc:#x}): the file is corrupt")
+            if h[1] == 2:
+                print(f"notice: {path}: a version-2 model file: its checksum covers the weights, not the header; {UPGRADE}"
+                      f" rewrites it as version {VERSION}", file=sys.stderr)
     except OSError as e:
         raise FormatError(path, f"cannot read: {e.strerror or e}") from None
     tensors, offset = {}, HEADER_BYTES
@@ -160,17 +170,17 @@ def read_model_file(path):
 
 
 def write_model_file(path, c, tensors, step=0):
-    """Writes model file `path` (version 2) from `tensors`, an iterable of (name, array) in file order.
+    """Writes model file `path` (version 3) from `tensors`, an iterable of (name, array) in file order.
     A tensor may come in pieces: consecutive pairs with the same name fill it in row-major order, so
     an importer can hand over one source tensor at a time and never hold a whole model. The CRC-32 is
-    computed as the body streams out and the header is written last; the file appears under its name
-    only when complete."""
+    computed over the header and then the body as it streams out, and the header is written last; the
+    file appears under its name only when complete."""
     bad = config_problem(c)
     if bad:
         raise FormatError(path, f"cannot write this config: {bad}")
     with formats.atomic_file(path) as f:
         f.write(bytes(HEADER_BYTES))
-        crc, expected = 0, iter(param_shapes(c))
+        crc, expected = _header_checksum(np.frombuffer(_header(c, step, 0), dtype="<i4")), iter(param_shapes(c))
         name, shape = next(expected)
         left = int(np.prod(shape))
         for piece_name, piece in tensors:

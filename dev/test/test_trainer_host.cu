@@ -2,7 +2,8 @@
 Host-only tests of trainer code that needs no GPU (CI runs them): the checkpoint file format (a file
 written and read back; every kind of bad file refused with a message, every state-header field of
 another run refused naming it (and the flag that resumes it), a refused write never replacing the
-good file and leaving nothing behind, the free-space check, -keep's pruning), the option parser (its
+good file and leaving nothing behind, the model file's checksum covering every header word, version 2
+still loading, zlib's CRC-32 fed in pieces, a section streamed to a reader that keeps only part of it, the free-space check, -keep's pruning), the option parser (its
 errors, that every documented flag parses, the AdamW moments' default), the main loop's work after a
 step (a non-finite step included), the launch decision, the stop signals (in every thread; the real
 -ngpu launcher, mg_launch_ranks, with stand-in ranks: this program run again, taking the signals as
@@ -12,6 +13,7 @@ the same).
 Build and run: make dev/test/test_trainer_host && ./dev/test/test_trainer_host
 */
 #define TESTING
+#define CKPT_CHUNK ((size_t)1024) // small: the test files cross chunk edges
 #include "train_llama_fp8.cu"
 #include <signal.h>
 #include <pthread.h>
@@ -312,8 +314,199 @@ static void test_model_header(void) {
     for (int w = 11; w <= 17; w++) h[w] = 0; // what version 1 wrote there
     bad = model_header_get(h, &back);
     CHECK(bad == NULL && back.tied_embeddings == 0 && back.rope_scaling == ROPE_DEFAULT && back.max_T == 0, "version-1 header: %s", bad ? bad : "");
-    h[1] = 3;
-    CHECK(model_header_get(h, &back) != NULL, "version 3 accepted");
+    h[1] = MODEL_VERSION + 1;
+    CHECK(model_header_get(h, &back) != NULL, "version %d accepted", MODEL_VERSION + 1);
+}
+
+// A small model (a few thousand weights) for the model-file tests.
+static LlamaConfig small_config(void) {
+    LlamaConfig c = {64, 2, 16, 2, 1, 32, 32, 10000.0f, 1e-5f};
+    return c;
+}
+
+typedef struct { const char *path; const float *want; size_t n; } ModelReadArgs;
+
+// Reads a model file as -init_from does on the host (read_model_config, then read_sections of the
+// weights); what it read must be `want`, else the child exits 3.
+static void read_model_in_child(void *arg) {
+    const ModelReadArgs *r = (const ModelReadArgs *)arg;
+    LlamaConfig c = read_model_config(r->path);
+    size_t sizes[NUM_PARAM_TENSORS], n = param_sizes(&c, sizes);
+    float *w = (float *)mallocCheck(n * sizeof(float));
+    Section ms[] = {{w, n * sizeof(float), 0}};
+    read_sections(r->path, MODEL_MAGIC, NULL, 0, ms, 1, NULL);
+    if (n != r->n || memcmp(w, r->want, n * sizeof(float)) != 0) { fprintf(stderr, "read back other weights\n"); exit(3); }
+    free(w);
+}
+
+static float *small_weights(size_t *n) {
+    LlamaConfig c = small_config();
+    size_t sizes[NUM_PARAM_TENSORS];
+    *n = param_sizes(&c, sizes);
+    float *w = (float *)mallocCheck(*n * sizeof(float));
+    for (size_t i = 0; i < *n; i++) w[i] = 0.01f * (float)(i % 97) - 0.3f;
+    return w;
+}
+
+// The model file as save_checkpoint writes it: its checksum is zlib's CRC-32 of the header (checksum
+// words 0) and then the weights, so a byte changed anywhere in the header (rope_theta, a shape, the
+// step, an unused word) is refused by the reader -init_from and resume use.
+static void test_model_file_header_checksum(void) {
+    char good[128], bad[128];
+    path_in_dir(good, sizeof(good), "model_v3.bin");
+    path_in_dir(bad, sizeof(bad), "model_v3_bad.bin");
+    LlamaConfig c = small_config();
+    size_t n;
+    float *w = small_weights(&n);
+    int h[256];
+    model_header_put(h, &c, 1234);
+    Section ms[] = {{w, n * sizeof(float), 0}};
+    write_sections(good, h, ms, 1);
+
+    FILE *f = fopen(good, "rb");
+    int back[256];
+    CHECK(f && fread(back, sizeof(int), 256, f) == 256, "cannot read back %s", good);
+    if (f) fclose(f);
+    CHECK(back[1] == 3, "written as version %d, not 3", back[1]);
+    int zeroed[256];
+    memcpy(zeroed, back, sizeof(zeroed));
+    zeroed[254] = zeroed[255] = 0;
+    uLong want = crc32(crc32(0, (const Bytef *)zeroed, sizeof(zeroed)), (const Bytef *)w, (uInt)(n * sizeof(float)));
+    CHECK(get64(back, MODEL_HDR_CHECKSUM) == (uint64_t)want, "stored checksum %#llx, zlib's CRC-32 of header and weights %#lx",
+          (unsigned long long)get64(back, MODEL_HDR_CHECKSUM), want);
+
+    ModelReadArgs r = {good, w, n};
+    char err[2048];
+    CHECK(run_expect_fatal(read_model_in_child, &r, err, sizeof(err)) == 0, "the good file was refused: %s", err);
+    ModelReadArgs rb = {bad, w, n};
+    // every word with a meaning (magic, version, the config, the step, max_T) and unused ones
+    const int words[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 100, 253};
+    const int num_words = (int)(sizeof(words) / sizeof(words[0]));
+    int accepted = 0;
+    for (int i = 0; i < num_words; i++) {
+        int word = words[i];
+        for (int byte = 0; byte < 4; byte += 3) { // the lowest byte (a small change) and the highest
+            copy_file(good, bad);
+            unsigned char x = ((const unsigned char *)&back[word])[byte] ^ 0x01;
+            patch_file(bad, 4L * word + byte, &x, 1);
+            int status = run_expect_fatal(read_model_in_child, &rb, err, sizeof(err));
+            int named = strstr(err, bad) != NULL;
+            if (status == 0 || !named) {
+                accepted++;
+                CHECK(0, "header word %d, byte %d changed: %s (exit %d): %s", word, byte, status == 0 ? "accepted" : "message lacks the file", status, err);
+            }
+        }
+    }
+    // the words the config check cannot judge: only the checksum refuses them
+    const int only_checksum[] = {9, 10, MODEL_HDR_STEP, MODEL_HDR_MAX_T, 100};
+    for (int i = 0; i < 5; i++) {
+        copy_file(good, bad);
+        int v = back[only_checksum[i]] ^ 0x01;
+        patch_file(bad, 4L * only_checksum[i], &v, sizeof(v));
+        int status = run_expect_fatal(read_model_in_child, &rb, err, sizeof(err));
+        CHECK(status != 0 && strstr(err, "corrupt (checksum mismatch)"), "word %d changed: exit %d: %s", only_checksum[i], status, err);
+    }
+    CHECK(accepted == 0, "%d of %d header changes accepted", accepted, 2 * num_words);
+    free(w);
+}
+
+// A version-2 file (the header not under the checksum: zlib's CRC-32 of the weights alone), made here
+// without the trainer's writer, still loads, with a notice; a changed weight in it is still refused.
+static void test_model_file_version2(void) {
+    char path[128];
+    path_in_dir(path, sizeof(path), "model_v2.bin");
+    LlamaConfig c = small_config();
+    size_t n;
+    float *w = small_weights(&n);
+    int h[256];
+    model_header_put(h, &c, 7);
+    h[1] = 2;
+    put64(h, MODEL_HDR_CHECKSUM, crc32(0, (const Bytef *)w, (uInt)(n * sizeof(float))));
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite(h, sizeof(int), 256, f) == 256 && fwrite(w, sizeof(float), n, f) == n, "cannot write %s", path);
+    if (f) fclose(f);
+    ModelReadArgs r = {path, w, n};
+    char err[2048];
+    int status = run_expect_fatal(read_model_in_child, &r, err, sizeof(err));
+    CHECK(status == 0, "a version-2 file was refused (exit %d): %s", status, err);
+    CHECK(strstr(err, "is a version-2 file: its checksum covers the body, not the header") && strstr(err, path),
+          "no notice naming the file and what its checksum leaves out: '%s'", err);
+    float x = 5.0f;
+    patch_file(path, 1024 + 4 * 100, &x, sizeof(x));
+    status = run_expect_fatal(read_model_in_child, &r, err, sizeof(err));
+    CHECK(status != 0 && strstr(err, "corrupt (checksum mismatch)"), "a version-2 file with a changed weight: exit %d: %s", status, err);
+    free(w);
+}
+
+// zlib's crc32 takes 32-bit lengths, so checksum_crc32 feeds it at most 1 GiB per call: the same loop
+// with small pieces gives the CRC-32 of the whole, as Python's zlib.crc32 computes it (the catalogue
+// check value of "123456789", and a 1 MiB pattern's value from Python).
+static void test_crc32_pieces(void) {
+    const size_t pieces[] = {1, 2, 7, 9, 4096, (size_t)1 << 30};
+    for (int i = 0; i < 6; i++) {
+        uint64_t v = checksum_crc32_calls(0, "123456789", 9, pieces[i]);
+        CHECK(v == 0xCBF43926u, "CRC-32 of '123456789' in pieces of %zu: %#llx, want 0xcbf43926", pieces[i], (unsigned long long)v);
+    }
+    size_t n = (size_t)1 << 20;
+    unsigned char *b = (unsigned char *)mallocCheck(n);
+    for (size_t i = 0; i < n; i++) b[i] = (unsigned char)((i * i + 7 * i) % 251);
+    for (int i = 0; i < 6; i++) {
+        uint64_t v = checksum_crc32_calls(0, b, n, pieces[i]);
+        CHECK(v == 0xe8118708u, "CRC-32 of the 1 MiB pattern in pieces of %zu: %#llx, want Python's 0xe8118708", pieces[i], (unsigned long long)v);
+    }
+    CHECK(checksum_crc32(0, b, n) == 0xe8118708u, "checksum_crc32 of the 1 MiB pattern");
+    CHECK(checksum_crc32(0x1234, b, 0) == 0x1234, "an empty piece changes the CRC");
+    free(b);
+}
+
+// A section read with a sink (how several GPUs load a model file: each rank keeps its shard) goes to
+// the sink a chunk at a time, in order, at its offset; a reader that keeps only a slice gets that
+// slice, and a changed byte outside it is still refused: the checksum covers the whole file.
+typedef struct { float *slice; size_t first, count, next, chunks, biggest; } SliceSink;
+static void slice_sink(void *ctx, const void *chunk, size_t offset, size_t n) {
+    SliceSink *s = (SliceSink *)ctx;
+    if (offset != s->next) { fprintf(stderr, "chunk at offset %zu, expected %zu\n", offset, s->next); exit(3); }
+    s->next += n;
+    s->chunks++;
+    if (n > s->biggest) s->biggest = n;
+    for (size_t i = offset / 4; i < (offset + n) / 4; i++)
+        if (i >= s->first && i < s->first + s->count) s->slice[i - s->first] = ((const float *)chunk)[i - offset / 4];
+}
+
+#define SINK_FLOATS 3000
+static void write_sink_sample(const char *path) {
+    int h[256];
+    memset(h, 0, sizeof(h));
+    h[0] = STATE_MAGIC; h[1] = CKPT_VERSION;
+    static float a[100], w[SINK_FLOATS];
+    for (int i = 0; i < SINK_FLOATS; i++) w[i] = 0.5f * i;
+    Section sec[] = {{a, sizeof(a), 0}, {w, sizeof(w), 0}};
+    write_sections(path, h, sec, 2);
+}
+
+static void read_slice_in_child(void *arg) {
+    static float a[100], slice[500];
+    SliceSink s = {slice, 1100, 500, 0, 0, 0};
+    Section sec[] = {{a, sizeof(a), 0}, {NULL, SINK_FLOATS * sizeof(float), 0, slice_sink, &s}};
+    read_sections((const char *)arg, STATE_MAGIC, NULL, 0, sec, 2, NULL);
+    if (s.next != SINK_FLOATS * sizeof(float) || s.biggest > CKPT_CHUNK || s.chunks < 2) {
+        fprintf(stderr, "the sink saw %zu bytes in %zu chunks (largest %zu)\n", s.next, s.chunks, s.biggest);
+        exit(3);
+    }
+    for (int i = 0; i < 500; i++)
+        if (slice[i] != 0.5f * (1100 + i)) { fprintf(stderr, "slice[%d] = %g, wrote %g\n", i, slice[i], 0.5f * (1100 + i)); exit(3); }
+}
+
+static void test_section_sink(void) {
+    char path[128], err[2048];
+    path_in_dir(path, sizeof(path), "sink.bin");
+    write_sink_sample(path);
+    int status = run_expect_fatal(read_slice_in_child, path, err, sizeof(err));
+    CHECK(status == 0, "the slice read through a sink (exit %d): %s", status, err);
+    float x = -1.0f;
+    patch_file(path, 1024 + 400 + 4 * 2900, &x, sizeof(x)); // weight 2900: past the slice
+    status = run_expect_fatal(read_slice_in_child, path, err, sizeof(err));
+    CHECK(status != 0 && strstr(err, "corrupt (checksum mismatch)"), "a changed weight outside the slice: exit %d: %s", status, err);
 }
 
 typedef struct { const char *init_from, *flag, *value, *tok; } ConfigArgs;
@@ -340,6 +533,8 @@ static void test_init_from_config(void) {
     FILE *f = fopen(model, "wb");
     fwrite(h, sizeof(int), 256, f);
     fclose(f);
+    size_t sizes[NUM_PARAM_TENSORS];
+    CHECK(truncate(model, (off_t)(sizeof(h) + param_sizes(&c, sizes) * sizeof(float))) == 0, "truncate"); // the weights' size, sparse
     const char *flags[][2] = {{"-e", "125m"}, {"-L", "2"}, {"-V", "100"}, {"-rope_theta", "500000"}};
     for (int i = 0; i < 4; i++) {
         ConfigArgs a = {model, flags[i][0], flags[i][1], NULL};
@@ -941,6 +1136,10 @@ int main(int argc, char **argv) {
     run_test("checkpoint: every state-header field, changed in the run or the file, refused naming it (the read-back one read back)",
              test_state_header_every_field);
     run_test("model file header: config round trip, version 1 as untied and unscaled", test_model_header);
+    run_test("model file: the checksum covers the header; a byte changed in any header word is refused", test_model_file_header_checksum);
+    run_test("model file: version 2 (header not under the checksum) loads with a notice, a changed weight refused", test_model_file_version2);
+    run_test("CRC-32: zlib fed in pieces gives the whole buffer's CRC (Python's zlib.crc32 values)", test_crc32_pieces);
+    run_test("checkpoint: a section streamed to a sink that keeps a slice; a change outside it refused", test_section_sink);
     run_test("-init_from: shape flags and a decode table of another vocabulary refused", test_init_from_config);
     run_test("options: errors name the problem; every documented flag parses", test_options);
     run_test("options: bf16 AdamW moments by default, fp32 with -adam_moments fp32, others refused", test_adam_moments_option);

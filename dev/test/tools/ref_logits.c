@@ -8,12 +8,12 @@ Hugging Face fixtures that scripts/hf_import.py converted.
 
 Build and run from the repository root (it lives outside dev/test/ because the .c files of dev/test are
 linked into the CPU test binary):
-  gcc -O2 -Wall -Wno-unused-function -I. dev/test/tools/ref_logits.c -lm -o ref_logits
+  gcc -O2 -Wall -Wno-unused-function -I. dev/test/tools/ref_logits.c -lz -lm -o ref_logits
   ./ref_logits model.bin tokens.i32 logits.f32 [B]
 */
 #include <stdio.h>
 #include <stdlib.h>
-#include "llmc/model_file.h"   // model_header_get, checksum_of_version
+#include "llmc/model_file.h"   // model_header_get, checksum_of_version, checksum_of_header
 #include "dev/test/llama_ref.h" // RefModel, ref_init, ref_forward
 
 int main(int argc, char **argv) {
@@ -48,8 +48,8 @@ int main(int argc, char **argv) {
     if (size != want) FATAL("%s: %lld bytes, its header's config needs %lld", model_path, (long long)size, (long long)want);
     freadCheck(model.params, sizeof(float), model.num_params, f, model_path);
     fcloseCheck(f);
-    uint64_t stored = (uint64_t)(uint32_t)header[MODEL_HDR_CHECKSUM] | ((uint64_t)(uint32_t)header[MODEL_HDR_CHECKSUM + 1] << 32);
-    uint64_t sum = checksum_of_version(header[1])(0, model.params, model.num_params * sizeof(float));
+    uint64_t stored = header_checksum_word(header);
+    uint64_t sum = checksum_of_version(header[1])(checksum_of_header(header), model.params, model.num_params * sizeof(float));
     if (sum != stored) FATAL("%s: checksum mismatch (stored %llx, body %llx)", model_path, (unsigned long long)stored, (unsigned long long)sum);
 
     ref_forward(&model, tokens, tokens); // the targets only feed the loss, which is not used here
