@@ -416,7 +416,7 @@ def test_gguf():
         check(pieces[:8] == want and len(pieces) == 128 and not any(pieces[8:]) and start == 1,
               f"SentencePiece GGUF vocabulary decodes to {pieces[:8]}, padded to 128, document start {start}")
         record = model_file.read_special_tokens(model_file.special_tokens_path(tmp("mha_sp.bin")))
-        check(record == {"bos_token_id": 1, "eos_token_id": None}, f"a GGUF with a BOS and no EOS id: record {record}")
+        check(record == {"bos_token_id": 1, "eos_token_id": None, "pad_token_id": None}, f"a GGUF with a BOS and no EOS id: record {record}")
 
 
 def llama_cpp_rope_factors(theta, HS, factor, low, high, old_T):
@@ -510,13 +510,13 @@ def test_special_tokens():
     fixture's; an export of SmolLM2 once wrote EOS 1, from a tokenizer_config.json that named the
     wrong token (the case rebuilt below)."""
     record = model_file.read_special_tokens(model_file.special_tokens_path(tmp("tied.bin")))
-    check(record == {"bos_token_id": 1, "eos_token_id": 2}, f"tied import: record beside the model file {record}")
+    check(record == {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": None}, f"tied import: record beside the model file {record}")
     folder = copy_fixture("tied", "tied_no_config_ids")
     os.remove(os.path.join(folder, "generation_config.json"))
     edit_config(folder, bos_token_id=None, eos_token_id=None)
     ok = hf_import(folder, tmp("tied_no_config_ids.bin"))
     record = model_file.read_special_tokens(model_file.special_tokens_path(tmp("tied_no_config_ids.bin"))) if ok else None
-    check(record == {"bos_token_id": 1, "eos_token_id": 2},
+    check(record == {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": None},
           f"a folder whose configs name no ids: the record from its tokenizer_config.json: {record}")
 
     # the export finds the record beside the model file
@@ -532,7 +532,7 @@ def test_special_tokens():
     tok_config = read_json_file(folder, "tokenizer_config.json")
     with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
         json.dump(dict(tok_config, eos_token="<|im_start|>"), f)
-    check(formats.special_ids(os.path.join(folder, "tokenizer.json")) == (1, 1), "the rebuilt case: the tokenizer alone says EOS 1")
+    check(formats.special_ids(os.path.join(folder, "tokenizer.json")) == (1, 1, None), "the rebuilt case: the tokenizer alone says EOS 1")
     rc, stdout, stderr = run("hf_export.py", tmp("ckpt", "model_00000300.bin"), tmp("ids_wrong_tok"), "--tokenizer", folder)
     check(rc == 0 and exported_ids(tmp("ids_wrong_tok")) == ((1, 2), (1, 2)) and "tokenizer_config.json" in stderr
           and "warning: eos_token_id" in stderr,
@@ -681,7 +681,7 @@ def test_refusals():
 
 def test_gguf_refusals():
     record = model_file.read_special_tokens(model_file.special_tokens_path(tmp("tied_gguf.bin")))
-    check(record == {"bos_token_id": 1, "eos_token_id": 2}, f"tied GGUF import: record from tokenizer.ggml.*: {record}")
+    check(record == {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": None}, f"tied GGUF import: record from tokenizer.ggml.*: {record}")
     refuse_import("a GGUF of another architecture", write_gguf(tmp("qwen.gguf"), "gqa", arch="qwen2"), "general.architecture", "qwen2")
     with open(tmp("bad.gguf"), "wb") as f:
         f.write(b"GGUF" + bytes(20))

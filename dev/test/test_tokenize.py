@@ -203,9 +203,9 @@ sp_table, _ = formats.read_decode_table(outputs(path("out_sp"), "sp")["tokenizer
 ids = sp.encode(NON_ASCII[1])
 check(b"".join(sp_table[i] for i in ids).decode("utf-8") == sp.decode(ids) and sp_table[sp.bos_id()] == b"",
       "sp: table decodes as sentencepiece does; control tokens decode to nothing")
-check(formats.special_ids(meta_json) == (0, 1) and formats.special_ids(path("bpe", "tokenizer.json")) == (0, 1)
-      and formats.special_ids(nobos_json) == (None, None),
-      "BOS/EOS from tokenizer_config.json, from the post-processor template, or none")
+check(formats.special_ids(meta_json) == (0, 1, None) and formats.special_ids(path("bpe", "tokenizer.json")) == (0, 1, None)
+      and formats.special_ids(nobos_json) == (None, None, None),
+      "BOS/EOS from tokenizer_config.json, from the post-processor template, or none; no padding token named")
 
 # --- inputs: splits, folders, stdin, gzip, --eos, --no-bos, --bos_id ---
 
