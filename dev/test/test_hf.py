@@ -329,10 +329,30 @@ def gguf_name(hf_name):
     return f"blk.{layer}.{GGUF_NAMES[rest.removesuffix('.weight')]}.weight"
 
 
-def write_gguf(path, name, qtype=None, arch="llama", vocab=None, extra_tensors=(), edit=None):
+def decode_blocks(data, qtype):
+    """The values of quantized rows (uint8, one row of blocks per matrix row) as llama.cpp's
+    dequantize_row_q8_0 / _q4_0 / _q4_1 compute them, in float32: blocks of 32 values, each an fp16
+    scale d (and for Q4_1 an fp16 minimum m) then the codes: Q8_0 32 int8, x = d q; Q4_0 and Q4_1 16
+    bytes whose low nibbles are values 0-15 and high nibbles 16-31, x = d (q - 8) and x = d q + m.
+    Written here from the format, not with the gguf package that hf_import uses."""
+    Q = gguf.GGMLQuantizationType
+    block = {Q.Q8_0: 34, Q.Q4_0: 18, Q.Q4_1: 20}[qtype]
+    b = data.reshape(-1, block)
+    d = b[:, 0:2].copy().view("<f2").astype(np.float32)
+    if qtype == Q.Q8_0:
+        x = d * b[:, 2:].copy().view(np.int8).astype(np.float32)
+    else:
+        qs = b[:, 4 if qtype == Q.Q4_1 else 2:]
+        q = np.concatenate([qs & 0x0F, qs >> 4], axis=1).astype(np.float32)
+        x = d * (q - 8) if qtype == Q.Q4_0 else d * q + b[:, 2:4].copy().view("<f2").astype(np.float32)
+    return x.reshape(data.shape[0], -1)
+
+
+def write_gguf(path, name, qtype=None, arch="llama", vocab=None, extra_tensors=(), edit=None, decoded=False, pad=None):
     """Fixture `name` as llama.cpp's converter would write it: metadata, q/k permuted, matrices in
     qtype (norms stay F32, as llama.cpp keeps them), the tokenizer's vocabulary as a gpt2 one with the
-    config's BOS and EOS; edit(writer) adds metadata."""
+    config's BOS and EOS (and pad, if given, as its padding id); edit(writer) adds metadata. decoded:
+    the quantized matrices written back as F32, their blocks decoded by decode_blocks."""
     folder = os.path.join(FIXTURES, name)
     with open(os.path.join(folder, "config.json")) as f:
         hf = json.load(f)
@@ -365,6 +385,8 @@ def write_gguf(path, name, qtype=None, arch="llama", vocab=None, extra_tensors=(
         w.add_bos_token_id(bos)
         if eos is not None:
             w.add_eos_token_id(eos)
+        if pad is not None:
+            w.add_pad_token_id(pad)
     if edit:
         edit(w)
     for hf_name, t in read_safetensors(os.path.join(folder, "model.safetensors")).items():
@@ -373,7 +395,11 @@ def write_gguf(path, name, qtype=None, arch="llama", vocab=None, extra_tensors=(
             t = llama_cpp_permute(t, nh if "q_proj" in hf_name else nkv)
         # as llama.cpp, a matrix whose rows are no whole number of blocks stays F32 (down_proj here, FF 80)
         if t.ndim == 2 and qtype != gguf.GGMLQuantizationType.F32 and t.shape[1] % gguf.GGML_QUANT_SIZES[qtype][0] == 0:
-            w.add_tensor(gguf_name(hf_name), gguf.quants.quantize(t, qtype), raw_dtype=qtype)
+            q = gguf.quants.quantize(t, qtype)
+            if decoded:
+                w.add_tensor(gguf_name(hf_name), decode_blocks(q, qtype))
+            else:
+                w.add_tensor(gguf_name(hf_name), q, raw_dtype=qtype)
         else:
             w.add_tensor(gguf_name(hf_name), t)
     for n, t in extra_tensors:
@@ -394,16 +420,29 @@ def test_gguf():
     check(read_bytes(table_path(tmp("tied.bin"))) == read_bytes(table_path(tmp("tied_gguf.bin"))),
           "tied: the GGUF's gpt2 vocabulary gives the same decode table as the tokenizer.json")
 
-    src = write_gguf(tmp("gqa_q8.gguf"), "gqa", gguf.GGMLQuantizationType.Q8_0)
-    if check(hf_import(src, tmp("gqa_q8.bin")), "gqa: import the Q8_0 GGUF"):
-        # Q8_0: blocks of 32, d = amax/127 stored as fp16, q = round(x/d): error <= d/2 + 127 |d - fp16(d)|
-        # <= (0.5 + 127 * 2^-11) amax/127 = 0.0044 amax <= 0.0044 of the tensor's largest element
-        _, _, want = model_file.read_model_file(tmp("gqa.bin"))
-        _, _, got = model_file.read_model_file(tmp("gqa_q8.bin"))
-        worst = max(rel_diff(got[n], want[n]) for n in want)
-        check(0 < worst < 0.0045, f"gqa Q8_0: every tensor within Q8_0's rounding, max|diff|/max|ref| = {worst:.2g} (bound 0.0044)")
-        _, tokens, logits = fixture("gqa")
-        print(f"    Q8_0 logits vs transformers' fp32 ones: {rel_diff(ref_logits(tmp('gqa_q8.bin'), tokens), logits):.2g}")
+    # quantized: exactly the values of the blocks, decoded in float32 (no rounding on the way, such as
+    # through fp16, which Q8_0's rounding would hide in any tolerance); Q4_1 is the README's model's type
+    Q = gguf.GGMLQuantizationType
+    x = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
+    same = {q.name: np.array_equal(decode_blocks(gguf.quants.quantize(x, q), q), gguf.quants.dequantize(gguf.quants.quantize(x, q), q))
+            for q in (Q.Q8_0, Q.Q4_0, Q.Q4_1)}
+    check(all(same.values()), f"the test's block decoder agrees with the gguf package's bit for bit: {same}")
+    _, tokens, logits = fixture("gqa")
+    errors = {}
+    for name, qtype in [("gqa", Q.Q8_0), ("gqa", Q.Q4_0), ("gqa", Q.Q4_1), ("tied", Q.Q4_1)]:
+        stem = f"{name}_{qtype.name.lower()}"
+        ok = hf_import(write_gguf(tmp(f"{stem}.gguf"), name, qtype), tmp(f"{stem}.bin"))
+        ok = ok and hf_import(write_gguf(tmp(f"{stem}_decoded.gguf"), name, qtype, decoded=True), tmp(f"{stem}_decoded.bin"))
+        check(ok and model_bytes_equal(tmp(f"{stem}.bin"), tmp(f"{stem}_decoded.bin")),
+              f"{name} {qtype.name}: imports to exactly the model file of its blocks decoded (an F32 GGUF of those values)")
+        if ok and name == "gqa":
+            errors[qtype.name] = rel_diff(ref_logits(tmp(f"{stem}.bin"), tokens), logits)
+    # a 4-bit code's step is 16 times an 8-bit one's (amax/8 or range/15 against amax/127): the logits'
+    # error must grow with it, by well over 4
+    if len(errors) == 3:
+        check(0 < errors["Q8_0"] < min(errors["Q4_0"], errors["Q4_1"]) / 4,
+              "gqa: logits of the quantized imports vs transformers' fp32 ones, max|diff|/max|ref|: "
+              + ", ".join(f"{k} {v:.2g}" for k, v in errors.items()) + " (Q8_0's below a quarter of the Q4s')")
 
     # a SentencePiece-style (llama) vocabulary: '▁' a space, <0xNN> a byte, control and unknown empty
     T = gguf.TokenType
