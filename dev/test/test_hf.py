@@ -30,9 +30,11 @@ Last line: "N passed, M failed".
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import traceback
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -63,6 +65,8 @@ import formats  # noqa: E402  (dev/data, on the path through model_file)
 from hf_import import rope_permute, table_path  # noqa: E402
 
 TMP = tempfile.mkdtemp(prefix="test_hf_")
+UMASK = os.umask(0)
+os.umask(UMASK)
 NAMES = ["mha", "gqa", "tied", "llama3", "sharded", "bf16", "fp16", "llama32"]
 # Both sides compute in fp32 from the same weights (a bf16/fp16 fixture's logits are transformers'
 # of the weights as stored, widened to fp32): they differ by accumulation order and by the C
@@ -305,6 +309,22 @@ def test_round_trips():
     ok = hf_import(folder, tmp("llama3_v4.bin"))
     check(ok and model_bytes_equal(tmp("llama3.bin"), tmp("llama3_v4.bin")),
           "llama3: a transformers 4.x config.json (top-level rope_theta, rope_scaling) gives the same model")
+
+    # a config.json without tie_word_embeddings is untied, as LlamaConfig's default (False) has it
+    folder = copy_fixture("gqa", "gqa_no_tie_key")
+    config = read_json_file(folder, "config.json")
+    del config["tie_word_embeddings"]
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config, f)
+    ok = hf_import(folder, tmp("gqa_no_tie_key.bin"))
+    check(ok and model_bytes_equal(tmp("gqa.bin"), tmp("gqa_no_tie_key.bin")),
+          "gqa: a config.json without tie_word_embeddings imports untied, its lm_head.weight read (the same model file)")
+
+    # the safetensors files get the mode of the folder's other files (the umask's), not the library's 0600
+    modes = {f: os.stat(tmp("export_gqa_sharded", f)).st_mode & 0o777 for f in sorted(os.listdir(tmp("export_gqa_sharded")))}
+    check(len(set(modes.values())) == 1 and modes["config.json"] == 0o666 & ~UMASK,
+          f"export: every file of the folder has mode {0o666 & ~UMASK:o} (umask {UMASK:03o}): "
+          + ", ".join(f"{f} {m:o}" for f, m in modes.items() if f.endswith(".safetensors") or f == "config.json"))
 
 
 # --- GGUF ---
@@ -558,6 +578,30 @@ def test_special_tokens():
     check(record == {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": None},
           f"a folder whose configs name no ids: the record from its tokenizer_config.json: {record}")
 
+    # the padding id (SmolLM2's is its EOS, 2): from config.json, from tokenizer_config.json's pad_token, from a
+    # GGUF's tokenizer.ggml.padding_token_id; into the record, and from it into the exported configs
+    folder = copy_fixture("tied", "tied_pad_config")
+    edit_config(folder, pad_token_id=2)
+    tok_pad = copy_fixture("tied", "tied_pad_tokenizer")
+    tok_config = read_json_file(tok_pad, "tokenizer_config.json")
+    with open(os.path.join(tok_pad, "tokenizer_config.json"), "w") as f:
+        json.dump(dict(tok_config, pad_token="<|im_end|>"), f)
+    sources = [("config.json", folder, "config.json"), ("tokenizer_config.json", tok_pad, "tokenizer.json")]
+    if gguf is not None:
+        sources.append(("a GGUF", write_gguf(tmp("tied_pad.gguf"), "tied", pad=2), "tokenizer.ggml.padding_token_id"))
+    for k, (what, src, named) in enumerate(sources):
+        out, exported = tmp(f"pad_{k}.bin"), tmp(f"pad_{k}_export")
+        ok = hf_import(src, out)
+        record = read_json_file(model_file.special_tokens_path(out)) if ok else {}
+        where = record.get("from", {}).get("pad_token_id", "")
+        ok = ok and record.get("pad_token_id") == 2 and named in where and hf_export(out, exported)
+        config = read_json_file(exported, "config.json") if ok else {}
+        gen = read_json_file(exported, "generation_config.json") if ok else {}
+        check(ok and config.get("pad_token_id") == gen.get("pad_token_id") == 2,
+              f"padding id from {what}: 2 in the record ({where}) and in the exported config.json and generation_config.json")
+    config = read_json_file(tmp("export_tied_tok"), "config.json")
+    check("pad_token_id" not in config, "no source names a padding id: config.json leaves pad_token_id out (LlamaConfig's default)")
+
     # the export finds the record beside the model file
     rc, stdout, stderr = run("hf_export.py", tmp("tied.bin"), tmp("ids_beside"))
     check(rc == 0 and exported_ids(tmp("ids_beside")) == ((1, 2), (1, 2)) and "tied_special_tokens.json" in stdout
@@ -730,6 +774,55 @@ def test_gguf_refusals():
     refuse_import("a truncated GGUF", tmp("cut.gguf"), "cut.gguf")
 
 
+def test_help():
+    rc, stdout, _ = run("hf_import.py", "--help")
+    check(rc == 0 and all(f in stdout for f in ("OUT_tokenizer.bin", "OUT_special_tokens.json")),
+          "hf_import --help names the files it writes beside OUT.bin: OUT_tokenizer.bin and OUT_special_tokens.json")
+
+
+def interrupt(args, started):
+    """Runs a script, sends it SIGINT once started() is true (it is writing), and returns (exit status,
+    stderr, whether the signal came before it ended)."""
+    p = subprocess.Popen([sys.executable] + args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    while p.poll() is None and not started():
+        time.sleep(0.001)
+    in_time = p.poll() is None
+    p.send_signal(signal.SIGINT)
+    return p.wait(), p.stderr.read().decode("utf-8", "replace"), in_time
+
+
+def test_interrupted():
+    """Ctrl-C while the import or the export writes: one line, exit 130, no file left. The model is
+    large enough (11M parameters, 44 MB in fp32) that the writing lasts a while (0.1 s and more)."""
+    c = {"V": 4096, "L": 2, "C": 512, "NH": 8, "NKV": 4, "FF": 1408}
+    hf = dict(read_json_file(FIXTURES, "gqa", "config.json"), vocab_size=c["V"], num_hidden_layers=c["L"], hidden_size=c["C"],
+              num_attention_heads=c["NH"], num_key_value_heads=c["NKV"], intermediate_size=c["FF"], head_dim=c["C"] // c["NH"])
+    os.makedirs(tmp("big"))
+    with open(tmp("big", "config.json"), "w") as f:
+        json.dump(hf, f)
+    hs = c["C"] // c["NH"]
+    shapes = {"model.embed_tokens.weight": (c["V"], c["C"]), "model.norm.weight": (c["C"],), "lm_head.weight": (c["V"], c["C"])}
+    for i in range(c["L"]):
+        for name, shape in [("input_layernorm", (c["C"],)), ("post_attention_layernorm", (c["C"],)),
+                            ("self_attn.q_proj", (c["NH"] * hs, c["C"])), ("self_attn.k_proj", (c["NKV"] * hs, c["C"])),
+                            ("self_attn.v_proj", (c["NKV"] * hs, c["C"])), ("self_attn.o_proj", (c["C"], c["C"])),
+                            ("mlp.gate_proj", (c["FF"], c["C"])), ("mlp.up_proj", (c["FF"], c["C"])), ("mlp.down_proj", (c["C"], c["FF"]))]:
+            shapes[f"model.layers.{i}.{name}.weight"] = shape
+    save_file({n: np.full(shape, 0.01, np.float32) for n, shape in shapes.items()}, tmp("big", "model.safetensors"))
+    os.makedirs(tmp("interrupted"))
+    out = tmp("interrupted", "big.bin")
+    rc, stderr, in_time = interrupt([os.path.join(SCRIPTS, "hf_import.py"), tmp("big"), out],
+                                    lambda: any(f.startswith("big.bin.tmp") for f in os.listdir(tmp("interrupted"))))
+    check(in_time and rc == 130 and stderr == "interrupted: no files written\n" and not os.listdir(tmp("interrupted")),
+          f"hf_import interrupted while writing: exit {rc}, stderr {stderr!r}, left {os.listdir(tmp('interrupted'))}")
+    if not check(hf_import(tmp("big"), tmp("big.bin")), "hf_import of the 11M-parameter model"):
+        return
+    rc, stderr, in_time = interrupt([os.path.join(SCRIPTS, "hf_export.py"), tmp("big.bin"), tmp("interrupted", "big")],
+                                    lambda: any(f.startswith("big.tmp") for f in os.listdir(tmp("interrupted"))))
+    check(in_time and rc == 130 and stderr == "interrupted: no files written\n" and not os.listdir(tmp("interrupted")),
+          f"hf_export interrupted while writing: exit {rc}, stderr {stderr!r}, left {os.listdir(tmp('interrupted'))}")
+
+
 GGUF_TESTS = ("test_gguf", "test_gguf_rope_freqs", "test_gguf_refusals")
 
 
@@ -740,7 +833,7 @@ def main():
                             REF_LOGITS], cwd=ROOT, capture_output=True, text=True)
     if check(build.returncode == 0 and not build.stderr, f"build dev/test/tools/ref_logits.c{build.stderr}"):
         for test in (test_header_table, test_logits, test_version1, test_sensitivity, test_decode_table, test_round_trips, test_gguf,
-                     test_gguf_rope_freqs, test_gguf_refusals, test_special_tokens, test_refusals):
+                     test_gguf_rope_freqs, test_gguf_refusals, test_special_tokens, test_refusals, test_help, test_interrupted):
             if gguf is None and test.__name__ in GGUF_TESTS:
                 print(f"not run: {test.__name__} (the gguf package is not installed: pip install gguf; CI installs it)")
                 continue
