@@ -10,14 +10,17 @@ LlamaForCausalLM models with transformers' own logits for fixed tokens):
   model file (bf16: the same after rounding), a transformers 4.x-style config.json the same model;
 - the decode table of the tied fixture's tokenizer (padded to V, BOS as document start);
 - GGUF: the gqa and tied fixtures written as GGUF (q and k permuted as llama.cpp's converter does)
-  import to the same model file and decode table as the Hugging Face folder; Q8_0 within its rounding;
+  import to the same model file and decode table as the Hugging Face folder; Q8_0, Q4_0 and Q4_1 to
+  exactly the values of their blocks (decoded by the test's own decoder), the logits' error by bits;
   a SentencePiece-style GGUF vocabulary decodes as sentencepiece does; llama3 RoPE scaling as
   llama.cpp's rope_freqs.weight: the committed llama32.gguf (written by llama.cpp's own code) and a
   llama3 GGUF with rope.scaling keys import as their Hugging Face folders, doctored factors are refused;
 - BOS and EOS: the record the import writes beside the model file (from generation_config.json,
   config.json, the tokenizer, or a GGUF's tokenizer.ggml.*), and the ids the export writes from it or
   from --tokenizer: the right EOS where the tokenizer_config.json names another, transformers'
-  defaults with a warning where nothing says;
+  defaults with a warning where nothing says; the padding id from config.json, tokenizer_config.json
+  or a GGUF into the exported configs;
+- the export's file modes, hf_import --help, Ctrl-C while either writes (one line, exit 130, no file);
 - every refusal, on a doctored copy: exit 1, `error: <file>: ...` naming the field or tensor, no
   traceback, no output left.
 

@@ -7,9 +7,10 @@ on): a byte-level BPE tokenizer.json, a SentencePiece-style (Metaspace, byte fal
 tokenizer.json, and a SentencePiece .model (byte_fallback). For each, the text is tokenized and the
 shards' headers, document-start tokens and val split are checked, and decoding the shards with the
 C program must give the text back byte for byte (with the BOS pieces where documents start);
---workers 1 and 4 must write identical files; ids past 65535 must give 32-bit shards; every bad
-input must exit 1 with the file named and leave no output. Needs gcc and the Python packages
-numpy tokenizers sentencepiece tqdm. Last line: "N passed, N failed".
+--workers 1 and 4 must write identical files, also on a corpus of several worker tasks in flight;
+the val split must end at the document that reaches --val_tokens, exactly at the boundary; ids past
+65535 must give 32-bit shards. The bad inputs are rows of dev/test/test_bad_inputs.py. Needs gcc and
+the Python packages numpy tokenizers sentencepiece tqdm. Last line: "N passed, N failed".
 
     python3 dev/test/test_tokenize.py
 """
