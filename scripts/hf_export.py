@@ -217,12 +217,13 @@ def export(model_path, out, tokenizer, dtype, max_shard, force, special_tokens=N
         if isinstance(e, OSError):
             raise FormatError(getattr(e, "filename", None) or out, f"cannot write: {e.strerror or e}") from None
         raise
+    pad = f", padding {ids['pad_token_id']}" if ids["pad_token_id"] is not None else ""
     print(f"wrote {out}: config.json ({DTYPES[dtype]}, tie_word_embeddings {bool(c['tied_embeddings'])},"
-          f" BOS {ids['bos_token_id']}, EOS {ids['eos_token_id']}, padding {ids['pad_token_id']}), {', '.join(names)}"
+          f" BOS {ids['bos_token_id']}, EOS {ids['eos_token_id']}{pad}), {', '.join(names)}"
           f"{', model.safetensors.index.json' if len(names) > 1 else ''}, generation_config.json"
           f"{', the tokenizer files' if tok else ''}")
     for k in model_file.SPECIAL_KEYS:
-        print(f"  {k} {ids[k]}: {id_from.get(k, 'no source names it: left out')}")
+        print(f"  {k} {ids[k]}: {id_from[k]}" if ids[k] is not None else f"  {k}: no source names it, left out")
 
 
 def main():
