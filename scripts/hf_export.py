@@ -7,12 +7,13 @@ loads it with every weight in place.
     python3 scripts/hf_export.py log/model_00000300.bin smollm2-tuned --tokenizer ~/models/SmolLM2-135M-Instruct
 
 --tokenizer is a Hugging Face folder (its tokenizer files are copied), a tokenizer.json or a
-SentencePiece .model. The BOS and EOS ids written into config.json and generation_config.json come
-from, first to last: --special_tokens FILE (the OUT_special_tokens.json scripts/hf_import.py writes
+SentencePiece .model. The BOS, EOS and padding ids written into config.json and generation_config.json
+come from, first to last: --special_tokens FILE (the OUT_special_tokens.json scripts/hf_import.py writes
 beside its model file; by default the one beside MODEL.bin if there is one), then the --tokenizer
 folder's generation_config.json and config.json, then the tokenizer itself (tokenizer_config.json's
 bos_token / eos_token, a SentencePiece model's ids). A later source that names another id is reported;
-with none at all, transformers' LlamaConfig defaults (BOS 1, EOS 2) are written, with a warning.
+with none at all, transformers' LlamaConfig defaults (BOS 1, EOS 2) are written, with a warning; a
+padding id no source names is left out (LlamaConfig's default: none).
 
 Tensors are read from the model file as they are written, so memory holds one shard at most. OUT_DIR
 appears complete or not at all (it is written under a temporary name, then renamed); an existing
@@ -25,12 +26,14 @@ import re
 import shutil
 import sys
 
-import numpy as np
-from tqdm import tqdm
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dev", "data"))
+import formats  # noqa: E402  (dev/data/formats.py: first, so that a missing package is named)
 
-import model_file
-from model_file import FormatError, ROPE_LLAMA3
-import formats  # dev/data/formats.py, on the path through model_file
+with formats.required_packages():
+    import numpy as np
+    from tqdm import tqdm
+    import model_file
+from model_file import FormatError, ROPE_LLAMA3  # noqa: E402
 from hf_import import HF, folder_special_ids, pick_special_ids, rope_permute, source_tensors, tokenizer_special_ids
 
 TOKENIZER_FILES = ["tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
@@ -48,14 +51,14 @@ def parse_size(text):
     return int(float(m.group(1)) * UNITS[(m.group(2) or "").upper()])
 
 
-def hf_config(c, dtype, bos, eos):
+def hf_config(c, dtype, ids):
     config = {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama",
         "vocab_size": c["V"], "hidden_size": c["C"], "intermediate_size": c["FF"], "num_hidden_layers": c["L"],
         "num_attention_heads": c["NH"], "num_key_value_heads": c["NKV"], "head_dim": c["C"] // c["NH"],
         "hidden_act": "silu", "rms_norm_eps": c["norm_eps"], "rope_theta": c["rope_theta"], "rope_scaling": None,
         "tie_word_embeddings": bool(c["tied_embeddings"]), "attention_bias": False, "mlp_bias": False,
-        "torch_dtype": DTYPES[dtype], "bos_token_id": bos, "eos_token_id": eos,
+        "torch_dtype": DTYPES[dtype], **special_config(ids),
     }
     if c["max_T"] > 0:  # else transformers' default applies: a version-1 file does not say
         config["max_position_embeddings"] = c["max_T"]
@@ -65,6 +68,11 @@ def hf_config(c, dtype, bos, eos):
                                   "high_freq_factor": c["rope_high_freq_factor"],
                                   "original_max_position_embeddings": c["rope_original_T"]}
     return config
+
+
+def special_config(ids):
+    """The ids' entries of config.json and generation_config.json: BOS and EOS always, the padding id when known."""
+    return {k: ids[k] for k in model_file.SPECIAL_KEYS if ids[k] is not None}
 
 
 def hf_rows(c):
@@ -78,7 +86,8 @@ def hf_rows(c):
 def hf_tensor(c, tensors, r, dtype):
     """Tensor r cut out of our stacked tensors (wqkv -> q, k, v; w13 -> gate, up), q and k permuted back
     to the Hugging Face RoPE layout, cast to dtype (bf16: rounded to nearest even)."""
-    import ml_dtypes
+    with formats.required_packages():
+        import ml_dtypes
     w = tensors[r.ours] if r.layer is None else tensors[r.ours][r.layer]
     if r.part:
         w = w[r.row0:r.row0 + r.shape[0]]
@@ -111,8 +120,9 @@ def tokenizer_files(src):
 
 
 def special_ids(c, model_path, special_tokens, tokenizer):
-    """({bos_token_id, eos_token_id}, {key: where it came from}, [warnings]) for the configs: the first
-    source (module docstring) that names each, transformers' default where none does."""
+    """({bos_token_id, eos_token_id, pad_token_id}, {key: where it came from}, [warnings]) for the configs: the
+    first source (module docstring) that names each, transformers' default where none does (for the
+    padding id: none)."""
     found = []
     record = special_tokens or model_file.special_tokens_path(model_path)
     if special_tokens or os.path.isfile(record):
@@ -124,7 +134,7 @@ def special_ids(c, model_path, special_tokens, tokenizer):
         found += tokenizer_special_ids(formats.tokenizer_file(tokenizer))
     ids, where, warnings = pick_special_ids(found, c["V"])
     for k in model_file.SPECIAL_KEYS:
-        if ids[k] is None:
+        if ids[k] is None and k in LLAMA_DEFAULT_IDS:
             ids[k], where[k] = LLAMA_DEFAULT_IDS[k], "transformers' LlamaConfig default"
             warnings.append(f"no source names {k} (give --special_tokens or --tokenizer): writing transformers' default"
                             f" {ids[k]}, which may not be this model's")
@@ -138,8 +148,8 @@ def write_json(path, obj):
 
 
 def write_folder(tmp, c, tensors, dtype, max_shard, tok, ids):
-    from safetensors.numpy import save_file
-    bos, eos = ids["bos_token_id"], ids["eos_token_id"]
+    with formats.required_packages():
+        from safetensors.numpy import save_file
     if tok:
         tok_path, files = tok
         pieces = formats.decode_table_from_tokenizer(tok_path)
@@ -151,12 +161,14 @@ def write_folder(tmp, c, tensors, dtype, max_shard, tok, ids):
             # so that AutoTokenizer takes the file as it is rather than guessing from model_type
             cls = "LlamaTokenizer" if formats.is_sentencepiece(tok_path) else "PreTrainedTokenizerFast"
             write_json(os.path.join(tmp, "tokenizer_config.json"), {"tokenizer_class": cls})
-    write_json(os.path.join(tmp, "config.json"), hf_config(c, dtype, bos, eos))
-    write_json(os.path.join(tmp, "generation_config.json"), {"bos_token_id": bos, "eos_token_id": eos})
+    write_json(os.path.join(tmp, "config.json"), hf_config(c, dtype, ids))
+    write_json(os.path.join(tmp, "generation_config.json"), special_config(ids))
     rows = hf_rows(c)
     itemsize = 2 if dtype == "bf16" else 4
     shards = shard_plan(rows, itemsize, max_shard)
     n = len(shards)
+    umask = os.umask(0)
+    os.umask(umask)
     names = ["model.safetensors"] if n == 1 else [f"model-{k + 1:05d}-of-{n:05d}.safetensors" for k in range(n)]
     with tqdm(total=len(rows), unit="tensor", desc="export", disable=None) as bar:
         for name, shard in zip(names, shards):
@@ -165,6 +177,8 @@ def write_folder(tmp, c, tensors, dtype, max_shard, tok, ids):
                 arrays[r.name] = hf_tensor(c, tensors, r, dtype)
                 bar.update(1)
             save_file(arrays, os.path.join(tmp, name), metadata={"format": "pt"})  # transformers wants "pt"
+            # the library creates its files 0600; the others in the folder get the umask's mode
+            os.chmod(os.path.join(tmp, name), 0o666 & ~umask)
     if n > 1:
         total = sum(int(np.prod(r.shape)) * itemsize for r in rows)
         write_json(os.path.join(tmp, "model.safetensors.index.json"),
@@ -203,12 +217,13 @@ def export(model_path, out, tokenizer, dtype, max_shard, force, special_tokens=N
         if isinstance(e, OSError):
             raise FormatError(getattr(e, "filename", None) or out, f"cannot write: {e.strerror or e}") from None
         raise
+    pad = f", padding {ids['pad_token_id']}" if ids["pad_token_id"] is not None else ""
     print(f"wrote {out}: config.json ({DTYPES[dtype]}, tie_word_embeddings {bool(c['tied_embeddings'])},"
-          f" BOS {ids['bos_token_id']}, EOS {ids['eos_token_id']}), {', '.join(names)}"
+          f" BOS {ids['bos_token_id']}, EOS {ids['eos_token_id']}{pad}), {', '.join(names)}"
           f"{', model.safetensors.index.json' if len(names) > 1 else ''}, generation_config.json"
           f"{', the tokenizer files' if tok else ''}")
     for k in model_file.SPECIAL_KEYS:
-        print(f"  {k} {ids[k]}: {id_from[k]}")
+        print(f"  {k} {ids[k]}: {id_from[k]}" if ids[k] is not None else f"  {k}: no source names it, left out")
 
 
 def main():
@@ -231,6 +246,9 @@ def main():
     except FormatError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
+    except KeyboardInterrupt:  # the folder is written under a temporary name, removed again on any exception
+        print("interrupted: no files written", file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

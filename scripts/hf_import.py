@@ -10,10 +10,11 @@ model.safetensors.index.json; float32, float16 or bfloat16) or a GGUF file of th
 (any type the gguf package dequantizes, e.g. Q4_1, Q8_0). The tokenizer (tokenizer.json or
 tokenizer.model in the folder; tokenizer.ggml.* in a GGUF) becomes OUT_tokenizer.bin: OUT with its
 .bin replaced by _tokenizer.bin, its document-start id the model's BOS, padded with empty pieces to
-the model's vocabulary if the tokenizer has fewer tokens. The model's BOS and EOS ids go into
-OUT_special_tokens.json beside it (scripts/model_file.py), where scripts/hf_export.py finds them: a
-folder's generation_config.json, else its config.json, else its tokenizer's; a GGUF's
-tokenizer.ggml.bos_token_id and eos_token_id.
+the model's vocabulary if the tokenizer has fewer tokens. The model's BOS, EOS and padding ids go
+into OUT_special_tokens.json beside it (scripts/model_file.py), where scripts/hf_export.py finds
+them: a folder's generation_config.json, else its config.json, else its tokenizer's
+(tokenizer_config.json's bos_token / eos_token / pad_token); a GGUF's tokenizer.ggml.bos_token_id,
+eos_token_id and padding_token_id.
 
 Llama 3.1 / 3.2 RoPE scaling comes from config.json's rope_scaling (rope_parameters), or in a GGUF from
 rope_freqs.weight, llama.cpp's per-frequency factors: they are read as llama3 scaling if they are
@@ -32,12 +33,14 @@ import json
 import os
 import sys
 
-import numpy as np
-from tqdm import tqdm
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dev", "data"))
+import formats  # noqa: E402  (dev/data/formats.py: first, so that a missing package is named)
 
-import model_file
-from model_file import FormatError, ROPE_LLAMA3
-import formats  # dev/data/formats.py, on the path through model_file
+with formats.required_packages():
+    import numpy as np
+    from tqdm import tqdm
+    import model_file
+from model_file import FormatError, ROPE_LLAMA3  # noqa: E402
 
 # One row per source tensor, in our file's order; a tensor of ours with several rows stacks their rows
 # (wqkv: q, k, v; w13: gate, up), {i} is the layer. part names the rows a source tensor has in ours
@@ -190,8 +193,9 @@ class HFFolder:
     """A Hugging Face model folder: its config and its tensors across one or many safetensors files."""
 
     def __init__(self, folder, stack):
-        from safetensors import safe_open
-        import ml_dtypes  # noqa: F401  (safetensors hands out bfloat16 tensors as ml_dtypes arrays)
+        with formats.required_packages():
+            from safetensors import safe_open
+            import ml_dtypes  # noqa: F401  (safetensors hands out bfloat16 tensors as ml_dtypes arrays)
         self.folder = folder
         self.config_path = os.path.join(folder, "config.json")
         self.hf = read_json(self.config_path)
@@ -270,10 +274,10 @@ def has_tokenizer(folder):
 
 
 def folder_special_ids(folder):
-    """[(key, id, where, file)] of a Hugging Face folder's BOS and EOS (key bos_token_id / eos_token_id), in the
-    order pick_special_ids prefers them: generation_config.json's (what transformers' generate() stops
-    on), config.json's, then the tokenizer's own (tokenizer_config.json's bos_token / eos_token, a
-    SentencePiece model's ids; formats.special_ids)."""
+    """[(key, id, where, file)] of a Hugging Face folder's BOS, EOS and padding ids (model_file.SPECIAL_KEYS), in
+    the order pick_special_ids prefers them: generation_config.json's (what transformers' generate() stops
+    on), config.json's, then the tokenizer's own (tokenizer_config.json's bos_token / eos_token / pad_token,
+    a SentencePiece model's ids; formats.special_ids)."""
     found = []
     for name in ("generation_config.json", "config.json"):
         path = os.path.join(folder, name)
@@ -288,7 +292,7 @@ def folder_special_ids(folder):
 
 
 def tokenizer_special_ids(path):
-    """[(key, id, where, file)] of a tokenizer file's own BOS and EOS (formats.special_ids)."""
+    """[(key, id, where, file)] of a tokenizer file's own BOS, EOS and padding ids (formats.special_ids)."""
     ids = formats.special_ids(path)
     how = "" if formats.is_sentencepiece(path) else " (its tokenizer_config.json, or its post-processor)"
     return [(k, i, f"the {k[:3]} token of {path}{how}", path) for k, i in zip(model_file.SPECIAL_KEYS, ids)]
@@ -331,7 +335,8 @@ GGUF_UNKNOWN, GGUF_CONTROL = 2, 3  # tokenizer.ggml.token_type values
 
 class GGUFFile:
     def __init__(self, path, stack):
-        import gguf
+        with formats.required_packages():
+            import gguf
         self.path, self.source = path, path
         try:
             self.reader = gguf.GGUFReader(path)
@@ -435,8 +440,10 @@ class GGUFFile:
         return np.asarray(w, dtype=np.float32).reshape(self.shapes[name])
 
     def special_ids(self):
-        return [(k, self.field(f"tokenizer.ggml.{k}"), f"tokenizer.ggml.{k} of {self.path}", self.path)
-                for k in model_file.SPECIAL_KEYS]
+        import gguf
+        keys = {"bos_token_id": gguf.Keys.Tokenizer.BOS_ID, "eos_token_id": gguf.Keys.Tokenizer.EOS_ID,
+                "pad_token_id": gguf.Keys.Tokenizer.PAD_ID}
+        return [(k, self.field(keys[k]), f"{keys[k]} of {self.path}", self.path) for k in model_file.SPECIAL_KEYS]
 
     def decode_table(self):
         tokens = self.field("tokenizer.ggml.tokens")
@@ -520,7 +527,15 @@ def first_id(i):
 
 def import_model(src_path, out, force=False):
     table_out, special_out = table_path(out), model_file.special_tokens_path(out)
+    written = []
+
+    def remove_written(exc_type, exc, tb):  # all or nothing, on an error and on Ctrl-C alike
+        if exc_type is not None:
+            for path in written:
+                os.remove(path)
+
     with contextlib.ExitStack() as stack:
+        stack.push(remove_written)  # first in, so it runs last, after the source files are closed
         src = open_source(src_path, stack)
         c = src.config
         print(f"{src_path}: {model_file.config_summary(c)}")
@@ -547,9 +562,8 @@ def import_model(src_path, out, force=False):
                     bar.update(w.size)
                     yield r.ours, w
             model_file.write_model_file(out, c, pieces_in_order())
-    print(f"wrote {out} ({os.path.getsize(out) / 1e6:.1f} MB, {n_params} parameters)")
-    written = [out]
-    try:
+            written.append(out)
+        print(f"wrote {out} ({os.path.getsize(out) / 1e6:.1f} MB, {n_params} parameters)")
         if table is not None:
             formats.write_decode_table(table_out, pieces, start)
             written.append(table_out)
@@ -562,32 +576,35 @@ def import_model(src_path, out, force=False):
             print(f"warning: {w}", file=sys.stderr)
         if any(i is not None for i in ids.values()):
             model_file.write_special_tokens(special_out, ids, id_from)
+            written.append(special_out)
             print(f"wrote {special_out}: " + ", ".join(f"{k} {ids[k]} ({id_from[k]})" if ids[k] is not None else f"{k} unknown"
                                                         for k in model_file.SPECIAL_KEYS))
         else:
             if os.path.exists(special_out):  # --force: a stale record would be read for this model
                 os.remove(special_out)
-            print("the source names no BOS or EOS id: no special tokens record written")
-    except BaseException:
-        for path in written:  # all or nothing
-            os.remove(path)
-        raise
+            print("the source names no BOS, EOS or padding id: no special tokens record written")
 
 
 def main():
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="example:\n  python3 scripts/hf_import.py ~/models/SmolLM2-135M-Instruct smollm2.bin\n"
-               "  writes smollm2.bin and smollm2_tokenizer.bin (the decode table: OUT.bin -> OUT_tokenizer.bin)")
+               "  writes smollm2.bin, smollm2_tokenizer.bin (the decode table, when the source has a tokenizer) and\n"
+               "  smollm2_special_tokens.json (the BOS, EOS and padding ids, which scripts/hf_export.py reads)")
     parser.add_argument("src", metavar="SRC", help="Hugging Face model folder, or a .gguf file")
-    parser.add_argument("out", metavar="OUT.bin", help="our model file to write")
-    parser.add_argument("--force", action="store_true", help="replace OUT.bin and its decode table if they exist")
+    parser.add_argument("out", metavar="OUT.bin", help="our model file to write; beside it OUT_tokenizer.bin and"
+                        " OUT_special_tokens.json")
+    parser.add_argument("--force", action="store_true",
+                        help="replace OUT.bin, OUT_tokenizer.bin and OUT_special_tokens.json if they exist")
     args = parser.parse_args()
     try:
         import_model(args.src, args.out, args.force)
     except FormatError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
+    except KeyboardInterrupt:  # every output is written under a temporary name or removed again
+        print("interrupted: no files written", file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -11,10 +11,10 @@ tensors are numpy float32 arrays keyed by our names (wte, ln1w, wqkv, ...) with 
 param_shapes(). Problems raise formats.FormatError(path, problem), which the scripts print as
 `error: <path>: <problem>` and exit 1.
 
-Beside a model file that scripts/hf_import.py wrote, OUT_special_tokens.json records the model's BOS
-and EOS ids and where they were read (the header has no place for them), for scripts/hf_export.py:
-    {"bos_token_id": 1, "eos_token_id": 2,
-     "from": {"bos_token_id": "<file>: <key>", "eos_token_id": "<file>: <key>"}}
+Beside a model file that scripts/hf_import.py wrote, OUT_special_tokens.json records the model's BOS,
+EOS and padding ids and where they were read (the header has no place for them), for scripts/hf_export.py:
+    {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2,
+     "from": {"bos_token_id": "<file>: <key>", "eos_token_id": "<file>: <key>", "pad_token_id": "<file>: <key>"}}
 an id is an integer or null (unknown); eos_token_id may be a list (Llama 3.1 Instruct stops on any).
 """
 import json
@@ -222,7 +222,7 @@ def special_tokens_path(model_path):
     return (model_path[:-4] if model_path.endswith(".bin") else model_path) + "_special_tokens.json"
 
 
-SPECIAL_KEYS = ("bos_token_id", "eos_token_id")
+SPECIAL_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id")
 
 
 def token_id_problem(key, value, V=None):

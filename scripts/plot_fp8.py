@@ -37,6 +37,9 @@ import sys
 
 from trainer_log import FP8_KINDS, parse_fp8_log
 
+# dev/data, for formats.required_packages (imported where a plot is drawn: reading the logs needs no package)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dev", "data"))
+
 KIND_NAMES = dict(zip(FP8_KINDS, ("X", "W", "dY")))
 FORMATS = dict(zip(FP8_KINDS, ("E4M3", "E4M3", "E5M2")))
 LINEARS = ("qkv", "wo", "w13", "w2")
@@ -251,11 +254,9 @@ def main(argv=None):
                 print(f"plot_fp8.py: no linear '{lin}' in the log (it has: {' '.join(present)})", file=sys.stderr)
                 return 1
 
-    try:
+    import formats
+    with formats.required_packages():
         import matplotlib
-    except ImportError:
-        sys.exit(f"{os.path.basename(sys.argv[0])}: matplotlib is not installed for {sys.executable} "
-                 "(e.g. python3 -m venv /tmp/plotenv && /tmp/plotenv/bin/pip install matplotlib numpy)")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -19,6 +19,9 @@ import sys
 
 from trainer_log import parse_main_log
 
+# dev/data, for formats.required_packages (imported where a plot is drawn: reading the logs needs no package)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dev", "data"))
+
 
 def smooth(values, k):
     """Trailing mean over the last k values (fewer at the start); NaNs propagate through their window."""
@@ -76,11 +79,9 @@ def _auto_ylim(series_list):
 
 
 def plot(logs, labels, out, smooth_k=1, title=None, ylim=None, threshold=None):
-    try:
+    import formats
+    with formats.required_packages():
         import matplotlib
-    except ImportError:
-        sys.exit(f"{os.path.basename(sys.argv[0])}: matplotlib is not installed for {sys.executable} "
-                 "(e.g. python3 -m venv /tmp/plotenv && /tmp/plotenv/bin/pip install matplotlib numpy)")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

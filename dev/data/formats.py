@@ -9,13 +9,40 @@ per token a uint8 length and that many raw bytes.
 HellaSwag eval file: below (write_hellaswag).
 
 Problems with a file raise FormatError(path, problem); the scripts print it as
-`error: <path>: <problem>` and exit 1.
+`error: <path>: <problem>` and exit 1. A tool imports this module before any third-party package
+and imports those inside `with formats.required_packages():`, so that a missing one stops it with
+the package named and the command that installs it.
 """
 import contextlib
 import json
 import os
+import sys
 
-import numpy as np
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def install_command():
+    """The command that installs the project's packages (requirements.txt) for this interpreter: the
+    virtual environment's own pip when it runs in one (`make test` makes .venv), else python3's."""
+    requirements = os.path.relpath(os.path.join(ROOT, "requirements.txt"))
+    if sys.prefix != sys.base_prefix:
+        return f"{os.path.relpath(os.path.join(sys.prefix, 'bin', 'pip'))} install -r {requirements}"
+    return f"python3 -m pip install -r {requirements}"
+
+
+@contextlib.contextmanager
+def required_packages():
+    """Imports of third-party packages go in this block: one that is not installed exits 1 with
+    `error: missing Python package 'NAME': install it with: <command>` rather than a traceback."""
+    try:
+        yield
+    except ModuleNotFoundError as e:
+        package = (e.name or str(e)).split(".")[0]
+        sys.exit(f"error: missing Python package '{package}': install it with: {install_command()}")
+
+
+with required_packages():
+    import numpy as np
 
 HEADER_INTS = 256
 SHARD_MAGIC_U16, SHARD_VERSION_U16 = 20240520, 1
@@ -224,7 +251,8 @@ def is_sentencepiece(path):
 # tokenizers and sentencepiece are imported where used: reading and writing shards and tables needs
 # numpy alone.
 def load_sentencepiece(path):
-    import sentencepiece as spm
+    with required_packages():
+        import sentencepiece as spm
     try:
         return spm.SentencePieceProcessor(model_file=path)
     except (RuntimeError, OSError) as e:
@@ -233,7 +261,8 @@ def load_sentencepiece(path):
 
 def load_tokenizer_json(path):
     """(tokenizers.Tokenizer, the parsed JSON): the library encodes, the JSON says how pieces decode."""
-    from tokenizers import Tokenizer
+    with required_packages():
+        from tokenizers import Tokenizer
     try:
         with open(path, "rb") as f:
             text = f.read().decode("utf-8")
@@ -245,15 +274,18 @@ def load_tokenizer_json(path):
 
 
 def _special_from_config(path, key, token_to_id):
-    """The id of tokenizer_config.json's bos_token / eos_token beside a tokenizer.json, or None."""
+    """The id of tokenizer_config.json's bos_token / eos_token / pad_token beside a tokenizer.json, or None."""
     config = os.path.join(os.path.dirname(path), "tokenizer_config.json")
     if not os.path.isfile(config):
         return None
     try:
         with open(config, "rb") as f:
-            value = json.load(f).get(key)
+            spec = json.load(f)
     except (OSError, ValueError) as e:
         raise FormatError(config, f"cannot read it ({e})") from None
+    if not isinstance(spec, dict):
+        raise FormatError(config, f"is a JSON {type(spec).__name__}, not an object of the tokenizer's settings")
+    value = spec.get(key)
     if isinstance(value, dict):  # older configs write {"content": "<s>", ...}
         value = value.get("content")
     return token_to_id(value) if isinstance(value, str) else None
@@ -276,18 +308,19 @@ def _special_from_template(spec, first):
 
 
 def special_ids(path):
-    """(bos_id, eos_id) of tokenizer file `path`, each None if the tokenizer names none.
-    SentencePiece: the model's own. tokenizer.json: tokenizer_config.json's bos_token / eos_token
-    beside it (a Hugging Face model folder), else the tokens its post-processor adds."""
+    """(bos_id, eos_id, pad_id) of tokenizer file `path`, each None if the tokenizer names none.
+    SentencePiece: the model's own. tokenizer.json: tokenizer_config.json's bos_token / eos_token /
+    pad_token beside it (a Hugging Face model folder), else, for BOS and EOS, the tokens its
+    post-processor adds."""
     if is_sentencepiece(path):
         sp = load_sentencepiece(path)
-        return tuple(i if i >= 0 else None for i in (sp.bos_id(), sp.eos_id()))
+        return tuple(i if i >= 0 else None for i in (sp.bos_id(), sp.eos_id(), sp.pad_id()))
     tok, spec = load_tokenizer_json(path)
     found = []
     for key, first in (("bos_token", True), ("eos_token", False)):
         i = _special_from_config(path, key, tok.token_to_id)
         found.append(i if i is not None else _special_from_template(spec, first))
-    return tuple(found)
+    return tuple(found) + (_special_from_config(path, "pad_token", tok.token_to_id),)
 
 
 def gpt2_byte_decoder():

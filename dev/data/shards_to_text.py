@@ -9,17 +9,20 @@ OUT.jsonl: one {"text": ...} object per document (read back by tokenize_text.py 
 OUT.txt: the documents, each followed by a blank line (read back with --split para, which gives the
 same documents when none holds a blank line, as TinyShakespeare's paragraphs).
 The shards are one stream, in the order given: a document may continue from one shard into the next.
+OUT is written under a temporary name and renamed when complete; an existing OUT is refused unless
+--force, and OUT is never one of the inputs.
 """
 import argparse
 import json
 import os
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import formats  # noqa: E402
 from formats import FormatError  # noqa: E402
+
+with formats.required_packages():
+    import numpy as np
 
 
 def shard_documents(shards, pieces, doc_start):
@@ -41,6 +44,18 @@ def shard_documents(shards, pieces, doc_start):
         yield b"".join(doc), shards[-1]
 
 
+def check_out(out, inputs, force):
+    """Refuses an --out that is one of the inputs (it would be replaced before it is read), or that
+    exists without --force."""
+    if not os.path.exists(out):
+        return
+    for path in inputs:
+        if os.path.exists(path) and os.path.samefile(out, path):
+            raise FormatError(out, f"is an input ({path}): write the text to another file")
+    if not force:
+        raise FormatError(out, "exists; pass --force to replace it")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
                                 usage="python3 dev/data/shards_to_text.py --table TABLE.bin --out OUT.{jsonl,txt} SHARD...",
@@ -51,6 +66,7 @@ def main(argv=None):
     p.add_argument("--strip_prefix_space", action="store_true",
                    help="drop one leading space from every document: the one SentencePiece's add_dummy_prefix"
                         " put there (Llama 2 shards)")
+    p.add_argument("--force", action="store_true", help="replace an existing --out (never one of the inputs)")
     args = p.parse_args(argv)
     if not args.out.endswith((".jsonl", ".txt")):
         p.error("--out must end in .jsonl or .txt")
@@ -71,6 +87,7 @@ def main(argv=None):
             yield (json.dumps({"text": text}, ensure_ascii=False) + "\n").encode("utf-8") if jsonl else doc + b"\n\n"
 
     try:
+        check_out(args.out, [args.table] + args.shards, args.force)
         pieces, doc_start = formats.read_decode_table(args.table)
         formats.write_atomic(args.out, records(pieces, doc_start))
     except FormatError as e:
@@ -78,6 +95,7 @@ def main(argv=None):
         return 1
     print(f"{count['docs']:,} documents, {count['bytes']:,} bytes of text from {len(args.shards)} shard(s) -> {args.out}")
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -22,12 +22,13 @@ from collections import deque
 # use N cores and the tokenizers library's own thread pool does not oversubscribe them.
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
-import numpy as np
-from tqdm import tqdm
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import formats  # noqa: E402
 from formats import FormatError  # noqa: E402
+
+with formats.required_packages():
+    import numpy as np
+    from tqdm import tqdm
 
 CHUNK_BYTES = 1 << 20  # text per task sent to a worker: large enough to amortize the pickling
 
@@ -218,7 +219,12 @@ class Outputs:
                                            f" the {len(existing)} file(s) of this name")
         self.old = existing  # replaced or, when this run does not make them, removed at commit
         self.made_dir = None if os.path.isdir(out_dir) else out_dir  # removed again if the run fails
-        os.makedirs(out_dir, exist_ok=True)
+        if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+            raise FormatError(out_dir, "exists and is not a folder: --out names the folder to write into")
+        try:
+            os.makedirs(out_dir, exist_ok=True)
+        except OSError as e:
+            raise FormatError(out_dir, f"cannot create the output folder: {e.strerror or e}") from None
 
     def path(self, what):
         return f"{self.prefix}_{what}.bin"
@@ -249,7 +255,7 @@ class Outputs:
 def tokenize(args, files, tok_path, outputs):
     """Reads, encodes and writes; returns (documents, val tokens, train tokens, train shards)."""
     pieces = formats.decode_table_from_tokenizer(tok_path)
-    bos_known, eos_known = formats.special_ids(tok_path)
+    bos_known, eos_known, _ = formats.special_ids(tok_path)
     bos = args.bos_id if args.bos_id is not None else bos_known
     if args.bos and bos is None:
         raise FormatError(tok_path, "the tokenizer names no BOS token (tokenizer_config.json bos_token, or a"

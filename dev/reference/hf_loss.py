@@ -6,7 +6,7 @@ k*B*T on, inputs the first B*T as B rows of T, targets the same shifted by one. 
 cross-entropy over every target of the first --batches batches, in fp32 and in bf16 (the model's
 weights and arithmetic in bfloat16): their difference is the size of bf16 noise on this model.
 
-    python3 dev/reference/hf_loss.py MODEL_DIR VAL.bin -b 4 -t 1024 --batches 8 [--gguf FILE] [--generate 64]
+    python3 dev/reference/hf_loss.py MODEL_DIR VAL.bin -b 4 -t 1024 --batches 8 [--gguf FILE] [--generate 64] [--device cpu]
 """
 import argparse
 import os
@@ -30,11 +30,11 @@ def batches(tokens, B, T, n):
 
 
 @torch.no_grad()
-def mean_loss(model, tokens, B, T, n):
+def mean_loss(model, tokens, B, T, n, device):
     total, count = 0.0, 0
     for x, y in batches(tokens, B, T, n):
-        logits = model(x.cuda()).logits.float()
-        loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), y.cuda().view(-1), reduction="sum")
+        logits = model(x.to(device)).logits.float()
+        loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), y.to(device).view(-1), reduction="sum")
         total += loss.item()
         count += y.numel()
     return total / count
@@ -49,16 +49,18 @@ def main():
     ap.add_argument("--batches", type=int, default=8)
     ap.add_argument("--gguf", help="load this GGUF file of the folder instead")
     ap.add_argument("--generate", type=int, default=0, help="then print this many greedily generated tokens")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                    help="where transformers runs: cuda, cpu, cuda:1, ... (default: cuda if a GPU answers, else cpu)")
     a = ap.parse_args()
     tokens = formats.read_shard(a.val)
     kw = {"gguf_file": a.gguf} if a.gguf else {}
     for dtype in (torch.float32, torch.bfloat16):
-        model = AutoModelForCausalLM.from_pretrained(a.model, dtype=dtype, **kw).cuda().eval()
-        loss = mean_loss(model, tokens, a.b, a.t, a.batches)
+        model = AutoModelForCausalLM.from_pretrained(a.model, dtype=dtype, **kw).to(a.device).eval()
+        loss = mean_loss(model, tokens, a.b, a.t, a.batches, a.device)
         print(f"transformers {str(dtype).replace('torch.', '')} val loss {loss:.6f} over {a.batches} batches of {a.b} x {a.t} tokens")
     if a.generate:
         tok = AutoTokenizer.from_pretrained(a.model, **kw)
-        prompt = tok("The old house stood", return_tensors="pt").input_ids.cuda()
+        prompt = tok("The old house stood", return_tensors="pt").input_ids.to(a.device)
         out = model.generate(prompt, max_new_tokens=a.generate, do_sample=False)
         print("transformers generates:", tok.decode(out[0]))
 

@@ -11,14 +11,17 @@ LlamaForCausalLM models with transformers' own logits for fixed tokens):
   model file (bf16: the same after rounding), a transformers 4.x-style config.json the same model;
 - the decode table of the tied fixture's tokenizer (padded to V, BOS as document start);
 - GGUF: the gqa and tied fixtures written as GGUF (q and k permuted as llama.cpp's converter does)
-  import to the same model file and decode table as the Hugging Face folder; Q8_0 within its rounding;
+  import to the same model file and decode table as the Hugging Face folder; Q8_0, Q4_0 and Q4_1 to
+  exactly the values of their blocks (decoded by the test's own decoder), the logits' error by bits;
   a SentencePiece-style GGUF vocabulary decodes as sentencepiece does; llama3 RoPE scaling as
   llama.cpp's rope_freqs.weight: the committed llama32.gguf (written by llama.cpp's own code) and a
   llama3 GGUF with rope.scaling keys import as their Hugging Face folders, doctored factors are refused;
 - BOS and EOS: the record the import writes beside the model file (from generation_config.json,
   config.json, the tokenizer, or a GGUF's tokenizer.ggml.*), and the ids the export writes from it or
   from --tokenizer: the right EOS where the tokenizer_config.json names another, transformers'
-  defaults with a warning where nothing says;
+  defaults with a warning where nothing says; the padding id from config.json, tokenizer_config.json
+  or a GGUF into the exported configs;
+- the export's file modes, hf_import --help, Ctrl-C while either writes (one line, exit 130, no file);
 - every refusal, on a doctored copy: exit 1, `error: <file>: ...` naming the field or tensor, no
   traceback, no output left.
 
@@ -31,9 +34,11 @@ Last line: "N passed, M failed".
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import traceback
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -65,6 +70,8 @@ from hf_import import rope_permute, table_path  # noqa: E402
 from test_model_file import fnv1a64  # noqa: E402  (dev/test/test_model_file.py)
 
 TMP = tempfile.mkdtemp(prefix="test_hf_")
+UMASK = os.umask(0)
+os.umask(UMASK)
 NAMES = ["mha", "gqa", "tied", "llama3", "sharded", "bf16", "fp16", "llama32"]
 # Both sides compute in fp32 from the same weights (a bf16/fp16 fixture's logits are transformers'
 # of the weights as stored, widened to fp32): they differ by accumulation order and by the C
@@ -311,6 +318,22 @@ def test_round_trips():
     check(ok and model_bytes_equal(tmp("llama3.bin"), tmp("llama3_v4.bin")),
           "llama3: a transformers 4.x config.json (top-level rope_theta, rope_scaling) gives the same model")
 
+    # a config.json without tie_word_embeddings is untied, as LlamaConfig's default (False) has it
+    folder = copy_fixture("gqa", "gqa_no_tie_key")
+    config = read_json_file(folder, "config.json")
+    del config["tie_word_embeddings"]
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config, f)
+    ok = hf_import(folder, tmp("gqa_no_tie_key.bin"))
+    check(ok and model_bytes_equal(tmp("gqa.bin"), tmp("gqa_no_tie_key.bin")),
+          "gqa: a config.json without tie_word_embeddings imports untied, its lm_head.weight read (the same model file)")
+
+    # the safetensors files get the mode of the folder's other files (the umask's), not the library's 0600
+    modes = {f: os.stat(tmp("export_gqa_sharded", f)).st_mode & 0o777 for f in sorted(os.listdir(tmp("export_gqa_sharded")))}
+    check(len(set(modes.values())) == 1 and modes["config.json"] == 0o666 & ~UMASK,
+          f"export: every file of the folder has mode {0o666 & ~UMASK:o} (umask {UMASK:03o}): "
+          + ", ".join(f"{f} {m:o}" for f, m in modes.items() if f.endswith(".safetensors") or f == "config.json"))
+
 
 # --- GGUF ---
 
@@ -334,10 +357,30 @@ def gguf_name(hf_name):
     return f"blk.{layer}.{GGUF_NAMES[rest.removesuffix('.weight')]}.weight"
 
 
-def write_gguf(path, name, qtype=None, arch="llama", vocab=None, extra_tensors=(), edit=None):
+def decode_blocks(data, qtype):
+    """The values of quantized rows (uint8, one row of blocks per matrix row) as llama.cpp's
+    dequantize_row_q8_0 / _q4_0 / _q4_1 compute them, in float32: blocks of 32 values, each an fp16
+    scale d (and for Q4_1 an fp16 minimum m) then the codes: Q8_0 32 int8, x = d q; Q4_0 and Q4_1 16
+    bytes whose low nibbles are values 0-15 and high nibbles 16-31, x = d (q - 8) and x = d q + m.
+    Written here from the format, not with the gguf package that hf_import uses."""
+    Q = gguf.GGMLQuantizationType
+    block = {Q.Q8_0: 34, Q.Q4_0: 18, Q.Q4_1: 20}[qtype]
+    b = data.reshape(-1, block)
+    d = b[:, 0:2].copy().view("<f2").astype(np.float32)
+    if qtype == Q.Q8_0:
+        x = d * b[:, 2:].copy().view(np.int8).astype(np.float32)
+    else:
+        qs = b[:, 4 if qtype == Q.Q4_1 else 2:]
+        q = np.concatenate([qs & 0x0F, qs >> 4], axis=1).astype(np.float32)
+        x = d * (q - 8) if qtype == Q.Q4_0 else d * q + b[:, 2:4].copy().view("<f2").astype(np.float32)
+    return x.reshape(data.shape[0], -1)
+
+
+def write_gguf(path, name, qtype=None, arch="llama", vocab=None, extra_tensors=(), edit=None, decoded=False, pad=None):
     """Fixture `name` as llama.cpp's converter would write it: metadata, q/k permuted, matrices in
     qtype (norms stay F32, as llama.cpp keeps them), the tokenizer's vocabulary as a gpt2 one with the
-    config's BOS and EOS; edit(writer) adds metadata."""
+    config's BOS and EOS (and pad, if given, as its padding id); edit(writer) adds metadata. decoded:
+    the quantized matrices written back as F32, their blocks decoded by decode_blocks."""
     folder = os.path.join(FIXTURES, name)
     with open(os.path.join(folder, "config.json")) as f:
         hf = json.load(f)
@@ -370,6 +413,8 @@ def write_gguf(path, name, qtype=None, arch="llama", vocab=None, extra_tensors=(
         w.add_bos_token_id(bos)
         if eos is not None:
             w.add_eos_token_id(eos)
+        if pad is not None:
+            w.add_pad_token_id(pad)
     if edit:
         edit(w)
     for hf_name, t in read_safetensors(os.path.join(folder, "model.safetensors")).items():
@@ -378,7 +423,11 @@ def write_gguf(path, name, qtype=None, arch="llama", vocab=None, extra_tensors=(
             t = llama_cpp_permute(t, nh if "q_proj" in hf_name else nkv)
         # as llama.cpp, a matrix whose rows are no whole number of blocks stays F32 (down_proj here, FF 80)
         if t.ndim == 2 and qtype != gguf.GGMLQuantizationType.F32 and t.shape[1] % gguf.GGML_QUANT_SIZES[qtype][0] == 0:
-            w.add_tensor(gguf_name(hf_name), gguf.quants.quantize(t, qtype), raw_dtype=qtype)
+            q = gguf.quants.quantize(t, qtype)
+            if decoded:
+                w.add_tensor(gguf_name(hf_name), decode_blocks(q, qtype))
+            else:
+                w.add_tensor(gguf_name(hf_name), q, raw_dtype=qtype)
         else:
             w.add_tensor(gguf_name(hf_name), t)
     for n, t in extra_tensors:
@@ -399,16 +448,29 @@ def test_gguf():
     check(read_bytes(table_path(tmp("tied.bin"))) == read_bytes(table_path(tmp("tied_gguf.bin"))),
           "tied: the GGUF's gpt2 vocabulary gives the same decode table as the tokenizer.json")
 
-    src = write_gguf(tmp("gqa_q8.gguf"), "gqa", gguf.GGMLQuantizationType.Q8_0)
-    if check(hf_import(src, tmp("gqa_q8.bin")), "gqa: import the Q8_0 GGUF"):
-        # Q8_0: blocks of 32, d = amax/127 stored as fp16, q = round(x/d): error <= d/2 + 127 |d - fp16(d)|
-        # <= (0.5 + 127 * 2^-11) amax/127 = 0.0044 amax <= 0.0044 of the tensor's largest element
-        _, _, want = model_file.read_model_file(tmp("gqa.bin"))
-        _, _, got = model_file.read_model_file(tmp("gqa_q8.bin"))
-        worst = max(rel_diff(got[n], want[n]) for n in want)
-        check(0 < worst < 0.0045, f"gqa Q8_0: every tensor within Q8_0's rounding, max|diff|/max|ref| = {worst:.2g} (bound 0.0044)")
-        _, tokens, logits = fixture("gqa")
-        print(f"    Q8_0 logits vs transformers' fp32 ones: {rel_diff(ref_logits(tmp('gqa_q8.bin'), tokens), logits):.2g}")
+    # quantized: exactly the values of the blocks, decoded in float32 (no rounding on the way, such as
+    # through fp16, which Q8_0's rounding would hide in any tolerance); Q4_1 is the README's model's type
+    Q = gguf.GGMLQuantizationType
+    x = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
+    same = {q.name: np.array_equal(decode_blocks(gguf.quants.quantize(x, q), q), gguf.quants.dequantize(gguf.quants.quantize(x, q), q))
+            for q in (Q.Q8_0, Q.Q4_0, Q.Q4_1)}
+    check(all(same.values()), f"the test's block decoder agrees with the gguf package's bit for bit: {same}")
+    _, tokens, logits = fixture("gqa")
+    errors = {}
+    for name, qtype in [("gqa", Q.Q8_0), ("gqa", Q.Q4_0), ("gqa", Q.Q4_1), ("tied", Q.Q4_1)]:
+        stem = f"{name}_{qtype.name.lower()}"
+        ok = hf_import(write_gguf(tmp(f"{stem}.gguf"), name, qtype), tmp(f"{stem}.bin"))
+        ok = ok and hf_import(write_gguf(tmp(f"{stem}_decoded.gguf"), name, qtype, decoded=True), tmp(f"{stem}_decoded.bin"))
+        check(ok and model_bytes_equal(tmp(f"{stem}.bin"), tmp(f"{stem}_decoded.bin")),
+              f"{name} {qtype.name}: imports to exactly the model file of its blocks decoded (an F32 GGUF of those values)")
+        if ok and name == "gqa":
+            errors[qtype.name] = rel_diff(ref_logits(tmp(f"{stem}.bin"), tokens), logits)
+    # a 4-bit code's step is 16 times an 8-bit one's (amax/8 or range/15 against amax/127): the logits'
+    # error must grow with it, by well over 4
+    if len(errors) == 3:
+        check(0 < errors["Q8_0"] < min(errors["Q4_0"], errors["Q4_1"]) / 4,
+              "gqa: logits of the quantized imports vs transformers' fp32 ones, max|diff|/max|ref|: "
+              + ", ".join(f"{k} {v:.2g}" for k, v in errors.items()) + " (Q8_0's below a quarter of the Q4s')")
 
     # a SentencePiece-style (llama) vocabulary: '▁' a space, <0xNN> a byte, control and unknown empty
     T = gguf.TokenType
@@ -421,7 +483,7 @@ def test_gguf():
         check(pieces[:8] == want and len(pieces) == 128 and not any(pieces[8:]) and start == 1,
               f"SentencePiece GGUF vocabulary decodes to {pieces[:8]}, padded to 128, document start {start}")
         record = model_file.read_special_tokens(model_file.special_tokens_path(tmp("mha_sp.bin")))
-        check(record == {"bos_token_id": 1, "eos_token_id": None}, f"a GGUF with a BOS and no EOS id: record {record}")
+        check(record == {"bos_token_id": 1, "eos_token_id": None, "pad_token_id": None}, f"a GGUF with a BOS and no EOS id: record {record}")
 
 
 def llama_cpp_rope_factors(theta, HS, factor, low, high, old_T):
@@ -515,14 +577,38 @@ def test_special_tokens():
     fixture's; an export of SmolLM2 once wrote EOS 1, from a tokenizer_config.json that named the
     wrong token (the case rebuilt below)."""
     record = model_file.read_special_tokens(model_file.special_tokens_path(tmp("tied.bin")))
-    check(record == {"bos_token_id": 1, "eos_token_id": 2}, f"tied import: record beside the model file {record}")
+    check(record == {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": None}, f"tied import: record beside the model file {record}")
     folder = copy_fixture("tied", "tied_no_config_ids")
     os.remove(os.path.join(folder, "generation_config.json"))
     edit_config(folder, bos_token_id=None, eos_token_id=None)
     ok = hf_import(folder, tmp("tied_no_config_ids.bin"))
     record = model_file.read_special_tokens(model_file.special_tokens_path(tmp("tied_no_config_ids.bin"))) if ok else None
-    check(record == {"bos_token_id": 1, "eos_token_id": 2},
+    check(record == {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": None},
           f"a folder whose configs name no ids: the record from its tokenizer_config.json: {record}")
+
+    # the padding id (SmolLM2's is its EOS, 2): from config.json, from tokenizer_config.json's pad_token, from a
+    # GGUF's tokenizer.ggml.padding_token_id; into the record, and from it into the exported configs
+    folder = copy_fixture("tied", "tied_pad_config")
+    edit_config(folder, pad_token_id=2)
+    tok_pad = copy_fixture("tied", "tied_pad_tokenizer")
+    tok_config = read_json_file(tok_pad, "tokenizer_config.json")
+    with open(os.path.join(tok_pad, "tokenizer_config.json"), "w") as f:
+        json.dump(dict(tok_config, pad_token="<|im_end|>"), f)
+    sources = [("config.json", folder, "config.json"), ("tokenizer_config.json", tok_pad, "tokenizer.json")]
+    if gguf is not None:
+        sources.append(("a GGUF", write_gguf(tmp("tied_pad.gguf"), "tied", pad=2), "tokenizer.ggml.padding_token_id"))
+    for k, (what, src, named) in enumerate(sources):
+        out, exported = tmp(f"pad_{k}.bin"), tmp(f"pad_{k}_export")
+        ok = hf_import(src, out)
+        record = read_json_file(model_file.special_tokens_path(out)) if ok else {}
+        where = record.get("from", {}).get("pad_token_id", "")
+        ok = ok and record.get("pad_token_id") == 2 and named in where and hf_export(out, exported)
+        config = read_json_file(exported, "config.json") if ok else {}
+        gen = read_json_file(exported, "generation_config.json") if ok else {}
+        check(ok and config.get("pad_token_id") == gen.get("pad_token_id") == 2,
+              f"padding id from {what}: 2 in the record ({where}) and in the exported config.json and generation_config.json")
+    config = read_json_file(tmp("export_tied_tok"), "config.json")
+    check("pad_token_id" not in config, "no source names a padding id: config.json leaves pad_token_id out (LlamaConfig's default)")
 
     # the export finds the record beside the model file
     rc, stdout, stderr = run("hf_export.py", tmp("tied.bin"), tmp("ids_beside"))
@@ -537,7 +623,7 @@ def test_special_tokens():
     tok_config = read_json_file(folder, "tokenizer_config.json")
     with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
         json.dump(dict(tok_config, eos_token="<|im_start|>"), f)
-    check(formats.special_ids(os.path.join(folder, "tokenizer.json")) == (1, 1), "the rebuilt case: the tokenizer alone says EOS 1")
+    check(formats.special_ids(os.path.join(folder, "tokenizer.json")) == (1, 1, None), "the rebuilt case: the tokenizer alone says EOS 1")
     rc, stdout, stderr = run("hf_export.py", tmp("ckpt", "model_00000300.bin"), tmp("ids_wrong_tok"), "--tokenizer", folder)
     check(rc == 0 and exported_ids(tmp("ids_wrong_tok")) == ((1, 2), (1, 2)) and "tokenizer_config.json" in stderr
           and "warning: eos_token_id" in stderr,
@@ -686,7 +772,7 @@ def test_refusals():
 
 def test_gguf_refusals():
     record = model_file.read_special_tokens(model_file.special_tokens_path(tmp("tied_gguf.bin")))
-    check(record == {"bos_token_id": 1, "eos_token_id": 2}, f"tied GGUF import: record from tokenizer.ggml.*: {record}")
+    check(record == {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": None}, f"tied GGUF import: record from tokenizer.ggml.*: {record}")
     refuse_import("a GGUF of another architecture", write_gguf(tmp("qwen.gguf"), "gqa", arch="qwen2"), "general.architecture", "qwen2")
     with open(tmp("bad.gguf"), "wb") as f:
         f.write(b"GGUF" + bytes(20))
@@ -694,6 +780,55 @@ def test_gguf_refusals():
     with open(tmp("cut.gguf"), "wb") as f:
         f.write(read_bytes(tmp("gqa.gguf"))[:-1000])
     refuse_import("a truncated GGUF", tmp("cut.gguf"), "cut.gguf")
+
+
+def test_help():
+    rc, stdout, _ = run("hf_import.py", "--help")
+    check(rc == 0 and all(f in stdout for f in ("OUT_tokenizer.bin", "OUT_special_tokens.json")),
+          "hf_import --help names the files it writes beside OUT.bin: OUT_tokenizer.bin and OUT_special_tokens.json")
+
+
+def interrupt(args, started):
+    """Runs a script, sends it SIGINT once started() is true (it is writing), and returns (exit status,
+    stderr, whether the signal came before it ended)."""
+    p = subprocess.Popen([sys.executable] + args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    while p.poll() is None and not started():
+        time.sleep(0.001)
+    in_time = p.poll() is None
+    p.send_signal(signal.SIGINT)
+    return p.wait(), p.stderr.read().decode("utf-8", "replace"), in_time
+
+
+def test_interrupted():
+    """Ctrl-C while the import or the export writes: one line, exit 130, no file left. The model is
+    large enough (11M parameters, 44 MB in fp32) that the writing lasts a while (0.1 s and more)."""
+    c = {"V": 4096, "L": 2, "C": 512, "NH": 8, "NKV": 4, "FF": 1408}
+    hf = dict(read_json_file(FIXTURES, "gqa", "config.json"), vocab_size=c["V"], num_hidden_layers=c["L"], hidden_size=c["C"],
+              num_attention_heads=c["NH"], num_key_value_heads=c["NKV"], intermediate_size=c["FF"], head_dim=c["C"] // c["NH"])
+    os.makedirs(tmp("big"))
+    with open(tmp("big", "config.json"), "w") as f:
+        json.dump(hf, f)
+    hs = c["C"] // c["NH"]
+    shapes = {"model.embed_tokens.weight": (c["V"], c["C"]), "model.norm.weight": (c["C"],), "lm_head.weight": (c["V"], c["C"])}
+    for i in range(c["L"]):
+        for name, shape in [("input_layernorm", (c["C"],)), ("post_attention_layernorm", (c["C"],)),
+                            ("self_attn.q_proj", (c["NH"] * hs, c["C"])), ("self_attn.k_proj", (c["NKV"] * hs, c["C"])),
+                            ("self_attn.v_proj", (c["NKV"] * hs, c["C"])), ("self_attn.o_proj", (c["C"], c["C"])),
+                            ("mlp.gate_proj", (c["FF"], c["C"])), ("mlp.up_proj", (c["FF"], c["C"])), ("mlp.down_proj", (c["C"], c["FF"]))]:
+            shapes[f"model.layers.{i}.{name}.weight"] = shape
+    save_file({n: np.full(shape, 0.01, np.float32) for n, shape in shapes.items()}, tmp("big", "model.safetensors"))
+    os.makedirs(tmp("interrupted"))
+    out = tmp("interrupted", "big.bin")
+    rc, stderr, in_time = interrupt([os.path.join(SCRIPTS, "hf_import.py"), tmp("big"), out],
+                                    lambda: any(f.startswith("big.bin.tmp") for f in os.listdir(tmp("interrupted"))))
+    check(in_time and rc == 130 and stderr == "interrupted: no files written\n" and not os.listdir(tmp("interrupted")),
+          f"hf_import interrupted while writing: exit {rc}, stderr {stderr!r}, left {os.listdir(tmp('interrupted'))}")
+    if not check(hf_import(tmp("big"), tmp("big.bin")), "hf_import of the 11M-parameter model"):
+        return
+    rc, stderr, in_time = interrupt([os.path.join(SCRIPTS, "hf_export.py"), tmp("big.bin"), tmp("interrupted", "big")],
+                                    lambda: any(f.startswith("big.tmp") for f in os.listdir(tmp("interrupted"))))
+    check(in_time and rc == 130 and stderr == "interrupted: no files written\n" and not os.listdir(tmp("interrupted")),
+          f"hf_export interrupted while writing: exit {rc}, stderr {stderr!r}, left {os.listdir(tmp('interrupted'))}")
 
 
 GGUF_TESTS = ("test_gguf", "test_gguf_rope_freqs", "test_gguf_refusals")
@@ -706,7 +841,7 @@ def main():
                             REF_LOGITS], cwd=ROOT, capture_output=True, text=True)
     if check(build.returncode == 0 and not build.stderr, f"build dev/test/tools/ref_logits.c{build.stderr}"):
         for test in (test_header_table, test_logits, test_version1, test_sensitivity, test_decode_table, test_round_trips, test_gguf,
-                     test_gguf_rope_freqs, test_gguf_refusals, test_special_tokens, test_refusals):
+                     test_gguf_rope_freqs, test_gguf_refusals, test_special_tokens, test_refusals, test_help, test_interrupted):
             if gguf is None and test.__name__ in GGUF_TESTS:
                 print(f"not run: {test.__name__} (the gguf package is not installed: pip install gguf; CI installs it)")
                 continue

@@ -210,6 +210,16 @@ def test_fp8_log(tmp):
     check(skipped == 1, f"fp8.log: the cut-off line skipped ({skipped})")
     check(plot_fp8.has_health(data), "fp8.log: has the health fields")
 
+    # a resume from a checkpoint before the last logged step: the abandoned attempt's later steps go
+    earlier = os.path.join(tmp, "fp8_resumed_earlier.log")
+    with open(earlier, "w") as f:
+        for step in (10, 20, 30, 40):
+            f.write(fp8_line(step, 0, "qkv", fp8_values(step)))
+        f.write(fp8_line(30, 0, "qkv", fp8_values(31)))  # resumed from step 20, stopped after logging step 30
+    series = trainer_log.parse_fp8_log(earlier)[0][(0, "qkv")]
+    check(sorted(series) == [10, 20, 30] and abs(series[30]["dy_amax"] - 2e-5 * 31) < 1e-9,
+          f"fp8.log resumed before its last logged step: steps {sorted(series)}, step 30 the resumed run's, the abandoned 40 dropped")
+
     old = os.path.join(tmp, "fp8_old.log")
     with open(old, "w") as f:
         for step in (10, 20):
@@ -224,7 +234,7 @@ def test_fp8_log(tmp):
         check(r.returncode == 1 and "no underflow/saturation fields: written by a trainer before fp8 health counts" in r.stderr,
               f"plot_fp8.py {mode} refuses that log ({r.stderr.strip()!r})")
     r = run_plot_fp8(old, "--layers", "0", "--linears", "qkv", "--out", os.path.join(tmp, "fp8_old.png"))
-    check(r.returncode == 0 or "matplotlib is not installed" in r.stderr, f"that log still plots its scales ({r.stderr.strip()!r})")
+    check(r.returncode == 0 or "missing Python package 'matplotlib'" in r.stderr, f"that log still plots its scales ({r.stderr.strip()!r})")
 
 
 KIND_LABEL = {"x": "X", "w": "W", "dy": "dY"}
@@ -286,7 +296,7 @@ def test_fp8_health(tmp):
         ok = r.returncode == 0 and open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
         check(ok, f"plot_fp8.py --health writes a PNG ({r.stdout!r} {r.stderr!r})")
     else:
-        check(r.returncode != 0 and "matplotlib is not installed" in r.stderr,
+        check(r.returncode != 0 and "missing Python package 'matplotlib'" in r.stderr,
               f"plot_fp8.py --health without matplotlib says so (the PNG itself is not checked here) ({r.stderr!r})")
 
 
