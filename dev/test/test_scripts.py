@@ -537,23 +537,37 @@ RUNNER = os.path.join(ROOT, "scripts", "run_tests.sh")
 # the suites run_tests.sh runs, as paths in the tree (the Python ones are found by its glob)
 CPU_SUITES = ["dev/test/test_cpu", "dev/test/test_trainer_host", "dev/test/test_zero_layout"]
 PY_SUITES = ["dev/test/test_a.py", "dev/test/test_b.py"]
-GPU_SUITES = ["test_llama_fp8", "scripts/test_signal.sh", "scripts/test_hf_gpu.sh"]
+GPU_SUITES = ["test_llama_fp8", "scripts/test_signal.sh", "scripts/test_hf_gpu.sh", "dev/cuda/rmsnorm"]
 
 
-def fake_tree(tmp, outcomes, gpu, build_ok=True):
-    """A copy of the runner beside fake suites; outcomes maps a suite to (stdout, exit status, signal)."""
+def fake_tree(tmp, outcomes, gpu, build_ok=True, venv=True):
+    """A copy of the runner beside fake suites; outcomes maps a suite to (stdout, exit status, signal),
+    signal "HANG" for one that never ends. The Python suites pass only when run by .venv/bin/python3
+    (a wrapper that marks its children), the GPU shell scripts only when python3 on their PATH is it."""
     root = tempfile.mkdtemp(dir=tmp)
-    for d in ("scripts", "dev/test", "bin"):
+    for d in ("scripts", "dev/test", "dev/cuda", "bin"):
         os.makedirs(os.path.join(root, d))
     shutil.copy(RUNNER, os.path.join(root, "scripts"))
+    venv_python = os.path.join(root, ".venv", "bin", "python3")
+    if venv:
+        os.makedirs(os.path.dirname(venv_python))
+        with open(venv_python, "w") as f:
+            f.write(f"#!/bin/sh\nFAKE_VENV=1 exec {shlex_quote(sys.executable)} \"$@\"\n")
+        os.chmod(venv_python, 0o755)
     for suite in CPU_SUITES + PY_SUITES + GPU_SUITES:
         text, rc, sig = outcomes.get(suite, ("1 passed, 0 failed", 0, None))
         path = os.path.join(root, suite)
         if suite.endswith(".py"):
-            body = f"import os, signal, sys\nprint({text!r})\nsys.stdout.flush()\n"
-            body += f"os.kill(os.getpid(), signal.{sig})\n" if sig else f"sys.exit({rc})\n"
+            body = "import os, signal, sys, time\n"
+            body += "if os.environ.get('FAKE_VENV') != '1':\n    print('not the venv python')\n    print('0 passed, 1 failed')\n    sys.exit(1)\n"
+            body += f"print({text!r})\nsys.stdout.flush()\n"
+            body += ("time.sleep(60)\n" if sig == "HANG" else f"os.kill(os.getpid(), signal.{sig})\n" if sig else f"sys.exit({rc})\n")
         else:
-            body = f"#!/bin/sh\nprintf '%s\\n' {shlex_quote(text)}\n" + (f"kill -{sig} $$\n" if sig else f"exit {rc}\n")
+            body = "#!/bin/sh\n"
+            if suite.endswith(".sh"):
+                body += f"[ \"$(command -v python3)\" = {shlex_quote(venv_python)} ] || {{ echo 'python3 is not the venv one'; echo '0 passed, 1 failed'; exit 1; }}\n"
+            body += f"printf '%s\\n' {shlex_quote(text)}\n"
+            body += "sleep 60\n" if sig == "HANG" else f"kill -{sig} $$\n" if sig else f"exit {rc}\n"
         with open(path, "w") as f:
             f.write(body)
         os.chmod(path, 0o755)
@@ -570,32 +584,46 @@ def shlex_quote(s):
     return "'" + s.replace("'", "'\\''") + "'"
 
 
-def run_runner(root):
-    env = dict(os.environ, PATH=os.path.join(root, "bin") + os.pathsep + os.environ["PATH"])
+def run_runner(root, **env):
+    env = dict(os.environ, PATH=os.path.join(root, "bin") + os.pathsep + os.environ["PATH"], **env)
     p = subprocess.run(["bash", os.path.join(root, "scripts", "run_tests.sh")], capture_output=True, text=True, env=env)
     lines = p.stdout.strip().splitlines()
-    return p.returncode, lines[-1] if lines else ""
+    return p.returncode, lines[-1] if lines else "", p.stdout
 
 
 def test_runner(tmp):
-    n_cpu = len(CPU_SUITES) + len(PY_SUITES)
-    cases = [  # (what, outcomes, gpu, build ok, want passed, want failed)
-        ("every suite passes, no GPU", {}, False, True, n_cpu, 0),
-        ("every suite passes, GPU suites included", {}, True, True, n_cpu + len(GPU_SUITES), 0),
-        ("a CPU suite with failures", {"dev/test/test_cpu": ("7 passed, 2 failed", 1, None)}, False, True, n_cpu - 1 + 7, 2),
-        ("a suite crashing before its summary", {"dev/test/test_trainer_host": ("ok half of it", 0, "SEGV")}, False, True, n_cpu - 1, 1),
-        ("a Python suite printing no summary", {"dev/test/test_b.py": ("no summary here", 0, None)}, False, True, n_cpu - 1, 1),
+    n_cpu, n_gpu = len(CPU_SUITES) + len(PY_SUITES), len(GPU_SUITES)
+    cases = [  # (what, outcomes, gpu, build ok, want passed, want failed, {tree options, env}, a line the output must hold)
+        ("every suite passes, no GPU", {}, False, True, n_cpu, 0, {}, None),
+        ("every suite passes, GPU suites and dev/cuda checks included", {}, True, True, n_cpu + n_gpu, 0, {}, None),
+        ("a CPU suite with failures", {"dev/test/test_cpu": ("7 passed, 2 failed", 1, None)}, False, True, n_cpu - 1 + 7, 2, {}, None),
+        ("a suite crashing before its summary", {"dev/test/test_trainer_host": ("ok half of it", 0, "SEGV")}, False, True, n_cpu - 1, 1, {}, None),
+        ("a Python suite printing no summary", {"dev/test/test_b.py": ("no summary here", 0, None)}, False, True, n_cpu - 1, 1, {}, None),
         ("a suite exiting 3 after '4 passed, 0 failed'", {"dev/test/test_zero_layout": ("4 passed, 0 failed", 3, None)},
-         False, True, n_cpu - 1 + 4, 1),
-        ("the GPU suite failing", {"test_llama_fp8": ("10 passed, 1 failed", 1, None)}, True, True, n_cpu + 10 + len(GPU_SUITES) - 1, 1),
-        ("the GPU suite killed", {"test_llama_fp8": ("", 0, "KILL")}, True, True, n_cpu + len(GPU_SUITES) - 1, 1),
-        ("the GPU build failing", {}, True, False, n_cpu, 1),
-        ("no GPU: the GPU suites are not run", {"test_llama_fp8": ("0 passed, 5 failed", 1, None)}, False, True, n_cpu, 0),
+         False, True, n_cpu - 1 + 4, 1, {}, None),
+        ("a suite running no tests ('0 passed, 0 failed', exit 0)", {"dev/test/test_a.py": ("0 passed, 0 failed", 0, None)},
+         False, True, n_cpu - 1, 1, {}, "suite 'test_a' ran no tests (0 passed, 0 failed)"),
+        ("a CPU suite hanging (SUITE_TIMEOUT=2)", {"dev/test/test_cpu": ("started", 0, "HANG")}, False, True, n_cpu - 1, 1,
+         {"SUITE_TIMEOUT": "2"}, "suite 'cpu' timed out: still running after 2 s, killed"),
+        ("a Python suite hanging after its summary (SUITE_TIMEOUT=2)", {"dev/test/test_b.py": ("3 passed, 0 failed", 0, "HANG")},
+         False, True, n_cpu - 1, 1, {"SUITE_TIMEOUT": "2"}, "suite 'test_b' timed out: still running after 2 s, killed"),
+        ("a GPU suite hanging (GPU_SUITE_TIMEOUT=2; the CPU limit stays the default)", {"scripts/test_signal.sh": ("started", 0, "HANG")},
+         True, True, n_cpu + n_gpu - 1, 1, {"GPU_SUITE_TIMEOUT": "2"}, "suite 'signal' timed out: still running after 2 s, killed"),
+        ("no .venv: the Python suites are not run", {}, False, True, len(CPU_SUITES), 1, {"venv": False}, None),
+        ("the GPU suite failing", {"test_llama_fp8": ("10 passed, 1 failed", 1, None)}, True, True, n_cpu + 10 + n_gpu - 1, 1, {}, None),
+        ("the GPU suite killed", {"test_llama_fp8": ("", 0, "KILL")}, True, True, n_cpu + n_gpu - 1, 1, {}, "suite 'gpu' crashed (exit 137) before printing its summary"),
+        ("dev/cuda/rmsnorm failing", {"dev/cuda/rmsnorm": ("rmsnorm: FAIL (2 checks failed)", 1, None)}, True, True, n_cpu + n_gpu - 1, 1,
+         {}, "check 'dev/cuda/rmsnorm' failed (exit 1)"),
+        ("the GPU build failing", {}, True, False, n_cpu, 1, {}, None),
+        ("no GPU: the GPU suites are not run", {"test_llama_fp8": ("0 passed, 5 failed", 1, None)}, False, True, n_cpu, 0, {}, None),
     ]
-    for what, outcomes, gpu, build_ok, want_p, want_f in cases:
-        rc, last = run_runner(fake_tree(tmp, outcomes, gpu, build_ok))
+    for what, outcomes, gpu, build_ok, want_p, want_f, opts, line in cases:
+        env = {k: v for k, v in opts.items() if k != "venv"}
+        rc, last, out = run_runner(fake_tree(tmp, outcomes, gpu, build_ok, opts.get("venv", True)), **env)
         want = f"{want_p} passed, {want_f} failed"
-        check(last == want and (rc == 0) == (want_f == 0), f"run_tests.sh, {what}: '{last}', exit {rc} (want '{want}', exit {'0' if want_f == 0 else 'non-zero'})")
+        ok = last == want and (rc == 0) == (want_f == 0) and (line is None or line in out.splitlines())
+        check(ok, f"run_tests.sh, {what}: '{last}', exit {rc} (want '{want}', exit {'0' if want_f == 0 else 'non-zero'}"
+                  f"{f', and the line {line!r}' if line else ''})" + ("" if ok else f"\n{out[-800:]}"))
 
 
 def test_mutation_patches():
