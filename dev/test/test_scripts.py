@@ -36,6 +36,7 @@ Last line: "N passed, N failed".
 """
 import importlib.util
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -626,6 +627,67 @@ def test_runner(tmp):
                   f"{f', and the line {line!r}' if line else ''})" + ("" if ok else f"\n{out[-800:]}"))
 
 
+MUTATIONS = os.path.join(ROOT, "scripts", "test_mutations.sh")
+# the fake tree's source and the fake suites that read it: ./test_llama_fp8 [FILTER] in the harness's
+# format ("FAIL <test> (...)" lines, then the summary), ./kernel in a dev/cuda program's
+FAKE_SRC = "# a fake source\nvalue = {}\n# end\n"
+FAKE_SUITE = """#!/bin/sh
+case "$(sed -n 2p src.txt)" in
+    "value = 2") echo "FAIL the test (1 checks failed, 0.1 s)"; echo "0 passed, 1 failed"; exit 1;;
+    "value = 3") echo "./test_llama_fp8: line 9: syntax error"; exit 2;;
+    "value = 4") echo "ok   the test (0.1 s)"; echo "FAIL another test (1 checks failed, 0.1 s)"; echo "1 passed, 1 failed"; exit 1;;
+    *) echo "ok   the test (0.1 s)"; echo "1 passed, 0 failed";;
+esac
+"""
+FAKE_KERNEL = """#!/bin/sh
+[ "$(sed -n 2p src.txt)" = "value = 5" ] && { echo "kernel: FAIL (2 checks failed)"; exit 1; }
+echo "kernel: PASS"
+"""
+# (name, the patch's two context lines and the value it sets, its Caught by: command, the verdict wanted)
+FAKE_MUTATIONS = [
+    ("caught", ("# a fake source", "# end"), "2", "./test_llama_fp8 'the test'", "caught"),
+    ("caught_by_summary", ("# a fake source", "# end"), "2", "./test_llama_fp8", "caught"),
+    ("caught_by_kernel", ("# a fake source", "# end"), "5", "./kernel", "caught"),
+    ("another_test_fails", ("# a fake source", "# end"), "4", "./test_llama_fp8 'the test'", "NOT CAUGHT"),
+    ("suite_crashes", ("# a fake source", "# end"), "3", "./test_llama_fp8", "NOT CAUGHT"),
+    ("missed", ("# a fake source", "# end"), "6", "./test_llama_fp8 'the test'", "MISSED"),
+    ("stale", ("# another source", "# and its end"), "2", "./test_llama_fp8", "STALE"),
+    ("fuzzy", ("# a fake sourcE", "# end"), "2", "./test_llama_fp8", "STALE"),  # applies only with fuzz
+    ("broken", ("# a fake source", "# end"), "build_error", "./test_llama_fp8", "BROKEN"),
+]
+
+
+def test_mutation_runner(tmp):
+    """scripts/test_mutations.sh on fake patches of a fake tree (make fails on a source holding
+    build_error; nvidia-smi lists one GPU): the verdict of each, and the totals."""
+    root = tempfile.mkdtemp(dir=tmp)
+    for d in ("scripts", "dev/test/mutations", "bin"):
+        os.makedirs(os.path.join(root, d))
+    shutil.copy(MUTATIONS, os.path.join(root, "scripts"))
+    files = {"src.txt": FAKE_SRC.format(1), "test_llama_fp8": FAKE_SUITE, "kernel": FAKE_KERNEL,
+             "bin/make": "#!/bin/sh\n! grep -q build_error src.txt || { echo 'src.txt:2: error: build_error'; exit 2; }\n",
+             "bin/nvidia-smi": "#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-0)'\n"}
+    for name, (first, last), value, cmd, _ in FAKE_MUTATIONS:
+        files[f"dev/test/mutations/{name}.patch"] = (
+            f"Mutation: {name}\nCaught by: {cmd}\n\n--- a/src.txt\n+++ b/src.txt\n@@ -1,3 +1,3 @@\n"
+            f" {first}\n-value = 1\n+value = {value}\n {last}\n")
+    for name, text in files.items():
+        with open(os.path.join(root, name), "w") as f:
+            f.write(text)
+        os.chmod(os.path.join(root, name), 0o755)
+    env = dict(os.environ, PATH=os.path.join(root, "bin") + os.pathsep + os.environ["PATH"])
+    p = subprocess.run(["bash", os.path.join(root, "scripts", "test_mutations.sh")], capture_output=True, text=True, env=env)
+    lines = p.stdout.strip().splitlines()
+    for name, _, _, cmd, verdict in FAKE_MUTATIONS:
+        got = next((m.group(1) for m in (re.match(rf"(caught|MISSED|NOT CAUGHT|STALE|BROKEN|not run) +{name}\b", line)
+                                           for line in lines) if m), None)
+        check(got == verdict, f"test_mutations.sh, mutation {name} ({cmd}): {got!r} (want {verdict!r})")
+    n_caught = sum(v == "caught" for *_, v in FAKE_MUTATIONS)
+    want = f"{n_caught} passed, {len(FAKE_MUTATIONS) - n_caught} failed"
+    check(lines[-1:] == [want] and p.returncode != 0, f"test_mutations.sh's totals: {lines[-1:]}, exit {p.returncode} (want '{want}', non-zero)"
+                                                        + ("" if lines[-1:] == [want] else f"\n{p.stdout[-1500:]}{p.stderr[-500:]}"))
+
+
 def test_mutation_patches():
     d = os.path.join(ROOT, "dev", "test", "mutations")
     patches = sorted(f for f in os.listdir(d) if f.endswith(".patch"))
@@ -639,13 +701,18 @@ def test_mutation_patches():
 
 
 if __name__ == "__main__":
-    test_mutation_patches()
+    # python3 dev/test/test_scripts.py [TEST ...]: only those (e.g. test_runner, as the mutations of
+    # the runners name it: a mutant fails test_mutation_patches, its own patch being applied)
+    tests = [test_scaling, test_refusals, test_benchmark_table, test_benchmark_table_hf, test_compare_convergence,
+             test_convergence_seeds, test_runner, test_mutation_runner]
+    chosen = sys.argv[1:] or ["test_mutation_patches"] + [t.__name__ for t in tests]
+    unknown = [name for name in chosen if name not in globals() or not name.startswith("test_")]
+    if unknown:
+        sys.exit(f"error: no such test: {', '.join(unknown)}")
+    if "test_mutation_patches" in chosen:
+        test_mutation_patches()
     with tempfile.TemporaryDirectory() as tmp:
-        test_scaling(tmp)
-        test_refusals(tmp)
-        test_benchmark_table(tmp)
-        test_benchmark_table_hf(tmp)
-        test_compare_convergence(tmp)
-        test_convergence_seeds(tmp)
-        test_runner(tmp)
+        for t in tests:
+            if t.__name__ in chosen:
+                t(tmp)
     sys.exit(summary())
