@@ -15,6 +15,10 @@ OUT_special_tokens.json beside it (scripts/model_file.py), where scripts/hf_expo
 folder's generation_config.json, else its config.json, else its tokenizer's; a GGUF's
 tokenizer.ggml.bos_token_id and eos_token_id.
 
+From a GGUF with a byte-level BPE tokenizer (tokenizer.ggml.model gpt2), the Hugging Face tokenizer
+folder OUT_hf_tokenizer/ too (tokenizer.json, tokenizer_config.json; for dev/data/tokenize_text.py and
+scripts/hf_export.py --tokenizer), built from tokenizer.ggml.* with the tokenizers library.
+
 Llama 3.1 / 3.2 RoPE scaling comes from config.json's rope_scaling (rope_parameters), or in a GGUF from
 rope_freqs.weight, llama.cpp's per-frequency factors: they are read as llama3 scaling if they are
 those of the file's rope.scaling keys or of Llama 3.1's or 3.2's published parameters, and refused
