@@ -1,6 +1,7 @@
 # train_llama_fp8: build the trainer, the GPU test, the CPU test suite and the dev/cuda programs.
 #   make                   trainer (train_llama_fp8)
 #   make test              CPU test suite; then the GPU tests too when a GPU is present
+#   make venv              .venv/, the Python environment of requirements.txt (make test makes it too)
 #   make test_llama_fp8    GPU test program
 #   make dev               every dev/cuda microbenchmark
 # Optional libraries (cuDNN, NCCL, MPI) are found by compiling and linking a tiny program against
@@ -72,7 +73,7 @@ HEADERS = $(wildcard llmc/*.h llmc/*.cuh)
 # host-only checks of trainer code (no GPU needed), built with nvcc
 HOST_TESTS = dev/test/test_zero_layout dev/test/test_trainer_host
 
-.PHONY: all test dev clean
+.PHONY: all test venv dev clean
 .DEFAULT_GOAL := train_llama_fp8
 all: train_llama_fp8 test_llama_fp8 dev dev/test/test_cpu $(HOST_TESTS) dev/test/bench_checkpoint dev/data/decode_shard dev/data/upgrade_model_file
 
@@ -102,8 +103,14 @@ dev/test/test_cpu: $(wildcard dev/test/*.c dev/test/*.h) $(HEADERS)
 
 # CPU suite always; the GPU suite as well when a GPU answers. scripts/run_tests.sh prints the
 # combined "N passed, N failed" line last.
-test: dev/test/test_cpu $(HOST_TESTS)
+test: dev/test/test_cpu $(HOST_TESTS) .venv/requirements.stamp
 	@bash scripts/run_tests.sh
+
+# the tools' and suites' Python packages, in the project's own environment (scripts/venv.sh): made
+# when missing, and installed again when requirements.txt changes
+venv: .venv/requirements.stamp
+.venv/requirements.stamp: requirements.txt
+	@bash scripts/venv.sh
 
 dev:
 	$(MAKE) -C dev/cuda NVCC="$(NVCC)" GPU_ARCH=$(GPU_ARCH) CUDNN_FLAGS="$(CUDNN_FLAGS)" NCCL_FLAGS="$(NCCL_FLAGS)" MPI_FLAGS="$(MPI_FLAGS)"

@@ -16,6 +16,10 @@ them: a folder's generation_config.json, else its config.json, else its tokenize
 (tokenizer_config.json's bos_token / eos_token / pad_token); a GGUF's tokenizer.ggml.bos_token_id,
 eos_token_id and padding_token_id.
 
+From a GGUF with a byte-level BPE tokenizer (tokenizer.ggml.model gpt2), the Hugging Face tokenizer
+folder OUT_hf_tokenizer/ too (tokenizer.json, tokenizer_config.json; for dev/data/tokenize_text.py and
+scripts/hf_export.py --tokenizer), built from tokenizer.ggml.* with the tokenizers library.
+
 Llama 3.1 / 3.2 RoPE scaling comes from config.json's rope_scaling (rope_parameters), or in a GGUF from
 rope_freqs.weight, llama.cpp's per-frequency factors: they are read as llama3 scaling if they are
 those of the file's rope.scaling keys or of Llama 3.1's or 3.2's published parameters, and refused
@@ -489,6 +493,69 @@ def llama3_candidates(gguf_file, largest):
     return tried
 
 
+# --- the Hugging Face tokenizer folder of a GGUF ---
+
+# tokenizer.ggml.pre values whose pre-tokenizer is rebuilt here, as llama.cpp's llama-vocab.cpp splits
+# text for them: GPT-2's regex (tokenizers' ByteLevel), or that regex after every digit is split off
+# on its own (tokenizers' Digits(individual_digits=True) first: SmolLM2, StarCoder). transformers' GGUF
+# loader ignores the key and splits digits as GPT-2 does, unlike the model's own tokenizer.
+GGUF_PRE_DIGITS = {None: False, "default": False, "gpt-2": False, "smollm": True, "starcoder": True, "refact": True}
+GGUF_USER_DEFINED = 4  # tokenizer.ggml.token_type of an added token that is not special
+
+
+def hf_tokenizer_path(out):
+    """Where a GGUF import writes its Hugging Face tokenizer folder: OUT.bin -> OUT_hf_tokenizer/."""
+    return (out[:-4] if out.endswith(".bin") else out) + "_hf_tokenizer"
+
+
+def write_hf_tokenizer(gguf_file, folder):
+    """Writes folder/tokenizer.json and tokenizer_config.json, the byte-level BPE tokenizer a gpt2 GGUF's
+    tokenizer.ggml.* keys describe (built with the tokenizers library), through a temporary folder
+    renamed into place. Returns what it wrote, or why it wrote nothing (another tokenizer kind or
+    pre-tokenizer: tokenize with the model's own tokenizer.json then)."""
+    import shutil
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+    kind, pre = gguf_file.field("tokenizer.ggml.model"), gguf_file.field("tokenizer.ggml.pre")
+    if kind != "gpt2" or pre not in GGUF_PRE_DIGITS:
+        if os.path.isdir(folder):  # --force: a stale folder would be taken for this model's
+            shutil.rmtree(folder)
+        return (f"no Hugging Face tokenizer folder written: tokenizer.ggml.model {kind!r}, pre {pre!r} (this tool"
+                f" rebuilds 'gpt2' with pre {', '.join(repr(k) for k in GGUF_PRE_DIGITS if k)})")
+    tokens = gguf_file.field("tokenizer.ggml.tokens")
+    merges = [tuple(m.split(" ", 1)) for m in gguf_file.field("tokenizer.ggml.merges") or []]
+    types = gguf_file.field("tokenizer.ggml.token_type") or [0] * len(tokens)
+    tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges))
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.pre_tokenizer = (pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+                         if GGUF_PRE_DIGITS[pre] else byte_level)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t, ty in zip(tokens, types) if ty == GGUF_CONTROL])
+    tok.add_tokens([AddedToken(t, normalized=False) for t, ty in zip(tokens, types) if ty == GGUF_USER_DEFINED])
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": gguf_file.field("llama.context_length")}
+    for name, key in (("bos_token", "bos"), ("eos_token", "eos"), ("unk_token", "unknown"), ("pad_token", "padding")):
+        i = gguf_file.field(f"tokenizer.ggml.{key}_token_id")
+        if i is not None and 0 <= i < len(tokens):
+            config[name] = tokens[i]
+    if gguf_file.field("tokenizer.chat_template") is not None:
+        config["chat_template"] = gguf_file.field("tokenizer.chat_template")
+    tmp = folder + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    try:
+        tok.save(os.path.join(tmp, "tokenizer.json"))
+        with open(os.path.join(tmp, "tokenizer_config.json"), "w") as f:
+            json.dump({k: v for k, v in config.items() if v is not None}, f, indent=2)
+        if os.path.isdir(folder):  # --force
+            shutil.rmtree(folder)
+        os.rename(tmp, folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return (f"wrote {folder}/: tokenizer.json and tokenizer_config.json, the Hugging Face tokenizer of tokenizer.ggml.*"
+            f" ({len(tokens)} tokens, {len(merges)} merges, pre {pre!r})")
+
+
 # --- the import ---
 
 def open_source(src, stack):
@@ -550,7 +617,8 @@ def import_model(src_path, out, force=False):
             pieces = padded_table(table, c["V"])
             # the decode table's document start: BOS, else EOS, else 0
             start = next((first_id(i) for i in (ids["bos_token_id"], ids["eos_token_id"]) if i is not None), 0)
-        outputs = [out] + ([table_out] if table is not None else []) + [special_out]
+        hf_tok = hf_tokenizer_path(out) if isinstance(src, GGUFFile) and table is not None else None
+        outputs = [out] + ([table_out] if table is not None else []) + [special_out] + ([hf_tok] if hf_tok else [])
         for path in outputs:
             if os.path.exists(path) and not force:
                 raise FormatError(path, "exists; pass --force to replace it")
@@ -583,6 +651,8 @@ def import_model(src_path, out, force=False):
             if os.path.exists(special_out):  # --force: a stale record would be read for this model
                 os.remove(special_out)
             print("the source names no BOS, EOS or padding id: no special tokens record written")
+        if hf_tok:
+            print(write_hf_tokenizer(src, hf_tok))
 
 
 def main():

@@ -1,21 +1,39 @@
 #!/usr/bin/env bash
 # Runs the CPU test suites (C, host-only trainer checks, every dev/test/test_*.py) and, when a GPU
 # answers nvidia-smi, the GPU suites (test_llama_fp8, scripts/test_signal.sh and scripts/test_hf_gpu.sh
-# on the trainer);
+# on the trainer) and the dev/cuda kernel checks listed in KERNEL_CHECKS (their fp8 health counts see
+# inputs with exact zeros, which the trainer's tensors almost never hold);
 # prints the combined "N passed, N failed" line last. Exit status is non-zero if anything failed.
-# A suite counts one failure more when it crashes before its summary line or exits non-zero although
-# its summary says 0 failed (dev/test/test_scripts.py runs this script on fake suites to check that).
+# Python runs from the project's environment, .venv/ (make test creates it from requirements.txt), put
+# first on PATH so that scripts calling python3 get it too.
+# A suite counts one failure more when it crashes before its summary line, exits non-zero although
+# its summary says 0 failed, reports no test at all ("0 passed, 0 failed"), or runs past its time
+# limit: SUITE_TIMEOUT seconds (default 900) for a CPU suite, GPU_SUITE_TIMEOUT (default 1800) for a
+# GPU one (dev/test/test_scripts.py runs this script on fake suites to check each rule).
 set -u
 cd "$(dirname "$0")/.."
 passed=0; failed=0
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
+KERNEL_CHECKS="rmsnorm"
 
-# run_suite NAME COMMAND...: runs it, echoes its output, adds its summary line to the totals
+# timed_out RC T0 LIMIT: whether timeout(1) stopped the command: 124, or 137 when it ignored SIGTERM
+# and took the SIGKILL (a suite killed by SIGKILL before its limit exits 137 too)
+timed_out() {
+    [ "$1" -eq 124 ] || { [ "$1" -eq 137 ] && [ $((SECONDS - $2)) -ge "$3" ]; }
+}
+
+# run_suite NAME LIMIT COMMAND...: runs it (killed after LIMIT seconds), echoes its output, adds its
+# summary line to the totals
 run_suite() {
-    local name=$1; shift
-    "$@" 2>&1 | tee "$log"
+    local name=$1 limit=$2 t0=$SECONDS; shift 2
+    timeout -k 10 "$limit" "$@" 2>&1 | tee "$log"
     local rc=${PIPESTATUS[0]} line
+    if timed_out "$rc" "$t0" "$limit"; then
+        echo "suite '$name' timed out: still running after $limit s, killed"
+        failed=$((failed + 1))
+        return 0
+    fi
     line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1)
     if [ -z "$line" ]; then
         echo "suite '$name' crashed (exit $rc) before printing its summary"
@@ -25,36 +43,57 @@ run_suite() {
     local p f
     read -r p _ f _ <<<"$line"
     passed=$((passed + p)); failed=$((failed + f))
-    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+    if [ "$p" -eq 0 ] && [ "$f" -eq 0 ]; then
+        echo "suite '$name' ran no tests (0 passed, 0 failed)"
+        failed=$((failed + 1))
+    elif [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
         echo "suite '$name' exited $rc although it reported no failure"
         failed=$((failed + 1))
     fi
     return 0
 }
 
+# run_check NAME LIMIT COMMAND...: a program whose exit status is its verdict (the dev/cuda checks):
+# one test, passed if it exits 0 within LIMIT seconds
+run_check() {
+    local name=$1 limit=$2 t0=$SECONDS; shift 2
+    timeout -k 10 "$limit" "$@" 2>&1
+    local rc=$?
+    if [ "$rc" -eq 0 ]; then passed=$((passed + 1)); return 0; fi
+    if timed_out "$rc" "$t0" "$limit"; then echo "check '$name' timed out: still running after $limit s, killed"
+    else echo "check '$name' failed (exit $rc)"; fi
+    failed=$((failed + 1))
+}
+
+cpu_limit=${SUITE_TIMEOUT:-900} gpu_limit=${GPU_SUITE_TIMEOUT:-1800}
 echo "== CPU tests (dev/test/test_cpu)"
-run_suite cpu ./dev/test/test_cpu
+run_suite cpu "$cpu_limit" ./dev/test/test_cpu
 for t in test_trainer_host test_zero_layout; do
     echo "== host-only trainer checks (dev/test/$t)"
-    run_suite "$t" "./dev/test/$t"
+    run_suite "$t" "$cpu_limit" "./dev/test/$t"
 done
-if command -v python3 >/dev/null; then
+if [ -x .venv/bin/python3 ]; then
+    PATH="$PWD/.venv/bin:$PATH"
     for t in dev/test/test_*.py; do
         echo "== Python checks ($t)"
-        run_suite "$(basename "$t" .py)" python3 "$t"
+        run_suite "$(basename "$t" .py)" "$cpu_limit" python3 "$t"
     done
 else
-    echo "== Python checks: no python3"
+    echo "== Python checks not run: no .venv/ (make test creates it from requirements.txt: run make test, or make venv)"
     failed=$((failed + 1))
 fi
 if nvidia-smi -L >/dev/null 2>&1; then
-    echo "== GPU tests (test_llama_fp8, scripts/test_signal.sh, scripts/test_hf_gpu.sh)"
-    if make -s train_llama_fp8 test_llama_fp8; then
-        run_suite gpu ./test_llama_fp8
-        run_suite signal bash scripts/test_signal.sh
-        run_suite hf_gpu bash scripts/test_hf_gpu.sh
+    echo "== GPU tests (test_llama_fp8, scripts/test_signal.sh, scripts/test_hf_gpu.sh, dev/cuda: $KERNEL_CHECKS)"
+    if make -s train_llama_fp8 test_llama_fp8 && make -s -C dev/cuda $KERNEL_CHECKS; then
+        run_suite gpu "$gpu_limit" ./test_llama_fp8
+        run_suite signal "$gpu_limit" bash scripts/test_signal.sh
+        run_suite hf_gpu "$gpu_limit" bash scripts/test_hf_gpu.sh
+        for k in $KERNEL_CHECKS; do
+            echo "== dev/cuda/$k"
+            run_check "dev/cuda/$k" "$gpu_limit" "./dev/cuda/$k"
+        done
     else
-        echo "building train_llama_fp8 and test_llama_fp8 failed"
+        echo "building train_llama_fp8, test_llama_fp8 and dev/cuda's $KERNEL_CHECKS failed"
         failed=$((failed + 1))
     fi
 else

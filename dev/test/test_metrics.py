@@ -55,7 +55,7 @@ def main():
         import tensorboardX  # noqa: F401
         import tensorboard  # noqa: F401
     except ImportError as e:
-        check(False, f"Python packages: {e}; install with: pip install tensorboardX tensorboard")
+        check(False, f"Python packages: {e}; install with: .venv/bin/pip install -r requirements.txt")
         return summary()
     exe = os.path.join(TMP, "metrics_lines")
     rc, o, e = run(["nvcc", "-O1", "-arch=sm_90", "-std=c++17", "-Xcompiler", "-fopenmp", f"-I{ROOT}",

@@ -36,6 +36,7 @@ Last line: "N passed, N failed".
 """
 import importlib.util
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -537,23 +538,37 @@ RUNNER = os.path.join(ROOT, "scripts", "run_tests.sh")
 # the suites run_tests.sh runs, as paths in the tree (the Python ones are found by its glob)
 CPU_SUITES = ["dev/test/test_cpu", "dev/test/test_trainer_host", "dev/test/test_zero_layout"]
 PY_SUITES = ["dev/test/test_a.py", "dev/test/test_b.py"]
-GPU_SUITES = ["test_llama_fp8", "scripts/test_signal.sh", "scripts/test_hf_gpu.sh"]
+GPU_SUITES = ["test_llama_fp8", "scripts/test_signal.sh", "scripts/test_hf_gpu.sh", "dev/cuda/rmsnorm"]
 
 
-def fake_tree(tmp, outcomes, gpu, build_ok=True):
-    """A copy of the runner beside fake suites; outcomes maps a suite to (stdout, exit status, signal)."""
+def fake_tree(tmp, outcomes, gpu, build_ok=True, venv=True):
+    """A copy of the runner beside fake suites; outcomes maps a suite to (stdout, exit status, signal),
+    signal "HANG" for one that never ends. The Python suites pass only when run by .venv/bin/python3
+    (a wrapper that marks its children), the GPU shell scripts only when python3 on their PATH is it."""
     root = tempfile.mkdtemp(dir=tmp)
-    for d in ("scripts", "dev/test", "bin"):
+    for d in ("scripts", "dev/test", "dev/cuda", "bin"):
         os.makedirs(os.path.join(root, d))
     shutil.copy(RUNNER, os.path.join(root, "scripts"))
+    venv_python = os.path.join(root, ".venv", "bin", "python3")
+    if venv:
+        os.makedirs(os.path.dirname(venv_python))
+        with open(venv_python, "w") as f:
+            f.write(f"#!/bin/sh\nFAKE_VENV=1 exec {shlex_quote(sys.executable)} \"$@\"\n")
+        os.chmod(venv_python, 0o755)
     for suite in CPU_SUITES + PY_SUITES + GPU_SUITES:
         text, rc, sig = outcomes.get(suite, ("1 passed, 0 failed", 0, None))
         path = os.path.join(root, suite)
         if suite.endswith(".py"):
-            body = f"import os, signal, sys\nprint({text!r})\nsys.stdout.flush()\n"
-            body += f"os.kill(os.getpid(), signal.{sig})\n" if sig else f"sys.exit({rc})\n"
+            body = "import os, signal, sys, time\n"
+            body += "if os.environ.get('FAKE_VENV') != '1':\n    print('not the venv python')\n    print('0 passed, 1 failed')\n    sys.exit(1)\n"
+            body += f"print({text!r})\nsys.stdout.flush()\n"
+            body += ("time.sleep(60)\n" if sig == "HANG" else f"os.kill(os.getpid(), signal.{sig})\n" if sig else f"sys.exit({rc})\n")
         else:
-            body = f"#!/bin/sh\nprintf '%s\\n' {shlex_quote(text)}\n" + (f"kill -{sig} $$\n" if sig else f"exit {rc}\n")
+            body = "#!/bin/sh\n"
+            if suite.endswith(".sh"):
+                body += f"[ \"$(command -v python3)\" = {shlex_quote(venv_python)} ] || {{ echo 'python3 is not the venv one'; echo '0 passed, 1 failed'; exit 1; }}\n"
+            body += f"printf '%s\\n' {shlex_quote(text)}\n"
+            body += "sleep 60\n" if sig == "HANG" else f"kill -{sig} $$\n" if sig else f"exit {rc}\n"
         with open(path, "w") as f:
             f.write(body)
         os.chmod(path, 0o755)
@@ -570,32 +585,107 @@ def shlex_quote(s):
     return "'" + s.replace("'", "'\\''") + "'"
 
 
-def run_runner(root):
-    env = dict(os.environ, PATH=os.path.join(root, "bin") + os.pathsep + os.environ["PATH"])
+def run_runner(root, **env):
+    env = dict(os.environ, PATH=os.path.join(root, "bin") + os.pathsep + os.environ["PATH"], **env)
     p = subprocess.run(["bash", os.path.join(root, "scripts", "run_tests.sh")], capture_output=True, text=True, env=env)
     lines = p.stdout.strip().splitlines()
-    return p.returncode, lines[-1] if lines else ""
+    return p.returncode, lines[-1] if lines else "", p.stdout
 
 
 def test_runner(tmp):
-    n_cpu = len(CPU_SUITES) + len(PY_SUITES)
-    cases = [  # (what, outcomes, gpu, build ok, want passed, want failed)
-        ("every suite passes, no GPU", {}, False, True, n_cpu, 0),
-        ("every suite passes, GPU suites included", {}, True, True, n_cpu + len(GPU_SUITES), 0),
-        ("a CPU suite with failures", {"dev/test/test_cpu": ("7 passed, 2 failed", 1, None)}, False, True, n_cpu - 1 + 7, 2),
-        ("a suite crashing before its summary", {"dev/test/test_trainer_host": ("ok half of it", 0, "SEGV")}, False, True, n_cpu - 1, 1),
-        ("a Python suite printing no summary", {"dev/test/test_b.py": ("no summary here", 0, None)}, False, True, n_cpu - 1, 1),
+    n_cpu, n_gpu = len(CPU_SUITES) + len(PY_SUITES), len(GPU_SUITES)
+    cases = [  # (what, outcomes, gpu, build ok, want passed, want failed, {tree options, env}, a line the output must hold)
+        ("every suite passes, no GPU", {}, False, True, n_cpu, 0, {}, None),
+        ("every suite passes, GPU suites and dev/cuda checks included", {}, True, True, n_cpu + n_gpu, 0, {}, None),
+        ("a CPU suite with failures", {"dev/test/test_cpu": ("7 passed, 2 failed", 1, None)}, False, True, n_cpu - 1 + 7, 2, {}, None),
+        ("a suite crashing before its summary", {"dev/test/test_trainer_host": ("ok half of it", 0, "SEGV")}, False, True, n_cpu - 1, 1, {}, None),
+        ("a Python suite printing no summary", {"dev/test/test_b.py": ("no summary here", 0, None)}, False, True, n_cpu - 1, 1, {}, None),
         ("a suite exiting 3 after '4 passed, 0 failed'", {"dev/test/test_zero_layout": ("4 passed, 0 failed", 3, None)},
-         False, True, n_cpu - 1 + 4, 1),
-        ("the GPU suite failing", {"test_llama_fp8": ("10 passed, 1 failed", 1, None)}, True, True, n_cpu + 10 + len(GPU_SUITES) - 1, 1),
-        ("the GPU suite killed", {"test_llama_fp8": ("", 0, "KILL")}, True, True, n_cpu + len(GPU_SUITES) - 1, 1),
-        ("the GPU build failing", {}, True, False, n_cpu, 1),
-        ("no GPU: the GPU suites are not run", {"test_llama_fp8": ("0 passed, 5 failed", 1, None)}, False, True, n_cpu, 0),
+         False, True, n_cpu - 1 + 4, 1, {}, None),
+        ("a suite running no tests ('0 passed, 0 failed', exit 0)", {"dev/test/test_a.py": ("0 passed, 0 failed", 0, None)},
+         False, True, n_cpu - 1, 1, {}, "suite 'test_a' ran no tests (0 passed, 0 failed)"),
+        ("a CPU suite hanging (SUITE_TIMEOUT=2)", {"dev/test/test_cpu": ("started", 0, "HANG")}, False, True, n_cpu - 1, 1,
+         {"SUITE_TIMEOUT": "2"}, "suite 'cpu' timed out: still running after 2 s, killed"),
+        ("a Python suite hanging after its summary (SUITE_TIMEOUT=2)", {"dev/test/test_b.py": ("3 passed, 0 failed", 0, "HANG")},
+         False, True, n_cpu - 1, 1, {"SUITE_TIMEOUT": "2"}, "suite 'test_b' timed out: still running after 2 s, killed"),
+        ("a GPU suite hanging (GPU_SUITE_TIMEOUT=2; the CPU limit stays the default)", {"scripts/test_signal.sh": ("started", 0, "HANG")},
+         True, True, n_cpu + n_gpu - 1, 1, {"GPU_SUITE_TIMEOUT": "2"}, "suite 'signal' timed out: still running after 2 s, killed"),
+        ("no .venv: the Python suites are not run", {}, False, True, len(CPU_SUITES), 1, {"venv": False}, None),
+        ("the GPU suite failing", {"test_llama_fp8": ("10 passed, 1 failed", 1, None)}, True, True, n_cpu + 10 + n_gpu - 1, 1, {}, None),
+        ("the GPU suite killed", {"test_llama_fp8": ("", 0, "KILL")}, True, True, n_cpu + n_gpu - 1, 1, {}, "suite 'gpu' crashed (exit 137) before printing its summary"),
+        ("dev/cuda/rmsnorm failing", {"dev/cuda/rmsnorm": ("rmsnorm: FAIL (2 checks failed)", 1, None)}, True, True, n_cpu + n_gpu - 1, 1,
+         {}, "check 'dev/cuda/rmsnorm' failed (exit 1)"),
+        ("the GPU build failing", {}, True, False, n_cpu, 1, {}, None),
+        ("no GPU: the GPU suites are not run", {"test_llama_fp8": ("0 passed, 5 failed", 1, None)}, False, True, n_cpu, 0, {}, None),
     ]
-    for what, outcomes, gpu, build_ok, want_p, want_f in cases:
-        rc, last = run_runner(fake_tree(tmp, outcomes, gpu, build_ok))
+    for what, outcomes, gpu, build_ok, want_p, want_f, opts, line in cases:
+        env = {k: v for k, v in opts.items() if k != "venv"}
+        rc, last, out = run_runner(fake_tree(tmp, outcomes, gpu, build_ok, opts.get("venv", True)), **env)
         want = f"{want_p} passed, {want_f} failed"
-        check(last == want and (rc == 0) == (want_f == 0), f"run_tests.sh, {what}: '{last}', exit {rc} (want '{want}', exit {'0' if want_f == 0 else 'non-zero'})")
+        ok = last == want and (rc == 0) == (want_f == 0) and (line is None or line in out.splitlines())
+        check(ok, f"run_tests.sh, {what}: '{last}', exit {rc} (want '{want}', exit {'0' if want_f == 0 else 'non-zero'}"
+                  f"{f', and the line {line!r}' if line else ''})" + ("" if ok else f"\n{out[-800:]}"))
+
+
+MUTATIONS = os.path.join(ROOT, "scripts", "test_mutations.sh")
+# the fake tree's source and the fake suites that read it: ./test_llama_fp8 [FILTER] in the harness's
+# format ("FAIL <test> (...)" lines, then the summary), ./kernel in a dev/cuda program's
+FAKE_SRC = "# a fake source\nvalue = {}\n# end\n"
+FAKE_SUITE = """#!/bin/sh
+case "$(sed -n 2p src.txt)" in
+    "value = 2") echo "FAIL the test (1 checks failed, 0.1 s)"; echo "0 passed, 1 failed"; exit 1;;
+    "value = 3") echo "./test_llama_fp8: line 9: syntax error"; exit 2;;
+    "value = 4") echo "ok   the test (0.1 s)"; echo "FAIL another test (1 checks failed, 0.1 s)"; echo "1 passed, 1 failed"; exit 1;;
+    *) echo "ok   the test (0.1 s)"; echo "1 passed, 0 failed";;
+esac
+"""
+FAKE_KERNEL = """#!/bin/sh
+[ "$(sed -n 2p src.txt)" = "value = 5" ] && { echo "kernel: FAIL (2 checks failed)"; exit 1; }
+echo "kernel: PASS"
+"""
+# (name, the patch's two context lines and the value it sets, its Caught by: command, the verdict wanted)
+FAKE_MUTATIONS = [
+    ("caught", ("# a fake source", "# end"), "2", "./test_llama_fp8 'the test'", "caught"),
+    ("caught_by_summary", ("# a fake source", "# end"), "2", "./test_llama_fp8", "caught"),
+    ("caught_by_kernel", ("# a fake source", "# end"), "5", "./kernel", "caught"),
+    ("another_test_fails", ("# a fake source", "# end"), "4", "./test_llama_fp8 'the test'", "NOT CAUGHT"),
+    ("suite_crashes", ("# a fake source", "# end"), "3", "./test_llama_fp8", "NOT CAUGHT"),
+    ("missed", ("# a fake source", "# end"), "6", "./test_llama_fp8 'the test'", "MISSED"),
+    ("stale", ("# another source", "# and its end"), "2", "./test_llama_fp8", "STALE"),
+    ("fuzzy", ("# a fake sourcE", "# end"), "2", "./test_llama_fp8", "STALE"),  # applies only with fuzz
+    ("broken", ("# a fake source", "# end"), "build_error", "./test_llama_fp8", "BROKEN"),
+]
+
+
+def test_mutation_runner(tmp):
+    """scripts/test_mutations.sh on fake patches of a fake tree (make fails on a source holding
+    build_error; nvidia-smi lists one GPU): the verdict of each, and the totals."""
+    root = tempfile.mkdtemp(dir=tmp)
+    for d in ("scripts", "dev/test/mutations", "bin"):
+        os.makedirs(os.path.join(root, d))
+    shutil.copy(MUTATIONS, os.path.join(root, "scripts"))
+    files = {"src.txt": FAKE_SRC.format(1), "test_llama_fp8": FAKE_SUITE, "kernel": FAKE_KERNEL,
+             "bin/make": "#!/bin/sh\n! grep -q build_error src.txt || { echo 'src.txt:2: error: build_error'; exit 2; }\n",
+             "bin/nvidia-smi": "#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-0)'\n"}
+    for name, (first, last), value, cmd, _ in FAKE_MUTATIONS:
+        files[f"dev/test/mutations/{name}.patch"] = (
+            f"Mutation: {name}\nCaught by: {cmd}\n\n--- a/src.txt\n+++ b/src.txt\n@@ -1,3 +1,3 @@\n"
+            f" {first}\n-value = 1\n+value = {value}\n {last}\n")
+    for name, text in files.items():
+        with open(os.path.join(root, name), "w") as f:
+            f.write(text)
+        os.chmod(os.path.join(root, name), 0o755)
+    env = dict(os.environ, PATH=os.path.join(root, "bin") + os.pathsep + os.environ["PATH"])
+    p = subprocess.run(["bash", os.path.join(root, "scripts", "test_mutations.sh")], capture_output=True, text=True, env=env)
+    lines = p.stdout.strip().splitlines()
+    for name, _, _, cmd, verdict in FAKE_MUTATIONS:
+        got = next((m.group(1) for m in (re.match(rf"(caught|MISSED|NOT CAUGHT|STALE|BROKEN|not run) +{name}\b", line)
+                                           for line in lines) if m), None)
+        check(got == verdict, f"test_mutations.sh, mutation {name} ({cmd}): {got!r} (want {verdict!r})")
+    n_caught = sum(v == "caught" for *_, v in FAKE_MUTATIONS)
+    want = f"{n_caught} passed, {len(FAKE_MUTATIONS) - n_caught} failed"
+    check(lines[-1:] == [want] and p.returncode != 0, f"test_mutations.sh's totals: {lines[-1:]}, exit {p.returncode} (want '{want}', non-zero)"
+                                                        + ("" if lines[-1:] == [want] else f"\n{p.stdout[-1500:]}{p.stderr[-500:]}"))
 
 
 def test_mutation_patches():
@@ -611,13 +701,18 @@ def test_mutation_patches():
 
 
 if __name__ == "__main__":
-    test_mutation_patches()
+    # python3 dev/test/test_scripts.py [TEST ...]: only those (e.g. test_runner, as the mutations of
+    # the runners name it: a mutant fails test_mutation_patches, its own patch being applied)
+    tests = [test_scaling, test_refusals, test_benchmark_table, test_benchmark_table_hf, test_compare_convergence,
+             test_convergence_seeds, test_runner, test_mutation_runner]
+    chosen = sys.argv[1:] or ["test_mutation_patches"] + [t.__name__ for t in tests]
+    unknown = [name for name in chosen if name not in globals() or not name.startswith("test_")]
+    if unknown:
+        sys.exit(f"error: no such test: {', '.join(unknown)}")
+    if "test_mutation_patches" in chosen:
+        test_mutation_patches()
     with tempfile.TemporaryDirectory() as tmp:
-        test_scaling(tmp)
-        test_refusals(tmp)
-        test_benchmark_table(tmp)
-        test_benchmark_table_hf(tmp)
-        test_compare_convergence(tmp)
-        test_convergence_seeds(tmp)
-        test_runner(tmp)
+        for t in tests:
+            if t.__name__ in chosen:
+                t(tmp)
     sys.exit(summary())

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Makes the project's Python environment .venv/ and installs requirements.txt into it, so that the
+# tools and test suites never need (or change) the system Python's packages. make venv and make test
+# run it when .venv/requirements.stamp is missing or older than requirements.txt. The environment
+# also sees the system's packages (--system-site-packages: torch and transformers on a GPU machine),
+# and pip's own settings apply: offline, PIP_NO_INDEX=1 PIP_FIND_LINKS=DIR installs wheels from DIR
+# (made elsewhere with pip download -r requirements.txt -d DIR).
+# usage: bash scripts/venv.sh     (PYTHON: the interpreter to build it from, default python3)
+set -u
+cd "$(dirname "$0")/.."
+python=${PYTHON:-python3}
+if [ ! -x .venv/bin/python3 ]; then
+    echo "== creating .venv/ with $python -m venv"
+    if ! out=$("$python" -m venv --system-site-packages .venv 2>&1); then
+        rm -rf .venv
+        printf '%s\n' "$out"
+        version=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+        echo "error: .venv: '$python -m venv' failed: its venv module or ensurepip is missing. On Debian or Ubuntu:"
+        echo "    apt-get install python${version:-3}-venv"
+        exit 1
+    fi
+fi
+echo "== installing requirements.txt into .venv/"
+if ! .venv/bin/python3 -m pip install -q --disable-pip-version-check -r requirements.txt; then
+    echo "error: requirements.txt: pip could not install it into .venv/ (its message is above; offline, see scripts/venv.sh)"
+    exit 1
+fi
+touch .venv/requirements.stamp
