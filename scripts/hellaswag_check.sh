@@ -2,14 +2,16 @@
 # HellaSwag of a real model, ours (GPU, bf16 and fp8) against transformers (CPU, fp32), on the same
 # tokens: SmolLM2-135M-Instruct from its GGUF, the first N items of ../shared's HellaSwag file.
 # Prints both runs' acc and acc_norm and the share of items predicted alike (the bar: 99%, bf16).
-# usage: bash scripts/hellaswag_check.sh GGUF [N (default 1000)] [WORK (default /tmp/hellaswag_check)]
+# usage: bash scripts/hellaswag_check.sh GGUF [N (default 1000)] [WORK (default /tmp/hellaswag_check)] [ITEMS]
+# ITEMS: the HellaSwag file (default ../shared/data/hellaswag/hellaswag_val_full.txt.bz2; the official
+# hellaswag_val.jsonl works too).
 # Needs a GPU, torch, transformers, gguf, tokenizers, numpy; builds train_llama_fp8 if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-gguf=${1:?usage: bash scripts/hellaswag_check.sh GGUF [N] [WORK]}
+gguf=${1:?usage: bash scripts/hellaswag_check.sh GGUF [N] [WORK] [ITEMS]}
 n=${2:-1000}
 work=${3:-/tmp/hellaswag_check}
-data=../shared/data/hellaswag/hellaswag_val_full.txt.bz2
+data=${4:-../shared/data/hellaswag/hellaswag_val_full.txt.bz2}
 mkdir -p "$work"
 [ -x train_llama_fp8 ] || make -j train_llama_fp8
 python3 scripts/hf_import.py "$gguf" "$work/smollm2.bin"
