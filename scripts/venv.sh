@@ -2,7 +2,8 @@
 # Makes the project's Python environment .venv/ and installs requirements.txt into it, so that the
 # tools and test suites never need (or change) the system Python's packages. make venv and make test
 # run it when .venv/requirements.stamp is missing or older than requirements.txt. The environment
-# also sees the system's packages (--system-site-packages: torch and transformers on a GPU machine),
+# also sees the system's packages (--system-site-packages, and those of the environment python3 is
+# in, if it is one: torch and transformers on a GPU machine),
 # and pip's own settings apply: offline, PIP_NO_INDEX=1 PIP_FIND_LINKS=DIR installs wheels from DIR
 # (made elsewhere with pip download -r requirements.txt -d DIR).
 # usage: bash scripts/venv.sh     (PYTHON: the interpreter to build it from, default python3)
@@ -18,6 +19,13 @@ if [ ! -x .venv/bin/python3 ]; then
         echo "error: .venv: '$python -m venv' failed: its venv module or ensurepip is missing. On Debian or Ubuntu:"
         echo "    apt-get install python${version:-3}-venv"
         exit 1
+    fi
+    # --system-site-packages reaches the base interpreter's packages only: when python3 is itself a
+    # virtual environment (as on some GPU images, torch's), a .pth file adds that environment's too
+    parent=$("$python" -c 'import sys, sysconfig; sys.prefix != sys.base_prefix and print(sysconfig.get_paths()["purelib"])')
+    if [ -n "$parent" ]; then
+        child=$(.venv/bin/python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+        echo "$parent" > "$child/parent_environment.pth"
     fi
 fi
 echo "== installing requirements.txt into .venv/"

@@ -700,11 +700,32 @@ def test_mutation_patches():
         check(named and r.returncode == 0, f"mutation {name}: names its bug and its test, applies to the tree ({(r.stdout + r.stderr).strip()[:200]})")
 
 
+def test_venv_in_venv(tmp):
+    """scripts/venv.sh made from a python3 that is itself a virtual environment (the GPU image's torch
+    one): .venv sees that environment's packages, as --system-site-packages alone would not."""
+    root = os.path.join(tmp, "venv_in_venv")
+    os.makedirs(os.path.join(root, "scripts"))
+    shutil.copy(os.path.join(ROOT, "scripts", "venv.sh"), os.path.join(root, "scripts"))
+    open(os.path.join(root, "requirements.txt"), "w").close()
+    parent = os.path.join(tmp, "parent_env")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", parent], check=True)
+    site = subprocess.run([os.path.join(parent, "bin", "python3"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    with open(os.path.join(site, "parent_only_module.py"), "w") as f:
+        f.write("WHERE = 'parent'\n")
+    r = subprocess.run(["bash", "scripts/venv.sh"], cwd=root, capture_output=True, text=True,
+                       env=dict(os.environ, PYTHON=os.path.join(parent, "bin", "python3"), PIP_NO_INDEX="1"))
+    got = subprocess.run([os.path.join(root, ".venv", "bin", "python3"), "-c", "import parent_only_module as m; print(m.WHERE)"],
+                         capture_output=True, text=True) if r.returncode == 0 else r
+    check(r.returncode == 0 and got.stdout.strip() == "parent",
+          f"venv.sh from a python3 in a virtual environment: .venv imports that environment's packages ({(r.stdout + r.stderr + got.stderr).strip()[-300:]})")
+
+
 if __name__ == "__main__":
     # python3 dev/test/test_scripts.py [TEST ...]: only those (e.g. test_runner, as the mutations of
     # the runners name it: a mutant fails test_mutation_patches, its own patch being applied)
     tests = [test_scaling, test_refusals, test_benchmark_table, test_benchmark_table_hf, test_compare_convergence,
-             test_convergence_seeds, test_runner, test_mutation_runner]
+             test_convergence_seeds, test_runner, test_mutation_runner, test_venv_in_venv]
     chosen = sys.argv[1:] or ["test_mutation_patches"] + [t.__name__ for t in tests]
     unknown = [name for name in chosen if name not in globals() or not name.startswith("test_")]
     if unknown:
