@@ -72,7 +72,7 @@ def prepare(*args):
 def build(tool):
     exe = tmp(tool)
     rc, out, err = run(["gcc", "-O2", "-Wall", "-Wno-unused-function", f"-I{ROOT}",
-                        os.path.join(ROOT, "dev", "test", "tools", f"{tool}.c"), "-lm", "-o", exe])
+                        os.path.join(ROOT, "dev", "test", "tools", f"{tool}.c"), "-lm", "-lz", "-o", exe])
     if rc != 0:
         print(out + err)
     return exe if rc == 0 else None

@@ -80,7 +80,7 @@ def main(tmp):
                       + ("" if a == b else f": {b} (want {a})"))
     with open(os.path.join(FIXTURE, "config.json")) as f:
         config = json.load(f)
-    bos, eos = formats.special_ids(os.path.join(folder, "tokenizer.json"))
+    bos, eos, _ = formats.special_ids(os.path.join(folder, "tokenizer.json"))
     check((bos, eos) == (config["bos_token_id"], config["eos_token_id"]),
           f"its tokenizer_config.json names BOS {bos}, EOS {eos} (the fixture's config: {config['bos_token_id']}, {config['eos_token_id']})")
 

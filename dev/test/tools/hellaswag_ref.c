@@ -33,8 +33,8 @@ static void load_model(RefModel *model, const char *path, int B, int T) {
     if (size != want) FATAL("%s: %lld bytes, its header's config needs %lld", path, (long long)size, (long long)want);
     freadCheck(model->params, sizeof(float), model->num_params, f, path);
     fcloseCheck(f);
-    uint64_t stored = (uint64_t)(uint32_t)header[MODEL_HDR_CHECKSUM] | ((uint64_t)(uint32_t)header[MODEL_HDR_CHECKSUM + 1] << 32);
-    uint64_t sum = checksum_of_version(header[1])(0, model->params, model->num_params * sizeof(float));
+    uint64_t stored = header_checksum_word(header);
+    uint64_t sum = checksum_of_version(header[1])(checksum_of_header(header), model->params, model->num_params * sizeof(float));
     if (sum != stored) FATAL("%s: checksum mismatch (stored %llx, body %llx)", path, (unsigned long long)stored, (unsigned long long)sum);
 }
 
