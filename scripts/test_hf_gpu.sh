@@ -16,7 +16,7 @@ check() { # check NAME COMMAND...: runs it, its output in $work/NAME.log
     else echo "FAIL $name ($((SECONDS - t0)) s):"; tail -5 "$work/$name.log"; failed=$((failed + 1)); fi
 }
 make -s train_llama_fp8 > "$work/build.log" 2>&1 || { echo "FAIL building the trainer"; cat "$work/build.log"; echo "0 passed, 1 failed"; exit 1; }
-gcc -O2 -Wall -Wno-unused-function -I. dev/test/tools/ref_logits.c -lm -o "$work/ref_logits" || { echo "0 passed, 1 failed"; exit 1; }
+gcc -O2 -Wall -Wno-unused-function -I. dev/test/tools/ref_logits.c -lm -lz -o "$work/ref_logits" || { echo "0 passed, 1 failed"; exit 1; }
 python3 -c "import transformers, torch" 2>/dev/null || { echo "FAIL transformers and torch are needed in python3 (pip install torch transformers)"; echo "0 passed, 1 failed"; exit 1; }
 for fixture in tied llama3; do
     check "import $fixture" python3 scripts/hf_import.py "dev/test/fixtures/hf/$fixture" "$work/$fixture.bin"
