@@ -1350,12 +1350,12 @@ static void state_fields(Model *m, TrainState *ts, StateField f[NUM_STATE_FIELDS
         {14, "precision (0 bf16, 1 fp8)", &o->precision, 1, {"-precision bf16", "-precision fp8"}},
         {15, "fp8 recipe (1 current)", &o->fp8_current, 1, {"-fp8_recipe delayed", "-fp8_recipe current"}},
         {16, "fp8 history length", &o->fp8_history, 1}, {17, "fp8 margin", &o->fp8_margin, 1},
+        {22, "data sets of the -i mixture (0: one glob)", &g_data_sets, 1}, // before 18: the cause of its mismatch
         {18, "data loader state size", &g_data_state_bytes, 1},
         {19, "AdamW updates applied", &m->adam_t, 0}, // a skipped update does not count: read back
         {20, "-fp8_lm_head", &m->fp8.lm_head, 1, {"-fp8_lm_head 0", "-fp8_lm_head 1"}},
         {21, "-adam_moments (0 fp32, 1 bf16)", &o->moments_bf16, 1,
          {"-adam_moments fp32 (the file's moments are fp32, the default before bf16)", "-adam_moments bf16"}},
-        {22, "data sets of the -i mixture (0: one glob)", &g_data_sets, 1},
     };
     memcpy(f, all, sizeof(all));
 }
