@@ -6,6 +6,8 @@ rule (num_items_in_batch) for the step's loss and gradient, two micro-batches of
 (21 and 5), so the mean of the micro-batches' means is not the step's loss. The model is imported with
 scripts/hf_import.py; the gradient too, written as a model whose weights are transformers' gradients
 (the import only moves and permutes rows, which it does to a gradient as to the weight it belongs to).
+Also dev/data/formats.py's loss-mask writer and reader: its constants are llmc/dataloader.h's, a mask
+reads back, and every bad mask is refused naming the file.
 
     python3 dev/test/test_masked_loss.py
 
@@ -33,6 +35,7 @@ except ImportError as e:
     sys.exit(summary())
 
 import model_file  # noqa: E402
+import formats  # noqa: E402  (dev/data, on the path through model_file)
 
 # Both sides compute in fp32 from the same weights, as dev/test/test_hf.py's logits (1e-5 of the
 # largest logit there); the loss is a mean of such values and the gradient a sum of products of them:
@@ -49,8 +52,45 @@ def run(cmd):
     return p.returncode == 0
 
 
+def test_mask_format(tmp):
+    with open(os.path.join(ROOT, "llmc", "dataloader.h")) as f:
+        header = f.read()
+    for name, value in (("MASK_MAGIC", formats.MASK_MAGIC), ("MASK_VERSION", formats.MASK_VERSION),
+                        ("MASK_SUFFIX", f'"{formats.MASK_SUFFIX}"')):
+        check(f"#define {name} {value}\n" in header, f"formats.{name} = {value} is llmc/dataloader.h's")
+    shard = os.path.join(tmp, "chat_000.bin")
+    path = formats.mask_path(shard)
+    check(path == shard + ".mask", f"the mask of {shard} is {path}")
+    mask = (np.arange(1001) % 3 != 0).astype(np.uint8)
+    formats.write_loss_mask(path, mask)
+    check(np.array_equal(formats.read_loss_mask(path, tokens=1001), mask), "a loss mask reads back")
+    check(os.path.getsize(path) == 1024 + 1001, f"a mask of 1001 tokens is {os.path.getsize(path)} bytes")
+
+    def refused(what, fn, needle):
+        try:
+            fn()
+        except formats.FormatError as e:
+            check(needle in str(e) and e.path in str(e), f"{what}: refused: {e}")
+            return
+        check(False, f"{what}: accepted")
+    refused("a value 2 written", lambda: formats.write_loss_mask(os.path.join(tmp, "bad.mask"), [0, 1, 2]), "must be 0 or 1")
+    check(not os.path.exists(os.path.join(tmp, "bad.mask")), "a refused write leaves no file")
+    refused("another token count", lambda: formats.read_loss_mask(path, tokens=1000), "a mask of 1001 tokens, its shard has 1000")
+    data = bytearray(open(path, "rb").read())
+    for what, edit, needle in (("a token shard's magic", lambda d: d.__setitem__(slice(0, 4), np.int32(20240520).tobytes()), "bad magic"),
+                               ("version 2", lambda d: d.__setitem__(slice(4, 8), np.int32(2).tobytes()), "version 2"),
+                               ("a truncated body", lambda d: d.__delitem__(slice(-5, None)), "the file has 996 mask bytes"),
+                               ("a byte 7", lambda d: d.__setitem__(1024 + 40, 7), "byte 7 at token 40")):
+        bad = bytearray(data)
+        edit(bad)
+        with open(os.path.join(tmp, "bad.mask"), "wb") as f:
+            f.write(bad)
+        refused(what, lambda: formats.read_loss_mask(os.path.join(tmp, "bad.mask")), needle)
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="test_masked_loss_")
+    test_mask_format(tmp)
     tool = os.path.join(tmp, "ref_masked_loss")
     if not check(run(["gcc", "-O2", "-Wall", "-Wno-unused-function", "-I.", "dev/test/tools/ref_masked_loss.c", "-lm", "-o", tool]),
                  "build dev/test/tools/ref_masked_loss.c"):
