@@ -74,7 +74,7 @@ a bad one. Multi-byte values are read in the host's byte order: little-endian, a
 #define SHARD_VERSION_U16 1
 #define SHARD_MAGIC_U32 20240801
 #define SHARD_VERSION_U32 7
-#define MASK_MAGIC 20261202
+#define MASK_MAGIC 20261206
 #define MASK_VERSION 1
 #define MASK_SUFFIX ".mask"
 

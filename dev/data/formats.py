@@ -6,7 +6,7 @@ Token shard: 256 x int32 header (magic, version, token count), then the ids, uin
 version 1) when every id fits, else uint32 (magic 20240801, version 7).
 Decode table: 256 x int32 header (magic 20240328, version 2, vocab size, document-start id), then
 per token a uint8 length and that many raw bytes.
-Loss mask: 256 x int32 header (magic 20261202, version 1, token count), then one uint8 per token of
+Loss mask: 256 x int32 header (magic 20261206, version 1, token count), then one uint8 per token of
 its shard, 1 where the token is learned as a target; beside shard X as X.mask (write_loss_mask).
 HellaSwag eval file: below (write_hellaswag).
 
@@ -152,7 +152,7 @@ def read_decode_table(path):
 
 # --- loss masks (llmc/dataloader.h reads one beside each shard of a set; docs/formats.md) ---
 
-MASK_MAGIC, MASK_VERSION = 20261202, 1
+MASK_MAGIC, MASK_VERSION = 20261206, 1
 MASK_SUFFIX = ".mask"
 
 

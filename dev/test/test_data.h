@@ -854,7 +854,7 @@ static void test_bad_masks(void) {
                          "has 105");
     td_write_shard("mmagic.bin", 2, 0, 105);
     td_write_mask_raw("mmagic.bin", SHARD_MAGIC_U16, MASK_VERSION, 105, 105, 0);
-    td_expect_mask_fatal("a token shard as a mask", "mmagic.bin", 0, "mmagic.bin.mask", "bad magic 20240520", "20261202");
+    td_expect_mask_fatal("a token shard as a mask", "mmagic.bin", 0, "mmagic.bin.mask", "bad magic 20240520", "20261206");
     td_write_shard("mver.bin", 2, 0, 105);
     td_write_mask_raw("mver.bin", MASK_MAGIC, 2, 105, 105, 0);
     td_expect_mask_fatal("another mask version", "mver.bin", 0, "mver.bin.mask", "version 2", NULL);
