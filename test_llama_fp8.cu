@@ -1406,6 +1406,90 @@ static void eval_only_fp8(int current) {
 }
 static void test_eval_only_fp8_delayed(void) { eval_only_fp8(0); }
 static void test_eval_only_fp8_current(void) { eval_only_fp8(1); }
+// ----------------------------------------------------------------------------------------------
+// loss masks
+
+// One optimizer step of 2 micro-batches with loss-masked targets (-1) against the C reference: the
+// step's loss is the mean over its learned targets, 192 in micro-batch 0 and 16 in micro-batch 1, so
+// the mean of the two micro-batches' means would weigh each of micro-batch 1's targets 6.5x more
+// than the step's mean does (and give another loss); a masked target has loss 0 and no gradient. The
+// gradient is read after train_step (lr 0, no clipping: the buffer holds the step's gradient);
+// tolerances as the first-step tests' (bf16 budget; fp8: twice the flip floor plus it).
+static void masked_step_vs_cpu(int precision) {
+    LlamaConfig c = small_config();
+    int B = 2, T = 128, N = B * T, grad_accum = 2, fp8 = precision == PREC_FP8;
+    int *in = (int *)mallocCheck(grad_accum * N * sizeof(int)), *tg = (int *)mallocCheck(grad_accum * N * sizeof(int));
+    random_tokens(in, grad_accum * N, c.V, 5);
+    random_tokens(tg, grad_accum * N, c.V, 6);
+    int learned[2] = {0, 0};
+    for (int k = 0; k < grad_accum; k++) {
+        for (int i = 0; i < N; i++) {
+            int keep = k == 0 ? i % 4 != 0 : i % 16 == 3;
+            if (!keep) tg[k * N + i] = -1;
+            learned[k] += keep;
+        }
+    }
+    RefModel ref, refb;
+    ref_init(&ref, &c, B, T, fp8, 0, 0, 16, 0);
+    ref_init_weights(&ref, 42);
+    float ref_loss = ref_compute_grads(&ref, in, tg, grad_accum);
+    RefModel ref32; // the fp32 model's micro-batch means, for the mean of means
+    ref_init(&ref32, &c, B, T, 0, 0, 0, 16, 0);
+    ref_init_weights(&ref32, 42);
+    double mean_of_means = 0.0;
+    for (int k = 0; k < grad_accum; k++) {
+        ref32.micro_step = -1;
+        mean_of_means += ref_forward(&ref32, in + k * N, tg + k * N) / grad_accum;
+    }
+    ref_free(&ref32);
+    if (fp8) {
+        ref_init(&refb, &c, B, T, 1, 0, 0, 16, 0);
+        ref_init_weights(&refb, 42);
+        refb.fp8_bf16_inputs = 1;
+        ref_compute_grads(&refb, in, tg, grad_accum);
+    }
+    Model m;
+    ModelOptions mo = model_options(B, T, precision);
+    mo.moments_bf16 = 0;
+    model_init(&m, &c, &mo);
+    model_set_weights(&m, ref.params);
+    AdamWParams h = {0.0f, 0.9f, 0.95f, 1e-8f, 0.0f, 0.0f};
+    float *losses = (float *)mallocCheck(grad_accum * N * sizeof(float)), gn;
+    int skipped;
+    float l = train_step(&m, in, tg, grad_accum, &h, losses, g_norm_device, &gn, &skipped, g_stream);
+    cudaCheck(cudaDeviceSynchronize());
+    float *grads = download_bf16(m.grads_memory, m.num_params);
+    double loss_tol = fp8 ? 1e-2 : BF16_SMALL.loss;
+    printf("    %d and %d learned targets | loss gpu %.6f cpu %.6f (mean of the micro-batches' means %.6f)\n", learned[0], learned[1],
+           l, ref_loss, mean_of_means);
+    CHECK(fabs(mean_of_means - ref_loss) / ref_loss > 10 * loss_tol, "the data cannot tell the step's mean (%.6f) from the mean"
+          " of means (%.6f)", ref_loss, mean_of_means);
+    CHECK(!skipped && fabsf(l - ref_loss) / ref_loss < loss_tol, "loss %.6f vs the reference's %.6f", l, ref_loss);
+    int nonzero_masked = 0;
+    for (int i = 0; i < grad_accum * N; i++) nonzero_masked += tg[i] < 0 && losses[i] != 0.0f;
+    CHECK(nonzero_masked == 0, "%d masked targets have a non-zero loss", nonzero_masked);
+    if (!fp8) {
+        check_grads(&m, grads, ref.grads, BF16_SMALL.grads, "masked bf16 vs cpu");
+    } else {
+        size_t off = 0;
+        for (int p = 0; p < NUM_PARAM_TENSORS; p++) {
+            size_t n = m.param_sizes[p];
+            double e = rel_err(grads + off, ref.grads + off, n), fl = rel_err(refb.grads + off, ref.grads + off, n);
+            double tol = fp8_tolerance(fl, BF16_SMALL.grads);
+            printf("    masked fp8 grad %-8s rel %.2e (flip floor %.2e, tolerance %.2e)\n", PARAM_NAMES[p], e, fl, tol);
+            CHECK(e < tol, "gradient of %s: rel %.3e >= %.3e", PARAM_NAMES[p], e, tol);
+            off += n;
+        }
+        ref_free(&refb);
+    }
+    free(grads);
+    free(losses);
+    model_free(&m);
+    free(in); free(tg);
+    ref_free(&ref);
+}
+static void test_masked_step_bf16_vs_cpu(void) { masked_step_vs_cpu(PREC_BF16); }
+static void test_masked_step_fp8_vs_cpu(void) { masked_step_vs_cpu(PREC_FP8); }
 
 int main(int argc, char **argv) {
     if (argc > 1) g_test_filter = argv[1]; // run only the tests whose name contains it
@@ -1453,6 +1537,8 @@ int main(int argc, char **argv) {
     run_test("a non-finite last step still writes the end-of-run checkpoint (bf16, fp8)", test_nonfinite_last_step_checkpoint);
     run_test("-x 0 in fp8: evaluation logits are the first training step's (delayed recipe; prompt and val batch)", test_eval_only_fp8_delayed);
     run_test("-x 0 in fp8: evaluation logits are the first training step's (current recipe: live in evaluation)", test_eval_only_fp8_current);
+    run_test("loss masks: 2 micro-batches of 192 and 16 learned targets, bf16 loss and gradient vs C reference", test_masked_step_bf16_vs_cpu);
+    run_test("loss masks: 2 micro-batches of 192 and 16 learned targets, fp8 loss and gradient vs C reference emulation", test_masked_step_fp8_vs_cpu);
     if (g_tests_passed + g_tests_failed == 0) { printf("no test matches '%s'\n", g_test_filter); g_tests_failed = 1; }
     printf("%d passed, %d failed\n", g_tests_passed, g_tests_failed);
     return g_tests_failed == 0 ? 0 : 1;

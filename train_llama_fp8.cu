@@ -55,7 +55,7 @@ enum { PREC_BF16, PREC_FP8 };
 // Options: one table drives the parser and the usage text, so the two cannot disagree.
 
 typedef struct {
-    char train_pattern[512], val_pattern[512], tokenizer_path[512], log_dir[512], model[64], init_from[512];
+    char train_pattern[2048], val_pattern[512], tokenizer_path[512], log_dir[512], model[64], init_from[512];
     char precision[16], fp8_recipe[16], adam_moments[16];
     int B, T, total_batch, max_steps, warmup, val_every, val_batches, sample_every, gen_tokens;
     int ckpt_every, resume, recompute, seed, shuffle, fp8_history, fp8_margin, fp8_lm_head, fp8_log, fp8_dump, ngpu, fp8_weight_cache, deterministic;
@@ -73,7 +73,7 @@ typedef struct { const char *flag; OptType type; size_t offset, size; const char
 #define OPT(flag, type, field, help) {flag, type, offsetof(Options, field), sizeof(((Options *)0)->field), help}
 
 static const OptSpec OPTION_SPECS[] = {
-    OPT("-i", OPT_STR, train_pattern, "train token shards (glob); 'synthetic' for the built-in synthetic corpus (tests, benchmarks)"),
+    OPT("-i", OPT_STR, train_pattern, "train token shards (glob), or a mixture of globs with weights 'A:0.7,B:0.3'; 'synthetic' for the built-in synthetic corpus (tests, benchmarks)"),
     OPT("-j", OPT_STR, val_pattern, "val token shards (glob); '' for none"),
     OPT("-tok", OPT_STR, tokenizer_path, "tokenizer decode table (samples print ids without it)"),
     OPT("-o", OPT_STR, log_dir, "log directory: main.log, fp8.log, checkpoints ('' for none)"),
@@ -284,6 +284,7 @@ typedef struct {
     const int *inputs, *targets; // the pinned host batches the step copies from
     float *losses;               // and the pinned host losses it copies to
     int grad_accum;
+    float dloss;                 // the loss scale, a kernel argument
     const void *token_lists, *cudnn_workspace; // the embedding backward's device lists, cuDNN's workspace
 } StepGraphKey;
 
@@ -324,6 +325,7 @@ typedef struct {
     Activations acts;
     EncoderBackward enc_bwd;
     StepGraph graph;
+    int loss_masked;   // the train data has loss masks: the ranks sum their learned-target counts every step
     int step;          // optimizer steps completed
     int adam_t;        // AdamW updates applied (bias correction; a skipped step does not count)
     int micro;         // micro-step within the current optimizer step
@@ -1015,7 +1017,7 @@ static void zero_added_grads(Model *m, cudaStream_t stream) {
 
 // The forward and backward passes of a step, micro-step by micro-step, the tokens already grouped
 // (model_group_tokens).
-static void step_passes(Model *m, const int *inputs, const int *targets, int grad_accum, float *host_losses,
+static void step_passes(Model *m, const int *inputs, const int *targets, int grad_accum, float dloss, float *host_losses,
                         cudaStream_t stream) {
     MultiGpu *mg = m->mg;
     int N = m->opt.B * m->opt.T;
@@ -1024,8 +1026,7 @@ static void step_passes(Model *m, const int *inputs, const int *targets, int gra
         m->micro = micro;
         cudaCheck(cudaMemcpyAsync(m->acts.inputs, inputs + (size_t)micro * N, N * sizeof(int), cudaMemcpyHostToDevice, stream));
         cudaCheck(cudaMemcpyAsync(m->acts.targets, targets + (size_t)micro * N, N * sizeof(int), cudaMemcpyHostToDevice, stream));
-        // the mean over every token of the step on every rank: the ranks' gradients then just add (MG_SUM, exact)
-        model_forward(m, 1, 1.0f / ((float)N * grad_accum * mg->world), stream);
+        model_forward(m, 1, dloss, stream);
         cudaCheck(cudaMemcpyAsync(host_losses + (size_t)micro * N, m->acts.losses, N * sizeof(float), cudaMemcpyDeviceToHost, stream));
         m->reduce_grads = mg->world > 1 && micro == grad_accum - 1; // gradients are final in the last micro-step only
         model_backward(m, stream);
@@ -1050,7 +1051,7 @@ static int is_pinned(const void *p) {
 // the device mid-step). The graph replays what it was captured with: the host keeps the batches,
 // losses and token lists in the same pinned buffers, and anything that moves one (StepGraphKey)
 // captures it again. Returns 0 if this step cannot run as a graph.
-static int step_passes_graph(Model *m, const int *inputs, const int *targets, int grad_accum, float *host_losses,
+static int step_passes_graph(Model *m, const int *inputs, const int *targets, int grad_accum, float dloss, float *host_losses,
                              cudaStream_t stream) {
     StepGraph *g = &m->graph;
     if (!m->opt.cuda_graph || m->mg->world > 1 || g->steps < 2) return 0;
@@ -1060,13 +1061,13 @@ static int step_passes_graph(Model *m, const int *inputs, const int *targets, in
 #endif
     StepGraphKey key;
     memset(&key, 0, sizeof(key)); // compared with memcmp
-    key.inputs = inputs; key.targets = targets; key.losses = host_losses; key.grad_accum = grad_accum;
+    key.inputs = inputs; key.targets = targets; key.losses = host_losses; key.grad_accum = grad_accum; key.dloss = dloss;
     key.token_lists = m->enc_bwd.device_list; key.cudnn_workspace = attention_workspace();
     if (g->exec == NULL || memcmp(&key, &g->key, sizeof(key)) != 0) {
         if (g->exec) cudaCheck(cudaGraphExecDestroy(g->exec));
         cudaGraph_t graph;
         cudaCheck(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-        step_passes(m, inputs, targets, grad_accum, host_losses, stream);
+        step_passes(m, inputs, targets, grad_accum, dloss, host_losses, stream);
         cudaCheck(cudaStreamEndCapture(stream, &graph));
         cudaCheck(cudaGraphInstantiate(&g->exec, graph, 0));
         size_t nodes = 0;
@@ -1075,7 +1076,7 @@ static int step_passes_graph(Model *m, const int *inputs, const int *targets, in
         g->key = key;
         g->captures++;
         printf("cuda graph: step %d's forward and backward captured (%zu nodes%s); replayed from here on\n", m->step + 1,
-               nodes, g->captures > 1 ? ", again: a buffer it uses moved" : "");
+               nodes, g->captures > 1 ? ", again: a buffer it uses or the loss scale changed" : "");
     }
     cudaCheck(cudaGraphLaunch(g->exec, stream));
     g->replays++;
@@ -1083,28 +1084,64 @@ static int step_passes_graph(Model *m, const int *inputs, const int *targets, in
     return 1;
 }
 
+// The step's learned targets (not -1) summed over the ranks, from this rank's count: one all-reduce
+// when the train data has loss masks (every rank's flag is the same: they read the same files), none
+// without (then every rank learns all of its targets).
+static long long step_unmasked_total(Model *m, long long unmasked) {
+    MultiGpu *mg = m->mg;
+    if (mg->world == 1) return unmasked;
+    if (!m->loss_masked) return unmasked * mg->world;
+    unsigned long long *h = (unsigned long long *)mg->host_scratch;
+    h[0] = (unsigned long long)unmasked;
+    cudaCheck(cudaMemcpyAsync(mg->scratch, h, sizeof(*h), cudaMemcpyHostToDevice, mg->comm_stream));
+    mg_allreduce_sum_u64(mg, (unsigned long long *)mg->scratch, 1, mg->comm_stream);
+    cudaCheck(cudaMemcpyAsync(h, mg->scratch, sizeof(*h), cudaMemcpyDeviceToHost, mg->comm_stream));
+    mg_wait(mg, mg->comm_stream, "the step's learned-target count across ranks");
+    return (long long)h[0];
+}
+
+// dlogits' scale: the loss is the mean over the step's learned targets on every rank (all micro-steps
+// together, not a mean of per-micro-step means), so each learned target's loss weighs 1 / total and the
+// ranks' gradients just add (MG_SUM, exact). With every target learned that is 1 / (B*T*grad_accum*world),
+// computed as it always was; with none learned the step has no gradient.
+static float step_loss_scale(long long total, int N, int grad_accum, int world) {
+    if (total == (long long)N * grad_accum * world) return 1.0f / ((float)N * grad_accum * world);
+    return total > 0 ? (float)(1.0 / (double)total) : 0.0f;
+}
+
 // One optimizer step over grad_accum micro-batches; inputs and targets hold grad_accum * B * T
-// tokens each (micro-batch k at offset k * B * T). Returns the mean loss (over every rank's tokens).
+// tokens each (micro-batch k at offset k * B * T; a target -1 is loss-masked). Returns the mean loss
+// over every rank's learned targets (NaN when the step has none).
 // With several GPUs every fp8 scale is the same on all ranks: delayed ones come from the reduced
 // histories, live ones (the first step, -fp8_recipe current) from amaxes MAX-reduced on the spot.
 // The tokens are grouped for the embedding's backward before anything is queued; the last step's
-// copies of the lists are done by then (model_update waited for its backward).
+// copies of the lists are done by then (model_update waited for its backward). A step with a masked
+// target runs outside a CUDA graph: its loss scale differs from step to step, and a graph bakes it in.
 static float train_step(Model *m, const int *inputs, const int *targets, int grad_accum, const AdamWParams *h,
                         float *host_losses, float *norm_device, float *grad_norm, int *skipped, cudaStream_t stream) {
     MultiGpu *mg = m->mg;
     int N = m->opt.B * m->opt.T;
+    long long unmasked = 0;
+    for (size_t i = 0; i < (size_t)grad_accum * N; i++) unmasked += targets[i] >= 0;
+    long long total = step_unmasked_total(m, unmasked);
+    int all_learned = total == (long long)N * grad_accum * mg->world;
+    float dloss = step_loss_scale(total, N, grad_accum, mg->world);
     m->graph.steps++;
     encoder_backward_reserve(&m->enc_bwd, grad_accum);
     for (int micro = 0; micro < grad_accum; micro++) model_group_tokens(m, micro, inputs + (size_t)micro * N);
     recast_stale_weights(m, stream);
-    if (!step_passes_graph(m, inputs, targets, grad_accum, host_losses, stream))
-        step_passes(m, inputs, targets, grad_accum, host_losses, stream);
+    if (unmasked < (long long)grad_accum * N || !step_passes_graph(m, inputs, targets, grad_accum, dloss, host_losses, stream))
+        step_passes(m, inputs, targets, grad_accum, dloss, host_losses, stream);
     *grad_norm = model_update(m, h, norm_device, skipped, stream); // waits for the stream up to the norm, losses included
-    double sum = 0.0;
+    double sum = 0.0; // a masked target's loss is 0
     for (size_t i = 0; i < (size_t)grad_accum * N; i++) sum += host_losses[i];
-    float loss = (float)(sum / ((double)grad_accum * N));
-    // every rank reports, and decides on, the same mean
-    return mg->world == 1 ? loss : mg_allreduce_sum_float(mg, loss) / mg->world;
+    if (all_learned) {
+        float loss = (float)(sum / ((double)grad_accum * N));
+        // every rank reports, and decides on, the same mean
+        return mg->world == 1 ? loss : mg_allreduce_sum_float(mg, loss) / mg->world;
+    }
+    float step_sum = mg->world == 1 ? (float)sum : mg_allreduce_sum_float(mg, (float)sum);
+    return total > 0 ? (float)(step_sum / (double)total) : NAN;
 }
 
 // The next grad_accum micro-batches of the loader, gathered for train_step.
@@ -1357,15 +1394,17 @@ static LlamaConfig read_model_config(const char *path) {
     return c;
 }
 
-typedef struct { int step, grad_accum, world, rank; uint64_t rng; DataLoaderState data; } TrainState;
+// data: the train loader's position when it reads one glob; a mixture's whole state
+// (dataloader_save_state, g_data_state_bytes of them) is in data_mixture instead (NULL otherwise).
+typedef struct { int step, grad_accum, world, rank; uint64_t rng; DataLoaderState data; unsigned char *data_mixture; } TrainState;
 
 // The state file's header words 2..21, the one list its writer and its reader use: on resume every
 // checked word must equal this run's value (a mismatch names the field, and for a flag's word the
 // flag that resumes the file: pass[0] for the value 0, pass[1] for 1), the others are read back.
 // A word a trainer before its flag never wrote is 0 there: fp32 moments, no fp8 lm_head.
 typedef struct { int word; const char *name; int *value; int checked; const char *pass[2]; } StateField;
-#define NUM_STATE_FIELDS 20
-static int g_data_state_bytes = (int)sizeof(DataLoaderState);
+#define NUM_STATE_FIELDS 21
+static int g_data_state_bytes = (int)sizeof(DataLoaderState), g_data_sets = 0; // the train loader's (main sets them)
 
 static void state_fields(Model *m, TrainState *ts, StateField f[NUM_STATE_FIELDS]) {
     ModelOptions *o = &m->opt;
@@ -1377,6 +1416,7 @@ static void state_fields(Model *m, TrainState *ts, StateField f[NUM_STATE_FIELDS
         {14, "precision (0 bf16, 1 fp8)", &o->precision, 1, {"-precision bf16", "-precision fp8"}},
         {15, "fp8 recipe (1 current)", &o->fp8_current, 1, {"-fp8_recipe delayed", "-fp8_recipe current"}},
         {16, "fp8 history length", &o->fp8_history, 1}, {17, "fp8 margin", &o->fp8_margin, 1},
+        {22, "data sets of the -i mixture (0: one glob)", &g_data_sets, 1}, // before 18: the cause of its mismatch
         {18, "data loader state size", &g_data_state_bytes, 1},
         {19, "AdamW updates applied", &m->adam_t, 0}, // a skipped update does not count: read back
         {20, "-fp8_lm_head", &m->fp8.lm_head, 1, {"-fp8_lm_head 0", "-fp8_lm_head 1"}},
@@ -1419,7 +1459,8 @@ static void state_read_back(Model *m, TrainState *ts, const int h[256]) {
 static void state_sections(Model *m, TrainState *ts, Section sec[NUM_STATE_SECTIONS]) {
     size_t shard_bytes = moments_size(m), fp8_bytes = m->fp8_state ? m->fp8_layout.total * sizeof(float) : 0;
     const Section all[NUM_STATE_SECTIONS] = {{m->adam_m, shard_bytes, 1}, {m->adam_v, shard_bytes, 1}, {m->fp8_state, fp8_bytes, 1},
-                                              {&ts->rng, sizeof(ts->rng), 0}, {&ts->data, sizeof(ts->data), 0}};
+                                              {&ts->rng, sizeof(ts->rng), 0},
+                                              {ts->data_mixture ? (void *)ts->data_mixture : (void *)&ts->data, (size_t)g_data_state_bytes, 0}};
     memcpy(sec, all, sizeof(all));
 }
 
@@ -2082,7 +2123,7 @@ static int start_model(Model *m, TrainState *ts, DataLoader *train, const Option
     }
     if (resumed_from >= 0) {
         load_checkpoint(m, ts, o->log_dir, resumed_from);
-        dataloader_set_state(train, &ts->data);
+        dataloader_load_state(train, ts->data_mixture ? (const void *)ts->data_mixture : (const void *)&ts->data);
     } else if (o->init_from[0]) {
         load_model_file(m, o->init_from);
     } else {
@@ -2178,6 +2219,10 @@ int main(int argc, char **argv) {
     memset(&ts, 0, sizeof(ts));
     ts.grad_accum = grad_accum; ts.world = world; ts.rank = rank;
     ts.rng = (uint64_t)o.seed * 0x2545F4914F6CDD1Dull + 7;
+    g_data_state_bytes = (int)dataloader_state_bytes(&train);
+    g_data_sets = train.num_sets;
+    ts.data_mixture = train.num_sets ? (unsigned char *)mallocCheck(g_data_state_bytes) : NULL;
+    m.loss_masked = train.masked;
 
     int eval_only = o.max_steps == 0, have_dir = o.log_dir[0] != '\0' && !eval_only; // -x 0 writes nothing
     if (have_dir && mkdir(o.log_dir, 0755) != 0 && errno != EEXIST) FATAL("cannot create log directory '%s': %s", o.log_dir, strerror(errno));
@@ -2195,6 +2240,7 @@ int main(int argc, char **argv) {
         }
     }
     print_run(&m, &o, &mg, &prop, grad_accum, resumed_from, synthetic, logf);
+    if (main_rank && train.masked) printf("loss masks: the loss is the mean over the step's learned targets (mask byte 1), on every rank\n");
     double flops_per_token = model_flops_per_token(&cfg, o.T);
     double peak = gpu_bf16_peak_tflops(prop.name) * world; // MFU of all the GPUs together
 
@@ -2255,7 +2301,8 @@ int main(int argc, char **argv) {
             hellaswag_report(&m, &hs, &o, step + 1, step + 1 == o.max_steps, host_losses, logf, metricsf, stream);
         if (work & AFTER_SAMPLE) sample_text(&m, &tok, have_tok, bos, o.gen_tokens, &ts.rng, logf, main_rank, stream);
         if (work & AFTER_CHECKPOINT) {
-            ts.data = dataloader_get_state(&train);
+            if (ts.data_mixture) dataloader_save_state(&train, ts.data_mixture);
+            else ts.data = dataloader_get_state(&train);
             checkpoint_step(&m, &ts, o.log_dir, o.keep);
             if (main_rank) printf("checkpoint written: %s/model_%08d.bin\n", o.log_dir, m.step);
         }
@@ -2272,8 +2319,15 @@ int main(int argc, char **argv) {
         printf("median step %.2f ms over %d steps after warm-up | %.0f tok/s | MFU %s | device memory in use %.2f GiB%s\n",
                ms, timed, o.total_batch / (ms / 1000.0), mfu, mem_used / 1073741824.0, world > 1 ? " (rank 0)" : "");
     }
+    if (train.num_sets && main_rank) {
+        char report[4096];
+        dataloader_mixture_report(&train, report, sizeof(report));
+        printf("data mixture realized: %s\n", report);
+        if (logf) fprintf(logf, "mixture: %s\n", report);
+    }
     if (o.fp8_dump) dump_fp8_state(&m, o.log_dir, rank);
     free(step_ms);
+    free(ts.data_mixture);
     if (logf) fcloseCheck(logf);
     if (fp8f) fcloseCheck(fp8f);
     if (metricsf) fcloseCheck(metricsf);

@@ -36,6 +36,28 @@ ceil(P / world) steps, so collectives inside a forward stay in step. Where s*wor
 re-reads a position that exists (the number modulo P) and marks it not its own: its loss is not
 counted. The mean over the P positions is then the same at any world size.
 
+Loss masks (optional; docs/formats.md). Beside shard X a file X.mask (the name with ".mask" appended,
+so a glob of *.bin never matches one) holds one byte per token of X: byte i is 1 when token i is
+learned as a target, 0 when it is not. In the pairing above, target (b, t) of a batch is token
+start + b*T + t + 1 of the shard, so it is learned iff mask byte start + b*T + t + 1 is 1 (byte 0
+of a shard is never a target's: token 0 is never predicted). This is transformers' labels
+convention (labels aligned with input_ids, -100 where not learned; the model shifts). A masked
+target is written as -1 in dl->targets (the trainer's ignore index) and dl->unmasked counts the
+batch's learned targets. Either every shard of a glob has its mask or none has (a mismatch is
+refused naming a shard without one); a mask's header must give its shard's token count. The
+evaluation loader refuses masks: the val loss is over every target.
+
+Mixtures (dataloader_init with a spec holding a comma): 'A:wA,B:wB,...' names several shard sets
+(each a glob, as above) with non-negative weights (a set's weight after its last ':'). Each set has
+its own loader over its own shards, rank and world as given, shuffled with seed + its index. Batch
+number k of the mixture (k = 0, 1, ... counted over every call of dataloader_next_batch, i.e. per
+micro-step) comes from set j, the first whose cumulative normalized weight exceeds u_k, where
+u_k in [0, 1) is a hash of (seed, k): counter-based, so the pick of any batch is a function of the
+seed and k alone, the same on every rank (all ranks draw from the same set at each micro-step, their
+batches disjoint within it), and a resumed loader needs only k and each set's own state. Over n
+batches set j is drawn Binomial(n, w_j) times. A spec without a comma is one glob, read exactly as
+without mixtures.
+
 Every batch's tokens are checked against the vocabulary size, naming the file and token position of
 a bad one. Multi-byte values are read in the host's byte order: little-endian, as the format is.
 */
@@ -43,6 +65,8 @@ a bad one. Multi-byte values are read in the host's byte order: little-endian, a
 #define LLMC_DATALOADER_H
 
 #include <glob.h>
+#include <ctype.h>  // isspace
+#include <unistd.h> // access
 #include "utils.h" // FATAL, fopenCheck, freadCheck, fseekCheck, mallocCheck, random_u32
 
 #define SHARD_HEADER_INTS 256
@@ -50,6 +74,9 @@ a bad one. Multi-byte values are read in the host's byte order: little-endian, a
 #define SHARD_VERSION_U16 1
 #define SHARD_MAGIC_U32 20240801
 #define SHARD_VERSION_U32 7
+#define MASK_MAGIC 20261206
+#define MASK_VERSION 1
+#define MASK_SUFFIX ".mask"
 
 // The synthetic corpus: SYNTH_SENTENCES fixed random "sentences" of SYNTH_LEN tokens, repeated in a
 // random order. Within a sentence the next token is determined, so a model can drive the loss down
@@ -69,7 +96,7 @@ typedef struct {
     int64_t shuffle;         // 0 or 1 when saved
 } DataLoaderState;
 
-typedef struct {
+typedef struct DataLoader {
     int B, T, rank, world, shuffle, vocab_size;
     int warn;                  // 1: name each shard left out (too small) on stderr; the main rank's loaders
     uint64_t seed;
@@ -88,6 +115,19 @@ typedef struct {
     int *shard_order;          // this epoch's order of the shards (indices into shard_paths)
     int64_t *positions;        // the current shard's permuted position list (shuffle only)
     FILE *fp;                  // the current shard
+    // loss masks (masked == 1: every shard has one)
+    int masked;
+    FILE *mask_fp;             // the current shard's mask
+    unsigned char *mask_raw;   // the B*T mask bytes of the batch's targets
+    int64_t unmasked;          // targets of the last batch that are learned (B*T without masks)
+    // a mixture (num_sets > 0): every batch comes from one of the sets, drawn as the file comment says
+    int num_sets;
+    struct DataLoader *sets;
+    char **set_patterns;
+    double *weights;           // as given
+    double *cumulative;        // running sums of the normalized weights; the last nonzero one is exactly 1
+    int64_t draws;             // batches drawn so far: the counter of the next pick
+    int64_t *drawn;            // batches drawn from each set
     // synthetic corpus (synthetic == 1): one virtual shard whose tokens are computed
     int synthetic;
     int sentences[SYNTH_SENTENCES][SYNTH_LEN];
@@ -179,6 +219,59 @@ static void dataloader_check_shard(DataLoader *dl, int i) {
     dl->shard_token_bytes[i] = width;
 }
 
+// The loss mask's name of a shard: its path with MASK_SUFFIX appended (path: at most 4096 bytes).
+static void dataloader_mask_path(char *out, size_t n, const char *shard_path) {
+    snprintf(out, n, "%s%s", shard_path, MASK_SUFFIX);
+}
+
+// Checks the loss mask of shard `i` (which exists) against its shard: header, size, token count.
+static void dataloader_check_mask(const DataLoader *dl, int i) {
+    char path[4200];
+    dataloader_mask_path(path, sizeof(path), dl->shard_paths[i]);
+    FILE *fp = fopenCheck(path, "rb");
+    int64_t size = fileSizeCheck(fp);
+    int64_t header_bytes = SHARD_HEADER_INTS * (int64_t)sizeof(int32_t);
+    if (size < header_bytes) {
+        FATAL("loss mask '%s' is truncated: %lld bytes, shorter than the %lld-byte header", path, (long long)size,
+              (long long)header_bytes);
+    }
+    int32_t header[SHARD_HEADER_INTS];
+    freadCheck(header, sizeof(int32_t), SHARD_HEADER_INTS, fp, path);
+    fcloseCheck(fp);
+    if (header[0] != MASK_MAGIC) FATAL("loss mask '%s' has bad magic %d, expected %d; is it a loss mask?", path, header[0], MASK_MAGIC);
+    if (header[1] != MASK_VERSION) FATAL("loss mask '%s' has version %d, expected %d", path, header[1], MASK_VERSION);
+    int64_t ntok = (int64_t)(uint32_t)header[2];
+    if (ntok != dl->shard_tokens[i]) {
+        FATAL("loss mask '%s' is for %lld tokens, its shard '%s' has %lld", path, (long long)ntok, dl->shard_paths[i],
+              (long long)dl->shard_tokens[i]);
+    }
+    if (size != header_bytes + ntok) {
+        FATAL("loss mask '%s': header token count %lld disagrees with the file size (%lld bytes expected, %lld found)", path,
+              (long long)ntok, (long long)(header_bytes + ntok), (long long)size);
+    }
+}
+
+// Sets dl->masked: 1 if every shard has a loss mask (each checked), 0 if none has; refuses a mix,
+// naming a shard without its mask.
+static void dataloader_find_masks(DataLoader *dl, const char *pattern) {
+    int with = 0, without = -1, one_with = -1;
+    for (int i = 0; i < dl->num_shards; i++) {
+        char path[4200];
+        dataloader_mask_path(path, sizeof(path), dl->shard_paths[i]);
+        if (access(path, F_OK) == 0) { with++; one_with = i; }
+        else if (without < 0) without = i;
+    }
+    if (with > 0 && with < dl->num_shards) {
+        char missing[4200];
+        dataloader_mask_path(missing, sizeof(missing), dl->shard_paths[without]);
+        FATAL("data shard '%s' has no loss mask '%s', but %d of the %d shards matching '%s' have one (e.g. '%s'):"
+              " every shard of a set needs its mask, or none", dl->shard_paths[without], missing, with, dl->num_shards,
+              pattern, dl->shard_paths[one_with]);
+    }
+    dl->masked = with > 0;
+    for (int i = 0; dl->masked && i < dl->num_shards; i++) dataloader_check_mask(dl, i);
+}
+
 // Leaves out the shards too small for one batch of every rank (an evaluation loader has world 1),
 // naming each on stderr if dl->warn; refuses the run, naming the data and the tokens needed, if no
 // shard is left.
@@ -238,6 +331,12 @@ static void dataloader_load_shard(DataLoader *dl) {
     if (dl->synthetic) return;
     if (dl->fp != NULL) fcloseCheck(dl->fp);
     dl->fp = fopenCheck(dl->shard_paths[shard], "rb");
+    if (dl->masked) {
+        char path[4200];
+        dataloader_mask_path(path, sizeof(path), dl->shard_paths[shard]);
+        if (dl->mask_fp != NULL) fcloseCheck(dl->mask_fp);
+        dl->mask_fp = fopenCheck(path, "rb");
+    }
     if (dl->shuffle) {
         int64_t n = (dl->shard_tokens[shard] - 1) / ((int64_t)dl->B * dl->T);
         for (int64_t p = 0; p < n; p++) dl->positions[p] = p;
@@ -251,6 +350,7 @@ static void dataloader_setup(DataLoader *dl) {
     dl->raw = (unsigned char *)mallocCheck((BT + 1) * 4);
     dl->inputs = (int *)mallocCheck(BT * sizeof(int));
     dl->targets = (int *)mallocCheck(BT * sizeof(int));
+    dl->mask_raw = dl->masked ? (unsigned char *)mallocCheck(BT) : NULL;
     dl->shard_order = (int *)mallocCheck(dl->num_shards * sizeof(int));
     dl->num_tokens = 0;
     dl->batches_per_epoch = 0;
@@ -263,6 +363,7 @@ static void dataloader_setup(DataLoader *dl) {
     }
     dl->positions = dl->shuffle ? (int64_t *)mallocCheck(max_positions * sizeof(int64_t)) : NULL;
     dl->fp = NULL;
+    dl->mask_fp = NULL;
     dl->epoch = 0;
     dl->shard_index = 0;
     dl->step = 0;
@@ -296,14 +397,13 @@ static void dataloader_open_shards(DataLoader *dl, const char *pattern) {
     dl->shard_tokens = (int64_t *)mallocCheck(dl->num_shards * sizeof(int64_t));
     dl->shard_token_bytes = (int *)mallocCheck(dl->num_shards * sizeof(int));
     for (int i = 0; i < dl->num_shards; i++) dataloader_check_shard(dl, i);
+    dataloader_find_masks(dl, pattern);
     dataloader_drop_small_shards(dl, pattern);
 }
 
-// The training loader of rank `rank` of `world`: every shard matching `pattern` (a glob, or one file
-// name). Exits with a message on any missing or malformed shard, or when no shard gives a step; the
-// main rank (rank 0) names each shard left out as too small.
-static void dataloader_init(DataLoader *dl, const char *pattern, int B, int T, int rank, int world,
-                            int shuffle, uint64_t seed, int vocab_size) {
+// One shard set's training loader (see dataloader_init).
+static void dataloader_init_glob(DataLoader *dl, const char *pattern, int B, int T, int rank, int world,
+                                 int shuffle, uint64_t seed, int vocab_size) {
     dataloader_check_args(B, T, rank, world, vocab_size);
     memset(dl, 0, sizeof(*dl));
     dl->B = B; dl->T = T; dl->rank = rank; dl->world = world;
@@ -311,6 +411,99 @@ static void dataloader_init(DataLoader *dl, const char *pattern, int B, int T, i
     dl->warn = rank == 0;
     dataloader_open_shards(dl, pattern);
     dataloader_setup(dl);
+}
+
+// Splits a mixture spec 'A:wA,B:wB,...' into its sets' patterns and weights (n of each, returned);
+// refuses, naming the spec, an empty set, a set without a pattern or a weight, a weight that is not
+// a finite number (all of the text after the set's last ':') or is negative, and weights summing to 0.
+static int dataloader_parse_mixture(const char *spec, char ***patterns, double **weights) {
+    int n = 1;
+    for (const char *c = spec; *c; c++) n += *c == ',';
+    *patterns = (char **)mallocCheck(n * sizeof(char *));
+    *weights = (double *)mallocCheck(n * sizeof(double));
+    const char *item = spec;
+    double total = 0.0;
+    for (int k = 0; k < n; k++) {
+        const char *end = strchr(item, ',');
+        size_t len = end ? (size_t)(end - item) : strlen(item);
+        if (len == 0) FATAL("-i mixture '%s': set %d is empty (a comma at an end, or two in a row)", spec, k + 1);
+        char *text = (char *)mallocCheck(len + 1);
+        memcpy(text, item, len);
+        text[len] = '\0';
+        char *colon = strrchr(text, ':');
+        if (colon == NULL) FATAL("-i mixture '%s': set '%s' has no weight; write PATTERN:WEIGHT, e.g. '%s:1'", spec, text, text);
+        *colon = '\0';
+        const char *w = colon + 1;
+        if (colon == text) FATAL("-i mixture '%s': set ':%s' has no pattern before its weight", spec, w);
+        char *rest;
+        double v = strtod(w, &rest);
+        if (*w == '\0' || isspace((unsigned char)*w) || *rest != '\0')
+            FATAL("-i mixture '%s': the weight '%s' of set '%s' is not a number", spec, w, text);
+        if (!isfinite(v)) FATAL("-i mixture '%s': the weight '%s' of set '%s' is not finite", spec, w, text);
+        if (v < 0.0) FATAL("-i mixture '%s': the weight '%s' of set '%s' is negative", spec, w, text);
+        (*patterns)[k] = text;
+        (*weights)[k] = v;
+        total += v;
+        item = end ? end + 1 : item + len;
+    }
+    if (!(total > 0.0)) FATAL("-i mixture '%s': the weights sum to 0; at least one set needs a positive weight", spec);
+    return n;
+}
+
+// A mixture's training loader (the file comment, "Mixtures"): one loader per set, the pick counter at 0.
+static void dataloader_init_mixture(DataLoader *dl, const char *spec, int B, int T, int rank, int world,
+                                    int shuffle, uint64_t seed, int vocab_size) {
+    dl->B = B; dl->T = T; dl->rank = rank; dl->world = world;
+    dl->shuffle = shuffle != 0; dl->seed = seed; dl->vocab_size = vocab_size;
+    dl->num_sets = dataloader_parse_mixture(spec, &dl->set_patterns, &dl->weights);
+    dl->sets = (DataLoader *)mallocCheck(dl->num_sets * sizeof(DataLoader));
+    for (int k = 0; k < dl->num_sets; k++) {
+        glob_t g; // a set without files is the spec's mistake: say so before the set's loader would
+        if (glob(dl->set_patterns[k], GLOB_NOSORT, NULL, &g) == GLOB_NOMATCH)
+            FATAL("-i mixture '%s': no data files match set %d's pattern '%s'", spec, k + 1, dl->set_patterns[k]);
+        globfree(&g);
+        dataloader_init_glob(&dl->sets[k], dl->set_patterns[k], B, T, rank, world, shuffle, seed + (uint64_t)k, vocab_size);
+        dl->masked |= dl->sets[k].masked;
+        dl->num_tokens += dl->sets[k].num_tokens;
+        dl->batches_per_epoch += dl->sets[k].batches_per_epoch;
+    }
+    double total = 0.0, acc = 0.0;
+    int last = 0;
+    for (int k = 0; k < dl->num_sets; k++) { total += dl->weights[k]; if (dl->weights[k] > 0.0) last = k; }
+    dl->cumulative = (double *)mallocCheck(dl->num_sets * sizeof(double));
+    for (int k = 0; k < dl->num_sets; k++) {
+        acc += dl->weights[k] / total;
+        dl->cumulative[k] = k >= last ? 1.0 : acc; // no rounding can leave a u past the end
+    }
+    dl->drawn = (int64_t *)callocCheck(dl->num_sets, sizeof(int64_t));
+    size_t BT = (size_t)B * T;
+    dl->inputs = (int *)mallocCheck(BT * sizeof(int));
+    dl->targets = (int *)mallocCheck(BT * sizeof(int));
+}
+
+// The set batch number k of a mixture comes from: u_k = a hash of (seed, k) in [0, 1), the first set
+// whose cumulative weight exceeds it.
+static int dataloader_mixture_pick(const DataLoader *dl, int64_t k) {
+    uint64_t h = dataloader_mix64(dataloader_mix64(dl->seed ^ 0x6A09E667F3BCC909ull) + (uint64_t)k * 0x9E3779B97F4A7C15ull);
+    double u = (double)(h >> 11) * (1.0 / 9007199254740992.0); // 53 bits: exact in a double
+    int j = 0;
+    while (u >= dl->cumulative[j]) j++;
+    return j;
+}
+
+// The training loader of rank `rank` of `world`: every shard matching `pattern` (a glob, or one file
+// name), or a mixture of several such sets when `pattern` holds a comma (the file comment). Exits
+// with a message on any missing or malformed shard or mask, a bad mixture spec, or when no shard of
+// a set gives a step; the main rank (rank 0) names each shard left out as too small.
+static void dataloader_init(DataLoader *dl, const char *pattern, int B, int T, int rank, int world,
+                            int shuffle, uint64_t seed, int vocab_size) {
+    if (strchr(pattern, ',') == NULL) {
+        dataloader_init_glob(dl, pattern, B, T, rank, world, shuffle, seed, vocab_size);
+        return;
+    }
+    dataloader_check_args(B, T, rank, world, vocab_size);
+    memset(dl, 0, sizeof(*dl));
+    dataloader_init_mixture(dl, pattern, B, T, rank, world, shuffle, seed, vocab_size);
 }
 
 // An evaluation loader (see the file comment): the same on every rank, read with
@@ -322,6 +515,12 @@ static void dataloader_init_eval(DataLoader *dl, const char *pattern, int B, int
     dl->vocab_size = vocab_size;
     dl->warn = warn;
     dataloader_open_shards(dl, pattern);
+    if (dl->masked) {
+        char mask[4200];
+        dataloader_mask_path(mask, sizeof(mask), dl->shard_paths[0]);
+        FATAL("val data shard '%s' has a loss mask '%s': the val loss is over every target and evaluation reads no"
+              " masks; point -j at shards without masks", dl->shard_paths[0], mask);
+    }
     dataloader_setup(dl);
 }
 
@@ -359,6 +558,7 @@ static int dataloader_synthetic_token(const DataLoader *dl, int64_t i) {
 static void dataloader_read_run(DataLoader *dl, int shard, int64_t position) {
     int64_t BT = (int64_t)dl->B * dl->T;
     int64_t start = position * BT; // first token of the run, within the shard
+    dl->unmasked = BT;
     if (dl->synthetic) {
         for (int64_t i = 0; i < BT; i++) {
             dl->inputs[i] = dataloader_synthetic_token(dl, start + i);
@@ -381,10 +581,35 @@ static void dataloader_read_run(DataLoader *dl, int shard, int64_t position) {
         if (i < BT) dl->inputs[i] = (int)tok;
         if (i > 0) dl->targets[i - 1] = (int)tok;
     }
+    if (!dl->masked) return;
+    char mpath[4200];
+    dataloader_mask_path(mpath, sizeof(mpath), path);
+    // the targets' flags: bytes start + 1 .. start + BT (target i is token start + i + 1)
+    fseekCheck(dl->mask_fp, SHARD_HEADER_INTS * (int64_t)sizeof(int32_t) + start + 1, SEEK_SET);
+    freadCheck(dl->mask_raw, 1, (size_t)BT, dl->mask_fp, mpath);
+    dl->unmasked = 0;
+    for (int64_t i = 0; i < BT; i++) {
+        unsigned char b = dl->mask_raw[i];
+        if (b > 1) FATAL("loss mask '%s': byte %u at token %lld is neither 0 nor 1", mpath, b, (long long)(start + i + 1));
+        if (b == 0) dl->targets[i] = -1;
+        dl->unmasked += b;
+    }
 }
 
-// Reads the next batch into dl->inputs and dl->targets (each B*T ints, row-major (B, T)).
+// Reads the next batch into dl->inputs and dl->targets (each B*T ints, row-major (B, T); a masked
+// target is -1) and its count of learned targets into dl->unmasked.
 static void dataloader_next_batch(DataLoader *dl) {
+    if (dl->num_sets > 0) {
+        int j = dataloader_mixture_pick(dl, dl->draws);
+        DataLoader *set = &dl->sets[j];
+        dataloader_next_batch(set);
+        memcpy(dl->inputs, set->inputs, (size_t)dl->B * dl->T * sizeof(int));
+        memcpy(dl->targets, set->targets, (size_t)dl->B * dl->T * sizeof(int));
+        dl->unmasked = set->unmasked;
+        dl->draws++;
+        dl->drawn[j]++;
+        return;
+    }
     int shard = dl->shard_order[dl->shard_index];
     int64_t slot = dl->step * dl->world + dl->rank;
     dataloader_read_run(dl, shard, dl->shuffle ? dl->positions[slot] : slot);
@@ -481,8 +706,91 @@ static void dataloader_set_state(DataLoader *dl, const DataLoaderState *s) {
     dl->step = s->position_index;
 }
 
+// The whole resume state, for any training loader: a glob's is its DataLoaderState's bytes; a
+// mixture's is int64 sets, int64 draws, then per set double weight, int64 batches drawn and its
+// DataLoaderState (all 8-byte fields: no padding).
+typedef struct { double weight; int64_t drawn; DataLoaderState set; } DataMixtureSetState;
+
+static size_t dataloader_state_bytes(const DataLoader *dl) {
+    if (dl->num_sets == 0) return sizeof(DataLoaderState);
+    return 2 * sizeof(int64_t) + dl->num_sets * sizeof(DataMixtureSetState);
+}
+
+static void dataloader_save_state(const DataLoader *dl, void *buf) {
+    if (dl->num_sets == 0) {
+        DataLoaderState s = dataloader_get_state(dl);
+        memcpy(buf, &s, sizeof(s));
+        return;
+    }
+    int64_t head[2] = {dl->num_sets, dl->draws};
+    memcpy(buf, head, sizeof(head));
+    for (int k = 0; k < dl->num_sets; k++) {
+        DataMixtureSetState s = {dl->weights[k], dl->drawn[k], dataloader_get_state(&dl->sets[k])};
+        memcpy((char *)buf + sizeof(head) + k * sizeof(s), &s, sizeof(s));
+    }
+}
+
+// Puts the loader where dataloader_save_state's `buf` says; exits if it was saved by a loader that
+// would draw another sequence (another number of sets, other weights, or a set's state that does not fit).
+static void dataloader_load_state(DataLoader *dl, const void *buf) {
+    if (dl->num_sets == 0) {
+        DataLoaderState s;
+        memcpy(&s, buf, sizeof(s));
+        dataloader_set_state(dl, &s);
+        return;
+    }
+    int64_t head[2];
+    memcpy(head, buf, sizeof(head));
+    if (head[0] != dl->num_sets) {
+        FATAL("data loader state was saved by a mixture of %lld sets, this run's -i has %d; resume with the same -i",
+              (long long)head[0], dl->num_sets);
+    }
+    int64_t sum = 0;
+    for (int k = 0; k < dl->num_sets; k++) {
+        DataMixtureSetState s;
+        memcpy(&s, (const char *)buf + sizeof(head) + k * sizeof(s), sizeof(s));
+        if (s.weight != dl->weights[k]) {
+            FATAL("data loader state was saved with weight %g for mixture set %d, this run's -i gives '%s' weight %g;"
+                  " resume with the same -i", s.weight, k + 1, dl->set_patterns[k], dl->weights[k]);
+        }
+        if (s.drawn < 0) FATAL("data loader state: mixture set %d has %lld batches drawn", k + 1, (long long)s.drawn);
+        dataloader_set_state(&dl->sets[k], &s.set);
+        dl->drawn[k] = s.drawn;
+        sum += s.drawn;
+    }
+    if (head[1] != sum) {
+        FATAL("data loader state: the mixture drew %lld batches but its sets %lld; the state is corrupt",
+              (long long)head[1], (long long)sum);
+    }
+    dl->draws = head[1];
+}
+
+// A mixture's realized proportions: "'A' 70 of 100 batches (0.7000, weight 0.7000), ..." with the
+// weights normalized to sum 1.
+static void dataloader_mixture_report(const DataLoader *dl, char *out, size_t n) {
+    double total = 0.0;
+    for (int k = 0; k < dl->num_sets; k++) total += dl->weights[k];
+    size_t used = 0;
+    out[0] = '\0';
+    for (int k = 0; k < dl->num_sets && used < n; k++) {
+        double realized = dl->draws > 0 ? (double)dl->drawn[k] / (double)dl->draws : 0.0;
+        int w = snprintf(out + used, n - used, "%s'%s' %lld of %lld batches (%.4f, weight %.4f)", k ? ", " : "",
+                         dl->set_patterns[k], (long long)dl->drawn[k], (long long)dl->draws, realized, dl->weights[k] / total);
+        if (w < 0) break;
+        used += (size_t)w;
+    }
+}
+
 static void dataloader_free(DataLoader *dl) {
+    for (int k = 0; k < dl->num_sets; k++) { dataloader_free(&dl->sets[k]); free(dl->set_patterns[k]); }
+    free(dl->sets);
+    free(dl->set_patterns);
+    free(dl->weights);
+    free(dl->cumulative);
+    free(dl->drawn);
     if (dl->fp != NULL) fcloseCheck(dl->fp);
+    if (dl->mask_fp != NULL) fcloseCheck(dl->mask_fp);
+    free(dl->mask_raw);
     for (int i = 0; i < dl->num_shards; i++) free(dl->shard_paths[i]);
     free(dl->shard_paths);
     free(dl->shard_tokens);

@@ -3,7 +3,8 @@ The loss head: per row of bf16 logits (N, V), softmax + cross-entropy
   losses[i] = logsumexp(logits[i]) - logits[i][targets[i]]           (fp32)
 and, in place, the gradient of the lm_head output
   logits[i][j] := (softmax(logits[i])[j] - (j == targets[i])) * dloss  (bf16)
-where dloss is d(total loss)/d(losses[i]), e.g. 1 / (B * T * grad_accum) for a mean.
+where dloss is d(total loss)/d(losses[i]), e.g. 1 / (B * T * grad_accum) for a mean. A target of -1
+(the ignore index: a loss-masked target, llmc/dataloader.h) gives loss 0 and a zero gradient row.
 
 Why fused: the row is read once and written once; fp32 logits or probabilities never touch memory
 (at N = 8192, V = 32000 an fp32 copy would be 1 GB). One block per row; each thread keeps up to
@@ -44,6 +45,12 @@ __global__ void __launch_bounds__(CLASSIFIER_THREADS, 2) fused_classifier_kernel
     floatX *x = logits + (size_t)blockIdx.x * V;
     const int nvec = V / 8;
     const int target = targets[blockIdx.x];
+    if (target < 0) { // the whole block takes this branch: no barrier is left waiting
+        if (threadIdx.x == 0 && losses != NULL) losses[blockIdx.x] = 0.0f;
+        if (WRITE_DLOGITS)
+            for (int vi = threadIdx.x; vi < nvec; vi += CLASSIFIER_THREADS) store16(x + (size_t)vi * 8, make_uint4(0, 0, 0, 0));
+        return;
+    }
     // read before the reductions' barriers, i.e. before any thread overwrites the row
     const float target_logit = threadIdx.x == 0 ? __bfloat162float(x[target]) : 0.0f;
 
@@ -108,7 +115,7 @@ static void classifier_check(const char *who, const floatX *logits, int V) {
     check_aligned(logits, 16, "logits", who);
 }
 
-// logits (N, V) bf16; targets (N) in [0, V); losses (N) fp32, may be NULL. With write_dlogits != 0
+// logits (N, V) bf16; targets (N) in [0, V) or -1 (ignored); losses (N) fp32, may be NULL. With write_dlogits != 0
 // the logits are replaced by dloss * (softmax - onehot(target)); with 0 they are left untouched.
 static void fused_classifier(floatX *logits, float *losses, const int *targets, int N, int V, float dloss,
                              int write_dlogits, cudaStream_t stream) {

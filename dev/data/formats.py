@@ -6,6 +6,8 @@ Token shard: 256 x int32 header (magic, version, token count), then the ids, uin
 version 1) when every id fits, else uint32 (magic 20240801, version 7).
 Decode table: 256 x int32 header (magic 20240328, version 2, vocab size, document-start id), then
 per token a uint8 length and that many raw bytes.
+Loss mask: 256 x int32 header (magic 20261206, version 1, token count), then one uint8 per token of
+its shard, 1 where the token is learned as a target; beside shard X as X.mask (write_loss_mask).
 HellaSwag eval file: below (write_hellaswag).
 
 Problems with a file raise FormatError(path, problem); the scripts print it as
@@ -173,6 +175,50 @@ def read_decode_table(path):
     if at != len(data):
         raise FormatError(path, f"{len(data) - at} bytes after its {h[2]} tokens")
     return pieces, int(h[3])
+
+
+# --- loss masks (llmc/dataloader.h reads one beside each shard of a set; docs/formats.md) ---
+
+MASK_MAGIC, MASK_VERSION = 20261206, 1
+MASK_SUFFIX = ".mask"
+
+
+def mask_path(shard_path):
+    """The loss mask's name for a token shard: the shard's path with MASK_SUFFIX appended (so a glob
+    of *.bin never matches a mask)."""
+    return shard_path + MASK_SUFFIX
+
+
+def write_loss_mask(path, mask):
+    """Writes a loss mask: mask[i] is 1 if token i of its shard is learned as a target (the trainer's
+    target t of a batch is a token t + 1 of the run: its flag is that token's), 0 if not."""
+    mask = np.asarray(mask)
+    if mask.size and (mask.min() < 0 or mask.max() > 1):
+        raise FormatError(path, f"mask values must be 0 or 1, got {mask.min()}..{mask.max()}")
+    if mask.size >= 2**32:
+        raise FormatError(path, f"{mask.size} tokens: a mask holds at most 2^32 - 1")
+    write_atomic(path, [_header(MASK_MAGIC, MASK_VERSION, mask.size), mask.astype("u1").tobytes()])
+
+
+def read_loss_mask(path, tokens=None):
+    """The uint8 flags of a loss mask; `tokens`, if given, is its shard's token count, which the
+    header must give."""
+    data = _read_bytes(path)
+    h = _read_header(path, data, "loss mask")
+    if h[0] != MASK_MAGIC:
+        raise FormatError(path, f"bad magic {h[0]}, expected {MASK_MAGIC}; is it a loss mask?")
+    if h[1] != MASK_VERSION:
+        raise FormatError(path, f"version {h[1]}, expected {MASK_VERSION}")
+    count = int(np.uint32(h[2]))
+    if len(data) != HEADER_INTS * 4 + count:
+        raise FormatError(path, f"header says {count} tokens but the file has {len(data) - HEADER_INTS * 4} mask bytes")
+    if tokens is not None and count != tokens:
+        raise FormatError(path, f"a mask of {count} tokens, its shard has {tokens}")
+    mask = np.frombuffer(data, dtype="u1", offset=HEADER_INTS * 4)
+    if mask.size and mask.max() > 1:
+        at = int(np.argmax(mask > 1))
+        raise FormatError(path, f"byte {mask[at]} at token {at} is neither 0 nor 1")
+    return mask
 
 
 # --- HellaSwag eval files (dev/data/prepare_hellaswag.py writes them, llmc/hellaswag.h reads them) ---

@@ -14,6 +14,11 @@ it double: dev/test/gradcheck.c compiles such a copy, in its own translation uni
 differences precise enough to check every gradient. Every function is static, so the two copies
 never meet. Plain C that also compiles as C++ (nvcc).
 
+Loss masks: a target of -1 (the trainer's ignore index, llmc/dataloader.h) is not learned: it adds
+nothing to the loss and its dlogits row is 0. The step's loss is then the mean over the learned
+targets of all its micro-batches (their summed losses / their count), not the mean of per-micro-batch
+means; with every target learned the arithmetic is the one before masks.
+
 Usage: ref_init, ref_init_weights (or write params), then ref_train_step per optimizer step; or
 ref_compute_grads for one step's gradient without an update; ref_forward/ref_backward are the
 micro-steps of the current optimizer step. ref_free at the end.
@@ -92,6 +97,8 @@ typedef struct {
     RefActs acts;
     ref_real *act_memory;
     int *inputs, *targets; // (B, T) of the last forward
+    double loss_sum;       // the last forward's summed loss over its learned targets (those not -1)
+    int loss_count;        // and their number
 } RefModel;
 
 static void ref_act_sizes(RefModel *model, size_t sizes[NUM_REF_ACTS], ref_real **ptrs[NUM_REF_ACTS]) {
@@ -499,14 +506,23 @@ static void ref_check_tokens(const int *tokens, int n, int V, const char *what) 
     }
 }
 
-// One micro-step's forward on inputs/targets (B, T). Returns the mean cross-entropy loss; the logits
+// A target is a token id or -1 (not learned).
+static void ref_check_targets(const int *targets, int n, int V) {
+    for (int i = 0; i < n; i++) {
+        if (targets[i] < -1 || targets[i] >= V)
+            FATAL("reference model: targets[%d] = %d is outside the vocabulary [0, %d) and not -1 (masked)", i, targets[i], V);
+    }
+}
+
+// One micro-step's forward on inputs/targets (B, T). Returns the mean cross-entropy loss over the
+// learned targets (NaN if none is), their sum and count in loss_sum, loss_count; the logits
 // stay in model->logits. In fp8 emulation the first forward of an optimizer step also casts the weights.
 static ref_real ref_forward(RefModel *model, const int *inputs, const int *targets) {
     const LlamaConfig *c = &model->cfg;
     int B = model->B, T = model->T, N = B * T, L = c->L, C = c->C, FF = c->FF, V = c->V;
     int NH = c->NH, NKV = c->NKV, HS = config_head_size(c), QKV = config_qkv_width(c);
     ref_check_tokens(inputs, N, V, "inputs");
-    ref_check_tokens(targets, N, V, "targets");
+    ref_check_targets(targets, N, V);
     memcpy(model->inputs, inputs, N * sizeof(int));
     memcpy(model->targets, targets, N * sizeof(int));
     model->micro_step++;
@@ -536,6 +552,7 @@ static ref_real ref_forward(RefModel *model, const int *inputs, const int *targe
     ref_rmsnorm_forward(a->lnf, a->lnf_rstd, a->x + L * NC, P[P_LNFW], N, C, c->norm_eps);
     ref_linear_forward(model, LINS_PER_LAYER * L, a->logits, a->lnf, a->xq_lm, P_LM_HEAD, 0, N, C, V);
     double loss = 0.0;
+    int count = 0;
     for (int n = 0; n < N; n++) {
         const ref_real *row = a->logits + (size_t)n * V;
         double maxv = -INFINITY, sum = 0.0;
@@ -543,13 +560,18 @@ static ref_real ref_forward(RefModel *model, const int *inputs, const int *targe
         for (int i = 0; i < V; i++) sum += exp(row[i] - maxv);
         double lse = maxv + log(sum);
         a->lse[n] = (ref_real)lse;
+        if (targets[n] < 0) continue;
         loss += lse - row[targets[n]];
+        count++;
     }
-    return (ref_real)(loss / N);
+    model->loss_sum = loss;
+    model->loss_count = count;
+    return count > 0 ? (ref_real)(loss / count) : (ref_real)NAN;
 }
 
-// Backward of the last forward, for the loss scaled by dloss (1/grad_accum); accumulates into grads.
-static void ref_backward(RefModel *model, ref_real dloss) {
+// Backward of the last forward for the loss sum over its learned targets times num / den (a masked
+// row's dlogits are 0); accumulates into grads. The two callers below.
+static void ref_backward_scaled(RefModel *model, double num, double den) {
     if (model->micro_step < 0) FATAL("reference model: ref_backward called without a forward in this step");
     const LlamaConfig *c = &model->cfg;
     int B = model->B, T = model->T, N = B * T, L = c->L, C = c->C, FF = c->FF, V = c->V;
@@ -557,13 +579,13 @@ static void ref_backward(RefModel *model, ref_real dloss) {
     RefActs *a = &model->acts;
     ref_real *const *P = model->param_ptr, *const *G = model->grad_ptr;
     size_t NC = (size_t)N * C;
-    // d(mean cross-entropy)/dlogits = (softmax - onehot(target)) / N
+    // d(cross-entropy)/dlogits = softmax - onehot(target), scaled
     for (int n = 0; n < N; n++) {
         const ref_real *row = a->logits + (size_t)n * V;
         ref_real *drow = a->dlogits + (size_t)n * V;
         for (int i = 0; i < V; i++) {
             double p = exp(row[i] - (double)a->lse[n]);
-            drow[i] = (ref_real)((p - (i == model->targets[n] ? 1.0 : 0.0)) * dloss / N);
+            drow[i] = model->targets[n] < 0 ? (ref_real)0 : (ref_real)((p - (i == model->targets[n] ? 1.0 : 0.0)) * num / den);
         }
     }
     ref_linear_backward(model, LINS_PER_LAYER * L, a->dln, a->dlogits, a->lnf, a->xq_lm, P_LM_HEAD, 0, N, C, V);
@@ -595,21 +617,43 @@ static void ref_backward(RefModel *model, ref_real dloss) {
     }
 }
 
+// Backward of the last forward, for its mean loss scaled by dloss (1/grad_accum); every target learned.
+static void ref_backward(RefModel *model, ref_real dloss) {
+    ref_backward_scaled(model, dloss, model->B * model->T);
+}
+
+// Backward of the last forward for its share of a step's masked loss: each learned target's loss
+// weighs 1 / total, total the learned targets of the whole step (every micro-batch).
+static void ref_backward_masked(RefModel *model, long long total) {
+    ref_backward_scaled(model, 1.0, (double)total);
+}
+
 // One optimizer step's gradient, up to but excluding the fp8 state update, clipping and AdamW:
 // zeroes the gradient, then forward + backward of each of grad_accum micro-batches (inputs and
-// targets hold grad_accum * B * T tokens), each loss scaled by 1/grad_accum. Returns the mean loss.
+// targets hold grad_accum * B * T tokens). Returns the loss: with every target learned, each
+// micro-batch's mean loss scaled by 1/grad_accum; with masked targets (-1), the learned targets'
+// summed loss over the step's count of them (NaN if none), each weighing 1 / that count.
 static ref_real ref_compute_grads(RefModel *model, const int *inputs, const int *targets, int grad_accum) {
     if (grad_accum < 1) FATAL("reference model: grad_accum must be >= 1, got %d", grad_accum);
     size_t BT = (size_t)model->B * model->T;
     memset(model->grads, 0, model->num_params * sizeof(ref_real));
     if (model->fp8) memset(model->fp8_counts, 0, FP8_COUNTS * (size_t)model->fp8_layout.num_tensors * sizeof(uint64_t));
     model->micro_step = -1;
+    long long total = 0;
+    for (size_t i = 0; i < (size_t)grad_accum * BT; i++) total += targets[i] >= 0;
     double loss = 0.0;
     for (int k = 0; k < grad_accum; k++) {
-        loss += ref_forward(model, inputs + k * BT, targets + k * BT);
-        ref_backward(model, (ref_real)(1.0 / grad_accum));
+        if (total == (long long)grad_accum * (long long)BT) {
+            loss += ref_forward(model, inputs + k * BT, targets + k * BT);
+            ref_backward(model, (ref_real)(1.0 / grad_accum));
+        } else {
+            ref_forward(model, inputs + k * BT, targets + k * BT);
+            loss += model->loss_sum;
+            ref_backward_masked(model, total);
+        }
     }
-    return (ref_real)(loss / grad_accum);
+    if (total == (long long)grad_accum * (long long)BT) return (ref_real)(loss / grad_accum);
+    return total > 0 ? (ref_real)(loss / (double)total) : (ref_real)NAN;
 }
 
 // A full optimizer step: gradient, fp8 state update (after the last backward, before the update),

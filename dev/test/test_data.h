@@ -4,7 +4,9 @@ from small synthetic shards written to a temporary directory, rank disjointness,
 state, glob ordering, the synthetic corpus; shards too small for one step left out with a warning;
 the evaluation loader's positions and their sharing over the ranks; the vocabulary's edge (V-1, V);
 every bad input (each must exit non-zero with a message naming the file and the problem); and the
-real TinyShakespeare files shipped in dev/data/tinyshakespeare.
+real TinyShakespeare files shipped in dev/data/tinyshakespeare. Then the loss masks (which targets
+a mask byte flags, refusals) and the weighted mixtures (realized proportions within a binomial
+bound, determinism, every rank drawing from the same set, resume mid-mixture, bad specs).
 */
 #ifndef DEV_TEST_TEST_DATA_H
 #define DEV_TEST_TEST_DATA_H
@@ -14,7 +16,7 @@ real TinyShakespeare files shipped in dev/data/tinyshakespeare.
 #include "llmc/dataloader.h" // DataLoader, dataloader_*
 #include "llmc/tokenizer.h"  // Tokenizer, tokenizer_*
 
-#define TD_MAX_FILES 64
+#define TD_MAX_FILES 160
 static char g_td_dir[256];                    // the mkdtemp directory every test file goes in
 static char g_td_files[TD_MAX_FILES][512];    // what was written there, removed at the end
 static int g_td_num_files = 0;
@@ -764,6 +766,309 @@ static void test_real_llama3(void) {
                   "dev/data/tinyshakespeare/llama3_tokenizer.bin", 128256, 128000);
 }
 
+// ---- loss masks and mixtures
+
+// The loss mask of a shard of n tokens: byte i = (i * 7 + salt) % 3 != 0 (a pattern no shift of
+// itself matches), header fields as given so bad masks can be made.
+static unsigned char td_mask_byte(int64_t i, int salt) { return (unsigned char)((i * 7 + salt) % 3 != 0); }
+
+static void td_write_mask_raw(const char *shard_name, int magic, int version, uint32_t header_count, int64_t n, int salt) {
+    char name[512];
+    snprintf(name, sizeof(name), "%s" MASK_SUFFIX, shard_name);
+    int32_t header[256] = {0};
+    header[0] = magic; header[1] = version; header[2] = (int32_t)header_count;
+    unsigned char *body = (unsigned char *)mallocCheck((size_t)n);
+    for (int64_t i = 0; i < n; i++) body[i] = td_mask_byte(i, salt);
+    td_write_file(name, header, body, (size_t)n);
+    free(body);
+}
+
+static void td_write_mask(const char *shard_name, int64_t n, int salt) {
+    td_write_mask_raw(shard_name, MASK_MAGIC, MASK_VERSION, (uint32_t)n, n, salt);
+}
+
+// Target t of a batch starting at shard token `start` is token start + t + 1; it must be -1 exactly
+// where that token's mask byte is 0, and dl->unmasked must count the others.
+static int td_batch_mask_ok(const DataLoader *dl, int64_t start, uint32_t base, int salt) {
+    int BT = dl->B * dl->T;
+    int64_t learned = 0;
+    for (int t = 0; t < BT; t++) {
+        int want = td_mask_byte(start + t + 1, salt) ? (int)(base + start + t + 1) : -1;
+        if (dl->targets[t] != want || dl->inputs[t] != (int)(base + start + t)) return 0;
+        learned += want >= 0;
+    }
+    return dl->unmasked == learned;
+}
+
+static void test_masks_read(void) {
+    char path[512];
+    td_write_shard("mask_a.bin", 2, 0, 105);    // B*T = 10: 10 positions
+    td_write_mask("mask_a.bin", 105, 1);
+    td_write_shard("mask_b.bin", 4, 500, 61);   // 6 positions
+    td_write_mask("mask_b.bin", 61, 2);
+    DataLoader dl;
+    dataloader_init(&dl, td_path(path, "mask_*.bin"), 2, 5, 0, 1, 0, 0, 1000);
+    CHECK(dl.masked == 1 && dl.num_shards == 2, "masked %d, %d shards (the .mask files are not shards)", dl.masked, dl.num_shards);
+    for (int i = 0; i < 16; i++) {
+        dataloader_next_batch(&dl);
+        int64_t start = i < 10 ? 10 * i : 10 * (i - 10);
+        CHECK(td_batch_mask_ok(&dl, start, i < 10 ? 0 : 500, i < 10 ? 1 : 2), "batch %d: targets or the unmasked count"
+              " do not follow mask byte start + t + 1 (target[0] %d, unmasked %lld)", i, dl.targets[0], (long long)dl.unmasked);
+    }
+    dataloader_free(&dl);
+    // without masks every target is learned
+    dataloader_init(&dl, td_path(path, "u16.bin"), 2, 5, 0, 1, 0, 0, 1000);
+    dataloader_next_batch(&dl);
+    CHECK(dl.masked == 0 && dl.unmasked == 10, "no masks: masked %d unmasked %lld", dl.masked, (long long)dl.unmasked);
+    dataloader_free(&dl);
+}
+
+typedef struct { const char *pattern; int eval; } TdMaskArgs;
+
+static void td_mask_child(void *arg) {
+    const TdMaskArgs *a = (const TdMaskArgs *)arg;
+    DataLoader dl;
+    if (a->eval) dataloader_init_eval(&dl, a->pattern, 2, 5, 1000, 0);
+    else dataloader_init(&dl, a->pattern, 2, 5, 0, 1, 0, 0, 1000);
+    for (int i = 0; i < 10; i++) dataloader_next_batch(&dl);
+    dataloader_free(&dl);
+}
+
+static void td_expect_mask_fatal(const char *label, const char *pattern_name, int eval, const char *file_name,
+                                 const char *phrase1, const char *phrase2) {
+    char pattern[512], file[512];
+    TdMaskArgs a = {td_path(pattern, pattern_name), eval};
+    td_expect_fatal(label, td_mask_child, &a, td_path(file, file_name), phrase1, phrase2);
+}
+
+static void test_bad_masks(void) {
+    // one shard of a set with its mask, one without: refused naming the one without
+    td_write_shard("mmix_0.bin", 2, 0, 105);
+    td_write_mask("mmix_0.bin", 105, 0);
+    td_write_shard("mmix_1.bin", 2, 0, 105);
+    td_expect_mask_fatal("a set with and without masks", "mmix_*.bin", 0, "mmix_1.bin.mask", "has no loss mask",
+                         "1 of the 2 shards");
+    td_write_shard("mcount.bin", 2, 0, 105);
+    td_write_mask_raw("mcount.bin", MASK_MAGIC, MASK_VERSION, 104, 104, 0);
+    td_expect_mask_fatal("a mask of another token count", "mcount.bin", 0, "mcount.bin.mask", "is for 104 tokens",
+                         "has 105");
+    td_write_shard("mmagic.bin", 2, 0, 105);
+    td_write_mask_raw("mmagic.bin", SHARD_MAGIC_U16, MASK_VERSION, 105, 105, 0);
+    td_expect_mask_fatal("a token shard as a mask", "mmagic.bin", 0, "mmagic.bin.mask", "bad magic 20240520", "20261206");
+    td_write_shard("mver.bin", 2, 0, 105);
+    td_write_mask_raw("mver.bin", MASK_MAGIC, 2, 105, 105, 0);
+    td_expect_mask_fatal("another mask version", "mver.bin", 0, "mver.bin.mask", "version 2", NULL);
+    td_write_shard("mshort.bin", 2, 0, 105);
+    td_write_mask_raw("mshort.bin", MASK_MAGIC, MASK_VERSION, 105, 100, 0);
+    td_expect_mask_fatal("a truncated mask", "mshort.bin", 0, "mshort.bin.mask", "disagrees with the file size", NULL);
+    td_write_shard("mbyte.bin", 2, 0, 105);
+    td_write_mask("mbyte.bin", 105, 0);
+    char path[512];
+    FILE *fp = fopenCheck(td_path(path, "mbyte.bin.mask"), "r+b");
+    fseekCheck(fp, 1024 + 37, SEEK_SET);
+    unsigned char two = 2;
+    fwriteCheck(&two, 1, 1, fp);
+    fcloseCheck(fp);
+    td_expect_mask_fatal("a mask byte 2", "mbyte.bin", 0, "mbyte.bin.mask", "byte 2 at token 37", "neither 0 nor 1");
+    td_expect_mask_fatal("val data with masks", "mask_a.bin", 1, "mask_a.bin.mask", "has a loss mask", "-j");
+}
+
+// Mixture sets: A = two shards (tokens 0.. and 1000..), B = one (2000..), C = one (3000..), B*T = 8.
+// A batch's set is its first token / 1000 (0 and 1 are A).
+static const char *td_mixture_spec(char *buf, double wa, double wb, double wc) {
+    char a[512], b[512], c[512];
+    td_write_shard("mixa_0.bin", 2, 0, 161);    // 20 positions
+    td_write_shard("mixa_1.bin", 2, 1000, 81);  // 10
+    td_write_shard("mixb_0.bin", 2, 2000, 121); // 15
+    td_write_shard("mixc_0.bin", 2, 3000, 57);  // 7
+    snprintf(buf, 2048, "%s:%g,%s:%g,%s:%g", td_path(a, "mixa_*.bin"), wa, td_path(b, "mixb_*.bin"), wb, td_path(c, "mixc_*.bin"), wc);
+    return buf;
+}
+
+static int td_set_of(const DataLoader *dl) {
+    int k = dl->inputs[0] / 1000;
+    return k <= 1 ? 0 : k - 1;
+}
+
+// Over n draws a set of weight w is drawn Binomial(n, w) times: the test accepts |count - n w| up to
+// 5 standard deviations, sqrt(n w (1 - w)) (a fair sampler fails it with probability below 6e-7).
+static void test_mixture_proportions(void) {
+    char spec[2048];
+    const double w[3] = {0.5, 0.3, 0.2};
+    td_mixture_spec(spec, 5, 3, 2); // weights need not sum to 1
+    const int n = 20000;
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        DataLoader dl;
+        dataloader_init(&dl, spec, 2, 4, 0, 1, 1, seed, 4000);
+        int count[3] = {0};
+        for (int i = 0; i < n; i++) {
+            dataloader_next_batch(&dl);
+            int k = td_set_of(&dl);
+            if (k >= 0 && k < 3) count[k]++;
+        }
+        for (int k = 0; k < 3; k++) {
+            double sd = sqrt(n * w[k] * (1 - w[k]));
+            CHECK(fabs(count[k] - n * w[k]) <= 5 * sd, "seed %llu: set %d drawn %d of %d times, weight %.2f wants %.0f +- %.0f",
+                  (unsigned long long)seed, k, count[k], n, w[k], n * w[k], 5 * sd);
+            CHECK(dl.drawn[k] == count[k], "seed %llu: the loader counts %lld draws of set %d, its batches say %d",
+                  (unsigned long long)seed, (long long)dl.drawn[k], k, count[k]);
+        }
+        CHECK(dl.draws == n, "draws %lld", (long long)dl.draws);
+        char report[1024];
+        dataloader_mixture_report(&dl, report, sizeof(report));
+        char want[64];
+        snprintf(want, sizeof(want), "%d of %d batches (%.4f, weight 0.5000)", count[0], n, (double)count[0] / n);
+        CHECK(strstr(report, want) != NULL, "the report '%s' lacks '%s'", report, want);
+        dataloader_free(&dl);
+    }
+    // a weight of 0: never drawn
+    td_mixture_spec(spec, 1, 0, 1);
+    DataLoader dl;
+    dataloader_init(&dl, spec, 2, 4, 0, 1, 0, 4, 4000);
+    int drawn_b = 0;
+    for (int i = 0; i < 2000; i++) { dataloader_next_batch(&dl); drawn_b += td_set_of(&dl) == 1; }
+    CHECK(drawn_b == 0, "a set of weight 0 was drawn %d times", drawn_b);
+    dataloader_free(&dl);
+}
+
+// The same seed gives the same batches; another seed other picks; every rank picks the same set at
+// every draw and the ranks' batches within a set are disjoint.
+static void test_mixture_deterministic(void) {
+    char spec[2048];
+    td_mixture_spec(spec, 0.6, 0.25, 0.15);
+    const int n = 400, world = 2;
+    int first[2][400], other[400], ranks[2][400];
+    for (int run = 0; run < 2; run++) {
+        DataLoader dl;
+        dataloader_init(&dl, spec, 2, 4, 0, 1, 1, 11, 4000);
+        td_read_firsts(&dl, first[run], n);
+        dataloader_free(&dl);
+    }
+    CHECK(memcmp(first[0], first[1], sizeof(first[0])) == 0, "two loaders of one seed read different batches");
+    DataLoader dl;
+    dataloader_init(&dl, spec, 2, 4, 0, 1, 1, 12, 4000);
+    td_read_firsts(&dl, other, n);
+    dataloader_free(&dl);
+    int differ = 0;
+    for (int i = 0; i < n; i++) differ += (first[0][i] / 1000 > 1 ? first[0][i] / 1000 : 0) != (other[i] / 1000 > 1 ? other[i] / 1000 : 0);
+    CHECK(differ > n / 4, "seeds 11 and 12 picked the same sets at %d of %d draws", n - differ, n);
+    for (int r = 0; r < world; r++) {
+        dataloader_init(&dl, spec, 2, 4, r, world, 1, 11, 4000);
+        td_read_firsts(&dl, ranks[r], n);
+        dataloader_free(&dl);
+    }
+    int same_set = 1, same_batch = 0;
+    for (int i = 0; i < n; i++) {
+        int k0 = ranks[0][i] / 1000, k1 = ranks[1][i] / 1000;
+        same_set &= (k0 <= 1 ? 0 : k0) == (k1 <= 1 ? 0 : k1);
+        same_batch += ranks[0][i] == ranks[1][i];
+    }
+    CHECK(same_set, "the ranks drew from different sets at one draw");
+    CHECK(same_batch == 0, "the ranks read the same batch %d times", same_batch);
+}
+
+// State saved after k draws (through a file, as a checkpoint carries it), restored into a new
+// loader: the next batches (targets with their masks included) equal the uninterrupted run's.
+static void test_mixture_resume(void) {
+    char spec[2048];
+    td_mixture_spec(spec, 0.5, 0.3, 0.2);
+    td_write_mask("mixb_0.bin", 121, 1); // one set with masks, the others without
+    const int B = 2, T = 4, K = 60;
+    const int skips[4] = {0, 5, 37, 150}; // the last crosses every set's epoch
+    for (int i = 0; i < 4; i++) {
+        DataLoader a, b;
+        dataloader_init(&a, spec, B, T, 1, 2, 1, 21, 4000);
+        CHECK(a.masked && a.sets[1].masked && !a.sets[0].masked, "the mixture's masks: %d %d %d", a.masked, a.sets[1].masked,
+              a.sets[0].masked);
+        for (int s = 0; s < skips[i]; s++) dataloader_next_batch(&a);
+        size_t bytes = dataloader_state_bytes(&a);
+        CHECK(bytes == 16 + 3 * sizeof(DataMixtureSetState), "state bytes %zu", bytes);
+        unsigned char *buf = (unsigned char *)mallocCheck(bytes), *back = (unsigned char *)mallocCheck(bytes);
+        dataloader_save_state(&a, buf);
+        char path[512];
+        FILE *fp = fopenCheck(td_path(path, "mixstate.bin"), "wb");
+        fwriteCheck(buf, 1, bytes, fp);
+        fcloseCheck(fp);
+        td_register(path);
+        fp = fopenCheck(path, "rb");
+        freadCheck(back, 1, bytes, fp, path);
+        fcloseCheck(fp);
+        dataloader_init(&b, spec, B, T, 1, 2, 1, 21, 4000);
+        for (int s = 0; s < 3; s++) dataloader_next_batch(&b); // elsewhere first: the load must reposition fully
+        dataloader_load_state(&b, back);
+        int same = 1;
+        for (int s = 0; s < K; s++) {
+            dataloader_next_batch(&a);
+            dataloader_next_batch(&b);
+            same &= memcmp(a.inputs, b.inputs, B * T * sizeof(int)) == 0 && memcmp(a.targets, b.targets, B * T * sizeof(int)) == 0;
+            same &= a.unmasked == b.unmasked;
+        }
+        CHECK(same, "resuming after %d draws did not replay the same %d batches", skips[i], K);
+        for (int k = 0; k < 3; k++) CHECK(a.drawn[k] == b.drawn[k], "resumed after %d: set %d drawn %lld vs %lld", skips[i], k,
+                                          (long long)b.drawn[k], (long long)a.drawn[k]);
+        free(buf);
+        free(back);
+        dataloader_free(&a);
+        dataloader_free(&b);
+    }
+    char path[512];
+    remove(td_path(path, "mixb_0.bin.mask"));
+}
+
+typedef struct { const char *spec, *saved_spec; } TdSpecArgs;
+
+static void td_spec_child(void *arg) {
+    const TdSpecArgs *a = (const TdSpecArgs *)arg;
+    DataLoader dl;
+    if (a->saved_spec) { // a state saved under one spec, resumed under another
+        DataLoader saved;
+        dataloader_init(&saved, a->saved_spec, 2, 4, 0, 1, 0, 0, 4000);
+        unsigned char buf[1024];
+        dataloader_save_state(&saved, buf);
+        dataloader_init(&dl, a->spec, 2, 4, 0, 1, 0, 0, 4000);
+        dataloader_load_state(&dl, buf);
+        return;
+    }
+    dataloader_init(&dl, a->spec, 2, 4, 0, 1, 0, 0, 4000);
+    dataloader_free(&dl);
+}
+
+static void test_mixture_bad_specs(void) {
+    char good[2048], a[512], b[512], spec[2200];
+    td_mixture_spec(good, 1, 1, 1);
+    td_path(a, "mixa_*.bin");
+    td_path(b, "mixb_*.bin");
+    struct { const char *fmt, *phrase; } cases[] = {
+        {"%s:0.7x,%s:0.3", "the weight '0.7x' of set"},
+        {"%s:,%s:0.3", "the weight '' of set"},
+        {"%s: 1,%s:0.3", "is not a number"},
+        {"%s:-0.5,%s:1", "the weight '-0.5' of set"},
+        {"%s:nan,%s:1", "is not finite"},
+        {"%s:0,%s:0", "the weights sum to 0"},
+        {"%s,%s:1", "has no weight"},
+        {"%s:1,,%s:1", "set 2 is empty"},
+        {"%s:1,%s_nomatch:1", "no data files match set 2's pattern"},
+    };
+    char err[4096];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        snprintf(spec, sizeof(spec), cases[i].fmt, a, b);
+        TdSpecArgs args = {spec, NULL};
+        int status = run_expect_fatal(td_spec_child, &args, err, sizeof(err));
+        CHECK(status != 0, "'%s': accepted", spec);
+        CHECK(strstr(err, "-i mixture '") && strstr(err, spec), "'%s': the message does not name the spec: %s", spec, err);
+        CHECK(strstr(err, cases[i].phrase) != NULL, "'%s': the message lacks '%s': %s", spec, cases[i].phrase, err);
+    }
+    TdSpecArgs ok = {good, NULL};
+    CHECK(run_expect_fatal(td_spec_child, &ok, err, sizeof(err)) == 0, "a good spec refused: %s", err);
+    char other[2048], two[2200];
+    td_mixture_spec(other, 1, 2, 1);
+    TdSpecArgs reweighted = {other, good};
+    td_expect_fatal("state of other weights", td_spec_child, &reweighted, NULL, "weight 1 for mixture set 2", "weight 2");
+    snprintf(two, sizeof(two), "%s:1,%s:1", a, b);
+    TdSpecArgs fewer = {two, good};
+    td_expect_fatal("state of another number of sets", td_spec_child, &fewer, NULL, "a mixture of 3 sets", "has 2");
+}
+
 static void run_data_tests(void) {
     strcpy(g_td_dir, "/tmp/test_data_XXXXXX");
     if (mkdtemp(g_td_dir) == NULL) FATAL("mkdtemp failed: %s", strerror(errno));
@@ -784,6 +1089,12 @@ static void run_data_tests(void) {
     run_test("tokenizer: bad tables exit naming the file and the problem", test_tokenizer_bad);
     run_test("data: real TinyShakespeare, Llama 2 (16-bit)", test_real_llama2);
     run_test("data: real TinyShakespeare, Llama 3 (32-bit)", test_real_llama3);
+    run_test("masks: target t learned iff mask byte start + t + 1 is 1; the unmasked count", test_masks_read);
+    run_test("masks: a set with and without, other token count, bad header or byte, val masks: refused naming the file", test_bad_masks);
+    run_test("mixture: realized proportions within 5 binomial sd over 20000 draws; weight 0 never drawn", test_mixture_proportions);
+    run_test("mixture: deterministic per seed; every rank the same set, disjoint batches", test_mixture_deterministic);
+    run_test("mixture: state saved mid-mixture and restored replays the same batches", test_mixture_resume);
+    run_test("mixture: bad specs and another run's state refused, naming the spec", test_mixture_bad_specs);
     for (int i = 0; i < g_td_num_files; i++) remove(g_td_files[i]);
     rmdir(g_td_dir);
 }

@@ -9,7 +9,9 @@ step (a non-finite step included), the launch decision, the stop signals (in eve
 -ngpu launcher, mg_launch_ranks, with stand-in ranks: this program run again, taking the signals as
 the trainer does), the learning-rate schedule, the MFU text, and the data loaders as open_data makes them on 1-8
 stand-in ranks (the shipped shards at the README's B x T: val positions shared once, the val loss
-the same).
+the same);
+a -i mixture's position through the state file (resumed mid-mixture, the next batches the same; a
+plain glob's file as before; one of the other kind refused), and the loss scale with and without masks.
 Build and run: make dev/test/test_trainer_host && ./dev/test/test_trainer_host
 */
 #define TESTING
@@ -720,6 +722,7 @@ static const HeaderField HEADER_FIELDS[] = {
     {19, "AdamW updates applied", +[](Model *m, TrainState *) { return &m->adam_t; }, 0}, // read back, not checked
     {20, "-fp8_lm_head", +[](Model *m, TrainState *) { return &m->fp8.lm_head; }, 1},
     {21, "-adam_moments (0 fp32, 1 bf16)", +[](Model *m, TrainState *) { return &m->opt.moments_bf16; }, 1},
+    {22, "data sets of the -i mixture (0: one glob)", +[](Model *, TrainState *) { return &g_data_sets; }, 0},
 };
 #define NUM_HEADER_FIELDS ((int)(sizeof(HEADER_FIELDS) / sizeof(HEADER_FIELDS[0])))
 #define READ_BACK_WORD 19
@@ -755,7 +758,7 @@ static void test_state_header_every_field(void) {
     CHECK(NUM_HEADER_FIELDS == NUM_STATE_FIELDS, "README's state header has %d fields, state_fields %d", NUM_HEADER_FIELDS, NUM_STATE_FIELDS);
     char path[128], err[2048];
     path_in_dir(path, sizeof(path), "header.bin");
-    int saved_data_bytes = g_data_state_bytes;
+    int saved_data_bytes = g_data_state_bytes, saved_data_sets = g_data_sets;
     static Model m;
     TrainState ts;
     for (int i = 0; i < NUM_HEADER_FIELDS; i++) {
@@ -784,6 +787,7 @@ static void test_state_header_every_field(void) {
         else CHECK(status != 0 && strstr(err, want), "%s: word %d changed in the file: exit %d, message lacks '%s': %s", f->name, f->word, status, want, err);
     }
     g_data_state_bytes = saved_data_bytes;
+    g_data_sets = saved_data_sets;
 }
 
 // ---- the main loop's work after a step (issue 30.3)
@@ -1121,6 +1125,143 @@ static void test_launcher_signals(void) {
     }
 }
 
+// ---- mixtures through the state file, the loss scale
+
+// A shard of n 16-bit tokens base, base + 1, ... in g_dir.
+static void write_token_shard(const char *name, int base, int n) {
+    char path[128];
+    path_in_dir(path, sizeof(path), name);
+    int h[256];
+    memset(h, 0, sizeof(h));
+    h[0] = SHARD_MAGIC_U16; h[1] = SHARD_VERSION_U16; h[2] = n;
+    uint16_t *body = (uint16_t *)mallocCheck(n * sizeof(uint16_t));
+    for (int i = 0; i < n; i++) body[i] = (uint16_t)(base + i);
+    FILE *f = fopenCheck(path, "wb");
+    fwriteCheck(h, sizeof(int), 256, f);
+    fwriteCheck(body, sizeof(uint16_t), n, f);
+    fcloseCheck(f);
+    free(body);
+}
+
+typedef struct { const char *spec, *path; int draws; } MixStateArgs;
+
+// The train loader's state as main puts it in a checkpoint (state_header, state_sections, after
+// dataloader_state_bytes has set the section's size), written with write_sections.
+static void write_data_state(const char *path, DataLoader *dl, TrainState *ts) {
+    static Model m;
+    memset(&m, 0, sizeof(m));
+    g_data_state_bytes = (int)dataloader_state_bytes(dl);
+    g_data_sets = dl->num_sets;
+    ts->data_mixture = dl->num_sets ? (unsigned char *)mallocCheck(g_data_state_bytes) : NULL;
+    if (ts->data_mixture) dataloader_save_state(dl, ts->data_mixture);
+    else ts->data = dataloader_get_state(dl);
+    int h[256];
+    state_header(&m, ts, h);
+    Section sec[NUM_STATE_SECTIONS];
+    state_sections(&m, ts, sec);
+    write_sections(path, h, sec, NUM_STATE_SECTIONS);
+    free(ts->data_mixture);
+    ts->data_mixture = NULL;
+}
+
+// Reads a state file as load_checkpoint does into a new loader for a->spec; exits 3 unless its next
+// 50 batches are those of a loader that drew a->draws batches and went on.
+static void resume_data_state(void *arg) {
+    const MixStateArgs *a = (const MixStateArgs *)arg;
+    static Model m;
+    memset(&m, 0, sizeof(m));
+    DataLoader resumed, straight;
+    dataloader_init(&resumed, a->spec, 2, 4, 1, 2, 1, 3, 4000);
+    TrainState ts;
+    memset(&ts, 0, sizeof(ts));
+    g_data_state_bytes = (int)dataloader_state_bytes(&resumed);
+    g_data_sets = resumed.num_sets;
+    ts.data_mixture = resumed.num_sets ? (unsigned char *)mallocCheck(g_data_state_bytes) : NULL;
+    HeaderExpect ex[NUM_STATE_FIELDS];
+    int n = state_expect(&m, &ts, ex);
+    Section sec[NUM_STATE_SECTIONS];
+    state_sections(&m, &ts, sec);
+    read_sections(a->path, STATE_MAGIC, ex, n, sec, NUM_STATE_SECTIONS, NULL);
+    dataloader_load_state(&resumed, ts.data_mixture ? (const void *)ts.data_mixture : (const void *)&ts.data);
+    dataloader_init(&straight, a->spec, 2, 4, 1, 2, 1, 3, 4000);
+    for (int i = 0; i < a->draws; i++) dataloader_next_batch(&straight);
+    for (int i = 0; i < 50; i++) {
+        dataloader_next_batch(&straight);
+        dataloader_next_batch(&resumed);
+        if (memcmp(straight.inputs, resumed.inputs, 8 * sizeof(int)) || memcmp(straight.targets, resumed.targets, 8 * sizeof(int))) {
+            fprintf(stderr, "batch %d after the resume differs: first input %d, the uninterrupted run's %d\n", i,
+                    resumed.inputs[0], straight.inputs[0]);
+            exit(3);
+        }
+    }
+    free(ts.data_mixture);
+    dataloader_free(&resumed);
+    dataloader_free(&straight);
+}
+
+static void test_mixture_state_file(void) {
+    write_token_shard("mixa_0.bin", 0, 161);
+    write_token_shard("mixa_1.bin", 1000, 81);
+    write_token_shard("mixb_0.bin", 2000, 121);
+    char a[128], b[128], spec[300], path[128], plain_path[128], err[4096];
+    path_in_dir(a, sizeof(a), "mixa_*.bin");
+    path_in_dir(b, sizeof(b), "mixb_*.bin");
+    snprintf(spec, sizeof(spec), "%s:0.7,%s:0.3", a, b);
+    path_in_dir(path, sizeof(path), "mix_state.bin");
+    path_in_dir(plain_path, sizeof(plain_path), "plain_state.bin");
+    const int draws[3] = {1, 23, 90}; // 90 crosses both sets' epochs
+    for (int i = 0; i < 3; i++) {
+        DataLoader dl;
+        dataloader_init(&dl, spec, 2, 4, 1, 2, 1, 3, 4000);
+        for (int k = 0; k < draws[i]; k++) dataloader_next_batch(&dl);
+        TrainState ts;
+        memset(&ts, 0, sizeof(ts));
+        write_data_state(path, &dl, &ts);
+        dataloader_free(&dl);
+        MixStateArgs args = {spec, path, draws[i]};
+        int status = run_expect_fatal(resume_data_state, &args, err, sizeof(err));
+        CHECK(status == 0, "resumed after %d draws: exit %d: %s", draws[i], status, err);
+    }
+    // a plain glob: the state section is the DataLoaderState, as before mixtures; word 22 is 0
+    DataLoader dl;
+    dataloader_init(&dl, a, 2, 4, 1, 2, 1, 3, 4000);
+    for (int k = 0; k < 7; k++) dataloader_next_batch(&dl);
+    TrainState ts;
+    memset(&ts, 0, sizeof(ts));
+    write_data_state(plain_path, &dl, &ts);
+    dataloader_free(&dl);
+    CHECK(file_size(plain_path) == 1024 + (long)sizeof(uint64_t) + (long)sizeof(DataLoaderState),
+          "a plain glob's state file has %ld bytes", file_size(plain_path));
+    MixStateArgs plain = {a, plain_path, 7};
+    CHECK(run_expect_fatal(resume_data_state, &plain, err, sizeof(err)) == 0, "a plain glob's resume: %s", err);
+    // one kind of file, the other kind of run: refused, naming the field
+    MixStateArgs cross = {spec, plain_path, 7};
+    CHECK(run_expect_fatal(resume_data_state, &cross, err, sizeof(err)) != 0 &&
+          strstr(err, "data sets of the -i mixture (0: one glob) is 0 in the file, 2 here"),
+          "a plain glob's state resumed by a mixture: %s", err);
+    MixStateArgs cross2 = {a, path, 7};
+    CHECK(run_expect_fatal(resume_data_state, &cross2, err, sizeof(err)) != 0 &&
+          strstr(err, "data sets of the -i mixture (0: one glob) is 2 in the file, 0 here"),
+          "a mixture's state resumed by a plain glob: %s", err);
+    g_data_state_bytes = (int)sizeof(DataLoaderState);
+    g_data_sets = 0;
+}
+
+// Without masks the scale is today's expression, bit for bit; with them 1 / (learned targets of the
+// step on every rank), so a target weighs the same in every micro-step whatever its micro-step's count.
+static void test_loss_scale(void) {
+    const int shapes[][3] = {{8, 1, 1}, {16384, 4, 1}, {1024, 3, 8}, {8192, 64, 8}}; // N, grad_accum, world
+    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+        int N = shapes[i][0], ga = shapes[i][1], world = shapes[i][2];
+        float today = 1.0f / ((float)N * ga * world), got = step_loss_scale((long long)N * ga * world, N, ga, world);
+        CHECK(memcmp(&today, &got, sizeof(float)) == 0, "N %d ga %d world %d: scale %.9g, without masks it was %.9g", N, ga, world,
+              got, today);
+    }
+    CHECK(step_loss_scale(5, 8, 2, 1) == 0.2f, "5 learned targets of 16: scale %.9g, expected 0.2", step_loss_scale(5, 8, 2, 1));
+    CHECK(step_loss_scale(3, 4, 1, 2) == (float)(1.0 / 3.0), "3 learned targets of 8 on 2 ranks: %.9g", step_loss_scale(3, 4, 1, 2));
+    CHECK(step_loss_scale(0, 8, 2, 1) == 0.0f, "no learned target: scale %.9g, expected 0 (no gradient)", step_loss_scale(0, 8, 2, 1));
+}
+
 int main(int argc, char **argv) {
     if (argc == 4 && strcmp(argv[1], STAND_IN_FLAG) == 0) stand_in_rank(argv[2], argv[3]); // started by test_launcher_signals
     snprintf(g_dir, sizeof(g_dir), "/tmp/llama_fp8_host_XXXXXX");
@@ -1154,6 +1295,8 @@ int main(int argc, char **argv) {
     run_test("MFU: percent for a known GPU, n/a for an unknown one", test_mfu_text);
     run_test("data: the README's B x T on 1-8 GPUs start; each val position evaluated once; the val loss the same", test_data_every_world);
     run_test("data: a train shard too small for one step on N GPUs is left out, named by rank 0", test_data_small_shard_every_world);
+    run_test("mixture: its state through the state file resumes mid-mixture; a plain glob's file as before; the other kind refused", test_mixture_state_file);
+    run_test("loss scale: today's without masks, 1 / the step's learned targets with them", test_loss_scale);
     printf("%d passed, %d failed\n", g_tests_passed, g_tests_failed);
     return g_tests_failed == 0 ? 0 : 1;
 }
