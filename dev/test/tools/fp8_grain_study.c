@@ -8,7 +8,9 @@ each candidate scaling grain, with the reference's own cast functions:
            that reads them (rows for fprop/dgrad, the transposes for wgrad), W in 128x128 blocks,
            fp32 scales (and "pow2": each scale rounded down to a power of two);
   smooth   Smooth-SwiGLU, w2 only: X's channel c divided by s_c = the power of two at or above the
-           channel's amax over the batch, W's column c multiplied by it, then per-tensor scaling.
+           channel's amax over the batch, W's column c multiplied by it, then per-tensor scaling;
+           "smooth >= median" scales only the channels above the median channel amax, by the power of
+           two at or above amax / median.
 An underflow is a non-zero value cast to +-0, a saturation one clipped to the format's max
 (llmc/fp8.h). For the fprop GEMMs of some layers' w2 it also prints the relative Frobenius error of
 Y = X W^T from each candidate's fp8 operands against the product of the fp32 ones.
@@ -27,8 +29,8 @@ layers whose w2 fprop error is printed (default 11,28,5).
 #include "llmc/dataloader.h"    // DataLoader
 #include "dev/test/llama_ref.h" // RefModel, ref_compute_grads, ref_fp8_block_cast, ref_fp8_block_gemm
 
-enum { G_TENSOR, G_BLOCK, G_POW2, G_SMOOTH, NUM_GRAINS };
-static const char *const GRAIN_NAMES[NUM_GRAINS] = {"tensor", "1x128", "1x128 pow2", "smooth"};
+enum { G_TENSOR, G_BLOCK, G_POW2, G_SMOOTH, G_SMOOTH_MED, NUM_GRAINS };
+static const char *const GRAIN_NAMES[NUM_GRAINS] = {"tensor", "1x128", "1x128 pow2", "smooth", "smooth >= median"};
 #define MAX_GEMM_LAYERS 8
 
 // What the casts of one tensor (linear lin, kind) lost, summed over the batches. Row-wise casts feed
@@ -69,13 +71,31 @@ static float cast_tensor(const ref_real *v, size_t n, Fp8Format f, ref_real *out
 
 // Smooth-SwiGLU's channel scales of X (rows, cols): the power of two at or above each column's amax
 // (1 for an all-zero column), so that dividing X and multiplying W by it is exact.
-static void smooth_scales(const ref_real *x, int rows, int cols, float *s) {
+static int cmp_float(const void *a, const void *b) { float x = *(const float *)a, y = *(const float *)b; return (x > y) - (x < y); }
+
+// With above_median, only the channels whose amax passes the median channel's are scaled, by the
+// power of two at or above amax / median: X's outlier channels come down to the median's level and
+// W's columns only grow, so W keeps its small values (the plain scales multiply the columns of
+// nearly dead channels by tiny powers of two).
+static void smooth_scales(const ref_real *x, int rows, int cols, float *s, int above_median) {
     for (int c = 0; c < cols; c++) {
         float amax = 0.0f;
         for (int r = 0; r < rows; r++) if (fabsf((float)x[(size_t)r * cols + c]) > amax) amax = fabsf((float)x[(size_t)r * cols + c]);
         int e;
         float m = frexpf(amax, &e); // amax = m 2^e, m in [0.5, 1)
         s[c] = amax > 0.0f ? ldexpf(1.0f, m == 0.5f ? e - 1 : e) : 1.0f;
+        if (above_median) s[cols + c] = amax;
+    }
+    if (!above_median) return;
+    float *sorted = s + 2 * cols; // s holds 3 * cols floats in this mode
+    memcpy(sorted, s + cols, cols * sizeof(float));
+    qsort(sorted, cols, sizeof(float), cmp_float);
+    float median = sorted[cols / 2];
+    for (int c = 0; c < cols; c++) {
+        float r = median > 0.0f ? s[cols + c] / median : 1.0f;
+        int e;
+        float m = frexpf(r, &e);
+        s[c] = r > 1.0f ? ldexpf(1.0f, m == 0.5f ? e - 1 : e) : 1.0f;
     }
 }
 
@@ -114,14 +134,16 @@ static void gemm_errors(Study *st, int slot, const ref_real *x, const ref_real *
         ref_fp8_block_gemm(y, xq, st->sinv_a, 1, wq, st->sinv_b, FP8_BLOCK, N, M, K, 0);
         rel_error(st->gemm_err[slot][pow2 ? G_POW2 : G_BLOCK], y, yref, N, M);
     }
-    float *sc = (float *)mallocCheck(K * sizeof(float));
-    smooth_scales(x, N, K, sc);
-    for (size_t i = 0; i < NK; i++) xq[i] = x[i] / sc[i % K];
-    for (size_t i = 0; i < MK; i++) wq[i] = w[i] * sc[i % K];
-    sx = cast_tensor(xq, NK, FP8_E4M3, xq, &u, &s);
-    sw = cast_tensor(wq, MK, FP8_E4M3, wq, &u, &s);
-    ref_matmul_forward(y, xq, wq, N, K, M, (double)(1.0f / sx) * (1.0f / sw));
-    rel_error(st->gemm_err[slot][G_SMOOTH], y, yref, N, M);
+    float *sc = (float *)mallocCheck(3 * K * sizeof(float));
+    for (int med = 0; med < 2; med++) {
+        smooth_scales(x, N, K, sc, med);
+        for (size_t i = 0; i < NK; i++) xq[i] = x[i] / sc[i % K];
+        for (size_t i = 0; i < MK; i++) wq[i] = w[i] * sc[i % K];
+        sx = cast_tensor(xq, NK, FP8_E4M3, xq, &u, &s);
+        sw = cast_tensor(wq, MK, FP8_E4M3, wq, &u, &s);
+        ref_matmul_forward(y, xq, wq, N, K, M, (double)(1.0f / sx) * (1.0f / sw));
+        rel_error(st->gemm_err[slot][med ? G_SMOOTH_MED : G_SMOOTH], y, yref, N, M);
+    }
     for (size_t i = 0; i < NK; i++) xq[i] = ref_round_bf16((float)x[i]);
     for (size_t i = 0; i < MK; i++) wq[i] = ref_round_bf16((float)w[i]);
     ref_matmul_forward(y, xq, wq, N, K, M, 1.0);
@@ -157,10 +179,13 @@ static void observe(void *ctx, int lin, int kind, const ref_real *v, int rows, i
     // Smooth-SwiGLU applies to w2's X and W only; the other tensors keep per-tensor scaling
     if (lin < LINS_PER_LAYER * L && lin % LINS_PER_LAYER == LIN_W2 && kind != FP8_DY) {
         int K = cols; // FF for both
-        float *sc = (float *)mallocCheck(K * sizeof(float));
-        smooth_scales(st->x, model->B * model->T, K, sc);
-        for (size_t i = 0; i < n; i++) st->buf_a[i] = kind == FP8_X ? v[i] / sc[i % K] : v[i] * sc[i % K];
-        cast_tensor(st->buf_a, n, f, NULL, &ts->under[G_SMOOTH], &ts->sat[G_SMOOTH]);
+        float *sc = (float *)mallocCheck(3 * K * sizeof(float));
+        for (int med = 0; med < 2; med++) {
+            int g = med ? G_SMOOTH_MED : G_SMOOTH;
+            smooth_scales(st->x, model->B * model->T, K, sc, med);
+            for (size_t i = 0; i < n; i++) st->buf_a[i] = kind == FP8_X ? v[i] / sc[i % K] : v[i] * sc[i % K];
+            cast_tensor(st->buf_a, n, f, NULL, &ts->under[g], &ts->sat[g]);
+        }
         free(sc);
         if (kind == FP8_W && st->batch == 0) {
             for (int i = 0; i < st->num_gemm_layers; i++) {
@@ -183,7 +208,7 @@ static double under_frac(const Study *st, int t, int g) {
     const TensorStats *ts = &st->stats[t];
     int kind = t % FP8_KINDS, lin = t / FP8_KINDS, L = st->model->cfg.L;
     int smoothed = lin < LINS_PER_LAYER * L && lin % LINS_PER_LAYER == LIN_W2 && kind != FP8_DY;
-    if (g == G_SMOOTH && !smoothed) g = G_TENSOR;
+    if ((g == G_SMOOTH || g == G_SMOOTH_MED) && !smoothed) g = G_TENSOR;
     if (g == G_BLOCK || g == G_POW2) {
         if (kind == FP8_W) return frac(ts->under[g], ts->n);
         return frac(ts->under[g] + ts->under_t[g], 2 * ts->n);
@@ -215,7 +240,7 @@ static void report(const Study *st, int nt) {
                     break;
                 }
             }
-            int gs = g == G_SMOOTH && t % FP8_KINDS == FP8_DY ? G_TENSOR : g;
+            int gs = (g == G_SMOOTH || g == G_SMOOTH_MED) && t % FP8_KINDS == FP8_DY ? G_TENSOR : g;
             if (frac(st->stats[t].sat[gs], st->stats[t].n) > frac(st->stats[worst_sat].sat[gs], st->stats[worst_sat].n)) worst_sat = t;
         }
         printf("| %s | %.2e | %.2e | %.2e | %d |", GRAIN_NAMES[g], mean[FP8_X], mean[FP8_W], mean[FP8_DY], above);
@@ -224,33 +249,34 @@ static void report(const Study *st, int nt) {
             printf(" %s %.2e |", name, under_frac(st, top[k], g));
         }
         tensor_name(st, worst_sat, name, sizeof(name));
-        int gs = g == G_SMOOTH && worst_sat % FP8_KINDS == FP8_DY ? G_TENSOR : g;
+        int gs = (g == G_SMOOTH || g == G_SMOOTH_MED) && worst_sat % FP8_KINDS == FP8_DY ? G_TENSOR : g;
         printf(" %s %.1e |\n", name, frac(st->stats[worst_sat].sat[gs], st->stats[worst_sat].n));
     }
     printf("\n### Tensors above 0.5%% underflow under per-tensor scaling (the 1%% fallback trips on those above 1%%)\n\n");
-    printf("| tensor | amax | tensor | 1x128 (rows / transposed) | 1x128 pow2 (rows / transposed) | smooth |\n|---|---|---|---|---|---|\n");
+    printf("| tensor | amax | tensor | 1x128 (rows / transposed) | 1x128 pow2 (rows / transposed) | smooth | smooth >= median |\n|---|---|---|---|---|---|---|\n");
     for (int t = 0; t < nt; t++) {
         const TensorStats *ts = &st->stats[t];
         if (under_frac(st, t, G_TENSOR) <= 0.005) continue;
         tensor_name(st, t, name, sizeof(name));
-        printf("| %s | %.4g | %.2e | %.2e / %.2e | %.2e / %.2e | %.2e |\n", name, ts->amax, under_frac(st, t, G_TENSOR),
+        printf("| %s | %.4g | %.2e | %.2e / %.2e | %.2e / %.2e | %.2e | %.2e |\n", name, ts->amax, under_frac(st, t, G_TENSOR),
                frac(ts->under[G_BLOCK], ts->n), frac(ts->under_t[G_BLOCK], ts->n), frac(ts->under[G_POW2], ts->n),
-               frac(ts->under_t[G_POW2], ts->n), under_frac(st, t, G_SMOOTH));
+               frac(ts->under_t[G_POW2], ts->n), under_frac(st, t, G_SMOOTH), under_frac(st, t, G_SMOOTH_MED));
     }
     printf("\n### w2 fprop error, ||Y - X W^T||_F / ||X W^T||_F of the whole Y / mean over its rows (first batch)\n\n| layer | w2 X amax |");
     for (int g = 0; g < NUM_GRAINS; g++) printf(" %s |", GRAIN_NAMES[g]);
-    printf(" bf16 operands |\n|---|---|---|---|---|---|---|\n");
+    printf(" bf16 operands |\n|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < st->num_gemm_layers; i++) {
         int l = st->gemm_layers[i];
         printf("| %d | %.4g |", l, st->stats[fp8_tensor_index(l, LIN_W2, FP8_X)].amax);
         for (int g = 0; g <= NUM_GRAINS; g++) printf(" %.2e / %.2e |", st->gemm_err[i][g][0], st->gemm_err[i][g][1]);
         printf("\n");
     }
-    printf("\n### Every tensor's amax and underflow (tensor / 1x128 / 1x128 pow2 / smooth)\n\n| tensor | amax | values | tensor | 1x128 | pow2 | smooth |\n|---|---|---|---|---|---|---|\n");
+    printf("\n### Every tensor's amax and underflow\n\n| tensor | amax | values | tensor | 1x128 | pow2 | smooth | smooth >= median |\n|---|---|---|---|---|---|---|---|\n");
     for (int t = 0; t < nt; t++) {
         tensor_name(st, t, name, sizeof(name));
-        printf("| %s | %.4g | %llu | %.2e | %.2e | %.2e | %.2e |\n", name, st->stats[t].amax, (unsigned long long)st->stats[t].n,
-               under_frac(st, t, G_TENSOR), under_frac(st, t, G_BLOCK), under_frac(st, t, G_POW2), under_frac(st, t, G_SMOOTH));
+        printf("| %s | %.4g | %llu | %.2e | %.2e | %.2e | %.2e | %.2e |\n", name, st->stats[t].amax, (unsigned long long)st->stats[t].n,
+               under_frac(st, t, G_TENSOR), under_frac(st, t, G_BLOCK), under_frac(st, t, G_POW2), under_frac(st, t, G_SMOOTH),
+               under_frac(st, t, G_SMOOTH_MED));
     }
 }
 
