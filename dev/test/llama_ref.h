@@ -91,6 +91,7 @@ typedef struct {
     int w_fp8_step;    // the step whose weights params_fp8 holds, -1 for none
     // fp8 grains (the section "fp8 block scaling" below); fp8_grain NULL: every fp8 linear per-tensor
     int *fp8_grain;       // (fp8 linears) FP8_GRAIN_* of each linear
+    int *fp8_over_steps;  // (fp8 linears) consecutive steps over ref_fp8_auto_grain's threshold
     int fp8_block_pow2;   // block scales rounded down to a power of two
     float *fp8_w_sinv;    // block scale_invs of every block linear's W, at fp8_w_sinv_off[lin]
     size_t *fp8_w_sinv_off;
@@ -192,6 +193,7 @@ static void ref_free(RefModel *model) {
     free(model->fp8_counts);
     free(model->params_fp8);
     free(model->fp8_grain);
+    free(model->fp8_over_steps);
     free(model->fp8_w_sinv);
     free(model->fp8_w_sinv_off);
     free(model->fp8_tq);
@@ -223,8 +225,13 @@ static void ref_init_weights(RefModel *model, uint64_t seed) {
 // ----------------------------------------------------------------------------------------------
 // fp8 emulation
 
+// A linear's fp8 grain (the section "fp8 block scaling" below): one scale per tensor, one per block,
+// or none: the linear has fallen back to the unquantized GEMM (bf16 on the GPU).
+enum { FP8_GRAIN_TENSOR = 0, FP8_GRAIN_BLOCK = 1, FP8_GRAIN_BF16 = 2 };
+
 static int ref_linear_is_fp8(const RefModel *model, int lin) {
-    return model->fp8 && (lin < LINS_PER_LAYER * model->cfg.L || model->fp8_lm_head);
+    return model->fp8 && (lin < LINS_PER_LAYER * model->cfg.L || model->fp8_lm_head) &&
+           !(model->fp8_grain != NULL && model->fp8_grain[lin] == FP8_GRAIN_BF16);
 }
 
 // Live scaling: in the first optimizer step the first cast of every tensor sets its scale from its
@@ -277,7 +284,8 @@ static void ref_fp8_cast(RefModel *model, int t, const ref_real *in, ref_real *o
 // ----------------------------------------------------------------------------------------------
 // fp8 block scaling (issue 34; the spec is dev/results/fp8_outliers/design.md)
 //
-// A block linear (grain FP8_GRAIN_BLOCK, set per linear by ref_set_fp8_grain) casts every operand of
+// A block linear (grain FP8_GRAIN_BLOCK, set per linear by ref_set_fp8_grain, or by the fallback
+// ref_fp8_auto_grain, which can also take a linear off fp8: FP8_GRAIN_BF16) casts every operand of
 // its GEMMs with one scale per block: 1x128 along the GEMM's reduction dimension for X, dY and their
 // transposes, 128x128 for W, each block's scale from the values being cast (current scaling, as in
 // DeepSeek-V3 and TransformerEngine's Float8BlockScaling), and each GEMM multiplies every 128-long
@@ -286,7 +294,6 @@ static void ref_fp8_cast(RefModel *model, int t, const ref_real *in, ref_real *o
 // wgrad casts dY^T and X^T afresh from the unquantized values. The per-tensor state (slot, history,
 // scale) still records each tensor's amax, and the health counts count every cast, for the logs.
 
-enum { FP8_GRAIN_TENSOR = 0, FP8_GRAIN_BLOCK = 1 };
 #define FP8_BLOCK 128
 
 static size_t ref_ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
@@ -389,39 +396,76 @@ static void ref_fp8_block_record(RefModel *model, int t, float amax, const uint6
     for (int i = 0; i < FP8_COUNTS; i++) model->fp8_counts[FP8_COUNTS * t + i] += counts[i];
 }
 
-// Makes fp8 linear lin a block linear (FP8_GRAIN_BLOCK) or a per-tensor one (FP8_GRAIN_TENSOR), with
-// power-of-two block scales if pow2 (one setting for the model). Before the first forward only: the
-// weights are cast in the linear's grain once per step.
+// The grain state and the block scratch, allocated on the first grain change.
+static void ref_fp8_grain_alloc(RefModel *model) {
+    int nlin = fp8_num_linears(&model->cfg, model->fp8_lm_head);
+    model->fp8_grain = (int *)callocCheck(nlin, sizeof(int));
+    model->fp8_over_steps = (int *)callocCheck(nlin, sizeof(int));
+    model->fp8_w_sinv_off = (size_t *)mallocCheck(nlin * sizeof(size_t));
+    size_t total = 0, N = (size_t)model->B * model->T, widest = 0, wmax = 0;
+    for (int i = 0; i < nlin; i++) {
+        int M, K;
+        size_t off;
+        ref_linear_shape(model, i, &M, &K, &off);
+        model->fp8_w_sinv_off[i] = total;
+        total += ref_fp8_block_count(M, K, FP8_BLOCK);
+        if ((size_t)(M > K ? M : K) > widest) widest = M > K ? M : K;
+        if ((size_t)M * K > wmax) wmax = (size_t)M * K;
+    }
+    model->fp8_w_sinv = (float *)mallocCheck(total * sizeof(float));
+    // scratch for the largest transposed operand (W^T, X^T, dY^T) and the scales of either GEMM operand
+    size_t big = N * widest > wmax ? N * widest : wmax, nmax = N > widest ? N : widest;
+    model->fp8_tq = (ref_real *)mallocCheck(big * sizeof(ref_real));
+    model->fp8_tr = (ref_real *)mallocCheck(big * sizeof(ref_real));
+    model->fp8_sinv_a = (float *)mallocCheck(nmax * ref_ceil_div(nmax, FP8_BLOCK) * sizeof(float));
+    model->fp8_sinv_b = (float *)mallocCheck(nmax * ref_ceil_div(nmax, FP8_BLOCK) * sizeof(float));
+}
+
+// Sets fp8 linear lin's grain (FP8_GRAIN_*), with power-of-two block scales if pow2 (one setting for
+// the model). Only between optimizer steps: a step's weights are cast in their linear's grain once,
+// before its first forward.
 static void ref_set_fp8_grain(RefModel *model, int lin, int grain, int pow2) {
-    const LlamaConfig *c = &model->cfg;
-    int nlin = fp8_num_linears(c, model->fp8_lm_head);
+    int nlin = fp8_num_linears(&model->cfg, model->fp8_lm_head);
     if (!model->fp8) FATAL("reference model: fp8 grains need fp8 emulation");
     if (lin < 0 || lin >= nlin) FATAL("reference model: fp8 linear %d is not in [0, %d)", lin, nlin);
-    if (grain != FP8_GRAIN_TENSOR && grain != FP8_GRAIN_BLOCK) FATAL("reference model: unknown fp8 grain %d", grain);
-    if (model->w_fp8_step != -1) FATAL("reference model: fp8 grains must be set before the first forward");
-    if (model->fp8_grain == NULL) {
-        model->fp8_grain = (int *)callocCheck(nlin, sizeof(int));
-        model->fp8_w_sinv_off = (size_t *)mallocCheck(nlin * sizeof(size_t));
-        size_t total = 0, N = (size_t)model->B * model->T, widest = 0, wmax = 0;
-        for (int i = 0; i < nlin; i++) {
-            int M, K;
-            size_t off;
-            ref_linear_shape(model, i, &M, &K, &off);
-            model->fp8_w_sinv_off[i] = total;
-            total += ref_fp8_block_count(M, K, FP8_BLOCK);
-            if ((size_t)(M > K ? M : K) > widest) widest = M > K ? M : K;
-            if ((size_t)M * K > wmax) wmax = (size_t)M * K;
-        }
-        model->fp8_w_sinv = (float *)mallocCheck(total * sizeof(float));
-        // scratch for the largest transposed operand (W^T, X^T, dY^T) and the scales of either GEMM operand
-        size_t big = N * widest > wmax ? N * widest : wmax, nmax = N > widest ? N : widest;
-        model->fp8_tq = (ref_real *)mallocCheck(big * sizeof(ref_real));
-        model->fp8_tr = (ref_real *)mallocCheck(big * sizeof(ref_real));
-        model->fp8_sinv_a = (float *)mallocCheck(nmax * ref_ceil_div(nmax, FP8_BLOCK) * sizeof(float));
-        model->fp8_sinv_b = (float *)mallocCheck(nmax * ref_ceil_div(nmax, FP8_BLOCK) * sizeof(float));
-    }
+    if (grain != FP8_GRAIN_TENSOR && grain != FP8_GRAIN_BLOCK && grain != FP8_GRAIN_BF16) FATAL("reference model: unknown fp8 grain %d", grain);
+    if (model->micro_step != -1 || model->w_fp8_step == model->step)
+        FATAL("reference model: fp8 grains change between optimizer steps only (step %d has begun)", model->step);
+    if (model->fp8_grain == NULL) ref_fp8_grain_alloc(model);
     model->fp8_grain[lin] = grain;
     model->fp8_block_pow2 = pow2;
+}
+
+// The fallback of issue 34, called after each optimizer step (ref_train_step) that ran grad_accum
+// micro-steps: a per-tensor fp8 linear whose X, W or dY lost more than `threshold` of the values its
+// casts cast in the step (underflows plus saturations: the step's fp8_counts) in each of `patience`
+// consecutive steps takes grain `target` (FP8_GRAIN_BLOCK or FP8_GRAIN_BF16) from the next step on,
+// for good. Returns the number of linears switched by this call.
+static int ref_fp8_auto_grain(RefModel *model, int grad_accum, double threshold, int patience, int target) {
+    if (!model->fp8) FATAL("reference model: the fp8 fallback needs fp8 emulation");
+    if (target != FP8_GRAIN_BLOCK && target != FP8_GRAIN_BF16) FATAL("reference model: fp8 fallback grain must be block or bf16, got %d", target);
+    if (patience < 1) FATAL("reference model: fp8 fallback patience must be >= 1, got %d", patience);
+    if (model->fp8_grain == NULL) ref_fp8_grain_alloc(model);
+    int nlin = fp8_num_linears(&model->cfg, model->fp8_lm_head), switched = 0;
+    size_t tokens = (size_t)grad_accum * model->B * model->T;
+    for (int lin = 0; lin < nlin; lin++) {
+        if (model->fp8_grain[lin] != FP8_GRAIN_TENSOR || !ref_linear_is_fp8(model, lin)) continue;
+        int M, K;
+        size_t off;
+        ref_linear_shape(model, lin, &M, &K, &off);
+        const size_t values[FP8_KINDS] = {tokens * K, (size_t)M * K, tokens * M};
+        int over = 0;
+        for (int kind = 0; kind < FP8_KINDS; kind++) {
+            const uint64_t *c = model->fp8_counts + FP8_COUNTS * (FP8_KINDS * lin + kind);
+            if ((double)(c[FP8_UNDERFLOWS] + c[FP8_SATURATIONS]) > threshold * (double)values[kind]) over = 1;
+        }
+        model->fp8_over_steps[lin] = over ? model->fp8_over_steps[lin] + 1 : 0;
+        if (model->fp8_over_steps[lin] >= patience) {
+            ref_set_fp8_grain(model, lin, target, model->fp8_block_pow2);
+            switched++;
+        }
+    }
+    return switched;
 }
 
 // W of a block linear, cast in 128x128 blocks (with the other weights, once per optimizer step).
@@ -485,6 +529,7 @@ static void ref_fp8_cast_weights(RefModel *model) {
     for (int l = 0; l < c->L; l++) {
         for (int k = 0; k < LINS_PER_LAYER; k++) {
             size_t off = (model->param_ptr[ptensor[k]] - model->params) + l * per_layer[k];
+            if (!ref_linear_is_fp8(model, LINS_PER_LAYER * l + k)) continue;
             if (ref_linear_is_block(model, LINS_PER_LAYER * l + k)) {
                 ref_fp8_cast_weight_block(model, LINS_PER_LAYER * l + k);
                 continue;
@@ -495,7 +540,7 @@ static void ref_fp8_cast_weights(RefModel *model) {
     }
     if (model->fp8_lm_head && ref_linear_is_block(model, LINS_PER_LAYER * c->L)) {
         ref_fp8_cast_weight_block(model, LINS_PER_LAYER * c->L);
-    } else if (model->fp8_lm_head) {
+    } else if (ref_linear_is_fp8(model, LINS_PER_LAYER * c->L)) {
         size_t off = model->param_ptr[P_LM_HEAD] - model->params;
         ref_fp8_cast(model, FP8_KINDS * LINS_PER_LAYER * c->L + FP8_W, model->params + off, model->params_fp8 + off,
                      model->param_sizes[P_LM_HEAD], live);

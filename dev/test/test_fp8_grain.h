@@ -3,7 +3,8 @@ Tests of the reference's fp8 block scaling (llama_ref.h, "fp8 block scaling"; th
 dev/results/fp8_outliers/design.md): the block cast on hand-computed tensors with an outlier, the
 block-scaled GEMM against the product of the dequantized operands, a block linear's three GEMMs
 exact on values that every block holds exactly (where per-tensor scaling flushes a whole block), and
-training steps with block linears against the fp32 reference and the per-tensor emulation.
+training steps with block linears against the fp32 reference and the per-tensor emulation, and the
+fallback that moves a linear whose casts keep losing values to block scaling or to bf16.
 */
 #ifndef DEV_TEST_TEST_FP8_GRAIN_H
 #define DEV_TEST_TEST_FP8_GRAIN_H
@@ -243,12 +244,100 @@ static void test_grain_training_step(void) {
     free(ref_grads);
 }
 
+// The fallback (ref_fp8_auto_grain, threshold 1%, patience 2) on a model with a massive activation
+// at one token, as pretrained models have them (SmolLM2's layer 11 w2 input: ~3300 at a few
+// positions): only token 7, the first input, has embedding dimension 5 (set to 1, the rest of its
+// row 0), layer 0's wo writes nothing there, and its w13 up row 3 reads only that dimension, with
+// weight 3000, so SwiGLU channel 3 is ~10^3 at that position and 0 elsewhere. The linears switched after each step must be exactly
+// those this test finds over 1% (underflows plus saturations over the values cast, from the step's
+// counts and the linears' shapes) in that step and the one before, layer 0's w2 among them, and none
+// after the first step. With target block the switched w2 then loses under 1% of its X (the
+// outlier's 1x128 block holds 127 of its 2 x 64 x 256 row-wise and transposed values); with target
+// bf16 it casts nothing at all.
+static void test_grain_auto_fallback(void) {
+    const LlamaConfig cfg = {64, 2, 128, 2, 1, 256, 32, 10000.0f, 1e-5f};
+    enum { B = 2, T = 32, NLIN = 8, TOK = 7, DIM = 5 };
+    int inputs[B * T], targets[B * T];
+    uint64_t rng = 5;
+    for (int i = 0; i < B * T; i++) {
+        do { inputs[i] = (int)(random_u32(&rng) % cfg.V); } while (inputs[i] == TOK);
+        targets[i] = (int)(random_u32(&rng) % cfg.V);
+    }
+    inputs[0] = TOK;
+    const int rows[LINS_PER_LAYER] = {config_qkv_width(&cfg), cfg.C, 2 * cfg.FF, cfg.C};
+    const int cols[LINS_PER_LAYER] = {cfg.C, cfg.C, cfg.C, cfg.FF};
+    for (int target = FP8_GRAIN_BLOCK; target <= FP8_GRAIN_BF16; target++) {
+        RefModel m;
+        ref_init(&m, &cfg, B, T, 1, 0, 0, 4, 0);
+        ref_init_weights(&m, 3);
+        float *wte = m.param_ptr[P_WTE], *up = m.param_ptr[P_W13] + (size_t)(cfg.FF + 3) * cfg.C;
+        for (int t = 0; t < cfg.V; t++) wte[(size_t)t * cfg.C + DIM] = 0.0f;
+        for (int c = 0; c < cfg.C; c++) { wte[(size_t)TOK * cfg.C + c] = c == DIM ? 1.0f : 0.0f; up[c] = c == DIM ? 3000.0f : 0.0f; }
+        for (int c = 0; c < cfg.C; c++) m.param_ptr[P_WO][(size_t)DIM * cfg.C + c] = 0.0f; // attention adds nothing to it
+        int over_before[NLIN] = {0};
+        for (int step = 0; step < 3; step++) {
+            int grain_before[NLIN];
+            for (int lin = 0; lin < NLIN; lin++) grain_before[lin] = m.fp8_grain ? m.fp8_grain[lin] : FP8_GRAIN_TENSOR;
+            ref_train_step(&m, inputs, targets, 1, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, NULL);
+            int over[NLIN], want = 0;
+            for (int lin = 0; lin < NLIN; lin++) {
+                double n[FP8_KINDS] = {(double)B * T * cols[lin % 4], (double)rows[lin % 4] * cols[lin % 4], (double)B * T * rows[lin % 4]};
+                over[lin] = 0;
+                for (int kind = 0; kind < FP8_KINDS; kind++) {
+                    const uint64_t *c = m.fp8_counts + FP8_COUNTS * (FP8_KINDS * lin + kind);
+                    if ((double)(c[0] + c[1]) / n[kind] > 0.01) over[lin] = 1;
+                }
+                want += grain_before[lin] == FP8_GRAIN_TENSOR && over[lin] && over_before[lin];
+            }
+            int got = ref_fp8_auto_grain(&m, 1, 0.01, 2, target);
+            CHECK(got == want && (step > 0 || got == 0), "target %d step %d: %d linears switched, want %d", target, step, got, want);
+            for (int lin = 0; lin < NLIN; lin++) {
+                int should = grain_before[lin] != FP8_GRAIN_TENSOR || (over[lin] && over_before[lin]);
+                CHECK((m.fp8_grain[lin] == target) == should, "target %d step %d: linear %d grain %d (over now %d, before %d)", target, step, lin,
+                      m.fp8_grain[lin], over[lin], over_before[lin]);
+                over_before[lin] = grain_before[lin] == FP8_GRAIN_TENSOR && over[lin];
+            }
+            if (step == 1) CHECK(m.fp8_grain[LIN_W2] == target, "target %d: layer 0's w2 should have switched after step 1", target);
+            if (step == 2) {
+                const uint64_t *cx = m.fp8_counts + FP8_COUNTS * fp8_tensor_index(0, LIN_W2, FP8_X);
+                const uint64_t *cw = m.fp8_counts + FP8_COUNTS * fp8_tensor_index(0, LIN_W2, FP8_W);
+                if (target == FP8_GRAIN_BLOCK) {
+                    // the block casts count X twice (rows, transposed): 2 B T FF values
+                    CHECK((double)cx[FP8_UNDERFLOWS] < 0.01 * 2 * B * T * cfg.FF, "block: layer 0 w2 X lost %llu values", (unsigned long long)cx[FP8_UNDERFLOWS]);
+                } else {
+                    CHECK(cx[0] + cx[1] + cw[0] + cw[1] == 0 && m.fp8_state[m.fp8_layout.amax_slot + fp8_tensor_index(0, LIN_W2, FP8_X)] == 0.0f,
+                          "bf16: layer 0 w2 still casts (%llu %llu counts)", (unsigned long long)(cx[0] + cx[1]), (unsigned long long)(cw[0] + cw[1]));
+                }
+            }
+        }
+        ref_free(&m);
+    }
+}
+
+static void grain_set_mid_step(void *arg) {
+    (void)arg;
+    const LlamaConfig cfg = {32, 1, 16, 2, 1, 32, 8, 10000.0f, 1e-5f};
+    RefModel m;
+    int tok[16] = {0};
+    ref_init(&m, &cfg, 2, 8, 1, 0, 0, 1, 0);
+    ref_forward(&m, tok, tok);
+    ref_set_fp8_grain(&m, 0, FP8_GRAIN_BLOCK, 0);
+}
+
+static void test_grain_refusals(void) {
+    char err[512];
+    int rc = run_expect_fatal(grain_set_mid_step, NULL, err, sizeof(err));
+    CHECK(rc != 0 && strstr(err, "between optimizer steps") != NULL, "setting a grain mid-step: exit %d, stderr '%s'", rc, err);
+}
+
 static void run_fp8_grain_tests(void) {
     run_test("fp8 grain: 1x128 cast of a 2x256 outlier tensor (per-tensor loses 511 values, 1x128 127), pow2, partial, zero, NaN", test_grain_block_cast_outlier);
     run_test("fp8 grain: 128x128 cast of a weight with one outlier", test_grain_block_cast_weight);
     run_test("fp8 grain: block GEMM = double product of the dequantized operands", test_grain_block_gemm);
     run_test("fp8 grain: block linear's Y, dX, dW exact where every block holds its values; per-tensor flushes a block", test_grain_block_linear_exact);
     run_test("fp8 grain: training steps with block linears: gradient and losses vs fp32, no worse than per-tensor", test_grain_training_step);
+    run_test("fp8 grain: the fallback switches exactly the linears over 1% in 2 consecutive steps, to block or bf16", test_grain_auto_fallback);
+    run_test("fp8 grain: a grain change inside an optimizer step is refused", test_grain_refusals);
 }
 
 #endif
