@@ -347,7 +347,8 @@ static float ref_fp8_block_cast(const ref_real *in, size_t rows, size_t cols, in
 
 // out (I, J) = (or += with accumulate) the sum over the reduction blocks kb of
 // (sum over k in kb of a[i, k] b[j, k]) * sa[i / bra][kb] * sb[j / brb][kb], a (I, K) and b (J, K)
-// row-major with scales laid out as ref_fp8_block_cast writes them; the sums in double.
+// row-major with scales laid out as ref_fp8_block_cast writes them; the sums in double, rounded once
+// before the accumulation, as ref_matmul_backward's weight gradient is.
 static void ref_fp8_block_gemm(ref_real *out, const ref_real *a, const float *sa, int bra, const ref_real *b,
                                const float *sb, int brb, int I, int J, int K, int accumulate) {
     size_t nkb = ref_ceil_div(K, FP8_BLOCK);
@@ -360,7 +361,7 @@ static void ref_fp8_block_gemm(ref_real *out, const ref_real *a, const float *sa
                 for (size_t k = kb * FP8_BLOCK; k < k1; k++) part += (double)a[(size_t)i * K + k] * b[(size_t)j * K + k];
                 acc += part * sa[(i / bra) * nkb + kb] * sb[(j / brb) * nkb + kb];
             }
-            out[(size_t)i * J + j] = (ref_real)(accumulate ? out[(size_t)i * J + j] + acc : acc);
+            out[(size_t)i * J + j] = accumulate ? out[(size_t)i * J + j] + (ref_real)acc : (ref_real)acc;
         }
     }
 }
