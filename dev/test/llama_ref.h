@@ -94,6 +94,18 @@ typedef struct {
     int step;          // optimizer steps taken
     int micro_step;    // micro-step of the last forward within the current step, -1 before the first
     int w_fp8_step;    // the step whose weights params_fp8 holds, -1 for none
+    // fp8 grains (the section "fp8 block scaling" below); fp8_grain NULL: every fp8 linear per-tensor
+    int *fp8_grain;       // (fp8 linears) FP8_GRAIN_* of each linear
+    int *fp8_over_steps;  // (fp8 linears) consecutive steps over ref_fp8_auto_grain's threshold
+    int fp8_block_pow2;   // block scales rounded down to a power of two
+    float *fp8_w_sinv;    // block scale_invs of every block linear's W, at fp8_w_sinv_off[lin]
+    size_t *fp8_w_sinv_off;
+    ref_real *fp8_tq, *fp8_tr; // block scratch: a transposed operand's codes, a transposed fp32 operand
+    float *fp8_sinv_a, *fp8_sinv_b; // block scratch: the scale_invs of a GEMM's two operands
+    // Called, when set, with every linear's operands as they reach it (X and W in the forward, dY in
+    // the backward), fp8 or not: dev/test/tools/fp8_grain_study.c measures the candidate grains on them.
+    void (*fp8_observer)(void *ctx, int lin, int kind, const ref_real *values, int rows, int cols);
+    void *fp8_observer_ctx;
     RefActs acts;
     ref_real *act_memory;
     int *inputs, *targets; // (B, T) of the last forward
@@ -187,6 +199,14 @@ static void ref_free(RefModel *model) {
     free(model->fp8_state);
     free(model->fp8_counts);
     free(model->params_fp8);
+    free(model->fp8_grain);
+    free(model->fp8_over_steps);
+    free(model->fp8_w_sinv);
+    free(model->fp8_w_sinv_off);
+    free(model->fp8_tq);
+    free(model->fp8_tr);
+    free(model->fp8_sinv_a);
+    free(model->fp8_sinv_b);
     free(model->act_memory);
     free(model->inputs);
     free(model->targets);
@@ -212,8 +232,13 @@ static void ref_init_weights(RefModel *model, uint64_t seed) {
 // ----------------------------------------------------------------------------------------------
 // fp8 emulation
 
+// A linear's fp8 grain (the section "fp8 block scaling" below): one scale per tensor, one per block,
+// or none: the linear has fallen back to the unquantized GEMM (bf16 on the GPU).
+enum { FP8_GRAIN_TENSOR = 0, FP8_GRAIN_BLOCK = 1, FP8_GRAIN_BF16 = 2 };
+
 static int ref_linear_is_fp8(const RefModel *model, int lin) {
-    return model->fp8 && (lin < LINS_PER_LAYER * model->cfg.L || model->fp8_lm_head);
+    return model->fp8 && (lin < LINS_PER_LAYER * model->cfg.L || model->fp8_lm_head) &&
+           !(model->fp8_grain != NULL && model->fp8_grain[lin] == FP8_GRAIN_BF16);
 }
 
 // Live scaling: in the first optimizer step the first cast of every tensor sets its scale from its
@@ -263,6 +288,240 @@ static void ref_fp8_cast(RefModel *model, int t, const ref_real *in, ref_real *o
     model->fp8_counts[FP8_COUNTS * t + FP8_SATURATIONS] += sat;
 }
 
+// ----------------------------------------------------------------------------------------------
+// fp8 block scaling (issue 34; the spec is dev/results/fp8_outliers/design.md)
+//
+// A block linear (grain FP8_GRAIN_BLOCK, set per linear by ref_set_fp8_grain, or by the fallback
+// ref_fp8_auto_grain, which can also take a linear off fp8: FP8_GRAIN_BF16) casts every operand of
+// its GEMMs with one scale per block: 1x128 along the GEMM's reduction dimension for X, dY and their
+// transposes, 128x128 for W, each block's scale from the values being cast (current scaling, as in
+// DeepSeek-V3 and TransformerEngine's Float8BlockScaling), and each GEMM multiplies every 128-long
+// partial sum by its two blocks' scale_invs: cuBLASLt's block-scaled fp8 GEMM on Hopper
+// (CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F x VEC128_32F or BLK128x128_32F), in its TN form, so
+// wgrad casts dY^T and X^T afresh from the unquantized values. The per-tensor state (slot, history,
+// scale) still records each tensor's amax, and the health counts count every cast, for the logs.
+
+#define FP8_BLOCK 128
+
+static size_t ref_ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
+
+// The number of scales of a (rows, cols) operand cast in blocks of br rows x FP8_BLOCK columns.
+static size_t ref_fp8_block_count(size_t rows, size_t cols, int br) { return ref_ceil_div(rows, br) * ref_ceil_div(cols, FP8_BLOCK); }
+
+// A block's scale: the per-tensor formula with margin 0 (fmax / amax; 1 for a block of zeros or with a
+// NaN or inf; FLT_MAX for a tiny amax), with pow2 rounded down to a power of two (TE's
+// force_pow_2_scales), which makes scale_inv exact too.
+static float ref_fp8_block_scale(float amax, float fmax, int pow2) {
+    float scale = fp8_compute_scale(amax, fmax, 0, 1.0f);
+    return pow2 ? ldexpf(1.0f, ilogbf(scale)) : scale;
+}
+
+// Casts the (rows, cols) row-major `in` with one scale per block of br rows (1 or FP8_BLOCK) x
+// FP8_BLOCK columns, the last blocks of a row or column partial: out gets the decoded codes (scaled
+// domain), sinv[(r / br) * ceil(cols / FP8_BLOCK) + c / FP8_BLOCK] the block's 1 / scale. Adds the
+// cast's underflows and saturations to counts; returns the largest |value| (NaN if there is one).
+static float ref_fp8_block_cast(const ref_real *in, size_t rows, size_t cols, int br, Fp8Format fmt, int pow2,
+                                int round_bf16, ref_real *out, float *sinv, uint64_t counts[FP8_COUNTS]) {
+    size_t nbc = ref_ceil_div(cols, FP8_BLOCK);
+    float tensor_amax = 0.0f;
+    for (size_t r0 = 0; r0 < rows; r0 += br) {
+        size_t r1 = r0 + br < rows ? r0 + br : rows;
+        for (size_t c0 = 0; c0 < cols; c0 += FP8_BLOCK) {
+            size_t c1 = c0 + FP8_BLOCK < cols ? c0 + FP8_BLOCK : cols;
+            float amax = 0.0f;
+            for (size_t r = r0; r < r1 && !isnan(amax); r++) {
+                for (size_t c = c0; c < c1; c++) {
+                    float a = fabsf(round_bf16 ? ref_round_bf16((float)in[r * cols + c]) : (float)in[r * cols + c]);
+                    if (isnan(a)) { amax = a; break; }
+                    if (a > amax) amax = a;
+                }
+            }
+            if (!isnan(tensor_amax) && (isnan(amax) || amax > tensor_amax)) tensor_amax = amax;
+            float scale = ref_fp8_block_scale(amax, fp8_format_max(fmt), pow2);
+            sinv[(r0 / br) * nbc + c0 / FP8_BLOCK] = 1.0f / scale;
+            for (size_t r = r0; r < r1; r++) {
+                for (size_t c = c0; c < c1; c++) {
+                    float x = round_bf16 ? ref_round_bf16((float)in[r * cols + c]) : (float)in[r * cols + c];
+                    out[r * cols + c] = (ref_real)fp8_quantize(x, scale, fmt);
+                    counts[FP8_UNDERFLOWS] += fp8_underflows(x, scale, fmt);
+                    counts[FP8_SATURATIONS] += fp8_saturates(x, scale, fmt);
+                }
+            }
+        }
+    }
+    return tensor_amax;
+}
+
+// out (I, J) = (or += with accumulate) the sum over the reduction blocks kb of
+// (sum over k in kb of a[i, k] b[j, k]) * sa[i / bra][kb] * sb[j / brb][kb], a (I, K) and b (J, K)
+// row-major with scales laid out as ref_fp8_block_cast writes them; the sums in double, rounded once
+// before the accumulation, as ref_matmul_backward's weight gradient is.
+static void ref_fp8_block_gemm(ref_real *out, const ref_real *a, const float *sa, int bra, const ref_real *b,
+                               const float *sb, int brb, int I, int J, int K, int accumulate) {
+    size_t nkb = ref_ceil_div(K, FP8_BLOCK);
+    for (int i = 0; i < I; i++) {
+        for (int j = 0; j < J; j++) {
+            double acc = 0.0;
+            for (size_t kb = 0; kb < nkb; kb++) {
+                size_t k1 = (kb + 1) * FP8_BLOCK < (size_t)K ? (kb + 1) * FP8_BLOCK : (size_t)K;
+                double part = 0.0;
+                for (size_t k = kb * FP8_BLOCK; k < k1; k++) part += (double)a[(size_t)i * K + k] * b[(size_t)j * K + k];
+                acc += part * sa[(i / bra) * nkb + kb] * sb[(j / brb) * nkb + kb];
+            }
+            out[(size_t)i * J + j] = accumulate ? out[(size_t)i * J + j] + (ref_real)acc : (ref_real)acc;
+        }
+    }
+}
+
+static void ref_transpose(ref_real *out, const ref_real *in, size_t rows, size_t cols) {
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < cols; c++) out[c * rows + r] = in[r * cols + c];
+}
+
+static int ref_linear_is_block(const RefModel *model, int lin) {
+    return model->fp8_grain != NULL && model->fp8_grain[lin] == FP8_GRAIN_BLOCK;
+}
+
+// (M, K) of fp8 linear lin's weight and its offset in params
+static void ref_linear_shape(const RefModel *model, int lin, int *M, int *K, size_t *off) {
+    const LlamaConfig *c = &model->cfg;
+    int l = lin / LINS_PER_LAYER, k = lin % LINS_PER_LAYER;
+    const int ptensor[LINS_PER_LAYER] = {P_WQKV, P_WO, P_W13, P_W2};
+    const int rows[LINS_PER_LAYER] = {config_qkv_width(c), c->C, 2 * c->FF, c->C};
+    const int cols[LINS_PER_LAYER] = {c->C, c->C, c->C, c->FF};
+    if (l == c->L) { // the fp8 lm_head
+        *M = c->V; *K = c->C; *off = model->param_ptr[P_LM_HEAD] - model->params;
+        return;
+    }
+    *M = rows[k]; *K = cols[k];
+    *off = (size_t)(model->param_ptr[ptensor[k]] - model->params) + (size_t)l * rows[k] * cols[k];
+}
+
+// A block cast's amax into tensor t's slot (NaN sticks) and its counts into the step's.
+static void ref_fp8_block_record(RefModel *model, int t, float amax, const uint64_t counts[FP8_COUNTS]) {
+    float *slot = model->fp8_state + model->fp8_layout.amax_slot + t;
+    if (amax > *slot || isnan(amax)) *slot = amax;
+    for (int i = 0; i < FP8_COUNTS; i++) model->fp8_counts[FP8_COUNTS * t + i] += counts[i];
+}
+
+// The grain state and the block scratch, allocated on the first grain change.
+static void ref_fp8_grain_alloc(RefModel *model) {
+    int nlin = fp8_num_linears(&model->cfg, model->fp8_lm_head);
+    model->fp8_grain = (int *)callocCheck(nlin, sizeof(int));
+    model->fp8_over_steps = (int *)callocCheck(nlin, sizeof(int));
+    model->fp8_w_sinv_off = (size_t *)mallocCheck(nlin * sizeof(size_t));
+    size_t total = 0, N = (size_t)model->B * model->T, widest = 0, wmax = 0;
+    for (int i = 0; i < nlin; i++) {
+        int M, K;
+        size_t off;
+        ref_linear_shape(model, i, &M, &K, &off);
+        model->fp8_w_sinv_off[i] = total;
+        total += ref_fp8_block_count(M, K, FP8_BLOCK);
+        if ((size_t)(M > K ? M : K) > widest) widest = M > K ? M : K;
+        if ((size_t)M * K > wmax) wmax = (size_t)M * K;
+    }
+    model->fp8_w_sinv = (float *)mallocCheck(total * sizeof(float));
+    // scratch for the largest transposed operand (W^T, X^T, dY^T) and the scales of either GEMM operand
+    size_t big = N * widest > wmax ? N * widest : wmax, nmax = N > widest ? N : widest;
+    model->fp8_tq = (ref_real *)mallocCheck(big * sizeof(ref_real));
+    model->fp8_tr = (ref_real *)mallocCheck(big * sizeof(ref_real));
+    model->fp8_sinv_a = (float *)mallocCheck(nmax * ref_ceil_div(nmax, FP8_BLOCK) * sizeof(float));
+    model->fp8_sinv_b = (float *)mallocCheck(nmax * ref_ceil_div(nmax, FP8_BLOCK) * sizeof(float));
+}
+
+// Sets fp8 linear lin's grain (FP8_GRAIN_*), with power-of-two block scales if pow2 (one setting for
+// the model). Only between optimizer steps: a step's weights are cast in their linear's grain once,
+// before its first forward.
+static void ref_set_fp8_grain(RefModel *model, int lin, int grain, int pow2) {
+    int nlin = fp8_num_linears(&model->cfg, model->fp8_lm_head);
+    if (!model->fp8) FATAL("reference model: fp8 grains need fp8 emulation");
+    if (lin < 0 || lin >= nlin) FATAL("reference model: fp8 linear %d is not in [0, %d)", lin, nlin);
+    if (grain != FP8_GRAIN_TENSOR && grain != FP8_GRAIN_BLOCK && grain != FP8_GRAIN_BF16) FATAL("reference model: unknown fp8 grain %d", grain);
+    if (model->micro_step != -1 || model->w_fp8_step == model->step)
+        FATAL("reference model: fp8 grains change between optimizer steps only (step %d has begun)", model->step);
+    if (model->fp8_grain == NULL) ref_fp8_grain_alloc(model);
+    model->fp8_grain[lin] = grain;
+    model->fp8_block_pow2 = pow2;
+}
+
+// The fallback of issue 34, called after each optimizer step (ref_train_step) that ran grad_accum
+// micro-steps: a per-tensor fp8 linear whose X, W or dY lost more than `threshold` of the values its
+// casts cast in the step (underflows plus saturations: the step's fp8_counts) in each of `patience`
+// consecutive steps takes grain `target` (FP8_GRAIN_BLOCK or FP8_GRAIN_BF16) from the next step on,
+// for good. Returns the number of linears switched by this call.
+static int ref_fp8_auto_grain(RefModel *model, int grad_accum, double threshold, int patience, int target) {
+    if (!model->fp8) FATAL("reference model: the fp8 fallback needs fp8 emulation");
+    if (target != FP8_GRAIN_BLOCK && target != FP8_GRAIN_BF16) FATAL("reference model: fp8 fallback grain must be block or bf16, got %d", target);
+    if (patience < 1) FATAL("reference model: fp8 fallback patience must be >= 1, got %d", patience);
+    if (model->fp8_grain == NULL) ref_fp8_grain_alloc(model);
+    int nlin = fp8_num_linears(&model->cfg, model->fp8_lm_head), switched = 0;
+    size_t tokens = (size_t)grad_accum * model->B * model->T;
+    for (int lin = 0; lin < nlin; lin++) {
+        if (model->fp8_grain[lin] != FP8_GRAIN_TENSOR || !ref_linear_is_fp8(model, lin)) continue;
+        int M, K;
+        size_t off;
+        ref_linear_shape(model, lin, &M, &K, &off);
+        const size_t values[FP8_KINDS] = {tokens * K, (size_t)M * K, tokens * M};
+        int over = 0;
+        for (int kind = 0; kind < FP8_KINDS; kind++) {
+            const uint64_t *c = model->fp8_counts + FP8_COUNTS * (FP8_KINDS * lin + kind);
+            if ((double)(c[FP8_UNDERFLOWS] + c[FP8_SATURATIONS]) > threshold * (double)values[kind]) over = 1;
+        }
+        model->fp8_over_steps[lin] = over ? model->fp8_over_steps[lin] + 1 : 0;
+        if (model->fp8_over_steps[lin] >= patience) {
+            ref_set_fp8_grain(model, lin, target, model->fp8_block_pow2);
+            switched++;
+        }
+    }
+    return switched;
+}
+
+// W of a block linear, cast in 128x128 blocks (with the other weights, once per optimizer step).
+static void ref_fp8_cast_weight_block(RefModel *model, int lin) {
+    int M, K;
+    size_t off;
+    ref_linear_shape(model, lin, &M, &K, &off);
+    uint64_t counts[FP8_COUNTS] = {0, 0};
+    float amax = ref_fp8_block_cast(model->params + off, M, K, FP8_BLOCK, FP8_E4M3, model->fp8_block_pow2, model->fp8_bf16_inputs,
+                                    model->params_fp8 + off, model->fp8_w_sinv + model->fp8_w_sinv_off[lin], counts);
+    ref_fp8_block_record(model, FP8_KINDS * lin + FP8_W, amax, counts);
+}
+
+// Forward of a block linear: X (N, K) in 1x128 blocks along K times the 128x128-block W (M, K).
+static void ref_linear_forward_block(RefModel *model, int lin, ref_real *out, const ref_real *inp, ref_real *xq, size_t w,
+                                     int N, int K, int M) {
+    uint64_t counts[FP8_COUNTS] = {0, 0};
+    float amax = ref_fp8_block_cast(inp, N, K, 1, FP8_E4M3, model->fp8_block_pow2, model->fp8_bf16_inputs, xq, model->fp8_sinv_a, counts);
+    ref_fp8_block_record(model, FP8_KINDS * lin + FP8_X, amax, counts);
+    ref_fp8_block_gemm(out, xq, model->fp8_sinv_a, 1, model->params_fp8 + w, model->fp8_w_sinv + model->fp8_w_sinv_off[lin],
+                       FP8_BLOCK, N, M, K, 0);
+}
+
+// Its backward. dgrad dX = dY W: dY (N, M) in 1x128 blocks along M times W^T (K, M), W's own codes
+// and 128x128 blocks transposed. wgrad dW += dY^T X: dY^T (M, N) and X^T (K, N), each cast afresh in
+// 1x128 blocks along the tokens.
+static void ref_linear_backward_block(RefModel *model, int lin, ref_real *dinp, const ref_real *dout, const ref_real *inp,
+                                      size_t w, int N, int K, int M) {
+    int pow2 = model->fp8_block_pow2, rb = model->fp8_bf16_inputs;
+    uint64_t cx[FP8_COUNTS] = {0, 0}, cdy[FP8_COUNTS] = {0, 0};
+    ref_real *dyq = model->acts.dyq, *tq = model->fp8_tq, *tr = model->fp8_tr;
+    float *sa = model->fp8_sinv_a, *sb = model->fp8_sinv_b;
+    const float *sw = model->fp8_w_sinv + model->fp8_w_sinv_off[lin];
+    size_t mb = ref_ceil_div(M, FP8_BLOCK), kb = ref_ceil_div(K, FP8_BLOCK);
+    float amax_dy = ref_fp8_block_cast(dout, N, M, 1, FP8_E5M2, pow2, rb, dyq, sa, cdy);
+    ref_transpose(tq, model->params_fp8 + w, M, K);
+    for (size_t i = 0; i < mb; i++)
+        for (size_t j = 0; j < kb; j++) sb[j * mb + i] = sw[i * kb + j];
+    ref_fp8_block_gemm(dinp, dyq, sa, 1, tq, sb, FP8_BLOCK, N, K, M, 0);
+    ref_transpose(tr, dout, N, M);
+    float amax_dyt = ref_fp8_block_cast(tr, M, N, 1, FP8_E5M2, pow2, rb, dyq, sa, cdy);
+    ref_transpose(tr, inp, N, K);
+    float amax_x = ref_fp8_block_cast(tr, K, N, 1, FP8_E4M3, pow2, rb, tq, sb, cx);
+    ref_fp8_block_gemm(model->grads + w, dyq, sa, 1, tq, sb, 1, M, K, N, 1);
+    ref_fp8_block_record(model, FP8_KINDS * lin + FP8_DY, isnan(amax_dyt) || amax_dyt > amax_dy ? amax_dyt : amax_dy, cdy);
+    ref_fp8_block_record(model, FP8_KINDS * lin + FP8_X, amax_x, cx);
+}
+
 static float ref_fp8_scale_inv(const RefModel *model, int lin, int kind) {
     return model->fp8_state[model->fp8_layout.scale_inv + FP8_KINDS * lin + kind];
 }
@@ -278,11 +537,18 @@ static void ref_fp8_cast_weights(RefModel *model) {
     for (int l = 0; l < c->L; l++) {
         for (int k = 0; k < LINS_PER_LAYER; k++) {
             size_t off = (model->param_ptr[ptensor[k]] - model->params) + l * per_layer[k];
+            if (!ref_linear_is_fp8(model, LINS_PER_LAYER * l + k)) continue;
+            if (ref_linear_is_block(model, LINS_PER_LAYER * l + k)) {
+                ref_fp8_cast_weight_block(model, LINS_PER_LAYER * l + k);
+                continue;
+            }
             ref_fp8_cast(model, fp8_tensor_index(l, k, FP8_W), model->params + off, model->params_fp8 + off,
                          per_layer[k], live);
         }
     }
-    if (model->fp8_lm_head) {
+    if (model->fp8_lm_head && ref_linear_is_block(model, LINS_PER_LAYER * c->L)) {
+        ref_fp8_cast_weight_block(model, LINS_PER_LAYER * c->L);
+    } else if (ref_linear_is_fp8(model, LINS_PER_LAYER * c->L)) {
         size_t off = model->param_ptr[P_LM_HEAD] - model->params;
         ref_fp8_cast(model, FP8_KINDS * LINS_PER_LAYER * c->L + FP8_W, model->params + off, model->params_fp8 + off,
                      model->param_sizes[P_LM_HEAD], live);
@@ -330,8 +596,16 @@ static void ref_matmul_backward(ref_real *dinp, ref_real *dw, const ref_real *do
 static void ref_linear_forward(RefModel *model, int lin, ref_real *out, const ref_real *inp, ref_real *xq, int p, size_t off,
                            int N, int K, int M) {
     size_t w = (size_t)(model->param_ptr[p] - model->params) + off;
+    if (model->fp8_observer != NULL) {
+        model->fp8_observer(model->fp8_observer_ctx, lin, FP8_X, inp, N, K);
+        model->fp8_observer(model->fp8_observer_ctx, lin, FP8_W, model->params + w, M, K);
+    }
     if (!ref_linear_is_fp8(model, lin)) {
         ref_matmul_forward(out, inp, model->params + w, N, K, M, 1.0);
+        return;
+    }
+    if (ref_linear_is_block(model, lin)) {
+        ref_linear_forward_block(model, lin, out, inp, xq, w, N, K, M);
         return;
     }
     ref_fp8_cast(model, FP8_KINDS * lin + FP8_X, inp, xq, (size_t)N * K, ref_fp8_live(model));
@@ -344,8 +618,13 @@ static void ref_linear_forward(RefModel *model, int lin, ref_real *out, const re
 static void ref_linear_backward(RefModel *model, int lin, ref_real *dinp, const ref_real *dout, const ref_real *inp,
                             const ref_real *xq, int p, size_t off, int N, int K, int M) {
     size_t w = (size_t)(model->param_ptr[p] - model->params) + off;
+    if (model->fp8_observer != NULL) model->fp8_observer(model->fp8_observer_ctx, lin, FP8_DY, dout, N, M);
     if (!ref_linear_is_fp8(model, lin)) {
         ref_matmul_backward(dinp, model->grads + w, dout, inp, model->params + w, N, K, M, 1.0, 1.0);
+        return;
+    }
+    if (ref_linear_is_block(model, lin)) {
+        ref_linear_backward_block(model, lin, dinp, dout, inp, w, N, K, M);
         return;
     }
     ref_real *dyq = model->acts.dyq;

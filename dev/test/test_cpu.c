@@ -6,12 +6,14 @@ Build and run from the repository root: make test
 */
 #include "harness.h"
 #include "test_fp8.h"     // run_fp8_tests: codecs, scale formula, history state machine
+#include "test_fp8_grain.h" // run_fp8_grain_tests: the reference's fp8 block scaling
 #include "test_ref.h"     // run_ref_tests: gradient checks, PyTorch fixture comparisons
 #include "test_data.h"    // run_data_tests: shard loader and tokenizer, every bad-input case
 #include "test_bf16_round.h" // run_bf16_round_tests: the bf16 AdamW moments' stochastic rounding
 
 int main(void) {
     run_fp8_tests();
+    run_fp8_grain_tests();
     run_ref_tests();
     run_data_tests();
     run_bf16_round_tests();
