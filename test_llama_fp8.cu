@@ -1462,8 +1462,11 @@ static void masked_step_vs_cpu(int precision) {
     double loss_tol = fp8 ? 1e-2 : BF16_SMALL.loss;
     printf("    %d and %d learned targets | loss gpu %.6f cpu %.6f (mean of the micro-batches' means %.6f)\n", learned[0], learned[1],
            l, ref_loss, mean_of_means);
-    CHECK(fabs(mean_of_means - ref_loss) / ref_loss > 10 * loss_tol, "the data cannot tell the step's mean (%.6f) from the mean"
-          " of means (%.6f)", ref_loss, mean_of_means);
+    // the premise: bf16's loss budget tells the step's mean from the mean of means (with random weights
+    // every target's loss is near ln V, so they differ by ~0.4%); fp8's wider budget does not, and
+    // there its gradients tell them apart (trainer_mean_of_means fails both)
+    CHECK(fabs(mean_of_means - ref_loss) / ref_loss > 2 * BF16_SMALL.loss, "the data cannot tell the step's mean (%.6f) from the"
+          " mean of means (%.6f)", ref_loss, mean_of_means);
     CHECK(!skipped && fabsf(l - ref_loss) / ref_loss < loss_tol, "loss %.6f vs the reference's %.6f", l, ref_loss);
     int nonzero_masked = 0;
     for (int i = 0; i < grad_accum * N; i++) nonzero_masked += tg[i] < 0 && losses[i] != 0.0f;
