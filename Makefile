@@ -103,7 +103,7 @@ dev/test/test_cpu: $(wildcard dev/test/*.c dev/test/*.h) $(HEADERS)
 
 # the fp8 scaling-grain study of issue 34 on a real model (dev/results/fp8_outliers/cpu_study.md); not in make test
 dev/test/tools/fp8_grain_study: dev/test/tools/fp8_grain_study.c dev/test/llama_ref.h $(HEADERS)
-	$(CC) $(CPU_CFLAGS) $< -lm -o $@
+	$(CC) $(CPU_CFLAGS) $< -lm -lz -o $@
 
 # CPU suite always; the GPU suite as well when a GPU answers. scripts/run_tests.sh prints the
 # combined "N passed, N failed" line last.

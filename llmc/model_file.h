@@ -20,7 +20,8 @@ Plain C, header-only; also compiles as C++ under nvcc.
 #include <stdint.h>
 #include <string.h>
 #include <zlib.h>         // crc32
-#include "llama_config.h" // LlamaConfig
+#include "llama_config.h" // LlamaConfig, param_sizes
+#include "utils.h"        // FATAL, fopenCheck, freadCheck, fileSizeCheck
 
 #define MODEL_MAGIC 20261201
 #define MODEL_VERSION 3
@@ -124,6 +125,31 @@ static const ModelHeaderField *model_config_mismatch(const LlamaConfig *a, const
     for (int i = 0; i < MODEL_NUM_FIELDS; i++)
         if (model_field_word(a, &MODEL_HEADER_FIELDS[i]) != model_field_word(b, &MODEL_HEADER_FIELDS[i])) return &MODEL_HEADER_FIELDS[i];
     return NULL;
+}
+
+// The CPU tools' reader (the trainer reads through its own read_sections): model_file_open reads the
+// header of `path` into h and c, refusing a short file or a bad header; model_file_read_weights then
+// reads the num_params fp32 weights that follow into params, refusing a size other than the header's
+// config needs and a checksum mismatch of the file's version. Every message names the file.
+static FILE *model_file_open(const char *path, int32_t h[MODEL_HEADER_INTS], LlamaConfig *c) {
+    FILE *f = fopenCheck(path, "rb");
+    int64_t size = fileSizeCheck(f);
+    if (size < (int64_t)(MODEL_HEADER_INTS * sizeof(int32_t))) FATAL("%s: truncated (%lld bytes), shorter than the header", path, (long long)size);
+    freadCheck(h, sizeof(int32_t), MODEL_HEADER_INTS, f, path);
+    const char *bad = model_header_get(h, c);
+    if (bad != NULL) FATAL("%s: %s", path, bad);
+    size_t sizes[NUM_PARAM_TENSORS];
+    int64_t want = (int64_t)(MODEL_HEADER_INTS * sizeof(int32_t)) + (int64_t)(param_sizes(c, sizes) * sizeof(float));
+    if (size != want) FATAL("%s: %lld bytes, but the config in its header needs %lld: truncated or corrupt", path, (long long)size, (long long)want);
+    return f;
+}
+
+static void model_file_read_weights(FILE *f, const char *path, const int32_t h[MODEL_HEADER_INTS], float *params, size_t num_params) {
+    freadCheck(params, sizeof(float), num_params, f, path);
+    fcloseCheck(f);
+    uint64_t stored = header_checksum_word(h);
+    uint64_t sum = checksum_of_version(h[1])(checksum_of_header(h), params, num_params * sizeof(float));
+    if (sum != stored) FATAL("%s: checksum mismatch (stored %llx, computed %llx)", path, (unsigned long long)stored, (unsigned long long)sum);
 }
 
 #endif // LLMC_MODEL_FILE_H

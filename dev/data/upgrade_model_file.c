@@ -9,7 +9,7 @@ Build and run from the repository root:
 */
 #include <unistd.h>
 #include "llmc/utils.h"      // FATAL, fopenCheck, freadCheck, fwriteCheck, renameCheck
-#include "llmc/model_file.h" // model_header_get, checksum_of_version, checksum_of_header
+#include "llmc/model_file.h" // model_file_open, checksum_of_version, checksum_of_header
 
 #define UPGRADE_CHUNK ((size_t)64 << 20)
 
@@ -26,18 +26,12 @@ int main(int argc, char **argv) {
     }
     const char *in = argv[1], *out = argv[2];
     if (access(out, F_OK) == 0) FATAL("%s: exists; remove it or give another name", out);
-    FILE *f = fopenCheck(in, "rb");
-    int64_t size = fileSizeCheck(f);
     int32_t h[MODEL_HEADER_INTS];
-    if (size < (int64_t)sizeof(h)) FATAL("%s: truncated (%lld bytes), shorter than the header", in, (long long)size);
-    freadCheck(h, sizeof(int32_t), MODEL_HEADER_INTS, f, in);
     LlamaConfig c;
-    const char *bad = model_header_get(h, &c);
-    if (bad) FATAL("%s: %s", in, bad);
+    FILE *f = model_file_open(in, h, &c);
     if (h[1] == MODEL_VERSION) FATAL("%s: already version %d, nothing to do", in, MODEL_VERSION);
     size_t sizes[NUM_PARAM_TENSORS];
-    int64_t want = (int64_t)sizeof(h) + (int64_t)(param_sizes(&c, sizes) * sizeof(float));
-    if (size != want) FATAL("%s: %lld bytes, but the config in its header needs %lld: truncated or corrupt", in, (long long)size, (long long)want);
+    int64_t size = (int64_t)sizeof(h) + (int64_t)(param_sizes(&c, sizes) * sizeof(float)); // model_file_open checked it
 
     int32_t nh[MODEL_HEADER_INTS];
     memcpy(nh, h, sizeof(nh));

@@ -25,7 +25,7 @@ layers whose w2 fprop error is printed (default 11,28,5).
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
-#include "llmc/model_file.h"    // model_header_get, checksum_of_version
+#include "llmc/model_file.h"    // model_file_open, model_file_read_weights
 #include "llmc/dataloader.h"    // DataLoader
 #include "dev/test/llama_ref.h" // RefModel, ref_compute_grads, ref_fp8_block_cast, ref_fp8_block_gemm
 
@@ -299,25 +299,15 @@ int main(int argc, char **argv) {
         p = *end == ',' ? end + 1 : end;
     }
 
-    FILE *f = fopenCheck(model_path, "rb");
-    int64_t size = fileSizeCheck(f);
     int32_t header[MODEL_HEADER_INTS];
-    if (size < (int64_t)sizeof(header)) FATAL("%s: truncated (%lld bytes)", model_path, (long long)size);
-    freadCheck(header, sizeof(int32_t), MODEL_HEADER_INTS, f, model_path);
     LlamaConfig cfg;
-    const char *bad = model_header_get(header, &cfg);
-    if (bad != NULL) FATAL("%s: %s", model_path, bad);
+    FILE *f = model_file_open(model_path, header, &cfg);
     for (int i = 0; i < st.num_gemm_layers; i++) {
         if (st.gemm_layers[i] < 0 || st.gemm_layers[i] >= cfg.L) FATAL("GEMM_LAYERS: layer %d is not in [0, %d)", st.gemm_layers[i], cfg.L);
     }
     RefModel model;
     ref_init(&model, &cfg, B, T, 0, 0, 0, 0, 0);
-    int64_t want = (int64_t)sizeof(header) + (int64_t)model.num_params * (int64_t)sizeof(float);
-    if (size != want) FATAL("%s: %lld bytes, its header's config needs %lld", model_path, (long long)size, (long long)want);
-    freadCheck(model.params, sizeof(float), model.num_params, f, model_path);
-    fcloseCheck(f);
-    uint64_t stored = (uint64_t)(uint32_t)header[MODEL_HDR_CHECKSUM] | ((uint64_t)(uint32_t)header[MODEL_HDR_CHECKSUM + 1] << 32);
-    if (checksum_of_version(header[1])(0, model.params, model.num_params * sizeof(float)) != stored) FATAL("%s: checksum mismatch", model_path);
+    model_file_read_weights(f, model_path, header, model.params, model.num_params);
 
     int nt = fp8_num_tensors(&cfg, 1); // the lm_head too (its fp8 cast is optional in the trainer)
     size_t N = (size_t)B * T, widest = cfg.V > 2 * cfg.FF ? cfg.V : 2 * cfg.FF;

@@ -14,28 +14,17 @@ as lm-eval truncates, P and Q its acc and acc_norm predictions), then "acc A acc
 */
 #include <stdio.h>
 #include <stdlib.h>
-#include "llmc/model_file.h"    // model_header_get, checksum_of_version
+#include "llmc/model_file.h"    // model_file_open, model_file_read_weights
 #include "llmc/hellaswag.h"     // HellaSwag, hellaswag_batch, hellaswag_logprob, hellaswag_predict
 #include "dev/test/llama_ref.h" // RefModel, ref_init, ref_forward, ref_ending_logprob
 
 static void load_model(RefModel *model, const char *path, int B, int T) {
-    FILE *f = fopenCheck(path, "rb");
-    int64_t size = fileSizeCheck(f);
     int32_t header[MODEL_HEADER_INTS];
-    if (size < (int64_t)sizeof(header)) FATAL("%s: truncated (%lld bytes)", path, (long long)size);
-    freadCheck(header, sizeof(int32_t), MODEL_HEADER_INTS, f, path);
     LlamaConfig cfg;
-    const char *bad = model_header_get(header, &cfg);
-    if (bad != NULL) FATAL("%s: %s", path, bad);
+    FILE *f = model_file_open(path, header, &cfg);
     cfg.max_T = T; // the file's context is no limit for the reference's RoPE
     ref_init(model, &cfg, B, T, 0, 0, 0, 0, 0);
-    int64_t want = (int64_t)sizeof(header) + (int64_t)model->num_params * (int64_t)sizeof(float);
-    if (size != want) FATAL("%s: %lld bytes, its header's config needs %lld", path, (long long)size, (long long)want);
-    freadCheck(model->params, sizeof(float), model->num_params, f, path);
-    fcloseCheck(f);
-    uint64_t stored = header_checksum_word(header);
-    uint64_t sum = checksum_of_version(header[1])(checksum_of_header(header), model->params, model->num_params * sizeof(float));
-    if (sum != stored) FATAL("%s: checksum mismatch (stored %llx, body %llx)", path, (unsigned long long)stored, (unsigned long long)sum);
+    model_file_read_weights(f, path, header, model->params, model->num_params);
 }
 
 int main(int argc, char **argv) {

@@ -13,7 +13,7 @@ linked into the CPU test binary):
 */
 #include <stdio.h>
 #include <stdlib.h>
-#include "llmc/model_file.h"   // model_header_get, checksum_of_version, checksum_of_header
+#include "llmc/model_file.h"   // model_file_open, model_file_read_weights
 #include "dev/test/llama_ref.h" // RefModel, ref_init, ref_forward
 
 int main(int argc, char **argv) {
@@ -33,24 +33,13 @@ int main(int argc, char **argv) {
     fcloseCheck(f);
     int T = (int)(n_tokens / B);
 
-    f = fopenCheck(model_path, "rb");
-    int64_t size = fileSizeCheck(f);
     int32_t header[MODEL_HEADER_INTS];
-    if (size < (int64_t)sizeof(header)) FATAL("%s: truncated (%lld bytes)", model_path, (long long)size);
-    freadCheck(header, sizeof(int32_t), MODEL_HEADER_INTS, f, model_path);
     LlamaConfig cfg;
-    const char *bad = model_header_get(header, &cfg);
-    if (bad != NULL) FATAL("%s: %s", model_path, bad);
+    f = model_file_open(model_path, header, &cfg);
     cfg.max_T = T; // the file's context is no limit for the reference's RoPE
     RefModel model;
     ref_init(&model, &cfg, B, T, 0, 0, 0, 0, 0);
-    int64_t want = (int64_t)sizeof(header) + (int64_t)model.num_params * (int64_t)sizeof(float);
-    if (size != want) FATAL("%s: %lld bytes, its header's config needs %lld", model_path, (long long)size, (long long)want);
-    freadCheck(model.params, sizeof(float), model.num_params, f, model_path);
-    fcloseCheck(f);
-    uint64_t stored = header_checksum_word(header);
-    uint64_t sum = checksum_of_version(header[1])(checksum_of_header(header), model.params, model.num_params * sizeof(float));
-    if (sum != stored) FATAL("%s: checksum mismatch (stored %llx, body %llx)", model_path, (unsigned long long)stored, (unsigned long long)sum);
+    model_file_read_weights(f, model_path, header, model.params, model.num_params);
 
     ref_forward(&model, tokens, tokens); // the targets only feed the loss, which is not used here
     f = fopenCheck(logits_path, "wb");
