@@ -36,13 +36,11 @@ batch is random tokens.
 """
 import argparse
 import contextlib
-import os
 import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_torch  # noqa: E402  (the preset table, the timing loop, the RESULT line)
+import bench_torch  # dev/reference/bench_torch.py: the preset table, the timing loop, the RESULT line
 
 WEIGHTS = {  # --weights: (system name, parameter dtype, autocast, what the output says)
     "bf16": ("hf-bf16", torch.bfloat16, False, "bf16 weights, gradients and AdamW state"),

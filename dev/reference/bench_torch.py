@@ -30,7 +30,6 @@ dev/reference/bench_hf.py (transformers' own model) uses this file's presets, ti
 """
 import argparse
 import math
-import os
 import statistics
 import sys
 import time
@@ -39,8 +38,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
-import model_flops  # noqa: E402  (the model FLOPs of llmc/mfu.h, which benchmark.sh uses too)
+from llama_fp8 import model_flops  # the model FLOPs of llmc/mfu.h, which benchmark.sh uses too
 
 # name: (V, L, C, NH, NKV, FF, rope_theta, max_T, tied), as config_from_preset in llmc/llama_config.h
 # (dev/test/test_model_flops.py checks that they agree); those without RoPE scaling, which this

@@ -14,8 +14,7 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data"))
-import formats  # noqa: E402
+from llama_fp8 import formats
 
 
 def read_preds(path):

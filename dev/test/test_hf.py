@@ -44,9 +44,8 @@ import traceback
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPTS = os.path.join(ROOT, "scripts")
 FIXTURES = os.path.join(ROOT, "dev", "test", "fixtures", "hf")
-sys.path.insert(0, SCRIPTS)
 
-from checks import check, summary  # noqa: E402  (dev/test/checks.py)
+from checks import check, summary  # dev/test/checks.py
 
 
 try:
@@ -64,9 +63,9 @@ try:  # the GGUF checks alone need it: without it (a GPU machine with no network
 except ImportError:
     gguf = None
 
-import model_file  # noqa: E402
-import formats  # noqa: E402  (dev/data, on the path through model_file)
-from hf_import import rope_permute, table_path  # noqa: E402
+from llama_fp8 import formats, model_file  # noqa: E402
+from llama_fp8.hf_layout import rope_permute  # noqa: E402
+from llama_fp8.model_file import table_path  # noqa: E402
 from test_model_file import fnv1a64  # noqa: E402  (dev/test/test_model_file.py)
 
 TMP = tempfile.mkdtemp(prefix="test_hf_")

@@ -18,11 +18,10 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import trainer_log  # noqa: E402
+from checks import check, summary  # dev/test/checks.py
+from llama_fp8 import trainer_log
 
-from checks import check, summary  # noqa: E402  (dev/test/checks.py)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 TMP = tempfile.mkdtemp(prefix="test_metrics_")
 

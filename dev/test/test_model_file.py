@@ -26,13 +26,12 @@ import zlib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPTS = os.path.join(ROOT, "scripts")
-sys.path.insert(0, SCRIPTS)
 
-from checks import check, summary  # noqa: E402  (dev/test/checks.py)
+from checks import check, summary  # dev/test/checks.py
 
 import numpy as np  # noqa: E402
-import model_file  # noqa: E402
-from model_file import FormatError  # noqa: E402
+from llama_fp8 import model_file  # noqa: E402
+from llama_fp8.model_file import FormatError  # noqa: E402
 
 # The words with a meaning (magic, version, V L C NH NKV FF, step, rope_theta, eps, tied, RoPE scaling
 # and its four parameters, max_T) and unused ones.

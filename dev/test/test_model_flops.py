@@ -17,15 +17,14 @@ import subprocess
 import sys
 import tempfile
 
+from checks import check, summary  # dev/test/checks.py
+from llama_fp8 import model_flops
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import model_flops  # noqa: E402
 
 PRESETS = ["tiny", "125m", "1b", "llama2-7b", "llama3-8b", "llama3.1-8b", "llama3.2-1b", "smollm2-135m"]
 SHAPES = ["32000,2,64,4,1,96,0", "32000,2,64,4,1,96,1", "50257,1,96,6,3,250,0", "7,3,16,2,2,5,1"]  # V,L,C,NH,NKV,FF,tied
 TS = [1, 128, 1024, 4096, 8192]
-
-from checks import check, summary  # noqa: E402  (dev/test/checks.py)
 
 
 def main(tmp):
