@@ -312,3 +312,27 @@ def parse_stdout(text):
         out.median = {"ms": float(m.group(1)), "steps": int(m.group(2)), "tok/s": float(m.group(3)), "mfu": m.group(4),
                       "device_gib": float(m.group(5))}
     return out
+
+
+# --- HellaSwag predictions: -hs_preds FILE (dev/reference/hellaswag_hf.py writes transformers' alike) ---
+
+def read_hs_preds(path):
+    """{item: (label, pred, pred_norm)} of a -hs_preds file: a '#' header, then per item 'item label
+    pred pred_norm logprob0 .. logprob3'. A line that is not so raises ValueError naming it."""
+    out = {}
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if line.startswith("#") or not line.strip():
+                continue
+            w = line.split()
+            try:
+                out[int(w[0])] = (int(w[1]), int(w[2]), int(w[3]))
+            except (IndexError, ValueError):
+                raise ValueError(f"line {n}: not 'item label pred pred_norm ...'") from None
+    return out
+
+
+def hs_scores(preds):
+    """(acc, acc_norm) of read_hs_preds' {item: (label, pred, pred_norm)}."""
+    n = len(preds)
+    return sum(p == l for l, p, _ in preds.values()) / n, sum(q == l for l, _, q in preds.values()) / n
