@@ -1,4 +1,4 @@
-"""The project's file formats (../shared/docs/FORMATS.md), read and written in one place: token
+"""The project's file formats (docs/formats.md), read and written in one place: token
 shards and tokenizer decode tables, plus building a decode table from a Hugging Face tokenizer.json
 or a SentencePiece .model. Every script and test uses these; nothing else writes the formats.
 

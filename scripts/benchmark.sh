@@ -7,7 +7,7 @@
 # memory is shared or leaked between them), then prints one markdown table and writes it to --out.
 # A run that fails, runs out of memory or times out shows as such in the table; the others still run.
 #
-#   bash scripts/benchmark.sh                                  # llama2-7b, B 2, T 4096 (the ANCHORS row)
+#   bash scripts/benchmark.sh                                  # llama2-7b, B 2, T 4096 (docs/baselines.md's row)
 #   bash scripts/benchmark.sh --model llama3-8b --B 1 --T 8192 --trainer-args '-r 1' \
 #       --systems ours-bf16,ours-fp8,torch-bf16,torch-fp8     # the README's second headline row (fp32
 #                                                            # moments, ours-*-fp32m, do not fit at 8B)

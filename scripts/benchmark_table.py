@@ -142,7 +142,7 @@ for r in rows:
         f(r["dev"], "%.1f"), "%.2fx" % (r["tok"] / base) if ok and base else "-", busy))
 out += ["",
         "Median step time: PyTorch (and transformers) over %s steps after %s warm-up steps; ours over the steps after its first 3. "
-        "Model TFLOP/s = tokens/s x (6 x (params - embedding) + 6 x L x T x C) (ANCHORS.md)%s. "
+        "Model TFLOP/s = tokens/s x (6 x (params - embedding) + 6 x L x T x C) (docs/baselines.md)%s. "
         "Peak memory: PyTorch torch.cuda.max_memory_allocated during the timed steps; ours what the trainer "
         "allocates up front (its 'device memory allocated' line). Device memory: what the GPU has in use (cudaMemGetInfo: allocator "
         "cache, workspaces and CUDA context included), after our first step / after PyTorch's last. "

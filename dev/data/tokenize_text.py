@@ -1,5 +1,5 @@
 """Tokenizes text with a model's own tokenizer into the trainer's shards and decode table
-(../shared/docs/FORMATS.md), in parallel, deterministically, with no partial output on failure.
+(docs/formats.md), in parallel, deterministically, with no partial output on failure.
 
     python3 dev/data/tokenize_text.py --tokenizer SmolLM2-135M --out data --name gutenberg_smollm2 \\
         --val_tokens 1000000 books.jsonl

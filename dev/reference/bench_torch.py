@@ -5,7 +5,7 @@ llmc/llama_config.h; with tied embeddings, smollm2-135m, there is no lm_head and
 trained with AdamW, timed per step. Two precisions:
 
   --precision bf16   bf16 parameters, gradients and AdamW state; every matmul in bf16
-                     (the "PyTorch + torch.compile, bf16" row of ../shared/docs/ANCHORS.md)
+                     (the "PyTorch + torch.compile, bf16" row of docs/baselines.md)
   --precision fp8    the same, but every block linear (qkv, wo, w13, w2) runs its three GEMMs through
                      torch._scaled_mm with per-tensor dynamic (current) scaling, torchao-style
                      "tensorwise": X and W in E4M3 (forward, fast accumulation), dY in E5M2
@@ -15,7 +15,7 @@ trained with AdamW, timed per step. Two precisions:
   python3 dev/reference/bench_torch.py --model tiny --B 2 --T 128 --steps 3 --no-compile   # CPU logic check
 
 Timing: --warmup steps (torch.compile compiles in the first), then --steps steps, each bracketed by
-CUDA events; reports the median. Model FLOPs follow ANCHORS.md: 6 * (params - embedding) per token
+CUDA events; reports the median. Model FLOPs follow docs/baselines.md: 6 * (params - embedding) per token
 plus causal attention counted half (6 * L * T * C per token), from scripts/model_flops.py, the
 trainer's formula (llmc/mfu.h). Peak memory is
 torch.cuda.max_memory_allocated over the timed steps; "device" memory is what the whole GPU has in use
@@ -207,7 +207,7 @@ class Llama(nn.Module):
 
     @torch.no_grad()
     def init_weights(self):
-        """ANCHORS.md: normal(0, 0.02), wo and w2 normal(0, 0.02/sqrt(2L)), norm weights 1."""
+        """docs/baselines.md: normal(0, 0.02), wo and w2 normal(0, 0.02/sqrt(2L)), norm weights 1."""
         small = 0.02 / math.sqrt(2 * self.cfg.L)
         for name, prm in self.named_parameters():
             leaf = name.rsplit(".", 1)[-1]

@@ -52,7 +52,7 @@ def main(tmp):
         check(not bad, f"T {T}: Python = C for {len(lines)} configs (presets and odd shapes)" + ("; " + "; ".join(bad) if bad else ""))
     check(seen_tied, "a tied config was among them (llama3.2-1b, smollm2-135m)")
     check_preset_lists(exe)
-    # an anchor that does not come from either implementation: ANCHORS.md's Llama-2-7B row is what
+    # an anchor that does not come from either implementation: docs/baselines.md's Llama-2-7B row is what
     # PyTorch's bench_torch.py logged on the H200 (dev/test/fixtures/bench/torch-bf16.log, flops_tok=4.286529e+10)
     got = model_flops.flops_per_token(32000, 32, 4096, 32, 32, 11008, 4096)
     check(f"{got:.6e}" == "4.286529e+10", f"llama2-7b at T 4096: {got:.6e} FLOPs per token (the logged 4.286529e+10)")
