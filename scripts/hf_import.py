@@ -11,7 +11,7 @@ model.safetensors.index.json; float32, float16 or bfloat16) or a GGUF file of th
 tokenizer.model in the folder; tokenizer.ggml.* in a GGUF) becomes OUT_tokenizer.bin: OUT with its
 .bin replaced by _tokenizer.bin, its document-start id the model's BOS, padded with empty pieces to
 the model's vocabulary if the tokenizer has fewer tokens. The model's BOS, EOS and padding ids go
-into OUT_special_tokens.json beside it (scripts/model_file.py), where scripts/hf_export.py finds
+into OUT_special_tokens.json beside it (llama_fp8/model_file.py), where scripts/hf_export.py finds
 them: a folder's generation_config.json, else its config.json, else its tokenizer's
 (tokenizer_config.json's bos_token / eos_token / pad_token); a GGUF's tokenizer.ggml.bos_token_id,
 eos_token_id and padding_token_id.

@@ -24,7 +24,7 @@ the model wrapped in torch.compile (--no-compile: eager), as Trainer(torch_compi
 
 Timing, model FLOPs and memory as bench_torch.py (whose timing loop and result line this uses): the
 median of --steps steps after --warmup untimed ones, each bracketed by CUDA events; the FLOPs per
-token of scripts/model_flops.py, counted as the trainer counts them (with tied embeddings the
+token of llama_fp8/model_flops.py, counted as the trainer counts them (with tied embeddings the
 lm_head is the embedding, so not counted). The last line is machine-readable, the format of
 bench_torch.py, which scripts/benchmark.sh tabulates:
 

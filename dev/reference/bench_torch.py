@@ -16,7 +16,7 @@ trained with AdamW, timed per step. Two precisions:
 
 Timing: --warmup steps (torch.compile compiles in the first), then --steps steps, each bracketed by
 CUDA events; reports the median. Model FLOPs follow docs/baselines.md: 6 * (params - embedding) per token
-plus causal attention counted half (6 * L * T * C per token), from scripts/model_flops.py, the
+plus causal attention counted half (6 * L * T * C per token), from llama_fp8/model_flops.py, the
 trainer's formula (llmc/mfu.h). Peak memory is
 torch.cuda.max_memory_allocated over the timed steps; "device" memory is what the whole GPU has in use
 at the end (cudaMemGetInfo, i.e. allocator cache and CUDA context included), the number our trainer
@@ -71,7 +71,7 @@ class Cfg:
         return model_flops.flops_per_token(self.V, self.L, self.C, self.NH, self.NKV, self.FF, T, self.tied)
 
     def model_line(self, nparams):
-        """The trainer's "model NAME: V .. | <n>M params" (scripts/trainer_log.py reads it)."""
+        """The trainer's "model NAME: V .. | <n>M params" (llama_fp8/trainer_log.py reads it)."""
         return "model %s: V %d L %d C %d NH %d NKV %d FF %d theta %g%s | %.1fM params" % (
             self.name, self.V, self.L, self.C, self.NH, self.NKV, self.FF, self.rope_theta,
             " | tied embeddings" if self.tied else "", nparams / 1e6)

@@ -1,4 +1,4 @@
-"""CPU checks of HellaSwag scoring: dev/data/prepare_hellaswag.py, the eval file (formats.py's writer,
+"""CPU checks of HellaSwag scoring: dev/data/prepare_hellaswag.py, the eval file (llama_fp8/formats.py's writer,
 llmc/hellaswag.h's reader), the C reference scorer (dev/test/llama_ref.h) and the trainer's host side
 (llmc/hellaswag.h: rows, truncation, per-position losses summed per ending, acc and acc_norm),
 against transformers, and the val set's bytes for bits per byte (llmc/bpb.h).

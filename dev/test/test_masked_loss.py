@@ -6,7 +6,7 @@ rule (num_items_in_batch) for the step's loss and gradient, two micro-batches of
 (21 and 5), so the mean of the micro-batches' means is not the step's loss. The model is imported with
 scripts/hf_import.py; the gradient too, written as a model whose weights are transformers' gradients
 (the import only moves and permutes rows, which it does to a gradient as to the weight it belongs to).
-Also dev/data/formats.py's loss-mask writer and reader: its constants are llmc/dataloader.h's, a mask
+Also llama_fp8/formats.py's loss-mask writer and reader: its constants are llmc/dataloader.h's, a mask
 reads back, and every bad mask is refused naming the file.
 
     python3 dev/test/test_masked_loss.py

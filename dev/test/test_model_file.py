@@ -1,4 +1,4 @@
-"""CPU checks of the model file's checksum in scripts/model_file.py and of dev/data/upgrade_model_file.c
+"""CPU checks of the model file's checksum in llama_fp8/model_file.py and of dev/data/upgrade_model_file.c
 (built here with gcc); llmc/model_file.h's side is in dev/test/test_trainer_host.cu.
 
 - version 3, as write_model_file writes it: the stored checksum is zlib's CRC-32 of the header (its

@@ -1,4 +1,4 @@
-"""CPU check that scripts/model_flops.py (benchmark.sh's, bench_torch.py's and bench_hf.py's model
+"""CPU check that llama_fp8/model_flops.py (benchmark.sh's, bench_torch.py's and bench_hf.py's model
 FLOPs) gives what the trainer's llmc/mfu.h gives: dev/test/tools/model_flops.c, built here with gcc,
 prints the C parameter count and model_flops_per_token for every preset of llmc/llama_config.h (MHA,
 GQA, tied) and odd shapes (MQA, one layer, tied and untied), at several T; the Python values must be

@@ -1,4 +1,4 @@
-"""CPU checks of dev/data/tokenize_text.py, dev/data/formats.py, dev/data/shards_to_text.py and the C
+"""CPU checks of dev/data/tokenize_text.py, llama_fp8/formats.py, dev/data/shards_to_text.py and the C
 decode (dev/data/decode_shard.c through llmc/tokenizer.h).
 
 Tokenizers are trained here on a small text (TinyShakespeare paragraphs recovered from

@@ -1,4 +1,4 @@
-"""CPU checks of scripts/trainer_log.py (the reader of the trainer's main.log, fp8.log and standard
+"""CPU checks of llama_fp8/trainer_log.py (the reader of the trainer's main.log, fp8.log and standard
 output, used by plot_log.py, plot_fp8.py, compare_convergence.sh, benchmark.sh and
 test_multi_gpu.sh), of plot_fp8.py's fp8 health modes and of scripts/compare_logs.py
 (test_multi_gpu.sh's step-by-step comparison of two runs).
