@@ -4,7 +4,7 @@ w1|w3, w2) as an fp8 GEMM with per-tensor DELAYED scaling, or in bf16 (-precisio
 baseline it is compared against. Reads top to bottom: config -> parameters and activations ->
 forward -> backward -> update -> checkpoints -> main loop.
 
-fp8 in one paragraph (details: ../shared/docs/FP8_RECIPE.md, dev/test/README.md): X and W are cast
+fp8 in one paragraph (details: docs/fp8_recipe.md, dev/test/README.md): X and W are cast
 to E4M3 and dY to E5M2 by the kernels that produce them, each multiplying by its tensor's current
 scale and recording the tensor's amax into a per-step slot; after the last backward of an optimizer
 step one kernel rolls every amax history and recomputes every scale. The first step (and every cast
@@ -948,7 +948,7 @@ static void gather_params(Model *m, cudaStream_t stream) {
 static float model_update(Model *m, const AdamWParams *h, float *norm_device, int *skipped, cudaStream_t stream) {
     fp8_no_open_site(m, "model_update");
     MultiGpu *mg = m->mg;
-    // FP8_RECIPE.md step 4: one MAX all-reduce of every amax slot, so every rank rolls the same
+    // docs/fp8_recipe.md "The end of an optimizer step" step 1: one MAX all-reduce of every amax slot, so every rank rolls the same
     // histories into the same scales, and in the same NCCL group the SUM of the health counts. They
     // queue behind the gradient buckets; the join makes the compute stream wait for all of them.
     size_t nt = (size_t)m->fp8_layout.num_tensors;

@@ -7,7 +7,7 @@ then param = bf16(master) for the GEMMs (param may be NULL: fp8 mode needs no bf
 weights, only the fp8 one). The moments m and v are bf16 (MT = floatX, the trainer's default, DeepSeek-V3's
 choice; computed in fp32 and stored with stochastic rounding, llmc/bf16_round.h: the random bits hash
 index0 + i, the element's index in the whole model, and t), or fp32 (-adam_moments fp32; 4 bytes more per element, 8 more moved).
-Fused fp8 weight cast (FP8_RECIPE.md "Weights"): if
+Fused fp8 weight cast (docs/fp8_recipe.md "Weights"): if
 wcast.out != NULL the tensor is fp8_layers slices of layer_numel elements (all layers of one kind,
 llm.c style); slice l writes out[l*layer_numel + i] = E4M3(param * wcast.scale[l*fp8_tensor_stride]) and
 atomic-maxes |param| into wcast.amax[l*fp8_tensor_stride] (and, unless wcast.counts is NULL, adds its

@@ -1,7 +1,7 @@
 /*
 Fused causal GQA attention through cuDNN's backend (graph) C API: a forward graph that also emits the
 softmax Stats (log-sum-exp per query row, needed by the backward) and a deterministic backward graph.
-No cudnn-frontend: every tensor and operation is a cudnnBackend descriptor (../shared/docs/ATTENTION_CUDNN.md
+No cudnn-frontend: every tensor and operation is a cudnnBackend descriptor (docs/attention.md
 has the recipe). Graphs are built once per (B, T, NH, NKV, HS, direction) and cached with their plan;
 all plans share one workspace that only grows when a plan is built, never in steady state.
 Compiled only when the Makefile defines ENABLE_CUDNN (link -lcudnn); llmc/attention.cuh dispatches here
@@ -23,7 +23,7 @@ Two backward forms (cudnn_att_set_deterministic picks one; each has its own cach
   may differ in its last bits from run to run. If cuDNN has no plan for it, the deterministic form runs.
 
 fp8 attention (cudnn_att_fp8_forward / cudnn_att_fp8_backward; TransformerEngine's fp8_dpa with delayed
-scaling, ../shared/docs/ATTENTION_FP8.md): the same causal GQA graphs with fp8 matmul inputs, per-tensor
+scaling, docs/attention.md "fp8 attention: built, tested, not used"): the same causal GQA graphs with fp8 matmul inputs, per-tensor
 scales and amaxes, in cudnn-frontend's op order (its SDPA with FP8 MMA and its sdpa_fp8_backward node).
 Layouts as above, in bytes: qkv (B, T, NH + 2*NKV, HS) E4M3, out (B, T, NH*HS) E4M3 (on Hopper O must be
 fp8), stats (B, NH, T) fp32; dout (B, T, NH*HS) E5M2, dqkv (B, T, NH + 2*NKV, HS) E5M2 (dQ, dK, dV must be
@@ -395,7 +395,7 @@ static AttTensors att_tensors(CudnnGraph *g, const AttShapes *d, int backward, c
 }
 
 // ---------------------------------------------------------------------------------------------------
-// the two graphs (../shared/docs/ATTENTION_CUDNN.md, steps in the same order)
+// the two graphs (docs/attention.md "The cuDNN graphs", steps in the same order)
 
 static void cudnn_att_forward_graph(CudnnGraph *g, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS) {
     const cudnnDataType_t BF16 = CUDNN_DATA_BFLOAT16, F32 = CUDNN_DATA_FLOAT;
@@ -500,7 +500,7 @@ static void cudnn_att_backward_graph(CudnnGraph *g, int64_t B, int64_t T, int64_
 }
 
 // ---------------------------------------------------------------------------------------------------
-// the fp8 graphs (../shared/docs/ATTENTION_FP8.md): cudnn-frontend's op order, tensor types and virtual
+// the fp8 graphs (docs/attention.md, fp8 attention): cudnn-frontend's op order, tensor types and virtual
 // types (fp32 intermediates; P and dS retyped to fp8 by the multiply with their scale)
 
 // Forward: S = Q K^T x attn_scale x descale_q x descale_k -> causal mask -> softmax (Stats) -> P;

@@ -1,5 +1,5 @@
 /*
-The data loader: reads batches of token ids from llm.c-format shards (../shared/docs/FORMATS.md),
+The data loader: reads batches of token ids from llm.c-format shards (docs/formats.md),
 16-bit (magic 20240520, version 1) or 32-bit (magic 20240801, version 7), or makes up a learnable
 synthetic stream when there is no data. Plain C, header-only; also compiles as C++ under nvcc.
 

@@ -1,7 +1,7 @@
 /*
 The two fp8 formats (E4M3 "fn" for X and W, E5M2 for dY) as plain arithmetic: encode with
 round-to-nearest-even and saturation, decode, and the delayed-scaling state machine of
-../shared/docs/FP8_RECIPE.md (amax history roll, scale = fp8_max / amax / 2^margin).
+docs/fp8_recipe.md (amax history roll, scale = fp8_max / amax / 2^margin).
 This is the definition the CPU reference, the tests and the GPU kernels are held to. The codec and
 the scale rule are __host__ __device__ (FP8_HD), but note that nvcc --use_fast_math turns the
 device versions' divisions approximate and flushes subnormals, so kernels that must match bit for

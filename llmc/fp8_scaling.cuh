@@ -1,5 +1,5 @@
 /*
-fp8 tensor utilities and the once-per-step delayed-scaling update (../shared/docs/FP8_RECIPE.md,
+fp8 tensor utilities and the once-per-step delayed-scaling update (docs/fp8_recipe.md,
 dev/test/README.md "fp8 emulation"):
   fp8_cast            bf16 -> fp8 (E4M3 or E5M2) with the tensor's scale, saturating, recording amax
                       and counting underflows and saturations (fp8 health, llmc/fp8.h)

@@ -1,6 +1,6 @@
 /*
 HellaSwag in the training loop, host side: reads the eval file of dev/data/prepare_hellaswag.py
-(layout: write_hellaswag in dev/data/formats.py; int32 ids, so any vocabulary), lays each (item,
+(layout: write_hellaswag in llama_fp8/formats.py; int32 ids, so any vocabulary), lays each (item,
 ending) out as one row of T positions for an ordinary forward pass, and scores the items from that
 pass's per-position losses as lm-evaluation-harness scores a multiple-choice task:
   logprob(ending) = sum over the ending's tokens of log p(token | context, the ending's earlier tokens)

@@ -111,14 +111,14 @@ static inline Fp8StateLayout fp8_state_layout(int num_tensors, int history_len) 
 // Named presets; returns 0 if the name is unknown. V is a default the tokenizer/data may override.
 static int config_from_preset(const char *name, LlamaConfig *c) {
     LlamaConfig tiny   = {32000, 4, 256, 4, 2, 768, 256, 10000.0f, 1e-5f};
-    // ../shared/docs/ANCHORS.md convergence config, so losses compare with PyTorch's there.
+    // docs/baselines.md's convergence config, so losses compare with PyTorch's there.
     LlamaConfig m125   = {32000, 12, 768, 12, 12, 2048, 1024, 10000.0f, 1e-5f};
     LlamaConfig l1b    = {32000, 18, 2048, 16, 16, 5632, 2048, 10000.0f, 1e-5f};
     LlamaConfig l2_7b  = {32000, 32, 4096, 32, 32, 11008, 4096, 10000.0f, 1e-5f};
     LlamaConfig l3_8b  = {128256, 32, 4096, 32, 8, 14336, 8192, 500000.0f, 1e-5f};
     LlamaConfig l31_8b = {128256, 32, 4096, 32, 8, 14336, 8192, 500000.0f, 1e-5f, 0, ROPE_LLAMA3, 8.0f, 1.0f, 4.0f, 8192};
     LlamaConfig l32_1b = {128256, 16, 2048, 32, 8, 8192, 8192, 500000.0f, 1e-5f, 1, ROPE_LLAMA3, 32.0f, 1.0f, 4.0f, 8192};
-    // SmolLM2-135M (../shared/docs/REAL_MODELS.md): GQA 9/3, head size 64, tied, no RoPE scaling
+    // SmolLM2-135M (docs/hf_interop.md): GQA 9/3, head size 64, tied, no RoPE scaling
     LlamaConfig smol   = {49152, 30, 576, 9, 3, 1536, 8192, 100000.0f, 1e-5f, 1};
     if (strcmp(name, "tiny") == 0) { *c = tiny; return 1; }
     if (strcmp(name, "125m") == 0) { *c = m125; return 1; }

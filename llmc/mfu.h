@@ -1,5 +1,5 @@
 /*
-Model FLOPs and MFU. FLOPs per token follow ../shared/docs/ANCHORS.md: 6 * (params - embedding)
+Model FLOPs and MFU. FLOPs per token follow docs/baselines.md: 6 * (params - embedding)
 plus causal attention counted half (QK^T and PV: 6 * L * T * C per token for forward + backward).
 MFU is reported against the GPU's dense bf16 peak for both precisions, so fp8 and bf16 runs compare
 on one scale; an unknown GPU reports "n/a" rather than a made-up number.

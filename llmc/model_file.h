@@ -1,6 +1,6 @@
 /*
 The model file: model_SSSSSSSS.bin as the trainer writes it, and what scripts/hf_import.py makes of a
-Hugging Face model (scripts/model_file.py is the Python reader and writer of the same layout).
+Hugging Face model (llama_fp8/model_file.py is the Python reader and writer of the same layout).
 int32 header[256], then the fp32 weights in the order of llmc/llama_config.h (with tied embeddings
 there is no lm_head tensor). One table, MODEL_HEADER_FIELDS, lists the words that hold the config:
 the writer, the reader and every mismatch message use it, so a field is added in one place.

@@ -329,9 +329,10 @@ static void mg_allgather_bytes(MultiGpu *mg, const void *send, void *recv, size_
 #endif
 }
 
-// In place: amax[i] = max over ranks, for the n amax slots (FP8_RECIPE.md step 4: one call for all
-// of them). The slots are non-negative floats, which order like their int32 bit patterns, so the
-// reduction runs on the bits as int32: that is exactly the order of the kernels' integer atomic max
+// In place: amax[i] = max over ranks, for the n amax slots (docs/fp8_recipe.md "The end of an
+// optimizer step", step 1: one call for all of them). The slots are non-negative floats, which order
+// like their int32 bit patterns, so the reduction runs on the bits as int32: that is exactly the
+// order of the kernels' integer atomic max
 // (llmc/packed.cuh's block_commit_amax), and a NaN amax on any rank (bits above inf's) reaches every
 // rank's history as it would on one GPU (a float max could drop it: fmaxf prefers the number). Needs
 // every value >= +0.

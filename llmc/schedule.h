@@ -1,6 +1,6 @@
 /*
 Learning-rate schedule: linear warmup from lr/warmup to lr over `warmup` steps, then cosine decay to
-lr * final_frac at the last step (the ../shared/docs/ANCHORS.md convergence recipe).
+lr * final_frac at the last step (docs/baselines.md's convergence recipe).
 */
 #ifndef LLMC_SCHEDULE_H
 #define LLMC_SCHEDULE_H

@@ -1,6 +1,6 @@
 /*
 The tokenizer's decode side: token id -> the bytes it stands for, from llm.c's decode table
-(../shared/docs/FORMATS.md: magic 20240328, version 2, header [2] vocab size, [3] document-start id;
+(docs/formats.md: magic 20240328, version 2, header [2] vocab size, [3] document-start id;
 then per token a uint8 length and that many raw bytes). Used to print samples. Plain C, header-only;
 also compiles as C++ under nvcc.
 

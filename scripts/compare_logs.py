@@ -38,11 +38,9 @@ Prints one line (the largest relative differences, or the first failure) and exi
 agree, 1 when they do not, 2 on bad arguments or an unreadable log.
 """
 import math
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from trainer_log import FP8_KINDS, parse_fp8_log, parse_main_log  # noqa: E402
+from llama_fp8.trainer_log import FP8_KINDS, parse_fp8_log, parse_main_log
 
 PRINTED_UNIT = {"trl": 1e-6, "tel": 1e-6, "norm": 1e-4}  # the last digit of %.6f / %.4f in main.log
 LOSSES = ("trl", "tel")

@@ -31,8 +31,7 @@ import statistics
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from trainer_log import parse_main_log  # noqa: E402
+from llama_fp8.trainer_log import parse_main_log
 
 RUNS = ("bf16", "fp8")  # compare_convergence.sh's run folders
 

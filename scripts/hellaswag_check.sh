@@ -16,13 +16,7 @@ mkdir -p "$work"
 [ -x train_llama_fp8 ] || make -j train_llama_fp8
 python3 scripts/hf_import.py "$gguf" "$work/smollm2.bin"
 # transformers' own folder from the GGUF: the model (dequantized) and its tokenizer.json
-python3 - "$gguf" "$work/hf" <<'PY'
-import os, sys
-from transformers import AutoModelForCausalLM, AutoTokenizer
-d, f = os.path.split(os.path.abspath(sys.argv[1]))
-AutoTokenizer.from_pretrained(d, gguf_file=f).save_pretrained(sys.argv[2])
-AutoModelForCausalLM.from_pretrained(d, gguf_file=f).save_pretrained(sys.argv[2])
-PY
+python3 dev/reference/gguf_to_hf.py "$gguf" "$work/hf"
 python3 dev/data/prepare_hellaswag.py --tokenizer "$work/hf" --out "$work/hs.bin" --max_items "$n" --force "$data"
 for prec in bf16 fp8; do
     ./train_llama_fp8 -init_from "$work/smollm2.bin" -tok "$work/smollm2_tokenizer.bin" -i synthetic -j '' -x 0 -s 0 \
@@ -30,12 +24,4 @@ for prec in bf16 fp8; do
 done
 python3 dev/reference/hellaswag_hf.py --model "$work/hf" --eval "$work/hs.bin" --out "$work/hf.txt" --compare "$work/ours_bf16.txt"
 echo "fp8 against transformers (no bar: fp8 noise):"
-python3 - "$work/hf.txt" "$work/ours_fp8.txt" <<'PY'
-import sys
-sys.path.insert(0, "dev/reference")
-from hellaswag_hf import read_preds, summary
-hf, ours = read_preds(sys.argv[1]), read_preds(sys.argv[2])
-summary("ours fp8", ours)
-common = sorted(set(hf) & set(ours))
-print(f"same acc_norm prediction as transformers on {100 * sum(hf[i][2] == ours[i][2] for i in common) / len(common):.2f}% of {len(common)} items")
-PY
+python3 scripts/compare_hellaswag.py "$work/hf.txt" "$work/ours_fp8.txt" --name "ours fp8"

@@ -26,15 +26,14 @@ import re
 import shutil
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dev", "data"))
-import formats  # noqa: E402  (dev/data/formats.py: first, so that a missing package is named)
+from llama_fp8 import formats  # first, so that a missing package is named
 
 with formats.required_packages():
     import numpy as np
     from tqdm import tqdm
-    import model_file
-from model_file import FormatError, ROPE_LLAMA3  # noqa: E402
-from hf_import import HF, folder_special_ids, pick_special_ids, rope_permute, source_tensors, tokenizer_special_ids
+    from llama_fp8 import model_file
+    from llama_fp8.hf_layout import HF, folder_special_ids, pick_special_ids, rope_permute, source_tensors, tokenizer_special_ids
+from llama_fp8.model_file import FormatError, ROPE_LLAMA3  # noqa: E402
 
 TOKENIZER_FILES = ["tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
                    "added_tokens.json", "vocab.json", "merges.txt", "chat_template.jinja", "chat_template.json"]
@@ -76,7 +75,7 @@ def special_config(ids):
 
 
 def hf_rows(c):
-    """The Hugging Face tensors (hf_import.Source rows) in the order transformers writes them: the
+    """The Hugging Face tensors (hf_layout.Source rows) in the order transformers writes them: the
     embedding, then layer by layer, then the final norm and lm_head."""
     def key(r):
         return (r.layer if r.layer is not None else -1 if r.ours == "wte" else c["L"], r.rank)

@@ -11,7 +11,7 @@ model.safetensors.index.json; float32, float16 or bfloat16) or a GGUF file of th
 tokenizer.model in the folder; tokenizer.ggml.* in a GGUF) becomes OUT_tokenizer.bin: OUT with its
 .bin replaced by _tokenizer.bin, its document-start id the model's BOS, padded with empty pieces to
 the model's vocabulary if the tokenizer has fewer tokens. The model's BOS, EOS and padding ids go
-into OUT_special_tokens.json beside it (scripts/model_file.py), where scripts/hf_export.py finds
+into OUT_special_tokens.json beside it (llama_fp8/model_file.py), where scripts/hf_export.py finds
 them: a folder's generation_config.json, else its config.json, else its tokenizer's
 (tokenizer_config.json's bos_token / eos_token / pad_token); a GGUF's tokenizer.ggml.bos_token_id,
 eos_token_id and padding_token_id.
@@ -31,95 +31,23 @@ than default and llama3, sliding windows, mixtures of experts, and any missing, 
 tensor. Errors print `error: <file>: <problem>`, exit 1 and leave no output.
 """
 import argparse
-import collections
 import contextlib
 import json
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dev", "data"))
-import formats  # noqa: E402  (dev/data/formats.py: first, so that a missing package is named)
+from llama_fp8 import formats  # first, so that a missing package is named
 
 with formats.required_packages():
     import numpy as np
     from tqdm import tqdm
-    import model_file
-from model_file import FormatError, ROPE_LLAMA3  # noqa: E402
-
-# One row per source tensor, in our file's order; a tensor of ours with several rows stacks their rows
-# (wqkv: q, k, v; w13: gate, up), {i} is the layer. part names the rows a source tensor has in ours
-# (part_rows); q and k are the ones whose rows the Hugging Face layout permutes (rope_permute).
-# GGUF stores q and k in our adjacent-pairs RoPE layout already.
-TENSOR_MAP = [  # (ours, Hugging Face, GGUF, part)
-    ("wte", "model.embed_tokens.weight", "token_embd.weight", None),
-    ("ln1w", "model.layers.{i}.input_layernorm.weight", "blk.{i}.attn_norm.weight", None),
-    ("wqkv", "model.layers.{i}.self_attn.q_proj.weight", "blk.{i}.attn_q.weight", "q"),
-    ("wqkv", "model.layers.{i}.self_attn.k_proj.weight", "blk.{i}.attn_k.weight", "k"),
-    ("wqkv", "model.layers.{i}.self_attn.v_proj.weight", "blk.{i}.attn_v.weight", "v"),
-    ("wo", "model.layers.{i}.self_attn.o_proj.weight", "blk.{i}.attn_output.weight", None),
-    ("ln2w", "model.layers.{i}.post_attention_layernorm.weight", "blk.{i}.ffn_norm.weight", None),
-    ("w13", "model.layers.{i}.mlp.gate_proj.weight", "blk.{i}.ffn_gate.weight", "gate"),
-    ("w13", "model.layers.{i}.mlp.up_proj.weight", "blk.{i}.ffn_up.weight", "up"),
-    ("w2", "model.layers.{i}.mlp.down_proj.weight", "blk.{i}.ffn_down.weight", None),
-    ("lnfw", "model.norm.weight", "output_norm.weight", None),
-    ("lm_head", "lm_head.weight", "output.weight", None),
-]
-HF, GGUF = 1, 2  # columns of TENSOR_MAP
-LAYERED = {"ln1w", "wqkv", "wo", "ln2w", "w13", "w2"}  # (L, ...) in our file, one source tensor per layer
-
-
-def part_rows(c, part):
-    hs = c["C"] // c["NH"]
-    return {"q": c["NH"] * hs, "k": c["NKV"] * hs, "v": c["NKV"] * hs, "gate": c["FF"], "up": c["FF"]}[part]
-
-
-# One source tensor: where it goes in ours (tensor, layer or None, first row), its name and shape in
-# the source, its part (TENSOR_MAP), and its rank in TENSOR_MAP (the Hugging Face order within a layer)
-Source = collections.namedtuple("Source", "ours layer row0 name shape part rank")
-
-
-def source_tensors(c, column):
-    """[Source] in our file's order for config c; column picks the names (HF or GGUF)."""
-    rows = []
-    for ours, shape in model_file.param_shapes(c):
-        per_layer = shape[1:] if ours in LAYERED else shape
-        for i in range(c["L"]) if ours in LAYERED else [None]:
-            row0 = 0
-            for rank, row in enumerate(TENSOR_MAP):
-                if row[0] == ours:
-                    part = row[3]
-                    src_shape = (part_rows(c, part), per_layer[1]) if part else per_layer
-                    rows.append(Source(ours, i, row0, row[column].format(i=i), tuple(src_shape), part, rank))
-                    row0 += src_shape[0]
-    return rows
-
-
-def rope_permute(w, heads, inverse=False):
-    """Rows of q_proj / k_proj between Hugging Face's RoPE layout (dimension j of a head pairs with
-    j + HS/2, rotate_half) and ours (pairs 2i, 2i+1): HF row a*HS/2 + b is our row 2b + a. inverse
-    goes from ours to HF (export)."""
-    n, cols = w.shape
-    half = n // heads // 2
-    order = (heads, half, 2, cols) if inverse else (heads, 2, half, cols)
-    return w.reshape(order).transpose(0, 2, 1, 3).reshape(n, cols)
-
-
-def table_path(out):
-    """Where the decode table of model file `out` goes: OUT.bin -> OUT_tokenizer.bin."""
-    return (out[:-4] if out.endswith(".bin") else out) + "_tokenizer.bin"
+    from llama_fp8 import model_file
+    from llama_fp8.hf_layout import (GGUF, HF, folder_special_ids, has_tokenizer, pick_special_ids, read_json,
+                                     rope_permute, source_tensors)
+from llama_fp8.model_file import FormatError, ROPE_LLAMA3  # noqa: E402
 
 
 # --- Hugging Face folders ---
-
-def read_json(path):
-    try:
-        with open(path, "rb") as f:
-            return json.load(f)
-    except OSError as e:
-        raise FormatError(path, f"cannot read: {e.strerror or e}") from None
-    except ValueError as e:
-        raise FormatError(path, f"not valid JSON ({e})") from None
-
 
 def _get(path, hf, key, kind=int, default=None, within=""):
     """hf[key] as a kind (int or float); within names the dict hf is in config.json, for messages."""
@@ -273,58 +201,6 @@ class HFFolder:
         return path, formats.decode_table_from_tokenizer(path)
 
 
-def has_tokenizer(folder):
-    return any(os.path.isfile(os.path.join(folder, f)) for f in ("tokenizer.json", "tokenizer.model"))
-
-
-def folder_special_ids(folder):
-    """[(key, id, where, file)] of a Hugging Face folder's BOS, EOS and padding ids (model_file.SPECIAL_KEYS), in
-    the order pick_special_ids prefers them: generation_config.json's (what transformers' generate() stops
-    on), config.json's, then the tokenizer's own (tokenizer_config.json's bos_token / eos_token / pad_token,
-    a SentencePiece model's ids; formats.special_ids)."""
-    found = []
-    for name in ("generation_config.json", "config.json"):
-        path = os.path.join(folder, name)
-        if os.path.isfile(path):
-            config = read_json(path)
-            if not isinstance(config, dict):
-                raise FormatError(path, "is not a JSON object")
-            found += [(k, config.get(k), f"{k} of {path}", path) for k in model_file.SPECIAL_KEYS]
-    if has_tokenizer(folder):
-        found += tokenizer_special_ids(formats.tokenizer_file(folder))
-    return found
-
-
-def tokenizer_special_ids(path):
-    """[(key, id, where, file)] of a tokenizer file's own BOS, EOS and padding ids (formats.special_ids)."""
-    ids = formats.special_ids(path)
-    how = "" if formats.is_sentencepiece(path) else " (its tokenizer_config.json, or its post-processor)"
-    return [(k, i, f"the {k[:3]} token of {path}{how}", path) for k, i in zip(model_file.SPECIAL_KEYS, ids)]
-
-
-def same_ids(a, b):
-    """Whether two records of one special token agree: equal, or one of an EOS list."""
-    a, b = (x if isinstance(x, list) else [x] for x in (a, b))
-    return set(a) <= set(b) or set(b) <= set(a)
-
-
-def pick_special_ids(found, V):
-    """({key: id or None}, {key: where}, [warnings]) from [(key, id, where, file)]: for each key the
-    first one that names an id; a later one that names another id is a warning."""
-    ids, where, warnings = {}, {}, []
-    for key, value, source, path in found:
-        if value is None:
-            continue
-        bad = model_file.token_id_problem(key, value, V)
-        if bad:
-            raise FormatError(path, bad)
-        if key not in ids:
-            ids[key], where[key] = value, source
-        elif not same_ids(ids[key], value):
-            warnings.append(f"{key}: {source} is {value}, but {where[key]} is {ids[key]}: using {ids[key]}")
-    return {k: ids.get(k) for k in model_file.SPECIAL_KEYS}, where, warnings
-
-
 # --- GGUF files ---
 
 # tokenizers' decoder specs that decode a GGUF's tokens as formats decodes a tokenizer.json's: gpt2 is
@@ -458,7 +334,7 @@ class GGUFFile:
             raise FormatError(self.path, f"tokenizer.ggml.model is {kind!r}: this tool decodes 'gpt2' (byte-level BPE)"
                                          " and 'llama' (SentencePiece) tokenizers")
         # formats' own rule for a tokenizer.json with this decoder, so both sources give one table
-        piece_bytes = formats._json_piece_decoder(self.path, {"decoder": GGUF_DECODERS[kind]})
+        piece_bytes = formats.json_piece_decoder(self.path, {"decoder": GGUF_DECODERS[kind]})
         types = self.field("tokenizer.ggml.token_type") or [0] * len(tokens)
         # as sentencepiece decodes them, control and unknown tokens (<s>, </s>, <unk>) are empty; byte-level
         # BPE's specials stay their text, as formats' tokenizer.json rule has it
@@ -501,11 +377,6 @@ def llama3_candidates(gguf_file, largest):
 # loader ignores the key and splits digits as GPT-2 does, unlike the model's own tokenizer.
 GGUF_PRE_DIGITS = {None: False, "default": False, "gpt-2": False, "smollm": True, "starcoder": True, "refact": True}
 GGUF_USER_DEFINED = 4  # tokenizer.ggml.token_type of an added token that is not special
-
-
-def hf_tokenizer_path(out):
-    """Where a GGUF import writes its Hugging Face tokenizer folder: OUT.bin -> OUT_hf_tokenizer/."""
-    return (out[:-4] if out.endswith(".bin") else out) + "_hf_tokenizer"
 
 
 def write_hf_tokenizer(gguf_file, folder):
@@ -593,7 +464,7 @@ def first_id(i):
 
 
 def import_model(src_path, out, force=False):
-    table_out, special_out = table_path(out), model_file.special_tokens_path(out)
+    table_out, special_out = model_file.table_path(out), model_file.special_tokens_path(out)
     written = []
 
     def remove_written(exc_type, exc, tb):  # all or nothing, on an error and on Ctrl-C alike
@@ -617,7 +488,7 @@ def import_model(src_path, out, force=False):
             pieces = padded_table(table, c["V"])
             # the decode table's document start: BOS, else EOS, else 0
             start = next((first_id(i) for i in (ids["bos_token_id"], ids["eos_token_id"]) if i is not None), 0)
-        hf_tok = hf_tokenizer_path(out) if isinstance(src, GGUFFile) and table is not None else None
+        hf_tok = model_file.hf_tokenizer_path(out) if isinstance(src, GGUFFile) and table is not None else None
         outputs = [out] + ([table_out] if table is not None else []) + [special_out] + ([hf_tok] if hf_tok else [])
         for path in outputs:
             if os.path.exists(path) and not force:

@@ -19,7 +19,7 @@ below 1e-8 show as 1e-8, none at all in white, a step the log lacks for a linear
 
 --health-summary: markdown lines naming the --top tensors (default 3) with the largest underflow
 and the largest saturation fraction, as the mean over the logged steps, with the largest at one
-step (compare_convergence.sh puts them into its summary.md through health_summary()).
+step (trainer_log.health_summary, which compare_convergence.sh puts into its summary.md).
 
 fp8.log lines, one per linear per logged step (the lm_head's, in fp8 with -fp8_lm_head 1, as layer 0's):
     s:<step> layer:<l> linear:<qkv|wo|w13|w2|lm_head> x_amax:<v> x_scale:<v> x_under:<f> x_sat:<f>
@@ -35,64 +35,11 @@ import math
 import os
 import sys
 
-from trainer_log import FP8_KINDS, parse_fp8_log
+from llama_fp8.trainer_log import (FP8_KINDS, HEALTH, KIND_NAMES, LINEARS, has_health, health_summary, parse_fp8_log,
+                                   tensor_name, tensor_rows)
 
-# dev/data, for formats.required_packages (imported where a plot is drawn: reading the logs needs no package)
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dev", "data"))
-
-KIND_NAMES = dict(zip(FP8_KINDS, ("X", "W", "dY")))
 FORMATS = dict(zip(FP8_KINDS, ("E4M3", "E4M3", "E5M2")))
-LINEARS = ("qkv", "wo", "w13", "w2")
-HEALTH = (("under", "underflow"), ("sat", "saturation"))  # the fp8.log field and its name
 FLOOR = 1e-8  # heat maps: a smaller fraction shows as this one (zero has a colour of its own)
-
-
-def tensor_rows(data):
-    """The (layer, linear) keys of parse_fp8_log's data in the order of the model: layer by layer
-    qkv wo w13 w2 (other names after them), the lm_head last."""
-    order = LINEARS + ("lm_head",)
-    return sorted(data, key=lambda r: (r[1] == "lm_head", r[0], order.index(r[1]) if r[1] in order else len(order), r[1]))
-
-
-def tensor_name(layer, linear):
-    return linear if linear == "lm_head" else f"layer {layer} {linear}"
-
-
-def has_health(data):
-    """Whether the log has the underflow/saturation fields (a trainer with fp8 health counts wrote it)."""
-    return any(k.endswith("_under") for series in data.values() for rec in series.values() for k in rec)
-
-
-def health_top(data, what, top=3):
-    """The `top` tensors with the largest mean fraction `what` ('under' or 'sat') over their logged
-    steps, largest first, ties in model order, tensors with none left out:
-    [(mean, max, step of the max, logged steps, layer, linear, kind)]."""
-    found = []
-    for layer, linear in tensor_rows(data):
-        series = data[(layer, linear)]
-        for kind in FP8_KINDS:
-            key = f"{kind}_{what}"
-            vals = [(series[s][key], s) for s in sorted(series) if math.isfinite(series[s].get(key, math.nan))]
-            mean = sum(v for v, _ in vals) / len(vals) if vals else 0.0
-            if mean > 0:
-                peak, peak_step = max(vals, key=lambda vs: vs[0])
-                found.append((mean, peak, peak_step, len(vals), layer, linear, kind))
-    found.sort(key=lambda t: -t[0])
-    return found[:top]
-
-
-def health_summary(data, top=3):
-    """Markdown lines naming the `top` tensors with the most underflow and the most saturation
-    (health_top); data must have those fields (has_health)."""
-    lines = []
-    for what, name in HEALTH:
-        found = health_top(data, what, top)
-        for i, (mean, peak, peak_step, n, layer, linear, kind) in enumerate(found, 1):
-            lines.append(f"- {name} #{i}: {tensor_name(layer, linear)} {KIND_NAMES[kind]} {mean:.1e} of its values "
-                         f"(mean over {n} logged steps; max {peak:.1e} at step {peak_step})")
-        if not found:
-            lines.append(f"- {name}: none, in any tensor at any logged step")
-    return lines
 
 
 def row_ticks(rows):
@@ -254,7 +201,7 @@ def main(argv=None):
                 print(f"plot_fp8.py: no linear '{lin}' in the log (it has: {' '.join(present)})", file=sys.stderr)
                 return 1
 
-    import formats
+    from llama_fp8 import formats  # here: reading the log needs no package, plotting does
     with formats.required_packages():
         import matplotlib
     matplotlib.use("Agg")

@@ -17,10 +17,7 @@ import math
 import os
 import sys
 
-from trainer_log import parse_main_log
-
-# dev/data, for formats.required_packages (imported where a plot is drawn: reading the logs needs no package)
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dev", "data"))
+from llama_fp8.trainer_log import parse_main_log
 
 
 def smooth(values, k):
@@ -79,7 +76,7 @@ def _auto_ylim(series_list):
 
 
 def plot(logs, labels, out, smooth_k=1, title=None, ylim=None, threshold=None):
-    import formats
+    from llama_fp8 import formats  # here: reading the logs needs no package, plotting does
     with formats.required_packages():
         import matplotlib
     matplotlib.use("Agg")

@@ -116,7 +116,7 @@ same_files() { # same_files DIR_A DIR_B FILE...: "" if every FILE is byte-identi
     echo "$out"
 }
 # compare_logs A/main.log B/main.log MODE ...: per-step train loss, grad norm and val loss of two runs
-# (scripts/compare_logs.py, which reads them with scripts/trainer_log.py):
+# (scripts/compare_logs.py, which reads them with llama_fp8/trainer_log.py):
 #   exact                       the same printed values (the runs must be bit-identical)
 #   tol F1 L NF1 N              |rel diff|: step-1 loss <= F1, later losses <= L, step-1 norm <= NF1, later norms <= N
 #   fp8 F1 NF1 N RATIO BF16_1 BF16_2   A the 2-rank fp8 run, B the 1-rank one: step 1 as tol; later losses

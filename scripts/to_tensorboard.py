@@ -5,7 +5,7 @@ step and per evaluation) into TensorBoard event files, written by tensorboardX.
 
 Scalars: train/{loss,lr,norm,ms,tokens_per_s,mfu,memory_gib}, fp8/{underflow,saturation,worst_underflow}
 (fp8 runs), val/{loss,bpb}, hellaswag/{acc,acc_norm}. A resumed run appends to metrics.jsonl and
-repeats the steps after its checkpoint: as scripts/trainer_log.py does for main.log, when a step
+repeats the steps after its checkpoint: as llama_fp8/trainer_log.py does for main.log, when a step
 goes back, what was read from that step on is dropped, so the latest attempt wins. A cut-off last
 line (a run that died while writing it) is skipped; any other line that is not a JSON object with
 a step is an error. Needs tensorboardX (pip install tensorboardX).

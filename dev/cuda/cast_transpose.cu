@@ -5,8 +5,8 @@ on shapes that exercise the vectorized paths, partial tiles, tails and the any-s
 on special values (0, -0, subnormals, saturation, inf, NaN); the casts' fp8 health counts exactly
 against fp8_underflows / fp8_saturates (inputs at the edges: half the smallest subnormal, the max,
 their bf16 neighbours), added to what the counters held (untouched when counts is NULL; the tiles'
-padding counts nothing); then times them on the ../shared/docs/
-ANCHORS.md GEMM shapes (X = (M, K) and dY = (M, N) of each) with bandwidth against the H200's
+padding counts nothing); then times them on the docs/baselines.md
+GEMM shapes (X = (M, K) and dY = (M, N) of each) with bandwidth against the H200's
 measured 4.17 TB/s device-to-device copy.
 
 Build (from dev/cuda):  nvcc -O3 -arch=sm_90 -std=c++17 --use_fast_math -I../.. cast_transpose.cu -lcublasLt -lcublas -o cast_transpose

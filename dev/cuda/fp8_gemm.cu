@@ -1,6 +1,6 @@
 /*
 The linears' GEMMs (llmc/matmul.cuh): fp8 fprop / dgrad / wgrad against bf16, on the eight
-../shared/docs/ANCHORS.md shapes, named (M, K, N) = (tokens, in_features, out_features).
+docs/baselines.md shapes, named (M, K, N) = (tokens, in_features, out_features).
 
 Validation (small shapes, CPU double-precision references):
   fp8: operands quantized on the CPU with llmc/fp8.h (non-trivial per-tensor scales), the GPU GEMM's
@@ -26,7 +26,7 @@ TFLOP/s = 2 M K N / time.
 
 Build (from dev/cuda):  nvcc -O3 -arch=sm_90 -std=c++17 --use_fast_math -I../.. fp8_gemm.cu -lcublasLt -lcublas -o fp8_gemm
                         (or: make -C dev/cuda fp8_gemm)
-Run:                    ./fp8_gemm [shape] [-tune | -sustained]   shape 1..8 times only that ANCHORS.md
+Run:                    ./fp8_gemm [shape] [-tune | -sustained]   shape 1..8 times only that docs/baselines.md
                         shape (default all);
                         -tune: every GEMM (bf16 and fp8) uses the fastest of cuBLASLt's candidates,
                         timed at its first call, as the trainer does with -deterministic 0;
@@ -455,7 +455,7 @@ int main(int argc, char **argv) {
     print_table("fprop  Y = X W^T        fp8: E4M3 x E4M3, fast accum;  lin = [wo: fp8_cast(X)] + GEMM", which, t, FPROP);
     print_table("dgrad  dX = dY W        fp8: E4M3 W^T x E5M2 dY;       lin = fp8_transpose(W) + GEMM", which, t, DGRAD);
     print_table("wgrad  dW = dY^T X      fp8: E4M3 X^T x E5M2 dY^T;     lin = fp8_transpose(dY) + X^T + GEMM", which, t, WGRAD);
-    printf("\nwhole linear (fprop + dgrad + wgrad), and the ANCHORS.md torch numbers for fprop's shape\n");
+    printf("\nwhole linear (fprop + dgrad + wgrad), and the docs/baselines.md torch numbers for fprop's shape\n");
     printf("%-18s %9s %9s %9s %9s %9s %9s | %-24s\n", "shape", "bf16 ms", "fp8 ms", "lin ms", "lin/bf16", "sep ms",
            "sep/bf16", "anchor bf16/fp8 TF (x)");
     for (size_t j = 0; j < which.size(); j++) {

@@ -235,8 +235,8 @@ static void check_reducescatter_allgather(MultiGpu *mg, cudaStream_t stream) {
     cudaCheck(cudaFree(recv));
 }
 
-// What rank r holds in amax slot i; every case of FP8_RECIPE.md's "known failure modes" that a
-// reduction could get wrong.
+// What rank r holds in amax slot i; every case of the failure modes at the end of docs/fp8_recipe.md
+// "Choices, and where they come from" that a reduction could get wrong.
 static float amax_input(size_t i, int r, int W) {
     switch (i % 8) {
     case 0: return 0.0f;                                       // a tensor that saw only zeros

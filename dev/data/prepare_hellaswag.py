@@ -1,5 +1,5 @@
 """Tokenizes the HellaSwag validation items with a model's own tokenizer into the trainer's eval file
-(`-hs FILE`; the layout: write_hellaswag in dev/data/formats.py), as lm-evaluation-harness scores it.
+(`-hs FILE`; the layout: write_hellaswag in llama_fp8/formats.py), as lm-evaluation-harness scores it.
 
     python3 dev/data/prepare_hellaswag.py --tokenizer smollm2/ --out data/hellaswag_smollm2.bin \\
         ../shared/data/hellaswag/hellaswag_val_full.txt.bz2
@@ -14,8 +14,8 @@ Inputs (.bz2 / .gz compressed or not):
           ctx_b is not capitalized, so its contexts differ from lm-eval's in that one letter.)
 Each ending is scored as lm-eval's continuation " " + ending: the context and context + continuation
 are encoded and the continuation's tokens are what follows the context's (lm-eval's _encode_pair),
-with the same encoder as tokenize_text.py (special-token text is text, no added BOS/EOS; --bos adds
-the tokenizer's BOS before each context, as lm-eval's add_bos_token=True does).
+with the same encoder as tokenize_text.py (formats.text_encoder: special-token text is text, no added
+BOS/EOS; --bos adds the tokenizer's BOS before each context, as lm-eval's add_bos_token=True does).
 """
 import argparse
 import bz2
@@ -25,10 +25,8 @@ import os
 import re
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import formats  # noqa: E402
-from formats import FormatError  # noqa: E402
-import tokenize_text  # noqa: E402
+from llama_fp8 import formats
+from llama_fp8.formats import FormatError
 
 ENDINGS = formats.HELLASWAG_ENDINGS
 
@@ -125,8 +123,7 @@ def read_items(path):
 def encode_items(items, tok_path, bos):
     """(label, context ids, ending ids, ending characters) per item, as lm-eval's _encode_pair splits
     context + continuation."""
-    tokenize_text.init_encoder(tok_path, None, None)
-    encode = tokenize_text._encoder[0]
+    encode = formats.text_encoder(tok_path)
     contexts, wholes = [], []
     for ctx, _, endings in items:
         # lm-eval moves a context's trailing spaces onto the continuation: the whole text stays the same

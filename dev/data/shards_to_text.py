@@ -17,31 +17,8 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import formats  # noqa: E402
-from formats import FormatError  # noqa: E402
-
-with formats.required_packages():
-    import numpy as np
-
-
-def shard_documents(shards, pieces, doc_start):
-    """(bytes, shard) of each non-empty document, without its document-start piece; the shards are
-    one stream, so text before a shard's first document-start token ends the previous document."""
-    doc = []  # pieces of the document being read
-    for path in shards:
-        ids = formats.read_shard(path)
-        if len(ids) and int(ids.max()) >= len(pieces):
-            raise FormatError(path, f"token id {int(ids.max())} is outside the table's vocabulary of {len(pieces)}")
-        # every run but the first starts with a document-start token, which ends the document before it
-        for i, run in enumerate(np.split(ids, (ids == doc_start).nonzero()[0])):
-            if i > 0:
-                if b"".join(doc):
-                    yield b"".join(doc), path
-                doc, run = [], run[1:]
-            doc.append(b"".join(map(pieces.__getitem__, run.tolist())))
-    if b"".join(doc):
-        yield b"".join(doc), shards[-1]
+from llama_fp8 import formats
+from llama_fp8.formats import FormatError, shard_documents
 
 
 def check_out(out, inputs, force):

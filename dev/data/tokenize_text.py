@@ -1,5 +1,5 @@
 """Tokenizes text with a model's own tokenizer into the trainer's shards and decode table
-(../shared/docs/FORMATS.md), in parallel, deterministically, with no partial output on failure.
+(docs/formats.md), in parallel, deterministically, with no partial output on failure.
 
     python3 dev/data/tokenize_text.py --tokenizer SmolLM2-135M --out data --name gutenberg_smollm2 \\
         --val_tokens 1000000 books.jsonl
@@ -22,9 +22,8 @@ from collections import deque
 # use N cores and the tokenizers library's own thread pool does not oversubscribe them.
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import formats  # noqa: E402
-from formats import FormatError  # noqa: E402
+from llama_fp8 import formats  # noqa: E402  (after the environment variable above)
+from llama_fp8.formats import FormatError  # noqa: E402
 
 with formats.required_packages():
     import numpy as np
@@ -156,19 +155,10 @@ _encoder = None
 
 
 def init_encoder(tok_path, bos, eos):
-    """Loads the tokenizer in this process; bos / eos are the ids to put around each document, or None."""
+    """Loads the tokenizer in this process (formats.text_encoder); bos / eos are the ids to put around
+    each document, or None."""
     global _encoder
-    if formats.is_sentencepiece(tok_path):
-        sp = formats.load_sentencepiece(tok_path)
-        encode = lambda texts: sp.encode(texts, out_type=int, num_threads=1)  # noqa: E731
-    else:
-        tok, _ = formats.load_tokenizer_json(tok_path)
-        # a document's text is only text: "<|endoftext|>" written in it is not the special token,
-        # which would split the document. Specials come from bos / eos alone, not from the
-        # tokenizer's post-processor, so every tokenizer gets the same document layout.
-        tok.encode_special_tokens = True
-        encode = lambda texts: [e.ids for e in tok.encode_batch_fast(texts, add_special_tokens=False)]  # noqa: E731
-    _encoder = (encode, bos, eos)
+    _encoder = (formats.text_encoder(tok_path), bos, eos)
 
 
 def encode_chunk(texts):

@@ -1,7 +1,7 @@
 /*
 Rewrites a model file of version 1 or 2 (llmc/model_file.h) as version 3, whose checksum covers the
 header as well as the weights. The old checksum is checked as the weights stream through, at C speed
-(scripts/model_file.py refuses version 1: it would check FNV-1a at ~5 MB/s); the new file appears
+(llama_fp8/model_file.py refuses version 1: it would check FNV-1a at ~5 MB/s); the new file appears
 under its name only when complete, and nothing is left behind when the old file is bad.
 Build and run from the repository root:
   make dev/data/upgrade_model_file

@@ -24,7 +24,7 @@ the model wrapped in torch.compile (--no-compile: eager), as Trainer(torch_compi
 
 Timing, model FLOPs and memory as bench_torch.py (whose timing loop and result line this uses): the
 median of --steps steps after --warmup untimed ones, each bracketed by CUDA events; the FLOPs per
-token of scripts/model_flops.py, counted as the trainer counts them (with tied embeddings the
+token of llama_fp8/model_flops.py, counted as the trainer counts them (with tied embeddings the
 lm_head is the embedding, so not counted). The last line is machine-readable, the format of
 bench_torch.py, which scripts/benchmark.sh tabulates:
 
@@ -36,13 +36,11 @@ batch is random tokens.
 """
 import argparse
 import contextlib
-import os
 import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_torch  # noqa: E402  (the preset table, the timing loop, the RESULT line)
+import bench_torch  # dev/reference/bench_torch.py: the preset table, the timing loop, the RESULT line
 
 WEIGHTS = {  # --weights: (system name, parameter dtype, autocast, what the output says)
     "bf16": ("hf-bf16", torch.bfloat16, False, "bf16 weights, gradients and AdamW state"),

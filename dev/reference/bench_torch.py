@@ -5,7 +5,7 @@ llmc/llama_config.h; with tied embeddings, smollm2-135m, there is no lm_head and
 trained with AdamW, timed per step. Two precisions:
 
   --precision bf16   bf16 parameters, gradients and AdamW state; every matmul in bf16
-                     (the "PyTorch + torch.compile, bf16" row of ../shared/docs/ANCHORS.md)
+                     (the "PyTorch + torch.compile, bf16" row of docs/baselines.md)
   --precision fp8    the same, but every block linear (qkv, wo, w13, w2) runs its three GEMMs through
                      torch._scaled_mm with per-tensor dynamic (current) scaling, torchao-style
                      "tensorwise": X and W in E4M3 (forward, fast accumulation), dY in E5M2
@@ -15,8 +15,8 @@ trained with AdamW, timed per step. Two precisions:
   python3 dev/reference/bench_torch.py --model tiny --B 2 --T 128 --steps 3 --no-compile   # CPU logic check
 
 Timing: --warmup steps (torch.compile compiles in the first), then --steps steps, each bracketed by
-CUDA events; reports the median. Model FLOPs follow ANCHORS.md: 6 * (params - embedding) per token
-plus causal attention counted half (6 * L * T * C per token), from scripts/model_flops.py, the
+CUDA events; reports the median. Model FLOPs follow docs/baselines.md: 6 * (params - embedding) per token
+plus causal attention counted half (6 * L * T * C per token), from llama_fp8/model_flops.py, the
 trainer's formula (llmc/mfu.h). Peak memory is
 torch.cuda.max_memory_allocated over the timed steps; "device" memory is what the whole GPU has in use
 at the end (cudaMemGetInfo, i.e. allocator cache and CUDA context included), the number our trainer
@@ -30,7 +30,6 @@ dev/reference/bench_hf.py (transformers' own model) uses this file's presets, ti
 """
 import argparse
 import math
-import os
 import statistics
 import sys
 import time
@@ -39,8 +38,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
-import model_flops  # noqa: E402  (the model FLOPs of llmc/mfu.h, which benchmark.sh uses too)
+from llama_fp8 import model_flops  # the model FLOPs of llmc/mfu.h, which benchmark.sh uses too
 
 # name: (V, L, C, NH, NKV, FF, rope_theta, max_T, tied), as config_from_preset in llmc/llama_config.h
 # (dev/test/test_model_flops.py checks that they agree); those without RoPE scaling, which this
@@ -73,7 +71,7 @@ class Cfg:
         return model_flops.flops_per_token(self.V, self.L, self.C, self.NH, self.NKV, self.FF, T, self.tied)
 
     def model_line(self, nparams):
-        """The trainer's "model NAME: V .. | <n>M params" (scripts/trainer_log.py reads it)."""
+        """The trainer's "model NAME: V .. | <n>M params" (llama_fp8/trainer_log.py reads it)."""
         return "model %s: V %d L %d C %d NH %d NKV %d FF %d theta %g%s | %.1fM params" % (
             self.name, self.V, self.L, self.C, self.NH, self.NKV, self.FF, self.rope_theta,
             " | tied embeddings" if self.tied else "", nparams / 1e6)
@@ -209,7 +207,7 @@ class Llama(nn.Module):
 
     @torch.no_grad()
     def init_weights(self):
-        """ANCHORS.md: normal(0, 0.02), wo and w2 normal(0, 0.02/sqrt(2L)), norm weights 1."""
+        """docs/baselines.md: normal(0, 0.02), wo and w2 normal(0, 0.02/sqrt(2L)), norm weights 1."""
         small = 0.02 / math.sqrt(2 * self.cfg.L)
         for name, prm in self.named_parameters():
             leaf = name.rsplit(".", 1)[-1]

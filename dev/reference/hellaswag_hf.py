@@ -14,27 +14,13 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data"))
-import formats  # noqa: E402
-
-
-def read_preds(path):
-    """{item: (label, pred, pred_norm)} of a -hs_preds file."""
-    out = {}
-    with open(path) as f:
-        for line in f:
-            if line.startswith("#") or not line.strip():
-                continue
-            w = line.split()
-            out[int(w[0])] = (int(w[1]), int(w[2]), int(w[3]))
-    return out
+from llama_fp8 import formats
+from llama_fp8.trainer_log import hs_scores, read_hs_preds
 
 
 def summary(name, preds):
-    n = len(preds)
-    acc = sum(p == l for l, p, _ in preds.values()) / n
-    acc_norm = sum(q == l for l, _, q in preds.values()) / n
-    print(f"{name}: acc {acc:.4f} acc_norm {acc_norm:.4f} ({n} items)")
+    acc, acc_norm = hs_scores(preds)
+    print(f"{name}: acc {acc:.4f} acc_norm {acc_norm:.4f} ({len(preds)} items)")
 
 
 def main():
@@ -68,10 +54,10 @@ def main():
             if i % 100 == 99:
                 print(f"{i + 1} items", flush=True)
     os.replace(args.out + ".tmp", args.out)
-    hf = read_preds(args.out)
+    hf = read_hs_preds(args.out)
     summary("transformers (CPU, fp32)", hf)
     if args.compare:
-        ours = read_preds(args.compare)
+        ours = read_hs_preds(args.compare)
         common = sorted(set(hf) & set(ours))
         summary("ours", {i: ours[i] for i in common})
         same = sum(hf[i][1] == ours[i][1] for i in common) / len(common)

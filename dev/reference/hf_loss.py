@@ -9,15 +9,13 @@ weights and arithmetic in bfloat16): their difference is the size of bf16 noise 
     python3 dev/reference/hf_loss.py MODEL_DIR VAL.bin -b 4 -t 1024 --batches 8 [--gguf FILE] [--generate 64] [--device cpu]
 """
 import argparse
-import os
 import sys
 
 import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data"))
-import formats  # noqa: E402  (the shard reader every tool shares)
+from llama_fp8 import formats  # the shard reader every tool shares
 
 
 def batches(tokens, B, T, n):

@@ -22,15 +22,13 @@ import json
 import os
 import random
 import re
-import sys
 
 import numpy as np
 import torch
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
-import formats  # noqa: E402  (only to read the repository's TinyShakespeare shard)
+from llama_fp8 import formats  # noqa: E402  (only to read the repository's TinyShakespeare shard)
 
 MODEL = os.path.join(ROOT, "dev", "test", "fixtures", "hf", "tied")
 ITEMS = 40

@@ -38,7 +38,6 @@ import argparse
 import math
 import os
 import shutil
-import sys
 
 import gguf
 import numpy as np
@@ -47,8 +46,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
-import formats  # noqa: E402
+from llama_fp8 import formats  # noqa: E402
 
 BASE = dict(vocab_size=128, hidden_size=64, intermediate_size=80, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, rms_norm_eps=1e-5, max_position_embeddings=128, rope_theta=10000.0)

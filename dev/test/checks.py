@@ -1,8 +1,12 @@
 """The Python suites' one check counter: check(ok, what) prints "ok   what" or "FAIL what" and counts
 it; summary() prints the "N passed, N failed" line scripts/run_tests.sh reads and returns the exit
 status (1 if anything failed). Imported by every dev/test/test_*.py (run from dev/test/, so this
-folder is on the path)."""
+folder is on the path). load_tool(path) gives a suite the module of a tool it checks from within.
+"""
+import importlib.util
+import os
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 passed = failed = 0
 
 
@@ -19,3 +23,13 @@ def check(ok, what):
 def summary():
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
+
+
+def load_tool(path):
+    """The module of the tool at `path` (from the repository root, e.g. "scripts/compare_logs.py"),
+    loaded from its file: a tool is a program, not on the path; what the tools share is in the
+    llama_fp8 package."""
+    spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], os.path.join(ROOT, path))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

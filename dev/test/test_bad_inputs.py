@@ -23,9 +23,8 @@ from collections import namedtuple
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = os.path.join(ROOT, "dev", "data")
 FIXTURES = os.path.join(ROOT, "dev", "test", "fixtures", "hf")
-sys.path.insert(0, DATA)
 
-from checks import check, summary  # noqa: E402  (dev/test/checks.py)
+from checks import check, load_tool, summary  # dev/test/checks.py
 
 try:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -33,7 +32,7 @@ except ImportError as e:
     check(False, f"Python packages: {e}; install with: python3 -m pip install -r requirements.txt")
     sys.exit(summary())
 
-import tokenize_text  # noqa: E402  (its CHUNK_BYTES: how much text one worker task holds)
+tokenize_text = load_tool("dev/data/tokenize_text.py")  # its CHUNK_BYTES: how much text one worker task holds
 
 TMP = tempfile.mkdtemp(prefix="test_bad_inputs_")
 TOOLS = {"tokenize_text": "dev/data/tokenize_text.py", "shards_to_text": "dev/data/shards_to_text.py",

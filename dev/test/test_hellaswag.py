@@ -1,4 +1,4 @@
-"""CPU checks of HellaSwag scoring: dev/data/prepare_hellaswag.py, the eval file (formats.py's writer,
+"""CPU checks of HellaSwag scoring: dev/data/prepare_hellaswag.py, the eval file (llama_fp8/formats.py's writer,
 llmc/hellaswag.h's reader), the C reference scorer (dev/test/llama_ref.h) and the trainer's host side
 (llmc/hellaswag.h: rows, truncation, per-position losses summed per ending, acc and acc_norm),
 against transformers, and the val set's bytes for bits per byte (llmc/bpb.h).
@@ -36,19 +36,17 @@ DATA = os.path.join(ROOT, "dev", "data")
 FIXTURE = os.path.join(ROOT, "dev", "test", "fixtures", "hellaswag")
 TIED = os.path.join(ROOT, "dev", "test", "fixtures", "hf", "tied")
 SHARED = os.path.join(ROOT, "..", "shared", "data", "hellaswag", "hellaswag_val_full.txt.bz2")
-sys.path.insert(0, DATA)
 
-from checks import check, summary  # noqa: E402  (dev/test/checks.py)
+from checks import check, summary  # dev/test/checks.py
 
 try:
     import numpy as np
     import tokenizers  # noqa: F401 (prepare_hellaswag.py encodes with it)
-    import tqdm  # noqa: F401 (tokenize_text.py, whose encoder it uses, imports it)
 except ImportError as e:
-    check(False, f"Python packages: {e}; install with: pip install numpy tokenizers tqdm")
+    check(False, f"Python packages: {e}; install with: pip install numpy tokenizers")
     sys.exit(summary())
 
-import formats  # noqa: E402
+from llama_fp8 import formats  # noqa: E402
 
 TMP = tempfile.mkdtemp(prefix="test_hellaswag_")
 # transformers and the C reference both compute in fp32 from the same weights; a row's sum of ~20

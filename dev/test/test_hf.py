@@ -1,8 +1,8 @@
-"""CPU checks of scripts/hf_import.py, scripts/hf_export.py and scripts/model_file.py against the
+"""CPU checks of scripts/hf_import.py, scripts/hf_export.py and llama_fp8/model_file.py against the
 Hugging Face fixtures of dev/test/fixtures/hf (dev/reference/make_hf_fixtures.py: tiny random
 LlamaForCausalLM models with transformers' own logits for fixed tokens):
 
-- the model file: scripts/model_file.py's header table is llmc/model_file.h's; version-1 files read
+- the model file: llama_fp8/model_file.py's header table is llmc/model_file.h's; version-1 files read
   in C, refused in Python naming the tool that rewrites them;
 - logits: each fixture imported, the C reference (dev/test/llama_ref.h, through
   dev/test/tools/ref_logits.c) run on its tokens, compared with transformers' logits; and the
@@ -44,9 +44,8 @@ import traceback
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPTS = os.path.join(ROOT, "scripts")
 FIXTURES = os.path.join(ROOT, "dev", "test", "fixtures", "hf")
-sys.path.insert(0, SCRIPTS)
 
-from checks import check, summary  # noqa: E402  (dev/test/checks.py)
+from checks import check, summary  # dev/test/checks.py
 
 
 try:
@@ -64,9 +63,9 @@ try:  # the GGUF checks alone need it: without it (a GPU machine with no network
 except ImportError:
     gguf = None
 
-import model_file  # noqa: E402
-import formats  # noqa: E402  (dev/data, on the path through model_file)
-from hf_import import rope_permute, table_path  # noqa: E402
+from llama_fp8 import formats, model_file  # noqa: E402
+from llama_fp8.hf_layout import rope_permute  # noqa: E402
+from llama_fp8.model_file import table_path  # noqa: E402
 from test_model_file import fnv1a64  # noqa: E402  (dev/test/test_model_file.py)
 
 TMP = tempfile.mkdtemp(prefix="test_hf_")
@@ -156,7 +155,7 @@ def rewrite_safetensors(folder, change):
 # --- the model file ---
 
 def test_header_table():
-    """scripts/model_file.py's header table is llmc/model_file.h's, word for word."""
+    """llama_fp8/model_file.py's header table is llmc/model_file.h's, word for word."""
     import re
     with open(os.path.join(ROOT, "llmc", "model_file.h")) as f:
         header = f.read()
@@ -173,7 +172,7 @@ def test_header_table():
 def test_version1():
     """A version-1 file (the trainer's before tied embeddings: words 11-17 zero, FNV-1a 64): the C
     reader accepts its checksum (ref_logits checks it) and gives the logits of the current file of the
-    same weights; scripts/model_file.py refuses it, naming the C tool that rewrites it
+    same weights; llama_fp8/model_file.py refuses it, naming the C tool that rewrites it
     (dev/test/test_model_file.py tests that tool)."""
     c, _, _ = model_file.read_model_file(tmp("gqa.bin"))
     data = read_bytes(tmp("gqa.bin"))
@@ -188,9 +187,9 @@ def test_version1():
           "version-1 file: the C reader accepts its checksum and gives the same logits")
     try:
         model_file.read_model_file(tmp("gqa_v1.bin"))
-        check(False, "version-1 file: accepted by scripts/model_file.py")
+        check(False, "version-1 file: accepted by llama_fp8/model_file.py")
     except formats.FormatError as e:
-        check("upgrade_model_file" in e.problem, f"version-1 file: scripts/model_file.py refuses it, naming the tool: {e.problem}")
+        check("upgrade_model_file" in e.problem, f"version-1 file: llama_fp8/model_file.py refuses it, naming the tool: {e.problem}")
     h[model_file.HDR_CHECKSUM] ^= 1
     with open(tmp("gqa_v1_bad.bin"), "wb") as f:
         f.write(h.tobytes() + body)

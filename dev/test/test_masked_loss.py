@@ -6,7 +6,7 @@ rule (num_items_in_batch) for the step's loss and gradient, two micro-batches of
 (21 and 5), so the mean of the micro-batches' means is not the step's loss. The model is imported with
 scripts/hf_import.py; the gradient too, written as a model whose weights are transformers' gradients
 (the import only moves and permutes rows, which it does to a gradient as to the weight it belongs to).
-Also dev/data/formats.py's loss-mask writer and reader: its constants are llmc/dataloader.h's, a mask
+Also llama_fp8/formats.py's loss-mask writer and reader: its constants are llmc/dataloader.h's, a mask
 reads back, and every bad mask is refused naming the file.
 
     python3 dev/test/test_masked_loss.py
@@ -24,9 +24,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SCRIPTS = os.path.join(ROOT, "scripts")
 FIXTURE = os.path.join(ROOT, "dev", "test", "fixtures", "masked_loss")
 MODEL = os.path.join(ROOT, "dev", "test", "fixtures", "hf", "gqa")
-sys.path.insert(0, SCRIPTS)
 
-from checks import check, summary  # noqa: E402
+from checks import check, summary
 
 try:
     import numpy as np
@@ -34,8 +33,7 @@ except ImportError as e:
     check(False, f"Python packages: {e}; install with: pip install numpy safetensors ml_dtypes tokenizers tqdm")
     sys.exit(summary())
 
-import model_file  # noqa: E402
-import formats  # noqa: E402  (dev/data, on the path through model_file)
+from llama_fp8 import formats, model_file  # noqa: E402
 
 # Both sides compute in fp32 from the same weights, as dev/test/test_hf.py's logits (1e-5 of the
 # largest logit there); the loss is a mean of such values and the gradient a sum of products of them:

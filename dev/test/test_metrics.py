@@ -1,5 +1,5 @@
 """CPU checks of the trainer's metrics.jsonl and main.log lines for bits per byte and HellaSwag, of
-scripts/to_tensorboard.py and of scripts/trainer_log.py's reading of those lines.
+scripts/to_tensorboard.py and of llama_fp8/trainer_log.py's reading of those lines.
 
 The files are written by the trainer's own writers (metrics_step, report_val, hellaswag_log of
 train_llama_fp8.cu, through dev/test/tools/metrics_lines.cu, built with nvcc: host code only, no GPU)
@@ -18,11 +18,10 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import trainer_log  # noqa: E402
+from checks import check, summary  # dev/test/checks.py
+from llama_fp8 import trainer_log
 
-from checks import check, summary  # noqa: E402  (dev/test/checks.py)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 TMP = tempfile.mkdtemp(prefix="test_metrics_")
 

@@ -1,4 +1,4 @@
-"""CPU checks of the model file's checksum in scripts/model_file.py and of dev/data/upgrade_model_file.c
+"""CPU checks of the model file's checksum in llama_fp8/model_file.py and of dev/data/upgrade_model_file.c
 (built here with gcc); llmc/model_file.h's side is in dev/test/test_trainer_host.cu.
 
 - version 3, as write_model_file writes it: the stored checksum is zlib's CRC-32 of the header (its
@@ -26,13 +26,12 @@ import zlib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPTS = os.path.join(ROOT, "scripts")
-sys.path.insert(0, SCRIPTS)
 
-from checks import check, summary  # noqa: E402  (dev/test/checks.py)
+from checks import check, summary  # dev/test/checks.py
 
 import numpy as np  # noqa: E402
-import model_file  # noqa: E402
-from model_file import FormatError  # noqa: E402
+from llama_fp8 import model_file  # noqa: E402
+from llama_fp8.model_file import FormatError  # noqa: E402
 
 # The words with a meaning (magic, version, V L C NH NKV FF, step, rope_theta, eps, tied, RoPE scaling
 # and its four parameters, max_T) and unused ones.

@@ -1,4 +1,4 @@
-"""CPU check that scripts/model_flops.py (benchmark.sh's, bench_torch.py's and bench_hf.py's model
+"""CPU check that llama_fp8/model_flops.py (benchmark.sh's, bench_torch.py's and bench_hf.py's model
 FLOPs) gives what the trainer's llmc/mfu.h gives: dev/test/tools/model_flops.c, built here with gcc,
 prints the C parameter count and model_flops_per_token for every preset of llmc/llama_config.h (MHA,
 GQA, tied) and odd shapes (MQA, one layer, tied and untied), at several T; the Python values must be
@@ -17,15 +17,14 @@ import subprocess
 import sys
 import tempfile
 
+from checks import check, summary  # dev/test/checks.py
+from llama_fp8 import model_flops
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import model_flops  # noqa: E402
 
 PRESETS = ["tiny", "125m", "1b", "llama2-7b", "llama3-8b", "llama3.1-8b", "llama3.2-1b", "smollm2-135m"]
 SHAPES = ["32000,2,64,4,1,96,0", "32000,2,64,4,1,96,1", "50257,1,96,6,3,250,0", "7,3,16,2,2,5,1"]  # V,L,C,NH,NKV,FF,tied
 TS = [1, 128, 1024, 4096, 8192]
-
-from checks import check, summary  # noqa: E402  (dev/test/checks.py)
 
 
 def main(tmp):
@@ -53,7 +52,7 @@ def main(tmp):
         check(not bad, f"T {T}: Python = C for {len(lines)} configs (presets and odd shapes)" + ("; " + "; ".join(bad) if bad else ""))
     check(seen_tied, "a tied config was among them (llama3.2-1b, smollm2-135m)")
     check_preset_lists(exe)
-    # an anchor that does not come from either implementation: ANCHORS.md's Llama-2-7B row is what
+    # an anchor that does not come from either implementation: docs/baselines.md's Llama-2-7B row is what
     # PyTorch's bench_torch.py logged on the H200 (dev/test/fixtures/bench/torch-bf16.log, flops_tok=4.286529e+10)
     got = model_flops.flops_per_token(32000, 32, 4096, 32, 32, 11008, 4096)
     check(f"{got:.6e}" == "4.286529e+10", f"llama2-7b at T 4096: {got:.6e} FLOPs per token (the logged 4.286529e+10)")

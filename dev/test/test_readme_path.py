@@ -26,8 +26,7 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-from checks import check, summary  # noqa: E402  (dev/test/checks.py)
+from checks import check, summary  # dev/test/checks.py
 
 try:
     import numpy as np
@@ -37,8 +36,8 @@ except ImportError as e:
     check(False, f"Python packages: {e}; make test installs them (requirements.txt, into .venv/)")
     sys.exit(summary())
 import test_hf  # noqa: E402  (its GGUF writer, as llama.cpp's converter writes a fixture)
-import formats  # noqa: E402  (dev/data, on the path through test_hf's model_file)
-from hf_import import hf_tokenizer_path  # noqa: E402
+from llama_fp8 import formats  # noqa: E402
+from llama_fp8.model_file import hf_tokenizer_path  # noqa: E402
 
 FIXTURE = os.path.join(ROOT, "dev", "test", "fixtures", "hf", "tied")
 SHAKESPEARE = os.path.join(ROOT, "dev", "data", "tinyshakespeare")

@@ -1,4 +1,4 @@
-"""CPU checks of dev/data/tokenize_text.py, dev/data/formats.py, dev/data/shards_to_text.py and the C
+"""CPU checks of dev/data/tokenize_text.py, llama_fp8/formats.py, dev/data/shards_to_text.py and the C
 decode (dev/data/decode_shard.c through llmc/tokenizer.h).
 
 Tokenizers are trained here on a small text (TinyShakespeare paragraphs recovered from
@@ -26,9 +26,8 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = os.path.join(ROOT, "dev", "data")
 SHAKESPEARE = os.path.join(DATA, "tinyshakespeare")  # the repo's copy of ../shared/data's files
-sys.path.insert(0, DATA)
 
-from checks import check, summary  # noqa: E402  (dev/test/checks.py)
+from checks import check, load_tool, summary  # dev/test/checks.py
 
 
 try:
@@ -40,9 +39,9 @@ except ImportError as e:
     check(False, f"Python packages: {e}; install with: pip install numpy tokenizers sentencepiece tqdm")
     sys.exit(summary())
 
-import formats  # noqa: E402
-from shards_to_text import shard_documents  # noqa: E402
-from tokenize_text import CHUNK_BYTES  # noqa: E402  (the text of one worker task)
+from llama_fp8 import formats  # noqa: E402
+from llama_fp8.formats import shard_documents  # noqa: E402
+CHUNK_BYTES = load_tool("dev/data/tokenize_text.py").CHUNK_BYTES  # the text of one worker task
 
 TMP = tempfile.mkdtemp(prefix="test_tokenize_")
 NON_ASCII = ["Caf\u00e9 na\u00efve fa\u00e7ade \u2014 \u201cquoted\u201d \u00dcn\u00efc\u00f6d\u00e9",

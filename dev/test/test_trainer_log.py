@@ -1,4 +1,4 @@
-"""CPU checks of scripts/trainer_log.py (the reader of the trainer's main.log, fp8.log and standard
+"""CPU checks of llama_fp8/trainer_log.py (the reader of the trainer's main.log, fp8.log and standard
 output, used by plot_log.py, plot_fp8.py, compare_convergence.sh, benchmark.sh and
 test_multi_gpu.sh), of plot_fp8.py's fp8 health modes and of scripts/compare_logs.py
 (test_multi_gpu.sh's step-by-step comparison of two runs).
@@ -29,13 +29,12 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import compare_logs  # noqa: E402
-import plot_fp8  # noqa: E402
-import trainer_log  # noqa: E402
+from checks import check, load_tool, summary  # dev/test/checks.py
+from llama_fp8 import trainer_log
 
-from checks import check, summary  # noqa: E402  (dev/test/checks.py)
+compare_logs = load_tool("scripts/compare_logs.py")  # its comparisons, called here on sample logs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 SRC = open(os.path.join(ROOT, "train_llama_fp8.cu")).read()
@@ -208,7 +207,7 @@ def test_fp8_log(tmp):
     check(set(series[20]) == {f"{k}_{w}" for k in trainer_log.FP8_KINDS for w in trainer_log.FP8_FIELDS},
           f"fp8.log: fields {sorted(series[20])}")
     check(skipped == 1, f"fp8.log: the cut-off line skipped ({skipped})")
-    check(plot_fp8.has_health(data), "fp8.log: has the health fields")
+    check(trainer_log.has_health(data), "fp8.log: has the health fields")
 
     # a resume from a checkpoint before the last logged step: the abandoned attempt's later steps go
     earlier = os.path.join(tmp, "fp8_resumed_earlier.log")
@@ -227,7 +226,7 @@ def test_fp8_log(tmp):
     data, skipped = trainer_log.parse_fp8_log(old)
     rec = data[(0, "qkv")][20]
     check(sorted(data[(0, "qkv")]) == [10, 20] and skipped == 0 and abs(rec["x_amax"] - 30) < 1e-9 and
-          set(rec) == {f"{k}_{w}" for k in trainer_log.FP8_KINDS for w in ("amax", "scale")} and not plot_fp8.has_health(data),
+          set(rec) == {f"{k}_{w}" for k in trainer_log.FP8_KINDS for w in ("amax", "scale")} and not trainer_log.has_health(data),
           f"fp8.log of a trainer before the health counts: amax and scale, no health ({rec})")
     for mode in ("--health", "--health-summary"):
         r = run_plot_fp8(old, mode, "--out", os.path.join(tmp, "fp8_old_health.png"))
@@ -268,9 +267,9 @@ def test_fp8_health(tmp):
         top = sorted((t for t in tensors if means[t] > 0), key=lambda t: -means[t])[:3]
         return [(t, means[t], max(written[what][t].values()), max(written[what][t], key=written[what][t].get)) for t in top]
 
-    lines = plot_fp8.health_summary(data)
+    lines = trainer_log.health_summary(data)
     for what, name in (("under", "underflow"), ("sat", "saturation")):
-        exp, got = expected(what), plot_fp8.health_top(data, what)
+        exp, got = expected(what), trainer_log.health_top(data, what)
         check([(l, lin, k) for *_, l, lin, k in got] == [t for t, *_ in exp] and
               all(math.isclose(g[0], e[1]) and g[1:4] == (e[2], e[3], len(steps)) for g, e in zip(got, exp)),
               f"health_top {what}: the tensors of the largest means, their max and its step ({got})")
@@ -285,7 +284,7 @@ def test_fp8_health(tmp):
         rec["x_sat"] = 0.0
     for rec in data[(0, "lm_head")].values():
         rec["dy_sat"] = 0.0
-    check(plot_fp8.health_summary(data)[-1] == "- saturation: none, in any tensor at any logged step",
+    check(trainer_log.health_summary(data)[-1] == "- saturation: none, in any tensor at any logged step",
           "health summary without any saturation says so")
 
     r = run_plot_fp8(path, "--health-summary")

@@ -1,6 +1,6 @@
 /*
 The trainer's model FLOPs per token (llmc/mfu.h's model_flops_per_token) for a preset or a shape, so
-dev/test/test_model_flops.py can check scripts/model_flops.py against it. Prints one line per
+dev/test/test_model_flops.py can check llama_fp8/model_flops.py against it. Prints one line per
 argument: V L C NH NKV FF tied T params flops_per_token rope_theta max_T rope_scaling (params:
 param_sizes' total; the FLOPs with %.17g, every digit of the double; the last three so the test can
 compare dev/reference/bench_torch.py's preset table with llama_config.h's).

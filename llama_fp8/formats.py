@@ -1,4 +1,4 @@
-"""The project's file formats (../shared/docs/FORMATS.md), read and written in one place: token
+"""The project's file formats (docs/formats.md), read and written in one place: token
 shards and tokenizer decode tables, plus building a decode table from a Hugging Face tokenizer.json
 or a SentencePiece .model. Every script and test uses these; nothing else writes the formats.
 
@@ -20,7 +20,8 @@ import json
 import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# realpath: the package is also reached through the llama_fp8 links in dev/data/, scripts/, ...
+ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 
 
 def install_command():
@@ -177,6 +178,26 @@ def read_decode_table(path):
     return pieces, int(h[3])
 
 
+def shard_documents(shards, pieces, doc_start):
+    """(bytes, shard) of each non-empty document of token shards decoded with a decode table's
+    pieces, without its document-start piece; the shards are one stream, so text before a shard's
+    first document-start token ends the previous document."""
+    doc = []  # pieces of the document being read
+    for path in shards:
+        ids = read_shard(path)
+        if len(ids) and int(ids.max()) >= len(pieces):
+            raise FormatError(path, f"token id {int(ids.max())} is outside the table's vocabulary of {len(pieces)}")
+        # every run but the first starts with a document-start token, which ends the document before it
+        for i, run in enumerate(np.split(ids, (ids == doc_start).nonzero()[0])):
+            if i > 0:
+                if b"".join(doc):
+                    yield b"".join(doc), path
+                doc, run = [], run[1:]
+            doc.append(b"".join(map(pieces.__getitem__, run.tolist())))
+    if b"".join(doc):
+        yield b"".join(doc), shards[-1]
+
+
 # --- loss masks (llmc/dataloader.h reads one beside each shard of a set; docs/formats.md) ---
 
 MASK_MAGIC, MASK_VERSION = 20261206, 1
@@ -319,6 +340,20 @@ def load_tokenizer_json(path):
         raise FormatError(path, f"not a tokenizer.json ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
 
 
+def text_encoder(path):
+    """A function [text] -> [[token id]] of tokenizer file `path` (tokenizer_file() resolves TOK to
+    one) that encodes a document as the tools do: its text is only text ("<|endoftext|>" written in
+    it is not the special token, which would split the document) and nothing is added around it
+    (the caller places BOS / EOS), so every tokenizer gets the same document layout. It encodes on
+    one thread: dev/data/tokenize_text.py runs one per worker process."""
+    if is_sentencepiece(path):
+        sp = load_sentencepiece(path)
+        return lambda texts: sp.encode(texts, out_type=int, num_threads=1)
+    tok, _ = load_tokenizer_json(path)
+    tok.encode_special_tokens = True
+    return lambda texts: [e.ids for e in tok.encode_batch_fast(texts, add_special_tokens=False)]
+
+
 def _special_from_config(path, key, token_to_id):
     """The id of tokenizer_config.json's bos_token / eos_token / pad_token beside a tokenizer.json, or None."""
     config = os.path.join(os.path.dirname(path), "tokenizer_config.json")
@@ -391,7 +426,7 @@ def _decoder_steps(decoder):
     return [decoder]
 
 
-def _json_piece_decoder(path, spec):
+def json_piece_decoder(path, spec):
     """A function piece (str) -> bytes, from the tokenizer.json's decoder: ByteLevel maps the GPT-2
     alphabet back to bytes; Metaspace / Replace('▁', ' ') + ByteFallback (SentencePiece-style, Llama 2)
     turns '▁' into a space and <0xNN> into that byte. Whole-text steps (Strip, the Metaspace decoder's
@@ -445,7 +480,7 @@ def decode_table_from_tokenizer(path):
                 pieces.append(piece.replace("\u2581", " ").encode("utf-8"))
         return pieces
     tok, spec = load_tokenizer_json(path)
-    piece_bytes = _json_piece_decoder(path, spec)
+    piece_bytes = json_piece_decoder(path, spec)
     vocab = tok.get_vocab(with_added_tokens=True)
     pieces = [b""] * (max(vocab.values()) + 1)
     for piece, i in vocab.items():

@@ -25,9 +25,8 @@ import zlib
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dev", "data"))
-import formats  # noqa: E402
-from formats import FormatError  # noqa: E402  (one error type for every format the tools touch)
+from . import formats
+from .formats import FormatError  # one error type for every format the tools touch
 
 MAGIC, VERSION, HEADER_INTS = 20261201, 3, 256
 HDR_STEP, HDR_MAX_T, HDR_CHECKSUM = 8, 17, 254
@@ -215,6 +214,16 @@ def rope_inv_freq(c, HS):
     low, high, factor = (float(np.float32(c[k])) for k in ("rope_low_freq_factor", "rope_high_freq_factor", "rope_factor"))
     s = (old_T / wavelen - low) / (high - low)
     return np.where(wavelen < old_T / high, f, np.where(wavelen > old_T / low, f / factor, (1.0 - s) * f / factor + s * f))
+
+
+def table_path(model_path):
+    """Where the decode table of model file OUT.bin goes: OUT_tokenizer.bin."""
+    return (model_path[:-4] if model_path.endswith(".bin") else model_path) + "_tokenizer.bin"
+
+
+def hf_tokenizer_path(model_path):
+    """Where a GGUF import writes its Hugging Face tokenizer folder: OUT.bin -> OUT_hf_tokenizer/."""
+    return (model_path[:-4] if model_path.endswith(".bin") else model_path) + "_hf_tokenizer"
 
 
 def special_tokens_path(model_path):

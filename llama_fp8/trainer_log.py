@@ -23,6 +23,7 @@ Standard output (the trainer's printf lines this reads; others are left alone):
     stopped by <SIGNAL> after step <s> of <n>...
     median step <ms> ms over <k> steps after warm-up | <tok/s> tok/s | MFU <m> | device memory in use <x> GiB
 """
+import math
 import os
 import re
 
@@ -173,6 +174,61 @@ def parse_fp8_log(path):
 
 
 
+# --- fp8 health: the tensors an fp8.log shows most underflow and saturation in ---
+
+KIND_NAMES = dict(zip(FP8_KINDS, ("X", "W", "dY")))
+LINEARS = ("qkv", "wo", "w13", "w2")
+HEALTH = (("under", "underflow"), ("sat", "saturation"))  # the fp8.log field and its name
+
+
+def tensor_rows(data):
+    """The (layer, linear) keys of parse_fp8_log's data in the order of the model: layer by layer
+    qkv wo w13 w2 (other names after them), the lm_head last."""
+    order = LINEARS + ("lm_head",)
+    return sorted(data, key=lambda r: (r[1] == "lm_head", r[0], order.index(r[1]) if r[1] in order else len(order), r[1]))
+
+
+def tensor_name(layer, linear):
+    return linear if linear == "lm_head" else f"layer {layer} {linear}"
+
+
+def has_health(data):
+    """Whether the log has the underflow/saturation fields (a trainer with fp8 health counts wrote it)."""
+    return any(k.endswith("_under") for series in data.values() for rec in series.values() for k in rec)
+
+
+def health_top(data, what, top=3):
+    """The `top` tensors with the largest mean fraction `what` ('under' or 'sat') over their logged
+    steps, largest first, ties in model order, tensors with none left out:
+    [(mean, max, step of the max, logged steps, layer, linear, kind)]."""
+    found = []
+    for layer, linear in tensor_rows(data):
+        series = data[(layer, linear)]
+        for kind in FP8_KINDS:
+            key = f"{kind}_{what}"
+            vals = [(series[s][key], s) for s in sorted(series) if math.isfinite(series[s].get(key, math.nan))]
+            mean = sum(v for v, _ in vals) / len(vals) if vals else 0.0
+            if mean > 0:
+                peak, peak_step = max(vals, key=lambda vs: vs[0])
+                found.append((mean, peak, peak_step, len(vals), layer, linear, kind))
+    found.sort(key=lambda t: -t[0])
+    return found[:top]
+
+
+def health_summary(data, top=3):
+    """Markdown lines naming the `top` tensors with the most underflow and the most saturation
+    (health_top); data must have those fields (has_health)."""
+    lines = []
+    for what, name in HEALTH:
+        found = health_top(data, what, top)
+        for i, (mean, peak, peak_step, n, layer, linear, kind) in enumerate(found, 1):
+            lines.append(f"- {name} #{i}: {tensor_name(layer, linear)} {KIND_NAMES[kind]} {mean:.1e} of its values "
+                         f"(mean over {n} logged steps; max {peak:.1e} at step {peak_step})")
+        if not found:
+            lines.append(f"- {name}: none, in any tensor at any logged step")
+    return lines
+
+
 # "model NAME: V .. FF ..": the trainer's config line; dev/reference/bench_torch.py prints the same
 MODEL_DIMS = re.compile(r"model (\S+): V (\d+) L (\d+) C (\d+) NH (\d+) NKV (\d+) FF (\d+)")
 DIM_NAMES = ("V", "L", "C", "NH", "NKV", "FF")
@@ -256,3 +312,27 @@ def parse_stdout(text):
         out.median = {"ms": float(m.group(1)), "steps": int(m.group(2)), "tok/s": float(m.group(3)), "mfu": m.group(4),
                       "device_gib": float(m.group(5))}
     return out
+
+
+# --- HellaSwag predictions: -hs_preds FILE (dev/reference/hellaswag_hf.py writes transformers' alike) ---
+
+def read_hs_preds(path):
+    """{item: (label, pred, pred_norm)} of a -hs_preds file: a '#' header, then per item 'item label
+    pred pred_norm logprob0 .. logprob3'. A line that is not so raises ValueError naming it."""
+    out = {}
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if line.startswith("#") or not line.strip():
+                continue
+            w = line.split()
+            try:
+                out[int(w[0])] = (int(w[1]), int(w[2]), int(w[3]))
+            except (IndexError, ValueError):
+                raise ValueError(f"line {n}: not 'item label pred pred_norm ...'") from None
+    return out
+
+
+def hs_scores(preds):
+    """(acc, acc_norm) of read_hs_preds' {item: (label, pred, pred_norm)}."""
+    n = len(preds)
+    return sum(p == l for l, p, _ in preds.values()) / n, sum(q == l for l, _, q in preds.values()) / n

@@ -1,6 +1,6 @@
 """Model FLOPs per token, the Python twin of llmc/mfu.h's model_flops_per_token (the trainer's MFU).
 
-../shared/docs/ANCHORS.md: 6 * (params - embedding) per token for forward + backward, plus causal
+docs/baselines.md: 6 * (params - embedding) per token for forward + backward, plus causal
 attention counted half (QK^T and PV: 6 * L * T * C per token). The parameter count is
 llmc/llama_config.h's param_sizes: with tied embeddings there is no lm_head, so only the untied
 lm_head counts as a non-embedding matrix. scripts/benchmark.sh (model TFLOP/s of every system) and
