@@ -929,6 +929,151 @@ static void test_resume_options(void) {
     CHECK(d.keep == 0, "-keep's default is %d, the usage text says 0 (keep all)", d.keep);
 }
 
+// ---- the options of the README's commands, as parsed and checked before the options became one
+// table of rows (issue 31.1): every field of Options and ModelOptions written out here, so a change
+// to a default or to how a flag lands in the model's options shows as a difference.
+static Options written_defaults(void) {
+    Options o;
+    memset(&o, 0, sizeof(o));
+    strcpy(o.train_pattern, "dev/data/tinyshakespeare/tinyshakespeare_llama2_train.bin");
+    strcpy(o.val_pattern, "dev/data/tinyshakespeare/tinyshakespeare_llama2_val.bin");
+    strcpy(o.tokenizer_path, "dev/data/tinyshakespeare/llama2_tokenizer.bin");
+    strcpy(o.log_dir, "log");
+    strcpy(o.precision, "fp8"); strcpy(o.fp8_recipe, "delayed"); strcpy(o.adam_moments, "bf16");
+    o.B = 16; o.T = 1024; o.total_batch = 0; o.max_steps = 160; o.warmup = 20; o.val_every = 20; o.val_batches = 20;
+    o.sample_every = 80; o.gen_tokens = 64; o.ckpt_every = 0; o.resume = 0; o.recompute = 0; o.seed = 1337; o.shuffle = 0;
+    o.fp8_history = 16; o.fp8_margin = 0; o.fp8_lm_head = 0; o.fp8_log = 0; o.fp8_dump = 0; o.ngpu = 0; o.fp8_weight_cache = 1;
+    o.deterministic = 0; o.cuda_graph = 1; o.keep = 0;
+    o.lr = 6e-4f; o.final_lr_frac = 0.1f; o.weight_decay = 0.1f; o.grad_clip = 1.0f; o.beta1 = 0.9f; o.beta2 = 0.95f;
+    return o;
+}
+
+typedef struct { const char *argv[64]; Options want; ModelOptions want_mo; int want_grad_accum; } SameCase;
+
+static void same_options_in_child(void *arg) {
+    const SameCase *c = (const SameCase *)arg;
+    int argc = 0, grad_accum = -1;
+    while (c->argv[argc]) argc++;
+    Options o = parse_options(argc, (char **)c->argv);
+    ModelOptions mo = checked_options(&o, &grad_accum);
+    int bad = 0;
+    for (int i = 0; i < NUM_OPTIONS; i++) {
+        const OptSpec *s = &OPTION_SPECS[i];
+        if (memcmp((const char *)&o + s->offset, (const char *)&c->want + s->offset, s->size) != 0) {
+            fprintf(stderr, "%s differs\n", s->flag);
+            bad = 1;
+        }
+    }
+    if (memcmp(&o, &c->want, sizeof(o)) != 0) { fprintf(stderr, "Options differ\n"); bad = 1; }
+    if (memcmp(&mo, &c->want_mo, sizeof(mo)) != 0) {
+        fprintf(stderr, "ModelOptions: B %d T %d precision %d recompute %d moments_bf16 %d fp8_current %d history %d margin %d"
+                " weight_cache %d lm_head %d cuda_graph %d\n", mo.B, mo.T, mo.precision, mo.recompute, mo.moments_bf16,
+                mo.fp8_current, mo.fp8_history, mo.fp8_margin, mo.fp8_weight_cache, mo.fp8_lm_head, mo.cuda_graph);
+        bad = 1;
+    }
+    if (grad_accum != c->want_grad_accum) { fprintf(stderr, "grad_accum %d, want %d\n", grad_accum, c->want_grad_accum); bad = 1; }
+    if (bad) exit(3);
+}
+
+static void test_options_unchanged(void) {
+    const char *vars[] = {"LLAMA_FP8_RANK", "LLAMA_FP8_WORLD", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE"};
+    for (int i = 0; i < 5; i++) unsetenv(vars[i]);
+    //                      B   T  prec      r  mom fp8cur hist margin wcache lm_head graph
+    const ModelOptions mo_default = {16, 1024, PREC_FP8, 0, 1, 0, 16, 0, 1, 0, 1};
+    static SameCase c[10];
+    int n = 0;
+    // Quick start: ./train_llama_fp8
+    c[n] = (SameCase){{"train_llama_fp8"}, written_defaults(), mo_default, 1};
+    c[n].want.total_batch = 16384; n++;
+    // the Gutenberg runs, bf16 and fp8
+    for (int fp8 = 0; fp8 <= 1; fp8++) {
+        c[n] = (SameCase){{"train_llama_fp8", "-e", "125m", "-i", "data/gutenberg_llama2_train_*.bin", "-j", "data/gutenberg_llama2_val.bin",
+                           "-b", "16", "-t", "1024", "-d", "16384", "-x", "1500", "-u", "100", "-v", "100", "-m", "20",
+                           "-precision", fp8 ? "fp8" : "bf16", "-o", fp8 ? "log_fp8" : "log_bf16"}, written_defaults(), mo_default, 1};
+        Options *w = &c[n].want;
+        strcpy(w->model, "125m"); strcpy(w->train_pattern, "data/gutenberg_llama2_train_*.bin"); strcpy(w->val_pattern, "data/gutenberg_llama2_val.bin");
+        w->total_batch = 16384; w->max_steps = 1500; w->warmup = 100; w->val_every = 100; w->val_batches = 20;
+        strcpy(w->precision, fp8 ? "fp8" : "bf16"); strcpy(w->log_dir, fp8 ? "log_fp8" : "log_bf16");
+        c[n].want_mo.precision = fp8 ? PREC_FP8 : PREC_BF16;
+        n++;
+    }
+    // the SLURM job, resumed
+    c[n] = (SameCase){{"train_llama_fp8", "-ngpu", "8", "-e", "llama3-8b", "-b", "1", "-t", "8192", "-d", "65536", "-x", "20000", "-n", "500",
+                       "-keep", "2", "-o", "/shared/runs/llama3-8b", "-y", "1", "-i", "data/my_llama3_train_*.bin", "-j", "data/my_llama3_val.bin",
+                       "-tok", "data/llama3_tokenizer.bin"}, written_defaults(), mo_default, 1};
+    {
+        Options *w = &c[n].want;
+        w->ngpu = 8; strcpy(w->model, "llama3-8b"); w->B = 1; w->T = 8192; w->total_batch = 65536; w->max_steps = 20000; w->ckpt_every = 500;
+        w->keep = 2; strcpy(w->log_dir, "/shared/runs/llama3-8b"); w->resume = 1; strcpy(w->train_pattern, "data/my_llama3_train_*.bin");
+        strcpy(w->val_pattern, "data/my_llama3_val.bin"); strcpy(w->tokenizer_path, "data/llama3_tokenizer.bin");
+        c[n].want_mo.B = 1; c[n].want_mo.T = 8192;
+        n++;
+    }
+    // two GPUs, Llama-2-7B with recompute
+    c[n] = (SameCase){{"train_llama_fp8", "-ngpu", "2", "-e", "llama2-7b", "-b", "2", "-t", "4096", "-d", "16384", "-r", "1"}, written_defaults(), mo_default, 1};
+    {
+        Options *w = &c[n].want;
+        w->ngpu = 2; strcpy(w->model, "llama2-7b"); w->B = 2; w->T = 4096; w->total_batch = 16384; w->recompute = 1;
+        c[n].want_mo.B = 2; c[n].want_mo.T = 4096; c[n].want_mo.recompute = 1;
+        n++;
+    }
+    // SmolLM2: its val loss, and HellaSwag
+    c[n] = (SameCase){{"train_llama_fp8", "-init_from", "smollm2.bin", "-tok", "smollm2_tokenizer.bin", "-x", "0", "-j", "data/tinyshakespeare_smollm2_val.bin",
+                       "-b", "4", "-t", "1024", "-m", "8"}, written_defaults(), mo_default, 1};
+    {
+        Options *w = &c[n].want;
+        strcpy(w->init_from, "smollm2.bin"); strcpy(w->tokenizer_path, "smollm2_tokenizer.bin"); w->max_steps = 0;
+        strcpy(w->val_pattern, "data/tinyshakespeare_smollm2_val.bin"); w->B = 4; w->T = 1024; w->val_batches = 8; w->total_batch = 4096;
+        c[n].want_mo.B = 4;
+        n++;
+    }
+    c[n] = (SameCase){{"train_llama_fp8", "-init_from", "smollm2.bin", "-tok", "smollm2_tokenizer.bin", "-x", "0", "-i", "synthetic", "-j", "",
+                       "-s", "0", "-hs", "data/hellaswag_smollm2.bin"}, written_defaults(), mo_default, 1};
+    {
+        Options *w = &c[n].want;
+        strcpy(w->init_from, "smollm2.bin"); strcpy(w->tokenizer_path, "smollm2_tokenizer.bin"); w->max_steps = 0; strcpy(w->train_pattern, "synthetic");
+        w->val_pattern[0] = '\0'; w->sample_every = 0; strcpy(w->hellaswag_path, "data/hellaswag_smollm2.bin"); w->total_batch = 16384;
+        n++;
+    }
+    // the 7B memory and speed commands (Results), fp8 on two GPUs
+    c[n] = (SameCase){{"train_llama_fp8", "-e", "llama2-7b", "-b", "2", "-t", "4096", "-x", "13", "-v", "0", "-m", "0", "-s", "0", "-o", "", "-j", "",
+                       "-tok", "", "-r", "1", "-precision", "fp8", "-ngpu", "2", "-d", "16384"}, written_defaults(), mo_default, 1};
+    {
+        Options *w = &c[n].want;
+        strcpy(w->model, "llama2-7b"); w->B = 2; w->T = 4096; w->max_steps = 13; w->val_every = 0; w->val_batches = 0; w->sample_every = 0;
+        w->log_dir[0] = '\0'; w->val_pattern[0] = '\0'; w->tokenizer_path[0] = '\0'; w->recompute = 1; w->ngpu = 2; w->total_batch = 16384;
+        c[n].want_mo.B = 2; c[n].want_mo.T = 4096; c[n].want_mo.recompute = 1;
+        n++;
+    }
+    // the SmolLM2 fine-tune of compare_convergence.sh, with margin 1, the fp8 lm_head and every other fp8 and AdamW flag
+    c[n] = (SameCase){{"train_llama_fp8", "-init_from", "smollm2.bin", "-i", "data/gutenberg_smollm2_train_000.bin", "-j", "data/gutenberg_smollm2_val.bin",
+                       "-tok", "data/gutenberg_smollm2_tokenizer.bin", "-b", "16", "-t", "1024", "-x", "300", "-u", "30", "-l", "2e-4", "-q", "0.1",
+                       "-v", "50", "-m", "8", "-s", "0", "-n", "0", "-fp8_margin", "1", "-fp8_lm_head", "1", "-fp8_recipe", "current",
+                       "-fp8_history", "32", "-fp8_weight_cache", "0", "-adam_moments", "fp32", "-cuda_graph", "0", "-c", "0.05", "-clip", "0.5",
+                       "-beta1", "0.8", "-beta2", "0.99"}, written_defaults(), mo_default, 1};
+    {
+        Options *w = &c[n].want;
+        strcpy(w->init_from, "smollm2.bin"); strcpy(w->train_pattern, "data/gutenberg_smollm2_train_000.bin");
+        strcpy(w->val_pattern, "data/gutenberg_smollm2_val.bin"); strcpy(w->tokenizer_path, "data/gutenberg_smollm2_tokenizer.bin");
+        w->max_steps = 300; w->warmup = 30; w->lr = 2e-4f; w->final_lr_frac = 0.1f; w->val_every = 50; w->val_batches = 8; w->sample_every = 0;
+        w->ckpt_every = 0; w->fp8_margin = 1; w->fp8_lm_head = 1; strcpy(w->fp8_recipe, "current"); w->fp8_history = 32; w->fp8_weight_cache = 0;
+        strcpy(w->adam_moments, "fp32"); w->cuda_graph = 0; w->weight_decay = 0.05f; w->grad_clip = 0.5f; w->beta1 = 0.8f; w->beta2 = 0.99f;
+        w->total_batch = 16384;
+        c[n].want_mo = (ModelOptions){16, 1024, PREC_FP8, 0, 0, 1, 32, 1, 0, 1, 0};
+        n++;
+    }
+    char err[4096];
+    for (int i = 0; i < n; i++) {
+        int status = run_expect_fatal(same_options_in_child, &c[i], err, sizeof(err));
+        CHECK(status == 0, "README command %d (%s %s ...): exit %d: %s", i, c[i].argv[1] ? c[i].argv[1] : "", c[i].argv[2] ? c[i].argv[2] : "", status, err);
+    }
+    // the tests' model options (model_options): the command line's defaults but fp32 moments
+    for (int p = 0; p <= 1; p++) {
+        ModelOptions got = model_options(4, 64, p ? PREC_FP8 : PREC_BF16), want = {4, 64, p ? PREC_FP8 : PREC_BF16, 0, 0, 0, 16, 0, 1, 0, 1};
+        CHECK(memcmp(&got, &want, sizeof(got)) == 0, "model_options(4, 64, %s) differs from the command line's defaults", p ? "fp8" : "bf16");
+    }
+}
+
 static void test_launch_decision(void) {
     const char *vars[] = {"LLAMA_FP8_RANK", "LLAMA_FP8_WORLD", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE"};
     for (int i = 0; i < 5; i++) unsetenv(vars[i]);
@@ -1285,6 +1430,7 @@ int main(int argc, char **argv) {
     run_test("options: errors name the problem; every documented flag parses", test_options);
     run_test("options: bf16 AdamW moments by default, fp32 with -adam_moments fp32, others refused", test_adam_moments_option);
     run_test("options: -x 0 -y 1 -o DIR evaluates the checkpoint; -y 1 without -o and -keep < 0 refused", test_resume_options);
+    run_test("options: the README's commands parse and check to the Options and ModelOptions written out; model_options the defaults", test_options_unchanged);
     run_test("main loop: val, sample, checkpoint at their steps and at the end, a non-finite step too", test_after_step);
     run_test("main loop: five non-finite steps in a row end the run", test_five_bad_steps);
     run_test("launch: one MPI rank in the environment (srun -n 1) leaves -ngpu N to the launcher", test_launch_decision);
