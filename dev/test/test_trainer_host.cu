@@ -177,23 +177,6 @@ static void expect_option_error(const char *a1, const char *a2, const char *want
     CHECK(strstr(err, want) != NULL, "'%s %s': message lacks '%s': %s", a1, a2 ? a2 : "", want, err);
 }
 
-static void test_options(void) {
-    expect_option_error("-bogus", "1", "unknown option '-bogus'");
-    expect_option_error("-b", "x", "wants an integer");
-    expect_option_error("-l", "fast", "wants a number");
-    expect_option_error("-b", NULL, "needs a value");
-    // every flag of the table parses a value of its type, and lands in its own field
-    for (int i = 0; i < NUM_OPTIONS; i++) {
-        const OptSpec *s = &OPTION_SPECS[i];
-        const char *val = s->type == OPT_INT ? "3" : s->type == OPT_FLOAT ? "0.25" : "x";
-        char *argv[] = {(char *)"train_llama_fp8", (char *)s->flag, (char *)val, NULL};
-        Options o = parse_options(3, argv);
-        const char *p = (const char *)&o + s->offset;
-        int ok = s->type == OPT_INT ? *(const int *)p == 3 : s->type == OPT_FLOAT ? *(const float *)p == 0.25f : strcmp(p, "x") == 0;
-        CHECK(ok, "option %s did not set its field", s->flag);
-    }
-}
-
 // The state file's header of a run (state_header, as save_checkpoint writes it) and the refusal of
 // one written by another run (state_expect, as load_checkpoint reads it): a mismatch in a word set
 // by a flag names the flag that resumes the file. Only the fields set here differ from zero.
@@ -250,12 +233,20 @@ static void test_checkpoint_other_run(void) {
     }
 }
 
+// The shape checked_options sees: the preset of -e (125m without it; -init_from's file is not read here).
+static LlamaConfig preset_config(const Options *o) {
+    LlamaConfig cfg;
+    if (!config_from_preset(o->model[0] ? o->model : "125m", &cfg)) { fprintf(stderr, "no preset '%s'\n", o->model); exit(4); }
+    return cfg;
+}
+
 static void options_in_child(void *arg) {
     char **argv = (char **)arg;
     int argc = 0, grad_accum;
     while (argv[argc]) argc++;
     Options o = parse_options(argc, argv);
-    ModelOptions mo = checked_options(&o, &grad_accum);
+    LlamaConfig cfg = preset_config(&o);
+    ModelOptions mo = checked_options(&o, &cfg, &grad_accum);
     fprintf(stderr, "moments_bf16 %d\n", mo.moments_bf16);
 }
 
@@ -274,6 +265,224 @@ static void test_adam_moments_option(void) {
     const char *help = NULL;
     for (int i = 0; i < NUM_OPTIONS; i++) if (strcmp(OPTION_SPECS[i].flag, "-adam_moments") == 0) help = OPTION_SPECS[i].help;
     CHECK(help && strncmp(help, "AdamW m and v in bf16", 21) == 0 && strstr(help, "or fp32"), "the usage text: '%s'", help ? help : "(none)");
+}
+
+// A value of the row's type inside its range or choices, other than its default: what the parse
+// must put into the row's own field.
+static void other_value(const OptSpec *s, char *out, size_t n) {
+    if (s->type == OPT_INT) {
+        long d = strtol(s->def, NULL, 10);
+        snprintf(out, n, "%ld", d == (long)s->min ? (long)s->min + 1 : (long)s->min);
+    } else if (s->type == OPT_FLOAT) {
+        snprintf(out, n, "%g", s->min + 0.25); // every float row's default is another value
+    } else if (s->choices) {
+        size_t k = strcspn(s->choices, " ");
+        const char *second = s->choices + k + 1;
+        if (strncmp(s->choices, s->def, k) == 0 && s->def[k] == '\0') snprintf(out, n, "%.*s", (int)strcspn(second, " "), second);
+        else snprintf(out, n, "%.*s", (int)k, s->choices);
+    } else {
+        snprintf(out, n, "x");
+    }
+}
+
+static void test_options(void) {
+    expect_option_error("-bogus", "1", "unknown option '-bogus'");
+    expect_option_error("-b", "x", "wants an integer");
+    expect_option_error("-l", "fast", "wants a number");
+    expect_option_error("-b", NULL, "needs a value");
+    // every row parses a value of its type, and lands in its own field
+    for (int i = 0; i < NUM_OPTIONS; i++) {
+        const OptSpec *s = &OPTION_SPECS[i];
+        char val[64];
+        other_value(s, val, sizeof(val));
+        char *argv[] = {(char *)"train_llama_fp8", (char *)s->flag, val, NULL};
+        Options o = parse_options(3, argv), d = default_options();
+        const char *p = (const char *)&o + s->offset;
+        int ok = s->type == OPT_INT ? *(const int *)p == atoi(val) : s->type == OPT_FLOAT ? *(const float *)p == strtof(val, NULL) : strcmp(p, val) == 0;
+        CHECK(ok, "option %s %s did not set its field", s->flag, val);
+        memcpy((char *)&d + s->offset, p, s->size);
+        CHECK(memcmp(&d, &o, sizeof(o)) == 0, "option %s %s changed another field", s->flag, val);
+    }
+    // every field of Options has its row (the rows cover every byte but the struct's end padding)
+    static unsigned char covered[sizeof(Options)];
+    memset(covered, 0, sizeof(covered));
+    for (int i = 0; i < NUM_OPTIONS; i++) memset(covered + OPTION_SPECS[i].offset, 1, OPTION_SPECS[i].size);
+    size_t last = 0;
+    for (size_t b = 0; b < sizeof(Options); b++) if (covered[b]) last = b + 1;
+    for (size_t b = 0; b < last; b++) CHECK(covered[b], "byte %zu of Options is in no row's field", b);
+    CHECK(sizeof(Options) - last < 4, "the last %zu bytes of Options are in no row's field", sizeof(Options) - last);
+}
+
+typedef struct { const char *flag, *value; } OptionArg;
+
+static void one_option_in_child(void *arg) {
+    const OptionArg *a = (const OptionArg *)arg;
+    char *argv[] = {(char *)"train_llama_fp8", (char *)a->flag, (char *)a->value, NULL};
+    Options o = parse_options(3, argv);
+    (void)o;
+}
+
+static int option_refused(const char *flag, const char *value, char *err, size_t n) {
+    OptionArg a = {flag, value};
+    return run_expect_fatal(one_option_in_child, &a, err, n) != 0;
+}
+
+// Every row: its ends accepted, a value just below and just above refused with a message naming the
+// flag (beyond the type's own end: a number that does not fit); a choice row: each choice accepted,
+// another refused; the default inside the range.
+static void test_option_ranges(void) {
+    char err[2048], named[64], v[64];
+    for (int i = 0; i < NUM_OPTIONS; i++) {
+        const OptSpec *s = &OPTION_SPECS[i];
+        snprintf(named, sizeof(named), "option %s ", s->flag);
+        if (s->type == OPT_STR && !s->choices) continue; // any text (its length: test_options' errors)
+        if (s->type == OPT_STR) {
+            for (const char *c = s->choices; *c;) {
+                size_t k = strcspn(c, " ");
+                snprintf(v, sizeof(v), "%.*s", (int)k, c);
+                CHECK(!option_refused(s->flag, v, err, sizeof(err)), "%s %s (a choice) refused: %s", s->flag, v, err);
+                c += k + strspn(c + k, " ");
+            }
+            CHECK(option_refused(s->flag, "nope", err, sizeof(err)) && strstr(err, named) && strstr(err, "'nope'"),
+                  "%s nope: not refused naming the flag: %s", s->flag, err);
+            OptionArg a = {s->flag, s->def};
+            CHECK(run_expect_fatal(one_option_in_child, &a, err, sizeof(err)) == 0, "%s's default '%s' is no choice: %s", s->flag, s->def, err);
+            continue;
+        }
+        double d = strtod(s->def, NULL);
+        CHECK(d >= s->min && d <= s->max, "%s's default %s is outside [%g, %g]", s->flag, s->def, s->min, s->max);
+        const char *fmt = s->type == OPT_INT ? "%.0f" : "%.9g";
+        double top = s->type == OPT_INT ? (double)INT_MAX : (double)FLT_MAX;
+        snprintf(v, sizeof(v), fmt, s->min);
+        CHECK(!option_refused(s->flag, v, err, sizeof(err)), "%s %s (its lowest) refused: %s", s->flag, v, err);
+        snprintf(v, sizeof(v), fmt, s->max);
+        CHECK(!option_refused(s->flag, v, err, sizeof(err)), "%s %s (its highest) refused: %s", s->flag, v, err);
+        double below = s->type == OPT_INT ? s->min - 1 : s->min - 0.5, above = s->type == OPT_INT ? s->max + 1 : s->max + 1e-6;
+        snprintf(v, sizeof(v), fmt, below);
+        CHECK(option_refused(s->flag, v, err, sizeof(err)) && strstr(err, named), "%s %s (below its range) not refused naming the flag: %s", s->flag, v, err);
+        if (s->max == top) snprintf(v, sizeof(v), s->type == OPT_INT ? "2147483648" : "1e39");
+        else snprintf(v, sizeof(v), fmt, above);
+        CHECK(option_refused(s->flag, v, err, sizeof(err)) && strstr(err, named), "%s %s (above its range) not refused naming the flag: %s", s->flag, v, err);
+    }
+    // the margin's end is within fp8_scaling.cuh's (the later check there names a function, not the flag)
+    for (int i = 0; i < NUM_OPTIONS; i++) {
+        if (strcmp(OPTION_SPECS[i].flag, "-fp8_margin") != 0) continue;
+        CHECK(OPTION_SPECS[i].min == 0 && OPTION_SPECS[i].max == 100, "-fp8_margin's range [%g, %g], fp8_check_margin's [0, 100]",
+              OPTION_SPECS[i].min, OPTION_SPECS[i].max);
+    }
+    CHECK(option_refused("-fp8_margin", "-1", err, sizeof(err)) && strstr(err, "option -fp8_margin must be in [0, 100], got -1"), "-fp8_margin -1: %s", err);
+    CHECK(option_refused("-fp8_margin", "500", err, sizeof(err)) && strstr(err, "option -fp8_margin must be in [0, 100], got 500"), "-fp8_margin 500: %s", err);
+}
+
+static void usage_in_child(void *arg) {
+    if (!freopen((const char *)arg, "w", stdout)) exit(4);
+    print_usage("train_llama_fp8");
+    fflush(stdout); // the child leaves by _exit
+}
+
+// The usage text: a line per row with its help, its default and its range or choices.
+static void test_usage(void) {
+    char path[128], err[1024];
+    path_in_dir(path, sizeof(path), "usage.txt");
+    CHECK(run_expect_fatal(usage_in_child, path, err, sizeof(err)) == 0, "print_usage: %s", err);
+    FILE *f = fopen(path, "r");
+    static char text[65536];
+    size_t n = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
+    text[n] = '\0';
+    if (f) fclose(f);
+    for (int i = 0; i < NUM_OPTIONS; i++) {
+        const OptSpec *s = &OPTION_SPECS[i];
+        char head[64], want[600];
+        snprintf(head, sizeof(head), "\n  %-13s %s (default ", s->flag, "");
+        head[strlen(head) - strlen(" (default ")] = '\0';
+        const char *line = strstr(text, head);
+        CHECK(line != NULL, "usage: no line for %s", s->flag);
+        if (!line) continue;
+        const char *eol = strchr(line + 1, '\n');
+        char row[4096];
+        snprintf(row, sizeof(row), "%.*s", (int)(eol ? eol - line : (long)strlen(line)), line);
+        CHECK(strstr(row, s->help) != NULL, "usage: %s's line lacks its help: %s", s->flag, row);
+        snprintf(want, sizeof(want), s->type == OPT_STR ? "(default '%s'" : "(default %s", s->def);
+        CHECK(strstr(row, want) != NULL, "usage: %s's line lacks '%s': %s", s->flag, want, row);
+        if (s->type == OPT_STR && s->choices) {
+            for (const char *c = s->choices; *c;) {
+                size_t k = strcspn(c, " ");
+                snprintf(want, sizeof(want), "%.*s", (int)k, c);
+                CHECK(strstr(strstr(row, "(default"), want) != NULL, "usage: %s's line lacks the choice %s: %s", s->flag, want, row);
+                c += k + strspn(c + k, " ");
+            }
+        } else if (s->type != OPT_STR) {
+            double top = s->type == OPT_INT ? (double)INT_MAX : (double)FLT_MAX;
+            if (s->type == OPT_INT && s->min == 0 && s->max == 1) snprintf(want, sizeof(want), "; 0 or 1)");
+            else if (s->max == top) snprintf(want, sizeof(want), "; >= %g)", s->min);
+            else snprintf(want, sizeof(want), "; in [%g, %g])", s->min, s->max);
+            CHECK(strstr(row, want) != NULL, "usage: %s's line lacks its range '%s': %s", s->flag, want, row);
+        }
+    }
+}
+
+// main.log's header: the '#' line as before, then every row's flag with the run's value, -fp8_margin's too.
+static void test_log_header(void) {
+    Options o = default_options();
+    char typed[NUM_OPTIONS][64];
+    for (int i = 0; i < NUM_OPTIONS; i++) {
+        other_value(&OPTION_SPECS[i], typed[i], sizeof(typed[i]));
+        set_option(&o, &OPTION_SPECS[i], typed[i]);
+    }
+    LlamaConfig cfg;
+    config_from_preset("tiny", &cfg);
+    char path[128];
+    path_in_dir(path, sizeof(path), "main.log");
+    FILE *f = fopen(path, "w");
+    write_log_header(f, "NVIDIA H200", &cfg, &o, 2, 0);
+    fclose(f);
+    f = fopen(path, "r");
+    static char text[65536];
+    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    CHECK(strncmp(text, "# NVIDIA H200 precision ", 24) == 0 && strstr(text, " gpus 2\noptions: "), "the header's first line: %.200s", text);
+    const char *line = strstr(text, "\noptions:");
+    for (int i = 0; line && i < NUM_OPTIONS; i++) {
+        const OptSpec *s = &OPTION_SPECS[i];
+        char want[128];
+        snprintf(want, sizeof(want), s->type == OPT_STR ? " %s '%s'" : " %s %s", s->flag, typed[i]);
+        const char *at = strstr(line, want);
+        char next = at ? at[strlen(want)] : '\0';
+        CHECK(at && (next == ' ' || next == '\n'), "main.log's options line lacks '%s': %s", want, line);
+    }
+    CHECK(line && strstr(line, " -fp8_margin 1 "), "main.log does not say margin 1: %s", line ? line : text);
+}
+
+// The rules between options (and with the model's shape), refused by checked_options naming them.
+static void test_option_rules(void) {
+    const char *cases[][12] = {
+        {"-fp8_lm_head 1 needs -precision fp8", "-fp8_lm_head", "1", "-precision", "bf16"},
+        {"-fp8_lm_head 1 cannot be used with tied embeddings", "-fp8_lm_head", "1", "-e", "smollm2-135m"},
+        {"-fp8_dump 1 needs -precision fp8 and a log directory (-o)", "-fp8_dump", "1", "-o", ""},
+        {"-fp8_dump 1 needs -precision fp8 and a log directory (-o)", "-fp8_dump", "1", "-precision", "bf16"},
+        {"-y 1 needs a log directory (-o)", "-y", "1", "-o", ""},
+        {"-hs_preds 'p.txt' needs a HellaSwag file (-hs)", "-hs_preds", "p.txt"},
+        {"-d 1000 (total batch tokens) must be a multiple of B*T*ngpu = 16*1024*1", "-d", "1000"},
+        {"-d 16384 (total batch tokens) must be a multiple of B*T*ngpu = 16*1024*2", "-ngpu", "2", "-d", "16384"},
+        {"fp8 GEMMs need C, FF and B*T to be multiples of 16", "-b", "1", "-t", "8"},
+        {"-b 65536 times -t 65536 is more than 2^31 - 1 tokens", "-b", "65536", "-t", "65536"},
+    };
+    char err[2048];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *argv[12] = {"train_llama_fp8"};
+        for (int k = 1; k < 12 && cases[i][k]; k++) argv[k] = cases[i][k];
+        CHECK(run_expect_fatal(options_in_child, (void *)argv, err, sizeof(err)) != 0 && strstr(err, cases[i][0]), "'%s %s': %s", argv[1], argv[2], err);
+    }
+    const char *fine[][8] = {
+        {"-fp8_lm_head", "1"}, {"-fp8_dump", "1"}, {"-precision", "bf16", "-b", "1", "-t", "8"},
+        {"-e", "smollm2-135m", "-precision", "bf16", "-fp8_lm_head", "0"}, {"-hs_preds", "p.txt", "-hs", "h.bin"}, {"-ngpu", "2", "-d", "65536"},
+    };
+    for (size_t i = 0; i < sizeof(fine) / sizeof(fine[0]); i++) {
+        const char *argv[10] = {"train_llama_fp8"};
+        for (int k = 0; k < 8 && fine[i][k]; k++) argv[k + 1] = fine[i][k];
+        CHECK(run_expect_fatal(options_in_child, (void *)argv, err, sizeof(err)) == 0, "'%s %s' refused: %s", argv[1], argv[2], err);
+    }
 }
 
 // A version-1 file (FNV-1a checksum, written before CRC-32) still reads.
@@ -924,7 +1133,7 @@ static void test_resume_options(void) {
     CHECK(run_expect_fatal(options_in_child, (void *)eval_resume, err, sizeof(err)) == 0, "-x 0 -y 1 -o DIR refused: %s", err);
     CHECK(run_expect_fatal(options_in_child, (void *)no_dir, err, sizeof(err)) != 0 && strstr(err, "-y 1 needs a log directory (-o)"),
           "-y 1 -o '': %s", err);
-    CHECK(run_expect_fatal(options_in_child, (void *)keep_neg, err, sizeof(err)) != 0 && strstr(err, "-keep must be 0"), "-keep -1: %s", err);
+    CHECK(run_expect_fatal(options_in_child, (void *)keep_neg, err, sizeof(err)) != 0 && strstr(err, "option -keep must be >= 0, got -1"), "-keep -1: %s", err);
     Options d = default_options();
     CHECK(d.keep == 0, "-keep's default is %d, the usage text says 0 (keep all)", d.keep);
 }
@@ -955,7 +1164,8 @@ static void same_options_in_child(void *arg) {
     int argc = 0, grad_accum = -1;
     while (c->argv[argc]) argc++;
     Options o = parse_options(argc, (char **)c->argv);
-    ModelOptions mo = checked_options(&o, &grad_accum);
+    LlamaConfig cfg = preset_config(&o);
+    ModelOptions mo = checked_options(&o, &cfg, &grad_accum);
     int bad = 0;
     for (int i = 0; i < NUM_OPTIONS; i++) {
         const OptSpec *s = &OPTION_SPECS[i];
@@ -1428,7 +1638,11 @@ int main(int argc, char **argv) {
     run_test("CRC-32: zlib fed in pieces gives the whole buffer's CRC (Python's zlib.crc32 values)", test_crc32_pieces);
     run_test("checkpoint: a section streamed to a sink that keeps a slice; a change outside it refused", test_section_sink);
     run_test("-init_from: shape flags and a decode table of another vocabulary refused", test_init_from_config);
-    run_test("options: errors name the problem; every documented flag parses", test_options);
+    run_test("options: errors name the problem; every row parses into its own field; every field has a row", test_options);
+    run_test("options: every row's ends accepted, below and above (or another choice) refused naming the flag; defaults inside", test_option_ranges);
+    run_test("options: the usage text has every row with its help, default and range or choices", test_usage);
+    run_test("options: main.log's header carries every row's value, -fp8_margin's too", test_log_header);
+    run_test("options: the rules between options and with the model's shape refused by checked_options", test_option_rules);
     run_test("options: bf16 AdamW moments by default, fp32 with -adam_moments fp32, others refused", test_adam_moments_option);
     run_test("options: -x 0 -y 1 -o DIR evaluates the checkpoint; -y 1 without -o and -keep < 0 refused", test_resume_options);
     run_test("options: the README's commands parse and check to the Options and ModelOptions written out; model_options the defaults", test_options_unchanged);
