@@ -146,14 +146,14 @@ static const OptSpec OPTION_SPECS[] = {
     OPT_B("-fp8_lm_head", fp8_lm_head, "0", "1: lm_head as an fp8 linear too (the recipe keeps it bf16)"),
     OPT_I("-fp8_log", fp8_log, "0", 0, INT_MAX, "write every linear's amaxes, scales and fp8 health (underflow, saturation) to fp8.log every N steps (0: never)"),
     OPT_B("-fp8_dump", fp8_dump, "0", "1: at the end each GPU writes its whole fp8 state to fp8_state_rank<r>.bin in -o (ranks must agree)"),
-    // the shape overrides: 0 keeps the preset's; config_check refuses a shape that cannot be built
-    OPT_I("-V", V, "0", 0, INT_MAX, "override vocabulary size (default: the tokenizer's / data's / preset's)"),
-    OPT_I("-L", L, "0", 0, INT_MAX, "override number of layers"),
-    OPT_I("-C", C, "0", 0, INT_MAX, "override model width"),
-    OPT_I("-NH", NH, "0", 0, INT_MAX, "override query heads"),
-    OPT_I("-NKV", NKV, "0", 0, INT_MAX, "override key/value heads"),
-    OPT_I("-FF", FF, "0", 0, INT_MAX, "override MLP hidden width"),
-    OPT_F("-rope_theta", rope_theta, "0", 0, FLT_MAX, "override RoPE theta"),
+    // config_check refuses a shape that cannot be built
+    OPT_I("-V", V, "0", 0, INT_MAX, "override vocabulary size (0: the tokenizer's / data's / preset's)"),
+    OPT_I("-L", L, "0", 0, INT_MAX, "override number of layers (0: the preset's)"),
+    OPT_I("-C", C, "0", 0, INT_MAX, "override model width (0: the preset's)"),
+    OPT_I("-NH", NH, "0", 0, INT_MAX, "override query heads (0: the preset's)"),
+    OPT_I("-NKV", NKV, "0", 0, INT_MAX, "override key/value heads (0: the preset's)"),
+    OPT_I("-FF", FF, "0", 0, INT_MAX, "override MLP hidden width (0: the preset's)"),
+    OPT_F("-rope_theta", rope_theta, "0", 0, FLT_MAX, "override RoPE theta (0: the preset's)"),
 };
 #define NUM_OPTIONS ((int)(sizeof(OPTION_SPECS) / sizeof(OPTION_SPECS[0])))
 
@@ -199,7 +199,7 @@ static void set_option(Options *o, const OptSpec *s, const char *val) {
         errno = 0;
         long v = strtol(val, &end, 10);
         if (*val == '\0' || *end != '\0') FATAL("option %s wants an integer, got '%s'", s->flag, val);
-        if (errno == ERANGE || v < INT_MIN || v > INT_MAX) FATAL("option %s wants an integer below 2^31, got '%s'", s->flag, val);
+        if (errno == ERANGE || v < INT_MIN || v > INT_MAX) FATAL("option %s wants a 32-bit integer, got '%s'", s->flag, val);
         if (v < s->min || v > s->max) FATAL("option %s must be %s, got %s", s->flag, range, val);
         *(int *)p = (int)v;
     } else if (s->type == OPT_FLOAT) {
@@ -332,7 +332,9 @@ static ModelOptions model_options_of(const Options *o) {
     return mo;
 }
 
-// The command line's defaults for a B x T model of one precision, except fp32 AdamW moments (the C reference's; a test sets moments_bf16).
+#ifdef TESTING
+// The tests' model: the command line's defaults for a B x T model of one precision, except fp32 AdamW
+// moments (the C reference's; a test sets moments_bf16).
 static ModelOptions model_options(int B, int T, int precision) {
     Options o = default_options();
     o.B = B; o.T = T;
@@ -340,6 +342,7 @@ static ModelOptions model_options(int B, int T, int precision) {
     strcpy(o.adam_moments, "fp32");
     return model_options_of(&o);
 }
+#endif
 
 // The fp8 mode, derived from the options once (fp8_mode): which linears are fp8, how scales are set,
 // where the E4M3 weights live and who writes them. Forward, backward and update read only this.
