@@ -3,8 +3,12 @@ Host-only tests of trainer code that needs no GPU (CI runs them): the checkpoint
 written and read back; every kind of bad file refused with a message, every state-header field of
 another run refused naming it (and the flag that resumes it), a refused write never replacing the
 good file and leaving nothing behind, the model file's checksum covering every header word, version 2
-still loading, zlib's CRC-32 fed in pieces, a section streamed to a reader that keeps only part of it, the free-space check, -keep's pruning), the option parser (its
-errors, that every documented flag parses, the AdamW moments' default), the main loop's work after a
+still loading, zlib's CRC-32 fed in pieces, a section streamed to a reader that keeps only part of it, the free-space check, -keep's pruning), the options, table-driven
+over OPTION_SPECS (its errors; every row parsed into its own field and every field in a row; each
+row's ends accepted, a value below and above them or another choice refused naming the flag, the
+default inside; the usage line of every row; main.log's header with every row's value; the rules
+between options in checked_options; the README's commands parsed and checked to the Options and
+ModelOptions written out, model_options the defaults; the AdamW moments' default), the main loop's work after a
 step (a non-finite step included), the launch decision, the stop signals (in every thread; the real
 -ngpu launcher, mg_launch_ranks, with stand-in ranks: this program run again, taking the signals as
 the trainer does), the learning-rate schedule, the MFU text, and the data loaders as open_data makes them on 1-8
@@ -472,7 +476,7 @@ static void test_option_rules(void) {
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         const char *argv[12] = {"train_llama_fp8"};
         for (int k = 1; k < 12 && cases[i][k]; k++) argv[k] = cases[i][k];
-        CHECK(run_expect_fatal(options_in_child, (void *)argv, err, sizeof(err)) != 0 && strstr(err, cases[i][0]), "'%s %s': %s", argv[1], argv[2], err);
+        CHECK(run_expect_fatal(options_in_child, (void *)argv, err, sizeof(err)) != 0 && strstr(err, cases[i][0]), "'%s %s ...' not refused with '%s': %s", argv[1], argv[2], cases[i][0], err);
     }
     const char *fine[][8] = {
         {"-fp8_lm_head", "1"}, {"-fp8_dump", "1"}, {"-precision", "bf16", "-b", "1", "-t", "8"},
