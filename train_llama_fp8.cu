@@ -18,6 +18,8 @@ every amax slot is MAX-reduced across the ranks (one NCCL call) before the scale
 every rank casts with the same scales. With one GPU none of this runs: no NCCL call is made.
 */
 #include <math.h>
+#include <limits.h>
+#include <float.h>
 #include <time.h>
 #include <sys/stat.h>
 #include <glob.h>
@@ -52,7 +54,10 @@ every rank casts with the same scales. With one GPU none of this runs: no NCCL c
 enum { PREC_BF16, PREC_FP8 };
 
 // ----------------------------------------------------------------------------------------------
-// Options: one table drives the parser and the usage text, so the two cannot disagree.
+// Options: one row per flag (OPTION_SPECS) holds its field, type, default, range or choices and
+// help. The parser, the defaults (default_options parses every row's default as if it were typed),
+// the range checks (naming the flag), the usage text and main.log's options line all read the rows,
+// so a new option is its field here and one row. Rules between options: checked_options.
 
 typedef struct {
     char train_pattern[2048], val_pattern[512], tokenizer_path[512], log_dir[512], model[64], init_from[512];
@@ -69,96 +74,178 @@ typedef struct {
 } Options;
 
 typedef enum { OPT_INT, OPT_FLOAT, OPT_STR } OptType;
-typedef struct { const char *flag; OptType type; size_t offset, size; const char *help; } OptSpec;
-#define OPT(flag, type, field, help) {flag, type, offsetof(Options, field), sizeof(((Options *)0)->field), help}
+typedef struct {
+    const char *flag;
+    OptType type;
+    size_t offset, size; // the field in Options
+    const char *def;     // the default, as it would be typed
+    double min, max;     // OPT_INT, OPT_FLOAT: the values accepted, both ends included
+    const char *choices; // OPT_STR: the values accepted, separated by spaces (NULL: any text that fits)
+    const char *help;
+} OptSpec;
+#define OPT_FIELD(field) offsetof(Options, field), sizeof(((Options *)0)->field)
+#define OPT_I(flag, field, def, min, max, help) {flag, OPT_INT, OPT_FIELD(field), def, min, max, NULL, help}
+#define OPT_B(flag, field, def, help) OPT_I(flag, field, def, 0, 1, help) // an on/off flag: 0 or 1
+#define OPT_F(flag, field, def, min, max, help) {flag, OPT_FLOAT, OPT_FIELD(field), def, min, max, NULL, help}
+#define OPT_S(flag, field, def, help) {flag, OPT_STR, OPT_FIELD(field), def, 0, 0, NULL, help}
+#define OPT_C(flag, field, def, choices, help) {flag, OPT_STR, OPT_FIELD(field), def, 0, 0, choices, help}
 
+// TE's default history length, the longest in use: the scale update rolls each tensor's history in
+// one thread (llmc/fp8_scaling.cuh), and the state file holds NT * H floats of it.
+#define FP8_HISTORY_MAX 1024
+// fp8_scaling.cuh's own bound (fp8_check_margin). Within it every scale_inv = amax * 2^margin / fmax
+// stays finite for any amax up to 2^36 (E4M3: 2^36 * 2^100 / 448 < 2^128), and 2^margin is exact.
+#define FP8_MARGIN_MAX 100
+
+// The defaults make the first run: TinyShakespeare (Llama 2 tokenizer, shipped in the repository),
+// 160 steps of 125m (~8 epochs, about 30 s of training on an H200): val loss still falls there; it
+// starts to overfit after ~200 steps.
 static const OptSpec OPTION_SPECS[] = {
-    OPT("-i", OPT_STR, train_pattern, "train token shards (glob), or a mixture of globs with weights 'A:0.7,B:0.3'; 'synthetic' for the built-in synthetic corpus (tests, benchmarks)"),
-    OPT("-j", OPT_STR, val_pattern, "val token shards (glob); '' for none"),
-    OPT("-tok", OPT_STR, tokenizer_path, "tokenizer decode table (samples print ids without it)"),
-    OPT("-o", OPT_STR, log_dir, "log directory: main.log, fp8.log, checkpoints ('' for none)"),
-    OPT("-e", OPT_STR, model, "model preset: tiny, 125m, 1b, llama2-7b, llama3-8b, llama3.1-8b, llama3.2-1b, smollm2-135m ('': 125m)"),
-    OPT("-init_from", OPT_STR, init_from, "start from this model file's weights and shape (scripts/hf_import.py makes one); fresh optimizer, step 0"),
-    OPT("-precision", OPT_STR, precision, "fp8 or bf16"),
-    OPT("-ngpu", OPT_INT, ngpu, "GPUs of this node to train on (data parallel); under mpirun leave it out"),
-    OPT("-b", OPT_INT, B, "micro-batch size (sequences per GPU)"),
-    OPT("-t", OPT_INT, T, "sequence length"),
-    OPT("-d", OPT_INT, total_batch, "total batch in tokens (gradient accumulation fills it); 0 = B*T*ngpu"),
-    OPT("-x", OPT_INT, max_steps, "optimizer steps; -1 = one epoch of the training data; 0 = evaluate only (val loss, a sample with -s > 0), writing nothing"),
-    OPT("-l", OPT_FLOAT, lr, "peak learning rate"),
-    OPT("-u", OPT_INT, warmup, "warmup steps (linear)"),
-    OPT("-q", OPT_FLOAT, final_lr_frac, "final learning rate as a fraction of the peak (cosine decay)"),
-    OPT("-c", OPT_FLOAT, weight_decay, "AdamW weight decay (2-D tensors only)"),
-    OPT("-clip", OPT_FLOAT, grad_clip, "global gradient-norm clip (0: off)"),
-    OPT("-beta1", OPT_FLOAT, beta1, "AdamW beta1"),
-    OPT("-beta2", OPT_FLOAT, beta2, "AdamW beta2"),
-    OPT("-adam_moments", OPT_STR, adam_moments, "AdamW m and v in bf16 (stochastically rounded; against fp32: 4 bytes/param less memory, 8 less optimizer traffic, 7B fp8 +2.5% tokens/s, val loss unchanged within seed spread) or fp32 (needed to resume a checkpoint written with fp32 moments)"),
-    OPT("-v", OPT_INT, val_every, "evaluate val loss every N steps (0: never; always at the end)"),
-    OPT("-m", OPT_INT, val_batches, "val batches per evaluation (shared out over the GPUs)"),
-    OPT("-hs", OPT_STR, hellaswag_path, "HellaSwag eval file (dev/data/prepare_hellaswag.py): acc and acc_norm at every val step, at the end and with -x 0 ('' for none)"),
-    OPT("-hs_items", OPT_INT, hellaswag_items, "HellaSwag items per evaluation, the file's first (0: all)"),
-    OPT("-hs_preds", OPT_STR, hellaswag_preds, "write each HellaSwag item's 4 log-probabilities and predictions of the last evaluation to this file ('' for none)"),
-    OPT("-s", OPT_INT, sample_every, "sample text every N steps (0: never)"),
-    OPT("-g", OPT_INT, gen_tokens, "tokens to generate per sample"),
-    OPT("-n", OPT_INT, ckpt_every, "checkpoint every N steps (0: only at the end)"),
-    OPT("-keep", OPT_INT, keep, "keep the K newest checkpoints in -o, removing older ones once a newer one is complete on every GPU (0: keep all)"),
-    OPT("-y", OPT_INT, resume, "1: resume from the latest checkpoint in the log directory (with -x 0: evaluate it)"),
-    OPT("-r", OPT_INT, recompute, "recompute in backward: 0 none, 1 SwiGLU output (saves memory)"),
-    OPT("-cuda_graph", OPT_INT, cuda_graph, "1: one GPU replays each step's forward and backward as one CUDA graph (from the second step; the same results, fewer launches); 0: launch kernel by kernel"),
-    OPT("-deterministic", OPT_INT, deterministic, "1: bit-reproducible runs and resumes (deterministic attention backward, heuristic GEMM algorithms); 0: faster"),
-    OPT("-seed", OPT_INT, seed, "seed for init, data shuffling and sampling"),
-    OPT("-shuffle", OPT_INT, shuffle, "1: shuffle batch order each epoch"),
-    OPT("-fp8_recipe", OPT_STR, fp8_recipe, "delayed (amax history) or current (amax of this tensor now)"),
-    OPT("-fp8_history", OPT_INT, fp8_history, "amax history length"),
-    OPT("-fp8_margin", OPT_INT, fp8_margin, "scale margin: scale = fp8_max / (amax * 2^margin)"),
-    OPT("-fp8_weight_cache", OPT_INT, fp8_weight_cache, "1: fp8 weights made once per step (by AdamW on one GPU); 0: cast per layer when used (several GPUs: saves 1 byte/param)"),
-    OPT("-fp8_lm_head", OPT_INT, fp8_lm_head, "1: lm_head as an fp8 linear too (the recipe keeps it bf16)"),
-    OPT("-fp8_log", OPT_INT, fp8_log, "write every linear's amaxes, scales and fp8 health (underflow, saturation) to fp8.log every N steps (0: never)"),
-    OPT("-fp8_dump", OPT_INT, fp8_dump, "1: at the end each GPU writes its whole fp8 state to fp8_state_rank<r>.bin in -o (ranks must agree)"),
-    OPT("-V", OPT_INT, V, "override vocabulary size (default: the tokenizer's / data's / preset's)"),
-    OPT("-L", OPT_INT, L, "override number of layers"),
-    OPT("-C", OPT_INT, C, "override model width"),
-    OPT("-NH", OPT_INT, NH, "override query heads"),
-    OPT("-NKV", OPT_INT, NKV, "override key/value heads"),
-    OPT("-FF", OPT_INT, FF, "override MLP hidden width"),
-    OPT("-rope_theta", OPT_FLOAT, rope_theta, "override RoPE theta"),
+    OPT_S("-i", train_pattern, "dev/data/tinyshakespeare/tinyshakespeare_llama2_train.bin",
+          "train token shards (glob), or a mixture of globs with weights 'A:0.7,B:0.3'; 'synthetic' for the built-in synthetic corpus (tests, benchmarks)"),
+    OPT_S("-j", val_pattern, "dev/data/tinyshakespeare/tinyshakespeare_llama2_val.bin", "val token shards (glob); '' for none"),
+    OPT_S("-tok", tokenizer_path, "dev/data/tinyshakespeare/llama2_tokenizer.bin", "tokenizer decode table (samples print ids without it)"),
+    OPT_S("-o", log_dir, "log", "log directory: main.log, fp8.log, checkpoints ('' for none)"),
+    OPT_S("-e", model, "", "model preset: tiny, 125m, 1b, llama2-7b, llama3-8b, llama3.1-8b, llama3.2-1b, smollm2-135m ('': 125m)"),
+    OPT_S("-init_from", init_from, "", "start from this model file's weights and shape (scripts/hf_import.py makes one); fresh optimizer, step 0"),
+    OPT_C("-precision", precision, "fp8", "fp8 bf16", "fp8 GEMMs in the block linears, or the bf16 baseline"),
+    OPT_I("-ngpu", ngpu, "0", 0, INT_MAX, "GPUs of this node to train on (data parallel); under mpirun leave it out"),
+    OPT_I("-b", B, "16", 1, INT_MAX, "micro-batch size (sequences per GPU)"),
+    OPT_I("-t", T, "1024", 2, INT_MAX, "sequence length"),
+    OPT_I("-d", total_batch, "0", 0, INT_MAX, "total batch in tokens (gradient accumulation fills it); 0 = B*T*ngpu"),
+    OPT_I("-x", max_steps, "160", -1, INT_MAX, "optimizer steps; -1 = one epoch of the training data; 0 = evaluate only (val loss, a sample with -s > 0), writing nothing"),
+    OPT_F("-l", lr, "6e-4", 0, FLT_MAX, "peak learning rate"),
+    OPT_I("-u", warmup, "20", 0, INT_MAX, "warmup steps (linear)"),
+    OPT_F("-q", final_lr_frac, "0.1", 0, 1, "final learning rate as a fraction of the peak (cosine decay)"),
+    OPT_F("-c", weight_decay, "0.1", 0, FLT_MAX, "AdamW weight decay (2-D tensors only)"),
+    OPT_F("-clip", grad_clip, "1.0", 0, FLT_MAX, "global gradient-norm clip (0: off)"),
+    // below 1: AdamW's bias correction divides by 1 - beta^t
+    OPT_F("-beta1", beta1, "0.9", 0, 0.999999, "AdamW beta1"),
+    OPT_F("-beta2", beta2, "0.95", 0, 0.999999, "AdamW beta2"),
+    OPT_C("-adam_moments", adam_moments, "bf16", "fp32 bf16",
+          "AdamW m and v in bf16 (stochastically rounded; against fp32: 4 bytes/param less memory, 8 less optimizer traffic, 7B fp8 +2.5% tokens/s, val loss unchanged within seed spread) or fp32 (needed to resume a checkpoint written with fp32 moments)"),
+    OPT_I("-v", val_every, "20", 0, INT_MAX, "evaluate val loss every N steps (0: never; always at the end)"),
+    OPT_I("-m", val_batches, "20", 0, INT_MAX, "val batches per evaluation (shared out over the GPUs)"),
+    OPT_S("-hs", hellaswag_path, "", "HellaSwag eval file (dev/data/prepare_hellaswag.py): acc and acc_norm at every val step, at the end and with -x 0 ('' for none)"),
+    OPT_I("-hs_items", hellaswag_items, "0", 0, INT_MAX, "HellaSwag items per evaluation, the file's first (0: all)"),
+    OPT_S("-hs_preds", hellaswag_preds, "", "write each HellaSwag item's 4 log-probabilities and predictions of the last evaluation to this file ('' for none)"),
+    OPT_I("-s", sample_every, "80", 0, INT_MAX, "sample text every N steps (0: never)"),
+    OPT_I("-g", gen_tokens, "64", 0, INT_MAX, "tokens to generate per sample"),
+    OPT_I("-n", ckpt_every, "0", 0, INT_MAX, "checkpoint every N steps (0: only at the end)"),
+    OPT_I("-keep", keep, "0", 0, INT_MAX, "keep the K newest checkpoints in -o, removing older ones once a newer one is complete on every GPU (0: keep all)"),
+    OPT_B("-y", resume, "0", "1: resume from the latest checkpoint in the log directory (with -x 0: evaluate it)"),
+    OPT_B("-r", recompute, "0", "recompute in backward: 0 none, 1 SwiGLU output (saves memory)"),
+    OPT_B("-cuda_graph", cuda_graph, "1", "1: one GPU replays each step's forward and backward as one CUDA graph (from the second step; the same results, fewer launches); 0: launch kernel by kernel"),
+    OPT_B("-deterministic", deterministic, "0", "1: bit-reproducible runs and resumes (deterministic attention backward, heuristic GEMM algorithms); 0: faster"),
+    OPT_I("-seed", seed, "1337", 0, INT_MAX, "seed for init, data shuffling and sampling"),
+    OPT_B("-shuffle", shuffle, "0", "1: shuffle batch order each epoch"),
+    OPT_C("-fp8_recipe", fp8_recipe, "delayed", "delayed current", "delayed (amax history) or current (amax of this tensor now)"),
+    OPT_I("-fp8_history", fp8_history, "16", 1, FP8_HISTORY_MAX, "amax history length"),
+    OPT_I("-fp8_margin", fp8_margin, "0", 0, FP8_MARGIN_MAX, "scale margin: scale = fp8_max / (amax * 2^margin)"),
+    OPT_B("-fp8_weight_cache", fp8_weight_cache, "1", "1: fp8 weights made once per step (by AdamW on one GPU); 0: cast per layer when used (several GPUs: saves 1 byte/param)"),
+    OPT_B("-fp8_lm_head", fp8_lm_head, "0", "1: lm_head as an fp8 linear too (the recipe keeps it bf16)"),
+    OPT_I("-fp8_log", fp8_log, "0", 0, INT_MAX, "write every linear's amaxes, scales and fp8 health (underflow, saturation) to fp8.log every N steps (0: never)"),
+    OPT_B("-fp8_dump", fp8_dump, "0", "1: at the end each GPU writes its whole fp8 state to fp8_state_rank<r>.bin in -o (ranks must agree)"),
+    // config_check refuses a shape that cannot be built
+    OPT_I("-V", V, "0", 0, INT_MAX, "override vocabulary size (0: the tokenizer's / data's / preset's)"),
+    OPT_I("-L", L, "0", 0, INT_MAX, "override number of layers (0: the preset's)"),
+    OPT_I("-C", C, "0", 0, INT_MAX, "override model width (0: the preset's)"),
+    OPT_I("-NH", NH, "0", 0, INT_MAX, "override query heads (0: the preset's)"),
+    OPT_I("-NKV", NKV, "0", 0, INT_MAX, "override key/value heads (0: the preset's)"),
+    OPT_I("-FF", FF, "0", 0, INT_MAX, "override MLP hidden width (0: the preset's)"),
+    OPT_F("-rope_theta", rope_theta, "0", 0, FLT_MAX, "override RoPE theta (0: the preset's)"),
 };
 #define NUM_OPTIONS ((int)(sizeof(OPTION_SPECS) / sizeof(OPTION_SPECS[0])))
+
+// The values a row accepts, as the usage text and a refusal say them: "fp8 or bf16", "0 or 1",
+// "in [0, 100]", ">= 1" (no upper end but the type's); "" for any text.
+static void option_range_text(const OptSpec *s, char *out, size_t n) {
+    out[0] = '\0';
+    if (s->type == OPT_STR) {
+        if (!s->choices) return;
+        size_t len = 0;
+        int count = 0;
+        for (const char *c = s->choices; *c; count++) {
+            size_t k = strcspn(c, " ");
+            const char *next = c + k + strspn(c + k, " ");
+            const char *sep = count == 0 ? "" : *next ? ", " : " or ";
+            len += snprintf(out + len, len < n ? n - len : 0, "%s%.*s", sep, (int)k, c);
+            c = next;
+        }
+        return;
+    }
+    int unbounded = s->max == (s->type == OPT_INT ? (double)INT_MAX : (double)FLT_MAX);
+    if (s->type == OPT_INT && s->min == 0 && s->max == 1) snprintf(out, n, "0 or 1");
+    else if (unbounded) snprintf(out, n, ">= %g", s->min);
+    else snprintf(out, n, "in [%g, %g]", s->min, s->max);
+}
+
+static int option_is_choice(const char *choices, const char *val) {
+    size_t n = strlen(val);
+    for (const char *c = choices; *c;) {
+        size_t k = strcspn(c, " ");
+        if (k == n && strncmp(c, val, n) == 0) return 1;
+        c += k + strspn(c + k, " ");
+    }
+    return 0;
+}
+
+// Parses val (the text after s->flag) into its field of o: text of another type, and a value outside
+// the row's range or choices, are refused naming the flag.
+static void set_option(Options *o, const OptSpec *s, const char *val) {
+    char *p = (char *)o + s->offset, *end = NULL, range[256];
+    option_range_text(s, range, sizeof(range));
+    if (s->type == OPT_INT) {
+        errno = 0;
+        long v = strtol(val, &end, 10);
+        if (*val == '\0' || *end != '\0') FATAL("option %s wants an integer, got '%s'", s->flag, val);
+        if (errno == ERANGE || v < INT_MIN || v > INT_MAX) FATAL("option %s wants a 32-bit integer, got '%s'", s->flag, val);
+        if (v < s->min || v > s->max) FATAL("option %s must be %s, got %s", s->flag, range, val);
+        *(int *)p = (int)v;
+    } else if (s->type == OPT_FLOAT) {
+        float v = strtof(val, &end);
+        if (*val == '\0' || *end != '\0' || !isfinite(v)) FATAL("option %s wants a number, got '%s'", s->flag, val);
+        if (v < s->min || v > s->max) FATAL("option %s must be %s, got %s", s->flag, range, val);
+        *(float *)p = v;
+    } else {
+        if (strlen(val) >= s->size) FATAL("option %s: value longer than %zu characters", s->flag, s->size - 1);
+        if (s->choices && !option_is_choice(s->choices, val)) FATAL("option %s must be %s, got '%s'", s->flag, range, val);
+        strcpy(p, val);
+    }
+}
+
+// A field's value as the command line would give it: floats in the fewest digits that read back the
+// same float, text in quotes ('' for none).
+static void format_option(char *out, size_t n, const OptSpec *s, const Options *o) {
+    const char *p = (const char *)o + s->offset;
+    if (s->type == OPT_INT) {
+        snprintf(out, n, "%d", *(const int *)p);
+    } else if (s->type == OPT_FLOAT) {
+        float v = *(const float *)p;
+        for (int digits = 6; digits <= 9; digits++) {
+            snprintf(out, n, "%.*g", digits, v);
+            if (strtof(out, NULL) == v) break;
+        }
+    } else {
+        snprintf(out, n, "'%s'", p);
+    }
+}
 
 static Options default_options(void) {
     Options o;
     memset(&o, 0, sizeof(o));
-    // the first run: TinyShakespeare (Llama 2 tokenizer), shipped in the repository
-    strcpy(o.train_pattern, "dev/data/tinyshakespeare/tinyshakespeare_llama2_train.bin");
-    strcpy(o.val_pattern, "dev/data/tinyshakespeare/tinyshakespeare_llama2_val.bin");
-    strcpy(o.tokenizer_path, "dev/data/tinyshakespeare/llama2_tokenizer.bin");
-    strcpy(o.log_dir, "log");
-    strcpy(o.precision, "fp8");
-    strcpy(o.fp8_recipe, "delayed");
-    strcpy(o.adam_moments, "bf16");
-    // 160 steps of 125m (~8 epochs of TinyShakespeare, about 30 s of training on an H200): val loss
-    // still falls there; it starts to overfit after ~200 steps
-    o.B = 16; o.T = 1024; o.total_batch = 0; o.max_steps = 160;
-    o.lr = 6e-4f; o.warmup = 20; o.final_lr_frac = 0.1f; o.weight_decay = 0.1f; o.grad_clip = 1.0f;
-    o.beta1 = 0.9f; o.beta2 = 0.95f;
-    o.val_every = 20; o.val_batches = 20; o.sample_every = 80; o.gen_tokens = 64;
-    o.ckpt_every = 0; o.resume = 0; o.recompute = 0; o.seed = 1337; o.shuffle = 0;
-    o.fp8_history = 16; o.fp8_margin = 0; o.fp8_lm_head = 0; o.fp8_log = 0; o.fp8_weight_cache = 1; o.fp8_dump = 0; o.ngpu = 0;
-    o.cuda_graph = 1; o.keep = 0;
+    for (int i = 0; i < NUM_OPTIONS; i++) set_option(&o, &OPTION_SPECS[i], OPTION_SPECS[i].def);
     return o;
 }
 
 static void print_usage(const char *prog) {
-    Options d = default_options();
     printf("usage: %s [options]   (fp8 training by default; -precision bf16 for the baseline)\n", prog);
     for (int i = 0; i < NUM_OPTIONS; i++) {
         const OptSpec *s = &OPTION_SPECS[i];
-        const char *p = (const char *)&d + s->offset;
-        char def[600];
-        if (s->type == OPT_INT) snprintf(def, sizeof(def), "%d", *(const int *)p);
-        else if (s->type == OPT_FLOAT) snprintf(def, sizeof(def), "%g", *(const float *)p);
-        else snprintf(def, sizeof(def), "'%s'", p);
-        printf("  %-13s %s (default %s)\n", s->flag, s->help, def);
+        char range[256];
+        option_range_text(s, range, sizeof(range));
+        printf("  %-13s %s (default %s%s%s%s%s)\n", s->flag, s->help, s->type == OPT_STR ? "'" : "", s->def, s->type == OPT_STR ? "'" : "",
+               range[0] ? "; " : "", range);
     }
     printf("  -h            this help\n");
 }
@@ -171,20 +258,7 @@ static Options parse_options(int argc, char **argv) {
         for (int k = 0; k < NUM_OPTIONS; k++) if (strcmp(argv[i], OPTION_SPECS[k].flag) == 0) s = &OPTION_SPECS[k];
         if (s == NULL) { print_usage(argv[0]); FATAL("unknown option '%s' (see the list above)", argv[i]); }
         if (i + 1 >= argc) FATAL("option %s needs a value", argv[i]);
-        const char *val = argv[++i];
-        char *p = (char *)&o + s->offset, *end = NULL;
-        if (s->type == OPT_INT) {
-            long v = strtol(val, &end, 10);
-            if (*val == '\0' || *end != '\0') FATAL("option %s wants an integer, got '%s'", s->flag, val);
-            *(int *)p = (int)v;
-        } else if (s->type == OPT_FLOAT) {
-            float v = strtof(val, &end);
-            if (*val == '\0' || *end != '\0' || !isfinite(v)) FATAL("option %s wants a number, got '%s'", s->flag, val);
-            *(float *)p = v;
-        } else {
-            if (strlen(val) >= s->size) FATAL("option %s: value longer than %zu characters", s->flag, s->size - 1);
-            strcpy(p, val);
-        }
+        set_option(&o, s, argv[++i]);
     }
     return o;
 }
@@ -231,8 +305,8 @@ typedef struct {
 } Activations;
 
 
-// How the model trains, besides its shape: the command line's choices (main builds it from the
-// options, the tests from model_options), read by model_init, the checkpoint header and the tests.
+// How the model trains, besides its shape: the command line's choices (model_options_of takes them
+// from the options), read by model_init, the checkpoint header and the tests.
 typedef struct {
     int B, T;              // micro-batch (sequences per GPU), sequence length
     int precision;         // PREC_BF16 or PREC_FP8
@@ -243,11 +317,32 @@ typedef struct {
     int cuda_graph;        // -cuda_graph: forward and backward replayed as a CUDA graph (StepGraph)
 } ModelOptions;
 
-// The command line's defaults for a B x T model of one precision, except fp32 AdamW moments (the C reference's; a test sets moments_bf16).
-static ModelOptions model_options(int B, int T, int precision) {
-    ModelOptions o = {B, T, precision, 0, 0, 0, 16, 0, 1, 0, 1};
-    return o;
+// The model's part of options whose values their rows accepted (parse_options, default_options).
+static ModelOptions model_options_of(const Options *o) {
+    ModelOptions mo;
+    memset(&mo, 0, sizeof(mo));
+    mo.B = o->B; mo.T = o->T;
+    mo.precision = strcmp(o->precision, "fp8") == 0 ? PREC_FP8 : PREC_BF16;
+    mo.recompute = o->recompute;
+    mo.moments_bf16 = strcmp(o->adam_moments, "bf16") == 0;
+    mo.fp8_current = strcmp(o->fp8_recipe, "current") == 0;
+    mo.fp8_history = o->fp8_history; mo.fp8_margin = o->fp8_margin;
+    mo.fp8_weight_cache = o->fp8_weight_cache; mo.fp8_lm_head = o->fp8_lm_head;
+    mo.cuda_graph = o->cuda_graph;
+    return mo;
 }
+
+#ifdef TESTING
+// The tests' model: the command line's defaults for a B x T model of one precision, except fp32 AdamW
+// moments (the C reference's; a test sets moments_bf16).
+static ModelOptions model_options(int B, int T, int precision) {
+    Options o = default_options();
+    o.B = B; o.T = T;
+    strcpy(o.precision, precision == PREC_FP8 ? "fp8" : "bf16");
+    strcpy(o.adam_moments, "fp32");
+    return model_options_of(&o);
+}
+#endif
 
 // The fp8 mode, derived from the options once (fp8_mode): which linears are fp8, how scales are set,
 // where the E4M3 weights live and who writes them. Forward, backward and update read only this.
@@ -1771,11 +1866,7 @@ static HellaSwagScore hellaswag_evaluate(Model *m, const HellaSwag *hs, float *h
 
 // -hs: the file, read for this model's vocabulary and sequence length (every bad file refused here).
 static int hellaswag_open(HellaSwag *hs, const Options *o, const LlamaConfig *cfg, int print) {
-    if (o->hellaswag_items < 0) FATAL("-hs_items must not be negative (0: all items)");
-    if (o->hellaswag_path[0] == '\0') {
-        if (o->hellaswag_preds[0]) FATAL("-hs_preds '%s' needs a HellaSwag file (-hs)", o->hellaswag_preds);
-        return 0;
-    }
+    if (o->hellaswag_path[0] == '\0') return 0;
     hellaswag_init(hs, o->hellaswag_path, o->hellaswag_items, cfg->V, o->T);
     if (hs->vocab_size > cfg->V)
         FATAL("HellaSwag file '%s' was made with a tokenizer of %d tokens, more than the model's vocabulary of %d: make it with the model's tokenizer",
@@ -1957,32 +2048,21 @@ static LlamaConfig run_model_config(const Options *o, const Tokenizer *tok) {
     return cfg;
 }
 
-// The options checked (every bad value refused here, before any GPU work) and the model's taken from
-// them. Fills in -d's default and returns the gradient accumulation steps in *grad_accum.
-static ModelOptions checked_options(Options *o, int *grad_accum) {
-    ModelOptions mo = model_options(o->B, o->T, PREC_BF16);
-    mo.precision = strcmp(o->precision, "fp8") == 0 ? PREC_FP8 : strcmp(o->precision, "bf16") == 0 ? PREC_BF16 : -1;
-    if (mo.precision < 0) FATAL("-precision must be fp8 or bf16, got '%s'", o->precision);
-    mo.fp8_current = strcmp(o->fp8_recipe, "current") == 0;
-    if (!mo.fp8_current && strcmp(o->fp8_recipe, "delayed") != 0) FATAL("-fp8_recipe must be delayed or current, got '%s'", o->fp8_recipe);
-    if (o->fp8_lm_head != 0 && o->fp8_lm_head != 1) FATAL("-fp8_lm_head must be 0 or 1");
-    if (o->fp8_lm_head && mo.precision != PREC_FP8) FATAL("-fp8_lm_head 1 needs -precision fp8");
-    if (o->B <= 0 || o->T <= 0) FATAL("-b and -t must be positive");
-    mo.moments_bf16 = strcmp(o->adam_moments, "bf16") == 0;
-    if (!mo.moments_bf16 && strcmp(o->adam_moments, "fp32") != 0) FATAL("-adam_moments must be fp32 or bf16, got '%s'", o->adam_moments);
-    if (o->fp8_history < 1 || o->fp8_history > 1024) FATAL("-fp8_history must be in [1, 1024], got %d", o->fp8_history);
-    if (o->warmup < 0 || o->val_batches < 0 || o->gen_tokens < 0) FATAL("-u, -m and -g must not be negative");
-    if (o->recompute < 0 || o->recompute > 1) FATAL("-r must be 0 or 1");
-    if (o->fp8_weight_cache != 0 && o->fp8_weight_cache != 1) FATAL("-fp8_weight_cache must be 0 or 1");
-    if (o->deterministic != 0 && o->deterministic != 1) FATAL("-deterministic must be 0 or 1");
-    if (o->cuda_graph != 0 && o->cuda_graph != 1) FATAL("-cuda_graph must be 0 or 1");
-    if (o->fp8_dump && (mo.precision != PREC_FP8 || o->log_dir[0] == '\0')) FATAL("-fp8_dump 1 needs -precision fp8 and a log directory (-o)");
+// The rules between options, and between the options and the model's shape (each option's own
+// range its row checked when it was parsed), all refused here, before any GPU work; the model's
+// options taken from them. Fills in -d's default and returns the gradient accumulation steps in *grad_accum.
+static ModelOptions checked_options(Options *o, const LlamaConfig *cfg, int *grad_accum) {
+    ModelOptions mo = model_options_of(o);
+    int fp8 = mo.precision == PREC_FP8;
+    if (o->fp8_lm_head && !fp8) FATAL("-fp8_lm_head 1 needs -precision fp8");
+    // AdamW writes an fp8 linear's E4M3 weights into its bf16 parameters: a tied lm_head is the embedding
+    if (o->fp8_lm_head && fp8 && cfg->tied_embeddings) FATAL("-fp8_lm_head 1 cannot be used with tied embeddings");
+    if ((long long)o->B * o->T > INT_MAX) FATAL("-b %d times -t %d is more than 2^31 - 1 tokens per micro-batch", o->B, o->T);
+    if (fp8 && (cfg->C % 16 || cfg->FF % 16 || (o->B * o->T) % 16))
+        FATAL("fp8 GEMMs need C, FF and B*T to be multiples of 16 (C=%d FF=%d B*T=%d)", cfg->C, cfg->FF, o->B * o->T);
+    if (o->fp8_dump && (!fp8 || o->log_dir[0] == '\0')) FATAL("-fp8_dump 1 needs -precision fp8 and a log directory (-o)");
     if (o->resume && o->log_dir[0] == '\0') FATAL("-y 1 needs a log directory (-o) to resume from");
-    if (o->keep < 0) FATAL("-keep must be 0 (keep every checkpoint) or the number of newest checkpoints to keep, got %d", o->keep);
-    mo.recompute = o->recompute;
-    mo.fp8_history = o->fp8_history; mo.fp8_margin = o->fp8_margin;
-    mo.fp8_weight_cache = o->fp8_weight_cache; mo.fp8_lm_head = o->fp8_lm_head;
-    mo.cuda_graph = o->cuda_graph;
+    if (o->hellaswag_preds[0] && o->hellaswag_path[0] == '\0') FATAL("-hs_preds '%s' needs a HellaSwag file (-hs)", o->hellaswag_preds);
     // the total batch must split over the ranks: refused here, before -ngpu starts any
     int planned_world = mg_planned_world(o->ngpu);
     long long tokens_per_micro = (long long)o->B * o->T * planned_world;
@@ -1992,6 +2072,26 @@ static ModelOptions checked_options(Options *o, int *grad_accum) {
               planned_world, tokens_per_micro);
     *grad_accum = (int)(o->total_batch / tokens_per_micro);
     return mo;
+}
+
+// The model's name as the run's description gives it: the model file, or the preset.
+static const char *run_model_name(const Options *o) { return o->init_from[0] ? o->init_from : o->model[0] ? o->model : "125m"; }
+
+// main.log's header of a (re)start: the run's description on the '#' line (scripts/trainer_log.py
+// reads it), then the options line, every row's flag with this run's value (-d and -x as filled in),
+// so the log says how its run was made.
+static void write_log_header(FILE *f, const char *gpu_name, const LlamaConfig *cfg, const Options *o, int world, int synthetic) {
+    fprintf(f, "# %s precision %s model %s V %d L %d C %d NH %d NKV %d FF %d B %d T %d total_batch %d adam_moments %s%s",
+            gpu_name, o->precision, run_model_name(o), cfg->V, cfg->L, cfg->C, cfg->NH, cfg->NKV, cfg->FF, o->B, o->T, o->total_batch, o->adam_moments,
+            synthetic ? " data synthetic" : "");
+    fprintf(f, world > 1 ? " gpus %d\n" : "\n", world);
+    fprintf(f, "options:");
+    for (int i = 0; i < NUM_OPTIONS; i++) {
+        char value[2100];
+        format_option(value, sizeof(value), &OPTION_SPECS[i], o);
+        fprintf(f, " %s %s", OPTION_SPECS[i].flag, value);
+    }
+    fprintf(f, "\n");
 }
 
 // The training and (have_val) val loaders of this rank; returns the val batch positions an
@@ -2140,7 +2240,6 @@ static int start_model(Model *m, TrainState *ts, DataLoader *train, const Option
 static void print_run(const Model *m, const Options *o, const MultiGpu *mg, const cudaDeviceProp *prop, int grad_accum,
                       int resumed_from, int synthetic, FILE *logf) {
     const LlamaConfig *cfg = &m->cfg;
-    const char *model_name = o->init_from[0] ? o->init_from : o->model[0] ? o->model : "125m";
     if (mg_is_main(mg)) {
         char gpus[320];
         if (mg->world > 1) snprintf(gpus, sizeof(gpus), "%d x %s (%s)", mg->world, prop->name, MG_LAUNCH_NAMES[mg->launch]);
@@ -2151,7 +2250,7 @@ static void print_run(const Model *m, const Options *o, const MultiGpu *mg, cons
                      cfg->rope_low_freq_factor, cfg->rope_high_freq_factor, cfg->rope_original_T);
         printf("train_llama_fp8 | %s | %s%s | model %s: V %d L %d C %d NH %d NKV %d FF %d theta %g%s%s | %.1fM params\n",
                gpus, o->precision, m->fp8.on ? (m->fp8.live_always ? " (current scaling)" : " (delayed scaling)") : "",
-               model_name, cfg->V, cfg->L, cfg->C, cfg->NH, cfg->NKV, cfg->FF, cfg->rope_theta, rope, cfg->tied_embeddings ? " | tied embeddings" : "",
+               run_model_name(o), cfg->V, cfg->L, cfg->C, cfg->NH, cfg->NKV, cfg->FF, cfg->rope_theta, rope, cfg->tied_embeddings ? " | tied embeddings" : "",
                m->num_params / 1e6);
         printf("B %d T %d | total batch %d tokens (grad accum %d) | %d steps | lr %g warmup %d final %g | wd %g clip %g | AdamW moments %s | %s attention\n",
                o->B, o->T, o->total_batch, grad_accum, o->max_steps, o->lr, o->warmup, o->final_lr_frac, o->weight_decay, o->grad_clip, o->adam_moments,
@@ -2160,18 +2259,20 @@ static void print_run(const Model *m, const Options *o, const MultiGpu *mg, cons
                resumed_from >= 0 ? " | resumed" : "");
         if (resumed_from >= 0) printf("resumed from step %d of '%s'\n", resumed_from, o->log_dir);
     }
-    if (!logf) return;
-    fprintf(logf, "# %s precision %s model %s V %d L %d C %d NH %d NKV %d FF %d B %d T %d total_batch %d adam_moments %s%s",
-            prop->name, o->precision, model_name, cfg->V, cfg->L, cfg->C, cfg->NH, cfg->NKV, cfg->FF, o->B, o->T, o->total_batch, o->adam_moments,
-            synthetic ? " data synthetic" : "");
-    fprintf(logf, mg->world > 1 ? " gpus %d\n" : "\n", mg->world);
+    if (logf) write_log_header(logf, prop->name, cfg, o, mg->world, synthetic);
 }
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); // progress lines reach a log file or pipe as they are printed
     Options o = parse_options(argc, argv);
+    // data first: the tokenizer decides the vocabulary size (of a new model), and some option rules need the shape
+    Tokenizer tok;
+    int have_tok = tokenizer_init_optional(&tok, o.tokenizer_path);
+    LlamaConfig cfg = run_model_config(&o, have_tok ? &tok : NULL);
+    const char *bad = config_check(&cfg);
+    if (bad) FATAL("bad model config: %s", bad);
     int grad_accum;
-    ModelOptions mo = checked_options(&o, &grad_accum);
+    ModelOptions mo = checked_options(&o, &cfg, &grad_accum);
 
     int planned_world;
     // before anything starts a thread (CUDA, NCCL, OpenMP), so every thread inherits the block; the
@@ -2189,14 +2290,6 @@ int main(int argc, char **argv) {
     if (mo.precision == PREC_FP8 && prop.major * 10 + prop.minor < 89)
         FATAL("fp8 GEMMs need compute capability 8.9+ (Ada/Hopper); %s is %d.%d. Use -precision bf16.", prop.name, prop.major, prop.minor);
 
-    // data first: the tokenizer decides the vocabulary size (of a new model)
-    Tokenizer tok;
-    int have_tok = tokenizer_init_optional(&tok, o.tokenizer_path);
-    LlamaConfig cfg = run_model_config(&o, have_tok ? &tok : NULL);
-    const char *bad = config_check(&cfg);
-    if (bad) FATAL("bad model config: %s", bad);
-    if (mo.precision == PREC_FP8 && (cfg.C % 16 || cfg.FF % 16 || (o.B * o.T) % 16))
-        FATAL("fp8 GEMMs need C, FF and B*T to be multiples of 16 (C=%d FF=%d B*T=%d)", cfg.C, cfg.FF, o.B * o.T);
     DataLoader train, val;
     int have_val = o.val_pattern[0] != '\0', synthetic = strcmp(o.train_pattern, "synthetic") == 0;
     int val_batches = open_data(&o, &cfg, &mg, &train, &val);

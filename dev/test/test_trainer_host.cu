@@ -3,8 +3,12 @@ Host-only tests of trainer code that needs no GPU (CI runs them): the checkpoint
 written and read back; every kind of bad file refused with a message, every state-header field of
 another run refused naming it (and the flag that resumes it), a refused write never replacing the
 good file and leaving nothing behind, the model file's checksum covering every header word, version 2
-still loading, zlib's CRC-32 fed in pieces, a section streamed to a reader that keeps only part of it, the free-space check, -keep's pruning), the option parser (its
-errors, that every documented flag parses, the AdamW moments' default), the main loop's work after a
+still loading, zlib's CRC-32 fed in pieces, a section streamed to a reader that keeps only part of it, the free-space check, -keep's pruning), the options, table-driven
+over OPTION_SPECS (its errors; every row parsed into its own field and every field in a row; each
+row's ends accepted, a value below and above them or another choice refused naming the flag, the
+default inside; the usage line of every row; main.log's header with every row's value; the rules
+between options in checked_options; the README's commands parsed and checked to the Options and
+ModelOptions written out, model_options the defaults; the AdamW moments' default), the main loop's work after a
 step (a non-finite step included), the launch decision, the stop signals (in every thread; the real
 -ngpu launcher, mg_launch_ranks, with stand-in ranks: this program run again, taking the signals as
 the trainer does), the learning-rate schedule, the MFU text, and the data loaders as open_data makes them on 1-8
@@ -177,23 +181,6 @@ static void expect_option_error(const char *a1, const char *a2, const char *want
     CHECK(strstr(err, want) != NULL, "'%s %s': message lacks '%s': %s", a1, a2 ? a2 : "", want, err);
 }
 
-static void test_options(void) {
-    expect_option_error("-bogus", "1", "unknown option '-bogus'");
-    expect_option_error("-b", "x", "wants an integer");
-    expect_option_error("-l", "fast", "wants a number");
-    expect_option_error("-b", NULL, "needs a value");
-    // every flag of the table parses a value of its type, and lands in its own field
-    for (int i = 0; i < NUM_OPTIONS; i++) {
-        const OptSpec *s = &OPTION_SPECS[i];
-        const char *val = s->type == OPT_INT ? "3" : s->type == OPT_FLOAT ? "0.25" : "x";
-        char *argv[] = {(char *)"train_llama_fp8", (char *)s->flag, (char *)val, NULL};
-        Options o = parse_options(3, argv);
-        const char *p = (const char *)&o + s->offset;
-        int ok = s->type == OPT_INT ? *(const int *)p == 3 : s->type == OPT_FLOAT ? *(const float *)p == 0.25f : strcmp(p, "x") == 0;
-        CHECK(ok, "option %s did not set its field", s->flag);
-    }
-}
-
 // The state file's header of a run (state_header, as save_checkpoint writes it) and the refusal of
 // one written by another run (state_expect, as load_checkpoint reads it): a mismatch in a word set
 // by a flag names the flag that resumes the file. Only the fields set here differ from zero.
@@ -250,12 +237,20 @@ static void test_checkpoint_other_run(void) {
     }
 }
 
+// The shape checked_options sees: the preset of -e (125m without it; -init_from's file is not read here).
+static LlamaConfig preset_config(const Options *o) {
+    LlamaConfig cfg;
+    if (!config_from_preset(o->model[0] ? o->model : "125m", &cfg)) { fprintf(stderr, "no preset '%s'\n", o->model); exit(4); }
+    return cfg;
+}
+
 static void options_in_child(void *arg) {
     char **argv = (char **)arg;
     int argc = 0, grad_accum;
     while (argv[argc]) argc++;
     Options o = parse_options(argc, argv);
-    ModelOptions mo = checked_options(&o, &grad_accum);
+    LlamaConfig cfg = preset_config(&o);
+    ModelOptions mo = checked_options(&o, &cfg, &grad_accum);
     fprintf(stderr, "moments_bf16 %d\n", mo.moments_bf16);
 }
 
@@ -274,6 +269,224 @@ static void test_adam_moments_option(void) {
     const char *help = NULL;
     for (int i = 0; i < NUM_OPTIONS; i++) if (strcmp(OPTION_SPECS[i].flag, "-adam_moments") == 0) help = OPTION_SPECS[i].help;
     CHECK(help && strncmp(help, "AdamW m and v in bf16", 21) == 0 && strstr(help, "or fp32"), "the usage text: '%s'", help ? help : "(none)");
+}
+
+// A value of the row's type inside its range or choices, other than its default: what the parse
+// must put into the row's own field.
+static void other_value(const OptSpec *s, char *out, size_t n) {
+    if (s->type == OPT_INT) {
+        long d = strtol(s->def, NULL, 10);
+        snprintf(out, n, "%ld", d == (long)s->min ? (long)s->min + 1 : (long)s->min);
+    } else if (s->type == OPT_FLOAT) {
+        snprintf(out, n, "%g", s->min + 0.25); // every float row's default is another value
+    } else if (s->choices) {
+        size_t k = strcspn(s->choices, " ");
+        const char *second = s->choices + k + 1;
+        if (strncmp(s->choices, s->def, k) == 0 && s->def[k] == '\0') snprintf(out, n, "%.*s", (int)strcspn(second, " "), second);
+        else snprintf(out, n, "%.*s", (int)k, s->choices);
+    } else {
+        snprintf(out, n, "x");
+    }
+}
+
+static void test_options(void) {
+    expect_option_error("-bogus", "1", "unknown option '-bogus'");
+    expect_option_error("-b", "x", "wants an integer");
+    expect_option_error("-l", "fast", "wants a number");
+    expect_option_error("-b", NULL, "needs a value");
+    // every row parses a value of its type, and lands in its own field
+    for (int i = 0; i < NUM_OPTIONS; i++) {
+        const OptSpec *s = &OPTION_SPECS[i];
+        char val[64];
+        other_value(s, val, sizeof(val));
+        char *argv[] = {(char *)"train_llama_fp8", (char *)s->flag, val, NULL};
+        Options o = parse_options(3, argv), d = default_options();
+        const char *p = (const char *)&o + s->offset;
+        int ok = s->type == OPT_INT ? *(const int *)p == atoi(val) : s->type == OPT_FLOAT ? *(const float *)p == strtof(val, NULL) : strcmp(p, val) == 0;
+        CHECK(ok, "option %s %s did not set its field", s->flag, val);
+        memcpy((char *)&d + s->offset, p, s->size);
+        CHECK(memcmp(&d, &o, sizeof(o)) == 0, "option %s %s changed another field", s->flag, val);
+    }
+    // every field of Options has its row (the rows cover every byte but the struct's end padding)
+    static unsigned char covered[sizeof(Options)];
+    memset(covered, 0, sizeof(covered));
+    for (int i = 0; i < NUM_OPTIONS; i++) memset(covered + OPTION_SPECS[i].offset, 1, OPTION_SPECS[i].size);
+    size_t last = 0;
+    for (size_t b = 0; b < sizeof(Options); b++) if (covered[b]) last = b + 1;
+    for (size_t b = 0; b < last; b++) CHECK(covered[b], "byte %zu of Options is in no row's field", b);
+    CHECK(sizeof(Options) - last < 4, "the last %zu bytes of Options are in no row's field", sizeof(Options) - last);
+}
+
+typedef struct { const char *flag, *value; } OptionArg;
+
+static void one_option_in_child(void *arg) {
+    const OptionArg *a = (const OptionArg *)arg;
+    char *argv[] = {(char *)"train_llama_fp8", (char *)a->flag, (char *)a->value, NULL};
+    Options o = parse_options(3, argv);
+    (void)o;
+}
+
+static int option_refused(const char *flag, const char *value, char *err, size_t n) {
+    OptionArg a = {flag, value};
+    return run_expect_fatal(one_option_in_child, &a, err, n) != 0;
+}
+
+// Every row: its ends accepted, a value just below and just above refused with a message naming the
+// flag (beyond the type's own end: a number that does not fit); a choice row: each choice accepted,
+// another refused; the default inside the range.
+static void test_option_ranges(void) {
+    char err[2048], named[64], v[64];
+    for (int i = 0; i < NUM_OPTIONS; i++) {
+        const OptSpec *s = &OPTION_SPECS[i];
+        snprintf(named, sizeof(named), "option %s ", s->flag);
+        if (s->type == OPT_STR && !s->choices) continue; // any text (its length: test_options' errors)
+        if (s->type == OPT_STR) {
+            for (const char *c = s->choices; *c;) {
+                size_t k = strcspn(c, " ");
+                snprintf(v, sizeof(v), "%.*s", (int)k, c);
+                CHECK(!option_refused(s->flag, v, err, sizeof(err)), "%s %s (a choice) refused: %s", s->flag, v, err);
+                c += k + strspn(c + k, " ");
+            }
+            CHECK(option_refused(s->flag, "nope", err, sizeof(err)) && strstr(err, named) && strstr(err, "'nope'"),
+                  "%s nope: not refused naming the flag: %s", s->flag, err);
+            OptionArg a = {s->flag, s->def};
+            CHECK(run_expect_fatal(one_option_in_child, &a, err, sizeof(err)) == 0, "%s's default '%s' is no choice: %s", s->flag, s->def, err);
+            continue;
+        }
+        double d = strtod(s->def, NULL);
+        CHECK(d >= s->min && d <= s->max, "%s's default %s is outside [%g, %g]", s->flag, s->def, s->min, s->max);
+        const char *fmt = s->type == OPT_INT ? "%.0f" : "%.9g";
+        double top = s->type == OPT_INT ? (double)INT_MAX : (double)FLT_MAX;
+        snprintf(v, sizeof(v), fmt, s->min);
+        CHECK(!option_refused(s->flag, v, err, sizeof(err)), "%s %s (its lowest) refused: %s", s->flag, v, err);
+        snprintf(v, sizeof(v), fmt, s->max);
+        CHECK(!option_refused(s->flag, v, err, sizeof(err)), "%s %s (its highest) refused: %s", s->flag, v, err);
+        double below = s->type == OPT_INT ? s->min - 1 : s->min - 0.5, above = s->type == OPT_INT ? s->max + 1 : s->max + 1e-6;
+        snprintf(v, sizeof(v), fmt, below);
+        CHECK(option_refused(s->flag, v, err, sizeof(err)) && strstr(err, named), "%s %s (below its range) not refused naming the flag: %s", s->flag, v, err);
+        if (s->max == top) snprintf(v, sizeof(v), s->type == OPT_INT ? "2147483648" : "1e39");
+        else snprintf(v, sizeof(v), fmt, above);
+        CHECK(option_refused(s->flag, v, err, sizeof(err)) && strstr(err, named), "%s %s (above its range) not refused naming the flag: %s", s->flag, v, err);
+    }
+    // the margin's end is within fp8_scaling.cuh's (the later check there names a function, not the flag)
+    for (int i = 0; i < NUM_OPTIONS; i++) {
+        if (strcmp(OPTION_SPECS[i].flag, "-fp8_margin") != 0) continue;
+        CHECK(OPTION_SPECS[i].min == 0 && OPTION_SPECS[i].max == 100, "-fp8_margin's range [%g, %g], fp8_check_margin's [0, 100]",
+              OPTION_SPECS[i].min, OPTION_SPECS[i].max);
+    }
+    CHECK(option_refused("-fp8_margin", "-1", err, sizeof(err)) && strstr(err, "option -fp8_margin must be in [0, 100], got -1"), "-fp8_margin -1: %s", err);
+    CHECK(option_refused("-fp8_margin", "500", err, sizeof(err)) && strstr(err, "option -fp8_margin must be in [0, 100], got 500"), "-fp8_margin 500: %s", err);
+}
+
+static void usage_in_child(void *arg) {
+    if (!freopen((const char *)arg, "w", stdout)) exit(4);
+    print_usage("train_llama_fp8");
+    fflush(stdout); // the child leaves by _exit
+}
+
+// The usage text: a line per row with its help, its default and its range or choices.
+static void test_usage(void) {
+    char path[128], err[1024];
+    path_in_dir(path, sizeof(path), "usage.txt");
+    CHECK(run_expect_fatal(usage_in_child, path, err, sizeof(err)) == 0, "print_usage: %s", err);
+    FILE *f = fopen(path, "r");
+    static char text[65536];
+    size_t n = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
+    text[n] = '\0';
+    if (f) fclose(f);
+    for (int i = 0; i < NUM_OPTIONS; i++) {
+        const OptSpec *s = &OPTION_SPECS[i];
+        char head[64], want[600];
+        snprintf(head, sizeof(head), "\n  %-13s %s (default ", s->flag, "");
+        head[strlen(head) - strlen(" (default ")] = '\0';
+        const char *line = strstr(text, head);
+        CHECK(line != NULL, "usage: no line for %s", s->flag);
+        if (!line) continue;
+        const char *eol = strchr(line + 1, '\n');
+        char row[4096];
+        snprintf(row, sizeof(row), "%.*s", (int)(eol ? eol - line : (long)strlen(line)), line);
+        CHECK(strstr(row, s->help) != NULL, "usage: %s's line lacks its help: %s", s->flag, row);
+        snprintf(want, sizeof(want), s->type == OPT_STR ? "(default '%s'" : "(default %s", s->def);
+        CHECK(strstr(row, want) != NULL, "usage: %s's line lacks '%s': %s", s->flag, want, row);
+        if (s->type == OPT_STR && s->choices) {
+            for (const char *c = s->choices; *c;) {
+                size_t k = strcspn(c, " ");
+                snprintf(want, sizeof(want), "%.*s", (int)k, c);
+                CHECK(strstr(strstr(row, "(default"), want) != NULL, "usage: %s's line lacks the choice %s: %s", s->flag, want, row);
+                c += k + strspn(c + k, " ");
+            }
+        } else if (s->type != OPT_STR) {
+            double top = s->type == OPT_INT ? (double)INT_MAX : (double)FLT_MAX;
+            if (s->type == OPT_INT && s->min == 0 && s->max == 1) snprintf(want, sizeof(want), "; 0 or 1)");
+            else if (s->max == top) snprintf(want, sizeof(want), "; >= %g)", s->min);
+            else snprintf(want, sizeof(want), "; in [%g, %g])", s->min, s->max);
+            CHECK(strstr(row, want) != NULL, "usage: %s's line lacks its range '%s': %s", s->flag, want, row);
+        }
+    }
+}
+
+// main.log's header: the '#' line as before, then every row's flag with the run's value, -fp8_margin's too.
+static void test_log_header(void) {
+    Options o = default_options();
+    char typed[NUM_OPTIONS][64];
+    for (int i = 0; i < NUM_OPTIONS; i++) {
+        other_value(&OPTION_SPECS[i], typed[i], sizeof(typed[i]));
+        set_option(&o, &OPTION_SPECS[i], typed[i]);
+    }
+    LlamaConfig cfg;
+    config_from_preset("tiny", &cfg);
+    char path[128];
+    path_in_dir(path, sizeof(path), "main.log");
+    FILE *f = fopen(path, "w");
+    write_log_header(f, "NVIDIA H200", &cfg, &o, 2, 0);
+    fclose(f);
+    f = fopen(path, "r");
+    static char text[65536];
+    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    CHECK(strncmp(text, "# NVIDIA H200 precision ", 24) == 0 && strstr(text, " gpus 2\noptions: "), "the header's first line: %.200s", text);
+    const char *line = strstr(text, "\noptions:");
+    for (int i = 0; line && i < NUM_OPTIONS; i++) {
+        const OptSpec *s = &OPTION_SPECS[i];
+        char want[128];
+        snprintf(want, sizeof(want), s->type == OPT_STR ? " %s '%s'" : " %s %s", s->flag, typed[i]);
+        const char *at = strstr(line, want);
+        char next = at ? at[strlen(want)] : '\0';
+        CHECK(at && (next == ' ' || next == '\n'), "main.log's options line lacks '%s': %s", want, line);
+    }
+    CHECK(line && strstr(line, " -fp8_margin 1 "), "main.log does not say margin 1: %s", line ? line : text);
+}
+
+// The rules between options (and with the model's shape), refused by checked_options naming them.
+static void test_option_rules(void) {
+    const char *cases[][12] = {
+        {"-fp8_lm_head 1 needs -precision fp8", "-fp8_lm_head", "1", "-precision", "bf16"},
+        {"-fp8_lm_head 1 cannot be used with tied embeddings", "-fp8_lm_head", "1", "-e", "smollm2-135m"},
+        {"-fp8_dump 1 needs -precision fp8 and a log directory (-o)", "-fp8_dump", "1", "-o", ""},
+        {"-fp8_dump 1 needs -precision fp8 and a log directory (-o)", "-fp8_dump", "1", "-precision", "bf16"},
+        {"-y 1 needs a log directory (-o)", "-y", "1", "-o", ""},
+        {"-hs_preds 'p.txt' needs a HellaSwag file (-hs)", "-hs_preds", "p.txt"},
+        {"-d 1000 (total batch tokens) must be a multiple of B*T*ngpu = 16*1024*1", "-d", "1000"},
+        {"-d 16384 (total batch tokens) must be a multiple of B*T*ngpu = 16*1024*2", "-ngpu", "2", "-d", "16384"},
+        {"fp8 GEMMs need C, FF and B*T to be multiples of 16", "-b", "1", "-t", "8"},
+        {"-b 65536 times -t 65536 is more than 2^31 - 1 tokens", "-b", "65536", "-t", "65536"},
+    };
+    char err[2048];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *argv[12] = {"train_llama_fp8"};
+        for (int k = 1; k < 12 && cases[i][k]; k++) argv[k] = cases[i][k];
+        CHECK(run_expect_fatal(options_in_child, (void *)argv, err, sizeof(err)) != 0 && strstr(err, cases[i][0]), "'%s %s ...' not refused with '%s': %s", argv[1], argv[2], cases[i][0], err);
+    }
+    const char *fine[][8] = {
+        {"-fp8_lm_head", "1"}, {"-fp8_dump", "1"}, {"-precision", "bf16", "-b", "1", "-t", "8"},
+        {"-e", "smollm2-135m", "-precision", "bf16", "-fp8_lm_head", "0"}, {"-hs_preds", "p.txt", "-hs", "h.bin"}, {"-ngpu", "2", "-d", "65536"},
+    };
+    for (size_t i = 0; i < sizeof(fine) / sizeof(fine[0]); i++) {
+        const char *argv[10] = {"train_llama_fp8"};
+        for (int k = 0; k < 8 && fine[i][k]; k++) argv[k + 1] = fine[i][k];
+        CHECK(run_expect_fatal(options_in_child, (void *)argv, err, sizeof(err)) == 0, "'%s %s' refused: %s", argv[1], argv[2], err);
+    }
 }
 
 // A version-1 file (FNV-1a checksum, written before CRC-32) still reads.
@@ -924,9 +1137,156 @@ static void test_resume_options(void) {
     CHECK(run_expect_fatal(options_in_child, (void *)eval_resume, err, sizeof(err)) == 0, "-x 0 -y 1 -o DIR refused: %s", err);
     CHECK(run_expect_fatal(options_in_child, (void *)no_dir, err, sizeof(err)) != 0 && strstr(err, "-y 1 needs a log directory (-o)"),
           "-y 1 -o '': %s", err);
-    CHECK(run_expect_fatal(options_in_child, (void *)keep_neg, err, sizeof(err)) != 0 && strstr(err, "-keep must be 0"), "-keep -1: %s", err);
+    CHECK(run_expect_fatal(options_in_child, (void *)keep_neg, err, sizeof(err)) != 0 && strstr(err, "option -keep must be >= 0, got -1"), "-keep -1: %s", err);
     Options d = default_options();
     CHECK(d.keep == 0, "-keep's default is %d, the usage text says 0 (keep all)", d.keep);
+}
+
+// ---- the options of the README's commands, as parsed and checked before the options became one
+// table of rows (issue 31.1): every field of Options and ModelOptions written out here, so a change
+// to a default or to how a flag lands in the model's options shows as a difference.
+static Options written_defaults(void) {
+    Options o;
+    memset(&o, 0, sizeof(o));
+    strcpy(o.train_pattern, "dev/data/tinyshakespeare/tinyshakespeare_llama2_train.bin");
+    strcpy(o.val_pattern, "dev/data/tinyshakespeare/tinyshakespeare_llama2_val.bin");
+    strcpy(o.tokenizer_path, "dev/data/tinyshakespeare/llama2_tokenizer.bin");
+    strcpy(o.log_dir, "log");
+    strcpy(o.precision, "fp8"); strcpy(o.fp8_recipe, "delayed"); strcpy(o.adam_moments, "bf16");
+    o.B = 16; o.T = 1024; o.total_batch = 0; o.max_steps = 160; o.warmup = 20; o.val_every = 20; o.val_batches = 20;
+    o.sample_every = 80; o.gen_tokens = 64; o.ckpt_every = 0; o.resume = 0; o.recompute = 0; o.seed = 1337; o.shuffle = 0;
+    o.fp8_history = 16; o.fp8_margin = 0; o.fp8_lm_head = 0; o.fp8_log = 0; o.fp8_dump = 0; o.ngpu = 0; o.fp8_weight_cache = 1;
+    o.deterministic = 0; o.cuda_graph = 1; o.keep = 0;
+    o.lr = 6e-4f; o.final_lr_frac = 0.1f; o.weight_decay = 0.1f; o.grad_clip = 1.0f; o.beta1 = 0.9f; o.beta2 = 0.95f;
+    return o;
+}
+
+typedef struct { const char *argv[64]; Options want; ModelOptions want_mo; int want_grad_accum; } SameCase;
+
+static void same_options_in_child(void *arg) {
+    const SameCase *c = (const SameCase *)arg;
+    int argc = 0, grad_accum = -1;
+    while (c->argv[argc]) argc++;
+    Options o = parse_options(argc, (char **)c->argv);
+    LlamaConfig cfg = preset_config(&o);
+    ModelOptions mo = checked_options(&o, &cfg, &grad_accum);
+    int bad = 0;
+    for (int i = 0; i < NUM_OPTIONS; i++) {
+        const OptSpec *s = &OPTION_SPECS[i];
+        if (memcmp((const char *)&o + s->offset, (const char *)&c->want + s->offset, s->size) != 0) {
+            fprintf(stderr, "%s differs\n", s->flag);
+            bad = 1;
+        }
+    }
+    if (memcmp(&o, &c->want, sizeof(o)) != 0) { fprintf(stderr, "Options differ\n"); bad = 1; }
+    if (memcmp(&mo, &c->want_mo, sizeof(mo)) != 0) {
+        fprintf(stderr, "ModelOptions: B %d T %d precision %d recompute %d moments_bf16 %d fp8_current %d history %d margin %d"
+                " weight_cache %d lm_head %d cuda_graph %d\n", mo.B, mo.T, mo.precision, mo.recompute, mo.moments_bf16,
+                mo.fp8_current, mo.fp8_history, mo.fp8_margin, mo.fp8_weight_cache, mo.fp8_lm_head, mo.cuda_graph);
+        bad = 1;
+    }
+    if (grad_accum != c->want_grad_accum) { fprintf(stderr, "grad_accum %d, want %d\n", grad_accum, c->want_grad_accum); bad = 1; }
+    if (bad) exit(3);
+}
+
+static void test_options_unchanged(void) {
+    const char *vars[] = {"LLAMA_FP8_RANK", "LLAMA_FP8_WORLD", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE"};
+    for (int i = 0; i < 5; i++) unsetenv(vars[i]);
+    //                      B   T  prec      r  mom fp8cur hist margin wcache lm_head graph
+    const ModelOptions mo_default = {16, 1024, PREC_FP8, 0, 1, 0, 16, 0, 1, 0, 1};
+    static SameCase c[10];
+    int n = 0;
+    // Quick start: ./train_llama_fp8
+    c[n] = (SameCase){{"train_llama_fp8"}, written_defaults(), mo_default, 1};
+    c[n].want.total_batch = 16384; n++;
+    // the Gutenberg runs, bf16 and fp8
+    for (int fp8 = 0; fp8 <= 1; fp8++) {
+        c[n] = (SameCase){{"train_llama_fp8", "-e", "125m", "-i", "data/gutenberg_llama2_train_*.bin", "-j", "data/gutenberg_llama2_val.bin",
+                           "-b", "16", "-t", "1024", "-d", "16384", "-x", "1500", "-u", "100", "-v", "100", "-m", "20",
+                           "-precision", fp8 ? "fp8" : "bf16", "-o", fp8 ? "log_fp8" : "log_bf16"}, written_defaults(), mo_default, 1};
+        Options *w = &c[n].want;
+        strcpy(w->model, "125m"); strcpy(w->train_pattern, "data/gutenberg_llama2_train_*.bin"); strcpy(w->val_pattern, "data/gutenberg_llama2_val.bin");
+        w->total_batch = 16384; w->max_steps = 1500; w->warmup = 100; w->val_every = 100; w->val_batches = 20;
+        strcpy(w->precision, fp8 ? "fp8" : "bf16"); strcpy(w->log_dir, fp8 ? "log_fp8" : "log_bf16");
+        c[n].want_mo.precision = fp8 ? PREC_FP8 : PREC_BF16;
+        n++;
+    }
+    // the SLURM job, resumed
+    c[n] = (SameCase){{"train_llama_fp8", "-ngpu", "8", "-e", "llama3-8b", "-b", "1", "-t", "8192", "-d", "65536", "-x", "20000", "-n", "500",
+                       "-keep", "2", "-o", "/shared/runs/llama3-8b", "-y", "1", "-i", "data/my_llama3_train_*.bin", "-j", "data/my_llama3_val.bin",
+                       "-tok", "data/llama3_tokenizer.bin"}, written_defaults(), mo_default, 1};
+    {
+        Options *w = &c[n].want;
+        w->ngpu = 8; strcpy(w->model, "llama3-8b"); w->B = 1; w->T = 8192; w->total_batch = 65536; w->max_steps = 20000; w->ckpt_every = 500;
+        w->keep = 2; strcpy(w->log_dir, "/shared/runs/llama3-8b"); w->resume = 1; strcpy(w->train_pattern, "data/my_llama3_train_*.bin");
+        strcpy(w->val_pattern, "data/my_llama3_val.bin"); strcpy(w->tokenizer_path, "data/llama3_tokenizer.bin");
+        c[n].want_mo.B = 1; c[n].want_mo.T = 8192;
+        n++;
+    }
+    // two GPUs, Llama-2-7B with recompute
+    c[n] = (SameCase){{"train_llama_fp8", "-ngpu", "2", "-e", "llama2-7b", "-b", "2", "-t", "4096", "-d", "16384", "-r", "1"}, written_defaults(), mo_default, 1};
+    {
+        Options *w = &c[n].want;
+        w->ngpu = 2; strcpy(w->model, "llama2-7b"); w->B = 2; w->T = 4096; w->total_batch = 16384; w->recompute = 1;
+        c[n].want_mo.B = 2; c[n].want_mo.T = 4096; c[n].want_mo.recompute = 1;
+        n++;
+    }
+    // SmolLM2: its val loss, and HellaSwag
+    c[n] = (SameCase){{"train_llama_fp8", "-init_from", "smollm2.bin", "-tok", "smollm2_tokenizer.bin", "-x", "0", "-j", "data/tinyshakespeare_smollm2_val.bin",
+                       "-b", "4", "-t", "1024", "-m", "8"}, written_defaults(), mo_default, 1};
+    {
+        Options *w = &c[n].want;
+        strcpy(w->init_from, "smollm2.bin"); strcpy(w->tokenizer_path, "smollm2_tokenizer.bin"); w->max_steps = 0;
+        strcpy(w->val_pattern, "data/tinyshakespeare_smollm2_val.bin"); w->B = 4; w->T = 1024; w->val_batches = 8; w->total_batch = 4096;
+        c[n].want_mo.B = 4;
+        n++;
+    }
+    c[n] = (SameCase){{"train_llama_fp8", "-init_from", "smollm2.bin", "-tok", "smollm2_tokenizer.bin", "-x", "0", "-i", "synthetic", "-j", "",
+                       "-s", "0", "-hs", "data/hellaswag_smollm2.bin"}, written_defaults(), mo_default, 1};
+    {
+        Options *w = &c[n].want;
+        strcpy(w->init_from, "smollm2.bin"); strcpy(w->tokenizer_path, "smollm2_tokenizer.bin"); w->max_steps = 0; strcpy(w->train_pattern, "synthetic");
+        w->val_pattern[0] = '\0'; w->sample_every = 0; strcpy(w->hellaswag_path, "data/hellaswag_smollm2.bin"); w->total_batch = 16384;
+        n++;
+    }
+    // the 7B memory and speed commands (Results), fp8 on two GPUs
+    c[n] = (SameCase){{"train_llama_fp8", "-e", "llama2-7b", "-b", "2", "-t", "4096", "-x", "13", "-v", "0", "-m", "0", "-s", "0", "-o", "", "-j", "",
+                       "-tok", "", "-r", "1", "-precision", "fp8", "-ngpu", "2", "-d", "16384"}, written_defaults(), mo_default, 1};
+    {
+        Options *w = &c[n].want;
+        strcpy(w->model, "llama2-7b"); w->B = 2; w->T = 4096; w->max_steps = 13; w->val_every = 0; w->val_batches = 0; w->sample_every = 0;
+        w->log_dir[0] = '\0'; w->val_pattern[0] = '\0'; w->tokenizer_path[0] = '\0'; w->recompute = 1; w->ngpu = 2; w->total_batch = 16384;
+        c[n].want_mo.B = 2; c[n].want_mo.T = 4096; c[n].want_mo.recompute = 1;
+        n++;
+    }
+    // the fine-tune flags of compare_convergence.sh's SmolLM2 run on 125m (untied: the fp8 lm_head), with margin 1 and every other
+    // fp8 and AdamW flag
+    c[n] = (SameCase){{"train_llama_fp8", "-e", "125m", "-i", "data/gutenberg_smollm2_train_000.bin", "-j", "data/gutenberg_smollm2_val.bin",
+                       "-tok", "data/gutenberg_smollm2_tokenizer.bin", "-b", "16", "-t", "1024", "-x", "300", "-u", "30", "-l", "2e-4", "-q", "0.1",
+                       "-v", "50", "-m", "8", "-s", "0", "-n", "0", "-fp8_margin", "1", "-fp8_lm_head", "1", "-fp8_recipe", "current",
+                       "-fp8_history", "32", "-fp8_weight_cache", "0", "-adam_moments", "fp32", "-cuda_graph", "0", "-c", "0.05", "-clip", "0.5",
+                       "-beta1", "0.8", "-beta2", "0.99"}, written_defaults(), mo_default, 1};
+    {
+        Options *w = &c[n].want;
+        strcpy(w->model, "125m"); strcpy(w->train_pattern, "data/gutenberg_smollm2_train_000.bin");
+        strcpy(w->val_pattern, "data/gutenberg_smollm2_val.bin"); strcpy(w->tokenizer_path, "data/gutenberg_smollm2_tokenizer.bin");
+        w->max_steps = 300; w->warmup = 30; w->lr = 2e-4f; w->final_lr_frac = 0.1f; w->val_every = 50; w->val_batches = 8; w->sample_every = 0;
+        w->ckpt_every = 0; w->fp8_margin = 1; w->fp8_lm_head = 1; strcpy(w->fp8_recipe, "current"); w->fp8_history = 32; w->fp8_weight_cache = 0;
+        strcpy(w->adam_moments, "fp32"); w->cuda_graph = 0; w->weight_decay = 0.05f; w->grad_clip = 0.5f; w->beta1 = 0.8f; w->beta2 = 0.99f;
+        w->total_batch = 16384;
+        c[n].want_mo = (ModelOptions){16, 1024, PREC_FP8, 0, 0, 1, 32, 1, 0, 1, 0};
+        n++;
+    }
+    char err[4096];
+    for (int i = 0; i < n; i++) {
+        int status = run_expect_fatal(same_options_in_child, &c[i], err, sizeof(err));
+        CHECK(status == 0, "README command %d (%s %s ...): exit %d: %s", i, c[i].argv[1] ? c[i].argv[1] : "", c[i].argv[2] ? c[i].argv[2] : "", status, err);
+    }
+    // the tests' model options (model_options): the command line's defaults but fp32 moments
+    for (int p = 0; p <= 1; p++) {
+        ModelOptions got = model_options(4, 64, p ? PREC_FP8 : PREC_BF16), want = {4, 64, p ? PREC_FP8 : PREC_BF16, 0, 0, 0, 16, 0, 1, 0, 1};
+        CHECK(memcmp(&got, &want, sizeof(got)) == 0, "model_options(4, 64, %s) differs from the command line's defaults", p ? "fp8" : "bf16");
+    }
 }
 
 static void test_launch_decision(void) {
@@ -1282,9 +1642,14 @@ int main(int argc, char **argv) {
     run_test("CRC-32: zlib fed in pieces gives the whole buffer's CRC (Python's zlib.crc32 values)", test_crc32_pieces);
     run_test("checkpoint: a section streamed to a sink that keeps a slice; a change outside it refused", test_section_sink);
     run_test("-init_from: shape flags and a decode table of another vocabulary refused", test_init_from_config);
-    run_test("options: errors name the problem; every documented flag parses", test_options);
+    run_test("options: errors name the problem; every row parses into its own field; every field has a row", test_options);
+    run_test("options: every row's ends accepted, below and above (or another choice) refused naming the flag; defaults inside", test_option_ranges);
+    run_test("options: the usage text has every row with its help, default and range or choices", test_usage);
+    run_test("options: main.log's header carries every row's value, -fp8_margin's too", test_log_header);
+    run_test("options: the rules between options and with the model's shape refused by checked_options", test_option_rules);
     run_test("options: bf16 AdamW moments by default, fp32 with -adam_moments fp32, others refused", test_adam_moments_option);
     run_test("options: -x 0 -y 1 -o DIR evaluates the checkpoint; -y 1 without -o and -keep < 0 refused", test_resume_options);
+    run_test("options: the README's commands parse and check to the Options and ModelOptions written out; model_options the defaults", test_options_unchanged);
     run_test("main loop: val, sample, checkpoint at their steps and at the end, a non-finite step too", test_after_step);
     run_test("main loop: five non-finite steps in a row end the run", test_five_bad_steps);
     run_test("launch: one MPI rank in the environment (srun -n 1) leaves -ngpu N to the launcher", test_launch_decision);
