@@ -826,8 +826,8 @@ static void fp8_probed_steps(int current, int weight_cache, int margin, int lm_h
                              step, g_probe.qkv_dy_under_elsewhere);
     }
     if (steps > history + 1) {
-        printf("    %d updates rolled an entry out of a full history (length %d); %d X and dY scales were set by dropping"
-               " the largest entry\n", rolled_out, history, decided);
+        printf("    %d updates rolled an entry out of a full history (length %d); in %d X and dY tensor updates the entry rolled"
+               " out was the largest, so their scales hold only if it is dropped\n", rolled_out, history, decided);
         CHECK(decided > 0, "no dropped history entry was the largest: the window's end was never tested");
     }
     g_fp8_gemm_probe = NULL;
