@@ -723,16 +723,33 @@ static void probe_check_counts(const Model *m, int step, int want_both) {
     free(gpu);
 }
 
-// Three steps (the first live, then delayed unless current) with every fp8 GEMM probed; with
-// push_off, the last step runs with push_scales_off's scales.
-static void fp8_probed_steps(int current, int weight_cache, int margin, int lm_head, int recompute, int push_off) {
+// Of the X and dY tensors (whose scales the probe holds to the host rule under every recipe and
+// weight cache), how many the update about to run on state st scales differently for dropping the
+// oldest entry of their full history: that entry is larger than every other entry and the slot.
+static int probe_drops_deciding(const float *st, Fp8StateLayout lay) {
+    int H = lay.history_len, n = 0;
+    for (int t = 0; t < lay.num_tensors; t++) {
+        if (t % FP8_KINDS == FP8_W) continue;
+        const float *hist = st + lay.amax_history + (size_t)t * H;
+        float kept = isfinite(st[lay.amax_slot + t]) ? st[lay.amax_slot + t] : 0.0f;
+        for (int k = 0; k < H - 1; k++) if (isfinite(hist[k]) && hist[k] > kept) kept = hist[k];
+        n += isfinite(hist[H - 1]) && hist[H - 1] > kept;
+    }
+    return n;
+}
+
+// `steps` steps (the first live, then delayed unless current) with every fp8 GEMM probed, amax
+// history length `history`; with push_off, the last step runs with push_scales_off's scales. More
+// steps than history + 1 roll entries out of full histories, each update checked against the host rule.
+static void fp8_probed_steps(int current, int weight_cache, int margin, int lm_head, int recompute, int push_off, int history,
+                             int steps) {
     LlamaConfig c = small_config();
     int B = 2, T = 128, N = B * T, L = c.L;
     if (L > PROBE_MAX_L) FATAL("fp8_probed_steps: the probe keeps the codes of %d layers, the model has %d", PROBE_MAX_L, L);
     size_t NC = (size_t)N * c.C, NFF = (size_t)N * c.FF;
     Model m;
     ModelOptions mo = model_options(B, T, PREC_FP8);
-    mo.fp8_current = current; mo.fp8_history = 4; mo.fp8_margin = margin; mo.recompute = recompute;
+    mo.fp8_current = current; mo.fp8_history = history; mo.fp8_margin = margin; mo.recompute = recompute;
     mo.fp8_weight_cache = weight_cache; mo.fp8_lm_head = lm_head;
     model_init(&m, &c, &mo);
     float *w = (float *)mallocCheck(m.num_params * sizeof(float));
@@ -753,8 +770,8 @@ static void fp8_probed_steps(int current, int weight_cache, int margin, int lm_h
     memset(&g_probe, 0, sizeof(g_probe));
     g_probe.counts = (uint64_t *)mallocCheck((size_t)FP8_COUNTS * lay.num_tensors * sizeof(uint64_t));
     g_fp8_gemm_probe = fp8_gemm_probe;
-    int per_step = 2 * (LINS_PER_LAYER * L + m.fp8.lm_head);
-    for (int step = 0; step < 3; step++) {
+    int per_step = 2 * (LINS_PER_LAYER * L + m.fp8.lm_head), rolled_out = 0, decided = 0;
+    for (int step = 0; step < steps; step++) {
         random_tokens(in, N, c.V, 60 + step);
         random_tokens(tg, N, c.V, 70 + step);
         free(g_probe.state0); free(g_probe.master);
@@ -763,6 +780,10 @@ static void fp8_probed_steps(int current, int weight_cache, int margin, int lm_h
         g_probe.live = current || step == 0;
         if (step > 0) { // the state this step began with is the host rule applied to what the last GEMM saw
             float *want = g_probe.last_state;
+            if (step > history) { // the update after step - 1 found the history full
+                rolled_out++;
+                decided += probe_drops_deciding(want, lay);
+            }
             fp8_update_state(want, lay, margin);
             long bad = 0;
             for (int t = 0; t < lay.num_tensors; t++) {
@@ -804,6 +825,11 @@ static void fp8_probed_steps(int current, int weight_cache, int margin, int lm_h
         if (!push_off) CHECK(g_probe.qkv_dy_under_elsewhere == 0, "step %d: %ld qkv dY values underflow outside the first positions' dQ",
                              step, g_probe.qkv_dy_under_elsewhere);
     }
+    if (steps > history + 1) {
+        printf("    %d updates rolled an entry out of a full history (length %d); in %d X and dY tensor updates the entry rolled"
+               " out was the largest, so their scales hold only if it is dropped\n", rolled_out, history, decided);
+        CHECK(decided > 0, "no dropped history entry was the largest: the window's end was never tested");
+    }
     g_fp8_gemm_probe = NULL;
     for (int lin = 0; lin <= LINS_PER_LAYER; lin++)
         for (int l = 0; l < PROBE_MAX_L; l++) { free(g_probe.x[lin][l]); free(g_probe.w[lin][l]); }
@@ -813,11 +839,11 @@ static void fp8_probed_steps(int current, int weight_cache, int margin, int lm_h
     free(in); free(tg); free(losses);
     model_free(&m);
 }
-static void test_fp8_probed_delayed(void) { fp8_probed_steps(0, 1, 0, 0, 0, 0); }
-static void test_fp8_probed_margin_no_cache(void) { fp8_probed_steps(0, 0, 1, 1, 1, 0); }
-static void test_fp8_probed_current(void) { fp8_probed_steps(1, 1, 0, 0, 0, 0); }
-static void test_fp8_probed_current_recompute(void) { fp8_probed_steps(1, 1, 0, 0, 1, 0); }
-static void test_fp8_probed_pushed_scales(void) { fp8_probed_steps(0, 1, 0, 0, 0, 1); }
+static void test_fp8_probed_delayed(void) { fp8_probed_steps(0, 1, 0, 0, 0, 0, 4, 3); }
+static void test_fp8_probed_margin_no_cache(void) { fp8_probed_steps(0, 0, 1, 1, 1, 0, 4, 3); }
+static void test_fp8_probed_current(void) { fp8_probed_steps(1, 1, 0, 0, 0, 0, 4, 3); }
+static void test_fp8_probed_current_recompute(void) { fp8_probed_steps(1, 1, 0, 0, 1, 0, 4, 3); }
+static void test_fp8_probed_pushed_scales(void) { fp8_probed_steps(0, 1, 0, 0, 0, 1, 4, 3); }
 
 // A small fp8 model with the trainer's own random init.
 static void small_fp8_model(Model *m, int history, uint64_t seed) {
@@ -922,22 +948,74 @@ static void test_fp8_amax_max_over_microsteps(void) {
 // buffers, as the trainer's (so -cuda_graph 1 replays from the second step on; swap_at >= 0 moves
 // the batches to other buffers from that step on, which must capture the graph again); the losses,
 // the fp32 master weights and the fp8 state (host copies) after them, and the graph's counts.
+// Before step SMALL_EVENT_STEP (step 1 has captured a graph by then) `between` may run what the main
+// loop or a new attention plan does between steps, and from accum_one_from on the steps accumulate 1
+// micro-batch instead of 2.
 #define TRAIN_SMALL_STEPS 4
-typedef struct { int precision, recompute, weight_cache, current, cuda_graph, swap_at; } SmallRun;
+#define SMALL_EVENT_STEP 2
+enum { BETWEEN_NOTHING, BETWEEN_WORKSPACE_MOVES, BETWEEN_EVAL_CHECKPOINT };
+typedef struct {
+    int precision, recompute, weight_cache, current, cuda_graph, swap_at;
+    int tied, lm_head;  // tied embeddings; -fp8_lm_head 1
+    int accum_one_from; // grad accumulation 1 from this step on (2 before it); -1: 2 throughout
+    int between;        // BETWEEN_*: what runs before step SMALL_EVENT_STEP
+} SmallRun;
 typedef struct {
     float losses[TRAIN_SMALL_STEPS], *master, *state;
     size_t num_params;
     Fp8StateLayout lay;
     int captures, replays;
+    const void *workspace[2]; // BETWEEN_WORKSPACE_MOVES: cuDNN's workspace before and after the move
+    size_t workspace_bytes[2];
+    float val_loss;           // BETWEEN_EVAL_CHECKPOINT: evaluate()'s loss
 } Trained;
 
 static SmallRun small_run(int precision) {
-    SmallRun r = {precision, 0, 1, 0, 1, -1};
+    SmallRun r = {precision, 0, 1, 0, 1, -1, 0, 0, -1, BETWEEN_NOTHING};
     return r;
+}
+
+// cuDNN's workspace moved as building a plan for a larger shape moves it (cudnn_att_reserve_workspace:
+// a larger buffer replaces it), except that the old buffer lives on until the run ends (returned, for
+// cudaFree): a graph that still replayed with it would show in the capture count, not as a crash.
+static void *move_attention_workspace(Trained *r) {
+    r->workspace[0] = attention_workspace();
+    void *old = NULL;
+#ifdef ENABLE_CUDNN
+    old = g_cudnn_workspace;
+    r->workspace_bytes[0] = g_cudnn_workspace_bytes;
+    g_cudnn_workspace_bytes += (size_t)64 << 20;
+    g_cudnn_workspace = cudaMallocCheck(g_cudnn_workspace_bytes, "test: the moved cuDNN workspace");
+    r->workspace_bytes[1] = g_cudnn_workspace_bytes;
+#endif
+    r->workspace[1] = attention_workspace();
+    return old;
+}
+
+// What the main loop does after a step when it evaluates and checkpoints: evaluate() on val data (2
+// positions of a synthetic loader), through the step's pinned host losses as the main loop passes
+// them, then checkpoint_step into a fresh directory (removed after). Returns the val loss.
+static float eval_and_checkpoint(Model *m, float *host_losses) {
+    DataLoader val;
+    dataloader_init_synthetic(&val, m->opt.B, m->opt.T, 0, 1, m->cfg.V, 9);
+    float loss = evaluate(m, &val, 2, host_losses, g_stream);
+    char dir[] = "/tmp/llama_fp8_graph_XXXXXX", model_path[1024], state_path[1024], cmd[128];
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp failed");
+    TrainState ts;
+    memset(&ts, 0, sizeof(ts));
+    ts.grad_accum = 2; ts.world = 1; ts.data = dataloader_get_state(&val);
+    checkpoint_step(m, &ts, dir, 0);
+    checkpoint_paths(dir, m->step, 0, model_path, state_path);
+    CHECK(access(model_path, R_OK) == 0 && access(state_path, R_OK) == 0, "the checkpoint between the steps is missing: %s", model_path);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    CHECK(system(cmd) == 0, "could not remove %s", dir);
+    dataloader_free(&val);
+    return loss;
 }
 
 static Trained train_small(SmallRun run) {
     LlamaConfig c = small_config();
+    c.tied_embeddings = run.tied;
     int B = 2, T = 128, N = B * T, grad_accum = 2;
     size_t n = (size_t)grad_accum * N;
     int *in[2], *tg[2];
@@ -953,17 +1031,22 @@ static Trained train_small(SmallRun run) {
     Model m;
     ModelOptions mo = model_options(B, T, run.precision);
     mo.fp8_history = 4; mo.recompute = run.recompute; mo.fp8_weight_cache = run.weight_cache;
-    mo.fp8_current = run.current; mo.cuda_graph = run.cuda_graph;
+    mo.fp8_current = run.current; mo.cuda_graph = run.cuda_graph; mo.fp8_lm_head = run.lm_head;
     model_init(&m, &c, &mo);
     float *w = (float *)mallocCheck(m.num_params * sizeof(float));
     model_init_weights(&m, 13, w);
     model_set_weights(&m, w);
     Trained r;
+    memset(&r, 0, sizeof(r));
+    void *old_workspace = NULL;
     for (int s = 0; s < TRAIN_SMALL_STEPS; s++) {
+        if (s == SMALL_EVENT_STEP && run.between == BETWEEN_WORKSPACE_MOVES) old_workspace = move_attention_workspace(&r);
+        if (s == SMALL_EVENT_STEP && run.between == BETWEEN_EVAL_CHECKPOINT) r.val_loss = eval_and_checkpoint(&m, losses);
         int k = run.swap_at >= 0 && s >= run.swap_at;
-        random_tokens(in[k], n, c.V, 31 + 2 * s);
-        random_tokens(tg[k], n, c.V, 32 + 2 * s);
-        r.losses[s] = train_step(&m, in[k], tg[k], grad_accum, &h, losses, g_norm_device, &gn, &skipped, g_stream);
+        int accum = run.accum_one_from >= 0 && s >= run.accum_one_from ? 1 : grad_accum;
+        random_tokens(in[k], (size_t)accum * N, c.V, 31 + 2 * s);
+        random_tokens(tg[k], (size_t)accum * N, c.V, 32 + 2 * s);
+        r.losses[s] = train_step(&m, in[k], tg[k], accum, &h, losses, g_norm_device, &gn, &skipped, g_stream);
     }
     cudaCheck(cudaDeviceSynchronize());
     r.num_params = m.num_params;
@@ -973,6 +1056,7 @@ static Trained train_small(SmallRun run) {
     r.captures = m.graph.captures;
     r.replays = m.graph.replays;
     model_free(&m);
+    if (old_workspace) cudaCheck(cudaFree(old_workspace));
     free(w);
     for (int k = 0; k < 2; k++) { cudaCheck(cudaFreeHost(in[k])); cudaCheck(cudaFreeHost(tg[k])); }
     cudaCheck(cudaFreeHost(losses));
@@ -997,32 +1081,70 @@ static void expect_same_training(Trained a, Trained b, const char *what) {
     free(a.master); free(b.master); free(a.state); free(b.state);
 }
 
+// One row of the graph test: a run, and the graphs its -cuda_graph 1 form must capture (StepGraphKey's
+// rule: once in step 1, again whenever something the graph keeps moves); moving the host buffers at
+// step 3 must capture once more.
+typedef struct { const char *what; SmallRun run; int captures; } GraphCase;
+
 // -cuda_graph 1 replays the forward and backward passes that -cuda_graph 0 queues kernel by kernel:
 // the same training, bit for bit, with new tokens each step (so a graph that replayed a stale copy of
 // the batch or of the embedding backward's token lists would differ), grad accumulation, and a
 // recapture when the host buffers move. The counts show the graphs did run.
-static void cuda_graph_identical(SmallRun run, const char *what) {
-    SmallRun eager = run, swapped = run;
+static void cuda_graph_identical(GraphCase gc) {
+    const char *what = gc.what;
+    SmallRun eager = gc.run, swapped = gc.run;
     eager.cuda_graph = 0;
     swapped.swap_at = 3;
-    Trained e = train_small(eager), g = train_small(run), s = train_small(swapped);
+    Trained e = train_small(eager), g = train_small(gc.run), s = train_small(swapped);
+    printf("  %s: %d captures and %d replays; with the buffers moved at step 3, %d and %d\n", what, g.captures, g.replays,
+           s.captures, s.replays);
     CHECK(e.captures == 0 && e.replays == 0, "%s: -cuda_graph 0 captured %d graphs", what, e.captures);
-    CHECK(g.captures == 1 && g.replays == TRAIN_SMALL_STEPS - 1, "%s: %d captures and %d replays, expected 1 and %d",
-          what, g.captures, g.replays, TRAIN_SMALL_STEPS - 1);
-    CHECK(s.captures == 2 && s.replays == TRAIN_SMALL_STEPS - 1,
-          "%s: with the buffers moved at step 3, %d captures and %d replays, expected 2 and %d", what, s.captures,
-          s.replays, TRAIN_SMALL_STEPS - 1);
+    CHECK(g.captures == gc.captures && g.replays == TRAIN_SMALL_STEPS - 1, "%s: %d captures and %d replays, expected %d and %d",
+          what, g.captures, g.replays, gc.captures, TRAIN_SMALL_STEPS - 1);
+    CHECK(s.captures == gc.captures + 1 && s.replays == TRAIN_SMALL_STEPS - 1,
+          "%s: with the buffers moved at step 3, %d captures and %d replays, expected %d and %d", what, s.captures,
+          s.replays, gc.captures + 1, TRAIN_SMALL_STEPS - 1);
+    if (gc.run.between == BETWEEN_WORKSPACE_MOVES) {
+        printf("    cuDNN workspace before step %d: %p (%zu bytes), then %p (%zu bytes)\n", SMALL_EVENT_STEP, g.workspace[0],
+               g.workspace_bytes[0], g.workspace[1], g.workspace_bytes[1]);
+        CHECK(g.workspace[0] != NULL && g.workspace[1] != g.workspace[0], "%s: the cuDNN workspace did not move (%p, then %p)", what,
+              g.workspace[0], g.workspace[1]);
+    }
+    if (gc.run.between == BETWEEN_EVAL_CHECKPOINT) {
+        printf("    val loss between the steps %.7f and %.7f\n", e.val_loss, g.val_loss);
+        CHECK(isfinite(e.val_loss) && e.val_loss == g.val_loss, "%s: val loss %.9g vs %.9g", what, e.val_loss, g.val_loss);
+    }
     Trained e2 = train_small(eager);
     expect_same_training(e, g, what);
     expect_same_training(e2, s, what);
 }
 
 static void test_cuda_graph_identical(void) {
-    cuda_graph_identical(small_run(PREC_BF16), "bf16");
-    cuda_graph_identical(small_run(PREC_FP8), "fp8 delayed");
-    SmallRun current = small_run(PREC_FP8);
-    current.current = 1;
-    cuda_graph_identical(current, "fp8 current recipe");
+    // run: precision, -r, weight cache, current recipe, -cuda_graph, swap_at, tied, -fp8_lm_head, accum_one_from, between
+    static const GraphCase cases[] = {
+        {"bf16", {PREC_BF16, 0, 1, 0, 1, -1, 0, 0, -1, BETWEEN_NOTHING}, 1},
+        {"fp8 delayed", {PREC_FP8, 0, 1, 0, 1, -1, 0, 0, -1, BETWEEN_NOTHING}, 1},
+        {"fp8 current recipe", {PREC_FP8, 0, 1, 1, 1, -1, 0, 0, -1, BETWEEN_NOTHING}, 1},
+        {"bf16 -r 1", {PREC_BF16, 1, 1, 0, 1, -1, 0, 0, -1, BETWEEN_NOTHING}, 1},
+        {"fp8 -r 1", {PREC_FP8, 1, 1, 0, 1, -1, 0, 0, -1, BETWEEN_NOTHING}, 1},
+        {"bf16 tied embeddings", {PREC_BF16, 0, 1, 0, 1, -1, 1, 0, -1, BETWEEN_NOTHING}, 1},
+        {"fp8 tied embeddings", {PREC_FP8, 0, 1, 0, 1, -1, 1, 0, -1, BETWEEN_NOTHING}, 1},
+        {"fp8 -fp8_lm_head 1", {PREC_FP8, 0, 1, 0, 1, -1, 0, 1, -1, BETWEEN_NOTHING}, 1},
+        // 1 micro-step from step 2 on: another loss scale and micro-step count, so another graph (the
+        // token lists keep their 2 slots: the loss scale and the count are what tell the steps apart)
+        {"bf16 grad accumulation 2, then 1 from step 2", {PREC_BF16, 0, 1, 0, 1, -1, 0, 0, SMALL_EVENT_STEP, BETWEEN_NOTHING}, 2},
+        {"fp8 grad accumulation 2, then 1 from step 2", {PREC_FP8, 0, 1, 0, 1, -1, 0, 0, SMALL_EVENT_STEP, BETWEEN_NOTHING}, 2},
+#ifdef ENABLE_CUDNN
+        // the attention plans run in the moved workspace: the graph must be captured again
+        {"fp8, the cuDNN workspace moved before step 2", {PREC_FP8, 0, 1, 0, 1, -1, 0, 0, -1, BETWEEN_WORKSPACE_MOVES}, 2},
+#endif
+        // nothing a graph keeps moves: the same graph replays, and the evaluation must leave nothing
+        // that makes the replayed step differ from the step queued kernel by kernel
+        {"bf16, evaluation and a checkpoint before step 2", {PREC_BF16, 0, 1, 0, 1, -1, 0, 0, -1, BETWEEN_EVAL_CHECKPOINT}, 1},
+        {"fp8 delayed, evaluation and a checkpoint before step 2", {PREC_FP8, 0, 1, 0, 1, -1, 0, 0, -1, BETWEEN_EVAL_CHECKPOINT}, 1},
+        {"fp8 current recipe, evaluation and a checkpoint before step 2", {PREC_FP8, 0, 1, 1, 1, -1, 0, 0, -1, BETWEEN_EVAL_CHECKPOINT}, 1},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) cuda_graph_identical(cases[i]);
 }
 
 // -fp8_weight_cache 0 casts each layer's W when it is used instead of all of them once per step:
@@ -1085,6 +1207,87 @@ static void test_fp8_weights_made_by_adamw(void) {
     free(master); free(state); free(in); free(tg); free(losses);
     model_free(&m);
 }
+
+// ----------------------------------------------------------------------------------------------
+// Issue 29.7's GPU coverage (written 2026-12-01 without a GPU): the amax history past its window,
+// fp8 lm_head with the weight cache on, the tied-embedding gradient with grad accumulation. (The CUDA
+// graph cases are rows of the graph test above.)
+
+// History 4 and 8 steps: the updates after steps 4, 5 and 6 roll an entry out of full histories; the
+// probe checks each update (history, slot, scale) against the host rule and counts the scales that
+// dropping the oldest entry set, so that the window's end is shown to matter.
+static void test_fp8_probed_history_window(void) { fp8_probed_steps(0, 1, 0, 0, 0, 0, 4, 8); }
+
+// -fp8_lm_head 1 with the weight cache on: delayed, AdamW writes the lm_head's E4M3 copy with the
+// block linears' (fp8.w_by_adamw); current, fp8_cast_weights recasts it after the update. Every
+// lm_head GEMM's W codes must be E4M3(bf16(master) * scale) of that step's weights.
+static void test_fp8_probed_lm_head_cached(void) {
+    fp8_probed_steps(0, 1, 0, 1, 0, 0, 4, 3);
+    fp8_probed_steps(1, 1, 0, 1, 0, 0, 4, 3);
+}
+
+// Tied embeddings with 2 micro-batches: wte's gradient is the lm_head's (a GEMM) and the embedding's
+// (a scatter) added up over both micro-steps in one tensor. One optimizer step against the C
+// reference, the gradient read after train_step (lr 0, no clipping, no decay: the buffer holds the
+// step's gradient), tolerances as the first-step tests' (bf16 budget; fp8: twice the flip floor plus
+// it). The premise: half of micro-batch 1's own gradient (what keeping only the last micro-step's
+// would leave) is far from the step's, further than the tolerance.
+static void tied_grad_accum_vs_cpu(int precision) {
+    LlamaConfig c = small_config();
+    c.tied_embeddings = 1;
+    int B = 2, T = 128, N = B * T, grad_accum = 2, fp8 = precision == PREC_FP8;
+    int *in = (int *)mallocCheck(grad_accum * N * sizeof(int)), *tg = (int *)mallocCheck(grad_accum * N * sizeof(int));
+    random_tokens(in, grad_accum * N, c.V, 81);
+    random_tokens(tg, grad_accum * N, c.V, 82);
+    RefModel ref, refb, last;
+    ref_init(&ref, &c, B, T, fp8, 0, 0, 16, 0);
+    ref_init_weights(&ref, 42);
+    float ref_loss = ref_compute_grads(&ref, in, tg, grad_accum);
+    ref_init(&last, &c, B, T, 0, 0, 0, 16, 0);
+    ref_init_weights(&last, 42);
+    ref_compute_grads(&last, in + N, tg + N, 1);
+    if (fp8) {
+        ref_init(&refb, &c, B, T, 1, 0, 0, 16, 0);
+        ref_init_weights(&refb, 42);
+        refb.fp8_bf16_inputs = 1;
+        ref_compute_grads(&refb, in, tg, grad_accum);
+    }
+    Model m;
+    ModelOptions mo = model_options(B, T, precision);
+    model_init(&m, &c, &mo);
+    model_set_weights(&m, ref.params);
+    AdamWParams h = {0.0f, 0.9f, 0.95f, 1e-8f, 0.0f, 0.0f};
+    float *losses = (float *)mallocCheck(grad_accum * N * sizeof(float)), gn;
+    int skipped;
+    float l = train_step(&m, in, tg, grad_accum, &h, losses, g_norm_device, &gn, &skipped, g_stream);
+    cudaCheck(cudaDeviceSynchronize());
+    float *grads = download_bf16(m.grads_memory, m.num_params);
+    printf("    loss gpu %.6f cpu %.6f\n", l, ref_loss);
+    CHECK(!skipped && fabsf(l - ref_loss) / ref_loss < (fp8 ? 1e-2 : BF16_SMALL.loss), "loss %.6f vs the reference's %.6f", l, ref_loss);
+    size_t off = 0;
+    for (int p = 0; p < NUM_PARAM_TENSORS; p++) {
+        size_t n = m.param_sizes[p];
+        double e = rel_err(grads + off, ref.grads + off, n);
+        double tol = fp8 ? fp8_tolerance(rel_err(refb.grads + off, ref.grads + off, n), BF16_SMALL.grads) : BF16_SMALL.grads;
+        printf("    tied %s grad %-8s rel %.2e (tolerance %.2e)\n", fp8 ? "fp8" : "bf16", PARAM_NAMES[p], e, tol);
+        CHECK(e < tol, "gradient of %s: rel %.3e >= %.3e", PARAM_NAMES[p], e, tol);
+        if (p == P_WTE) {
+            float *half_last = (float *)mallocCheck(n * sizeof(float));
+            for (size_t i = 0; i < n; i++) half_last[i] = 0.5f * last.grads[off + i];
+            double premise = rel_err(half_last, ref.grads + off, n);
+            printf("    wte: half of micro-batch 1's own gradient is rel %.2e from the step's\n", premise);
+            CHECK(premise > tol, "half of micro-batch 1's wte gradient is within the tolerance (%.3e): the test cannot tell", premise);
+            free(half_last);
+        }
+        off += n;
+    }
+    if (fp8) ref_free(&refb);
+    free(grads); free(losses); free(in); free(tg);
+    model_free(&m);
+    ref_free(&ref); ref_free(&last);
+}
+static void test_tied_grad_accum_bf16_vs_cpu(void) { tied_grad_accum_vs_cpu(PREC_BF16); }
+static void test_tied_grad_accum_fp8_vs_cpu(void) { tied_grad_accum_vs_cpu(PREC_FP8); }
 
 // ----------------------------------------------------------------------------------------------
 // Safety: saturation, zero and NaN amaxes; the GPU casts agree with the host codec.
@@ -1531,8 +1734,13 @@ int main(int argc, char **argv) {
     run_test("fp8 steps vs PyTorch fixture llama_fp8.bin (logits, losses, fp8 state)", test_fp8_vs_pytorch_fixture);
     run_test("fp8 weight cache off trains bit-identically (losses, weights, fp8 state)", test_fp8_weight_cache_off_identical);
     run_test("-r 1 trains bit-identically to -r 0 (bf16 and fp8: losses, weights, fp8 state)", test_recompute_identical);
-    run_test("-cuda_graph 1 trains bit-identically to 0 (bf16, fp8 delayed and current; new tokens each step, recapture)", test_cuda_graph_identical);
+    run_test("-cuda_graph 1 trains bit-identically to 0 (bf16, fp8 delayed and current, -r 1, tied, fp8 lm_head; new tokens each step,"
+             " recapture; grad accumulation changed, cuDNN workspace moved, evaluation and checkpoint between steps)", test_cuda_graph_identical);
     run_test("fp8 weights made by AdamW match the host codec", test_fp8_weights_made_by_adamw);
+    run_test("fp8 linears GEMM by GEMM: amax history past its window (history 4, 8 steps)", test_fp8_probed_history_window);
+    run_test("fp8 linears GEMM by GEMM: fp8 lm_head with the weight cache on (delayed: cast by AdamW; current)", test_fp8_probed_lm_head_cached);
+    run_test("tied embeddings, 2 micro-batches: bf16 gradient vs C reference", test_tied_grad_accum_bf16_vs_cpu);
+    run_test("tied embeddings, 2 micro-batches: fp8 gradient vs C reference emulation", test_tied_grad_accum_fp8_vs_cpu);
     run_test("resume is bit-exact (bf16)", test_resume_bitexact_bf16);
     run_test("resume is bit-exact (fp8)", test_resume_bitexact_fp8);
     run_test("resume is bit-exact (fp8, -r 1)", test_resume_bitexact_fp8_recompute);
