@@ -2163,11 +2163,12 @@ static void fp8_ready_for_eval(Model *m, const int *tokens, cudaStream_t stream)
     mg_wait(m->mg, stream, "the fp8 scales for evaluation");
 }
 
-// -x 0: the val loss of the model as it is (e.g. before fine-tuning it), HellaSwag (hs, if not NULL)
-// and a sample if asked. The fp8 scales of step 0 come from the first val batch, else the first
+// -x 0: the val loss of the model as it is (e.g. before fine-tuning it; with its bpb when the val bytes
+// are known), HellaSwag (hs, if not NULL) and a sample if asked. The fp8 scales of step 0 come from the first val batch, else the first
 // HellaSwag rows, else the sample's prompt (the document-start token, then zeros).
-static void evaluate_only(Model *m, DataLoader *val, int have_val, int val_batches, const HellaSwag *hs, const Options *o,
-                          Tokenizer *tok, int have_tok, int bos, uint64_t *rng, float *host_losses, cudaStream_t stream) {
+static void evaluate_only(Model *m, DataLoader *val, int have_val, int val_batches, double val_bytes, const HellaSwag *hs,
+                          const Options *o, Tokenizer *tok, int have_tok, int bos, uint64_t *rng, float *host_losses,
+                          cudaStream_t stream) {
     int main_rank = mg_is_main(m->mg), N = o->B * o->T;
     if (have_val) {
         dataloader_read_position(val, 0); // on every rank: the MAX over the ranks is one GPU's amax
@@ -2187,7 +2188,9 @@ static void evaluate_only(Model *m, DataLoader *val, int have_val, int val_batch
     }
     if (val_batches > 0) {
         float vl = evaluate(m, val, val_batches, host_losses, stream);
-        if (main_rank) printf("val loss %.6f over %d batches of %d x %d tokens\n", vl, val_batches, o->B, o->T);
+        double bpb = bits_per_byte(vl, val_bytes, val_batches, m);
+        if (main_rank && bpb > 0.0) printf("val loss %.6f | bpb %.4f over %d batches of %d x %d tokens\n", vl, bpb, val_batches, o->B, o->T);
+        else if (main_rank) printf("val loss %.6f over %d batches of %d x %d tokens\n", vl, val_batches, o->B, o->T);
     } else if (main_rank) {
         printf("-x 0: no val data (-j) to evaluate\n");
     }
@@ -2355,7 +2358,7 @@ int main(int argc, char **argv) {
     float *step_ms = (float *)mallocCheck((size_t)(o.max_steps > start_step ? o.max_steps - start_step : 1) * sizeof(float));
     size_t mem_used = 0;
     if (eval_only)
-        evaluate_only(&m, &val, have_val, val_batches, have_hs ? &hs : NULL, &o, &tok, have_tok, bos, &ts.rng, host_losses, stream);
+        evaluate_only(&m, &val, have_val, val_batches, val_bytes, have_hs ? &hs : NULL, &o, &tok, have_tok, bos, &ts.rng, host_losses, stream);
 
     for (int step = m.step; step < o.max_steps; step++) {
         hp.lr = lr_at_step(step, o.max_steps, o.lr, o.warmup, o.final_lr_frac);
