@@ -10,8 +10,8 @@ data/gutenberg_smollm2_tokenizer.bin (the decode table). See --help for the inpu
 
 --chat reads conversations instead and renders each with the model's chat template
 (tokenizer_config.json's chat_template, as transformers' apply_chat_template renders and tokenizes
-it), and writes beside each shard X its loss mask X.mask (docs/formats.md): 1 on the tokens of the
-assistant's turns. The rule: the assistant's message k is the text between the rendering of
+it), and writes beside each train shard X its loss mask X.mask (docs/formats.md): 1 on the tokens of
+the assistant's turns (the val shard has none: the trainer's val loss is over every target). The rule: the assistant's message k is the text between the rendering of
 messages[:k] with add_generation_prompt=True and the rendering of messages[:k+1], up to and including
 the last eos_token in it (its end of turn: generation stops there, so what the template puts after it,
 SmolLM2's newline, is not learned). Both renderings must be prefixes of the whole conversation's, and
@@ -436,8 +436,7 @@ class Outputs:
     def __init__(self, out_dir, name, force):
         self.prefix = os.path.join(out_dir, name)
         self.staged = []  # (temporary path, final path)
-        existing = [p for p in [self.path("val"), self.path("tokenizer"), formats.mask_path(self.path("val"))]
-                    if os.path.exists(p)]
+        existing = [p for p in [self.path("val"), self.path("tokenizer")] if os.path.exists(p)]
         existing += sorted(glob.glob(glob.escape(self.prefix) + "_train_*.bin"))
         existing += sorted(glob.glob(glob.escape(self.prefix) + "_train_*.bin" + formats.MASK_SUFFIX))
         if existing and not force:
@@ -518,7 +517,7 @@ def tokenize(args, files, tok_path, outputs):
         total = None
     bar = tqdm(total=total, unit="B", unit_scale=True, desc="tokenizing", disable=None)
     ndocs = nval = ntrain = nshards = learned = 0
-    val, val_mask = [], []
+    val = []
     shard = np.empty(args.shard_tokens, dtype=dtype)
     shard_mask = np.empty(args.shard_tokens, dtype=np.uint8) if args.chat else None
     fill = 0
@@ -532,8 +531,6 @@ def tokenize(args, files, tok_path, outputs):
         for tokens, lengths, mask, docs_in_chunk, nbytes in encoded(chunks(documents(files, args, records)), pool,
                                                                      4 * args.workers, encode):
             ndocs += docs_in_chunk
-            if mask is not None:
-                learned += int(mask.sum())
             if nval < args.val_tokens:
                 # whole documents, until val has at least val_tokens
                 ends = np.cumsum(lengths)
@@ -541,12 +538,13 @@ def tokenize(args, files, tok_path, outputs):
                 val.append(tokens[:take])
                 nval += take
                 tokens = tokens[take:]
-                if mask is not None:
-                    val_mask.append(mask[:take])
+                if mask is not None:  # the trainer's val loss is over every target: no mask
                     mask = mask[take:]
                 if nval >= args.val_tokens:
-                    write("val", np.concatenate(val), np.concatenate(val_mask) if args.chat else None)
-                    val = val_mask = None
+                    write("val", np.concatenate(val), None)
+                    val = None
+            if mask is not None:
+                learned += int(mask.sum())
             while len(tokens):
                 n = min(len(tokens), args.shard_tokens - fill)
                 shard[fill:fill + n] = tokens[:n]
@@ -620,7 +618,7 @@ def parse_args(argv):
     p.add_argument("--chat", action="store_true",
                    help="the inputs are conversations (.jsonl/.jsonl.gz/.jsonl.zst lines with \"messages\": [{role,"
                         " content}, ...], or \"prompt\" and \"completion\"), rendered with the tokenizer folder's"
-                        " chat_template; writes a loss mask X.mask beside each shard X, 1 on the assistant's turns"
+                        " chat_template; writes a loss mask X.mask beside each train shard X, 1 on the assistant's turns"
                         " through their end-of-turn token; --bos, --eos and --split do not apply (the template decides)")
     p.add_argument("--split", choices=["doc", "para", "line"], default="doc",
                    help=".txt documents: the whole file (doc, default), each blank-line-separated paragraph (para), or"
@@ -667,7 +665,7 @@ def main(argv=None):
         if outputs is not None:
             outputs.discard()
     secs = time.time() - start
-    masks = "" if learned is None else f", {learned:,} learned ({learned / (nval + ntrain):.1%}; loss masks *.bin.mask)"
+    masks = "" if learned is None else f", {learned:,} of the train tokens learned ({learned / ntrain:.1%}; loss masks *.bin.mask)"
     print(f"{ndocs:,} {'conversations' if args.chat else 'documents'}, {nval + ntrain:,} tokens ({nval:,} val,"
           f" {ntrain:,} train in {nshards} shard(s)){masks} -> {outputs.prefix}_*.bin in {secs:.1f} s,"
           f" {(nval + ntrain) / secs:,.0f} tokens/s")
