@@ -151,17 +151,19 @@ def parquet_documents(path, f, field):
             raise FormatError(path, f"column '{field}' holds {kind}, not strings")
         size, used = os.path.getsize(path), 0
         for g in range(pf.num_row_groups):
-            texts = pf.read_row_group(g, columns=[field]).column(0).to_pylist()
-            # the row group's share of the file, for the progress bar (the last takes the footer too)
+            # one thread: --workers is the one knob of parallelism
+            texts = pf.read_row_group(g, columns=[field], use_threads=False).column(0).to_pylist()
+            # the row group's share of the file (the last takes the footer too), shared among its
+            # documents by length: the progress bar's bytes, and what sizes the workers' tasks
             nbytes = size - used if g == pf.num_row_groups - 1 else \
                 sum(pf.metadata.row_group(g).column(c).total_compressed_size for c in range(pf.metadata.num_columns))
             used += nbytes
+            chars = sum(len(doc) for doc in texts if doc) or 1
             for row, doc in enumerate(texts):
                 if doc is None:
                     raise FormatError(path, f"row group {g}, row {row}: column '{field}' is null")
                 if doc:
-                    yield doc, nbytes
-                    nbytes = 0
+                    yield doc, nbytes * len(doc) // chars
     except (pa.ArrowException, OSError) as e:
         raise FormatError(path, f"not a readable Parquet file ({str(e).splitlines()[0]})") from None
 

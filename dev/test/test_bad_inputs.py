@@ -112,7 +112,9 @@ pq.write_table(pa.table({"text": [1, 2]}), path("ints.parquet"))
 pq.write_table(pa.table({"text": [DOCS[0], None]}), path("null.parquet"))
 good_parquet = read(path("nocol.parquet"))
 corrupt_parquet = write("corrupt.parquet", good_parquet[:len(good_parquet) // 2] + b"\0" * 64 + good_parquet[-64:])
-zst_data = zstandard.ZstdCompressor().compress(read(docs_jsonl) * 2000)  # several 128 KB blocks
+# varied lines, so the frame has several blocks and the cut leaves whole lines decoded before it
+zst_data = zstandard.ZstdCompressor().compress("".join(json.dumps({"text": f"{i * 7919 % 100003}: {DOCS[i % 4]}"}) + "\n"
+                                                       for i in range(20000)).encode())
 truncated_zst = write("cut.jsonl.zst", zst_data[:len(zst_data) * 2 // 3])
 CHAT = os.path.join(ROOT, "dev", "test", "fixtures", "chat")
 
