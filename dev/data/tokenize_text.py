@@ -7,10 +7,20 @@
 writes data/gutenberg_smollm2_val.bin (the first documents, at least --val_tokens tokens),
 data/gutenberg_smollm2_train_000.bin, _001, ... (--shard_tokens each) and
 data/gutenberg_smollm2_tokenizer.bin (the decode table). See --help for the inputs and options.
+
+--chat reads conversations instead and renders each with the model's chat template
+(tokenizer_config.json's chat_template, as transformers' apply_chat_template renders and tokenizes
+it), and writes beside each train shard X its loss mask X.mask (docs/formats.md): 1 on the tokens of
+the assistant's turns (the val shard has none: the trainer's val loss is over every target). The rule: the assistant's message k is the text between the rendering of
+messages[:k] with add_generation_prompt=True and the rendering of messages[:k+1], up to and including
+the last eos_token in it (its end of turn: generation stops there, so what the template puts after it,
+SmolLM2's newline, is not learned). Both renderings must be prefixes of the whole conversation's, and
+no token may straddle the turn's ends; a template for which they are not is refused.
 """
 import argparse
 import glob
 import gzip
+import io
 import json
 import os
 import sys
@@ -30,22 +40,25 @@ with formats.required_packages():
     from tqdm import tqdm
 
 CHUNK_BYTES = 1 << 20  # text per task sent to a worker: large enough to amortize the pickling
+INPUT_SUFFIXES = (".txt", ".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet")
+JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
 
 
 # --- reading documents ---
 
 def input_files(inputs):
-    """The files to read, in order: folders expand to their .txt / .jsonl / .jsonl.gz files,
-    recursively, sorted by path so any machine reads them in the same order."""
+    """The files to read, in order: folders expand to their .txt / .jsonl / .jsonl.gz / .jsonl.zst /
+    .parquet files, recursively, sorted by path so any machine reads them in the same order (FineWeb's
+    000_00000.parquet, 000_00001.parquet, ... in their numbered order)."""
     files = []
     for path in inputs:
         if path == "-":
             files.append(path)
         elif os.path.isdir(path):
             found = sorted(os.path.join(root, f) for root, _, names in os.walk(path) for f in names
-                           if f.endswith((".txt", ".jsonl", ".jsonl.gz")))
+                           if f.endswith(INPUT_SUFFIXES))
             if not found:
-                raise FormatError(path, "folder holds no .txt, .jsonl or .jsonl.gz files")
+                raise FormatError(path, "folder holds no .txt, .jsonl, .jsonl.gz, .jsonl.zst or .parquet files")
             files += found
         elif os.path.exists(path):
             files.append(path)
@@ -89,7 +102,8 @@ def text_documents(path, lines, split, errors):
         yield text, used
 
 
-def jsonl_documents(path, lines, field, errors):
+def jsonl_records(path, lines, errors):
+    """(line number, JSON value, bytes read) of each non-blank line."""
     offset = 0
     for lineno, line in enumerate(lines, 1):
         text = decode_utf8(path, line, offset, lineno, errors)
@@ -97,9 +111,13 @@ def jsonl_documents(path, lines, field, errors):
         if not text.strip():
             continue
         try:
-            record = json.loads(text)
+            yield lineno, json.loads(text), len(line)
         except ValueError as e:
             raise FormatError(path, f"line {lineno}: not JSON ({e})") from None
+
+
+def jsonl_documents(path, lines, field, errors):
+    for lineno, record, nbytes in jsonl_records(path, lines, errors):
         if not isinstance(record, dict) or field not in record:
             raise FormatError(path, f"line {lineno}: no field '{field}' (choose the text's field with --field)")
         doc = record[field]
@@ -113,27 +131,222 @@ def jsonl_documents(path, lines, field, errors):
                                         " text; --errors replace substitutes '?' and carries on") from None
             doc = doc.encode("utf-8", "replace").decode("utf-8")
         if doc:
-            yield doc, len(line)
+            yield doc, nbytes
 
 
-def documents(files, args):
-    """(document, bytes read) of every input, in order."""
+def parquet_documents(path, f, field):
+    """The strings of column `field`, one row group at a time (a FineWeb file holds 1 to 2 GB of text,
+    its row groups some tens of MB), so memory stays bounded by the largest row group."""
+    with formats.required_packages():
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    try:
+        pf = pq.ParquetFile(f)
+        schema = pf.schema_arrow
+        if field not in schema.names:
+            raise FormatError(path, f"no column '{field}' (choose the text's column with --field); its columns:"
+                                    f" {', '.join(schema.names)}")
+        kind = schema.field(field).type
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+            raise FormatError(path, f"column '{field}' holds {kind}, not strings")
+        size, used = os.path.getsize(path), 0
+        for g in range(pf.num_row_groups):
+            # one thread: --workers is the one knob of parallelism
+            texts = pf.read_row_group(g, columns=[field], use_threads=False).column(0).to_pylist()
+            # the row group's share of the file (the last takes the footer too), shared among its
+            # documents by length: the progress bar's bytes, and what sizes the workers' tasks
+            nbytes = size - used if g == pf.num_row_groups - 1 else \
+                sum(pf.metadata.row_group(g).column(c).total_compressed_size for c in range(pf.metadata.num_columns))
+            used += nbytes
+            chars = sum(len(doc) for doc in texts if doc) or 1
+            for row, doc in enumerate(texts):
+                if doc is None:
+                    raise FormatError(path, f"row group {g}, row {row}: column '{field}' is null")
+                if doc:
+                    yield doc, nbytes * len(doc) // chars
+    except (pa.ArrowException, OSError) as e:
+        raise FormatError(path, f"not a readable Parquet file ({str(e).splitlines()[0]})") from None
+
+
+def zstd_lines(path, f):
+    """The lines of a zstd-compressed file, decompressed as they are read. python-zstandard's stream
+    reader ends quietly at a cut-off frame, so the frames are tracked here: a file that ends inside
+    one is an error, not a shorter corpus."""
+    with formats.required_packages():
+        import zstandard
+    dctx = zstandard.ZstdDecompressor()
+    d, in_frame, pending = dctx.decompressobj(), False, b""
+    try:
+        for block in iter(lambda: f.read(CHUNK_BYTES), b""):
+            while block:
+                pending += d.decompress(block)
+                in_frame, block = True, b""
+                if d.eof:  # a file may hold several frames, one after another
+                    block, d, in_frame = d.unused_data, dctx.decompressobj(), False
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                yield line + b"\n"
+    except zstandard.ZstdError as e:
+        raise FormatError(path, f"not zstd-compressed or corrupt ({e})") from None
+    if in_frame:
+        raise FormatError(path, "truncated: the zstd stream ends inside a frame")
+    if pending:
+        yield pending
+
+
+def open_input(path):
+    """The input as a binary file, and a function that gives its lines."""
+    if path == "-":
+        return sys.stdin.buffer, iter
+    if path.endswith(".gz"):
+        return gzip.open(path, "rb"), iter
+    f = open(path, "rb")
+    return f, (lambda f: zstd_lines(path, f)) if path.endswith(".zst") else iter
+
+
+def documents(files, args, records):
+    """(document, bytes read) of every input, in order: `records(path, lines)` makes them of a jsonl
+    file's lines, text_documents of a .txt file's, parquet_documents of a .parquet file's column."""
     for path in files:
         label = "<stdin>" if path == "-" else path
+        if args.chat and not path.endswith(JSONL_SUFFIXES):
+            raise FormatError(label, "--chat reads conversations from .jsonl, .jsonl.gz or .jsonl.zst files")
         try:
-            if path == "-":
-                f = sys.stdin.buffer
-            elif path.endswith(".gz"):
-                f = gzip.open(path, "rb")
-            else:
-                f = open(path, "rb")
+            f, lines = open_input(path)
             with f:
-                if path.endswith((".jsonl", ".jsonl.gz")):
-                    yield from jsonl_documents(label, f, args.field, args.errors)
+                if path.endswith(".parquet"):
+                    yield from parquet_documents(label, f, args.field)
+                elif path.endswith(JSONL_SUFFIXES):
+                    yield from records(label, lines(f))
                 else:
-                    yield from text_documents(label, f, args.split, args.errors)
+                    yield from text_documents(label, lines(f), args.split, args.errors)
         except (OSError, EOFError, zlib.error) as e:
             raise FormatError(label, f"cannot read: {getattr(e, 'strerror', None) or e}") from None
+
+
+# --- conversations (--chat) ---
+
+def chat_conversations(path, lines, errors):
+    """((file, line number, messages), bytes read) of each line of a chat jsonl file: "messages", a list
+    of {"role", "content"} objects (other keys pass to the template as they are), or "prompt" and
+    "completion", which become a user message and an assistant message."""
+    for lineno, record, nbytes in jsonl_records(path, lines, errors):
+        if isinstance(record, dict) and "messages" in record:
+            messages = record["messages"]
+            if not isinstance(messages, list) or not messages or not all(
+                    isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+                    for m in messages):
+                raise FormatError(path, f"line {lineno}: 'messages' must be a non-empty list of objects with a string"
+                                        " 'role' and a string 'content'")
+        elif isinstance(record, dict) and "prompt" in record and "completion" in record:
+            if not isinstance(record["prompt"], str) or not isinstance(record["completion"], str):
+                raise FormatError(path, f"line {lineno}: 'prompt' and 'completion' must be strings")
+            messages = [{"role": "user", "content": record["prompt"]},
+                        {"role": "assistant", "content": record["completion"]}]
+        else:
+            raise FormatError(path, f"line {lineno}: neither 'messages' nor 'prompt' and 'completion' (--chat reads"
+                                    " conversations)")
+        yield (path, lineno, messages), nbytes
+
+
+class RenderError(Exception):
+    """A conversation that a worker could not render or mask: (file, problem). Unlike FormatError its
+    arguments are its constructor's, so it pickles back from a worker process."""
+
+
+def chat_template(tok_path):
+    """(compiled template, the variables transformers passes it) of the tokenizer_config.json beside
+    a tokenizer.json. The environment is transformers' (utils/chat_template_utils.py,
+    _cached_compile_jinja_template): sandboxed, trim_blocks and lstrip_blocks, the loopcontrols
+    extension, raise_exception, a tojson that does not escape HTML, strftime_now; the variables are
+    its special_tokens_map (bos_token, eos_token, unk_token, pad_token as strings)."""
+    config = os.path.join(os.path.dirname(tok_path), "tokenizer_config.json")
+    if formats.is_sentencepiece(tok_path) or not os.path.isfile(config):
+        raise FormatError(tok_path, "--chat needs a Hugging Face tokenizer folder: a tokenizer.json with a"
+                                    " tokenizer_config.json beside it that holds the chat_template")
+    try:
+        with open(config, "rb") as f:
+            spec = json.load(f)
+    except (OSError, ValueError) as e:
+        raise FormatError(config, f"cannot read it ({e})") from None
+    template = spec.get("chat_template") if isinstance(spec, dict) else None
+    if isinstance(template, list):  # several named templates: transformers' default is the one named "default"
+        template = next((t.get("template") for t in template if isinstance(t, dict) and t.get("name") == "default"), None)
+    if not isinstance(template, str):
+        raise FormatError(config, "no chat_template (a string, or a list holding one named 'default'): --chat renders"
+                                  " conversations with the model's own template")
+    with formats.required_packages():
+        import jinja2
+        import jinja2.ext
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+    from datetime import datetime
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    try:
+        compiled = env.from_string(template)
+    except jinja2.TemplateError as e:
+        raise FormatError(config, f"its chat_template does not parse ({e}); {{% generation %}} markers are not"
+                                  " supported: --chat finds the assistant's turns by rendering prefixes") from None
+    variables = {}
+    for key in ("bos_token", "eos_token", "unk_token", "pad_token"):
+        value = spec.get(key)
+        value = value.get("content") if isinstance(value, dict) else value
+        if isinstance(value, str):
+            variables[key] = value
+    if "eos_token" not in variables:
+        raise FormatError(config, "no eos_token: --chat learns each assistant turn up to its end-of-turn token, the eos_token")
+    return compiled, variables
+
+
+def render_chat(template, variables, path, lineno, messages):
+    """(the conversation's text, the [start, end) character spans of its assistant turns; see the
+    module's docstring for the rule)."""
+    import jinja2
+
+    def render(msgs, generation_prompt):
+        try:
+            return template.render(messages=msgs, tools=None, documents=None,
+                                   add_generation_prompt=generation_prompt, **variables)
+        except jinja2.TemplateError as e:
+            raise RenderError(path, f"line {lineno}: the chat template fails: {e}") from None
+
+    text, spans, eos = render(messages, False), [], variables["eos_token"]
+    for k, m in enumerate(messages):
+        if m["role"] != "assistant":
+            continue
+        before, through = render(messages[:k], True), render(messages[:k + 1], False)
+        if not (text.startswith(before) and text.startswith(through) and len(before) <= len(through)):
+            raise RenderError(path, f"line {lineno}: the chat template's rendering of messages 1..{k} (with the"
+                                    f" generation prompt) or 1..{k + 1} is not a prefix of the whole conversation's,"
+                                    " so --chat cannot tell which tokens are the assistant's")
+        end = text.rfind(eos, len(before), len(through))
+        if end < 0:
+            raise RenderError(path, f"line {lineno}: assistant message {k + 1} holds no end-of-turn token (eos_token"
+                                    f" {eos!r}) in its rendering")
+        spans.append((len(before), end + len(eos)))
+    return text, spans
+
+
+def chat_mask(path, lineno, offsets, spans):
+    """1 for each token whose text starts inside an assistant span; a token across a span's end is
+    refused (its loss would be half prompt, half answer)."""
+    starts, ends = (np.array([o[i] for o in offsets], dtype=np.int64).reshape(-1) for i in (0, 1))
+    mask = np.zeros(len(offsets), dtype=np.uint8)
+    for a, b in spans:
+        if ((starts < a) & (ends > a)).any() or ((starts < b) & (ends > b)).any():
+            raise RenderError(path, f"line {lineno}: a token straddles the start or end of an assistant turn (characters"
+                                    f" {a}..{b} of the rendering)")
+        mask[(starts >= a) & (starts < b)] = 1
+    return mask
 
 
 def chunks(docs):
@@ -154,15 +367,21 @@ def chunks(docs):
 _encoder = None
 
 
-def init_encoder(tok_path, bos, eos):
+def init_encoder(tok_path, bos, eos, chat):
     """Loads the tokenizer in this process (formats.text_encoder); bos / eos are the ids to put around
-    each document, or None."""
+    each document, or None. chat: conversations are rendered by the template and tokenized as
+    apply_chat_template does (special tokens in the text are the tokens, nothing added)."""
     global _encoder
-    _encoder = (formats.text_encoder(tok_path), bos, eos)
+    if chat:
+        tok, _ = formats.load_tokenizer_json(tok_path)
+        _encoder = (tok,) + chat_template(tok_path)
+    else:
+        _encoder = (formats.text_encoder(tok_path), bos, eos)
 
 
 def encode_chunk(texts):
-    """(the chunk's tokens with each document's BOS / EOS, as uint32; each document's token count)."""
+    """(the chunk's tokens with each document's BOS / EOS, as uint32; each document's token count; None,
+    no mask)."""
     encode, bos, eos = _encoder
     flat, lengths = [], []
     for ids in encode(texts):
@@ -172,25 +391,42 @@ def encode_chunk(texts):
         if eos is not None:
             flat.append(eos)
         lengths.append(len(ids) + (bos is not None) + (eos is not None))
-    return np.array(flat, dtype=np.uint32), np.array(lengths, dtype=np.int64)
+    return np.array(flat, dtype=np.uint32), np.array(lengths, dtype=np.int64), None
 
 
-def encoded(tasks, pool, window):
-    """encode_chunk of every chunk, in order. At most `window` chunks are in flight, so reading stays
+def encode_chat_chunk(conversations):
+    """encode_chunk for (file, line, messages) conversations, with the loss mask of the tokens."""
+    tok, template, variables = _encoder
+    rendered = [render_chat(template, variables, *c) for c in conversations]
+    flat, lengths, masks = [], [], []
+    for (path, lineno, _), (_, spans), e in zip(conversations, rendered,
+                                                tok.encode_batch([t for t, _ in rendered], add_special_tokens=False)):
+        flat += e.ids
+        lengths.append(len(e.ids))
+        masks.append(chat_mask(path, lineno, e.offsets, spans))
+    return np.array(flat, dtype=np.uint32), np.array(lengths, dtype=np.int64), \
+        np.concatenate(masks) if masks else np.zeros(0, np.uint8)
+
+
+def encoded(tasks, pool, window, encode):
+    """encode(chunk) of every chunk, in order. At most `window` chunks are in flight, so reading stays
     just ahead of the workers (Pool.imap would read the whole corpus into its queue)."""
-    if pool is None:
+    try:
+        if pool is None:
+            for texts, nbytes in tasks:
+                yield encode(texts) + (len(texts), nbytes)
+            return
+        pending = deque()
         for texts, nbytes in tasks:
-            yield encode_chunk(texts) + (len(texts), nbytes)
-        return
-    pending = deque()
-    for texts, nbytes in tasks:
-        pending.append((pool.apply_async(encode_chunk, (texts,)), len(texts), nbytes))
-        if len(pending) >= window:
+            pending.append((pool.apply_async(encode, (texts,)), len(texts), nbytes))
+            if len(pending) >= window:
+                result, ndocs, nb = pending.popleft()
+                yield result.get() + (ndocs, nb)
+        while pending:
             result, ndocs, nb = pending.popleft()
             yield result.get() + (ndocs, nb)
-    while pending:
-        result, ndocs, nb = pending.popleft()
-        yield result.get() + (ndocs, nb)
+    except RenderError as e:
+        raise FormatError(*e.args) from None
 
 
 # --- output ---
@@ -204,6 +440,7 @@ class Outputs:
         self.staged = []  # (temporary path, final path)
         existing = [p for p in [self.path("val"), self.path("tokenizer")] if os.path.exists(p)]
         existing += sorted(glob.glob(glob.escape(self.prefix) + "_train_*.bin"))
+        existing += sorted(glob.glob(glob.escape(self.prefix) + "_train_*.bin" + formats.MASK_SUFFIX))
         if existing and not force:
             raise FormatError(existing[0], "exists; choose another --out / --name, or pass --force to replace"
                                            f" the {len(existing)} file(s) of this name")
@@ -219,8 +456,8 @@ class Outputs:
     def path(self, what):
         return f"{self.prefix}_{what}.bin"
 
-    def stage(self, what):
-        final = self.path(what)
+    def stage(self, what, suffix=""):
+        final = self.path(what) + suffix
         self.staged.append((final + ".partial", final))
         return final + ".partial"
 
@@ -243,11 +480,14 @@ class Outputs:
 
 
 def tokenize(args, files, tok_path, outputs):
-    """Reads, encodes and writes; returns (documents, val tokens, train tokens, train shards)."""
+    """Reads, encodes and writes; returns (documents, val tokens, train tokens, train shards, learned
+    tokens or None without --chat)."""
     pieces = formats.decode_table_from_tokenizer(tok_path)
     bos_known, eos_known, _ = formats.special_ids(tok_path)
     bos = args.bos_id if args.bos_id is not None else bos_known
-    if args.bos and bos is None:
+    if args.chat:
+        chat_template(tok_path)  # its problems stop the run here, before any worker starts
+    elif args.bos and bos is None:
         raise FormatError(tok_path, "the tokenizer names no BOS token (tokenizer_config.json bos_token, or a"
                                     " post-processor that adds one): pass --bos_id N, the id every document"
                                     " starts with, or --no-bos")
@@ -260,7 +500,13 @@ def tokenize(args, files, tok_path, outputs):
     doc_start = next((i for i in (bos, eos_known) if i is not None), 0)
     dtype = formats.shard_dtype(len(pieces) - 1)  # from the vocabulary, so every shard has one width
 
-    encoder_args = (tok_path, bos if args.bos else None, eos_known if args.eos else None)
+    # --chat: the template alone decides the tokens, as apply_chat_template does (SmolLM2's starts
+    # every conversation with <|im_start|>, its BOS; Llama 3's writes bos_token itself)
+    encoder_args = (tok_path, bos if args.bos and not args.chat else None,
+                    eos_known if args.eos and not args.chat else None, args.chat)
+    encode = encode_chat_chunk if args.chat else encode_chunk
+    records = (lambda path, lines: chat_conversations(path, lines, args.errors)) if args.chat else \
+        (lambda path, lines: jsonl_documents(path, lines, args.field, args.errors))
     pool = None
     if args.workers > 1:
         import multiprocessing
@@ -272,12 +518,20 @@ def tokenize(args, files, tok_path, outputs):
     except OSError:
         total = None
     bar = tqdm(total=total, unit="B", unit_scale=True, desc="tokenizing", disable=None)
-    ndocs = nval = ntrain = nshards = 0
+    ndocs = nval = ntrain = nshards = learned = 0
     val = []
     shard = np.empty(args.shard_tokens, dtype=dtype)
+    shard_mask = np.empty(args.shard_tokens, dtype=np.uint8) if args.chat else None
     fill = 0
+
+    def write(what, tokens, mask):
+        formats.write_shard(outputs.stage(what), tokens, dtype)
+        if mask is not None:
+            formats.write_loss_mask(outputs.stage(what, formats.MASK_SUFFIX), mask)
+
     try:
-        for tokens, lengths, docs_in_chunk, nbytes in encoded(chunks(documents(files, args)), pool, 4 * args.workers):
+        for tokens, lengths, mask, docs_in_chunk, nbytes in encoded(chunks(documents(files, args, records)), pool,
+                                                                     4 * args.workers, encode):
             ndocs += docs_in_chunk
             if nval < args.val_tokens:
                 # whole documents, until val has at least val_tokens
@@ -286,16 +540,23 @@ def tokenize(args, files, tok_path, outputs):
                 val.append(tokens[:take])
                 nval += take
                 tokens = tokens[take:]
+                if mask is not None:  # the trainer's val loss is over every target: no mask
+                    mask = mask[take:]
                 if nval >= args.val_tokens:
-                    formats.write_shard(outputs.stage("val"), np.concatenate(val), dtype)
+                    write("val", np.concatenate(val), None)
                     val = None
+            if mask is not None:
+                learned += int(mask.sum())
             while len(tokens):
                 n = min(len(tokens), args.shard_tokens - fill)
                 shard[fill:fill + n] = tokens[:n]
-                fill += n
                 tokens = tokens[n:]
+                if mask is not None:
+                    shard_mask[fill:fill + n] = mask[:n]
+                    mask = mask[n:]
+                fill += n
                 if fill == args.shard_tokens:
-                    formats.write_shard(outputs.stage(f"train_{nshards:03d}"), shard, dtype)
+                    write(f"train_{nshards:03d}", shard, shard_mask)
                     ntrain, nshards, fill = ntrain + fill, nshards + 1, 0
             bar.update(nbytes)
             bar.set_postfix_str(f"{ndocs:,} docs, {nval + ntrain + fill:,} tokens", refresh=False)
@@ -309,13 +570,15 @@ def tokenize(args, files, tok_path, outputs):
     if nval < args.val_tokens:
         raise FormatError(where, f"the corpus has {nval:,} tokens, fewer than --val_tokens {args.val_tokens:,}")
     if fill:
-        formats.write_shard(outputs.stage(f"train_{nshards:03d}"), shard[:fill], dtype)
+        write(f"train_{nshards:03d}", shard[:fill], shard_mask[:fill] if args.chat else None)
         ntrain, nshards = ntrain + fill, nshards + 1
     if ntrain == 0:
         raise FormatError(where, f"no tokens left for training: the val split's whole documents took all"
                                  f" {nval:,}; lower --val_tokens or add text")
+    if args.chat and learned == 0:
+        raise FormatError(where, "no assistant messages: every token would be masked, nothing learned")
     formats.write_decode_table(outputs.stage("tokenizer"), pieces, doc_start)
-    return ndocs, nval, ntrain, nshards
+    return ndocs, nval, ntrain, nshards, learned if args.chat else None
 
 
 def default_name(tok_path):
@@ -338,9 +601,9 @@ def parse_args(argv):
                " -tok data/tinyshakespeare_smollm2_tokenizer.bin\n"
                "Nothing is written unless the whole run succeeds; a bad input exits 1 with 'error: <file>: <problem>'.")
     p.add_argument("inputs", nargs="+", metavar="INPUT",
-                   help=".txt file (documents per --split), .jsonl or .jsonl.gz (one JSON object per line, its text in"
-                        " --field), a folder (its .txt/.jsonl/.jsonl.gz files, recursively, in sorted order), or - for"
-                        " standard input (text)")
+                   help=".txt file (documents per --split), .jsonl, .jsonl.gz or .jsonl.zst (one JSON object per line,"
+                        " its text in --field), .parquet (its --field column, one row group at a time), a folder (those"
+                        " files, recursively, in sorted order, as FineWeb ships), or - for standard input (text)")
     p.add_argument("--tokenizer", required=True, metavar="TOK",
                    help="a tokenizer.json, a SentencePiece .model, or a folder holding either (a Hugging Face model"
                         " folder, whose tokenizer_config.json names BOS and EOS)")
@@ -352,7 +615,13 @@ def parse_args(argv):
     p.add_argument("--shard_tokens", type=int, default=100_000_000, metavar="N",
                    help="tokens per train shard, the last one holding the rest (default 100000000); a document may"
                         " continue into the next shard")
-    p.add_argument("--field", default="text", help="the text's field in .jsonl records (default text)")
+    p.add_argument("--field", default="text", help="the text's field in .jsonl records, or column in .parquet files"
+                                                   " (default text)")
+    p.add_argument("--chat", action="store_true",
+                   help="the inputs are conversations (.jsonl/.jsonl.gz/.jsonl.zst lines with \"messages\": [{role,"
+                        " content}, ...], or \"prompt\" and \"completion\"), rendered with the tokenizer folder's"
+                        " chat_template; writes a loss mask X.mask beside each train shard X, 1 on the assistant's turns"
+                        " through their end-of-turn token; --bos, --eos and --split do not apply (the template decides)")
     p.add_argument("--split", choices=["doc", "para", "line"], default="doc",
                    help=".txt documents: the whole file (doc, default), each blank-line-separated paragraph (para), or"
                         " each non-empty line (line); the separators are not part of the documents")
@@ -386,7 +655,7 @@ def main(argv=None):
         files = input_files(args.inputs)
         name = args.name or default_name(tok_path)
         outputs = Outputs(args.out, name, args.force)
-        ndocs, nval, ntrain, nshards = tokenize(args, files, tok_path, outputs)
+        ndocs, nval, ntrain, nshards, learned = tokenize(args, files, tok_path, outputs)
         outputs.commit()
     except FormatError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -398,8 +667,10 @@ def main(argv=None):
         if outputs is not None:
             outputs.discard()
     secs = time.time() - start
-    print(f"{ndocs:,} documents, {nval + ntrain:,} tokens ({nval:,} val, {ntrain:,} train in {nshards} shard(s))"
-          f" -> {outputs.prefix}_*.bin in {secs:.1f} s, {(nval + ntrain) / secs:,.0f} tokens/s")
+    masks = "" if learned is None else f", {learned:,} of the train tokens learned ({learned / ntrain:.1%}; loss masks *.bin.mask)"
+    print(f"{ndocs:,} {'conversations' if args.chat else 'documents'}, {nval + ntrain:,} tokens ({nval:,} val,"
+          f" {ntrain:,} train in {nshards} shard(s)){masks} -> {outputs.prefix}_*.bin in {secs:.1f} s,"
+          f" {(nval + ntrain) / secs:,.0f} tokens/s")
     return 0
 
 

@@ -8,7 +8,7 @@ missing and the command that installs the project's packages.
 
 The inputs: a byte-level BPE tokenizer trained here, the gqa Hugging Face fixture (dev/test/fixtures/hf)
 and the model file hf_import makes of it, and small files written here. Needs numpy tokenizers
-sentencepiece safetensors ml_dtypes gguf tqdm. Last line: "N passed, N failed".
+sentencepiece safetensors ml_dtypes gguf tqdm pyarrow zstandard jinja2. Last line: "N passed, N failed".
 
     python3 dev/test/test_bad_inputs.py
 """
@@ -36,6 +36,7 @@ tokenize_text = load_tool("dev/data/tokenize_text.py")  # its CHUNK_BYTES: how m
 
 TMP = tempfile.mkdtemp(prefix="test_bad_inputs_")
 TOOLS = {"tokenize_text": "dev/data/tokenize_text.py", "shards_to_text": "dev/data/shards_to_text.py",
+         "shakespeare_chat": "dev/data/shakespeare_chat.py",
          "hf_import": "scripts/hf_import.py", "hf_export": "scripts/hf_export.py",
          "plot_log": "scripts/plot_log.py", "plot_fp8": "scripts/plot_fp8.py"}
 
@@ -103,6 +104,39 @@ check(len(big) > tokenize_text.CHUNK_BYTES, f"the text before the bad line ({len
                                             f" ({tokenize_text.CHUNK_BYTES:,})")
 a_file = write("a_file", "not a folder")
 
+# parquet, zstd and chat inputs
+import pyarrow as pa  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+import zstandard  # noqa: E402
+pq.write_table(pa.table({"url": ["u1", "u2"], "content": DOCS[:2]}), path("nocol.parquet"))
+pq.write_table(pa.table({"text": [1, 2]}), path("ints.parquet"))
+pq.write_table(pa.table({"text": [DOCS[0], None]}), path("null.parquet"))
+good_parquet = read(path("nocol.parquet"))
+corrupt_parquet = write("corrupt.parquet", good_parquet[:len(good_parquet) // 2] + b"\0" * 64 + good_parquet[-64:])
+# varied lines, so the frame has several blocks and the cut leaves whole lines decoded before it
+zst_data = zstandard.ZstdCompressor().compress("".join(json.dumps({"text": f"{i * 7919 % 100003}: {DOCS[i % 4]}"}) + "\n"
+                                                       for i in range(20000)).encode())
+truncated_zst = write("cut.jsonl.zst", zst_data[:len(zst_data) * 2 // 3])
+CHAT = os.path.join(ROOT, "dev", "test", "fixtures", "chat")
+
+
+def chat_tokenizer(name, template, eos="<|im_end|>"):
+    """The chat fixture tokenizer with another chat_template."""
+    shutil.copytree(os.path.join(CHAT, "smollm2"), path(name))
+    write(f"{name}/tokenizer_config.json", json.dumps({"bos_token": "<|im_start|>", "eos_token": eos, "chat_template": template}))
+    return path(name)
+
+
+# the last message is marked, so the rendering of a conversation's first messages is no prefix of the whole's
+not_prefix = chat_tokenizer("notprefix", "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
+                                         "{% if loop.last %} (end){% endif %}<|im_end|>\n{% endfor %}")
+no_eos = chat_tokenizer("noeos", "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}")
+raises = chat_tokenizer("raises", "{% for m in messages %}{% if m['role'] == 'user' %}{{ raise_exception('no user"
+                                  " turns here') }}{% endif %}{{ m['content'] }}<|im_end|>{% endfor %}")
+no_template = chat_tokenizer("notemplate", None)
+bad_syntax = chat_tokenizer("badsyntax", "{% for m in messages %}{{ m['content'] }")
+chat_ok = write("chat.jsonl", json.dumps({"prompt": "Who speaks?", "completion": "HAMLET"}) + "\n")
+
 # shards and a decode table, and a model file, for the tools that read them
 rc, _, se = run("tokenize_text", ["--tokenizer", bpe_dir, "--out", path("shards"), "--name", "s", "--val_tokens", "0",
                                   "--workers", "1", docs_jsonl])
@@ -158,6 +192,44 @@ ROWS = [
         ["no tokens left for training"], TOK_OUT),
     Row("bad line after shards were staged", "tokenize_text", TOKENIZE + ["--tokenizer", bpe_dir, "--shard_tokens", "500", later_bad],
         [later_bad, "not JSON"], TOK_OUT),
+    Row("parquet: no such column", "tokenize_text", TOKENIZE + ["--tokenizer", bpe_dir, path("nocol.parquet")],
+        [path("nocol.parquet"), "no column 'text'", "--field", "url, content"], TOK_OUT),
+    Row("parquet: column not strings", "tokenize_text", TOKENIZE + ["--tokenizer", bpe_dir, path("ints.parquet")],
+        [path("ints.parquet"), "'text' holds int64"], TOK_OUT),
+    Row("parquet: a null text", "tokenize_text", TOKENIZE + ["--tokenizer", bpe_dir, path("null.parquet")],
+        [path("null.parquet"), "row group 0, row 1", "null"], TOK_OUT),
+    Row("parquet: corrupt file", "tokenize_text", TOKENIZE + ["--tokenizer", bpe_dir, corrupt_parquet],
+        [corrupt_parquet, "not a readable Parquet file"], TOK_OUT),
+    Row("jsonl.zst: truncated", "tokenize_text", TOKENIZE + ["--tokenizer", bpe_dir, truncated_zst],
+        [truncated_zst, "truncated", "zstd"], TOK_OUT),
+    Row("jsonl.zst: not zstd", "tokenize_text", TOKENIZE + ["--tokenizer", bpe_dir, write("plain.jsonl.zst", docs_jsonl * 3)],
+        [path("plain.jsonl.zst"), "not zstd-compressed"], TOK_OUT),
+    # tokenize_text --chat
+    Row("chat: a line neither messages nor prompt/completion", "tokenize_text",
+        TOKENIZE + ["--chat", "--tokenizer", os.path.join(CHAT, "smollm2"), write("c1.jsonl", '{"text": "a"}\n')],
+        [path("c1.jsonl"), "line 1", "neither 'messages' nor 'prompt' and 'completion'"], TOK_OUT),
+    Row("chat: a message without content", "tokenize_text",
+        TOKENIZE + ["--chat", "--tokenizer", os.path.join(CHAT, "smollm2"),
+                    write("c2.jsonl", json.dumps({"prompt": "p", "completion": "c"}) + "\n" + '{"messages": [{"role": "user"}]}\n')],
+        [path("c2.jsonl"), "line 2", "string 'content'"], TOK_OUT),
+    Row("chat: a completion not a string", "tokenize_text",
+        TOKENIZE + ["--chat", "--tokenizer", os.path.join(CHAT, "smollm2"), write("c3.jsonl", '{"prompt": "p", "completion": 3}\n')],
+        [path("c3.jsonl"), "line 1", "must be strings"], TOK_OUT),
+    Row("chat: a template whose prefix rendering is not a prefix", "tokenize_text",
+        TOKENIZE + ["--chat", "--tokenizer", not_prefix, chat_ok], [chat_ok, "line 1", "not a prefix"], TOK_OUT),
+    Row("chat: a template that puts no eos_token in the assistant's turn", "tokenize_text",
+        TOKENIZE + ["--chat", "--tokenizer", no_eos, chat_ok], [chat_ok, "line 1", "no end-of-turn token"], TOK_OUT),
+    Row("chat: the template raises", "tokenize_text", TOKENIZE + ["--chat", "--tokenizer", raises, chat_ok],
+        [chat_ok, "line 1", "no user turns here"], TOK_OUT),
+    Row("chat: no chat_template", "tokenize_text", TOKENIZE + ["--chat", "--tokenizer", no_template, chat_ok],
+        [os.path.join(no_template, "tokenizer_config.json"), "no chat_template"], TOK_OUT),
+    Row("chat: a template that does not parse", "tokenize_text", TOKENIZE + ["--chat", "--tokenizer", bad_syntax, chat_ok],
+        [os.path.join(bad_syntax, "tokenizer_config.json"), "does not parse"], TOK_OUT),
+    Row("chat: a .txt input", "tokenize_text", TOKENIZE + ["--chat", "--tokenizer", os.path.join(CHAT, "smollm2"), txt],
+        [txt, "--chat reads conversations"], TOK_OUT),
+    Row("chat: no assistant message", "tokenize_text", TOKENIZE + ["--chat", "--tokenizer", os.path.join(CHAT, "smollm2"),
+        write("c4.jsonl", json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n")],
+        [path("c4.jsonl"), "no assistant messages"], TOK_OUT),
     # tokenize_text: tokenizers
     Row("tokenizer.json that is not one", "tokenize_text", TOKENIZE + ["--tokenizer", write("bad.json", '{"a": 1}'), txt],
         [path("bad.json"), "not a tokenizer.json"], TOK_OUT),
@@ -185,6 +257,10 @@ ROWS = [
     Row("a shard that is not one", "shards_to_text", ["--table", table, "--out", path("o.txt"), txt], [txt, "token shard"], [path("o.txt")]),
     Row("a decode table that is not one", "shards_to_text", ["--table", shard, "--out", path("o.txt"), shard], [shard, "decode table"],
         [path("o.txt")]),
+    # shakespeare_chat
+    Row("no such text", "shakespeare_chat", [path("nope.txt"), "--out", path("sc.jsonl")], [path("nope.txt")], [path("sc.jsonl")]),
+    Row("a text without speeches", "shakespeare_chat", [txt, "--out", path("sc.jsonl")], [txt, "no speeches"], [path("sc.jsonl")]),
+    Row("--out exists, no --force", "shakespeare_chat", [txt, "--out", existing_txt], [existing_txt, "--force"], keep=[existing_txt]),
     # hf_import and hf_export
     Row("hf_import: tokenizer_config.json a JSON list", "hf_import", [hf_list_config, path("list.bin")],
         [os.path.join(hf_list_config, "tokenizer_config.json"), "not an object"], [path("list.bin"), path("list_tokenizer.bin")]),
@@ -198,6 +274,9 @@ MISSING = [
     ("tokenize_text", ["--tokenizer", bpe_dir, "--out", path("o_bad"), txt], "tqdm"),
     ("tokenize_text", ["--tokenizer", bpe_dir, "--out", path("o_bad"), txt], "tokenizers"),
     ("tokenize_text", ["--tokenizer", fake_model, "--out", path("o_bad"), txt], "sentencepiece"),
+    ("tokenize_text", ["--tokenizer", bpe_dir, "--out", path("o_bad"), path("nocol.parquet")], "pyarrow"),
+    ("tokenize_text", ["--tokenizer", bpe_dir, "--out", path("o_bad"), truncated_zst], "zstandard"),
+    ("tokenize_text", ["--chat", "--tokenizer", os.path.join(CHAT, "smollm2"), "--out", path("o_bad"), chat_ok], "jinja2"),
     ("shards_to_text", ["--table", table, "--out", path("o.txt"), shard], "numpy"),
     ("hf_import", [os.path.join(FIXTURES, "gqa"), path("m.bin")], "numpy"),
     ("hf_import", [os.path.join(FIXTURES, "gqa"), path("m.bin")], "tqdm"),

@@ -9,8 +9,13 @@ shards' headers, document-start tokens and val split are checked, and decoding t
 C program must give the text back byte for byte (with the BOS pieces where documents start);
 --workers 1 and 4 must write identical files, also on a corpus of several worker tasks in flight;
 the val split must end at the document that reaches --val_tokens, exactly at the boundary; ids past
-65535 must give 32-bit shards. The bad inputs are rows of dev/test/test_bad_inputs.py. Needs gcc and
-the Python packages numpy tokenizers sentencepiece tqdm. Last line: "N passed, N failed".
+65535 must give 32-bit shards. The same documents as .txt, .jsonl, .parquet (several row groups, the
+text not the first column) and .jsonl.zst (two frames) must give identical files, and a .parquet must
+be read one row group at a time (pyarrow's peak memory stays near one row group's). --chat must give
+the ids and loss masks transformers' apply_chat_template gives (dev/test/fixtures/chat/expected.json,
+made by dev/reference/make_chat_fixture.py) for SmolLM2's and Llama 3's templates, split across train
+shards (the val shard has none), with any number of workers. The bad inputs are rows of dev/test/test_bad_inputs.py.
+Needs gcc and the Python packages of requirements.txt. Last line: "N passed, N failed".
 
     python3 dev/test/test_tokenize.py
 """
@@ -35,8 +40,12 @@ try:
     import sentencepiece as spm
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     import tqdm  # noqa: F401 (tokenize_text.py needs it)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import zstandard
+    import jinja2  # noqa: F401 (tokenize_text.py --chat needs it)
 except ImportError as e:
-    check(False, f"Python packages: {e}; install with: pip install numpy tokenizers sentencepiece tqdm")
+    check(False, f"Python packages: {e}; install with: pip install -r requirements.txt")
     sys.exit(summary())
 
 from llama_fp8 import formats  # noqa: E402
@@ -334,6 +343,106 @@ rc = subprocess.run([sys.executable, os.path.join(DATA, "shards_to_text.py"), "-
 back = open(path("back.txt"), "rb").read() if rc == 0 else b""
 check(back.startswith("".join(d + "\n\n" for d in shakespeare).encode("utf-8")),
       "shards_to_text.py --strip_prefix_space: Llama 2 shards as .txt documents, each followed by a blank line")
+
+# --- input formats: .txt, .jsonl, .parquet, .jsonl.zst and folders give the same files ---
+
+def same_files(a, b):
+    names = sorted(os.listdir(a))
+    return names == sorted(os.listdir(b)) and all(read(os.path.join(a, n)) == read(os.path.join(b, n)) for n in names)
+
+
+def write_parquet(name, docs, row_group, field="text"):
+    """docs as a Parquet file of row groups of `row_group` rows, the text after a url column (as FineWeb)."""
+    pq.write_table(pa.table({"url": [f"https://example.com/{i}" for i in range(len(docs))], field: docs}), path(name),
+                   row_group_size=row_group)
+    return path(name)
+
+
+formats_docs = DOCS * 3
+check(all("\n\n" not in d and d.strip() for d in formats_docs), "the documents hold no blank line (a .txt of paragraphs can hold them)")
+fmt_inputs = {"txt": write("f.txt", "\n\n".join(formats_docs) + "\n"),
+              "jsonl": write("f.jsonl", "".join(json.dumps({"text": d}) + "\n" for d in formats_docs)),
+              "parquet": write_parquet("f.parquet", formats_docs, 50)}
+half = len(formats_docs) // 2
+zst = zstandard.ZstdCompressor()
+fmt_inputs["jsonl.zst"] = write("f.jsonl.zst", zst.compress("".join(
+    json.dumps({"text": d}) + "\n" for d in formats_docs[:half]).encode()) + zst.compress("".join(
+        json.dumps({"text": d}) + "\n" for d in formats_docs[half:]).encode()))
+check(pq.ParquetFile(fmt_inputs["parquet"]).num_row_groups == 8, "the .parquet has 8 row groups")
+for kind, f in fmt_inputs.items():
+    for workers in ("1", "4"):
+        out = path(f"o_fmt_{kind}_{workers}")
+        rc, so, se = run(["--tokenizer", bpe_dir, "--out", out, "--name", "f", "--val_tokens", "700", "--shard_tokens", "2000",
+                          "--workers", workers] + (["--split", "para"] if kind == "txt" else []) + [f])
+        check(rc == 0 and f"{len(formats_docs):,} documents" in so, f".{kind}, {workers} worker(s): tokenized {se.strip()[-300:]}")
+ref = path("o_fmt_jsonl_1")
+o = outputs(ref, "f")
+check(len(o["train"]) >= 3 and c_decode(o["tokenizer"], [o["val"]] + o["train"]) == b"".join(b"<|bos|>" + d.encode() for d in formats_docs),
+      f".jsonl: the C decode gives the documents back ({len(o['train'])} train shards)")
+for kind in fmt_inputs:
+    for workers in ("1", "4"):
+        if (kind, workers) != ("jsonl", "1"):
+            check(same_files(ref, path(f"o_fmt_{kind}_{workers}")), f".{kind}, {workers} worker(s): the same files as .jsonl, 1 worker")
+
+# a FineWeb-style folder: numbered .parquet files, read in sorted order, the text in --field
+os.makedirs(path("fineweb", "data", "CC-MAIN-2024-10"))
+write_parquet("fineweb/data/CC-MAIN-2024-10/000_00001.parquet", formats_docs[half:], 40, "content")
+write_parquet("fineweb/data/CC-MAIN-2024-10/000_00000.parquet", formats_docs[:half], 40, "content")
+rc, _, se = run(["--tokenizer", bpe_dir, "--out", path("o_fineweb"), "--name", "f", "--val_tokens", "700", "--shard_tokens", "2000",
+                 "--workers", "2", "--field", "content", path("fineweb")])
+check(rc == 0 and same_files(ref, path("o_fineweb")), f"a folder of .parquet files (FineWeb's layout), --field content: the same files {se.strip()[-300:]}")
+
+# one row group at a time: pyarrow's peak allocation while reading 32 row groups of ~1 MB each stays
+# under half the text (reading the whole file holds all of it at once)
+big_docs = [f"{i} " + "word " * 2000 for i in range(3200)]
+big_parquet = write_parquet("big.parquet", big_docs, 100)
+probe = subprocess.run([sys.executable, "-c", f"""
+import sys; sys.path.insert(0, {os.path.join(ROOT, 'dev', 'test')!r})
+from checks import load_tool
+import pyarrow as pa
+tool = load_tool("dev/data/tokenize_text.py")
+with open({big_parquet!r}, "rb") as f:
+    n = sum(1 for _ in tool.parquet_documents({big_parquet!r}, f, "text"))
+print(n, pa.default_memory_pool().max_memory())
+"""], capture_output=True, text=True)
+n, peak = (int(x) for x in probe.stdout.split()) if probe.returncode == 0 else (0, 0)
+text_bytes = sum(map(len, big_docs))
+check(n == len(big_docs) and 0 < peak < text_bytes / 2, f".parquet read one row group at a time: pyarrow's peak {peak / 1e6:.1f} MB"
+      f" for {text_bytes / 1e6:.1f} MB of text in 32 row groups {probe.stderr.strip()[-300:]}")
+
+# --- --chat: token for token what transformers' apply_chat_template gives ---
+
+CHAT = os.path.join(ROOT, "dev", "test", "fixtures", "chat")
+with open(os.path.join(CHAT, "expected.json")) as f:
+    chat_expected = json.load(f)
+conversations = os.path.join(CHAT, "conversations.jsonl")
+for name in ("smollm2", "llama3"):
+    want_ids = [t for r in chat_expected[name] for t in r["ids"]]
+    want_mask = [m for r in chat_expected[name] for m in r["mask"]]
+    first = len(chat_expected[name][0]["ids"])
+    runs = {}
+    for workers in ("1", "3"):
+        out = path(f"o_chat_{name}_{workers}")
+        rc, so, se = run(["--chat", "--tokenizer", os.path.join(CHAT, name), "--out", out, "--name", "c", "--val_tokens", "1",
+                          "--shard_tokens", "100", "--workers", workers, conversations])
+        runs[workers] = rc == 0
+        if not check(rc == 0 and "5 conversations" in so and f"{sum(want_mask[first:]):,} of the train tokens learned" in so,
+                     f"--chat {name}, {workers} worker(s): tokenized: {so.strip()} {se.strip()[-300:]}"):
+            continue
+    if not runs["1"]:
+        continue
+    o = outputs(path(f"o_chat_{name}_1"), "c")
+    o["train"] = [t for t in o["train"] if t.endswith(".bin")]
+    ids = [int(t) for s_ in [o["val"]] + o["train"] for t in formats.read_shard(s_)]
+    mask = [int(m) for s_ in o["train"] for m in formats.read_loss_mask(formats.mask_path(s_), len(formats.read_shard(s_)))]
+    check(len(formats.read_shard(o["val"])) == first and len(o["train"]) >= 3 and not os.path.exists(formats.mask_path(o["val"])),
+          f"--chat {name}: val is the first conversation ({first} tokens), without a mask (the trainer refuses one); the rest"
+          f" in {len(o['train'])} train shards")
+    check(ids == want_ids, f"--chat {name}: the ids are apply_chat_template's, token for token ({len(want_ids)} tokens)")
+    check(mask == want_mask[first:], f"--chat {name}: each train shard's loss mask is 1 exactly on the assistant's tokens"
+                                     f" through its end-of-turn token ({sum(want_mask[first:])} of {len(want_mask) - first})")
+    if runs["3"]:
+        check(same_files(path(f"o_chat_{name}_1"), path(f"o_chat_{name}_3")), f"--chat {name}: --workers 1 and 3 write identical files")
 
 # --- bad input: every case is a row of dev/test/test_bad_inputs.py; here what must carry on ---
 
