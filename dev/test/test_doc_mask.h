@@ -54,7 +54,7 @@ static void test_doc_mask_packed_is_documents_alone(void) {
     enum { B = 2, T = 10 };
     const int starts[] = {0, 4, 5, T + 6};
     const int doc_first[] = {0, 4, 5, T, T + 6}, doc_end[] = {4, 5, T, T + 6, 2 * T};
-    int num_docs = 5, V = cfg.V;
+    int num_docs = 5, V = cfg.V, QKV = config_qkv_width(&cfg);
     int inputs[B * T], targets[B * T];
     doc_mask_tokens(inputs, B * T, V, 31, starts, 4);
     random_tokens(targets, B * T, V, 32);
@@ -88,6 +88,20 @@ static void test_doc_mask_packed_is_documents_alone(void) {
             double loss_want = alone.acts.lse[t] - want[targets[first + t]];
             CHECK(fabs(loss_got - loss_want) <= 1e-6 * fabs(loss_want),
                   "document %d position %d: loss term packed %.9g, alone %.9g", d, t, loss_got, loss_want);
+            // RoPE scores depend only on t - t2, so positions shifted by a document's start would leave
+            // the logits equal up to rounding: the rotated q and k themselves say whether they restarted
+            for (int l = 0; l < cfg.L; l++) {
+                const ref_real *q_got = packed.acts.qkv + ((size_t)l * B * T + first + t) * QKV;
+                const ref_real *q_want = alone.acts.qkv + ((size_t)l * len + t) * QKV;
+                double qmax = 0.0, qdiff = 0.0;
+                for (int j = 0; j < QKV; j++) {
+                    double diff = fabs((double)q_got[j] - q_want[j]);
+                    if (!(diff <= qdiff)) qdiff = diff;
+                    if (fabs(q_want[j]) > qmax) qmax = fabs(q_want[j]);
+                }
+                CHECK(qdiff <= 1e-6 * qmax, "document %d position %d layer %d: q, k after RoPE differ from alone by %.3g (max %.3g)",
+                      d, t, l, qdiff, qmax);
+            }
         }
         ref_free(&alone);
     }
