@@ -15,4 +15,9 @@ small gradient, in double they are accurate to ~1e-8.
 void ref_gradcheck_double(const LlamaConfig *cfg, int B, int T, int grad_accum, const float *params,
                           const int *inputs, const int *targets, double *grads, double *fd_grads);
 
+// The same with document masking on (llama_ref.h's ref_set_doc_mask), documents starting at doc_start_id.
+void ref_gradcheck_double_doc_mask(const LlamaConfig *cfg, int B, int T, int grad_accum, int doc_start_id,
+                                   const float *params, const int *inputs, const int *targets, double *grads,
+                                   double *fd_grads);
+
 #endif

@@ -19,6 +19,11 @@ nothing to the loss and its dlogits row is 0. The step's loss is then the mean o
 targets of all its micro-batches (their summed losses / their count), not the mean of per-micro-batch
 means; with every target learned the arithmetic is the one before masks.
 
+Document masking (ref_set_doc_mask, off by default): a packed row holds several documents, each
+starting at the document-start id (the BOS the shards carry; a row's first position always starts
+one). A query attends only to the keys of its own document, causally, and RoPE counts positions from
+0 at each document start, so each document computes what it would alone in a row of its own.
+
 Usage: ref_init, ref_init_weights (or write params), then ref_train_step per optimizer step; or
 ref_compute_grads for one step's gradient without an update; ref_forward/ref_backward are the
 micro-steps of the current optimizer step. ref_free at the end.
@@ -46,7 +51,7 @@ typedef struct {
     ref_real *ln1;      // (L, N, C) attention RMSNorm output, input of qkv
     ref_real *ln1_rstd; // (L, N)
     ref_real *qkv;      // (L, N, (NH + 2*NKV)*HS) q and k after RoPE, v
-    ref_real *att;      // (L, B, NH, T, T) softmax probabilities (0 above the diagonal)
+    ref_real *att;      // (L, B, NH, T, T) softmax probabilities (0 above the diagonal and before a query's document)
     ref_real *atty;     // (L, N, C) attention output, input of wo
     ref_real *ln2;      // (L, N, C) MLP RMSNorm output, input of w13
     ref_real *ln2_rstd; // (L, N)
@@ -111,6 +116,9 @@ typedef struct {
     int *inputs, *targets; // (B, T) of the last forward
     double loss_sum;       // the last forward's summed loss over its learned targets (those not -1)
     int loss_count;        // and their number
+    // document masking (section "document masking" below); doc_pos NULL: off
+    int doc_start_id;
+    int *doc_pos;          // (B, T) each token's position in its document, from the last forward's inputs
 } RefModel;
 
 static void ref_act_sizes(RefModel *model, size_t sizes[NUM_REF_ACTS], ref_real **ptrs[NUM_REF_ACTS]) {
@@ -210,6 +218,7 @@ static void ref_free(RefModel *model) {
     free(model->act_memory);
     free(model->inputs);
     free(model->targets);
+    free(model->doc_pos);
     memset(model, 0, sizeof(*model));
 }
 
@@ -663,14 +672,16 @@ static void ref_rmsnorm_backward(ref_real *dinp, ref_real *dw, const ref_real *d
 
 // RoPE on the q and k heads of qkv (B, T, (NH + 2*NKV)*HS): each adjacent pair (2i, 2i+1) of a head
 // at position t rotates by t * rope_inv_freq(c, i, HS) (theta^(-2i/HS), with llama3 scaling if the
-// config has it). dir = -1 applies the inverse rotation (the backward).
-static void ref_rope(ref_real *qkv, const LlamaConfig *c, int B, int T, int dir) {
+// config has it). dir = -1 applies the inverse rotation (the backward). pos (B, T), when not NULL,
+// replaces t by each token's position in its document (document masking).
+static void ref_rope(ref_real *qkv, const LlamaConfig *c, int B, int T, const int *pos, int dir) {
     int NH = c->NH, NKV = c->NKV, HS = config_head_size(c), width = config_qkv_width(c);
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
             ref_real *row = qkv + ((size_t)b * T + t) * width;
+            int position = pos != NULL ? pos[(size_t)b * T + t] : t;
             for (int i = 0; i < HS / 2; i++) {
-                double angle = t * rope_inv_freq(c, i, HS);
+                double angle = position * rope_inv_freq(c, i, HS);
                 double cs = cos(angle), sn = dir * sin(angle);
                 for (int head = 0; head < NH + NKV; head++) { // the q heads, then the k heads
                     ref_real *p = row + head * HS + 2 * i;
@@ -683,8 +694,11 @@ static void ref_rope(ref_real *qkv, const LlamaConfig *c, int B, int T, int dir)
     }
 }
 
-// Causal grouped-query attention. Query head h reads key/value head h / (NH/NKV).
-static void ref_attention_forward(ref_real *out, ref_real *att, const ref_real *qkv, int B, int T, int NH, int NKV, int HS) {
+// Causal grouped-query attention. Query head h reads key/value head h / (NH/NKV). pos (B, T), when
+// not NULL, is each token's position in its document: query t then sees only the keys from its
+// document's start, t - pos, to t (document masking); att is 0 outside them.
+static void ref_attention_forward_docs(ref_real *out, ref_real *att, const ref_real *qkv, const int *pos, int B, int T,
+                                       int NH, int NKV, int HS) {
     int width = (NH + 2 * NKV) * HS, group = NH / NKV, C = NH * HS;
     double scale = 1.0 / sqrt((double)HS);
     for (int b = 0; b < B; b++) {
@@ -693,20 +707,21 @@ static void ref_attention_forward(ref_real *out, ref_real *att, const ref_real *
             for (int t = 0; t < T; t++) {
                 const ref_real *q = qkv + ((size_t)b * T + t) * width + h * HS;
                 ref_real *p = att + (((size_t)b * NH + h) * T + t) * T;
+                int first = pos != NULL ? t - pos[(size_t)b * T + t] : 0;
                 double maxs = -INFINITY, sum = 0.0;
-                for (int t2 = 0; t2 <= t; t2++) {
+                for (int t2 = first; t2 <= t; t2++) {
                     const ref_real *k = qkv + ((size_t)b * T + t2) * width + koff;
                     double s = 0.0;
                     for (int d = 0; d < HS; d++) s += (double)q[d] * k[d];
                     p[t2] = (ref_real)(s * scale);
                     if (p[t2] > maxs) maxs = p[t2];
                 }
-                for (int t2 = 0; t2 <= t; t2++) sum += exp(p[t2] - maxs);
-                for (int t2 = 0; t2 < T; t2++) p[t2] = t2 <= t ? (ref_real)(exp(p[t2] - maxs) / sum) : (ref_real)0.0;
+                for (int t2 = first; t2 <= t; t2++) sum += exp(p[t2] - maxs);
+                for (int t2 = 0; t2 < T; t2++) p[t2] = t2 >= first && t2 <= t ? (ref_real)(exp(p[t2] - maxs) / sum) : (ref_real)0.0;
                 ref_real *y = out + ((size_t)b * T + t) * C + h * HS;
                 for (int d = 0; d < HS; d++) {
                     double acc = 0.0;
-                    for (int t2 = 0; t2 <= t; t2++) acc += (double)p[t2] * qkv[((size_t)b * T + t2) * width + voff + d];
+                    for (int t2 = first; t2 <= t; t2++) acc += (double)p[t2] * qkv[((size_t)b * T + t2) * width + voff + d];
                     y[d] = (ref_real)acc;
                 }
             }
@@ -715,9 +730,10 @@ static void ref_attention_forward(ref_real *out, ref_real *att, const ref_real *
 }
 
 // dqkv (overwritten) from dout: dv += p dy, dp = dy . v, ds = p (dp - sum(p dp)), dq = ds k / sqrt(HS),
-// dk += ds q / sqrt(HS); the key/value gradients sum over the query heads of their group.
-static void ref_attention_backward(ref_real *dqkv, const ref_real *dout, const ref_real *qkv, const ref_real *att,
-                               int B, int T, int NH, int NKV, int HS) {
+// dk += ds q / sqrt(HS); the key/value gradients sum over the query heads of their group. pos as in
+// the forward: only the keys a query saw get gradient from it.
+static void ref_attention_backward_docs(ref_real *dqkv, const ref_real *dout, const ref_real *qkv, const ref_real *att,
+                                        const int *pos, int B, int T, int NH, int NKV, int HS) {
     int width = (NH + 2 * NKV) * HS, group = NH / NKV, C = NH * HS;
     double scale = 1.0 / sqrt((double)HS);
     memset(dqkv, 0, (size_t)B * T * width * sizeof(ref_real));
@@ -729,14 +745,15 @@ static void ref_attention_backward(ref_real *dqkv, const ref_real *dout, const r
                 const ref_real *dy = dout + ((size_t)b * T + t) * C + h * HS;
                 const ref_real *q = qkv + ((size_t)b * T + t) * width + h * HS;
                 ref_real *dq = dqkv + ((size_t)b * T + t) * width + h * HS;
+                int first = pos != NULL ? t - pos[(size_t)b * T + t] : 0;
                 double pdp = 0.0; // sum over t2 of p * dp
-                for (int t2 = 0; t2 <= t; t2++) {
+                for (int t2 = first; t2 <= t; t2++) {
                     const ref_real *v = qkv + ((size_t)b * T + t2) * width + voff;
                     double dp = 0.0;
                     for (int d = 0; d < HS; d++) dp += (double)dy[d] * v[d];
                     pdp += p[t2] * dp;
                 }
-                for (int t2 = 0; t2 <= t; t2++) {
+                for (int t2 = first; t2 <= t; t2++) {
                     size_t row = ((size_t)b * T + t2) * width;
                     const ref_real *k = qkv + row + koff, *v = qkv + row + voff;
                     ref_real *dk = dqkv + row + koff, *dv = dqkv + row + voff;
@@ -752,6 +769,16 @@ static void ref_attention_backward(ref_real *dqkv, const ref_real *dout, const r
             }
         }
     }
+}
+
+// The plain causal attention over whole rows (test_llama_fp8.cu checks the GPU kernels against these).
+static void ref_attention_forward(ref_real *out, ref_real *att, const ref_real *qkv, int B, int T, int NH, int NKV, int HS) {
+    ref_attention_forward_docs(out, att, qkv, NULL, B, T, NH, NKV, HS);
+}
+
+static void ref_attention_backward(ref_real *dqkv, const ref_real *dout, const ref_real *qkv, const ref_real *att,
+                                   int B, int T, int NH, int NKV, int HS) {
+    ref_attention_backward_docs(dqkv, dout, qkv, att, NULL, B, T, NH, NKV, HS);
 }
 
 // out = silu(g) * u with [g | u] = gu, g = the first FF columns
@@ -774,6 +801,30 @@ static void ref_swiglu_backward(ref_real *dgu, const ref_real *dout, const ref_r
             dgu[(size_t)n * 2 * FF + FF + i] = (ref_real)(dy * g * sig);
         }
     }
+}
+
+// ----------------------------------------------------------------------------------------------
+// document masking
+
+// Each token's position in its document: 0 at a row's first token and at every document-start id,
+// one more than its predecessor's otherwise. The reference's own statement of the rule, independent of
+// llmc/doc_mask.h (the trainer's), so that a test of the trainer against it checks the helper too.
+static void ref_doc_positions(int *pos, const int *inputs, int B, int T, int doc_start_id) {
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            size_t i = (size_t)b * T + t;
+            pos[i] = (t == 0 || inputs[i] == doc_start_id) ? 0 : pos[i - 1] + 1;
+        }
+    }
+}
+
+// Turns document masking on for every later forward and backward; doc_start_id is the token id that
+// starts a document (the tokenizer's BOS).
+static void ref_set_doc_mask(RefModel *model, int doc_start_id) {
+    if (doc_start_id < 0 || doc_start_id >= model->cfg.V)
+        FATAL("reference model: document-start id %d is outside the vocabulary [0, %d)", doc_start_id, model->cfg.V);
+    model->doc_start_id = doc_start_id;
+    if (model->doc_pos == NULL) model->doc_pos = (int *)callocCheck((size_t)model->B * model->T, sizeof(int));
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -804,6 +855,7 @@ static ref_real ref_forward(RefModel *model, const int *inputs, const int *targe
     ref_check_targets(targets, N, V);
     memcpy(model->inputs, inputs, N * sizeof(int));
     memcpy(model->targets, targets, N * sizeof(int));
+    if (model->doc_pos != NULL) ref_doc_positions(model->doc_pos, inputs, B, T, model->doc_start_id);
     model->micro_step++;
     if (model->fp8 && model->w_fp8_step != model->step) ref_fp8_cast_weights(model);
     RefActs *a = &model->acts;
@@ -818,8 +870,8 @@ static ref_real ref_forward(RefModel *model, const int *inputs, const int *targe
         int lin = LINS_PER_LAYER * l;
         ref_rmsnorm_forward(ln1, a->ln1_rstd + (size_t)l * N, x, P[P_LN1W] + (size_t)l * C, N, C, c->norm_eps);
         ref_linear_forward(model, lin + LIN_QKV, qkv, ln1, a->xq_qkv + l * NC, P_WQKV, wqkv, N, C, QKV);
-        ref_rope(qkv, c, B, T, 1);
-        ref_attention_forward(atty, a->att + (size_t)l * B * NH * T * T, qkv, B, T, NH, NKV, HS);
+        ref_rope(qkv, c, B, T, model->doc_pos, 1);
+        ref_attention_forward_docs(atty, a->att + (size_t)l * B * NH * T * T, qkv, model->doc_pos, B, T, NH, NKV, HS);
         ref_linear_forward(model, lin + LIN_WO, h, atty, a->xq_wo + l * NC, P_WO, wo, N, C, C);
         for (size_t i = 0; i < NC; i++) h[i] += x[i];
         ref_rmsnorm_forward(ln2, a->ln2_rstd + (size_t)l * N, h, P[P_LN2W] + (size_t)l * C, N, C, c->norm_eps);
@@ -884,8 +936,8 @@ static void ref_backward_scaled(RefModel *model, double num, double den) {
                          a->ln2_rstd + (size_t)l * N, N, C);
         // now dres is the gradient at h
         ref_linear_backward(model, lin + LIN_WO, a->datty, a->dres, atty, a->xq_wo + l * NC, P_WO, wo, N, C, C);
-        ref_attention_backward(a->dqkv, a->datty, qkv, a->att + (size_t)l * B * NH * T * T, B, T, NH, NKV, HS);
-        ref_rope(a->dqkv, c, B, T, -1); // a rotation's transpose is its inverse
+        ref_attention_backward_docs(a->dqkv, a->datty, qkv, a->att + (size_t)l * B * NH * T * T, model->doc_pos, B, T, NH, NKV, HS);
+        ref_rope(a->dqkv, c, B, T, model->doc_pos, -1); // a rotation's transpose is its inverse
         ref_linear_backward(model, lin + LIN_QKV, a->dln, a->dqkv, ln1, a->xq_qkv + l * NC, P_WQKV, wqkv, N, C, QKV);
         ref_rmsnorm_backward(a->dres, G[P_LN1W] + (size_t)l * C, a->dln, x, P[P_LN1W] + (size_t)l * C,
                          a->ln1_rstd + (size_t)l * N, N, C);

@@ -10,6 +10,7 @@ Build and run from the repository root: make test
 #include "test_ref.h"     // run_ref_tests: gradient checks, PyTorch fixture comparisons
 #include "test_data.h"    // run_data_tests: shard loader and tokenizer, every bad-input case
 #include "test_bf16_round.h" // run_bf16_round_tests: the bf16 AdamW moments' stochastic rounding
+#include "test_doc_mask.h" // run_doc_mask_tests: document masking in the reference and llmc/doc_mask.h
 
 int main(void) {
     run_fp8_tests();
@@ -17,6 +18,7 @@ int main(void) {
     run_ref_tests();
     run_data_tests();
     run_bf16_round_tests();
+    run_doc_mask_tests();
     printf("%d passed, %d failed\n", g_tests_passed, g_tests_failed);
     return g_tests_failed == 0 ? 0 : 1;
 }
