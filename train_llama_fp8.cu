@@ -2279,7 +2279,7 @@ int main(int argc, char **argv) {
 
     int planned_world;
     // before anything starts a thread (CUDA, NCCL, OpenMP), so every thread inherits the block; the
-    // launcher passes the signals on instead (llmc/multi_gpu.cuh)
+    // launcher passes the signals on instead (llmc/launcher.h)
     if (mg_start_of(o.ngpu, &planned_world) != MG_START_LAUNCHER) stop_signal_install();
     int ndev = 0;
     cudaError_t derr = cudaGetDeviceCount(&ndev);
