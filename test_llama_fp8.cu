@@ -253,6 +253,25 @@ static double rms_rel(const float *a, const float *ref, size_t n) {
 // noise and nothing more: these checks cannot see a bug smaller than fp8 noise (the probe tests do).
 static double fp8_tolerance(double floor, double bf16_budget) { return 2.0 * floor + bf16_budget; }
 
+// A gradient's tolerance against the reference: bf16's budget, or in fp8 (refb, the emulation fed
+// bf16-rounded inputs, not NULL) fp8_tolerance of the flip floor refb's gradient shows.
+static double grad_tolerance(const RefModel *ref, const RefModel *refb, size_t off, size_t n, double bf16_budget) {
+    return refb ? fp8_tolerance(rel_err(refb->grads + off, ref->grads + off, n), bf16_budget) : bf16_budget;
+}
+
+// Every tensor of the GPU's gradient against the reference's, each within grad_tolerance.
+static void check_step_grads(const Model *m, const float *gpu, const RefModel *ref, const RefModel *refb, double bf16_budget,
+                             const char *what) {
+    size_t off = 0;
+    for (int p = 0; p < NUM_PARAM_TENSORS; p++) {
+        size_t n = m->param_sizes[p];
+        double e = rel_err(gpu + off, ref->grads + off, n), tol = grad_tolerance(ref, refb, off, n, bf16_budget);
+        printf("    %s grad %-8s rel %.2e (tolerance %.2e)\n", what, PARAM_NAMES[p], e, tol);
+        CHECK(e < tol, "%s: gradient of %s: rel %.3e >= %.3e", what, PARAM_NAMES[p], e, tol);
+        off += n;
+    }
+}
+
 static void fp8_first_step_vs_cpu(LlamaConfig c, const char *model_file, Bf16Budget bf16) {
     int B = 2, T = 128, N = B * T;
     RefModel ref, refb, ref32;
@@ -285,15 +304,7 @@ static void fp8_first_step_vs_cpu(LlamaConfig c, const char *model_file, Bf16Bud
     printf("    logits RMS rel: to the fp8 emulation %.2e, to fp32 %.2e\n", to_fp8, to_fp32);
     CHECK(to_fp8 < to_fp32, "GPU fp8 logits are closer to fp32 (%.3e) than to the fp8 emulation (%.3e)", to_fp32, to_fp8);
     CHECK(fabsf(g.loss - ref_loss) / ref_loss < 1e-2, "loss %.6f vs %.6f", g.loss, ref_loss);
-    size_t off = 0;
-    for (int p = 0; p < NUM_PARAM_TENSORS; p++) {
-        size_t n = m.param_sizes[p];
-        double e = rel_err(g.grads + off, ref.grads + off, n), fl = rel_err(refb.grads + off, ref.grads + off, n);
-        double tol = fp8_tolerance(fl, bf16.grads);
-        printf("    fp8 grad %-8s rel %.2e (flip floor %.2e, tolerance %.2e)\n", PARAM_NAMES[p], e, fl, tol);
-        CHECK(e < tol, "gradient of %s: rel %.3e >= %.3e", PARAM_NAMES[p], e, tol);
-        off += n;
-    }
+    check_step_grads(&m, g.grads, &ref, &refb, bf16.grads, "fp8");
     free_step_zero(&g);
     model_free(&m);
     free(in); free(tg);
@@ -1226,6 +1237,38 @@ static void test_fp8_probed_lm_head_cached(void) {
     fp8_probed_steps(1, 1, 0, 1, 0, 0, 4, 3);
 }
 
+// One optimizer step of grad_accum micro-batches from the init of seed 42 in the C reference (ref; fp8
+// emulation when fp8) and, in fp8, the flip floor's emulation fed bf16-rounded inputs (refb; left
+// untouched in bf16). Returns the reference's step loss.
+static float ref_step_pair(RefModel *ref, RefModel *refb, const LlamaConfig *c, int B, int T, int fp8, const int *in,
+                           const int *tg, int grad_accum) {
+    ref_init(ref, c, B, T, fp8, 0, 0, 16, 0);
+    ref_init_weights(ref, 42);
+    float loss = ref_compute_grads(ref, in, tg, grad_accum);
+    if (fp8) {
+        ref_init(refb, c, B, T, 1, 0, 0, 16, 0);
+        ref_init_weights(refb, 42);
+        refb->fp8_bf16_inputs = 1;
+        ref_compute_grads(refb, in, tg, grad_accum);
+    }
+    return loss;
+}
+
+// The GPU's step from weights params: one train_step over grad_accum micro-batches with lr 0, no
+// clipping and no decay, so the gradient buffer holds the step's gradient, returned downloaded (the
+// per-target losses in losses, grad_accum * B * T). m is left initialised for the caller to free.
+static float *gpu_step_grads(Model *m, const LlamaConfig *c, int B, int T, int precision, const float *params, const int *in,
+                             const int *tg, int grad_accum, float *losses, float *loss, int *skipped) {
+    ModelOptions mo = model_options(B, T, precision);
+    model_init(m, c, &mo);
+    model_set_weights(m, params);
+    AdamWParams h = {0.0f, 0.9f, 0.95f, 1e-8f, 0.0f, 0.0f};
+    float gn;
+    *loss = train_step(m, in, tg, grad_accum, &h, losses, g_norm_device, &gn, skipped, g_stream);
+    cudaCheck(cudaDeviceSynchronize());
+    return download_bf16(m->grads_memory, m->num_params);
+}
+
 // Tied embeddings with 2 micro-batches: wte's gradient is the lm_head's (a GEMM) and the embedding's
 // (a scatter) added up over both micro-steps in one tensor. One optimizer step against the C
 // reference, the gradient read after train_step (lr 0, no clipping, no decay: the buffer holds the
@@ -1240,47 +1283,25 @@ static void tied_grad_accum_vs_cpu(int precision) {
     random_tokens(in, grad_accum * N, c.V, 81);
     random_tokens(tg, grad_accum * N, c.V, 82);
     RefModel ref, refb, last;
-    ref_init(&ref, &c, B, T, fp8, 0, 0, 16, 0);
-    ref_init_weights(&ref, 42);
-    float ref_loss = ref_compute_grads(&ref, in, tg, grad_accum);
+    float ref_loss = ref_step_pair(&ref, &refb, &c, B, T, fp8, in, tg, grad_accum);
     ref_init(&last, &c, B, T, 0, 0, 0, 16, 0);
     ref_init_weights(&last, 42);
     ref_compute_grads(&last, in + N, tg + N, 1);
-    if (fp8) {
-        ref_init(&refb, &c, B, T, 1, 0, 0, 16, 0);
-        ref_init_weights(&refb, 42);
-        refb.fp8_bf16_inputs = 1;
-        ref_compute_grads(&refb, in, tg, grad_accum);
-    }
     Model m;
-    ModelOptions mo = model_options(B, T, precision);
-    model_init(&m, &c, &mo);
-    model_set_weights(&m, ref.params);
-    AdamWParams h = {0.0f, 0.9f, 0.95f, 1e-8f, 0.0f, 0.0f};
-    float *losses = (float *)mallocCheck(grad_accum * N * sizeof(float)), gn;
+    float *losses = (float *)mallocCheck(grad_accum * N * sizeof(float)), l;
     int skipped;
-    float l = train_step(&m, in, tg, grad_accum, &h, losses, g_norm_device, &gn, &skipped, g_stream);
-    cudaCheck(cudaDeviceSynchronize());
-    float *grads = download_bf16(m.grads_memory, m.num_params);
+    float *grads = gpu_step_grads(&m, &c, B, T, precision, ref.params, in, tg, grad_accum, losses, &l, &skipped);
     printf("    loss gpu %.6f cpu %.6f\n", l, ref_loss);
     CHECK(!skipped && fabsf(l - ref_loss) / ref_loss < (fp8 ? 1e-2 : BF16_SMALL.loss), "loss %.6f vs the reference's %.6f", l, ref_loss);
-    size_t off = 0;
-    for (int p = 0; p < NUM_PARAM_TENSORS; p++) {
-        size_t n = m.param_sizes[p];
-        double e = rel_err(grads + off, ref.grads + off, n);
-        double tol = fp8 ? fp8_tolerance(rel_err(refb.grads + off, ref.grads + off, n), BF16_SMALL.grads) : BF16_SMALL.grads;
-        printf("    tied %s grad %-8s rel %.2e (tolerance %.2e)\n", fp8 ? "fp8" : "bf16", PARAM_NAMES[p], e, tol);
-        CHECK(e < tol, "gradient of %s: rel %.3e >= %.3e", PARAM_NAMES[p], e, tol);
-        if (p == P_WTE) {
-            float *half_last = (float *)mallocCheck(n * sizeof(float));
-            for (size_t i = 0; i < n; i++) half_last[i] = 0.5f * last.grads[off + i];
-            double premise = rel_err(half_last, ref.grads + off, n);
-            printf("    wte: half of micro-batch 1's own gradient is rel %.2e from the step's\n", premise);
-            CHECK(premise > tol, "half of micro-batch 1's wte gradient is within the tolerance (%.3e): the test cannot tell", premise);
-            free(half_last);
-        }
-        off += n;
-    }
+    check_step_grads(&m, grads, &ref, fp8 ? &refb : NULL, BF16_SMALL.grads, fp8 ? "tied fp8" : "tied bf16");
+    size_t n = m.param_sizes[P_WTE]; // wte is the first tensor: offset 0
+    double tol = grad_tolerance(&ref, fp8 ? &refb : NULL, 0, n, BF16_SMALL.grads);
+    float *half_last = (float *)mallocCheck(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) half_last[i] = 0.5f * last.grads[i];
+    double premise = rel_err(half_last, ref.grads, n);
+    printf("    wte: half of micro-batch 1's own gradient is rel %.2e from the step's\n", premise);
+    CHECK(premise > tol, "half of micro-batch 1's wte gradient is within the tolerance (%.3e): the test cannot tell", premise);
+    free(half_last);
     if (fp8) ref_free(&refb);
     free(grads); free(losses); free(in); free(tg);
     model_free(&m);
@@ -1633,9 +1654,7 @@ static void masked_step_vs_cpu(int precision) {
         }
     }
     RefModel ref, refb;
-    ref_init(&ref, &c, B, T, fp8, 0, 0, 16, 0);
-    ref_init_weights(&ref, 42);
-    float ref_loss = ref_compute_grads(&ref, in, tg, grad_accum);
+    float ref_loss = ref_step_pair(&ref, &refb, &c, B, T, fp8, in, tg, grad_accum);
     RefModel ref32; // the fp32 model's micro-batch means, for the mean of means
     ref_init(&ref32, &c, B, T, 0, 0, 0, 16, 0);
     ref_init_weights(&ref32, 42);
@@ -1645,23 +1664,10 @@ static void masked_step_vs_cpu(int precision) {
         mean_of_means += ref_forward(&ref32, in + k * N, tg + k * N) / grad_accum;
     }
     ref_free(&ref32);
-    if (fp8) {
-        ref_init(&refb, &c, B, T, 1, 0, 0, 16, 0);
-        ref_init_weights(&refb, 42);
-        refb.fp8_bf16_inputs = 1;
-        ref_compute_grads(&refb, in, tg, grad_accum);
-    }
     Model m;
-    ModelOptions mo = model_options(B, T, precision);
-    mo.moments_bf16 = 0;
-    model_init(&m, &c, &mo);
-    model_set_weights(&m, ref.params);
-    AdamWParams h = {0.0f, 0.9f, 0.95f, 1e-8f, 0.0f, 0.0f};
-    float *losses = (float *)mallocCheck(grad_accum * N * sizeof(float)), gn;
+    float *losses = (float *)mallocCheck(grad_accum * N * sizeof(float)), l;
     int skipped;
-    float l = train_step(&m, in, tg, grad_accum, &h, losses, g_norm_device, &gn, &skipped, g_stream);
-    cudaCheck(cudaDeviceSynchronize());
-    float *grads = download_bf16(m.grads_memory, m.num_params);
+    float *grads = gpu_step_grads(&m, &c, B, T, precision, ref.params, in, tg, grad_accum, losses, &l, &skipped);
     double loss_tol = fp8 ? 1e-2 : BF16_SMALL.loss;
     printf("    %d and %d learned targets | loss gpu %.6f cpu %.6f (mean of the micro-batches' means %.6f)\n", learned[0], learned[1],
            l, ref_loss, mean_of_means);
@@ -1674,20 +1680,8 @@ static void masked_step_vs_cpu(int precision) {
     int nonzero_masked = 0;
     for (int i = 0; i < grad_accum * N; i++) nonzero_masked += tg[i] < 0 && losses[i] != 0.0f;
     CHECK(nonzero_masked == 0, "%d masked targets have a non-zero loss", nonzero_masked);
-    if (!fp8) {
-        check_grads(&m, grads, ref.grads, BF16_SMALL.grads, "masked bf16 vs cpu");
-    } else {
-        size_t off = 0;
-        for (int p = 0; p < NUM_PARAM_TENSORS; p++) {
-            size_t n = m.param_sizes[p];
-            double e = rel_err(grads + off, ref.grads + off, n), fl = rel_err(refb.grads + off, ref.grads + off, n);
-            double tol = fp8_tolerance(fl, BF16_SMALL.grads);
-            printf("    masked fp8 grad %-8s rel %.2e (flip floor %.2e, tolerance %.2e)\n", PARAM_NAMES[p], e, fl, tol);
-            CHECK(e < tol, "gradient of %s: rel %.3e >= %.3e", PARAM_NAMES[p], e, tol);
-            off += n;
-        }
-        ref_free(&refb);
-    }
+    check_step_grads(&m, grads, &ref, fp8 ? &refb : NULL, BF16_SMALL.grads, fp8 ? "masked fp8" : "masked bf16");
+    if (fp8) ref_free(&refb);
     free(grads);
     free(losses);
     model_free(&m);
