@@ -8,7 +8,7 @@ Scalars: train/{loss,lr,norm,ms,tokens_per_s,mfu,memory_gib}, fp8/{underflow,sat
 repeats the steps after its checkpoint: as llama_fp8/trainer_log.py does for main.log, when a step
 goes back, what was read from that step on is dropped, so the latest attempt wins. A cut-off last
 line (a run that died while writing it) is skipped; any other line that is not a JSON object with
-a step is an error. Needs tensorboardX (pip install tensorboardX).
+a step is an error. Needs tensorboardX (requirements.txt).
 """
 import argparse
 import json
@@ -16,15 +16,13 @@ import os
 import shutil
 import sys
 
+from llama_fp8 import formats
+from llama_fp8.formats import FormatError
+
 TAGS = {"loss": "train/loss", "lr": "train/lr", "norm": "train/norm", "ms": "train/ms", "tokens_per_s": "train/tokens_per_s",
         "mfu": "train/mfu", "memory_gib": "train/memory_gib", "fp8_underflow": "fp8/underflow",
         "fp8_saturation": "fp8/saturation", "fp8_worst_underflow": "fp8/worst_underflow", "val_loss": "val/loss",
         "bpb": "val/bpb", "hellaswag_acc": "hellaswag/acc", "hellaswag_acc_norm": "hellaswag/acc_norm"}
-
-
-class MetricsError(Exception):
-    def __init__(self, path, problem):
-        super().__init__(f"{path}: {problem}")
 
 
 def read_metrics(path):
@@ -36,7 +34,7 @@ def read_metrics(path):
         with open(path, "rb") as f:
             lines = f.read().decode("utf-8", "replace").split("\n")
     except OSError as e:
-        raise MetricsError(path, f"cannot read: {e.strerror or e}") from None
+        raise FormatError(path, f"cannot read: {e.strerror or e}") from None
     records, last_step = [], None
     for n, line in enumerate(lines, 1):
         if not line.strip():
@@ -49,7 +47,7 @@ def read_metrics(path):
         except (ValueError, KeyError, TypeError) as e:
             if n == len(lines):  # no newline after it: cut off
                 continue
-            raise MetricsError(path, f"line {n}: not a metrics record ({type(e).__name__}: {e})") from None
+            raise FormatError(path, f"line {n}: not a metrics record ({type(e).__name__}: {e})") from None
         if "loss" in rec:  # a training step: a repeated one starts a resumed attempt
             if last_step is not None and step <= last_step:
                 records = [(s, r) for s, r in records if s < step]
@@ -57,13 +55,14 @@ def read_metrics(path):
         values = {TAGS[k]: float(v) for k, v in rec.items() if k in TAGS and isinstance(v, (int, float))}
         records.append((step, values))
     if not records:
-        raise MetricsError(path, "no records")
+        raise FormatError(path, "no records")
     return records
 
 
 def write_events(records, out):
     """The records as TensorBoard scalars in folder out (made; written under a temporary name first)."""
-    from tensorboardX import SummaryWriter
+    with formats.required_packages():
+        from tensorboardX import SummaryWriter
     tmp = out.rstrip("/") + ".partial"
     shutil.rmtree(tmp, ignore_errors=True)
     with SummaryWriter(logdir=tmp) as w:
@@ -84,13 +83,10 @@ def main(argv=None):
     out = args.out or os.path.join(run_dir, "tensorboard")
     try:
         if os.path.exists(out) and not args.force:
-            raise MetricsError(out, "exists; pass --force to replace it")
+            raise FormatError(out, "exists; pass --force to replace it")
         records = read_metrics(args.run)
-        try:
-            write_events(records, out)
-        except ImportError:
-            raise MetricsError(out, "needs tensorboardX: pip install tensorboardX") from None
-    except MetricsError as e:
+        write_events(records, out)
+    except FormatError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(f"{len(records)} records ({sum(len(v) for _, v in records)} scalars) -> {out}")

@@ -38,7 +38,7 @@ TMP = tempfile.mkdtemp(prefix="test_bad_inputs_")
 TOOLS = {"tokenize_text": "dev/data/tokenize_text.py", "shards_to_text": "dev/data/shards_to_text.py",
          "shakespeare_chat": "dev/data/shakespeare_chat.py",
          "hf_import": "scripts/hf_import.py", "hf_export": "scripts/hf_export.py",
-         "plot_log": "scripts/plot_log.py", "plot_fp8": "scripts/plot_fp8.py"}
+         "plot_log": "scripts/plot_log.py", "plot_fp8": "scripts/plot_fp8.py", "to_tensorboard": "scripts/to_tensorboard.py"}
 
 
 def path(*parts):
@@ -268,6 +268,7 @@ ROWS = [
         [model, path("export_list"), "--tokenizer", list_config_dir], [path("listcfg", "tokenizer_config.json"), "not an object"],
         [path("export_list")]),
 ]
+metrics = write("metrics.jsonl", json.dumps({"step": 1, "loss": 5.0, "lr": 1e-4}) + "\n")
 # every tool, and each package it imports where a user meets it
 MISSING = [
     ("tokenize_text", ["--tokenizer", bpe_dir, "--out", path("o_bad"), txt], "numpy"),
@@ -288,9 +289,10 @@ MISSING = [
     ("hf_export", [model, path("export_m")], "ml_dtypes"),
     ("plot_log", [main_log, "--out", path("loss.png")], "matplotlib"),
     ("plot_fp8", [fp8_log, "--linears", "qkv", "--out", path("fp8.png")], "matplotlib"),
+    ("to_tensorboard", [metrics, "--out", path("tb")], "tensorboardX"),
 ]
 ROWS += [Row(f"{package} not installed", tool, args, [f"error: missing Python package '{package}': install it with: {install_command()}"],
-             [path("o_bad"), path("o.txt"), path("m.bin"), path("export_m"), path("loss.png"), path("fp8.png")], hide=package)
+             [path("o_bad"), path("o.txt"), path("m.bin"), path("export_m"), path("loss.png"), path("fp8.png"), path("tb")], hide=package)
          for tool, args, package in MISSING]
 
 for row in ROWS:
