@@ -94,10 +94,16 @@ def _header(magic, version, *fields):
     return h.tobytes()
 
 
-def _read_header(path, data, what):
+def _read_header(path, data, what, magic=None, version=None):
+    """The int32 header of a file of kind `what`; with magic (and version) given, refuses others."""
     if len(data) < HEADER_INTS * 4:
         raise FormatError(path, f"truncated: {len(data)} bytes, shorter than the {HEADER_INTS * 4}-byte header of a {what}")
-    return np.frombuffer(data, dtype="<i4", count=HEADER_INTS)
+    h = np.frombuffer(data, dtype="<i4", count=HEADER_INTS)
+    if magic is not None and h[0] != magic:
+        raise FormatError(path, f"bad magic {h[0]}, expected {magic}; is it a {what}?")
+    if version is not None and h[1] != version:
+        raise FormatError(path, f"version {h[1]}, expected {version}")
+    return h
 
 
 def _read_bytes(path):
@@ -162,11 +168,7 @@ def write_decode_table(path, pieces, doc_start_id):
 def read_decode_table(path):
     """(pieces, doc_start_id) of a decode table; pieces[i] is token i's bytes."""
     data = _read_bytes(path)
-    h = _read_header(path, data, "decode table")
-    if h[0] != TABLE_MAGIC:
-        raise FormatError(path, f"bad magic {h[0]}, expected {TABLE_MAGIC}; is it a tokenizer decode table?")
-    if h[1] != TABLE_VERSION:
-        raise FormatError(path, f"version {h[1]}, expected {TABLE_VERSION}")
+    h = _read_header(path, data, "tokenizer decode table", TABLE_MAGIC, TABLE_VERSION)
     pieces, at = [], HEADER_INTS * 4
     for i in range(int(h[2])):
         if at >= len(data) or at + 1 + data[at] > len(data):
@@ -225,11 +227,7 @@ def read_loss_mask(path, tokens=None):
     """The uint8 flags of a loss mask; `tokens`, if given, is its shard's token count, which the
     header must give."""
     data = _read_bytes(path)
-    h = _read_header(path, data, "loss mask")
-    if h[0] != MASK_MAGIC:
-        raise FormatError(path, f"bad magic {h[0]}, expected {MASK_MAGIC}; is it a loss mask?")
-    if h[1] != MASK_VERSION:
-        raise FormatError(path, f"version {h[1]}, expected {MASK_VERSION}")
+    h = _read_header(path, data, "loss mask", MASK_MAGIC, MASK_VERSION)
     count = int(np.uint32(h[2]))
     if len(data) != HEADER_INTS * 4 + count:
         raise FormatError(path, f"header says {count} tokens but the file has {len(data) - HEADER_INTS * 4} mask bytes")
@@ -270,9 +268,7 @@ def write_hellaswag(path, items, vocab_size):
 def read_hellaswag(path):
     """(items as write_hellaswag takes them, vocabulary size) of a HellaSwag eval file."""
     data = _read_bytes(path)
-    h = _read_header(path, data, "HellaSwag eval file")
-    if h[0] != HELLASWAG_MAGIC:
-        raise FormatError(path, f"bad magic {h[0]}, expected {HELLASWAG_MAGIC}; is it a HellaSwag eval file?")
+    h = _read_header(path, data, "HellaSwag eval file", HELLASWAG_MAGIC)
     if h[1] != HELLASWAG_VERSION or h[4] != HELLASWAG_ENDINGS:
         raise FormatError(path, f"version {h[1]} with {h[4]} endings, expected version {HELLASWAG_VERSION} with {HELLASWAG_ENDINGS}")
     if (len(data) - HEADER_INTS * 4) % 4:
