@@ -170,26 +170,7 @@ static void test_doc_mask_gradcheck(void) {
     for (size_t i = 0; i < num_params; i++) model.params[i] = params[i];
     ref_set_doc_mask(&model, DOC_START);
     ref_compute_grads(&model, inputs, targets, ACCUM);
-    double worst_fd = 0.0, worst_fp32 = 0.0;
-    size_t off = 0;
-    for (int p = 0; p < NUM_PARAM_TENSORS; p++) {
-        if (sizes[p] == 0) continue;
-        double *grads32 = (double *)mallocCheck(sizes[p] * sizeof(double)), maxfd = 0.0;
-        for (size_t i = 0; i < sizes[p]; i++) {
-            grads32[i] = model.grads[off + i];
-            if (fabs(fd[off + i]) > maxfd) maxfd = fabs(fd[off + i]);
-        }
-        double err_fd = max_rel_diff_d(grads + off, fd + off, sizes[p]);
-        double err_fp32 = max_rel_diff_d(grads32, grads + off, sizes[p]);
-        CHECK(maxfd > 1e-6, "%s: finite-difference gradient is ~0 (max %.3g): the check would be vacuous", PARAM_NAMES[p], maxfd);
-        CHECK(err_fd < GRADCHECK_FD_TOL, "%s: backward vs finite differences: max|diff|/max|fd| = %.3g (tol %.0e)", PARAM_NAMES[p], err_fd, GRADCHECK_FD_TOL);
-        CHECK(err_fp32 < GRADCHECK_FP32_TOL, "%s: fp32 vs double gradient: max|diff|/max|ref| = %.3g (tol %.0e)", PARAM_NAMES[p], err_fp32, GRADCHECK_FP32_TOL);
-        if (!(err_fd <= worst_fd)) worst_fd = err_fd;
-        if (!(err_fp32 <= worst_fp32)) worst_fp32 = err_fp32;
-        off += sizes[p];
-        free(grads32);
-    }
-    printf("    worst tensor: backward vs finite differences %.2g, fp32 vs double %.2g\n", worst_fd, worst_fp32);
+    gradcheck_compare(sizes, grads, fd, model.grads);
     ref_free(&model);
     free(params);
     free(grads);

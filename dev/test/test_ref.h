@@ -80,6 +80,32 @@ static void gradcheck_data(const LlamaConfig *cfg, int n_tokens, float *params, 
 #define GRADCHECK_FD_TOL 1e-6
 #define GRADCHECK_FP32_TOL 1e-5
 
+// Every tensor's double backward (grads) against finite differences (fd), and the fp32 backward
+// (grads32) against the double one, within the bars above; prints the worst tensor of each. A tied
+// lm_head (size 0) is skipped: wte's gradient holds both uses.
+static void gradcheck_compare(const size_t sizes[NUM_PARAM_TENSORS], const double *grads, const double *fd, const float *grads32) {
+    double worst_fd = 0.0, worst_fp32 = 0.0;
+    size_t off = 0;
+    for (int p = 0; p < NUM_PARAM_TENSORS; p++) {
+        if (sizes[p] == 0) continue;
+        double *g32 = (double *)mallocCheck(sizes[p] * sizeof(double)), maxfd = 0.0;
+        for (size_t i = 0; i < sizes[p]; i++) {
+            g32[i] = grads32[off + i];
+            if (fabs(fd[off + i]) > maxfd) maxfd = fabs(fd[off + i]);
+        }
+        double err_fd = max_rel_diff_d(grads + off, fd + off, sizes[p]);
+        double err_fp32 = max_rel_diff_d(g32, grads + off, sizes[p]);
+        CHECK(maxfd > 1e-6, "%s: finite-difference gradient is ~0 (max %.3g): the check would be vacuous", PARAM_NAMES[p], maxfd);
+        CHECK(err_fd < GRADCHECK_FD_TOL, "%s: backward vs finite differences: max|diff|/max|fd| = %.3g (tol %.0e)", PARAM_NAMES[p], err_fd, GRADCHECK_FD_TOL);
+        CHECK(err_fp32 < GRADCHECK_FP32_TOL, "%s: fp32 vs double gradient: max|diff|/max|ref| = %.3g (tol %.0e)", PARAM_NAMES[p], err_fp32, GRADCHECK_FP32_TOL);
+        if (!(err_fd <= worst_fd)) worst_fd = err_fd;
+        if (!(err_fp32 <= worst_fp32)) worst_fp32 = err_fp32;
+        off += sizes[p];
+        free(g32);
+    }
+    printf("    worst tensor: backward vs finite differences %.2g, fp32 vs double %.2g\n", worst_fd, worst_fp32);
+}
+
 static void gradcheck_config(const LlamaConfig *cfg, int B, int T, int grad_accum, uint64_t seed) {
     size_t sizes[NUM_PARAM_TENSORS], num_params = param_sizes(cfg, sizes);
     int n_tokens = grad_accum * B * T;
@@ -94,30 +120,12 @@ static void gradcheck_config(const LlamaConfig *cfg, int B, int T, int grad_accu
     for (size_t i = 0; i < num_params; i++) model.params[i] = params[i];
     ref_compute_grads(&model, inputs, targets, grad_accum);
 
-    double *grads32 = (double *)mallocCheck(num_params * sizeof(double));
-    for (size_t i = 0; i < num_params; i++) grads32[i] = model.grads[i];
-    double worst_fd = 0.0, worst_fp32 = 0.0;
-    size_t off = 0;
-    for (int p = 0; p < NUM_PARAM_TENSORS; p++) {
-        if (sizes[p] == 0) continue; // a tied lm_head: wte's gradient holds both uses
-        double maxfd = 0.0;
-        for (size_t i = 0; i < sizes[p]; i++) if (fabs(fd[off + i]) > maxfd) maxfd = fabs(fd[off + i]);
-        double err_fd = max_rel_diff_d(grads + off, fd + off, sizes[p]);
-        double err_fp32 = max_rel_diff_d(grads32 + off, grads + off, sizes[p]);
-        CHECK(maxfd > 1e-6, "%s: finite-difference gradient is ~0 (max %.3g): the check would be vacuous", PARAM_NAMES[p], maxfd);
-        CHECK(err_fd < GRADCHECK_FD_TOL, "%s: backward vs finite differences: max|diff|/max|fd| = %.3g (tol %.0e)", PARAM_NAMES[p], err_fd, GRADCHECK_FD_TOL);
-        CHECK(err_fp32 < GRADCHECK_FP32_TOL, "%s: fp32 vs double gradient: max|diff|/max|ref| = %.3g (tol %.0e)", PARAM_NAMES[p], err_fp32, GRADCHECK_FP32_TOL);
-        if (!(err_fd <= worst_fd)) worst_fd = err_fd;
-        if (!(err_fp32 <= worst_fp32)) worst_fp32 = err_fp32;
-        off += sizes[p];
-    }
-    printf("    worst tensor: backward vs finite differences %.2g, fp32 vs double %.2g\n", worst_fd, worst_fp32);
+    gradcheck_compare(sizes, grads, fd, model.grads);
     ref_free(&model);
     free(params);
     free(inputs);
     free(targets);
     free(grads);
-    free(grads32);
     free(fd);
 }
 
