@@ -8,7 +8,8 @@
 # M > 0) or a dev/cuda program's verdict ("rmsnorm: FAIL (...)"); a crash or a build error of the
 # command is no catch. failed: missed (the command passed), not caught so, or stale (the patch does
 # not apply exactly, no fuzz) or broken (the mutant does not build).
-# usage: bash scripts/test_mutations.sh [TEST_FILTER]
+# usage: [MUTATIONS='NAME ...'] bash scripts/test_mutations.sh [TEST_FILTER]
+#   MUTATIONS: run only these patches (names without .patch), e.g. the ones a change touched
 #   TEST_FILTER: run ./test_llama_fp8 TEST_FILTER on every mutant instead of its own command (to see
 #   which other tests catch it)
 set -u
@@ -17,6 +18,14 @@ root=$PWD
 [ -x .venv/bin/python3 ] && PATH="$root/.venv/bin:$PATH" # for the commands that run a Python suite
 work=$(mktemp -d /tmp/mutations.XXXXXX)
 trap 'rm -rf "$work"' EXIT
+patches=(dev/test/mutations/*.patch)
+if [ -n "${MUTATIONS:-}" ]; then
+    patches=()
+    for name in $MUTATIONS; do
+        [ -f "dev/test/mutations/$name.patch" ] || { echo "MUTATIONS: no dev/test/mutations/$name.patch"; exit 2; }
+        patches+=("dev/test/mutations/$name.patch")
+    done
+fi
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 
 # failed_as_expected LOG CMD: whether LOG shows a test failing, as the header says
@@ -30,7 +39,7 @@ failed_as_expected() {
     fi
 }
 
-for p in dev/test/mutations/*.patch; do
+for p in "${patches[@]}"; do
     dir="$work/$(basename "$p" .patch)"
     mkdir -p "$dir"
     tar -cf - --exclude=./.git --exclude=./scratch . | tar -xf - -C "$dir"
@@ -41,7 +50,7 @@ for p in dev/test/mutations/*.patch; do
 done
 wait
 passed=0 failed=0
-for p in dev/test/mutations/*.patch; do
+for p in "${patches[@]}"; do
     name=$(basename "$p" .patch) dir="$work/$(basename "$p" .patch)"
     what=$(sed -n 's/^Mutation: //p' "$p")
     cmd=$(sed -n 's/^Caught by: //p' "$p")
