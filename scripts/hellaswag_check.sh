@@ -15,13 +15,11 @@ data=${4:-../shared/data/hellaswag/hellaswag_val_full.txt.bz2}
 mkdir -p "$work"
 [ -x train_llama_fp8 ] || make -j train_llama_fp8
 python3 scripts/hf_import.py "$gguf" "$work/smollm2.bin"
-# transformers' own folder from the GGUF: the model (dequantized) and its tokenizer.json
-python3 dev/reference/gguf_to_hf.py "$gguf" "$work/hf"
-python3 dev/data/prepare_hellaswag.py --tokenizer "$work/hf" --out "$work/hs.bin" --max_items "$n" --force "$data"
+python3 dev/data/prepare_hellaswag.py --tokenizer "$work/smollm2_hf_tokenizer" --out "$work/hs.bin" --max_items "$n" --force "$data"
 for prec in bf16 fp8; do
     ./train_llama_fp8 -init_from "$work/smollm2.bin" -tok "$work/smollm2_tokenizer.bin" -i synthetic -j '' -x 0 -s 0 \
         -b 16 -t 512 -precision "$prec" -hs "$work/hs.bin" -hs_preds "$work/ours_$prec.txt" | tee "$work/ours_$prec.log"
 done
-python3 dev/reference/hellaswag_hf.py --model "$work/hf" --eval "$work/hs.bin" --out "$work/hf.txt" --compare "$work/ours_bf16.txt"
+python3 dev/reference/hellaswag_hf.py --model "$gguf" --eval "$work/hs.bin" --out "$work/hf.txt" --compare "$work/ours_bf16.txt"
 echo "fp8 against transformers (no bar: fp8 noise):"
 python3 scripts/compare_hellaswag.py "$work/hf.txt" "$work/ours_fp8.txt" --name "ours fp8"

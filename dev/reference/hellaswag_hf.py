@@ -25,7 +25,7 @@ def summary(name, preds):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", required=True, help="a Hugging Face model folder")
+    p.add_argument("--model", required=True, help="a Hugging Face model folder, or a GGUF file (transformers dequantizes it)")
     p.add_argument("--eval", required=True, help="the eval file")
     p.add_argument("--out", required=True, help="predictions, in the trainer's -hs_preds layout")
     p.add_argument("--max_items", type=int, default=0)
@@ -38,7 +38,11 @@ def main():
     items, _ = formats.read_hellaswag(args.eval)
     if args.max_items:
         items = items[:args.max_items]
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
+    if args.model.endswith(".gguf"):  # transformers 5 cannot save a GGUF-loaded model, so it is read here
+        folder, name = os.path.split(os.path.abspath(args.model))
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
+    else:
+        model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
     with open(args.out + ".tmp", "w") as f:
         f.write("# item label pred pred_norm logprob0 logprob1 logprob2 logprob3\n")
         for i, (label, ctx, endings, chars) in enumerate(items):
