@@ -59,7 +59,7 @@ static inline size_t fp8_block_grid_count(int rows, int k) { return (size_t)CEIL
 // ---------------------------------------------------------------------------------------------
 // device helpers
 
-// max |x| of each of a thread's rows and columns, as float bits: __vmaxu2 on two bf16 |x| at once
+// max |x| of 8 bf16 (one 16-byte load) as float bits: __vmaxu2 on two bf16 |x| at once
 __device__ __forceinline__ unsigned bf16x8_amax_bits(uint4 raw) {
     const unsigned m = __vmaxu2(__vmaxu2(raw.x & 0x7fff7fffu, raw.y & 0x7fff7fffu), __vmaxu2(raw.z & 0x7fff7fffu, raw.w & 0x7fff7fffu));
     return amax2_to_bits(m);

@@ -24,9 +24,11 @@ with NaN first, the amax slot starts at 0.25 and the counters at COUNTS_START.
     both blocks' scale_invs, S the same sum of |terms|. 2^-8 |ref| is the bf16 output's rounding (half
     an ulp). 2^-10 S bounds the tensor cores' accumulation of each 128-long partial sum before it is
     scaled: about 14 bits are kept per addition on Hopper (DeepSeek-V3's report), 4 additions of 32
-    products per block at up to 2^-13 each is 2^-11, doubled for margin. A scale from the wrong block,
-    a wrong layout or a wrong operand errs by a whole partial sum times a factor of 2 or more (the
-    blocks' scales differ by up to 2^6 and the outliers' by far more): about 2^-4 of that block's S.
+    products per block at up to 2^-13 each is 2^-11, doubled for margin. A scale taken from another
+    block errs by a good part of that block's partial sum or many times it (rows' and columns'
+    magnitudes differ by up to 2^6, the outliers' by far more), and 128 terms of random signs sum to
+    about 2^-3.5 of their S: a layout bug that misplaces most of K = 11008's 86 blocks errs by several
+    times the bound, the shorter reductions by far more.
 Timing (after validation; skipped with -validate): the linears of Llama-2-7B (C 4096, FF 11008, QKV
 12288) and Llama-3-8B (C 4096, FF 14336, QKV 6144, GQA), with 8192 and 16384 tokens: each GEMM in
 bf16, per-tensor fp8 as the trainer runs it (fprop with fast accumulation), per-tensor fprop without
