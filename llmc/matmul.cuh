@@ -26,6 +26,10 @@ sum by *A_SCALE_POINTER * *B_SCALE_POINTER, i.e. the two scale_inv values. Outpu
 D's type and layout, and beta = 1 adds the old D (gradient accumulation), as TransformerEngine does.
 FAST_ACCUM is on in fprop only (TE/torchao: Hopper's fp8 accumulator is limited; the gradients
 get the periodically promoted, slower path).
+The block-scaled kinds (MM_FP8B_*, llmc/fp8_block.cuh's matmul_fp8_block_*) are the same three
+products with one fp32 scale per 128-block instead of per tensor: A_SCALE_MODE / B_SCALE_MODE set to
+VEC128_32F (1x128 blocks) or BLK128x128_32F (128x128 blocks, W and W^T), the scale pointers then
+pointing at the tensors of block scales; no fast accumulation (cuBLASLt 12.9+, Hopper only).
 
 The scale pointers are set on the cached descriptor at every call: cuBLASLt reads descriptor
 attributes when cublasLtMatmul enqueues the kernel, so later changes don't affect queued work.
@@ -57,9 +61,14 @@ static void cublas_check(cublasStatus_t status, const char *file, int line) {
 #define MATMUL_CANDIDATES 16
 #define MATMUL_TUNE_MARGIN 0.97f
 
-enum { MM_BF16_FWD, MM_BF16_DX, MM_BF16_DW, MM_FP8_FPROP, MM_FP8_DGRAD, MM_FP8_WGRAD, MM_NUM_KINDS };
+enum { MM_BF16_FWD, MM_BF16_DX, MM_BF16_DW, MM_FP8_FPROP, MM_FP8_DGRAD, MM_FP8_WGRAD, MM_FP8B_FPROP, MM_FP8B_DGRAD,
+       MM_FP8B_WGRAD, MM_NUM_KINDS };
 static const char *const MATMUL_KIND_NAMES[MM_NUM_KINDS] = {
-    "bf16 forward", "bf16 dgrad", "bf16 wgrad", "fp8 fprop", "fp8 dgrad", "fp8 wgrad"};
+    "bf16 forward", "bf16 dgrad", "bf16 wgrad", "fp8 fprop", "fp8 dgrad", "fp8 wgrad", "fp8 block fprop",
+    "fp8 block dgrad", "fp8 block wgrad"};
+// How an fp8 operand's scale pointer is read: one scale for the tensor, or cuBLASLt's block scales
+// (llmc/fp8_block.cuh says their layouts).
+enum { MATMUL_SCALE_TENSOR, MATMUL_SCALE_VEC128, MATMUL_SCALE_BLK128 };
 
 // One cached GEMM: everything cublasLtMatmul needs except the pointers.
 typedef struct {
@@ -121,12 +130,14 @@ typedef struct {
     cublasOperation_t op_a, op_b;
     int8_t fast_accum; // fp8 only
     int is_fp8;
+    int a_scale, b_scale; // MATMUL_SCALE_*
 } MatmulKindInfo;
 
 static MatmulKindInfo matmul_kind_info(int kind) {
     MatmulKindInfo k;
     k.fast_accum = 0;
     k.is_fp8 = 0;
+    k.a_scale = k.b_scale = MATMUL_SCALE_TENSOR;
     switch (kind) {
     case MM_BF16_FWD: k.a_type = CUDA_R_16BF; k.b_type = CUDA_R_16BF; k.op_a = CUBLAS_OP_T; k.op_b = CUBLAS_OP_N; break;
     case MM_BF16_DX:  k.a_type = CUDA_R_16BF; k.b_type = CUDA_R_16BF; k.op_a = CUBLAS_OP_N; k.op_b = CUBLAS_OP_N; break;
@@ -137,9 +148,28 @@ static MatmulKindInfo matmul_kind_info(int kind) {
                        k.is_fp8 = 1; break;
     case MM_FP8_WGRAD: k.a_type = CUDA_R_8F_E4M3; k.b_type = CUDA_R_8F_E5M2; k.op_a = CUBLAS_OP_T; k.op_b = CUBLAS_OP_N;
                        k.is_fp8 = 1; break;
+    case MM_FP8B_FPROP: k = matmul_kind_info(MM_FP8_FPROP); k.fast_accum = 0;
+                        k.a_scale = MATMUL_SCALE_BLK128; k.b_scale = MATMUL_SCALE_VEC128; break;
+    case MM_FP8B_DGRAD: k = matmul_kind_info(MM_FP8_DGRAD); k.a_scale = MATMUL_SCALE_BLK128; k.b_scale = MATMUL_SCALE_VEC128; break;
+    case MM_FP8B_WGRAD: k = matmul_kind_info(MM_FP8_WGRAD); k.a_scale = MATMUL_SCALE_VEC128; k.b_scale = MATMUL_SCALE_VEC128; break;
     default: FATAL("matmul: unknown GEMM kind %d", kind);
     }
     return k;
+}
+
+// The scale modes of a block-scaled kind, set before the heuristic (it picks block-scaled kernels
+// only when it sees them).
+static void matmul_set_scale_modes(cublasLtMatmulDesc_t desc, MatmulKindInfo info, int kind) {
+#if CUBLAS_VERSION >= 120900
+    const int32_t modes[3] = {CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
+                              CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F};
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &modes[info.a_scale], sizeof(int32_t)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &modes[info.b_scale], sizeof(int32_t)));
+#else
+    (void)desc; (void)info;
+    FATAL("matmul: %s needs cuBLASLt 12.9+ (block-scaled fp8); this was built with cuBLAS headers %d",
+          MATMUL_KIND_NAMES[kind], CUBLAS_VERSION);
+#endif
 }
 
 // Finds or creates the plan of D(m,n) = op(A)(m,k) op(B)(k,n), column-major, packed leading dimensions.
@@ -170,6 +200,7 @@ static MatmulPlan *matmul_get_plan(int kind, int m, int n, int k, int accumulate
         // set before the heuristic, so it sees the same descriptor the calls will use
         cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof(a_scale)));
         cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof(b_scale)));
+        if (info.a_scale != MATMUL_SCALE_TENSOR || info.b_scale != MATMUL_SCALE_TENSOR) matmul_set_scale_modes(p->desc, info, kind);
     }
     // stored shapes: op T stores the operand as (k, m) / (n, k) column-major, op N as (m, k) / (k, n)
     int a_rows = info.op_a == CUBLAS_OP_N ? m : k, a_cols = info.op_a == CUBLAS_OP_N ? k : m;
