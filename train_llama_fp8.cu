@@ -2094,6 +2094,8 @@ static void write_log_header(FILE *f, const char *gpu_name, const LlamaConfig *c
     fprintf(f, "\n");
 }
 
+static const char *batches_word(long long n) { return n == 1 ? "batch" : "batches"; }
+
 // The training and (have_val) val loaders of this rank; returns the val batch positions an
 // evaluation covers, all ranks together (the same number at any world size).
 static int open_data(const Options *o, const LlamaConfig *cfg, const MultiGpu *mg, DataLoader *train, DataLoader *val) {
@@ -2109,8 +2111,8 @@ static int open_data(const Options *o, const LlamaConfig *cfg, const MultiGpu *m
     int64_t held = dataloader_positions(val);
     if (o->val_batches > held) {
         // more would read the val data twice: the mean would not change, only take longer
-        if (mg_is_main(mg)) printf("val data '%s' holds %lld batches of %d x %d tokens: evaluating on those, not %d\n",
-                                   o->val_pattern, (long long)held, o->B, o->T, o->val_batches);
+        if (mg_is_main(mg)) printf("val data '%s' holds %lld %s of %d x %d tokens: evaluating on %s, not %d\n", o->val_pattern,
+                                   (long long)held, batches_word(held), o->B, o->T, held == 1 ? "it" : "those", o->val_batches);
         return (int)held;
     }
     return o->val_batches;
@@ -2189,8 +2191,8 @@ static void evaluate_only(Model *m, DataLoader *val, int have_val, int val_batch
     if (val_batches > 0) {
         float vl = evaluate(m, val, val_batches, host_losses, stream);
         double bpb = bits_per_byte(vl, val_bytes, val_batches, m);
-        if (main_rank && bpb > 0.0) printf("val loss %.6f | bpb %.4f over %d batches of %d x %d tokens\n", vl, bpb, val_batches, o->B, o->T);
-        else if (main_rank) printf("val loss %.6f over %d batches of %d x %d tokens\n", vl, val_batches, o->B, o->T);
+        if (main_rank && bpb > 0.0) printf("val loss %.6f | bpb %.4f over %d %s of %d x %d tokens\n", vl, bpb, val_batches, batches_word(val_batches), o->B, o->T);
+        else if (main_rank) printf("val loss %.6f over %d %s of %d x %d tokens\n", vl, val_batches, batches_word(val_batches), o->B, o->T);
     } else if (main_rank) {
         printf("-x 0: no val data (-j) to evaluate\n");
     }

@@ -13,7 +13,7 @@ step (a non-finite step included), the launch decision, the stop signals (in eve
 -ngpu launcher, mg_launch_ranks, with stand-in ranks: this program run again, taking the signals as
 the trainer does), the learning-rate schedule, the MFU text, and the data loaders as open_data makes them on 1-8
 stand-in ranks (the shipped shards at the README's B x T: val positions shared once, the val loss
-the same);
+the same; the line saying the val data holds fewer batches than -m);
 a -i mixture's position through the state file (resumed mid-mixture, the next batches the same; a
 plain glob's file as before; one of the other kind refused), and the loss scale with and without masks.
 Build and run: make dev/test/test_trainer_host && ./dev/test/test_trainer_host
@@ -908,6 +908,40 @@ static void test_data_small_shard_every_world(void) {
     }
 }
 
+// open_data with -m 20 on the shipped val shard at the geometry DATA_GEOMETRIES[*arg], its stdout
+// (the "val data holds ..." line) sent to stderr for run_expect_fatal to read.
+static void val_notice(void *arg) {
+    int g = *(const int *)arg;
+    if (dup2(2, 1) < 0) exit(4);
+    Options o = default_options();
+    o.B = DATA_GEOMETRIES[g].B; o.T = DATA_GEOMETRIES[g].T;
+    strcpy(o.val_pattern, VAL_SHARDS[0]);
+    LlamaConfig cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.V = VAL_VOCABS[0];
+    MultiGpu mg;
+    memset(&mg, 0, sizeof(mg));
+    mg.world = 1;
+    DataLoader train, val;
+    open_data(&o, &cfg, &mg, &train, &val);
+    fflush(stdout);
+}
+
+// Fewer val batches than -m asks: the line says how many, in the singular for one (the README's
+// Quick start, B 16 x T 1024, prints it) and the plural for more.
+static void test_val_batches_notice(void) {
+    const struct { int geometry; const char *want; } cases[] = {
+        {0, "holds 1 batch of 16 x 1024 tokens: evaluating on it, not 20\n"},
+        {1, "holds 7 batches of 4 x 1024 tokens: evaluating on those, not 20\n"},
+    };
+    for (int i = 0; i < 2; i++) {
+        char err[4096];
+        int status = run_expect_fatal(val_notice, (void *)&cases[i].geometry, err, sizeof(err));
+        CHECK(status == 0 && strstr(err, cases[i].want), "B %d T %d: exit %d, printed '%s' (want '...%s')",
+              DATA_GEOMETRIES[cases[i].geometry].B, DATA_GEOMETRIES[cases[i].geometry].T, status, err, cases[i].want);
+    }
+}
+
 
 // ---- every field of the state file's header (issue 29.7): each one, changed in the run or in the
 // file, refuses the resume naming it; the one that is read back (AdamW updates applied) is read back.
@@ -1660,6 +1694,7 @@ int main(int argc, char **argv) {
     run_test("MFU: percent for a known GPU, n/a for an unknown one", test_mfu_text);
     run_test("data: the README's B x T on 1-8 GPUs start; each val position evaluated once; the val loss the same", test_data_every_world);
     run_test("data: a train shard too small for one step on N GPUs is left out, named by rank 0", test_data_small_shard_every_world);
+    run_test("data: fewer val batches than -m: the line counts them (1 batch, 7 batches)", test_val_batches_notice);
     run_test("mixture: its state through the state file resumes mid-mixture; a plain glob's file as before; the other kind refused", test_mixture_state_file);
     run_test("loss scale: today's without masks, 1 / the step's learned targets with them", test_loss_scale);
     printf("%d passed, %d failed\n", g_tests_passed, g_tests_failed);
