@@ -539,17 +539,18 @@ static LlamaConfig small_config(void) {
     return c;
 }
 
-typedef struct { const char *path; const float *want; size_t n; } ModelReadArgs;
+typedef struct { const char *path; const float *want; size_t n; int rank; } ModelReadArgs;
 
-// Reads a model file as -init_from does on the host (read_model_config, then read_sections of the
-// weights); what it read must be `want`, else the child exits 3.
+// Reads a model file as -init_from does on the host of rank `rank` (read_model_config, then
+// read_sections of the weights and the version-2 notice); what it read must be `want`, else the child
+// exits 3.
 static void read_model_in_child(void *arg) {
     const ModelReadArgs *r = (const ModelReadArgs *)arg;
     LlamaConfig c = read_model_config(r->path);
     size_t sizes[NUM_PARAM_TENSORS], n = param_sizes(&c, sizes);
     float *w = (float *)mallocCheck(n * sizeof(float));
     Section ms[] = {{w, n * sizeof(float), 0}};
-    read_sections(r->path, MODEL_MAGIC, NULL, 0, ms, 1, NULL);
+    version2_notice(r->path, read_sections(r->path, MODEL_MAGIC, NULL, 0, ms, 1, NULL), r->rank == 0);
     if (n != r->n || memcmp(w, r->want, n * sizeof(float)) != 0) { fprintf(stderr, "read back other weights\n"); exit(3); }
     free(w);
 }
@@ -626,7 +627,8 @@ static void test_model_file_header_checksum(void) {
 }
 
 // A version-2 file (the header not under the checksum: zlib's CRC-32 of the weights alone), made here
-// without the trainer's writer, still loads, with a notice; a changed weight in it is still refused.
+// without the trainer's writer, still loads, with one notice from rank 0 and none from another rank
+// (every rank reads the model file); a changed weight in it is still refused.
 static void test_model_file_version2(void) {
     char path[128];
     path_in_dir(path, sizeof(path), "model_v2.bin");
@@ -646,6 +648,9 @@ static void test_model_file_version2(void) {
     CHECK(status == 0, "a version-2 file was refused (exit %d): %s", status, err);
     CHECK(strstr(err, "is a version-2 file: its checksum covers the body, not the header") && strstr(err, path),
           "no notice naming the file and what its checksum leaves out: '%s'", err);
+    ModelReadArgs r1 = {path, w, n, 1};
+    status = run_expect_fatal(read_model_in_child, &r1, err, sizeof(err));
+    CHECK(status == 0 && err[0] == '\0', "rank 1: exit %d, printed '%s' (want nothing: rank 0 gives the notice)", status, err);
     float x = 5.0f;
     patch_file(path, 1024 + 4 * 100, &x, sizeof(x));
     status = run_expect_fatal(read_model_in_child, &r, err, sizeof(err));
@@ -1672,7 +1677,8 @@ int main(int argc, char **argv) {
              test_state_header_every_field);
     run_test("model file header: config round trip, version 1 as untied and unscaled", test_model_header);
     run_test("model file: the checksum covers the header; a byte changed in any header word is refused", test_model_file_header_checksum);
-    run_test("model file: version 2 (header not under the checksum) loads with a notice, a changed weight refused", test_model_file_version2);
+    run_test("model file: version 2 (header not under the checksum) loads with a notice from rank 0 only, a changed weight refused",
+             test_model_file_version2);
     run_test("CRC-32: zlib fed in pieces gives the whole buffer's CRC (Python's zlib.crc32 values)", test_crc32_pieces);
     run_test("checkpoint: a section streamed to a sink that keeps a slice; a change outside it refused", test_section_sink);
     run_test("-init_from: shape flags and a decode table of another vocabulary refused", test_init_from_config);
