@@ -105,10 +105,10 @@ dev/test/test_cpu: $(wildcard dev/test/*.c dev/test/*.h) $(HEADERS)
 dev/test/tools/fp8_grain_study: dev/test/tools/fp8_grain_study.c dev/test/llama_ref.h $(HEADERS)
 	$(CC) $(CPU_CFLAGS) $< -lm -lz -o $@
 
-# CPU suite always; the GPU suite as well when a GPU answers. scripts/run_tests.sh prints the
+# CPU suite always; the GPU suite as well when a GPU answers. dev/test/run_tests.sh prints the
 # combined "N passed, N failed" line last.
 test: dev/test/test_cpu $(HOST_TESTS) .venv/requirements.stamp
-	@bash scripts/run_tests.sh
+	@bash dev/test/run_tests.sh
 
 # the tools' and suites' Python packages, in the project's own environment (scripts/venv.sh): made
 # when missing, and installed again when requirements.txt changes

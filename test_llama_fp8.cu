@@ -11,7 +11,7 @@ whole model against the C reference's emulation, where bf16 roundings flip fp8 c
 is as large as fp8 itself, so their tolerances are coarse and they guard against gross breakage;
 the GEMM-by-GEMM probe tests feed each fp8 linear's own GPU inputs to the host codec and are exact
 (codes, amaxes, scales) or within the bf16 output rounding (GEMMs). The probe tests are the sharp
-ones: scripts/test_mutations.sh shows each named fp8 bug failing them (dev/test/README.md).
+ones: dev/test/test_mutations.sh shows each named fp8 bug failing them (dev/test/README.md).
 Run a subset: ./test_llama_fp8 'name substring'.
 */
 #define TESTING
@@ -545,7 +545,7 @@ static void test_fp8_vs_pytorch_fixture(void) {
 // - the fp8 health counts: each tensor's underflows and saturations of the step are exactly
 //   fp8_underflows / fp8_saturates summed over the values its casts cast (a fourth run pushes the X
 //   scales down and the dY scales up in its last step, so that both counts are large).
-// A mutation run (scripts/test_mutations.sh, dev/test/README.md) shows each named bug failing here.
+// A mutation run (dev/test/test_mutations.sh, dev/test/README.md) shows each named bug failing here.
 
 #define PROBE_MAX_L 4
 typedef struct {

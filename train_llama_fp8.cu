@@ -1423,11 +1423,12 @@ static void write_sections(const char *path, int *header, const Section *sec, in
 // Reads and verifies a file written by write_sections; `expect` gives the header words that must
 // match (index, value, name), so a mismatch says exactly what differs; a word set by a flag also
 // gives the flag that makes it 0 and 1 (pass[0], pass[1]; NULL for other words), so the message says
-// what resumes the file. header (256 words, or NULL) receives the file's header.
+// what resumes the file. header (256 words, or NULL) receives the file's header. Returns the file's
+// version (version2_notice).
 typedef struct { int at, value; const char *name; const char *pass[2]; } HeaderExpect;
 
-static void read_sections(const char *path, int magic, const HeaderExpect *expect, int nexpect, const Section *sec, int nsec,
-                          int *header_out) {
+static int read_sections(const char *path, int magic, const HeaderExpect *expect, int nexpect, const Section *sec, int nsec,
+                         int *header_out) {
     FILE *f = fopenCheck(path, "rb");
     int header[256];
     int64_t size = fileSizeCheck(f);
@@ -1446,9 +1447,6 @@ static void read_sections(const char *path, int magic, const HeaderExpect *expec
     int64_t want = sizeof(header);
     for (int s = 0; s < nsec; s++) want += (int64_t)sec[s].bytes;
     if (size != want) FATAL("checkpoint '%s' has %lld bytes, expected %lld: truncated or from another configuration", path, (long long)size, (long long)want);
-    if (header[1] == 2)
-        fprintf(stderr, "notice: '%s' is a version-2 file: its checksum covers the body, not the header (version 3, which this build writes,"
-               " covers both; dev/data/upgrade_model_file rewrites a model file)\n", path);
     char *buf = (char *)mallocCheck(CKPT_CHUNK);
     uint64_t h = checksum_of_header(header);
     for (int s = 0; s < nsec; s++) {
@@ -1465,6 +1463,15 @@ static void read_sections(const char *path, int magic, const HeaderExpect *expec
     fcloseCheck(f);
     if (h != get64(header, MODEL_HDR_CHECKSUM)) FATAL("checkpoint '%s' is corrupt (checksum mismatch)", path);
     if (header_out) memcpy(header_out, header, sizeof(header));
+    return header[1];
+}
+
+// A file of version 2 still loads, its header outside the checksum; the main rank alone says so, as
+// every rank reads the model file and the ranks' state files are of one checkpoint, like rank 0's.
+static void version2_notice(const char *path, int version, int main_rank) {
+    if (version == 2 && main_rank)
+        fprintf(stderr, "notice: '%s' is a version-2 file: its checksum covers the body, not the header (version 3, which this build writes,"
+               " covers both; dev/data/upgrade_model_file rewrites a model file)\n", path);
 }
 
 // The model config a model file holds (its header, llmc/model_file.h); exits naming the file if it
@@ -1717,7 +1724,8 @@ static void load_model_file(Model *m, const char *path) {
     m->w_fp8_stale = 1;
     if (m->mg->world == 1) { // straight into the master weights
         Section ms[] = {{m->master, pbytes, 1}};
-        read_sections(path, MODEL_MAGIC, NULL, 0, ms, 1, NULL); // the config was compared above; any step loads
+        // the config was compared above; any step loads
+        version2_notice(path, read_sections(path, MODEL_MAGIC, NULL, 0, ms, 1, NULL), mg_is_main(m->mg));
         init_from_master(m->params_memory, m->master, m->num_params, 0);
         cudaCheck(cudaDeviceSynchronize());
         return;
@@ -1726,7 +1734,7 @@ static void load_model_file(Model *m, const char *path) {
     // rank holds one chunk of the file in host memory, not the whole fp32 model
     WeightSink ws = {m, (float *)cudaMallocCheck(CKPT_CHUNK, "weight upload staging")};
     Section ms[] = {{NULL, pbytes, 0, weight_sink, &ws}};
-    read_sections(path, MODEL_MAGIC, NULL, 0, ms, 1, NULL);
+    version2_notice(path, read_sections(path, MODEL_MAGIC, NULL, 0, ms, 1, NULL), mg_is_main(m->mg));
     cudaCheck(cudaDeviceSynchronize());
     cudaCheck(cudaFree(ws.staging));
 }
@@ -1741,7 +1749,7 @@ static void load_checkpoint(Model *m, TrainState *ts, const char *dir, int step)
     Section st[NUM_STATE_SECTIONS];
     state_sections(m, ts, st);
     int h[256];
-    read_sections(state_path, STATE_MAGIC, ex, nex, st, NUM_STATE_SECTIONS, h);
+    version2_notice(state_path, read_sections(state_path, STATE_MAGIC, ex, nex, st, NUM_STATE_SECTIONS, h), mg_is_main(m->mg));
     state_read_back(m, ts, h);
     if (m->fp8.on) fp8_publish_scale_inv(m->gemm_scale_inv, m->fp8_state + m->fp8_layout.scale_inv, m->fp8_layout.num_tensors, 0);
 }
@@ -2094,6 +2102,8 @@ static void write_log_header(FILE *f, const char *gpu_name, const LlamaConfig *c
     fprintf(f, "\n");
 }
 
+static const char *batches_word(long long n) { return n == 1 ? "batch" : "batches"; }
+
 // The training and (have_val) val loaders of this rank; returns the val batch positions an
 // evaluation covers, all ranks together (the same number at any world size).
 static int open_data(const Options *o, const LlamaConfig *cfg, const MultiGpu *mg, DataLoader *train, DataLoader *val) {
@@ -2109,8 +2119,8 @@ static int open_data(const Options *o, const LlamaConfig *cfg, const MultiGpu *m
     int64_t held = dataloader_positions(val);
     if (o->val_batches > held) {
         // more would read the val data twice: the mean would not change, only take longer
-        if (mg_is_main(mg)) printf("val data '%s' holds %lld batches of %d x %d tokens: evaluating on those, not %d\n",
-                                   o->val_pattern, (long long)held, o->B, o->T, o->val_batches);
+        if (mg_is_main(mg)) printf("val data '%s' holds %lld %s of %d x %d tokens: evaluating on %s, not %d\n", o->val_pattern,
+                                   (long long)held, batches_word(held), o->B, o->T, held == 1 ? "it" : "those", o->val_batches);
         return (int)held;
     }
     return o->val_batches;
@@ -2189,8 +2199,8 @@ static void evaluate_only(Model *m, DataLoader *val, int have_val, int val_batch
     if (val_batches > 0) {
         float vl = evaluate(m, val, val_batches, host_losses, stream);
         double bpb = bits_per_byte(vl, val_bytes, val_batches, m);
-        if (main_rank && bpb > 0.0) printf("val loss %.6f | bpb %.4f over %d batches of %d x %d tokens\n", vl, bpb, val_batches, o->B, o->T);
-        else if (main_rank) printf("val loss %.6f over %d batches of %d x %d tokens\n", vl, val_batches, o->B, o->T);
+        if (main_rank && bpb > 0.0) printf("val loss %.6f | bpb %.4f over %d %s of %d x %d tokens\n", vl, bpb, val_batches, batches_word(val_batches), o->B, o->T);
+        else if (main_rank) printf("val loss %.6f over %d %s of %d x %d tokens\n", vl, val_batches, batches_word(val_batches), o->B, o->T);
     } else if (main_rank) {
         printf("-x 0: no val data (-j) to evaluate\n");
     }

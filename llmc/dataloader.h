@@ -42,10 +42,11 @@ learned as a target, 0 when it is not. In the pairing above, target (b, t) of a 
 start + b*T + t + 1 of the shard, so it is learned iff mask byte start + b*T + t + 1 is 1 (byte 0
 of a shard is never a target's: token 0 is never predicted). This is transformers' labels
 convention (labels aligned with input_ids, -100 where not learned; the model shifts). A masked
-target is written as -1 in dl->targets (the trainer's ignore index) and dl->unmasked counts the
-batch's learned targets. Either every shard of a glob has its mask or none has (a mismatch is
-refused naming a shard without one); a mask's header must give its shard's token count. The
-evaluation loader refuses masks: the val loss is over every target.
+target is written as -1 in dl->targets (the trainer's ignore index), the one record of what is
+learned: the trainer's step counts its learned targets from the targets it trains on. Either every
+shard of a glob has its mask or none has (a mismatch is refused naming a shard without one); a
+mask's header must give its shard's token count. The evaluation loader refuses masks: the val loss
+is over every target.
 
 Mixtures (dataloader_init with a spec holding a comma): 'A:wA,B:wB,...' names several shard sets
 (each a glob, as above) with non-negative weights (a set's weight after its last ':'). Each set has
@@ -119,7 +120,6 @@ typedef struct DataLoader {
     int masked;
     FILE *mask_fp;             // the current shard's mask
     unsigned char *mask_raw;   // the B*T mask bytes of the batch's targets
-    int64_t unmasked;          // targets of the last batch that are learned (B*T without masks)
     // a mixture (num_sets > 0): every batch comes from one of the sets, drawn as the file comment says
     int num_sets;
     struct DataLoader *sets;
@@ -558,7 +558,6 @@ static int dataloader_synthetic_token(const DataLoader *dl, int64_t i) {
 static void dataloader_read_run(DataLoader *dl, int shard, int64_t position) {
     int64_t BT = (int64_t)dl->B * dl->T;
     int64_t start = position * BT; // first token of the run, within the shard
-    dl->unmasked = BT;
     if (dl->synthetic) {
         for (int64_t i = 0; i < BT; i++) {
             dl->inputs[i] = dataloader_synthetic_token(dl, start + i);
@@ -587,17 +586,15 @@ static void dataloader_read_run(DataLoader *dl, int shard, int64_t position) {
     // the targets' flags: bytes start + 1 .. start + BT (target i is token start + i + 1)
     fseekCheck(dl->mask_fp, SHARD_HEADER_INTS * (int64_t)sizeof(int32_t) + start + 1, SEEK_SET);
     freadCheck(dl->mask_raw, 1, (size_t)BT, dl->mask_fp, mpath);
-    dl->unmasked = 0;
     for (int64_t i = 0; i < BT; i++) {
         unsigned char b = dl->mask_raw[i];
         if (b > 1) FATAL("loss mask '%s': byte %u at token %lld is neither 0 nor 1", mpath, b, (long long)(start + i + 1));
         if (b == 0) dl->targets[i] = -1;
-        dl->unmasked += b;
     }
 }
 
 // Reads the next batch into dl->inputs and dl->targets (each B*T ints, row-major (B, T); a masked
-// target is -1) and its count of learned targets into dl->unmasked.
+// target is -1).
 static void dataloader_next_batch(DataLoader *dl) {
     if (dl->num_sets > 0) {
         int j = dataloader_mixture_pick(dl, dl->draws);
@@ -605,7 +602,6 @@ static void dataloader_next_batch(DataLoader *dl) {
         dataloader_next_batch(set);
         memcpy(dl->inputs, set->inputs, (size_t)dl->B * dl->T * sizeof(int));
         memcpy(dl->targets, set->targets, (size_t)dl->B * dl->T * sizeof(int));
-        dl->unmasked = set->unmasked;
         dl->draws++;
         dl->drawn[j]++;
         return;

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Compares two runs' main.log step by step: train loss (trl), gradient norm (norm), val loss (tel);
-or (health) the fp8 health of their fp8.log's first logged step. scripts/test_multi_gpu.sh uses it
+or (health) the fp8 health of their fp8.log's first logged step. dev/test/test_multi_gpu.sh uses it
 (2 ranks against 1 rank; a resumed run against the straight one); dev/test/test_trainer_log.py
 checks it on sample logs.
 

@@ -184,7 +184,7 @@ static void check_counts(const char *name, const unsigned long long *d, Fp8Count
 // the program's verdict
 
 // The last line and the exit status (1 if any check failed), in the two forms the programs print
-// (scripts/run_gpu_checks.sh shows each program's last line; some file headers quote it): finish()
+// (dev/test/run_gpu_checks.sh shows each program's last line; some file headers quote it): finish()
 // after element-wise checks (rmsnorm, swiglu, rope_encoder, classifier), report_summary() after one
 // report() line per check (adamw, fp8_gemm, cast_transpose: a check that judges a whole kernel run
 // and says what went wrong first).

@@ -2,7 +2,7 @@
 Does transformers load our export, and compute what we compute? Loads OUT_DIR (written by
 scripts/hf_export.py) with AutoModelForCausalLM (no missing, unexpected or mismatched weights
 allowed), runs it in fp32 on fixed random tokens, and compares its logits with the C reference's
-(dev/test/tools/ref_logits) on the model file that was exported. Used by scripts/test_hf_gpu.sh on
+(dev/test/tools/ref_logits) on the model file that was exported. Used by dev/test/test_hf_gpu.sh on
 a model the trainer has trained a few steps.
 
 usage: python3 dev/reference/check_export.py MODEL.bin OUT_DIR REF_LOGITS_BINARY

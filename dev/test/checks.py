@@ -1,5 +1,5 @@
 """The Python suites' one check counter: check(ok, what) prints "ok   what" or "FAIL what" and counts
-it; summary() prints the "N passed, N failed" line scripts/run_tests.sh reads and returns the exit
+it; summary() prints the "N passed, N failed" line dev/test/run_tests.sh reads and returns the exit
 status (1 if anything failed). Imported by every dev/test/test_*.py (run from dev/test/, so this
 folder is on the path). load_tool(path) gives a suite the module of a tool it checks from within.
 """

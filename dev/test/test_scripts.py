@@ -24,12 +24,14 @@
   values written; the trainer must get the flags exactly (a glob, a space) plus -seed N; the refusals
   (exit 2, nothing trains), and missing or val-less logs named as such. On the real logs of
   dev/results/conv125m_gutenberg, convergence_seeds.py must give the numbers of its hand-made seeds.md.
-- scripts/test_mutations.sh's patches (dev/test/mutations/*.patch): each names its bug and the
+- dev/test/test_mutations.sh's patches (dev/test/mutations/*.patch): each names its bug and the
   command that must catch it, and still applies to this tree (patch --dry-run), so a stale one shows
   here and not first on the GPU.
-- scripts/run_tests.sh: copied into a fake tree whose suites pass, fail, crash, print no summary or
+- dev/test/run_tests.sh: copied into a fake tree whose suites pass, fail, crash, print no summary or
   exit non-zero after a clean summary, with a fake nvidia-smi that answers (a "GPU") or not and a
   fake make that builds or fails; the totals and the exit status must be what each case gives.
+- The indexes: scripts/README.md has a row for every file of scripts/, dev/test/README.md for every
+  test driver (dev/test/*.sh), dev/results/README.md for every folder and file of dev/results/.
 Last line: "N passed, N failed".
 
     python3 dev/test/test_scripts.py
@@ -534,11 +536,11 @@ cp {shlex_quote(src)}/${{seed}}_${{precision}}_$moments.main.log "$dir/main.log"
           f"on the real 125M logs (no --status: verdicts from the losses): dev/results/conv125m_gutenberg/seeds.md's numbers (exit {r.returncode}; {rows}; {r.stderr.strip()!r})")
 
 
-RUNNER = os.path.join(ROOT, "scripts", "run_tests.sh")
+RUNNER = os.path.join(ROOT, "dev", "test", "run_tests.sh")
 # the suites run_tests.sh runs, as paths in the tree (the Python ones are found by its glob)
 CPU_SUITES = ["dev/test/test_cpu", "dev/test/test_trainer_host", "dev/test/test_zero_layout"]
 PY_SUITES = ["dev/test/test_a.py", "dev/test/test_b.py"]
-GPU_SUITES = ["test_llama_fp8", "scripts/test_signal.sh", "scripts/test_hf_gpu.sh", "dev/cuda/rmsnorm"]
+GPU_SUITES = ["test_llama_fp8", "dev/test/test_signal.sh", "dev/test/test_hf_gpu.sh", "dev/cuda/rmsnorm"]
 
 
 def fake_tree(tmp, outcomes, gpu, build_ok=True, venv=True):
@@ -546,9 +548,9 @@ def fake_tree(tmp, outcomes, gpu, build_ok=True, venv=True):
     signal "HANG" for one that never ends. The Python suites pass only when run by .venv/bin/python3
     (a wrapper that marks its children), the GPU shell scripts only when python3 on their PATH is it."""
     root = tempfile.mkdtemp(dir=tmp)
-    for d in ("scripts", "dev/test", "dev/cuda", "bin"):
+    for d in ("dev/test", "dev/cuda", "bin"):
         os.makedirs(os.path.join(root, d))
-    shutil.copy(RUNNER, os.path.join(root, "scripts"))
+    shutil.copy(RUNNER, os.path.join(root, "dev", "test"))
     venv_python = os.path.join(root, ".venv", "bin", "python3")
     if venv:
         os.makedirs(os.path.dirname(venv_python))
@@ -587,7 +589,7 @@ def shlex_quote(s):
 
 def run_runner(root, **env):
     env = dict(os.environ, PATH=os.path.join(root, "bin") + os.pathsep + os.environ["PATH"], **env)
-    p = subprocess.run(["bash", os.path.join(root, "scripts", "run_tests.sh")], capture_output=True, text=True, env=env)
+    p = subprocess.run(["bash", os.path.join(root, "dev", "test", "run_tests.sh")], capture_output=True, text=True, env=env)
     lines = p.stdout.strip().splitlines()
     return p.returncode, lines[-1] if lines else "", p.stdout
 
@@ -608,7 +610,7 @@ def test_runner(tmp):
          {"SUITE_TIMEOUT": "2"}, "suite 'cpu' timed out: still running after 2 s, killed"),
         ("a Python suite hanging after its summary (SUITE_TIMEOUT=2)", {"dev/test/test_b.py": ("3 passed, 0 failed", 0, "HANG")},
          False, True, n_cpu - 1, 1, {"SUITE_TIMEOUT": "2"}, "suite 'test_b' timed out: still running after 2 s, killed"),
-        ("a GPU suite hanging (GPU_SUITE_TIMEOUT=2; the CPU limit stays the default)", {"scripts/test_signal.sh": ("started", 0, "HANG")},
+        ("a GPU suite hanging (GPU_SUITE_TIMEOUT=2; the CPU limit stays the default)", {"dev/test/test_signal.sh": ("started", 0, "HANG")},
          True, True, n_cpu + n_gpu - 1, 1, {"GPU_SUITE_TIMEOUT": "2"}, "suite 'signal' timed out: still running after 2 s, killed"),
         ("no .venv: the Python suites are not run", {}, False, True, len(CPU_SUITES), 1, {"venv": False}, None),
         ("the GPU suite failing", {"test_llama_fp8": ("10 passed, 1 failed", 1, None)}, True, True, n_cpu + 10 + n_gpu - 1, 1, {}, None),
@@ -627,7 +629,7 @@ def test_runner(tmp):
                   f"{f', and the line {line!r}' if line else ''})" + ("" if ok else f"\n{out[-800:]}"))
 
 
-MUTATIONS = os.path.join(ROOT, "scripts", "test_mutations.sh")
+MUTATIONS = os.path.join(ROOT, "dev", "test", "test_mutations.sh")
 # the fake tree's source and the fake suites that read it: ./test_llama_fp8 [FILTER] in the harness's
 # format ("FAIL <test> (...)" lines, then the summary), ./kernel in a dev/cuda program's
 FAKE_SRC = "# a fake source\nvalue = {}\n# end\n"
@@ -658,12 +660,12 @@ FAKE_MUTATIONS = [
 
 
 def test_mutation_runner(tmp):
-    """scripts/test_mutations.sh on fake patches of a fake tree (make fails on a source holding
+    """dev/test/test_mutations.sh on fake patches of a fake tree (make fails on a source holding
     build_error; nvidia-smi lists one GPU): the verdict of each, and the totals."""
     root = tempfile.mkdtemp(dir=tmp)
-    for d in ("scripts", "dev/test/mutations", "bin"):
+    for d in ("dev/test/mutations", "bin"):
         os.makedirs(os.path.join(root, d))
-    shutil.copy(MUTATIONS, os.path.join(root, "scripts"))
+    shutil.copy(MUTATIONS, os.path.join(root, "dev", "test"))
     files = {"src.txt": FAKE_SRC.format(1), "test_llama_fp8": FAKE_SUITE, "kernel": FAKE_KERNEL,
              "bin/make": "#!/bin/sh\n! grep -q build_error src.txt || { echo 'src.txt:2: error: build_error'; exit 2; }\n",
              "bin/nvidia-smi": "#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-0)'\n"}
@@ -676,7 +678,7 @@ def test_mutation_runner(tmp):
             f.write(text)
         os.chmod(os.path.join(root, name), 0o755)
     env = dict(os.environ, PATH=os.path.join(root, "bin") + os.pathsep + os.environ["PATH"])
-    p = subprocess.run(["bash", os.path.join(root, "scripts", "test_mutations.sh")], capture_output=True, text=True, env=env)
+    p = subprocess.run(["bash", os.path.join(root, "dev", "test", "test_mutations.sh")], capture_output=True, text=True, env=env)
     lines = p.stdout.strip().splitlines()
     for name, _, _, cmd, verdict in FAKE_MUTATIONS:
         got = next((m.group(1) for m in (re.match(rf"(caught|MISSED|NOT CAUGHT|STALE|BROKEN|not run) +{name}\b", line)
@@ -698,6 +700,23 @@ def test_mutation_patches():
         named = text.startswith("Mutation: ") and "\nCaught by: " in text
         r = subprocess.run(["patch", "-p1", "--dry-run", "-s", "-f", "-i", path], cwd=ROOT, capture_output=True, text=True)
         check(named and r.returncode == 0, f"mutation {name}: names its bug and its test, applies to the tree ({(r.stdout + r.stderr).strip()[:200]})")
+
+
+# (folder, its README, what the README's rows must name, the rows' format): every entry a table row of its own
+INDEXES = [
+    ("scripts", "scripts/README.md", lambda name: name not in ("README.md", "llama_fp8", "__pycache__"), "| `{}` |"),
+    ("dev/test", "dev/test/README.md", lambda name: name.endswith(".sh"), "| `{}` |"),
+    ("dev/results", "dev/results/README.md", lambda name: name != "README.md", "| `{}` |"),
+]
+
+
+def test_indexes():
+    for folder, readme, listed, row in INDEXES:
+        text = open(os.path.join(ROOT, readme)).read()
+        names = sorted(n for n in os.listdir(os.path.join(ROOT, folder)) if not n.startswith(".") and listed(n))
+        missing = [n for n in names if row.format(n + ("/" if os.path.isdir(os.path.join(ROOT, folder, n)) else "")) not in text]
+        check(names and not missing, f"{readme} has a row for each of the {len(names)} entries of {folder}/ it indexes"
+                                     f" (missing: {', '.join(missing) or 'none'})")
 
 
 def test_venv_in_venv(tmp):
@@ -726,12 +745,14 @@ if __name__ == "__main__":
     # the runners name it: a mutant fails test_mutation_patches, its own patch being applied)
     tests = [test_scaling, test_refusals, test_benchmark_table, test_benchmark_table_hf, test_compare_convergence,
              test_convergence_seeds, test_runner, test_mutation_runner, test_venv_in_venv]
-    chosen = sys.argv[1:] or ["test_mutation_patches"] + [t.__name__ for t in tests]
+    chosen = sys.argv[1:] or ["test_mutation_patches", "test_indexes"] + [t.__name__ for t in tests]
     unknown = [name for name in chosen if name not in globals() or not name.startswith("test_")]
     if unknown:
         sys.exit(f"error: no such test: {', '.join(unknown)}")
     if "test_mutation_patches" in chosen:
         test_mutation_patches()
+    if "test_indexes" in chosen:
+        test_indexes()
     with tempfile.TemporaryDirectory() as tmp:
         for t in tests:
             if t.__name__ in chosen:

@@ -13,7 +13,7 @@ step (a non-finite step included), the launch decision, the stop signals (in eve
 -ngpu launcher, mg_launch_ranks, with stand-in ranks: this program run again, taking the signals as
 the trainer does), the learning-rate schedule, the MFU text, and the data loaders as open_data makes them on 1-8
 stand-in ranks (the shipped shards at the README's B x T: val positions shared once, the val loss
-the same);
+the same; the line saying the val data holds fewer batches than -m);
 a -i mixture's position through the state file (resumed mid-mixture, the next batches the same; a
 plain glob's file as before; one of the other kind refused), and the loss scale with and without masks.
 Build and run: make dev/test/test_trainer_host && ./dev/test/test_trainer_host
@@ -539,17 +539,18 @@ static LlamaConfig small_config(void) {
     return c;
 }
 
-typedef struct { const char *path; const float *want; size_t n; } ModelReadArgs;
+typedef struct { const char *path; const float *want; size_t n; int rank; } ModelReadArgs;
 
-// Reads a model file as -init_from does on the host (read_model_config, then read_sections of the
-// weights); what it read must be `want`, else the child exits 3.
+// Reads a model file as -init_from does on the host of rank `rank` (read_model_config, then
+// read_sections of the weights and the version-2 notice); what it read must be `want`, else the child
+// exits 3.
 static void read_model_in_child(void *arg) {
     const ModelReadArgs *r = (const ModelReadArgs *)arg;
     LlamaConfig c = read_model_config(r->path);
     size_t sizes[NUM_PARAM_TENSORS], n = param_sizes(&c, sizes);
     float *w = (float *)mallocCheck(n * sizeof(float));
     Section ms[] = {{w, n * sizeof(float), 0}};
-    read_sections(r->path, MODEL_MAGIC, NULL, 0, ms, 1, NULL);
+    version2_notice(r->path, read_sections(r->path, MODEL_MAGIC, NULL, 0, ms, 1, NULL), r->rank == 0);
     if (n != r->n || memcmp(w, r->want, n * sizeof(float)) != 0) { fprintf(stderr, "read back other weights\n"); exit(3); }
     free(w);
 }
@@ -626,7 +627,8 @@ static void test_model_file_header_checksum(void) {
 }
 
 // A version-2 file (the header not under the checksum: zlib's CRC-32 of the weights alone), made here
-// without the trainer's writer, still loads, with a notice; a changed weight in it is still refused.
+// without the trainer's writer, still loads, with one notice from rank 0 and none from another rank
+// (every rank reads the model file); a changed weight in it is still refused.
 static void test_model_file_version2(void) {
     char path[128];
     path_in_dir(path, sizeof(path), "model_v2.bin");
@@ -646,6 +648,9 @@ static void test_model_file_version2(void) {
     CHECK(status == 0, "a version-2 file was refused (exit %d): %s", status, err);
     CHECK(strstr(err, "is a version-2 file: its checksum covers the body, not the header") && strstr(err, path),
           "no notice naming the file and what its checksum leaves out: '%s'", err);
+    ModelReadArgs r1 = {path, w, n, 1};
+    status = run_expect_fatal(read_model_in_child, &r1, err, sizeof(err));
+    CHECK(status == 0 && err[0] == '\0', "rank 1: exit %d, printed '%s' (want nothing: rank 0 gives the notice)", status, err);
     float x = 5.0f;
     patch_file(path, 1024 + 4 * 100, &x, sizeof(x));
     status = run_expect_fatal(read_model_in_child, &r, err, sizeof(err));
@@ -905,6 +910,40 @@ static void test_data_small_shard_every_world(void) {
             if (W > 1 && r == 0) CHECK(strstr(err, want) != NULL, "world %d: rank 0's stderr lacks '%s': '%s'", W, want, err);
             else CHECK(err[0] == '\0', "world %d rank %d printed '%s'", W, r, err);
         }
+    }
+}
+
+// open_data with -m 20 on the shipped val shard at the geometry DATA_GEOMETRIES[*arg], its stdout
+// (the "val data holds ..." line) sent to stderr for run_expect_fatal to read.
+static void val_notice(void *arg) {
+    int g = *(const int *)arg;
+    if (dup2(2, 1) < 0) exit(4);
+    Options o = default_options();
+    o.B = DATA_GEOMETRIES[g].B; o.T = DATA_GEOMETRIES[g].T;
+    strcpy(o.val_pattern, VAL_SHARDS[0]);
+    LlamaConfig cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.V = VAL_VOCABS[0];
+    MultiGpu mg;
+    memset(&mg, 0, sizeof(mg));
+    mg.world = 1;
+    DataLoader train, val;
+    open_data(&o, &cfg, &mg, &train, &val);
+    fflush(stdout);
+}
+
+// Fewer val batches than -m asks: the line says how many, in the singular for one (the README's
+// Quick start, B 16 x T 1024, prints it) and the plural for more.
+static void test_val_batches_notice(void) {
+    const struct { int geometry; const char *want; } cases[] = {
+        {0, "holds 1 batch of 16 x 1024 tokens: evaluating on it, not 20\n"},
+        {1, "holds 7 batches of 4 x 1024 tokens: evaluating on those, not 20\n"},
+    };
+    for (int i = 0; i < 2; i++) {
+        char err[4096];
+        int status = run_expect_fatal(val_notice, (void *)&cases[i].geometry, err, sizeof(err));
+        CHECK(status == 0 && strstr(err, cases[i].want), "B %d T %d: exit %d, printed '%s' (want '...%s')",
+              DATA_GEOMETRIES[cases[i].geometry].B, DATA_GEOMETRIES[cases[i].geometry].T, status, err, cases[i].want);
     }
 }
 
@@ -1638,7 +1677,8 @@ int main(int argc, char **argv) {
              test_state_header_every_field);
     run_test("model file header: config round trip, version 1 as untied and unscaled", test_model_header);
     run_test("model file: the checksum covers the header; a byte changed in any header word is refused", test_model_file_header_checksum);
-    run_test("model file: version 2 (header not under the checksum) loads with a notice, a changed weight refused", test_model_file_version2);
+    run_test("model file: version 2 (header not under the checksum) loads with a notice from rank 0 only, a changed weight refused",
+             test_model_file_version2);
     run_test("CRC-32: zlib fed in pieces gives the whole buffer's CRC (Python's zlib.crc32 values)", test_crc32_pieces);
     run_test("checkpoint: a section streamed to a sink that keeps a slice; a change outside it refused", test_section_sink);
     run_test("-init_from: shape flags and a decode table of another vocabulary refused", test_init_from_config);
@@ -1660,6 +1700,7 @@ int main(int argc, char **argv) {
     run_test("MFU: percent for a known GPU, n/a for an unknown one", test_mfu_text);
     run_test("data: the README's B x T on 1-8 GPUs start; each val position evaluated once; the val loss the same", test_data_every_world);
     run_test("data: a train shard too small for one step on N GPUs is left out, named by rank 0", test_data_small_shard_every_world);
+    run_test("data: fewer val batches than -m: the line counts them (1 batch, 7 batches)", test_val_batches_notice);
     run_test("mixture: its state through the state file resumes mid-mixture; a plain glob's file as before; the other kind refused", test_mixture_state_file);
     run_test("loss scale: today's without masks, 1 / the step's learned targets with them", test_loss_scale);
     printf("%d passed, %d failed\n", g_tests_passed, g_tests_failed);

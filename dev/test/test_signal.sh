@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Stopping on a signal (GPU; run by `make test` when a GPU is present):
-#   bash scripts/test_signal.sh
+#   bash dev/test/test_signal.sh
 # Real runs of the trainer (the tiny preset on the shipped TinyShakespeare, -deterministic 1, 300
 # steps) are signalled once their log shows step 20:
 #   1  SIGTERM and SIGUSR1 (Slurm's --signal=USR1@N) in fp8, SIGINT and SIGHUP in bf16: the run
@@ -14,7 +14,7 @@
 #   5  -keep 2 with a checkpoint every 10 of 60 steps: only steps 50 and 60 are left
 # Prints PASS / FAIL per check, then "N passed, N failed"; logs in LOG_DIR (default log_signal/).
 set -u
-cd "$(dirname "$0")/.." || exit 2
+cd "$(dirname "$0")/../.." || exit 2
 LOG=${LOG_DIR:-log_signal}
 rm -rf "$LOG"
 mkdir -p "$LOG"

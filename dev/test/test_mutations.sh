@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # Proves the power of the tests: every dev/test/mutations/*.patch plants one named bug in a copy of the
 # tree, and the test on its "Caught by:" line must then fail. The mutants build in parallel, then run
-# one after another. Needs a GPU for the fp8 ones; a mutation caught by scripts/test_multi_gpu.sh needs
+# one after another. Needs a GPU for the fp8 ones; a mutation caught by dev/test/test_multi_gpu.sh needs
 # two and is reported as not run on one. One line per mutation, then "N passed, N failed". passed:
 # caught, the command exited non-zero and its log shows a test failing: for ./test_llama_fp8 'FILTER'
 # a "FAIL <test>" line of a test named by FILTER, otherwise a failure summary ("N passed, M failed",
 # M > 0) or a dev/cuda program's verdict ("rmsnorm: FAIL (...)"); a crash or a build error of the
 # command is no catch. failed: missed (the command passed), not caught so, or stale (the patch does
 # not apply exactly, no fuzz) or broken (the mutant does not build).
-# usage: [MUTATIONS='NAME ...'] bash scripts/test_mutations.sh [TEST_FILTER]
+# usage: [MUTATIONS='NAME ...'] bash dev/test/test_mutations.sh [TEST_FILTER]
 #   MUTATIONS: run only these patches (names without .patch), e.g. the ones a change touched
 #   TEST_FILTER: run ./test_llama_fp8 TEST_FILTER on every mutant instead of its own command (to see
 #   which other tests catch it)
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 root=$PWD
 [ -x .venv/bin/python3 ] && PATH="$root/.venv/bin:$PATH" # for the commands that run a Python suite
 work=$(mktemp -d /tmp/mutations.XXXXXX)

@@ -4,9 +4,9 @@
 # in bf16 and fp8, at the README's B x T, where the shipped val shard holds fewer batches (1 at
 # 16 x 1024, 3 at 2 x 4096 and 1 x 8192, 7 at 4 x 1024) than some N has ranks. Every printed val loss
 # line must equal the 1-GPU one. Needs 2 GPUs or more; prints "N passed, N failed" last.
-# usage: bash scripts/test_val_world.sh
+# usage: bash dev/test/test_val_world.sh
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 if [ "$gpus" -lt 2 ]; then
     echo "not run: needs 2 GPUs, this machine has $gpus"

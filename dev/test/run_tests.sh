@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the CPU test suites (C, host-only trainer checks, every dev/test/test_*.py) and, when a GPU
-# answers nvidia-smi, the GPU suites (test_llama_fp8, scripts/test_signal.sh and scripts/test_hf_gpu.sh
+# answers nvidia-smi, the GPU suites (test_llama_fp8, dev/test/test_signal.sh and dev/test/test_hf_gpu.sh
 # on the trainer) and the dev/cuda kernel checks listed in KERNEL_CHECKS (their fp8 health counts see
 # inputs with exact zeros, which the trainer's tensors almost never hold);
 # prints the combined "N passed, N failed" line last. Exit status is non-zero if anything failed.
@@ -11,7 +11,7 @@
 # limit: SUITE_TIMEOUT seconds (default 900) for a CPU suite, GPU_SUITE_TIMEOUT (default 1800) for a
 # GPU one (dev/test/test_scripts.py runs this script on fake suites to check each rule).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 passed=0; failed=0
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
@@ -83,11 +83,11 @@ else
     failed=$((failed + 1))
 fi
 if nvidia-smi -L >/dev/null 2>&1; then
-    echo "== GPU tests (test_llama_fp8, scripts/test_signal.sh, scripts/test_hf_gpu.sh, dev/cuda: $KERNEL_CHECKS)"
+    echo "== GPU tests (test_llama_fp8, dev/test/test_signal.sh, dev/test/test_hf_gpu.sh, dev/cuda: $KERNEL_CHECKS)"
     if make -s train_llama_fp8 test_llama_fp8 && make -s -C dev/cuda $KERNEL_CHECKS; then
         run_suite gpu "$gpu_limit" ./test_llama_fp8
-        run_suite signal "$gpu_limit" bash scripts/test_signal.sh
-        run_suite hf_gpu "$gpu_limit" bash scripts/test_hf_gpu.sh
+        run_suite signal "$gpu_limit" bash dev/test/test_signal.sh
+        run_suite hf_gpu "$gpu_limit" bash dev/test/test_hf_gpu.sh
         for k in $KERNEL_CHECKS; do
             echo "== dev/cuda/$k"
             run_check "dev/cuda/$k" "$gpu_limit" "./dev/cuda/$k"

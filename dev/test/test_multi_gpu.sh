@@ -2,8 +2,8 @@
 # Multi-GPU checks of train_llama_fp8 (data parallel over NCCL, ZeRO-1, fp8 amax reduction) on one
 # node with at least 2 GPUs. The comparisons (checks 2, 3, 5, 10) run at every N of 2, 4, 8 that the
 # node has (nvidia-smi's count); the others with 2 ranks:
-#   bash scripts/test_multi_gpu.sh            build, then every check
-#   bash scripts/test_multi_gpu.sh 2 5        build, then checks 2 and 5 only (any check makes the runs it needs)
+#   bash dev/test/test_multi_gpu.sh            build, then every check
+#   bash dev/test/test_multi_gpu.sh 2 5        build, then checks 2 and 5 only (any check makes the runs it needs)
 # Environment: LOG_DIR (default log_mgpu/: one log per run); MGPU_DETERMINISTIC (default 1, the
 # -deterministic of our runs; 0 skips the bit-for-bit checks 4, 5, 7 and 9); MGPU_TRAINER_ARGS (more
 # flags for our runs, e.g. '-adam_moments fp32' (the default is bf16); check 7 against BASE_SRC or
@@ -50,7 +50,7 @@
 #      rank 1) with LLAMA_FP8_NCCL_TIMEOUT_S=5: the master-weight gather after the state files waits
 #      under the I/O deadline, so the checkpoint completes and the run exits 0
 set -u
-cd "$(dirname "$0")/.." || exit 2
+cd "$(dirname "$0")/../.." || exit 2
 LOG=${LOG_DIR:-log_mgpu}
 mkdir -p "$LOG"
 pass=0

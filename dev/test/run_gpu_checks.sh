@@ -2,9 +2,9 @@
 # On a GPU machine: builds everything, runs every dev/cuda program (each validates its kernels
 # against a CPU reference before timing them) and the GPU test suite. Logs go to LOG_DIR (default
 # gpu_checks/), one file per program; a summary table is printed last.
-#   bash scripts/run_gpu_checks.sh [program ...]      (default: all of dev/cuda, then test_llama_fp8)
+#   bash dev/test/run_gpu_checks.sh [program ...]      (default: all of dev/cuda, then test_llama_fp8)
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 out=${LOG_DIR:-gpu_checks}
 mkdir -p "$out"
 make -j"$(nproc)" all > "$out/build.log" 2>&1 || { tail -n 40 "$out/build.log"; echo "build failed"; exit 1; }

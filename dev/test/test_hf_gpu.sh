@@ -4,9 +4,9 @@
 # by scripts/hf_export.py, and loaded by transformers, whose logits must match the C reference's on
 # the trained model file (dev/reference/check_export.py); the trained weights must differ from the
 # imported ones. Prints one line per check and "N passed, N failed".
-# usage: bash scripts/test_hf_gpu.sh
+# usage: bash dev/test/test_hf_gpu.sh
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 work=$(mktemp -d /tmp/test_hf_gpu.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 passed=0 failed=0
