@@ -3,7 +3,7 @@
 # answers nvidia-smi, the GPU suites (test_llama_fp8, dev/test/test_signal.sh and dev/test/test_hf_gpu.sh
 # on the trainer) and the dev/cuda kernel checks listed in KERNEL_CHECKS (their fp8 health counts see
 # inputs with exact zeros, which the trainer's tensors almost never hold);
-# prints the combined "N passed, N failed" line last. Exit status is non-zero if anything failed.
+# prints each suite's time and the combined "N passed, N failed" line last. Exit status is non-zero if anything failed.
 # Python runs from the project's environment, .venv/ (make test creates it from requirements.txt), put
 # first on PATH so that scripts calling python3 get it too.
 # A suite counts one failure more when it crashes before its summary line, exits non-zero although
@@ -29,6 +29,7 @@ run_suite() {
     local name=$1 limit=$2 t0=$SECONDS; shift 2
     timeout -k 10 "$limit" "$@" 2>&1 | tee "$log"
     local rc=${PIPESTATUS[0]} line
+    echo "-- $name took $((SECONDS - t0)) s"
     if timed_out "$rc" "$t0" "$limit"; then
         echo "suite '$name' timed out: still running after $limit s, killed"
         failed=$((failed + 1))
@@ -99,5 +100,6 @@ if nvidia-smi -L >/dev/null 2>&1; then
 else
     echo "== GPU tests skipped: no GPU on this machine (run them with: make test_llama_fp8 && ./test_llama_fp8)"
 fi
+echo "-- all suites took $SECONDS s"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
