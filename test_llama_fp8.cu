@@ -1407,13 +1407,13 @@ static void attention_case(int B, int T, int NH, int NKV, int HS) {
     // forms: the dispatcher with the deterministic backward, with the fast one, the plain kernels
     for (int form = 0; form < 3; form++) {
         if (form == 2) {
-            attention_forward_plain(out, stats, qkv, B, T, NH, NKV, HS, g_stream);
-            attention_backward_plain(dqkv, dout, qkv, out, stats, B, T, NH, NKV, HS, g_stream);
+            attention_forward_plain(out, stats, qkv, NULL, B, T, NH, NKV, HS, g_stream);
+            attention_backward_plain(dqkv, dout, qkv, out, stats, NULL, B, T, NH, NKV, HS, g_stream);
         } else {
             attention_init(1, form == 0);
             cudaCheck(cudaMemset(dqkv, 0xFF, nqkv * sizeof(floatX))); // NaNs: every element must be written
-            attention_forward(out, stats, qkv, B, T, NH, NKV, HS, g_stream);
-            attention_backward(dqkv, dout, qkv, out, stats, B, T, NH, NKV, HS, g_stream);
+            attention_forward(out, stats, qkv, NULL, B, T, NH, NKV, HS, g_stream);
+            attention_backward(dqkv, dout, qkv, out, stats, NULL, B, T, NH, NKV, HS, g_stream);
         }
         cudaCheck(cudaDeviceSynchronize());
         float *o = download_bf16(out, nout), *d = download_bf16(dqkv, nqkv);
