@@ -2017,7 +2017,7 @@ int main(int argc, char **argv) {
     run_test("-x 0 in fp8: evaluation logits are the first training step's (current recipe: live in evaluation)", test_eval_only_fp8_current);
     run_test("loss masks: 2 micro-batches of 192 and 16 learned targets, bf16 loss and gradient vs C reference", test_masked_step_bf16_vs_cpu);
     run_test("loss masks: 2 micro-batches of 192 and 16 learned targets, fp8 loss and gradient vs C reference emulation", test_masked_step_fp8_vs_cpu);
-    run_test("document masking: the GPU's document positions are llmc/doc_mask.h's", test_doc_positions_vs_host);
+    run_test("document masking: the document positions made on the GPU are llmc/doc_mask.h's", test_doc_positions_vs_host);
     run_test("document masking: attention forward and backward vs reference (plain kernels; the dispatcher with cuDNN on gives their bytes)",
              test_attention_doc_mask);
     run_test("document masking: 2 micro-batches of rows with several documents, bf16 loss, gradient, qkv after RoPE and logits vs C reference"
