@@ -19,6 +19,7 @@ Run a subset: ./test_llama_fp8 'name substring'.
 #include "dev/test/harness.h"   // CHECK, run_test
 #include "dev/test/llama_ref.h" // RefModel: the fp32 C reference with fp8 emulation
 #include "dev/test/fixture.h"   // PyTorch fixture reader
+#include "llmc/doc_mask.h"      // DocMask: the host definition of document masking's positions
 
 static cudaStream_t g_stream;
 static float *g_norm_device;
@@ -59,6 +60,8 @@ static LlamaConfig small_config(void) {
     LlamaConfig c = {512, 2, 256, 4, 2, 512, 128, 10000.0f, 1e-5f};
     return c;
 }
+
+enum { DOC_START = 1 }; // the document-start id of the document-masking tests (Llama 2's BOS)
 
 // GPU first-step logits, loss and gradients of micro-batch 0 (no update).
 typedef struct { float *logits, loss, *grads; } StepZero;
@@ -961,7 +964,8 @@ static void test_fp8_amax_max_over_microsteps(void) {
 // the fp32 master weights and the fp8 state (host copies) after them, and the graph's counts.
 // Before step SMALL_EVENT_STEP (step 1 has captured a graph by then) `between` may run what the main
 // loop or a new attention plan does between steps, and from accum_one_from on the steps accumulate 1
-// micro-batch instead of 2.
+// micro-batch instead of 2. With doc_mask, -doc_mask 1: a token below 16 becomes DOC_START, so every
+// micro-batch has its own documents (one start in 32 tokens).
 #define TRAIN_SMALL_STEPS 4
 #define SMALL_EVENT_STEP 2
 enum { BETWEEN_NOTHING, BETWEEN_WORKSPACE_MOVES, BETWEEN_EVAL_CHECKPOINT };
@@ -970,6 +974,7 @@ typedef struct {
     int tied, lm_head;  // tied embeddings; -fp8_lm_head 1
     int accum_one_from; // grad accumulation 1 from this step on (2 before it); -1: 2 throughout
     int between;        // BETWEEN_*: what runs before step SMALL_EVENT_STEP
+    int doc_mask;       // -doc_mask 1
 } SmallRun;
 typedef struct {
     float losses[TRAIN_SMALL_STEPS], *master, *state;
@@ -1043,6 +1048,7 @@ static Trained train_small(SmallRun run) {
     ModelOptions mo = model_options(B, T, run.precision);
     mo.fp8_history = 4; mo.recompute = run.recompute; mo.fp8_weight_cache = run.weight_cache;
     mo.fp8_current = run.current; mo.cuda_graph = run.cuda_graph; mo.fp8_lm_head = run.lm_head;
+    mo.doc_mask = run.doc_mask; mo.doc_start_id = DOC_START;
     model_init(&m, &c, &mo);
     float *w = (float *)mallocCheck(m.num_params * sizeof(float));
     model_init_weights(&m, 13, w);
@@ -1056,6 +1062,7 @@ static Trained train_small(SmallRun run) {
         int k = run.swap_at >= 0 && s >= run.swap_at;
         int accum = run.accum_one_from >= 0 && s >= run.accum_one_from ? 1 : grad_accum;
         random_tokens(in[k], (size_t)accum * N, c.V, 31 + 2 * s);
+        for (size_t i = 0; run.doc_mask && i < (size_t)accum * N; i++) if (in[k][i] < 16) in[k][i] = DOC_START;
         random_tokens(tg[k], (size_t)accum * N, c.V, 32 + 2 * s);
         r.losses[s] = train_step(&m, in[k], tg[k], accum, &h, losses, g_norm_device, &gn, &skipped, g_stream);
     }
@@ -1131,7 +1138,7 @@ static void cuda_graph_identical(GraphCase gc) {
 }
 
 static void test_cuda_graph_identical(void) {
-    // run: precision, -r, weight cache, current recipe, -cuda_graph, swap_at, tied, -fp8_lm_head, accum_one_from, between
+    // run: precision, -r, weight cache, current recipe, -cuda_graph, swap_at, tied, -fp8_lm_head, accum_one_from, between, -doc_mask
     static const GraphCase cases[] = {
         {"bf16", {PREC_BF16, 0, 1, 0, 1, -1, 0, 0, -1, BETWEEN_NOTHING}, 1},
         {"fp8 delayed", {PREC_FP8, 0, 1, 0, 1, -1, 0, 0, -1, BETWEEN_NOTHING}, 1},
@@ -1154,6 +1161,9 @@ static void test_cuda_graph_identical(void) {
         {"bf16, evaluation and a checkpoint before step 2", {PREC_BF16, 0, 1, 0, 1, -1, 0, 0, -1, BETWEEN_EVAL_CHECKPOINT}, 1},
         {"fp8 delayed, evaluation and a checkpoint before step 2", {PREC_FP8, 0, 1, 0, 1, -1, 0, 0, -1, BETWEEN_EVAL_CHECKPOINT}, 1},
         {"fp8 current recipe, evaluation and a checkpoint before step 2", {PREC_FP8, 0, 1, 1, 1, -1, 0, 0, -1, BETWEEN_EVAL_CHECKPOINT}, 1},
+        // the documents change every micro-step: the positions must be made inside the graph, from its tokens
+        {"bf16 -doc_mask 1", {PREC_BF16, 0, 1, 0, 1, -1, 0, 0, -1, BETWEEN_NOTHING, 1}, 1},
+        {"fp8 -doc_mask 1, evaluation and a checkpoint before step 2", {PREC_FP8, 0, 1, 0, 1, -1, 0, 0, -1, BETWEEN_EVAL_CHECKPOINT, 1}, 1},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) cuda_graph_identical(cases[i]);
 }
@@ -1407,13 +1417,13 @@ static void attention_case(int B, int T, int NH, int NKV, int HS) {
     // forms: the dispatcher with the deterministic backward, with the fast one, the plain kernels
     for (int form = 0; form < 3; form++) {
         if (form == 2) {
-            attention_forward_plain(out, stats, qkv, B, T, NH, NKV, HS, g_stream);
-            attention_backward_plain(dqkv, dout, qkv, out, stats, B, T, NH, NKV, HS, g_stream);
+            attention_forward_plain(out, stats, qkv, NULL, B, T, NH, NKV, HS, g_stream);
+            attention_backward_plain(dqkv, dout, qkv, out, stats, NULL, B, T, NH, NKV, HS, g_stream);
         } else {
             attention_init(1, form == 0);
             cudaCheck(cudaMemset(dqkv, 0xFF, nqkv * sizeof(floatX))); // NaNs: every element must be written
-            attention_forward(out, stats, qkv, B, T, NH, NKV, HS, g_stream);
-            attention_backward(dqkv, dout, qkv, out, stats, B, T, NH, NKV, HS, g_stream);
+            attention_forward(out, stats, qkv, NULL, B, T, NH, NKV, HS, g_stream);
+            attention_backward(dqkv, dout, qkv, out, stats, NULL, B, T, NH, NKV, HS, g_stream);
         }
         cudaCheck(cudaDeviceSynchronize());
         float *o = download_bf16(out, nout), *d = download_bf16(dqkv, nqkv);
@@ -1691,6 +1701,269 @@ static void masked_step_vs_cpu(int precision) {
 static void test_masked_step_bf16_vs_cpu(void) { masked_step_vs_cpu(PREC_BF16); }
 static void test_masked_step_fp8_vs_cpu(void) { masked_step_vs_cpu(PREC_FP8); }
 
+// ----------------------------------------------------------------------------------------------
+// Document masking (-doc_mask 1, issue 33): each token's position in its document, made on the GPU
+// (doc_positions), the plain attention kernels and RoPE that take it, against the host helper
+// (llmc/doc_mask.h) and the C reference's option (ref_set_doc_mask). cuDNN takes no document-masked
+// call (llmc/attention.cuh), so with cuDNN on the results must be the plain kernels', bit for bit.
+
+// Row r of a batch with several documents, by kind r % 4 (DOC_START at the listed positions, other
+// tokens drawn from [DOC_START + 1, V)):
+//   0: documents starting at 0, 1, 2, 15, 16, 33, 47, T/2 + 5 and T - 1: lone BOSes (documents of
+//      length 1) at 0, 1, 15 and T - 1, the row's last token; starts on and off the kernels' 16-row
+//      blocks and 32-key tiles;
+//   1: starts mid-document (no BOS at 0: the row's first token starts a document all the same), one
+//      more document from T/2 + 3;
+//   2: a BOS at every position, T documents of length 1;
+//   3: no BOS at all, one document of length T.
+static void doc_mask_rows(int *tokens, int B, int T, int V, uint64_t seed) {
+    uint64_t rng = seed;
+    for (int b = 0; b < B; b++) {
+        int *row = tokens + (size_t)b * T;
+        for (int t = 0; t < T; t++) row[t] = DOC_START + 1 + (int)(random_u32(&rng) % (uint32_t)(V - DOC_START - 1));
+        const int starts[] = {0, 1, 2, 15, 16, 33, 47, T / 2 + 5, T - 1};
+        switch (b % 4) {
+        case 0: for (int k = 0; k < 9; k++) if (starts[k] < T) row[starts[k]] = DOC_START; break;
+        case 1: row[T / 2 + 3] = DOC_START; break;
+        case 2: for (int t = 0; t < T; t++) row[t] = DOC_START; break;
+        default: break;
+        }
+    }
+}
+
+// Host positions of tokens (B, T) by llmc/doc_mask.h, in a caller-freed array.
+static int *host_doc_positions(const int *tokens, int B, int T) {
+    DocMask dm;
+    doc_mask_init(&dm, B, T, DOC_START, INT_MAX);
+    doc_mask_compute(&dm, tokens);
+    int *pos = (int *)mallocCheck((size_t)B * T * sizeof(int));
+    memcpy(pos, dm.pos, (size_t)B * T * sizeof(int));
+    doc_mask_free(&dm);
+    return pos;
+}
+
+static int *upload_ints(const int *h, size_t n) {
+    int *d = (int *)cudaMallocCheck(n * sizeof(int), "test ints");
+    cudaCheck(cudaMemcpy(d, h, n * sizeof(int), cudaMemcpyHostToDevice));
+    return d;
+}
+
+// doc_positions (one warp per row, a scan over the lanes' chunks) against llmc/doc_mask.h, exactly:
+// the four kinds of rows, and rows of random density, for T of one partial chunk per lane (77), a
+// multiple of 32 (128) and more tokens than lanes times chunks divide evenly (1000).
+static void test_doc_positions_vs_host(void) {
+    const int Ts[] = {77, 128, 1000};
+    for (int k = 0; k < 3; k++) {
+        int B = 8, T = Ts[k], V = 512;
+        size_t n = (size_t)B * T;
+        int *tokens = (int *)mallocCheck(n * sizeof(int));
+        doc_mask_rows(tokens, B, T, V, 700 + T);
+        uint64_t rng = 800 + T;
+        for (int b = 4; b < B; b++) // rows 4..7: a start with probability 1/2, 1/16, 1/128, 1/1024
+            for (int t = 0; t < T; t++) tokens[(size_t)b * T + t] = random_u32(&rng) % (2u << (3 * (b - 4))) == 0 ? DOC_START : 2 + t % 7;
+        int *want = host_doc_positions(tokens, B, T);
+        int *in_d = upload_ints(tokens, n), *pos_d = (int *)cudaMallocCheck(n * sizeof(int), "test positions");
+        doc_positions(pos_d, in_d, B, T, DOC_START, g_stream);
+        int *got = (int *)mallocCheck(n * sizeof(int));
+        cudaCheck(cudaMemcpy(got, pos_d, n * sizeof(int), cudaMemcpyDeviceToHost));
+        long differ = 0;
+        size_t first_bad = n;
+        for (size_t i = 0; i < n; i++) {
+            if (got[i] != want[i] && first_bad == n) first_bad = i;
+            differ += got[i] != want[i];
+        }
+        printf("    B %d T %d: %ld of %zu positions differ from llmc/doc_mask.h's\n", B, T, differ, n);
+        CHECK(differ == 0, "T %d: %ld positions differ; the first, row %zu token %zu: %d, want %d", T, differ, first_bad / T,
+              first_bad % T, first_bad < n ? got[first_bad] : 0, first_bad < n ? want[first_bad] : 0);
+        free(tokens); free(want); free(got);
+        cudaCheck(cudaFree(in_d)); cudaCheck(cudaFree(pos_d));
+    }
+}
+
+// Document-masked attention, forward and backward, on bf16 inputs against the fp32 C reference with the
+// same positions (its own rule, ref_attention_*_docs): the plain kernels, then the dispatcher with
+// cuDNN on (deterministic and fast backward), which must give the plain kernels' bytes. Tolerance as
+// attention_case's (1e-2 of the largest element); the premise: the unmasked reference is further
+// from the masked one than that.
+static void attention_doc_mask_case(int B, int T, int NH, int NKV, int HS) {
+    size_t nqkv = (size_t)B * T * (NH + 2 * NKV) * HS, nout = (size_t)B * T * NH * HS, nst = (size_t)B * NH * T;
+    int *tokens = (int *)mallocCheck((size_t)B * T * sizeof(int));
+    doc_mask_rows(tokens, B, T, 512, 900 + T);
+    int *pos = (int *)mallocCheck((size_t)B * T * sizeof(int));
+    ref_doc_positions(pos, tokens, B, T, DOC_START);
+    int *pos_d = upload_ints(pos, (size_t)B * T);
+    floatX *qkv = upload_random_bf16(nqkv, 300 + T, 1.0f), *dout = upload_random_bf16(nout, 400 + T, 1.0f);
+    float *hq = download_bf16(qkv, nqkv), *hd = download_bf16(dout, nout);
+    float *ref_out = (float *)mallocCheck(nout * sizeof(float)), *ref_dqkv = (float *)callocCheck(nqkv, sizeof(float));
+    float *unmasked = (float *)mallocCheck(nout * sizeof(float));
+    float *att = (float *)mallocCheck((size_t)B * NH * T * T * sizeof(float));
+    ref_attention_forward(unmasked, att, hq, B, T, NH, NKV, HS);
+    ref_attention_forward_docs(ref_out, att, hq, pos, B, T, NH, NKV, HS);
+    ref_attention_backward_docs(ref_dqkv, hd, hq, att, pos, B, T, NH, NKV, HS);
+    double premise = rel_err(unmasked, ref_out, nout);
+    CHECK(premise > 1e-2, "B %d T %d: the unmasked reference is within the tolerance of the masked one (%.3e)", B, T, premise);
+    floatX *out = (floatX *)cudaMallocCheck(nout * sizeof(floatX), "test out");
+    floatX *dqkv = (floatX *)cudaMallocCheck(nqkv * sizeof(floatX), "test dqkv");
+    float *stats = (float *)cudaMallocCheck(nst * sizeof(float), "test stats");
+    float *plain_o = NULL, *plain_d = NULL;
+    // forms: the plain kernels, the dispatcher with cuDNN on and its deterministic backward, with its fast one
+    for (int form = 0; form < 3; form++) {
+        cudaCheck(cudaMemset(out, 0xFF, nout * sizeof(floatX))); // NaNs: every element must be written
+        cudaCheck(cudaMemset(dqkv, 0xFF, nqkv * sizeof(floatX)));
+        if (form == 0) {
+            attention_forward_plain(out, stats, qkv, pos_d, B, T, NH, NKV, HS, g_stream);
+            attention_backward_plain(dqkv, dout, qkv, out, stats, pos_d, B, T, NH, NKV, HS, g_stream);
+        } else {
+            attention_init(1, form == 1);
+            attention_forward(out, stats, qkv, pos_d, B, T, NH, NKV, HS, g_stream);
+            attention_backward(dqkv, dout, qkv, out, stats, pos_d, B, T, NH, NKV, HS, g_stream);
+        }
+        cudaCheck(cudaDeviceSynchronize());
+        float *o = download_bf16(out, nout), *d = download_bf16(dqkv, nqkv);
+        double eo = rel_err(o, ref_out, nout), ed = rel_err(d, ref_dqkv, nqkv);
+        const char *how = form == 0 ? "plain" : form == 1 ? "dispatcher, cuDNN on, deterministic" : "dispatcher, cuDNN on, fast backward";
+        printf("    B %d T %d NH %d NKV %d HS %d, %s: out rel %.2e, dqkv rel %.2e (unmasked reference: out rel %.2e)\n", B, T, NH,
+               NKV, HS, how, eo, ed, premise);
+        CHECK(eo < 1e-2 && ed < 1e-2, "document-masked attention (%s, T %d) vs reference: out %.3e dqkv %.3e", how, T, eo, ed);
+        if (form == 0) {
+            plain_o = o; plain_d = d;
+            continue;
+        }
+        CHECK(memcmp(o, plain_o, nout * sizeof(float)) == 0 && memcmp(d, plain_d, nqkv * sizeof(float)) == 0,
+              "document-masked attention (%s, T %d) is not the plain kernels' bit for bit", how, T);
+        free(o); free(d);
+    }
+    attention_init(1, 1); // the other tests compare runs bit for bit
+    free(plain_o); free(plain_d);
+    free(tokens); free(pos); free(hq); free(hd); free(ref_out); free(ref_dqkv); free(unmasked); free(att);
+    cudaCheck(cudaFree(pos_d)); cudaCheck(cudaFree(out)); cudaCheck(cudaFree(dqkv)); cudaCheck(cudaFree(stats));
+    cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(dout));
+}
+
+static void test_attention_doc_mask(void) {
+    attention_doc_mask_case(4, 256, 8, 2, 64); // a shape cuDNN takes unmasked, GQA; the four kinds of rows
+    attention_doc_mask_case(4, 200, 4, 4, 128); // T % 32 != 0, head size 128
+}
+
+// One optimizer step of 2 micro-batches with -doc_mask 1 (bf16) against the C reference's document
+// masking: micro-batch 0 has rows of the four kinds of doc_mask_rows, micro-batch 1 the kinds shifted
+// by one row, so each micro-step must mask by its own tokens. The step's loss and gradient (read after
+// train_step: lr 0, no clipping, no decay), then micro-batch 1's q, k after RoPE (and v) of every layer
+// and its logits (a forward after the step, on the weights lr 0 left). RoPE scores depend only on
+// t - t2, so positions not restarted at a document's start would leave the logits equal up to
+// rounding: the rotated q and k show them (an offset of one position turns pair 0 by a radian).
+// Tolerances: the bf16 budgets of the first-step tests (qkv: the logits' bar; it is computed before
+// them). Premise: the reference without document masking is further than them. Run with cuDNN off and
+// on: the two must be the same bytes (cuDNN takes no document-masked call).
+static void test_doc_mask_step_vs_cpu(void) {
+    LlamaConfig c = small_config();
+    int B = 4, T = 128, N = B * T, grad_accum = 2, QKV = config_qkv_width(&c);
+    size_t nqkv = (size_t)c.L * N * QKV, nl = (size_t)N * c.V;
+    int *in = (int *)mallocCheck(grad_accum * N * sizeof(int)), *tg = (int *)mallocCheck(grad_accum * N * sizeof(int));
+    doc_mask_rows(in, B, T, c.V, 51);
+    int *shifted = (int *)mallocCheck((B + 1) * T * sizeof(int));
+    doc_mask_rows(shifted, B + 1, T, c.V, 52);
+    memcpy(in + N, shifted + T, N * sizeof(int)); // rows of kinds 1, 2, 3, 0
+    free(shifted);
+    random_tokens(tg, grad_accum * N, c.V, 53);
+    RefModel ref, unmasked;
+    ref_init(&ref, &c, B, T, 0, 0, 0, 16, 0);
+    ref_init_weights(&ref, 42);
+    ref_set_doc_mask(&ref, DOC_START);
+    float ref_loss = ref_compute_grads(&ref, in, tg, grad_accum);
+    ref_init(&unmasked, &c, B, T, 0, 0, 0, 16, 0);
+    ref_init_weights(&unmasked, 42);
+    ref_compute_grads(&unmasked, in, tg, grad_accum);
+    double premise_logits = rel_err(unmasked.logits, ref.logits, nl), premise_qkv = rel_err(unmasked.acts.qkv, ref.acts.qkv, (size_t)N * QKV);
+    printf("    the unmasked reference: logits rel %.2e, layer 0 qkv rel %.2e from the masked one\n", premise_logits, premise_qkv);
+    CHECK(premise_logits > BF16_SMALL.logits && premise_qkv > BF16_SMALL.logits,
+          "the unmasked reference is within the tolerance of the masked one (logits %.3e, layer 0 qkv %.3e)", premise_logits, premise_qkv);
+    float loss[2], *grads[2], *qkv[2], *logits[2];
+    for (int use_cudnn = 0; use_cudnn < 2; use_cudnn++) {
+        attention_init(use_cudnn, 1);
+        Model m;
+        ModelOptions mo = model_options(B, T, PREC_BF16);
+        mo.doc_mask = 1; mo.doc_start_id = DOC_START;
+        model_init(&m, &c, &mo);
+        model_set_weights(&m, ref.params);
+        AdamWParams h = {0.0f, 0.9f, 0.95f, 1e-8f, 0.0f, 0.0f};
+        float *losses = (float *)mallocCheck(grad_accum * N * sizeof(float)), gn;
+        int skipped;
+        loss[use_cudnn] = train_step(&m, in, tg, grad_accum, &h, losses, g_norm_device, &gn, &skipped, g_stream);
+        cudaCheck(cudaDeviceSynchronize());
+        grads[use_cudnn] = download_bf16(m.grads_memory, m.num_params);
+        qkv[use_cudnn] = download_bf16(m.acts.qkv, nqkv); // micro-batch 1's, whose inputs acts.inputs still holds
+        model_forward(&m, 0, 0.0f, g_stream);
+        cudaCheck(cudaDeviceSynchronize());
+        logits[use_cudnn] = download_bf16(m.acts.logits, nl);
+        const char *what = use_cudnn ? "doc mask, cuDNN on" : "doc mask, cuDNN off";
+        double el = rel_err(logits[use_cudnn], ref.logits, nl);
+        printf("    %s: loss gpu %.6f cpu %.6f | logits rel %.2e\n", what, loss[use_cudnn], ref_loss, el);
+        CHECK(!skipped && fabsf(loss[use_cudnn] - ref_loss) / ref_loss < BF16_SMALL.loss, "%s: loss %.6f vs %.6f", what, loss[use_cudnn], ref_loss);
+        CHECK(el < BF16_SMALL.logits, "%s: micro-batch 1's logits rel %.3e >= %.1e", what, el, BF16_SMALL.logits);
+        for (int l = 0; l < c.L; l++) {
+            size_t off = (size_t)l * N * QKV;
+            double eq = rel_err(qkv[use_cudnn] + off, ref.acts.qkv + off, (size_t)N * QKV), worst = 0.0;
+            int worst_token = 0;
+            for (int i = 0; i < N; i++) { // the token whose q, k, v are furthest from the reference's, relative to its own largest
+                double e = rel_err(qkv[use_cudnn] + off + (size_t)i * QKV, ref.acts.qkv + off + (size_t)i * QKV, QKV);
+                if (!(e <= worst)) { worst = e; worst_token = i; }
+            }
+            printf("    %s: layer %d q, k after RoPE and v rel %.2e; worst token (row %d position %d) %.2e of its own largest\n", what, l,
+                   eq, worst_token / T, worst_token % T, worst);
+            CHECK(eq < BF16_SMALL.logits, "%s: layer %d qkv after RoPE rel %.3e >= %.1e", what, l, eq, BF16_SMALL.logits);
+        }
+        check_grads(&m, grads[use_cudnn], ref.grads, BF16_SMALL.grads, what);
+        free(losses);
+        model_free(&m);
+    }
+    CHECK(loss[0] == loss[1] && memcmp(grads[0], grads[1], ref.num_params * sizeof(float)) == 0 &&
+          memcmp(qkv[0], qkv[1], nqkv * sizeof(float)) == 0 && memcmp(logits[0], logits[1], nl * sizeof(float)) == 0,
+          "with cuDNN on, -doc_mask 1 is not the plain kernels' run bit for bit");
+    attention_init(1, 1);
+    for (int k = 0; k < 2; k++) { free(grads[k]); free(qkv[k]); free(logits[k]); }
+    free(in); free(tg);
+    ref_free(&ref); ref_free(&unmasked);
+}
+
+// -doc_mask 1 on a batch with no document start inside a row (row 0 begins with a BOS, row 1 has none)
+// is -doc_mask 0, bit for bit, on the plain kernels (the ones both then run): logits, loss, gradients.
+static void test_doc_mask_no_start_inside_is_unmasked(void) {
+    LlamaConfig c = small_config();
+    int B = 2, T = 128, N = B * T;
+    int *in = (int *)mallocCheck(N * sizeof(int)), *tg = (int *)mallocCheck(N * sizeof(int));
+    uint64_t rng = 61;
+    for (int i = 0; i < N; i++) in[i] = DOC_START + 1 + (int)(random_u32(&rng) % (uint32_t)(c.V - DOC_START - 1));
+    in[0] = DOC_START;
+    random_tokens(tg, N, c.V, 62);
+    attention_init(0, 1);
+    StepZero r[2];
+    size_t num_params = 0;
+    for (int doc_mask = 0; doc_mask < 2; doc_mask++) {
+        Model m;
+        ModelOptions mo = model_options(B, T, PREC_BF16);
+        mo.doc_mask = doc_mask; mo.doc_start_id = DOC_START;
+        model_init(&m, &c, &mo);
+        float *w = (float *)mallocCheck(m.num_params * sizeof(float));
+        model_init_weights(&m, 19, w);
+        model_set_weights(&m, w);
+        r[doc_mask] = gpu_step_zero(&m, in, tg);
+        num_params = m.num_params;
+        free(w);
+        if (doc_mask == 1) CHECK(m.acts.doc_pos != NULL, "-doc_mask 1 made no document positions");
+        model_free(&m);
+    }
+    long dl = 0, dg = 0;
+    for (size_t i = 0; i < (size_t)N * c.V; i++) dl += memcmp(&r[0].logits[i], &r[1].logits[i], sizeof(float)) != 0;
+    for (size_t i = 0; i < num_params; i++) dg += memcmp(&r[0].grads[i], &r[1].grads[i], sizeof(float)) != 0;
+    printf("    loss %.7f and %.7f; %ld logits and %ld gradients differ\n", r[0].loss, r[1].loss, dl, dg);
+    CHECK(r[0].loss == r[1].loss && dl == 0 && dg == 0, "-doc_mask 1 without a document start inside a row differs from -doc_mask 0:"
+          " loss %.9g vs %.9g, %ld logits, %ld gradients", r[0].loss, r[1].loss, dl, dg);
+    attention_init(1, 1);
+    free_step_zero(&r[0]); free_step_zero(&r[1]);
+    free(in); free(tg);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) g_test_filter = argv[1]; // run only the tests whose name contains it
     cudaDeviceProp prop;
@@ -1728,8 +2001,8 @@ int main(int argc, char **argv) {
     run_test("fp8 steps vs PyTorch fixture llama_fp8.bin (logits, losses, fp8 state)", test_fp8_vs_pytorch_fixture);
     run_test("fp8 weight cache off trains bit-identically (losses, weights, fp8 state)", test_fp8_weight_cache_off_identical);
     run_test("-r 1 trains bit-identically to -r 0 (bf16 and fp8: losses, weights, fp8 state)", test_recompute_identical);
-    run_test("-cuda_graph 1 trains bit-identically to 0 (bf16, fp8 delayed and current, -r 1, tied, fp8 lm_head; new tokens each step,"
-             " recapture; grad accumulation changed, cuDNN workspace moved, evaluation and checkpoint between steps)", test_cuda_graph_identical);
+    run_test("-cuda_graph 1 trains bit-identically to 0 (bf16, fp8 delayed and current, -r 1, tied, fp8 lm_head, -doc_mask 1; new tokens each"
+             " step, recapture; grad accumulation changed, cuDNN workspace moved, evaluation and checkpoint between steps)", test_cuda_graph_identical);
     run_test("fp8 weights made by AdamW match the host codec", test_fp8_weights_made_by_adamw);
     run_test("fp8 linears GEMM by GEMM: amax history past its window (history 4, 8 steps)", test_fp8_probed_history_window);
     run_test("fp8 linears GEMM by GEMM: fp8 lm_head with the weight cache on (delayed: cast by AdamW; current)", test_fp8_probed_lm_head_cached);
@@ -1744,6 +2017,12 @@ int main(int argc, char **argv) {
     run_test("-x 0 in fp8: evaluation logits are the first training step's (current recipe: live in evaluation)", test_eval_only_fp8_current);
     run_test("loss masks: 2 micro-batches of 192 and 16 learned targets, bf16 loss and gradient vs C reference", test_masked_step_bf16_vs_cpu);
     run_test("loss masks: 2 micro-batches of 192 and 16 learned targets, fp8 loss and gradient vs C reference emulation", test_masked_step_fp8_vs_cpu);
+    run_test("document masking: the document positions made on the GPU are llmc/doc_mask.h's", test_doc_positions_vs_host);
+    run_test("document masking: attention forward and backward vs reference (plain kernels; the dispatcher with cuDNN on gives their bytes)",
+             test_attention_doc_mask);
+    run_test("document masking: 2 micro-batches of rows with several documents, bf16 loss, gradient, qkv after RoPE and logits vs C reference"
+             " (cuDNN off and on)", test_doc_mask_step_vs_cpu);
+    run_test("document masking: -doc_mask 1 without a document start inside a row is -doc_mask 0 bit for bit", test_doc_mask_no_start_inside_is_unmasked);
     if (g_tests_passed + g_tests_failed == 0) { printf("no test matches '%s'\n", g_test_filter); g_tests_failed = 1; }
     printf("%d passed, %d failed\n", g_tests_passed, g_tests_failed);
     return g_tests_failed == 0 ? 0 : 1;

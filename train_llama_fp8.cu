@@ -64,7 +64,7 @@ typedef struct {
     char precision[16], fp8_recipe[16], adam_moments[16];
     int B, T, total_batch, max_steps, warmup, val_every, val_batches, sample_every, gen_tokens;
     int ckpt_every, resume, recompute, seed, shuffle, fp8_history, fp8_margin, fp8_lm_head, fp8_log, fp8_dump, ngpu, fp8_weight_cache, deterministic;
-    int cuda_graph, keep;
+    int cuda_graph, keep, doc_mask;
     float lr, final_lr_frac, weight_decay, grad_clip, beta1, beta2;
     // model overrides (0: keep the preset's)
     int V, L, C, NH, NKV, FF;
@@ -137,6 +137,7 @@ static const OptSpec OPTION_SPECS[] = {
     OPT_B("-r", recompute, "0", "recompute in backward: 0 none, 1 SwiGLU output (saves memory)"),
     OPT_B("-cuda_graph", cuda_graph, "1", "1: one GPU replays each step's forward and backward as one CUDA graph (from the second step; the same results, fewer launches); 0: launch kernel by kernel"),
     OPT_B("-deterministic", deterministic, "0", "1: bit-reproducible runs and resumes (deterministic attention backward, heuristic GEMM algorithms); 0: faster"),
+    OPT_B("-doc_mask", doc_mask, "0", "1: a token attends only to its own document (each starts at the decode table's document-start id, -tok) and RoPE positions restart there; runs on the plain attention kernels, not cuDNN (slower: docs/attention.md)"),
     OPT_I("-seed", seed, "1337", 0, INT_MAX, "seed for init, data shuffling and sampling"),
     OPT_B("-shuffle", shuffle, "0", "1: shuffle batch order each epoch"),
     OPT_C("-fp8_recipe", fp8_recipe, "delayed", "delayed current", "delayed (amax history) or current (amax of this tensor now)"),
@@ -302,6 +303,7 @@ typedef struct {
                          // x_fp8_t, which only the backward uses (the saved copy is swiglu_fp8's X^T)
     float *rmsnorm_scratch;
     int *inputs, *targets; // (B, T) on the device
+    int *doc_pos;          // (B, T) each input's position in its document, from the inputs (-doc_mask 1; else NULL)
 } Activations;
 
 
@@ -315,6 +317,8 @@ typedef struct {
     int fp8_current;       // -fp8_recipe current
     int fp8_history, fp8_margin, fp8_weight_cache, fp8_lm_head; // -fp8_history, -fp8_margin, -fp8_weight_cache, -fp8_lm_head
     int cuda_graph;        // -cuda_graph: forward and backward replayed as a CUDA graph (StepGraph)
+    int doc_mask;          // -doc_mask 1: attention within documents, RoPE positions from each document's start
+    int doc_start_id;      // with doc_mask: the token that starts a document (the decode table's; checked_options)
 } ModelOptions;
 
 // The model's part of options whose values their rows accepted (parse_options, default_options).
@@ -329,6 +333,7 @@ static ModelOptions model_options_of(const Options *o) {
     mo.fp8_history = o->fp8_history; mo.fp8_margin = o->fp8_margin;
     mo.fp8_weight_cache = o->fp8_weight_cache; mo.fp8_lm_head = o->fp8_lm_head;
     mo.cuda_graph = o->cuda_graph;
+    mo.doc_mask = o->doc_mask;
     return mo;
 }
 
@@ -587,6 +592,7 @@ static void model_init(Model *m, const LlamaConfig *cfg, const ModelOptions *opt
     a->rmsnorm_scratch = (float *)model_alloc(m, rmsnorm_backward_scratch_floats((int)N, (int)C) * sizeof(float), "scratch: rmsnorm");
     a->inputs = (int *)model_alloc(m, N * sizeof(int), "token buffers");
     a->targets = (int *)model_alloc(m, N * sizeof(int), "token buffers");
+    if (opt->doc_mask) a->doc_pos = (int *)model_alloc(m, N * sizeof(int), "document positions");
     encoder_backward_init(&m->enc_bwd, (int)N, (int)C);
 }
 
@@ -871,6 +877,7 @@ static void model_forward(Model *m, int with_targets, float dloss, cudaStream_t 
     size_t swiglu_stride = m->opt.recompute >= 1 ? 0 : NFF;
 
     encoder_forward(a->encoded, a->inputs, m->param[P_WTE], N, C, stream);
+    if (a->doc_pos) doc_positions(a->doc_pos, a->inputs, B, T, m->opt.doc_start_id, stream); // the backward reads them too
     Fp8Site s = fp8_site(m, fp8_tensor_index(0, LIN_QKV, FP8_X), a->ln1_fp8, a->ln1, NC);
     rmsnorm_forward(s.bf16, a->ln1_rstd, a->encoded, m->param[P_LN1W], N, C, c->norm_eps, s.cast, stream);
     fp8_site_finish(m, &s, stream);
@@ -882,8 +889,8 @@ static void model_forward(Model *m, int with_targets, float dloss, cudaStream_t 
         float *stats = a->att_stats + (size_t)l * N * NH;
 
         linear_forward(m, l, LIN_QKV, qkv, layer_ptr(a->ln1, l, NC), layer_ptr8(a->ln1_fp8, l, NC), stream);
-        rope_forward(qkv, m->rope_freqs, B, T, NH, NKV, HS, stream);
-        attention_forward(atty, stats, qkv, B, T, NH, NKV, HS, stream);
+        rope_forward(qkv, m->rope_freqs, a->doc_pos, B, T, NH, NKV, HS, stream);
+        attention_forward(atty, stats, qkv, a->doc_pos, B, T, NH, NKV, HS, stream);
         if (m->fp8.on) fp8_cast_existing(m, fp8_tensor_index(l, LIN_WO, FP8_X), a->atty_fp8, atty, NC, stream);
         linear_forward(m, l, LIN_WO, a->proj, atty, a->atty_fp8, stream);
 
@@ -1000,9 +1007,9 @@ static void model_backward(Model *m, cudaStream_t stream) {
 
         // attention: wo, the fused attention, RoPE, qkv, then the norm that fed it
         linear_backward(m, l, LIN_WO, a->dbtc, a->dres, atty, NULL, NULL, 0, stream); // X^T recast from the bf16 output
-        attention_backward(a->dqkv, a->dbtc, qkv, atty, stats, B, T, NH, NKV, HS, stream);
+        attention_backward(a->dqkv, a->dbtc, qkv, atty, stats, a->doc_pos, B, T, NH, NKV, HS, stream);
         s = fp8_site(m, fp8_tensor_index(l, LIN_QKV, FP8_DY), a->dy_fp8, a->dqkv, NQKV);
-        rope_backward(a->dqkv, m->rope_freqs, B, T, NH, NKV, HS, s.cast, stream);
+        rope_backward(a->dqkv, m->rope_freqs, a->doc_pos, B, T, NH, NKV, HS, s.cast, stream);
         fp8_site_finish(m, &s, stream);
         linear_backward(m, l, LIN_QKV, a->dbtc, a->dqkv, layer_ptr(a->ln1, l, NC), layer_ptr8(a->ln1_fp8, l, NC), NULL, 0, stream);
         s = fp8_site(m, l > 0 ? fp8_tensor_index(l - 1, LIN_W2, FP8_DY) : -1, a->dy_fp8, a->dres, NC);
@@ -2056,10 +2063,11 @@ static LlamaConfig run_model_config(const Options *o, const Tokenizer *tok) {
     return cfg;
 }
 
-// The rules between options, and between the options and the model's shape (each option's own
-// range its row checked when it was parsed), all refused here, before any GPU work; the model's
-// options taken from them. Fills in -d's default and returns the gradient accumulation steps in *grad_accum.
-static ModelOptions checked_options(Options *o, const LlamaConfig *cfg, int *grad_accum) {
+// The rules between options, and between the options and the model's shape or the decode table (tok:
+// NULL without one; each option's own range its row checked when it was parsed), all refused here,
+// before any GPU work; the model's options taken from them. Fills in -d's default and returns the
+// gradient accumulation steps in *grad_accum.
+static ModelOptions checked_options(Options *o, const LlamaConfig *cfg, const Tokenizer *tok, int *grad_accum) {
     ModelOptions mo = model_options_of(o);
     int fp8 = mo.precision == PREC_FP8;
     if (o->fp8_lm_head && !fp8) FATAL("-fp8_lm_head 1 needs -precision fp8");
@@ -2079,6 +2087,13 @@ static ModelOptions checked_options(Options *o, const LlamaConfig *cfg, int *gra
         FATAL("-d %d (total batch tokens) must be a multiple of B*T*ngpu = %d*%d*%d = %lld", o->total_batch, o->B, o->T,
               planned_world, tokens_per_micro);
     *grad_accum = (int)(o->total_batch / tokens_per_micro);
+    // a guessed document-start id would silently mask nothing
+    if (o->doc_mask && tok == NULL)
+        FATAL("-doc_mask 1 needs the decode table's document-start id: no decode table at -tok '%s'", o->tokenizer_path);
+    if (o->doc_mask && (tok->doc_start_id < 0 || tok->doc_start_id >= cfg->V))
+        FATAL("-doc_mask 1: the document-start id %d of decode table '%s' is outside the vocabulary [0, %d)", tok->doc_start_id,
+              o->tokenizer_path, cfg->V);
+    if (o->doc_mask) mo.doc_start_id = tok->doc_start_id;
     return mo;
 }
 
@@ -2267,7 +2282,7 @@ static void print_run(const Model *m, const Options *o, const MultiGpu *mg, cons
                m->num_params / 1e6);
         printf("B %d T %d | total batch %d tokens (grad accum %d) | %d steps | lr %g warmup %d final %g | wd %g clip %g | AdamW moments %s | %s attention\n",
                o->B, o->T, o->total_batch, grad_accum, o->max_steps, o->lr, o->warmup, o->final_lr_frac, o->weight_decay, o->grad_clip, o->adam_moments,
-               attention_uses_cudnn(o->B, o->T, cfg->NH, cfg->NKV, cfg->C / cfg->NH) ? "cuDNN fused" : "plain");
+               o->doc_mask ? "document-masked plain" : attention_uses_cudnn(o->B, o->T, cfg->NH, cfg->NKV, cfg->C / cfg->NH) ? "cuDNN fused" : "plain");
         printf("device memory allocated: %.2f GiB%s%s\n", m->bytes_allocated / 1073741824.0, mg->world > 1 ? " per GPU (ZeRO-1)" : "",
                resumed_from >= 0 ? " | resumed" : "");
         if (resumed_from >= 0) printf("resumed from step %d of '%s'\n", resumed_from, o->log_dir);
@@ -2285,7 +2300,7 @@ int main(int argc, char **argv) {
     const char *bad = config_check(&cfg);
     if (bad) FATAL("bad model config: %s", bad);
     int grad_accum;
-    ModelOptions mo = checked_options(&o, &cfg, &grad_accum);
+    ModelOptions mo = checked_options(&o, &cfg, have_tok ? &tok : NULL, &grad_accum);
 
     int planned_world;
     // before anything starts a thread (CUDA, NCCL, OpenMP), so every thread inherits the block; the

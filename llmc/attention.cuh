@@ -12,6 +12,15 @@ dk_u = scale sum_{h in group, t >= u} dS_tu q_t, dv_u = sum_{h in group, t >= u}
 Layouts: qkv (B, T, NH + 2*NKV, HS) bf16 packed, post-RoPE (heads 0..NH-1 are q, then NKV k heads,
 then NKV v heads); out (B, T, NH*HS) bf16; stats (B, NH, T) fp32; dqkv like qkv.
 
+Document masking (-doc_mask 1, dev/results/doc_mask/design.md): doc_pos (B, T) int32 holds each
+token's position in its document (doc_positions makes it on the GPU from the tokens, by
+llmc/doc_mask.h's rule); query t then sees only the keys t - doc_pos[t] .. t, its document's. NULL:
+causal over the whole row. A document's start, t - doc_pos[t], never decreases along a row, so a block
+of queries needs no key before its first query's start, and a block of keys no query past the first
+query tile whose start lies beyond its last key. Only the plain kernels take doc_pos: cuDNN's ragged
+(packed documents) layout is not built, so attention_forward / attention_backward send every
+document-masked call to them.
+
 The plain kernels: correct for any T (no tiling constraint on T), any HS <= 256, any NH % NKV == 0.
 They are the reference the fused path is tested against (dev/cuda/attention.cu) and the fallback for
 shapes or machines cuDNN does not cover. Flash-style: nothing T x T is stored. A block stages tiles of
@@ -44,11 +53,17 @@ static_assert(ATT_ROWS <= ATT_TILE, "a dK/dV block's keys fit in the first query
 // so the 32 lanes reading the same column hit 32 different shared-memory banks.
 static __host__ __device__ int att_tile_stride(int HS) { return (HS + 3) / 4 * 4 + 2; }
 
+// The first key query t of row b sees: its document's start under document masking, else the row's first.
+static __device__ __forceinline__ int att_first_key(const int *doc_pos, int b, int T, int t) {
+    return doc_pos != NULL ? t - doc_pos[(size_t)b * T + t] : 0;
+}
+
 // ---------------------------------------------------------------------------------------------------
 // forward: grid (ceil(T / ATT_ROWS), NH, B); online softmax over key tiles
 
 __global__ void __launch_bounds__(ATT_THREADS)
-attention_forward_plain_kernel(floatX *out, float *stats, const floatX *qkv, int T, int NH, int NKV, int HS, float scale) {
+attention_forward_plain_kernel(floatX *out, float *stats, const floatX *qkv, const int *doc_pos, int T, int NH, int NKV, int HS,
+                               float scale) {
     extern __shared__ float4 att_smem_fwd[]; // float4: 16-byte aligned
     const int q0 = blockIdx.x * ATT_ROWS, h = blockIdx.y, b = blockIdx.z;
     const int hk = h / (NH / NKV), KS = att_tile_stride(HS);
@@ -66,15 +81,18 @@ attention_forward_plain_kernel(floatX *out, float *stats, const floatX *qkv, int
         q_s[i] = q0 + r < T ? __bfloat162float(q_g[(size_t)(q0 + r) * tok + d]) : 0.0f;
     }
     float m[ATT_ROWS_PER_WARP], l[ATT_ROWS_PER_WARP], o[ATT_ROWS_PER_WARP][ATT_DIMS_PER_LANE];
+    int first[ATT_ROWS_PER_WARP]; // each row's first key
     #pragma unroll
     for (int i = 0; i < ATT_ROWS_PER_WARP; i++) {
+        const int t = q0 + warp + i * ATT_WARPS;
+        first[i] = t < T ? att_first_key(doc_pos, b, T, t) : 0;
         m[i] = -INFINITY;
         l[i] = 0.0f;
         #pragma unroll
         for (int c = 0; c < ATT_DIMS_PER_LANE; c++) o[i][c] = 0.0f;
     }
     const int last_q = min(T, q0 + ATT_ROWS) - 1;
-    for (int k0 = 0; k0 <= last_q; k0 += ATT_TILE) {
+    for (int k0 = att_first_key(doc_pos, b, T, q0) / ATT_TILE * ATT_TILE; k0 <= last_q; k0 += ATT_TILE) {
         __syncthreads(); // the previous tile is consumed (and q_s is written)
         for (int i = threadIdx.x; i < ATT_TILE * HS; i += blockDim.x) {
             int j = i / HS, d = i % HS, u = k0 + j;
@@ -85,9 +103,9 @@ attention_forward_plain_kernel(floatX *out, float *stats, const floatX *qkv, int
         #pragma unroll
         for (int i = 0; i < ATT_ROWS_PER_WARP; i++) {
             const int r = warp + i * ATT_WARPS, t = q0 + r;
-            if (t >= T || k0 > t) continue; // warp-uniform
+            if (t >= T || k0 > t || k0 + ATT_TILE <= first[i]) continue; // warp-uniform
             float score = -INFINITY;
-            if (k0 + lane <= t) {
+            if (k0 + lane <= t && k0 + lane >= first[i]) {
                 const float *qr = q_s + r * HS;
                 const floatX *kr = k_s + lane * KS;
                 float acc = 0.0f;
@@ -95,7 +113,8 @@ attention_forward_plain_kernel(floatX *out, float *stats, const floatX *qkv, int
                 for (int d = 0; d < HS; d++) acc += qr[d] * __bfloat162float(kr[d]);
                 score = acc * scale;
             }
-            // key k0 <= t is in this tile, so m_new is finite; exp(-inf) = 0 handles the first tile and masked keys
+            // the first tile visited holds key first[i] <= t, every later one key k0 <= t, so m_new is
+            // finite; exp(-inf) = 0 handles the first tile and masked keys
             const float m_new = fmaxf(m[i], warp_reduce_max(score));
             const float corr = expf(m[i] - m_new);
             const float p = expf(score - m_new);
@@ -104,7 +123,7 @@ attention_forward_plain_kernel(floatX *out, float *stats, const floatX *qkv, int
             #pragma unroll
             for (int c = 0; c < ATT_DIMS_PER_LANE; c++) o[i][c] *= corr;
             const int nj = min(ATT_TILE, t - k0 + 1);
-            for (int j = 0; j < nj; j++) {
+            for (int j = max(0, first[i] - k0); j < nj; j++) {
                 const float pj = __shfl_sync(0xffffffff, p, j);
                 const floatX *vr = v_s + j * HS;
                 #pragma unroll
@@ -135,7 +154,7 @@ attention_forward_plain_kernel(floatX *out, float *stats, const floatX *qkv, int
 
 __global__ void __launch_bounds__(ATT_THREADS)
 attention_backward_dq_kernel(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *stats,
-                             int T, int NH, int NKV, int HS, float scale) {
+                             const int *doc_pos, int T, int NH, int NKV, int HS, float scale) {
     extern __shared__ float4 att_smem_dq[];
     const int q0 = blockIdx.x * ATT_ROWS, h = blockIdx.y, b = blockIdx.z;
     const int hk = h / (NH / NKV), KS = att_tile_stride(HS);
@@ -158,9 +177,11 @@ attention_backward_dq_kernel(floatX *dqkv, const floatX *dout, const floatX *qkv
     }
     __syncthreads();
     float lse[ATT_ROWS_PER_WARP], D[ATT_ROWS_PER_WARP], dq[ATT_ROWS_PER_WARP][ATT_DIMS_PER_LANE];
+    int first[ATT_ROWS_PER_WARP]; // each row's first key
     #pragma unroll
     for (int i = 0; i < ATT_ROWS_PER_WARP; i++) {
         const int r = warp + i * ATT_WARPS, t = q0 + r;
+        first[i] = t < T ? att_first_key(doc_pos, b, T, t) : 0;
         float partial = 0.0f;
         if (t < T) {
             for (int d = lane; d < HS; d += WARP_SIZE) partial += do_s[r * HS + d] * __bfloat162float(o_g[(size_t)t * NH * HS + d]);
@@ -171,7 +192,7 @@ attention_backward_dq_kernel(floatX *dqkv, const floatX *dout, const floatX *qkv
         for (int c = 0; c < ATT_DIMS_PER_LANE; c++) dq[i][c] = 0.0f;
     }
     const int last_q = min(T, q0 + ATT_ROWS) - 1;
-    for (int k0 = 0; k0 <= last_q; k0 += ATT_TILE) {
+    for (int k0 = att_first_key(doc_pos, b, T, q0) / ATT_TILE * ATT_TILE; k0 <= last_q; k0 += ATT_TILE) {
         __syncthreads();
         for (int i = threadIdx.x; i < ATT_TILE * HS; i += blockDim.x) {
             int j = i / HS, d = i % HS, u = k0 + j;
@@ -182,9 +203,9 @@ attention_backward_dq_kernel(floatX *dqkv, const floatX *dout, const floatX *qkv
         #pragma unroll
         for (int i = 0; i < ATT_ROWS_PER_WARP; i++) {
             const int r = warp + i * ATT_WARPS, t = q0 + r;
-            if (t >= T || k0 > t) continue; // warp-uniform
+            if (t >= T || k0 > t || k0 + ATT_TILE <= first[i]) continue; // warp-uniform
             float ds = 0.0f;
-            if (k0 + lane <= t) {
+            if (k0 + lane <= t && k0 + lane >= first[i]) {
                 const float *qr = q_s + r * HS, *dor = do_s + r * HS;
                 const floatX *kr = k_s + lane * KS, *vr = v_s + lane * KS;
                 float qk = 0.0f, dp = 0.0f;
@@ -197,7 +218,7 @@ attention_backward_dq_kernel(floatX *dqkv, const floatX *dout, const floatX *qkv
                 ds = p * (dp - D[i]);
             }
             const int nj = min(ATT_TILE, t - k0 + 1);
-            for (int j = 0; j < nj; j++) {
+            for (int j = max(0, first[i] - k0); j < nj; j++) {
                 const float dsj = __shfl_sync(0xffffffff, ds, j);
                 const floatX *kr = k_s + j * KS;
                 #pragma unroll
@@ -228,7 +249,7 @@ attention_backward_dq_kernel(floatX *dqkv, const floatX *dout, const floatX *qkv
 
 __global__ void __launch_bounds__(ATT_THREADS)
 attention_backward_dkdv_kernel(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *stats,
-                               int T, int NH, int NKV, int HS, float scale) {
+                               const int *doc_pos, int T, int NH, int NKV, int HS, float scale) {
     extern __shared__ float4 att_smem_dkdv[];
     const int u0 = blockIdx.x * ATT_ROWS, hk = blockIdx.y, b = blockIdx.z;
     const int group = NH / NKV, KS = att_tile_stride(HS);
@@ -261,6 +282,10 @@ attention_backward_dkdv_kernel(floatX *dqkv, const floatX *dout, const floatX *q
         const floatX *do_g = dout + (size_t)b * T * NH * HS + (size_t)h * HS;
         const floatX *o_g = out + (size_t)b * T * NH * HS + (size_t)h * HS;
         for (int t0 = u0 / ATT_TILE * ATT_TILE; t0 < T; t0 += ATT_TILE) {
+            // this tile's and every later query's document starts at or after this one: past the
+            // block's last key, none of them sees any of its keys (block-uniform)
+            const int tile_first = att_first_key(doc_pos, b, T, t0);
+            if (tile_first > last_u) break;
             __syncthreads(); // the previous tile is consumed (and k_s, v_s are written)
             for (int i = threadIdx.x; i < ATT_TILE * HS; i += blockDim.x) {
                 int j = i / HS, d = i % HS, t = t0 + j;
@@ -283,13 +308,13 @@ attention_backward_dkdv_kernel(floatX *dqkv, const floatX *dout, const floatX *q
                 }
             }
             __syncthreads();
+            const int t = t0 + lane, lane_first = t < T ? att_first_key(doc_pos, b, T, t) : 0; // lane's query, its first key
             #pragma unroll
             for (int i = 0; i < ATT_ROWS_PER_WARP; i++) {
                 const int r = warp + i * ATT_WARPS, u = u0 + r;
-                if (u > last_u || t0 + ATT_TILE - 1 < u) continue; // warp-uniform
-                const int t = t0 + lane;
+                if (u > last_u || t0 + ATT_TILE - 1 < u || tile_first > u) continue; // warp-uniform
                 float p = 0.0f, ds = 0.0f;
-                if (t < T && t >= u) {
+                if (t < T && t >= u && u >= lane_first) {
                     const float *kr = k_s + r * HS, *vr = v_s + r * HS;
                     const floatX *qr = q_s + lane * KS, *dor = do_s + lane * KS;
                     float qk = 0.0f, dp = 0.0f;
@@ -336,6 +361,38 @@ attention_backward_dkdv_kernel(floatX *dqkv, const floatX *dout, const floatX *q
 }
 
 // ---------------------------------------------------------------------------------------------------
+// document masking's positions: grid (B), one warp per row. A document starts at a row's first token
+// and at every doc_start_id token; pos[t] = t - the last start at or before t (llmc/doc_mask.h's rule).
+// Lane l walks tokens [l*chunk, (l+1)*chunk) twice: once for its chunk's last start, then, after a max
+// scan over the lanes gives the last start before its chunk, to write the positions.
+
+__global__ void doc_positions_kernel(int *pos, const int *inputs, int T, int doc_start_id) {
+    const int lane = threadIdx.x, chunk = CEIL_DIV(T, WARP_SIZE);
+    const int t_begin = min(T, lane * chunk), t_end = min(T, t_begin + chunk);
+    const int *in = inputs + (size_t)blockIdx.x * T;
+    int last = -1; // the last start in this lane's chunk, then in its chunk or any before it
+    for (int t = t_begin; t < t_end; t++) if (t == 0 || in[t] == doc_start_id) last = t;
+    for (int d = 1; d < WARP_SIZE; d *= 2) {
+        const int before = __shfl_up_sync(0xffffffff, last, d);
+        if (lane >= d) last = max(last, before);
+    }
+    int start = __shfl_up_sync(0xffffffff, last, 1); // lane 0's chunk begins with token 0, a start
+    int *p = pos + (size_t)blockIdx.x * T;
+    for (int t = t_begin; t < t_end; t++) {
+        if (t == 0 || in[t] == doc_start_id) start = t;
+        p[t] = t - start;
+    }
+}
+
+// pos (B, T) <- inputs (B, T): each token's position in its document. On the GPU, from the tokens
+// already there, so every forward (training, evaluation, HellaSwag, samples) and a replayed CUDA graph
+// masks by its own batch.
+void doc_positions(int *pos, const int *inputs, int B, int T, int doc_start_id, cudaStream_t stream) {
+    doc_positions_kernel<<<B, WARP_SIZE, 0, stream>>>(pos, inputs, T, doc_start_id);
+    cudaLaunchCheck();
+}
+
+// ---------------------------------------------------------------------------------------------------
 // launchers of the plain path
 
 static void att_check_shape(int B, int T, int NH, int NKV, int HS) {
@@ -352,31 +409,31 @@ static void att_launch_prepare(const void *kernel, size_t smem_bytes) {
     }
 }
 
-void attention_forward_plain(floatX *out, float *stats, const floatX *qkv, int B, int T, int NH, int NKV, int HS,
-                             cudaStream_t stream) {
+void attention_forward_plain(floatX *out, float *stats, const floatX *qkv, const int *doc_pos, int B, int T, int NH, int NKV,
+                             int HS, cudaStream_t stream) {
     att_check_shape(B, T, NH, NKV, HS);
     const size_t KS = att_tile_stride(HS);
     const size_t smem = ATT_ROWS * HS * sizeof(float) + ATT_TILE * KS * sizeof(floatX) + ATT_TILE * HS * sizeof(floatX);
     att_launch_prepare((const void *)attention_forward_plain_kernel, smem);
     dim3 grid(CEIL_DIV(T, ATT_ROWS), NH, B);
-    attention_forward_plain_kernel<<<grid, ATT_THREADS, smem, stream>>>(out, stats, qkv, T, NH, NKV, HS, 1.0f / sqrtf((float)HS));
+    attention_forward_plain_kernel<<<grid, ATT_THREADS, smem, stream>>>(out, stats, qkv, doc_pos, T, NH, NKV, HS, 1.0f / sqrtf((float)HS));
     cudaLaunchCheck();
 }
 
 void attention_backward_plain(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *stats,
-                              int B, int T, int NH, int NKV, int HS, cudaStream_t stream) {
+                              const int *doc_pos, int B, int T, int NH, int NKV, int HS, cudaStream_t stream) {
     att_check_shape(B, T, NH, NKV, HS);
     const size_t KS = att_tile_stride(HS);
     const float scale = 1.0f / sqrtf((float)HS);
     const size_t smem_dq = 2 * ATT_ROWS * HS * sizeof(float) + 2 * ATT_TILE * KS * sizeof(floatX);
     att_launch_prepare((const void *)attention_backward_dq_kernel, smem_dq);
     dim3 grid_dq(CEIL_DIV(T, ATT_ROWS), NH, B);
-    attention_backward_dq_kernel<<<grid_dq, ATT_THREADS, smem_dq, stream>>>(dqkv, dout, qkv, out, stats, T, NH, NKV, HS, scale);
+    attention_backward_dq_kernel<<<grid_dq, ATT_THREADS, smem_dq, stream>>>(dqkv, dout, qkv, out, stats, doc_pos, T, NH, NKV, HS, scale);
     cudaLaunchCheck();
     const size_t smem_dkdv = 2 * ATT_ROWS * HS * sizeof(float) + 2 * ATT_TILE * KS * sizeof(floatX) + 2 * ATT_TILE * sizeof(float);
     att_launch_prepare((const void *)attention_backward_dkdv_kernel, smem_dkdv);
     dim3 grid_dkdv(CEIL_DIV(T, ATT_ROWS), NKV, B);
-    attention_backward_dkdv_kernel<<<grid_dkdv, ATT_THREADS, smem_dkdv, stream>>>(dqkv, dout, qkv, out, stats, T, NH, NKV, HS, scale);
+    attention_backward_dkdv_kernel<<<grid_dkdv, ATT_THREADS, smem_dkdv, stream>>>(dqkv, dout, qkv, out, stats, doc_pos, T, NH, NKV, HS, scale);
     cudaLaunchCheck();
 }
 
@@ -438,29 +495,31 @@ int attention_uses_cudnn(int B, int T, int NH, int NKV, int HS) {
            strcmp(attention_path(B, T, NH, NKV, HS, 1), "cudnn") == 0;
 }
 
-// out (B, T, NH*HS), stats (B, NH, T) <- qkv (B, T, NH + 2*NKV, HS)
-void attention_forward(floatX *out, float *stats, const floatX *qkv, int B, int T, int NH, int NKV, int HS, cudaStream_t stream) {
+// out (B, T, NH*HS), stats (B, NH, T) <- qkv (B, T, NH + 2*NKV, HS); doc_pos (B, T): document masking
+// (the plain kernels), NULL: causal over each row.
+void attention_forward(floatX *out, float *stats, const floatX *qkv, const int *doc_pos, int B, int T, int NH, int NKV, int HS,
+                       cudaStream_t stream) {
 #ifdef ENABLE_CUDNN
-    if (g_att_use_cudnn && cudnn_att_unsupported(T, NH, NKV, HS) == NULL &&
+    if (doc_pos == NULL && g_att_use_cudnn && cudnn_att_unsupported(T, NH, NKV, HS) == NULL &&
         cudnn_att_forward(out, stats, qkv, B, T, NH, NKV, HS, stream)) {
         return;
     }
 #endif
-    attention_forward_plain(out, stats, qkv, B, T, NH, NKV, HS, stream);
+    attention_forward_plain(out, stats, qkv, doc_pos, B, T, NH, NKV, HS, stream);
 }
 
-// dqkv (B, T, NH + 2*NKV, HS) <- dout (B, T, NH*HS), with the forward's qkv, out and stats.
+// dqkv (B, T, NH + 2*NKV, HS) <- dout (B, T, NH*HS), with the forward's qkv, out, stats and doc_pos.
 // Writes (does not accumulate) every element of dqkv. Deterministic unless attention_init chose cuDNN's
 // fast backward.
 void attention_backward(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *stats,
-                        int B, int T, int NH, int NKV, int HS, cudaStream_t stream) {
+                        const int *doc_pos, int B, int T, int NH, int NKV, int HS, cudaStream_t stream) {
 #ifdef ENABLE_CUDNN
-    if (g_att_use_cudnn && cudnn_att_unsupported(T, NH, NKV, HS) == NULL &&
+    if (doc_pos == NULL && g_att_use_cudnn && cudnn_att_unsupported(T, NH, NKV, HS) == NULL &&
         cudnn_att_backward(dqkv, dout, qkv, out, stats, B, T, NH, NKV, HS, stream)) {
         return;
     }
 #endif
-    attention_backward_plain(dqkv, dout, qkv, out, stats, B, T, NH, NKV, HS, stream);
+    attention_backward_plain(dqkv, dout, qkv, out, stats, doc_pos, B, T, NH, NKV, HS, stream);
 }
 
 #endif

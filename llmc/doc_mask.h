@@ -3,7 +3,8 @@ Document masking's host side: from a batch of B rows of T input tokens, where ea
 the document-start id (the tokenizer's BOS, which the shards carry) and a row's first token always
 starts one, the layout an attention kernel needs so that a token attends only to its own document
 (causally) and RoPE counts from 0 at each document start. Plain C, header-only; also compiles as C++
-under nvcc. Not used by the trainer yet (dev/results/doc_mask/design.md: what the GPU side needs).
+under nvcc. The trainer's -doc_mask 1 makes pos on the GPU (llmc/attention.cuh, doc_positions), held
+to this by the GPU test; doc_offsets is what a cuDNN ragged path would take (dev/results/doc_mask/design.md).
 
 Two views of the same boundaries:
 - pos (B, T): each token's position in its document, its RoPE position. It also says everything a

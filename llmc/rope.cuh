@@ -8,6 +8,10 @@ rotate, the NKV value heads do not. The backward also writes the E5M2 copy of th
 (dq, dk rotated and dv as is) with its amax: it is the dY of the qkv linear, and this pass is the
 one read of dv that is left after attention's backward.
 
+Document masking (-doc_mask 1): doc_pos (B, T), each token's position in its document
+(llmc/attention.cuh's doc_positions), replaces t, so positions count from 0 at every document start;
+NULL: t is the position in the row. The table covers every position either way (doc_pos[t] <= t < T).
+
 The cos/sin table is computed once on the host in double precision (the angle t * theta^(-2i/HS)
 reaches thousands of radians, where an fp32 angle would be off by ~1e-4) and stored as fp32.
 */
@@ -28,8 +32,8 @@ reaches thousands of radians, where an fp32 angle would be off by ~1e-4) and sto
 // freqs: (max_T, HS/2, 2) = cos, sin of pair i at position t.
 template <bool BACKWARD>
 __global__ void __launch_bounds__(ROPE_THREADS) rope_kernel(
-    floatX *qkv, const float *__restrict__ freqs, int BT, int T, int HS, int row_len, int nvec_rot, int nvec_cover,
-    Fp8Cast cast) {
+    floatX *qkv, const float *__restrict__ freqs, const int *doc_pos, int BT, int T, int HS, int row_len, int nvec_rot,
+    int nvec_cover, Fp8Cast cast) {
     const int vi = blockIdx.x * blockDim.x + threadIdx.x;
     const float scale = cast.out != NULL ? *cast.scale : 1.0f;
     uint32_t amax_bits = 0;
@@ -41,7 +45,7 @@ __global__ void __launch_bounds__(ROPE_THREADS) rope_kernel(
             float v[8];
             bf16x8_to_float(v, load16(qkv + off));
             if (vi < nvec_rot) {
-                const int t = row % T;
+                const int t = doc_pos != NULL ? doc_pos[row] : row % T;
                 const float4 *f = reinterpret_cast<const float4 *>(freqs + ((size_t)t * (HS / 2) + d / 2) * 2);
                 const float4 f01 = f[0], f23 = f[1]; // (cos, sin) of 4 consecutive pairs
                 const float cs[4][2] = {{f01.x, f01.y}, {f01.z, f01.w}, {f23.x, f23.y}, {f23.z, f23.w}};
@@ -93,21 +97,23 @@ static void rope_check(const char *who, const floatX *qkv, const float *freqs, i
     check_fp8_cast(cast, who);
 }
 
-// qkv (B, T, NH + 2*NKV, HS), in place; freqs from rope_freqs with max_T >= T.
-static void rope_forward(floatX *qkv, const float *freqs, int B, int T, int NH, int NKV, int HS, cudaStream_t stream) {
+// qkv (B, T, NH + 2*NKV, HS), in place; freqs from rope_freqs with max_T >= T; doc_pos (B, T) or NULL.
+static void rope_forward(floatX *qkv, const float *freqs, const int *doc_pos, int B, int T, int NH, int NKV, int HS,
+                         cudaStream_t stream) {
     Fp8Cast none = {NULL, NULL, NULL, NULL};
     rope_check("rope_forward", qkv, freqs, HS, &none);
     int BT = B * T;
     if (BT <= 0) return;
     int nvec_rot = (NH + NKV) * HS / 8;
     dim3 grid = row_grid(nvec_rot, ROPE_THREADS, BT);
-    rope_kernel<false><<<grid, ROPE_THREADS, 0, stream>>>(qkv, freqs, BT, T, HS, (NH + 2 * NKV) * HS, nvec_rot, nvec_rot, none);
+    rope_kernel<false><<<grid, ROPE_THREADS, 0, stream>>>(qkv, freqs, doc_pos, BT, T, HS, (NH + 2 * NKV) * HS, nvec_rot, nvec_rot, none);
     cudaLaunchCheck();
 }
 
-// dqkv (B, T, NH + 2*NKV, HS), in place: dq and dk rotate back; cast (E5M2) covers the whole row.
-static void rope_backward(floatX *dqkv, const float *freqs, int B, int T, int NH, int NKV, int HS, Fp8Cast cast,
-                          cudaStream_t stream) {
+// dqkv (B, T, NH + 2*NKV, HS), in place: dq and dk rotate back (by the forward's doc_pos); cast (E5M2)
+// covers the whole row.
+static void rope_backward(floatX *dqkv, const float *freqs, const int *doc_pos, int B, int T, int NH, int NKV, int HS,
+                          Fp8Cast cast, cudaStream_t stream) {
     rope_check("rope_backward", dqkv, freqs, HS, &cast);
     int BT = B * T;
     if (BT <= 0) return;
@@ -116,7 +122,7 @@ static void rope_backward(floatX *dqkv, const float *freqs, int B, int T, int NH
     // dv needs reading only when it is cast or measured
     int nvec_cover = (cast.out != NULL || cast.amax != NULL) ? row_len / 8 : nvec_rot;
     dim3 grid = row_grid(nvec_cover, ROPE_THREADS, BT);
-    rope_kernel<true><<<grid, ROPE_THREADS, 0, stream>>>(dqkv, freqs, BT, T, HS, row_len, nvec_rot, nvec_cover, cast);
+    rope_kernel<true><<<grid, ROPE_THREADS, 0, stream>>>(dqkv, freqs, doc_pos, BT, T, HS, row_len, nvec_rot, nvec_cover, cast);
     cudaLaunchCheck();
 }
 

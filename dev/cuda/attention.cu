@@ -284,7 +284,7 @@ static const char *path_unavailable(int path, Shape s) {
 static void run_forward(int path, Buffers *d) {
     Shape s = d->s;
     if (path == PATH_PLAIN) {
-        attention_forward_plain(d->out, d->stats, d->qkv, s.B, s.T, s.NH, s.NKV, s.HS, 0);
+        attention_forward_plain(d->out, d->stats, d->qkv, NULL, s.B, s.T, s.NH, s.NKV, s.HS, 0);
         return;
     }
 #ifdef ENABLE_CUDNN
@@ -296,7 +296,7 @@ static void run_forward(int path, Buffers *d) {
 static void run_backward(int path, Buffers *d) {
     Shape s = d->s;
     if (path == PATH_PLAIN) {
-        attention_backward_plain(d->dqkv, d->dout, d->qkv, d->out, d->stats, s.B, s.T, s.NH, s.NKV, s.HS, 0);
+        attention_backward_plain(d->dqkv, d->dout, d->qkv, d->out, d->stats, NULL, s.B, s.T, s.NH, s.NKV, s.HS, 0);
         return;
     }
 #ifdef ENABLE_CUDNN
@@ -411,8 +411,8 @@ static void validate_small(Shape s, const int use[NUM_PATHS], uint64_t seed) {
     if (ran[fwd_is] && ran[bwd_is] && fwd_is == bwd_is) {
         cudaCheck(cudaMemset(d.out, 0xFF, d.n_out * sizeof(floatX)));
         cudaCheck(cudaMemset(d.dqkv, 0xFF, d.n_qkv * sizeof(floatX)));
-        attention_forward(d.out, d.stats, d.qkv, s.B, s.T, s.NH, s.NKV, s.HS, 0);
-        attention_backward(d.dqkv, d.dout, d.qkv, d.out, d.stats, s.B, s.T, s.NH, s.NKV, s.HS, 0);
+        attention_forward(d.out, d.stats, d.qkv, NULL, s.B, s.T, s.NH, s.NKV, s.HS, 0);
+        attention_backward(d.dqkv, d.dout, d.qkv, d.out, d.stats, NULL, s.B, s.T, s.NH, s.NKV, s.HS, 0);
         cudaCheck(cudaDeviceSynchronize());
         download(again.out, d.out, d.n_out);
         download(again.dqkv, d.dqkv, d.n_qkv);

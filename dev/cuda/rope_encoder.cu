@@ -44,7 +44,7 @@ static void validate_rope(int B, int T, int NH, int NKV, int HS) {
     std::vector<uint16_t> q = random_bf16(n, 0.0f, 1.0f);
     shrink_some(q, 4, 40, n); // tiny or zero pairs: rotated values that underflow, zeros that must not count
     floatX *d_qkv = (floatX *)to_device(q);
-    rope_forward(d_qkv, d_freqs, B, T, NH, NKV, HS, 0);
+    rope_forward(d_qkv, d_freqs, NULL, B, T, NH, NKV, HS, 0);
     std::vector<uint16_t> fwd = to_host<uint16_t>(d_qkv, n);
 
     // backward on the same data as an upstream gradient
@@ -57,7 +57,7 @@ static void validate_rope(int B, int T, int NH, int NKV, int HS) {
     poison(d_f8, n);
     Fp8Cast cast = {d_f8, d_amax, d_scale, d_counts};
     upload(d_qkv, q.data(), n);
-    rope_backward(d_qkv, d_freqs, B, T, NH, NKV, HS, cast, 0);
+    rope_backward(d_qkv, d_freqs, NULL, B, T, NH, NKV, HS, cast, 0);
     std::vector<uint16_t> bwd = to_host<uint16_t>(d_qkv, n);
     std::vector<uint8_t> f8 = to_host<uint8_t>(d_f8, n);
     float amax = get_float(d_amax);
@@ -104,7 +104,7 @@ static void validate_rope(int B, int T, int NH, int NKV, int HS) {
     // without a cast: the same bf16, and the second run is bit-identical to the first
     Fp8Cast none = {NULL, NULL, NULL, NULL};
     upload(d_qkv, q.data(), n);
-    rope_backward(d_qkv, d_freqs, B, T, NH, NKV, HS, none, 0);
+    rope_backward(d_qkv, d_freqs, NULL, B, T, NH, NKV, HS, none, 0);
     std::vector<uint16_t> bwd2 = to_host<uint16_t>(d_qkv, n);
     check_bitwise("rope backward without cast == with", bwd.data(), bwd2.data(), n * 2);
     cudaCheck(cudaFree(d_freqs)); cudaCheck(cudaFree(d_qkv)); cudaCheck(cudaFree(d_amax));
@@ -194,11 +194,11 @@ static void benchmark_rope(int B, int T, int NH, int NKV, int HS) {
     set_float(d_scale, 1.0f);
     set_float(d_amax, 0.0f);
     Fp8Cast cast = {d_f8, d_amax, d_scale, NULL}, none = {NULL, NULL, NULL, NULL};
-    float ms = time_median_ms([&] { rope_forward(d_qkv, d_freqs, B, T, NH, NKV, HS, 0); });
+    float ms = time_median_ms([&] { rope_forward(d_qkv, d_freqs, NULL, B, T, NH, NKV, HS, 0); });
     report_bandwidth("rope_forward (q, k in place)", ms, qk * 4);
-    ms = time_median_ms([&] { rope_backward(d_qkv, d_freqs, B, T, NH, NKV, HS, cast, 0); });
+    ms = time_median_ms([&] { rope_backward(d_qkv, d_freqs, NULL, B, T, NH, NKV, HS, cast, 0); });
     report_bandwidth("rope_backward (+ fp8 of the whole row)", ms, qk * 4 + (all - qk) * 2 + all);
-    ms = time_median_ms([&] { rope_backward(d_qkv, d_freqs, B, T, NH, NKV, HS, none, 0); });
+    ms = time_median_ms([&] { rope_backward(d_qkv, d_freqs, NULL, B, T, NH, NKV, HS, none, 0); });
     report_bandwidth("rope_backward (no cast)", ms, qk * 4);
     cudaCheck(cudaFree(d_freqs)); cudaCheck(cudaFree(d_qkv)); cudaCheck(cudaFree(d_amax));
     cudaCheck(cudaFree(d_scale)); cudaCheck(cudaFree(d_f8));

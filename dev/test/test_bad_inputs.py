@@ -36,7 +36,7 @@ tokenize_text = load_tool("dev/data/tokenize_text.py")  # its CHUNK_BYTES: how m
 
 TMP = tempfile.mkdtemp(prefix="test_bad_inputs_")
 TOOLS = {"tokenize_text": "dev/data/tokenize_text.py", "shards_to_text": "dev/data/shards_to_text.py",
-         "shakespeare_chat": "dev/data/shakespeare_chat.py",
+         "shakespeare_chat": "dev/data/shakespeare_chat.py", "synthetic_documents": "dev/data/synthetic_documents.py",
          "hf_import": "scripts/hf_import.py", "hf_export": "scripts/hf_export.py",
          "plot_log": "scripts/plot_log.py", "plot_fp8": "scripts/plot_fp8.py", "to_tensorboard": "scripts/to_tensorboard.py"}
 
@@ -261,6 +261,11 @@ ROWS = [
     Row("no such text", "shakespeare_chat", [path("nope.txt"), "--out", path("sc.jsonl")], [path("nope.txt")], [path("sc.jsonl")]),
     Row("a text without speeches", "shakespeare_chat", [txt, "--out", path("sc.jsonl")], [txt, "no speeches"], [path("sc.jsonl")]),
     Row("--out exists, no --force", "shakespeare_chat", [txt, "--out", existing_txt], [existing_txt, "--force"], keep=[existing_txt]),
+    # synthetic_documents
+    Row("--out exists, no --force", "synthetic_documents", ["--out", existing_txt, "--tokens", "100"], [existing_txt, "--force"],
+        keep=[existing_txt]),
+    Row("--out in a folder that does not exist", "synthetic_documents", ["--out", path("nodir", "d.bin"), "--tokens", "100"],
+        [path("nodir", "d.bin"), "cannot write"], [path("nodir")]),
     # hf_import and hf_export
     Row("hf_import: tokenizer_config.json a JSON list", "hf_import", [hf_list_config, path("list.bin")],
         [os.path.join(hf_list_config, "tokenizer_config.json"), "not an object"], [path("list.bin"), path("list_tokenizer.bin")]),

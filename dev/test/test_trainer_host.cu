@@ -244,14 +244,24 @@ static LlamaConfig preset_config(const Options *o) {
     return cfg;
 }
 
+// checked_options as main calls it: with the decode table of -tok if there is one (the default,
+// TinyShakespeare's Llama 2 table, is in the repository).
+static ModelOptions checked_options_of(Options *o, int *grad_accum) {
+    LlamaConfig cfg = preset_config(o);
+    Tokenizer tok;
+    int have_tok = tokenizer_init_optional(&tok, o->tokenizer_path);
+    ModelOptions mo = checked_options(o, &cfg, have_tok ? &tok : NULL, grad_accum);
+    if (have_tok) tokenizer_free(&tok);
+    return mo;
+}
+
 static void options_in_child(void *arg) {
     char **argv = (char **)arg;
     int argc = 0, grad_accum;
     while (argv[argc]) argc++;
     Options o = parse_options(argc, argv);
-    LlamaConfig cfg = preset_config(&o);
-    ModelOptions mo = checked_options(&o, &cfg, &grad_accum);
-    fprintf(stderr, "moments_bf16 %d\n", mo.moments_bf16);
+    ModelOptions mo = checked_options_of(&o, &grad_accum);
+    fprintf(stderr, "moments_bf16 %d doc_mask %d doc_start_id %d\n", mo.moments_bf16, mo.doc_mask, mo.doc_start_id);
 }
 
 // bf16 AdamW moments by default (the usage text says so), fp32 by -adam_moments fp32, anything else refused.
@@ -259,9 +269,9 @@ static void test_adam_moments_option(void) {
     const char *none[] = {"train_llama_fp8", NULL}, *fp32[] = {"train_llama_fp8", "-adam_moments", "fp32", NULL},
                *bf16[] = {"train_llama_fp8", "-adam_moments", "bf16", NULL}, *fp16[] = {"train_llama_fp8", "-adam_moments", "fp16", NULL};
     char err[2048];
-    CHECK(run_expect_fatal(options_in_child, (void *)none, err, sizeof(err)) == 0 && strstr(err, "moments_bf16 1\n"), "the default: %s", err);
-    CHECK(run_expect_fatal(options_in_child, (void *)fp32, err, sizeof(err)) == 0 && strstr(err, "moments_bf16 0\n"), "-adam_moments fp32: %s", err);
-    CHECK(run_expect_fatal(options_in_child, (void *)bf16, err, sizeof(err)) == 0 && strstr(err, "moments_bf16 1\n"), "-adam_moments bf16: %s", err);
+    CHECK(run_expect_fatal(options_in_child, (void *)none, err, sizeof(err)) == 0 && strstr(err, "moments_bf16 1 "), "the default: %s", err);
+    CHECK(run_expect_fatal(options_in_child, (void *)fp32, err, sizeof(err)) == 0 && strstr(err, "moments_bf16 0 "), "-adam_moments fp32: %s", err);
+    CHECK(run_expect_fatal(options_in_child, (void *)bf16, err, sizeof(err)) == 0 && strstr(err, "moments_bf16 1 "), "-adam_moments bf16: %s", err);
     CHECK(run_expect_fatal(options_in_child, (void *)fp16, err, sizeof(err)) != 0 && strstr(err, "-adam_moments must be fp32 or bf16, got 'fp16'"),
           "-adam_moments fp16: %s", err);
     Options d = default_options();
@@ -471,6 +481,8 @@ static void test_option_rules(void) {
         {"-d 16384 (total batch tokens) must be a multiple of B*T*ngpu = 16*1024*2", "-ngpu", "2", "-d", "16384"},
         {"fp8 GEMMs need C, FF and B*T to be multiples of 16", "-b", "1", "-t", "8"},
         {"-b 65536 times -t 65536 is more than 2^31 - 1 tokens", "-b", "65536", "-t", "65536"},
+        {"-doc_mask 1 needs the decode table's document-start id: no decode table at -tok ''", "-doc_mask", "1", "-tok", ""},
+        {"-doc_mask 1 needs the decode table's document-start id: no decode table at -tok 'none.bin'", "-doc_mask", "1", "-tok", "none.bin"},
     };
     char err[2048];
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -487,6 +499,10 @@ static void test_option_rules(void) {
         for (int k = 0; k < 8 && fine[i][k]; k++) argv[k + 1] = fine[i][k];
         CHECK(run_expect_fatal(options_in_child, (void *)argv, err, sizeof(err)) == 0, "'%s %s' refused: %s", argv[1], argv[2], err);
     }
+    // -doc_mask 1 with the default decode table: its document-start id, Llama 2's BOS
+    const char *doc_mask[] = {"train_llama_fp8", "-doc_mask", "1", NULL};
+    CHECK(run_expect_fatal(options_in_child, (void *)doc_mask, err, sizeof(err)) == 0 && strstr(err, "doc_mask 1 doc_start_id 1\n"),
+          "-doc_mask 1 with the default decode table: %s", err);
 }
 
 // A version-1 file (FNV-1a checksum, written before CRC-32) still reads.
@@ -1207,8 +1223,7 @@ static void same_options_in_child(void *arg) {
     int argc = 0, grad_accum = -1;
     while (c->argv[argc]) argc++;
     Options o = parse_options(argc, (char **)c->argv);
-    LlamaConfig cfg = preset_config(&o);
-    ModelOptions mo = checked_options(&o, &cfg, &grad_accum);
+    ModelOptions mo = checked_options_of(&o, &grad_accum);
     int bad = 0;
     for (int i = 0; i < NUM_OPTIONS; i++) {
         const OptSpec *s = &OPTION_SPECS[i];
