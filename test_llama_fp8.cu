@@ -1004,11 +1004,26 @@ static void *move_attention_workspace(Trained *r) {
 
 // What the main loop does after a step when it evaluates and checkpoints: evaluate() on val data (2
 // positions of a synthetic loader), through the step's pinned host losses as the main loop passes
-// them, then checkpoint_step into a fresh directory (removed after). Returns the val loss.
+// them, then checkpoint_step into a fresh directory (removed after). Returns the val loss. The
+// evaluation must record nothing: every amax slot and history and every health count is byte for
+// byte what it was, and so is every scale under the delayed recipe (the current one's evaluation
+// scales live, and its training rescales every cast anyway).
 static float eval_and_checkpoint(Model *m, float *host_losses) {
     DataLoader val;
     dataloader_init_synthetic(&val, m->opt.B, m->opt.T, 0, 1, m->cfg.V, 9);
+    const Fp8State *fs = &m->fp8_state;
+    size_t kept = m->fp8.live_always ? fs->layout.scale : fs->layout.total, nc = 2 * (size_t)FP8_COUNTS * fs->layout.num_tensors;
+    float *state = fs->buffer ? download_f32(fs->buffer, kept) : NULL;
+    uint64_t *counts = fs->buffer ? (uint64_t *)download_u8(fs->counts, nc * sizeof(uint64_t)) : NULL;
     float loss = evaluate(m, &val, 2, host_losses, g_stream);
+    if (fs->buffer) {
+        float *state_after = download_f32(fs->buffer, kept);
+        uint64_t *counts_after = (uint64_t *)download_u8(fs->counts, nc * sizeof(uint64_t));
+        CHECK(memcmp(state, state_after, kept * sizeof(float)) == 0, "evaluate() changed the fp8 %s",
+              m->fp8.live_always ? "amax slots or histories" : "state");
+        CHECK(memcmp(counts, counts_after, nc * sizeof(uint64_t)) == 0, "evaluate() changed the fp8 health counts");
+        free(state); free(state_after); free(counts); free(counts_after);
+    }
     char dir[] = "/tmp/llama_fp8_graph_XXXXXX", model_path[1024], state_path[1024], cmd[128];
     CHECK(mkdtemp(dir) != NULL, "mkdtemp failed");
     TrainState ts;

@@ -640,17 +640,17 @@ static void model_set_weights(Model *m, const float *host) {
 // ----------------------------------------------------------------------------------------------
 // Passes, and the fp8 weights
 
-// What a forward or backward pass is for: an argument of every pass and cast, not a mode of the model
-// that its callers would set and reset.
+// What a forward or backward pass is for, handed to it (and on to its casts) as an argument: the
+// model holds no mode that callers would set and reset around a pass.
 typedef struct {
     int micro;        // micro-step within the optimizer step: wgrad and the embedding's backward add into the gradient after 0
     int reduce_grads; // the last micro-step of a multi-GPU step: the backward reduce-scatters each bucket once it is final
     Fp8Pass fp8;      // whether the fp8 casts record amaxes and counts, and whether they scale live
 } Pass;
 
-// The fp8 mode of micro-step `micro` of the optimizer step after m->step: it records; the first step's
-// first cast of each tensor, and every cast under -fp8_recipe current, measures the amax before
-// casting (no history yet, or none wanted); otherwise the scale is the delayed one.
+// The fp8 mode of micro-step `micro` of the optimizer step after m->step ones: its casts record. They
+// scale live (measure the amax before casting) in the first step's first micro-step, which has no
+// history yet, and always under -fp8_recipe current; otherwise with the delayed scale.
 static Fp8Pass fp8_train_pass(const Model *m, int micro) {
     Fp8Pass f = {1, m->fp8.live_always || (m->step == 0 && micro == 0)};
     return f;
@@ -999,20 +999,21 @@ static void gather_params(Model *m, cudaStream_t stream) {
     mg_join(mg, stream);
 }
 
-// The end of an optimizer step, as docs/fp8_recipe.md "The end of an optimizer step" lists it.
-// Every rank reads the same reduced norm, so all skip or none; a skipped step still recasts the fp8
-// weights: the same weights, but the scales moved on.
+// The end of an optimizer step, its numbers those of docs/fp8_recipe.md "The end of an optimizer
+// step". Every rank reads the same reduced norm, so all skip or none.
 static StepResult model_update(Model *m, const AdamWParams *h, cudaStream_t stream) {
     fp8_no_open_site(&m->fp8_state, "model_update");
-    StepResult r = {NAN, 0.0f, 0};
-    if (m->fp8.on) fp8_end_step(&m->fp8_state, stream);
-    r.norm = gradient_norm(m, stream);
-    m->step++;
+    if (m->fp8.on) fp8_end_step(&m->fp8_state, stream); // 1-3: amaxes and counts reduced, histories rolled, new scales
+    StepResult r = {NAN, gradient_norm(m, stream), 0};  // 4 (the loss is train_step's)
     r.skipped = !isfinite(r.norm);
+    m->step++;
     if (!r.skipped) {
-        optimizer_step(m, h, h->grad_clip > 0.0f && r.norm > h->grad_clip ? h->grad_clip / r.norm : 1.0f, stream);
-        gather_params(m, stream);
+        float clip = h->grad_clip > 0.0f && r.norm > h->grad_clip ? h->grad_clip / r.norm : 1.0f;
+        optimizer_step(m, h, clip, stream); // 5
+        gather_params(m, stream);           // 6: several GPUs
     }
+    // 6: the next step's E4M3 weights where AdamW did not write them; after a skipped update too
+    // (the same weights, but the scales moved on)
     if (m->fp8.on && (r.skipped || !m->fp8.w_by_adamw)) fp8_cast_weights(m, stream);
     return r;
 }
