@@ -22,7 +22,6 @@ Run a subset: ./test_llama_fp8 'name substring'.
 #include "llmc/doc_mask.h"      // DocMask: the host definition of document masking's positions
 
 static cudaStream_t g_stream;
-static float *g_norm_device;
 
 static double rel_err(const float *a, const float *ref, size_t n) {
     double maxdiff = 0.0, maxref = 0.0;
@@ -54,6 +53,12 @@ static void random_tokens(int *x, size_t n, int V, uint64_t seed) {
     for (size_t i = 0; i < n; i++) x[i] = (int)(random_u32(&rng) % (uint32_t)V);
 }
 
+// train_step on a test's host arrays: grad_accum micro-batches of inputs and targets, losses back.
+static StepResult train_step_on(Model *m, const int *inputs, const int *targets, int grad_accum, const AdamWParams *h, float *losses) {
+    StepBuffers b = {inputs, targets, losses, grad_accum};
+    return train_step(m, &b, h, g_stream);
+}
+
 // A small model that still exercises every path: GQA, head size 64 (cuDNN takes it when T % 128 == 0),
 // every GEMM dimension a multiple of 16 (fp8).
 static LlamaConfig small_config(void) {
@@ -69,28 +74,26 @@ typedef struct { float *logits, loss, *grads; } StepZero;
 static StepZero gpu_step_zero(Model *m, const int *inputs, const int *targets) {
     int N = m->opt.B * m->opt.T;
     StepZero r;
-    m->micro = 0;
     cudaCheck(cudaMemcpy(m->acts.inputs, inputs, N * sizeof(int), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(m->acts.targets, targets, N * sizeof(int), cudaMemcpyHostToDevice));
     // logits first (the loss pass overwrites them with dlogits). In step 0 the casts scale live, so
     // this pass records amaxes; the slots are then cleared and the weights recast, and the loss pass
     // starts them afresh. Later steps record nothing here.
-    m->recording = m->fp8.on && m->step == 0;
     m->w_fp8_stale = 1;
     recast_stale_weights(m, g_stream);
     zero_added_grads(m, g_stream);
-    model_forward(m, 0, 0.0f, g_stream);
+    model_forward(m, m->fp8.on && m->step == 0 ? train_pass(m, 0) : eval_pass(m), 0, 0.0f, g_stream);
     r.logits = download_bf16(m->acts.logits, (size_t)N * m->cfg.V);
-    m->recording = 1;
     if (m->fp8.on && m->step == 0) {
-        cudaCheck(cudaMemset(m->fp8_state + m->fp8_layout.amax_slot, 0, m->fp8_layout.num_tensors * sizeof(float)));
+        Fp8State *fs = &m->fp8_state;
+        cudaCheck(cudaMemset(fs->buffer + fs->layout.amax_slot, 0, fs->layout.num_tensors * sizeof(float)));
         m->w_fp8_stale = 1;
     }
     recast_stale_weights(m, g_stream);
     zero_added_grads(m, g_stream);
-    model_forward(m, 1, 1.0f / N, g_stream);
+    model_forward(m, train_pass(m, 0), 1, 1.0f / N, g_stream);
     model_group_tokens(m, 0, inputs);
-    model_backward(m, g_stream);
+    model_backward(m, train_pass(m, 0), g_stream);
     cudaCheck(cudaDeviceSynchronize());
     float *losses = download_f32(m->acts.losses, N);
     double sum = 0.0;
@@ -204,11 +207,10 @@ static void ten_steps_vs_cpu(int moments_bf16) {
     AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
     float *losses = (float *)mallocCheck(grad_accum * N * sizeof(float));
     for (int step = 0; step < 10; step++) {
-        float gn_ref, gn, lref = ref_train_step(&ref, in, tg, grad_accum, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.grad_clip, &gn_ref);
-        int skipped;
-        float l = train_step(&m, in, tg, grad_accum, &h, losses, g_norm_device, &gn, &skipped, g_stream);
-        printf("    step %d loss gpu %.5f cpu %.5f | norm gpu %.4f cpu %.4f\n", step, l, lref, gn, gn_ref);
-        CHECK(!skipped && fabsf(l - lref) / lref < BF16_STEPS_TOL, "step %d loss %.5f vs %.5f", step, l, lref);
+        float gn_ref, lref = ref_train_step(&ref, in, tg, grad_accum, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.grad_clip, &gn_ref);
+        StepResult r = train_step_on(&m, in, tg, grad_accum, &h, losses);
+        printf("    step %d loss gpu %.5f cpu %.5f | norm gpu %.4f cpu %.4f\n", step, r.loss, lref, r.norm, gn_ref);
+        CHECK(!r.skipped && fabsf(r.loss - lref) / lref < BF16_STEPS_TOL, "step %d loss %.5f vs %.5f", step, r.loss, lref);
     }
     free(losses); free(in); free(tg);
     model_free(&m);
@@ -369,10 +371,10 @@ static double fp8_state_diff(const float *a, const float *r, Fp8StateLayout lay,
 // tests check that no other qkv dY value underflows on the GPU.
 static void fp8_counts_check(const Model *m, const RefModel *ref, const RefModel *refb, int step, int grad_accum) {
     const LlamaConfig *c = &m->cfg;
-    int nt = m->fp8_layout.num_tensors;
+    int nt = m->fp8_state.layout.num_tensors;
     size_t nc = (size_t)FP8_COUNTS * nt;
     uint64_t *gpu = (uint64_t *)mallocCheck(nc * sizeof(uint64_t));
-    cudaCheck(cudaMemcpy(gpu, m->fp8_counts + nc, nc * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(gpu, m->fp8_state.counts + nc, nc * sizeof(uint64_t), cudaMemcpyDeviceToHost));
     const double first_dq = (double)m->opt.B * c->C * grad_accum; // per layer
     for (int kind = 0; kind < FP8_KINDS; kind++) {
         for (int k = 0; k < FP8_COUNTS; k++) {
@@ -424,18 +426,17 @@ static void fp8_state_check(int current, int lm_head, int margin) {
     AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
     float *losses = (float *)mallocCheck(grad_accum * N * sizeof(float));
     for (int step = 0; step < 6; step++) {
-        float gn_ref, gn;
-        int skipped;
+        float gn_ref;
         float lref = ref_train_step(&ref, in, tg, grad_accum, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.grad_clip, &gn_ref);
         float lb = ref_train_step(&refb, in, tg, grad_accum, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.grad_clip, &gn_ref);
-        float l = train_step(&m, in, tg, grad_accum, &h, losses, g_norm_device, &gn, &skipped, g_stream);
+        float l = train_step_on(&m, in, tg, grad_accum, &h, losses).loss;
         double tol = fp8_tolerance(fabs(lb - lref) / lref, BF16_STEPS_TOL);
         printf("    step %d loss gpu %.5f cpu %.5f (bf16-input cpu %.5f, tolerance %.2e)\n", step, l, lref, lb, tol);
         CHECK(fabs(l - lref) / lref < tol, "step %d loss %.5f vs %.5f", step, l, lref);
         fp8_counts_check(&m, &ref, &refb, step, grad_accum);
     }
-    Fp8StateLayout lay = m.fp8_layout;
-    float *st = download_f32(m.fp8_state, lay.total);
+    Fp8StateLayout lay = m.fp8_state.layout;
+    float *st = download_f32(m.fp8_state.buffer, lay.total);
     int zero_gpu = 0, zero_floor = 0;
     double worst = fp8_state_diff(st, ref.fp8_state, lay, &zero_gpu);
     double floor = fp8_state_diff(refb.fp8_state, ref.fp8_state, lay, &zero_floor);
@@ -505,16 +506,16 @@ static void test_fp8_vs_pytorch_fixture(void) {
     model_init(&m, &fx.cfg, &mo);
     model_set_weights(&m, fx.params);
     AdamWParams h = {fx.lr, fx.beta1, fx.beta2, fx.adam_eps, fx.weight_decay, fx.grad_clip};
-    float *losses = (float *)mallocCheck((size_t)fx.grad_accum * N * sizeof(float)), gn;
-    int skipped;
+    float *losses = (float *)mallocCheck((size_t)fx.grad_accum * N * sizeof(float));
     for (int s = 0; s < fx.nsteps; s++) {
         float lb = ref_train_step(&refb, fx.inputs, fx.targets, fx.grad_accum, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.grad_clip, NULL);
-        float l = train_step(&m, fx.inputs, fx.targets, fx.grad_accum, &h, losses, g_norm_device, &gn, &skipped, g_stream);
+        StepResult r = train_step_on(&m, fx.inputs, fx.targets, fx.grad_accum, &h, losses);
+        float l = r.loss;
         double tol = fp8_tolerance(fabs(lb - fx.losses[s]) / fx.losses[s], BF16_STEPS_TOL);
         printf("    step %d loss gpu %.5f torch %.5f (bf16-input cpu %.5f, tolerance %.2e)\n", s, l, fx.losses[s], lb, tol);
-        CHECK(!skipped && fabs(l - fx.losses[s]) / fx.losses[s] < tol, "step %d loss %.5f vs torch %.5f", s, l, fx.losses[s]);
+        CHECK(!r.skipped && fabs(l - fx.losses[s]) / fx.losses[s] < tol, "step %d loss %.5f vs torch %.5f", s, l, fx.losses[s]);
     }
-    float *st = download_f32(m.fp8_state, m.fp8_layout.total);
+    float *st = download_f32(m.fp8_state.buffer, m.fp8_state.layout.total);
     int zero_gpu = 0, zero_floor = 0;
     double worst = fp8_state_diff(st, fx.fp8_state, fx.fp8_layout, &zero_gpu);
     double floor = fp8_state_diff(refb.fp8_state, fx.fp8_state, fx.fp8_layout, &zero_floor), tol = fp8_tolerance(floor, 3e-2);
@@ -587,7 +588,7 @@ static float probe_codes(const uint8_t *codes, const float *src, size_t n, int t
 
 // The slot and the scale of tensor t, whose values just cast had largest magnitude amax.
 static void probe_slot_scale(const Model *m, const float *st, int t, float amax, const char *what) {
-    Fp8StateLayout lay = m->fp8_layout;
+    Fp8StateLayout lay = m->fp8_state.layout;
     float want = g_probe.live ? fp8_compute_scale(amax, fp8_max_of(t), m->opt.fp8_margin, g_probe.state0[lay.scale + t])
                               : g_probe.state0[lay.scale + t];
     if (st[lay.amax_slot + t] != amax && g_probe.bad_slots++ < 5)
@@ -634,8 +635,8 @@ static void probe_transpose(const uint8_t *t, const uint8_t *codes, int rows, in
 static void fp8_gemm_probe(const Model *m, const Fp8GemmView *v) {
     cudaCheck(cudaDeviceSynchronize());
     const LlamaConfig *c = &m->cfg;
-    Fp8StateLayout lay = m->fp8_layout;
-    float *st = download_f32(m->fp8_state, lay.total);
+    Fp8StateLayout lay = m->fp8_state.layout;
+    float *st = download_f32(m->fp8_state.buffer, lay.total);
     int l = v->l, lin = v->lin, N = v->N, IN = v->IN, OUT = v->OUT;
     size_t wn = (size_t)IN * OUT;
     char what[96];
@@ -700,24 +701,25 @@ static void fp8_gemm_probe(const Model *m, const Fp8GemmView *v) {
 // Scales pushed off the recipe's, before a step: X's down 2^12 (values below ~2^-10 of the amax
 // underflow), dY's up 2^6 (values above 1/64 of the amax saturate). W, already cast, keeps its own.
 static void push_scales_off(Model *m) {
-    Fp8StateLayout lay = m->fp8_layout;
-    float *st = download_f32(m->fp8_state, lay.total);
+    Fp8State *fs = &m->fp8_state;
+    Fp8StateLayout lay = fs->layout;
+    float *st = download_f32(fs->buffer, lay.total);
     for (int t = 0; t < lay.num_tensors; t++) {
         int kind = t % FP8_KINDS;
         if (kind == FP8_W) continue;
         st[lay.scale + t] *= kind == FP8_X ? 0x1p-12f : 0x1p6f;
         st[lay.scale_inv + t] = 1.0f / st[lay.scale + t];
     }
-    cudaCheck(cudaMemcpy(m->fp8_state, st, lay.total * sizeof(float), cudaMemcpyHostToDevice));
-    fp8_publish_scale_inv(m->gemm_scale_inv, m->fp8_state + lay.scale_inv, lay.num_tensors, g_stream);
+    cudaCheck(cudaMemcpy(fs->buffer, st, lay.total * sizeof(float), cudaMemcpyHostToDevice));
+    fp8_publish_scale_inv(fs->gemm_scale_inv, fs->buffer + lay.scale_inv, lay.num_tensors, g_stream);
     free(st);
 }
 
 // The last step's health counts on the GPU against the probe's host counts: every entry exactly.
 static void probe_check_counts(const Model *m, int step, int want_both) {
-    size_t nc = (size_t)FP8_COUNTS * m->fp8_layout.num_tensors;
+    size_t nc = (size_t)FP8_COUNTS * m->fp8_state.layout.num_tensors;
     uint64_t *gpu = (uint64_t *)mallocCheck(nc * sizeof(uint64_t));
-    cudaCheck(cudaMemcpy(gpu, m->fp8_counts + nc, nc * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(gpu, m->fp8_state.counts + nc, nc * sizeof(uint64_t), cudaMemcpyDeviceToHost));
     long bad = 0;
     uint64_t total[FP8_COUNTS] = {0, 0};
     for (size_t i = 0; i < nc; i++) {
@@ -777,10 +779,9 @@ static void fp8_probed_steps(int current, int weight_cache, int margin, int lm_h
     a->swiglu = (floatX *)cudaMallocCheck((recompute ? 1 : L) * NFF * sizeof(floatX), "probe swiglu");
     a->dfch = (floatX *)cudaMallocCheck(2 * NFF * sizeof(floatX), "probe dfch");
     int *in = (int *)mallocCheck(N * sizeof(int)), *tg = (int *)mallocCheck(N * sizeof(int));
-    float *losses = (float *)mallocCheck(N * sizeof(float)), gn;
-    int skipped;
+    float *losses = (float *)mallocCheck(N * sizeof(float));
     AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
-    Fp8StateLayout lay = m.fp8_layout;
+    Fp8StateLayout lay = m.fp8_state.layout;
     memset(&g_probe, 0, sizeof(g_probe));
     g_probe.counts = (uint64_t *)mallocCheck((size_t)FP8_COUNTS * lay.num_tensors * sizeof(uint64_t));
     g_fp8_gemm_probe = fp8_gemm_probe;
@@ -789,7 +790,7 @@ static void fp8_probed_steps(int current, int weight_cache, int margin, int lm_h
         random_tokens(in, N, c.V, 60 + step);
         random_tokens(tg, N, c.V, 70 + step);
         free(g_probe.state0); free(g_probe.master);
-        g_probe.state0 = download_f32(m.fp8_state, lay.total);
+        g_probe.state0 = download_f32(m.fp8_state.buffer, lay.total);
         g_probe.master = download_f32(m.master, m.num_params);
         g_probe.live = current || step == 0;
         if (step > 0) { // the state this step began with is the host rule applied to what the last GEMM saw
@@ -813,14 +814,14 @@ static void fp8_probed_steps(int current, int weight_cache, int margin, int lm_h
         if (push_off && step == 2) {
             push_scales_off(&m);
             free(g_probe.state0);
-            g_probe.state0 = download_f32(m.fp8_state, lay.total);
+            g_probe.state0 = download_f32(m.fp8_state.buffer, lay.total);
         }
         memset(g_probe.counts, 0, (size_t)FP8_COUNTS * lay.num_tensors * sizeof(uint64_t));
         g_probe.gemms = 0;
         g_probe.bad_codes = g_probe.codes = g_probe.bad_transposes = g_probe.bad_slots = g_probe.bad_scales = 0;
         g_probe.qkv_dy_under_elsewhere = 0;
         memset(g_probe.worst, 0, sizeof(g_probe.worst));
-        train_step(&m, in, tg, 1, &h, losses, g_norm_device, &gn, &skipped, g_stream);
+        train_step_on(&m, in, tg, 1, &h, losses);
         printf("    step %d (%s): %d GEMMs; codes differing %ld of %ld, transposes %ld, slots %ld, scales %ld; "
                "GEMM error max/RMS Y %.2e/%.2e dX %.2e/%.2e dW %.2e/%.2e\n", step, g_probe.live ? "live" : "delayed", g_probe.gemms,
                g_probe.bad_codes, g_probe.codes, g_probe.bad_transposes, g_probe.bad_slots, g_probe.bad_scales,
@@ -882,21 +883,20 @@ static void test_fp8_dy_amax_updates(void) {
     random_tokens(in, N, c.V, 11);
     random_tokens(tg, N, c.V, 12);
     AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
-    float *losses = (float *)mallocCheck(N * sizeof(float)), gn;
-    int skipped;
-    Fp8StateLayout lay = m.fp8_layout;
-    train_step(&m, in, tg, 1, &h, losses, g_norm_device, &gn, &skipped, g_stream);
-    float *before = download_f32(m.fp8_state, lay.total);
+    float *losses = (float *)mallocCheck(N * sizeof(float));
+    Fp8State *fs = &m.fp8_state;
+    Fp8StateLayout lay = fs->layout;
+    train_step_on(&m, in, tg, 1, &h, losses);
+    float *before = download_f32(fs->buffer, lay.total);
     // forward + backward only: the slots must fill during the backward pass itself
     fp8_cast_weights(&m, g_stream);
-    m.micro = 0;
     cudaCheck(cudaMemcpy(m.acts.inputs, in, N * sizeof(int), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(m.acts.targets, tg, N * sizeof(int), cudaMemcpyHostToDevice));
-    model_forward(&m, 1, 1.0f / N, g_stream);
-    float *after_fwd = download_f32(m.fp8_state, lay.total);
+    model_forward(&m, train_pass(&m, 0), 1, 1.0f / N, g_stream);
+    float *after_fwd = download_f32(fs->buffer, lay.total);
     model_group_tokens(&m, 0, in);
-    model_backward(&m, g_stream);
-    float *after_bwd = download_f32(m.fp8_state, lay.total);
+    model_backward(&m, train_pass(&m, 0), g_stream);
+    float *after_bwd = download_f32(fs->buffer, lay.total);
     for (int l = 0; l < c.L; l++) {
         for (int lin = 0; lin < LINS_PER_LAYER; lin++) {
             int t = fp8_tensor_index(l, lin, FP8_DY);
@@ -905,8 +905,8 @@ static void test_fp8_dy_amax_updates(void) {
                   "layer %d %s: dY amax slot not updated by the backward pass (%g)", l, LINEAR_NAMES[lin], after_bwd[lay.amax_slot + t]);
         }
     }
-    fp8_update_scales(m.fp8_state, m.gemm_scale_inv, lay, 0, g_stream);
-    float *after = download_f32(m.fp8_state, lay.total);
+    fp8_update_scales(fs->buffer, fs->gemm_scale_inv, lay, 0, g_stream);
+    float *after = download_f32(fs->buffer, lay.total);
     for (int t = 0; t < lay.num_tensors; t++) {
         CHECK(after[lay.amax_history + (size_t)t * 4] == after_bwd[lay.amax_slot + t], "tensor %d: history[0] is not the slot", t);
         CHECK(after[lay.amax_history + (size_t)t * 4 + 1] == before[lay.amax_history + (size_t)t * 4], "tensor %d: history did not roll", t);
@@ -926,25 +926,24 @@ static void test_fp8_amax_max_over_microsteps(void) {
     random_tokens(tg, 2 * N, c.V, 22);
     for (int i = 0; i < N; i++) in[N + i] = in[N + i] % 16; // a different token distribution in micro-batch 1
     AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
-    float *losses = (float *)mallocCheck(2 * N * sizeof(float)), gn;
-    int skipped;
-    train_step(&m, in, tg, 1, &h, losses, g_norm_device, &gn, &skipped, g_stream); // past the live first step
-    Fp8StateLayout lay = m.fp8_layout;
+    float *losses = (float *)mallocCheck(2 * N * sizeof(float));
+    train_step_on(&m, in, tg, 1, &h, losses); // past the live first step
+    Fp8State *fs = &m.fp8_state;
+    Fp8StateLayout lay = fs->layout;
     float *slots[3];
     int runs[3][2] = {{0, -1}, {1, -1}, {0, 1}};
     for (int r = 0; r < 3; r++) {
-        cudaCheck(cudaMemset(m.fp8_state + lay.amax_slot, 0, lay.num_tensors * sizeof(float)));
+        cudaCheck(cudaMemset(fs->buffer + lay.amax_slot, 0, lay.num_tensors * sizeof(float)));
         fp8_cast_weights(&m, g_stream);
         for (int k = 0; k < 2 && runs[r][k] >= 0; k++) {
-            m.micro = k;
             const int *mi = in + (size_t)runs[r][k] * N;
             cudaCheck(cudaMemcpy(m.acts.inputs, mi, N * sizeof(int), cudaMemcpyHostToDevice));
             cudaCheck(cudaMemcpy(m.acts.targets, tg + (size_t)runs[r][k] * N, N * sizeof(int), cudaMemcpyHostToDevice));
-            model_forward(&m, 1, 0.5f / N, g_stream);
+            model_forward(&m, train_pass(&m, k), 1, 0.5f / N, g_stream);
             model_group_tokens(&m, k, mi);
-            model_backward(&m, g_stream);
+            model_backward(&m, train_pass(&m, k), g_stream);
         }
-        slots[r] = download_f32(m.fp8_state + lay.amax_slot, lay.num_tensors);
+        slots[r] = download_f32(fs->buffer + lay.amax_slot, lay.num_tensors);
     }
     int differ = 0;
     for (int t = 0; t < lay.num_tensors; t++) {
@@ -1010,11 +1009,26 @@ static void *move_attention_workspace(Trained *r) {
 
 // What the main loop does after a step when it evaluates and checkpoints: evaluate() on val data (2
 // positions of a synthetic loader), through the step's pinned host losses as the main loop passes
-// them, then checkpoint_step into a fresh directory (removed after). Returns the val loss.
+// them, then checkpoint_step into a fresh directory (removed after). Returns the val loss. The
+// evaluation must record nothing: every amax slot and history and every health count is byte for
+// byte what it was, and so is every scale under the delayed recipe (the current one's evaluation
+// scales live, and its training rescales every cast anyway).
 static float eval_and_checkpoint(Model *m, float *host_losses) {
     DataLoader val;
     dataloader_init_synthetic(&val, m->opt.B, m->opt.T, 0, 1, m->cfg.V, 9);
+    const Fp8State *fs = &m->fp8_state;
+    size_t kept = m->fp8.live_always ? fs->layout.scale : fs->layout.total, nc = 2 * (size_t)FP8_COUNTS * fs->layout.num_tensors;
+    float *state = fs->buffer ? download_f32(fs->buffer, kept) : NULL;
+    uint64_t *counts = fs->buffer ? (uint64_t *)download_u8(fs->counts, nc * sizeof(uint64_t)) : NULL;
     float loss = evaluate(m, &val, 2, host_losses, g_stream);
+    if (fs->buffer) {
+        float *state_after = download_f32(fs->buffer, kept);
+        uint64_t *counts_after = (uint64_t *)download_u8(fs->counts, nc * sizeof(uint64_t));
+        CHECK(memcmp(state, state_after, kept * sizeof(float)) == 0, "evaluate() changed the fp8 %s",
+              m->fp8.live_always ? "amax slots or histories" : "state");
+        CHECK(memcmp(counts, counts_after, nc * sizeof(uint64_t)) == 0, "evaluate() changed the fp8 health counts");
+        free(state); free(state_after); free(counts); free(counts_after);
+    }
     char dir[] = "/tmp/llama_fp8_graph_XXXXXX", model_path[1024], state_path[1024], cmd[128];
     CHECK(mkdtemp(dir) != NULL, "mkdtemp failed");
     TrainState ts;
@@ -1042,8 +1056,6 @@ static Trained train_small(SmallRun run) {
     }
     cudaCheck(cudaMallocHost(&losses, n * sizeof(float)));
     AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
-    float gn;
-    int skipped;
     Model m;
     ModelOptions mo = model_options(B, T, run.precision);
     mo.fp8_history = 4; mo.recompute = run.recompute; mo.fp8_weight_cache = run.weight_cache;
@@ -1064,13 +1076,13 @@ static Trained train_small(SmallRun run) {
         random_tokens(in[k], (size_t)accum * N, c.V, 31 + 2 * s);
         for (size_t i = 0; run.doc_mask && i < (size_t)accum * N; i++) if (in[k][i] < 16) in[k][i] = DOC_START;
         random_tokens(tg[k], (size_t)accum * N, c.V, 32 + 2 * s);
-        r.losses[s] = train_step(&m, in[k], tg[k], accum, &h, losses, g_norm_device, &gn, &skipped, g_stream);
+        r.losses[s] = train_step_on(&m, in[k], tg[k], accum, &h, losses).loss;
     }
     cudaCheck(cudaDeviceSynchronize());
     r.num_params = m.num_params;
     r.master = download_f32(m.master, m.num_params);
-    r.lay = m.fp8_layout;
-    r.state = run.precision == PREC_FP8 ? download_f32(m.fp8_state, m.fp8_layout.total) : NULL;
+    r.lay = m.fp8_state.layout;
+    r.state = run.precision == PREC_FP8 ? download_f32(m.fp8_state.buffer, r.lay.total) : NULL;
     r.captures = m.graph.captures;
     r.replays = m.graph.replays;
     model_free(&m);
@@ -1199,11 +1211,11 @@ static void test_fp8_weights_made_by_adamw(void) {
     random_tokens(in, N, c.V, 42);
     random_tokens(tg, N, c.V, 43);
     AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
-    float *losses = (float *)mallocCheck(N * sizeof(float)), gn;
-    int skipped;
-    for (int s = 0; s < 3; s++) train_step(&m, in, tg, 1, &h, losses, g_norm_device, &gn, &skipped, g_stream);
+    float *losses = (float *)mallocCheck(N * sizeof(float));
+    for (int s = 0; s < 3; s++) train_step_on(&m, in, tg, 1, &h, losses);
     cudaCheck(cudaDeviceSynchronize());
-    float *master = download_f32(m.master, m.num_params), *state = download_f32(m.fp8_state, m.fp8_layout.total);
+    Fp8StateLayout lay = m.fp8_state.layout;
+    float *master = download_f32(m.master, m.num_params), *state = download_f32(m.fp8_state.buffer, lay.total);
     long bad_codes = 0, checked = 0;
     for (int lin = 0; lin < LINS_PER_LAYER; lin++) {
         size_t n = (size_t)linear_in(&c, lin) * linear_out(&c, lin), at = m.param[LINEAR_PARAM[lin]] - m.params_memory;
@@ -1211,15 +1223,15 @@ static void test_fp8_weights_made_by_adamw(void) {
         cudaCheck(cudaMemcpy(codes, m.w_fp8[lin], c.L * n, cudaMemcpyDeviceToHost));
         for (int l = 0; l < c.L; l++) {
             int t = fp8_tensor(&c, l, lin, FP8_W);
-            float scale = state[m.fp8_layout.scale + t], amax = 0.0f;
+            float scale = state[lay.scale + t], amax = 0.0f;
             for (size_t i = 0; i < n; i++) {
                 float w = __bfloat162float(__float2bfloat16_rn(master[at + l * n + i]));
                 amax = fmaxf(amax, fabsf(w));
                 bad_codes += codes[l * n + i] != fp8_encode(w * scale, FP8_E4M3);
                 checked++;
             }
-            CHECK(state[m.fp8_layout.amax_slot + t] == amax, "layer %d %s: W slot %g, max |bf16(master)| %g", l,
-                  LINEAR_NAMES[lin], state[m.fp8_layout.amax_slot + t], amax);
+            CHECK(state[lay.amax_slot + t] == amax, "layer %d %s: W slot %g, max |bf16(master)| %g", l,
+                  LINEAR_NAMES[lin], state[lay.amax_slot + t], amax);
         }
         free(codes);
     }
@@ -1273,8 +1285,9 @@ static float *gpu_step_grads(Model *m, const LlamaConfig *c, int B, int T, int p
     model_init(m, c, &mo);
     model_set_weights(m, params);
     AdamWParams h = {0.0f, 0.9f, 0.95f, 1e-8f, 0.0f, 0.0f};
-    float gn;
-    *loss = train_step(m, in, tg, grad_accum, &h, losses, g_norm_device, &gn, skipped, g_stream);
+    StepResult r = train_step_on(m, in, tg, grad_accum, &h, losses);
+    *loss = r.loss;
+    *skipped = r.skipped;
     cudaCheck(cudaDeviceSynchronize());
     return download_bf16(m->grads_memory, m->num_params);
 }
@@ -1458,8 +1471,7 @@ static void resume_check(int precision, int moments_bf16, int recompute) {
     LlamaConfig c = small_config();
     int B = 2, T = 128, N = B * T, grad_accum = 2, steps = 6, half = 3;
     AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
-    float straight[6], resumed[6], gn;
-    int skipped;
+    float straight[6], resumed[6];
     int *in, *tg; // pinned, as the trainer's: both runs replay CUDA graphs, the resumed one a new capture
     float *losses;
     cudaCheck(cudaMallocHost(&in, grad_accum * N * sizeof(int)));
@@ -1492,8 +1504,7 @@ static void resume_check(int precision, int moments_bf16, int recompute) {
                 dataloader_set_state(&dl, &ts.data);
             }
             next_batches(&dl, grad_accum, in, tg);
-            float l = train_step(&m, in, tg, grad_accum, &h, losses, g_norm_device, &gn, &skipped, g_stream);
-            (run == 0 ? straight : resumed)[s] = l;
+            (run == 0 ? straight : resumed)[s] = train_step_on(&m, in, tg, grad_accum, &h, losses).loss;
         }
         dataloader_free(&dl);
         model_free(&m);
@@ -1525,7 +1536,7 @@ static void nonfinite_last_step_checkpoint(int precision) {
     Options o = default_options();
     o.max_steps = 2; o.ckpt_every = 0; o.val_every = 0; o.sample_every = 0;
     int *in, *tg;
-    float *losses, gn;
+    float *losses;
     cudaCheck(cudaMallocHost(&in, N * sizeof(int)));
     cudaCheck(cudaMallocHost(&tg, N * sizeof(int)));
     cudaCheck(cudaMallocHost(&losses, N * sizeof(float)));
@@ -1541,7 +1552,7 @@ static void nonfinite_last_step_checkpoint(int precision) {
     TrainState ts;
     memset(&ts, 0, sizeof(ts));
     ts.grad_accum = 1; ts.world = 1;
-    int bad = 0, skipped, wrote = 0;
+    int bad = 0, wrote = 0;
     for (int step = 0; step < o.max_steps; step++) {
         if (step == o.max_steps - 1) {
             floatX nan_bf16 = __float2bfloat16(NAN);
@@ -1549,10 +1560,10 @@ static void nonfinite_last_step_checkpoint(int precision) {
         }
         random_tokens(in, N, c.V, 41 + 2 * step);
         random_tokens(tg, N, c.V, 42 + 2 * step);
-        float loss = train_step(&m, in, tg, 1, &h, losses, g_norm_device, &gn, &skipped, g_stream);
+        StepResult r = train_step_on(&m, in, tg, 1, &h, losses);
         cudaCheck(cudaDeviceSynchronize());
-        if (step == o.max_steps - 1) CHECK(!isfinite(loss) && skipped, "the planted NaN gave loss %g, update skipped %d", loss, skipped);
-        int work = after_step(&o, step, isfinite(loss) && !skipped, 0, 0, 0, 1, &bad);
+        if (step == o.max_steps - 1) CHECK(!isfinite(r.loss) && r.skipped, "the planted NaN gave loss %g, update skipped %d", r.loss, r.skipped);
+        int work = after_step(&o, step, isfinite(r.loss) && !r.skipped, 0, 0, 0, 1, &bad);
         if (work & AFTER_CHECKPOINT) { checkpoint_step(&m, &ts, dir, 0); wrote++; }
     }
     char model_path[1024], state_path[1024];
@@ -1580,13 +1591,12 @@ static void test_nonfinite_last_step_checkpoint(void) {
     nonfinite_last_step_checkpoint(PREC_FP8);
 }
 
-// The logits (B*T*V, as floats) of one forward of `tokens`, nothing recorded when eval is set.
+// The logits (B*T*V, as floats) of one forward of `tokens`: an evaluation's (nothing recorded) when
+// eval is set, else the first micro-step's of a training step.
 static float *forward_logits(Model *m, const int *tokens, int eval) {
     size_t N = (size_t)m->opt.B * m->opt.T;
     cudaCheck(cudaMemcpy(m->acts.inputs, tokens, N * sizeof(int), cudaMemcpyHostToDevice));
-    if (eval) m->recording = 0;
-    model_forward(m, 0, 0.0f, g_stream);
-    m->recording = 1;
+    model_forward(m, eval ? eval_pass(m) : train_pass(m, 0), 0, 0.0f, g_stream);
     cudaCheck(cudaDeviceSynchronize());
     return download_bf16(m->acts.logits, N * m->cfg.V);
 }
@@ -1971,7 +1981,6 @@ int main(int argc, char **argv) {
     g_num_sms = prop.multiProcessorCount;
     printf("GPU tests on %s\n", prop.name);
     cudaCheck(cudaStreamCreate(&g_stream));
-    g_norm_device = (float *)cudaMallocCheck(sizeof(float), "norm");
     matmul_init();
     attention_init(1, 1); // deterministic: several tests compare runs bit for bit
     run_test("fp8 GPU casts saturate and match the host codec", test_fp8_cast_saturates_and_matches_host);

@@ -28,7 +28,8 @@ every rank casts with the same scales. With one GPU none of this runs: no NCCL c
 #include <fcntl.h>
 #include "llmc/utils.h"            // FATAL, checked file I/O, random numbers
 #include "llmc/stop_signal.h"      // stop on SIGTERM/SIGINT/SIGHUP/SIGUSR1 after the step in flight, with a checkpoint
-#include "llmc/llama_config.h"     // LlamaConfig, presets, parameter and fp8-state layouts
+#include "llmc/llama_config.h"     // LlamaConfig, presets, the parameter layout
+#include "llmc/fp8_layout.h"       // fp8 tensor kinds and indices (fp8_tensor), the fp8 state buffer's layout
 #include "llmc/model_file.h"       // the model file's header table and checksums
 #include "llmc/cuda_common.cuh"    // cudaCheck, floatX, fp8 types, Fp8Cast
 #include "llmc/fp8.h"              // fp8 format maxima, fp8_compute_scale
@@ -48,6 +49,7 @@ every rank casts with the same scales. With one GPU none of this runs: no NCCL c
 #include "llmc/global_norm.cuh"    // global_norm_squared
 #include "llmc/zero_layout.h"      // ZeroLayout: the ZeRO-1 buckets and shards, backward_stage
 #include "llmc/multi_gpu.cuh"      // MultiGpu: launch, NCCL collectives with deadlines
+#include "llmc/fp8_state.cuh"      // Fp8State, Fp8Pass: the fp8 scales and amaxes, the casts' site protocol, fp8_end_step
 #include "llmc/hellaswag.h"        // HellaSwag: the eval file, its rows, acc / acc_norm as lm-eval scores them
 #include "llmc/bpb.h"              // target_text_bytes: bits per byte of the val set
 
@@ -407,14 +409,8 @@ typedef struct {
     floatX *grad_shard;              // (zero.shard) the reduced gradients of this rank's shard (one GPU: grads_memory)
     float *master;                   // (zero.shard) fp32: this rank's shard (ZeRO-1)
     void *adam_m, *adam_v;           // (zero.shard) each, fp32 or (opt.moments_bf16) bf16: AdamW's moments of the shard
-    int reduce_grads;                // set for the last micro-step of a multi-GPU step: backward reduces as it goes
-    float *norm_host;                // pinned, so reading the gradient norm never blocks outside mg_wait
-    Fp8StateLayout fp8_layout;
-    float *fp8_state;                      // one buffer, see llmc/llama_config.h
-    float *gemm_scale_inv;                 // (NT, FP8_GEMM_SCALE_STRIDE) aligned copies of scale_inv for cuBLASLt
-    float *live_amax;                      // (1) amax of the cast being scaled live, before it joins its slot
-    unsigned long long *fp8_counts;        // (2, NT, FP8_COUNTS) fp8 health (llmc/fp8.h): [0] what this step's casts
-                                           // lost so far, [1] the last finished step's (model_update moves it)
+    float *norm_device, *norm_host;  // the gradient norm, and its pinned copy (reading it never blocks outside mg_wait)
+    Fp8State fp8_state;                    // scales, amax histories, health counts (llmc/fp8_state.cuh); fp8 mode only
     int w_fp8_stale;                       // the weights changed outside AdamW: recast before the next step
     fp8e4 *w_fp8[LINS_PER_LAYER + 1];      // (L or 1, OUT, IN) E4M3 weights (fp8.w_cache; else one layer's);
                                            // [LIN_LM_HEAD] (V, C) with fp8.lm_head
@@ -428,25 +424,16 @@ typedef struct {
     int loss_masked;   // the train data has loss masks: the ranks sum their learned-target counts every step
     int step;          // optimizer steps completed
     int adam_t;        // AdamW updates applied (bias correction; a skipped step does not count)
-    int micro;         // micro-step within the current optimizer step
-    int recording;     // 0 during evaluation: fp8 casts use the scales but record no amax and count nothing
-    int open_site;     // 1 + the fp8 tensor whose producer site is open (fp8_site .. fp8_site_finish); 0: none
     size_t bytes_allocated;
     void *allocations[64]; // every device buffer above, for model_free
     int num_allocations;
 } Model;
 
-// With -fp8_lm_head 1 the lm_head is an fp8 linear too: "linear" LIN_LM_HEAD of a single layer 0.
-#define LIN_LM_HEAD LINS_PER_LAYER
 static int linear_in(const LlamaConfig *c, int lin) { return lin == LIN_W2 ? c->FF : c->C; }
 static int linear_out(const LlamaConfig *c, int lin) {
     return lin == LIN_QKV ? config_qkv_width(c) : lin == LIN_W13 ? 2 * c->FF : lin == LIN_LM_HEAD ? c->V : c->C;
 }
 static const int LINEAR_PARAM[LINS_PER_LAYER + 1] = {P_WQKV, P_WO, P_W13, P_W2, P_LM_HEAD};
-// The fp8 state index of tensor `kind` of linear `lin` of layer l (the lm_head's come after every block's).
-static int fp8_tensor(const LlamaConfig *c, int l, int lin, int kind) {
-    return lin == LIN_LM_HEAD ? fp8_tensor_index(c->L, 0, kind) : fp8_tensor_index(l, lin, kind);
-}
 // The fp8 linear whose weights parameter tensor p holds, or -1 (fp8 mode).
 static int fp8_linear_of_param(const Model *m, int p) {
     for (int lin = 0; lin < LINS_PER_LAYER + m->fp8.lm_head; lin++) if (LINEAR_PARAM[lin] == p) return lin;
@@ -474,7 +461,6 @@ static void model_init(Model *m, const LlamaConfig *cfg, const ModelOptions *opt
     if (cfg->tied_embeddings && opt->precision == PREC_FP8 && opt->fp8_lm_head) FATAL("-fp8_lm_head 1 cannot be used with tied embeddings");
     m->cfg = *cfg;
     m->opt = *opt;
-    m->recording = 1;
     m->mg = mg ? mg : mg_single_gpu();
     m->fp8 = fp8_mode(opt, m->mg->world);
     const LlamaConfig *c = cfg;
@@ -511,24 +497,9 @@ static void model_init(Model *m, const LlamaConfig *cfg, const ModelOptions *opt
         m->grad[P_LM_HEAD] = m->grad[P_WTE];
     }
 
-    m->fp8_layout = fp8_state_layout(fp8_num_tensors(c, m->fp8.lm_head), opt->fp8_history);
     if (fp8) {
-        m->fp8_state = (float *)model_alloc(m, m->fp8_layout.total * sizeof(float), "fp8 scaling state");
-        float *h = (float *)mallocCheck(m->fp8_layout.total * sizeof(float));
-        fp8_state_init(h, m->fp8_layout);
-        cudaCheck(cudaMemcpy(m->fp8_state, h, m->fp8_layout.total * sizeof(float), cudaMemcpyHostToDevice));
-        free(h);
-        m->live_amax = (float *)model_alloc(m, sizeof(float), "fp8 live amax");
-        cudaCheck(cudaMemset(m->live_amax, 0, sizeof(float)));
-        size_t counts_bytes = 2 * (size_t)FP8_COUNTS * m->fp8_layout.num_tensors * sizeof(unsigned long long);
-        m->fp8_counts = (unsigned long long *)model_alloc(m, counts_bytes, "fp8 health counts");
-        cudaCheck(cudaMemset(m->fp8_counts, 0, counts_bytes));
-        size_t nt = (size_t)m->fp8_layout.num_tensors;
-        m->gemm_scale_inv = (float *)model_alloc(m, nt * FP8_GEMM_SCALE_STRIDE * sizeof(float), "fp8 GEMM scales");
-        float *ones = (float *)mallocCheck(nt * FP8_GEMM_SCALE_STRIDE * sizeof(float));
-        for (size_t i = 0; i < nt * FP8_GEMM_SCALE_STRIDE; i++) ones[i] = 1.0f; // scale_inv starts at 1
-        cudaCheck(cudaMemcpy(m->gemm_scale_inv, ones, nt * FP8_GEMM_SCALE_STRIDE * sizeof(float), cudaMemcpyHostToDevice));
-        free(ones);
+        Fp8StateLayout lay = fp8_state_layout(fp8_num_tensors(c, m->fp8.lm_head), opt->fp8_history);
+        m->bytes_allocated += fp8_state_create(&m->fp8_state, lay, opt->fp8_margin, m->mg);
         // fp8.w_by_adamw: the first half of the linears' bf16 parameters holds the E4M3 copy. Several
         // GPUs all-gather bf16 parameters and cast after the gather.
         m->w_fp8_stale = 1;
@@ -569,6 +540,7 @@ static void model_init(Model *m, const LlamaConfig *cfg, const ModelOptions *opt
         a->atty_fp8 = (fp8e4 *)model_alloc(m, N * C, "scratch: fp8 attention output");
         if (opt->recompute == 0) a->swiglu_fp8 = (fp8e4 *)model_alloc(m, L * N * FF, "activations: fp8 SwiGLU output (X^T)");
         a->live_bf16 = (floatX *)model_alloc(m, N * widest * sizeof(floatX), "scratch: live-scaling staging");
+        m->fp8_state.live_bf16 = a->live_bf16;
         a->dy_fp8 = (fp8e5 *)model_alloc(m, N * widest_dy, "scratch: fp8 dY");
         a->dy_fp8_t = (fp8e5 *)model_alloc(m, N * widest_dy, "scratch: fp8 dY^T");
         if (m->fp8.lm_head) a->lnf_fp8 = (fp8e4 *)model_alloc(m, N * C, "activations: fp8 final norm");
@@ -594,11 +566,13 @@ static void model_init(Model *m, const LlamaConfig *cfg, const ModelOptions *opt
     a->targets = (int *)model_alloc(m, N * sizeof(int), "token buffers");
     if (opt->doc_mask) a->doc_pos = (int *)model_alloc(m, N * sizeof(int), "document positions");
     encoder_backward_init(&m->enc_bwd, (int)N, (int)C);
+    m->norm_device = (float *)model_alloc(m, sizeof(float), "gradient norm");
 }
 
 static void model_free(Model *m) {
     for (int i = 0; i < m->num_allocations; i++) cudaCheck(cudaFree(m->allocations[i]));
     encoder_backward_free(&m->enc_bwd);
+    fp8_state_free(&m->fp8_state);
     if (m->graph.exec) cudaCheck(cudaGraphExecDestroy(m->graph.exec));
     cudaCheck(cudaFreeHost(m->norm_host));
     zero_layout_free(&m->zero);
@@ -670,98 +644,36 @@ static void model_set_weights(Model *m, const float *host) {
 }
 
 // ----------------------------------------------------------------------------------------------
-// fp8 plumbing
+// Passes, and the fp8 weights
 
-static float *fp8_amax(Model *m, int t) { return m->fp8_state + m->fp8_layout.amax_slot + t; }
-static float *fp8_scale(Model *m, int t) { return m->fp8_state + m->fp8_layout.scale + t; }
-static float *fp8_scale_inv(Model *m, int t) { return m->fp8_state + m->fp8_layout.scale_inv + t; }
-static float *fp8_gemm_scale_inv(Model *m, int t) { return m->gemm_scale_inv + (size_t)FP8_GEMM_SCALE_STRIDE * t; }
-// Tensor t's health counters of the step being cast; NULL while nothing is recorded (evaluation).
-static unsigned long long *fp8_counts_of(Model *m, int t) {
-    return m->recording ? m->fp8_counts + (size_t)FP8_COUNTS * t : NULL;
-}
-static int fp8_format_of(int t) { return t % FP8_KINDS == FP8_DY ? FP8_E5M2 : FP8_E4M3; }
-static float fp8_max_of(int t) { return t % FP8_KINDS == FP8_DY ? FP8_E5M2_MAX : FP8_E4M3_MAX; }
+// What a forward or backward pass is for, handed to it (and on to its casts) as an argument: the
+// model holds no mode that callers would set and reset around a pass.
+typedef struct {
+    int micro;        // micro-step within the optimizer step: wgrad and the embedding's backward add into the gradient after 0
+    int reduce_grads; // the last micro-step of a multi-GPU step: the backward reduce-scatters each bucket once it is final
+    Fp8Pass fp8;      // whether the fp8 casts record amaxes and counts, and whether they scale live
+} Pass;
 
-// The first step's first cast of each tensor, and every cast under -fp8_recipe current (evaluation
-// and sampling too: that recipe has no delayed scale to fall back on), measures the amax before
-// casting; otherwise the scale is the delayed one.
-static int fp8_is_live(const Model *m) {
-    return m->fp8.live_always || (m->recording && m->step == 0 && m->micro == 0);
+// The fp8 mode of micro-step `micro` of the optimizer step after m->step ones: its casts record. They
+// scale live (measure the amax before casting) in the first step's first micro-step, which has no
+// history yet, and always under -fp8_recipe current; otherwise with the delayed scale.
+static Fp8Pass fp8_train_pass(const Model *m, int micro) {
+    Fp8Pass f = {1, m->fp8.live_always || (m->step == 0 && micro == 0)};
+    return f;
 }
 
-// A producer kernel about to write tensor t. Delayed scaling: the kernel writes the fp8 copy itself
-// (cast.out) and records the amax in the same pass. Live scaling: the kernel writes bf16 (to `bf16`,
-// or to the staging buffer when the caller needs no bf16 copy) and the amax; fp8_site_finish then
-// derives the scale and casts. In bf16 mode the site is inert and the kernel just writes `bf16`.
-// A site left open (its fp8_site_finish forgotten: live scaling would never cast) stops the run at
-// the next site, GEMM or update, in the first step of any fp8 run.
-// A site made by fp8_site_t also writes the fp8 copy transposed (out_t, cols x rows), for a wgrad:
-// with delayed scaling the producer kernel does (cast_t), with live scaling fp8_site_finish's cast.
-typedef struct { Fp8Cast cast; void *cast_t; floatX *bf16; int t, live; void *out, *out_t; size_t n; int rows, cols; } Fp8Site;
-
-static void fp8_no_open_site(const Model *m, const char *where) {
-    if (m->open_site) FATAL("%s: the producer site of fp8 tensor %d was opened (fp8_site) but never finished (fp8_site_finish)",
-                            where, m->open_site - 1);
+// A training pass of micro-step `micro` (step_passes sets reduce_grads for the last one of several GPUs).
+static Pass train_pass(const Model *m, int micro) {
+    Pass p = {micro, 0, fp8_train_pass(m, micro)};
+    return p;
 }
 
-static Fp8Site fp8_site(Model *m, int t, void *out, floatX *bf16, size_t n) {
-    fp8_no_open_site(m, "fp8_site");
-    Fp8Site s;
-    memset(&s, 0, sizeof(s));
-    s.bf16 = bf16; s.t = t; s.out = out; s.n = n;
-    if (!m->fp8.on || t < 0) return s; // inert: the kernel just writes bf16
-    m->open_site = t + 1;
-    s.live = fp8_is_live(m);
-    s.cast.amax = s.live ? m->live_amax : m->recording ? fp8_amax(m, t) : NULL;
-    s.cast.scale = fp8_scale(m, t);
-    if (s.live) { if (s.bf16 == NULL) s.bf16 = m->acts.live_bf16; }
-    else { s.cast.out = out; s.cast.counts = fp8_counts_of(m, t); }
-    return s;
-}
-
-// The same for a (rows, cols) tensor whose fp8 copy also goes transposed to out_t (NULL: a plain
-// fp8_site), out (the row-major copy) then optional. Live, the finish casts with fp8_cast_transpose:
-// the same codes and counts as fp8_cast's, and the transpose is that of the row-major codes.
-static Fp8Site fp8_site_t(Model *m, int t, void *out, void *out_t, floatX *bf16, int rows, int cols) {
-    Fp8Site s = fp8_site(m, t, out, bf16, (size_t)rows * cols);
-    s.out_t = out_t; s.rows = rows; s.cols = cols;
-    if (m->fp8.on && t >= 0 && !s.live) s.cast_t = out_t;
-    return s;
-}
-
-// Live scaling of tensor t from m->live_amax, the amax of this cast alone: MAX-reduced over the ranks
-// first, so every rank casts with the same scale from the very first step.
-static void fp8_live_scale(Model *m, int t, cudaStream_t stream) {
-    if (m->mg && m->mg->world > 1) {
-        mg_allreduce_amax(m->mg, m->live_amax, 1, stream);
-        mg_join(m->mg, stream);
-    }
-    // evaluation records no amax: the live one joins no slot, and is cleared here instead
-    fp8_scale_from_live_amax(fp8_scale(m, t), fp8_scale_inv(m, t), fp8_gemm_scale_inv(m, t), m->live_amax,
-                             m->recording ? fp8_amax(m, t) : NULL, fp8_max_of(t), m->opt.fp8_margin, stream);
-    if (!m->recording) cudaCheck(cudaMemsetAsync(m->live_amax, 0, sizeof(float), stream));
-}
-
-static void fp8_site_finish(Model *m, const Fp8Site *s, cudaStream_t stream) {
-    m->open_site = 0;
-    if (!m->fp8.on || !s->live) return;
-    fp8_live_scale(m, s->t, stream);
-    if (s->out_t != NULL)
-        fp8_cast_transpose(s->out, s->out_t, fp8_format_of(s->t), s->bf16, s->rows, s->cols, NULL, fp8_counts_of(m, s->t),
-                           fp8_scale(m, s->t), stream);
-    else fp8_cast(s->out, fp8_format_of(s->t), s->bf16, s->n, NULL, fp8_counts_of(m, s->t), fp8_scale(m, s->t), stream);
-}
-
-// fp8 copy of a bf16 tensor that already exists (the attention output).
-static void fp8_cast_existing(Model *m, int t, void *out, const floatX *in, size_t n, cudaStream_t stream) {
-    if (fp8_is_live(m)) {
-        amax_abs_max(m->live_amax, in, n, stream);
-        fp8_live_scale(m, t, stream);
-        fp8_cast(out, fp8_format_of(t), in, n, NULL, fp8_counts_of(m, t), fp8_scale(m, t), stream);
-    } else {
-        fp8_cast(out, fp8_format_of(t), in, n, m->recording ? fp8_amax(m, t) : NULL, fp8_counts_of(m, t), fp8_scale(m, t), stream);
-    }
+// Evaluation and sampling: the casts use the scales but record no amax and count nothing, so the fp8
+// state stays as training left it; under -fp8_recipe current they still scale live (that recipe has
+// no delayed scale to fall back on).
+static Pass eval_pass(const Model *m) {
+    Pass p = {0, 0, {0, m->fp8.live_always}};
+    return p;
 }
 
 // E4M3 copies of every block weight, each layer's W its own tensor with its own scale, for the next
@@ -771,9 +683,9 @@ static void fp8_cast_existing(Model *m, int t, void *out, const floatX *in, size
 // buffer, which holds nothing between steps: the cast is the same as AdamW's, byte for byte.
 static void fp8_cast_weights(Model *m, cudaStream_t stream) {
     const LlamaConfig *c = &m->cfg;
-    m->micro = 0;
     m->w_fp8_stale = 0;
     if (!m->fp8.w_cache) return; // linear_forward casts each layer's W when it needs it
+    Fp8Pass p = fp8_train_pass(m, 0); // as the next step's first micro-step casts: recorded, live in the first step
     const floatX *src = m->params_memory;
     if (m->fp8.w_by_adamw) {
         init_from_master(m->grads_memory, m->master, m->num_params, stream);
@@ -784,7 +696,7 @@ static void fp8_cast_weights(Model *m, cudaStream_t stream) {
         size_t n = (size_t)IN * OUT, at = m->param[LINEAR_PARAM[lin]] - m->params_memory;
         for (int l = 0; l < (lin == LIN_LM_HEAD ? 1 : c->L); l++) {
             int t = fp8_tensor(c, l, lin, FP8_W);
-            fp8_cast_existing(m, t, m->w_fp8[lin] + l * n, src + at + l * n, n, stream);
+            fp8_cast_existing(&m->fp8_state, p, t, m->w_fp8[lin] + l * n, src + at + l * n, n, stream);
         }
     }
 }
@@ -809,17 +721,18 @@ static void (*g_fp8_gemm_probe)(const Model *m, const Fp8GemmView *v);
 #define FP8_GEMM_PROBE(...) do {} while (0)
 #endif
 
-static void linear_forward(Model *m, int l, int lin, floatX *y, const floatX *x, const fp8e4 *x_fp8, cudaStream_t stream) {
-    fp8_no_open_site(m, "linear_forward");
+static void linear_forward(Model *m, Pass p, int l, int lin, floatX *y, const floatX *x, const fp8e4 *x_fp8, cudaStream_t stream) {
+    Fp8State *fs = &m->fp8_state;
+    fp8_no_open_site(fs, "linear_forward");
     const LlamaConfig *c = &m->cfg;
     int N = m->opt.B * m->opt.T, IN = linear_in(c, lin), OUT = linear_out(c, lin);
     size_t wn = (size_t)IN * OUT;
     if (m->fp8.on) {
         const fp8e4 *w = m->w_fp8[lin] + (m->fp8.w_cache ? l * wn : 0);
         if (!m->fp8.w_cache) // the same cast the cache would have made: live in the first step, amax recorded
-            fp8_cast_existing(m, fp8_tensor(c, l, lin, FP8_W), m->w_fp8[lin], m->param[LINEAR_PARAM[lin]] + l * wn, wn, stream);
-        matmul_fp8_fprop(y, x_fp8, w, fp8_gemm_scale_inv(m, fp8_tensor(c, l, lin, FP8_X)),
-                         fp8_gemm_scale_inv(m, fp8_tensor(c, l, lin, FP8_W)), N, IN, OUT, stream);
+            fp8_cast_existing(fs, p.fp8, fp8_tensor(c, l, lin, FP8_W), m->w_fp8[lin], m->param[LINEAR_PARAM[lin]] + l * wn, wn, stream);
+        matmul_fp8_fprop(y, x_fp8, w, fp8_gemm_scale_inv(fs, fp8_tensor(c, l, lin, FP8_X)),
+                         fp8_gemm_scale_inv(fs, fp8_tensor(c, l, lin, FP8_W)), N, IN, OUT, stream);
         FP8_GEMM_PROBE(l, lin, 0, N, IN, OUT, x, x_fp8, w, NULL, NULL, y, NULL);
     } else {
         matmul_forward(y, x, m->param[LINEAR_PARAM[lin]] + l * wn, N, IN, OUT, stream);
@@ -830,35 +743,36 @@ static void linear_forward(Model *m, int l, int lin, floatX *y, const floatX *x,
 // In fp8 mode dy is in acts.dy_fp8 (written by the producer of dY), and with dy_t_ready its
 // transpose in acts.dy_fp8_t too; x_t is X^T (IN, N) where its producer wrote it (w2's: SwiGLU),
 // else NULL: made here from the saved fp8 X (x_fp8) or the bf16 X.
-static void linear_backward(Model *m, int l, int lin, floatX *dx, const floatX *dy, const floatX *x,
+static void linear_backward(Model *m, Pass p, int l, int lin, floatX *dx, const floatX *dy, const floatX *x,
                             const fp8e4 *x_fp8, const fp8e4 *x_t, int dy_t_ready, cudaStream_t stream) {
-    fp8_no_open_site(m, "linear_backward");
+    const Fp8State *fs = &m->fp8_state;
+    fp8_no_open_site(fs, "linear_backward");
     const LlamaConfig *c = &m->cfg;
     int N = m->opt.B * m->opt.T, IN = linear_in(c, lin), OUT = linear_out(c, lin);
     size_t wn = (size_t)IN * OUT;
     floatX *dw = m->grad[LINEAR_PARAM[lin]] + l * wn;
     if (m->fp8.on) {
         Activations *a = &m->acts;
-        const float *dy_sinv = fp8_gemm_scale_inv(m, fp8_tensor(c, l, lin, FP8_DY));
+        const float *dy_sinv = fp8_gemm_scale_inv(fs, fp8_tensor(c, l, lin, FP8_DY));
         if (!dy_t_ready) fp8_transpose(a->dy_fp8_t, a->dy_fp8, N, OUT, stream);
         // X^T for wgrad: from the saved fp8 X, or (x_fp8 NULL) recast from the saved bf16 X with the
         // forward's scale, which gives the forward's codes (so it records and counts nothing again).
         if (x_t == NULL) {
             if (x_fp8) fp8_transpose(a->x_fp8_t, x_fp8, N, IN, stream);
-            else fp8_cast_transpose(NULL, a->x_fp8_t, FP8_E4M3, x, N, IN, NULL, NULL, fp8_scale(m, fp8_tensor(c, l, lin, FP8_X)), stream);
+            else fp8_cast_transpose(NULL, a->x_fp8_t, FP8_E4M3, x, N, IN, NULL, NULL, fp8_scale(fs, fp8_tensor(c, l, lin, FP8_X)), stream);
             x_t = a->x_fp8_t;
         }
         // dgrad needs W^T (fp8 GEMMs are TN only): from the cached fp8 W, or cast from bf16 W directly
         if (m->fp8.w_cache) fp8_transpose(m->w_fp8_t, m->w_fp8[lin] + l * wn, OUT, IN, stream);
         else fp8_cast_transpose(NULL, m->w_fp8_t, FP8_E4M3, m->param[LINEAR_PARAM[lin]] + l * wn, OUT, IN, NULL, NULL,
-                                fp8_scale(m, fp8_tensor(c, l, lin, FP8_W)), stream);
+                                fp8_scale(fs, fp8_tensor(c, l, lin, FP8_W)), stream);
         matmul_fp8_dgrad(dx, a->dy_fp8, m->w_fp8_t, dy_sinv,
-                         fp8_gemm_scale_inv(m, fp8_tensor(c, l, lin, FP8_W)), N, IN, OUT, stream);
-        matmul_fp8_wgrad(dw, a->dy_fp8_t, x_t, dy_sinv, fp8_gemm_scale_inv(m, fp8_tensor(c, l, lin, FP8_X)),
-                         N, IN, OUT, m->micro > 0, stream);
+                         fp8_gemm_scale_inv(fs, fp8_tensor(c, l, lin, FP8_W)), N, IN, OUT, stream);
+        matmul_fp8_wgrad(dw, a->dy_fp8_t, x_t, dy_sinv, fp8_gemm_scale_inv(fs, fp8_tensor(c, l, lin, FP8_X)),
+                         N, IN, OUT, p.micro > 0, stream);
         FP8_GEMM_PROBE(l, lin, 1, N, IN, OUT, dy, a->dy_fp8, m->w_fp8_t, a->dy_fp8_t, x_t, dx, dw);
     } else {
-        matmul_backward(dx, dw, dy, x, m->param[LINEAR_PARAM[lin]] + l * wn, N, IN, OUT, m->micro > 0, stream);
+        matmul_backward(dx, dw, dy, x, m->param[LINEAR_PARAM[lin]] + l * wn, N, IN, OUT, p.micro > 0, stream);
     }
 }
 
@@ -869,18 +783,19 @@ static void linear_backward(Model *m, int l, int lin, floatX *dx, const floatX *
 static floatX *layer_ptr(floatX *base, int l, size_t per_layer) { return base ? base + l * per_layer : NULL; }
 static fp8e4 *layer_ptr8(fp8e4 *base, int l, size_t per_layer) { return base ? base + l * per_layer : NULL; }
 
-static void model_forward(Model *m, int with_targets, float dloss, cudaStream_t stream) {
+static void model_forward(Model *m, Pass p, int with_targets, float dloss, cudaStream_t stream) {
     const LlamaConfig *c = &m->cfg;
     Activations *a = &m->acts;
+    Fp8State *fs = &m->fp8_state;
     int B = m->opt.B, T = m->opt.T, N = B * T, C = c->C, FF = c->FF, NH = c->NH, NKV = c->NKV, HS = C / NH;
     size_t NC = (size_t)N * C, NQKV = (size_t)N * config_qkv_width(c), NFF = (size_t)N * FF;
     size_t swiglu_stride = m->opt.recompute >= 1 ? 0 : NFF;
 
     encoder_forward(a->encoded, a->inputs, m->param[P_WTE], N, C, stream);
     if (a->doc_pos) doc_positions(a->doc_pos, a->inputs, B, T, m->opt.doc_start_id, stream); // the backward reads them too
-    Fp8Site s = fp8_site(m, fp8_tensor_index(0, LIN_QKV, FP8_X), a->ln1_fp8, a->ln1, NC);
+    Fp8Site s = fp8_site(fs, p.fp8, fp8_tensor_index(0, LIN_QKV, FP8_X), a->ln1_fp8, a->ln1, NC);
     rmsnorm_forward(s.bf16, a->ln1_rstd, a->encoded, m->param[P_LN1W], N, C, c->norm_eps, s.cast, stream);
-    fp8_site_finish(m, &s, stream);
+    fp8_site_finish(fs, &s, stream);
 
     for (int l = 0; l < c->L; l++) {
         const floatX *res_in = l == 0 ? a->encoded : a->res3 + (l - 1) * NC;
@@ -888,40 +803,40 @@ static void model_forward(Model *m, int with_targets, float dloss, cudaStream_t 
         floatX *res2 = a->res2 + l * NC, *res3 = a->res3 + l * NC;
         float *stats = a->att_stats + (size_t)l * N * NH;
 
-        linear_forward(m, l, LIN_QKV, qkv, layer_ptr(a->ln1, l, NC), layer_ptr8(a->ln1_fp8, l, NC), stream);
+        linear_forward(m, p, l, LIN_QKV, qkv, layer_ptr(a->ln1, l, NC), layer_ptr8(a->ln1_fp8, l, NC), stream);
         rope_forward(qkv, m->rope_freqs, a->doc_pos, B, T, NH, NKV, HS, stream);
         attention_forward(atty, stats, qkv, a->doc_pos, B, T, NH, NKV, HS, stream);
-        if (m->fp8.on) fp8_cast_existing(m, fp8_tensor_index(l, LIN_WO, FP8_X), a->atty_fp8, atty, NC, stream);
-        linear_forward(m, l, LIN_WO, a->proj, atty, a->atty_fp8, stream);
+        if (m->fp8.on) fp8_cast_existing(fs, p.fp8, fp8_tensor_index(l, LIN_WO, FP8_X), a->atty_fp8, atty, NC, stream);
+        linear_forward(m, p, l, LIN_WO, a->proj, atty, a->atty_fp8, stream);
 
-        s = fp8_site(m, fp8_tensor_index(l, LIN_W13, FP8_X), layer_ptr8(a->ln2_fp8, l, NC), layer_ptr(a->ln2, l, NC), NC);
+        s = fp8_site(fs, p.fp8, fp8_tensor_index(l, LIN_W13, FP8_X), layer_ptr8(a->ln2_fp8, l, NC), layer_ptr(a->ln2, l, NC), NC);
         fused_residual_rmsnorm_forward(res2, s.bf16, a->ln2_rstd + (size_t)l * N, res_in, a->proj,
                                        m->param[P_LN2W] + (size_t)l * C, N, C, c->norm_eps, s.cast, stream);
-        fp8_site_finish(m, &s, stream);
-        linear_forward(m, l, LIN_W13, fch, layer_ptr(a->ln2, l, NC), layer_ptr8(a->ln2_fp8, l, NC), stream);
+        fp8_site_finish(fs, &s, stream);
+        linear_forward(m, p, l, LIN_W13, fch, layer_ptr(a->ln2, l, NC), layer_ptr8(a->ln2_fp8, l, NC), stream);
 
         // w2's X: fprop reads it row-major (N, FF), wgrad as X^T (FF, N) (fp8 GEMMs are TN only).
         // SwiGLU writes the row-major codes to one layer's scratch (x_fp8) and, with -r 0, X^T straight
         // into the saved buffer, so the backward has no transpose of X to do; -r 1 saves nothing.
-        s = fp8_site_t(m, fp8_tensor_index(l, LIN_W2, FP8_X), a->x_fp8, layer_ptr8(a->swiglu_fp8, l, NFF),
+        s = fp8_site_t(fs, p.fp8, fp8_tensor_index(l, LIN_W2, FP8_X), a->x_fp8, layer_ptr8(a->swiglu_fp8, l, NFF),
                        layer_ptr(a->swiglu, l, swiglu_stride), N, FF);
         swiglu_forward(s.bf16, fch, N, FF, s.cast, s.cast_t, stream);
-        fp8_site_finish(m, &s, stream);
-        linear_forward(m, l, LIN_W2, a->proj, layer_ptr(a->swiglu, l, swiglu_stride), a->x_fp8, stream);
+        fp8_site_finish(fs, &s, stream);
+        linear_forward(m, p, l, LIN_W2, a->proj, layer_ptr(a->swiglu, l, swiglu_stride), a->x_fp8, stream);
 
         if (l + 1 < c->L) { // the next layer's attention norm, fused with this layer's residual add
-            s = fp8_site(m, fp8_tensor_index(l + 1, LIN_QKV, FP8_X), layer_ptr8(a->ln1_fp8, l + 1, NC), layer_ptr(a->ln1, l + 1, NC), NC);
+            s = fp8_site(fs, p.fp8, fp8_tensor_index(l + 1, LIN_QKV, FP8_X), layer_ptr8(a->ln1_fp8, l + 1, NC), layer_ptr(a->ln1, l + 1, NC), NC);
             fused_residual_rmsnorm_forward(res3, s.bf16, a->ln1_rstd + (size_t)(l + 1) * N, res2, a->proj,
                                            m->param[P_LN1W] + (size_t)(l + 1) * C, N, C, c->norm_eps, s.cast, stream);
-            fp8_site_finish(m, &s, stream);
+            fp8_site_finish(fs, &s, stream);
         } else { // the final norm: with -fp8_lm_head 1 it also writes the lm_head's E4M3 X
-            s = fp8_site(m, m->fp8.lm_head ? fp8_tensor(c, 0, LIN_LM_HEAD, FP8_X) : -1, a->lnf_fp8, a->lnf, NC);
+            s = fp8_site(fs, p.fp8, m->fp8.lm_head ? fp8_tensor(c, 0, LIN_LM_HEAD, FP8_X) : -1, a->lnf_fp8, a->lnf, NC);
             fused_residual_rmsnorm_forward(res3, s.bf16, a->lnf_rstd, res2, a->proj, m->param[P_LNFW], N, C,
                                            c->norm_eps, s.cast, stream);
-            fp8_site_finish(m, &s, stream);
+            fp8_site_finish(fs, &s, stream);
         }
     }
-    if (m->fp8.lm_head) linear_forward(m, 0, LIN_LM_HEAD, a->logits, a->lnf, a->lnf_fp8, stream);
+    if (m->fp8.lm_head) linear_forward(m, p, 0, LIN_LM_HEAD, a->logits, a->lnf, a->lnf_fp8, stream);
     else matmul_forward(a->logits, a->lnf, m->param[P_LM_HEAD], N, C, c->V, stream);
     if (with_targets) fused_classifier(a->logits, a->losses, a->targets, N, c->V, dloss, 1, stream);
 }
@@ -933,8 +848,8 @@ static void model_forward(Model *m, int with_targets, float dloss, cudaStream_t 
 // In the last micro-step of a multi-GPU step: reduce-scatter, in one NCCL group on the comm stream,
 // every bucket that backward stage `stage` has made final (llmc/zero_layout.h). The compute stream does
 // not wait: the layers it works on next write other buckets.
-static void reduce_finished_grads(Model *m, int stage, cudaStream_t stream) {
-    if (!m->reduce_grads) return;
+static void reduce_finished_grads(Model *m, Pass p, int stage, cudaStream_t stream) {
+    if (!p.reduce_grads) return;
     MultiGpu *mg = m->mg;
     mg_group_start(mg);
     for (int k = 0; k < m->zero.num_buckets; k++) {
@@ -954,26 +869,27 @@ static void model_group_tokens(Model *m, int micro, const int *inputs_host) {
     encoder_backward_group(&m->enc_bwd, micro, inputs_host, m->opt.B * m->opt.T);
 }
 
-static void model_backward(Model *m, cudaStream_t stream) {
+static void model_backward(Model *m, Pass p, cudaStream_t stream) {
     const LlamaConfig *c = &m->cfg;
     Activations *a = &m->acts;
+    Fp8State *fs = &m->fp8_state;
     int B = m->opt.B, T = m->opt.T, N = B * T, C = c->C, FF = c->FF, NH = c->NH, NKV = c->NKV, HS = C / NH;
     size_t NC = (size_t)N * C, NQKV = (size_t)N * config_qkv_width(c), NFF = (size_t)N * FF;
     size_t swiglu_stride = m->opt.recompute >= 1 ? 0 : NFF;
     Fp8Cast none = {NULL, NULL, NULL, NULL};
 
     if (m->fp8.lm_head) { // dlogits (in place of the logits) are the lm_head's dY
-        fp8_cast_existing(m, fp8_tensor(c, 0, LIN_LM_HEAD, FP8_DY), a->dy_fp8, a->logits, (size_t)N * c->V, stream);
-        linear_backward(m, 0, LIN_LM_HEAD, a->dbtc, a->logits, a->lnf, a->lnf_fp8, NULL, 0, stream);
+        fp8_cast_existing(fs, p.fp8, fp8_tensor(c, 0, LIN_LM_HEAD, FP8_DY), a->dy_fp8, a->logits, (size_t)N * c->V, stream);
+        linear_backward(m, p, 0, LIN_LM_HEAD, a->dbtc, a->logits, a->lnf, a->lnf_fp8, NULL, 0, stream);
     } else {
-        matmul_backward(a->dbtc, m->grad[P_LM_HEAD], a->logits, a->lnf, m->param[P_LM_HEAD], N, C, c->V, m->micro > 0, stream);
+        matmul_backward(a->dbtc, m->grad[P_LM_HEAD], a->logits, a->lnf, m->param[P_LM_HEAD], N, C, c->V, p.micro > 0, stream);
     }
     cudaCheck(cudaMemsetAsync(a->dres, 0, NC * sizeof(floatX), stream));
-    Fp8Site s = fp8_site(m, fp8_tensor_index(c->L - 1, LIN_W2, FP8_DY), a->dy_fp8, a->dres, NC);
+    Fp8Site s = fp8_site(fs, p.fp8, fp8_tensor_index(c->L - 1, LIN_W2, FP8_DY), a->dy_fp8, a->dres, NC);
     rmsnorm_backward(a->dres, m->grad[P_LNFW], a->rmsnorm_scratch, a->dbtc, a->res3 + (c->L - 1) * NC,
                      m->param[P_LNFW], a->lnf_rstd, N, C, s.cast, stream);
-    fp8_site_finish(m, &s, stream);
-    reduce_finished_grads(m, backward_stage(c, P_LNFW, 0), stream);
+    fp8_site_finish(fs, &s, stream);
+    reduce_finished_grads(m, p, backward_stage(c, P_LNFW, 0), stream);
 
     for (int l = c->L - 1; l >= 0; l--) {
         const floatX *res_in = l == 0 ? a->encoded : a->res3 + (l - 1) * NC;
@@ -986,47 +902,90 @@ static void model_backward(Model *m, cudaStream_t stream) {
         if (m->opt.recompute >= 1) { // the same scale as the forward's cast, so the same fp8 values; no amax or count again
             Fp8Cast cast = none;
             fp8e4 *x_t = NULL;
-            if (m->fp8.on) { cast.scale = fp8_scale(m, fp8_tensor_index(l, LIN_W2, FP8_X)); x_t = a->x_fp8_t; }
+            if (m->fp8.on) { cast.scale = fp8_scale(fs, fp8_tensor_index(l, LIN_W2, FP8_X)); x_t = a->x_fp8_t; }
             swiglu_forward(a->swiglu, fch, N, FF, cast, x_t, stream);
             w2_x_t = x_t;
         }
-        linear_backward(m, l, LIN_W2, a->dswiglu, a->dres, layer_ptr(a->swiglu, l, swiglu_stride), NULL, w2_x_t, 0, stream);
+        linear_backward(m, p, l, LIN_W2, a->dswiglu, a->dres, layer_ptr(a->swiglu, l, swiglu_stride), NULL, w2_x_t, 0, stream);
         // fp8 mode reads only the E5M2 dY of w13 (dfch is not allocated): no bf16 copy unless live
         // scaling needs one to cast from
-        s = fp8_site(m, fp8_tensor_index(l, LIN_W13, FP8_DY), a->dy_fp8, a->dfch, 2 * NFF);
+        s = fp8_site(fs, p.fp8, fp8_tensor_index(l, LIN_W13, FP8_DY), a->dy_fp8, a->dfch, 2 * NFF);
         // with delayed scaling SwiGLU's backward also writes dY^T, so w13's wgrad needs no transpose pass
         void *dy_t = s.cast.out != NULL ? a->dy_fp8_t : NULL;
         swiglu_backward(s.bf16, a->dswiglu, fch, N, FF, s.cast, dy_t, stream);
-        fp8_site_finish(m, &s, stream);
-        linear_backward(m, l, LIN_W13, a->dbtc, s.bf16, layer_ptr(a->ln2, l, NC), layer_ptr8(a->ln2_fp8, l, NC), NULL,
+        fp8_site_finish(fs, &s, stream);
+        linear_backward(m, p, l, LIN_W13, a->dbtc, s.bf16, layer_ptr(a->ln2, l, NC), layer_ptr8(a->ln2_fp8, l, NC), NULL,
                         dy_t != NULL, stream);
-        s = fp8_site(m, fp8_tensor_index(l, LIN_WO, FP8_DY), a->dy_fp8, a->dres, NC);
+        s = fp8_site(fs, p.fp8, fp8_tensor_index(l, LIN_WO, FP8_DY), a->dy_fp8, a->dres, NC);
         rmsnorm_backward(a->dres, m->grad[P_LN2W] + (size_t)l * C, a->rmsnorm_scratch, a->dbtc, a->res2 + l * NC,
                          m->param[P_LN2W] + (size_t)l * C, a->ln2_rstd + (size_t)l * N, N, C, s.cast, stream);
-        fp8_site_finish(m, &s, stream);
+        fp8_site_finish(fs, &s, stream);
 
         // attention: wo, the fused attention, RoPE, qkv, then the norm that fed it
-        linear_backward(m, l, LIN_WO, a->dbtc, a->dres, atty, NULL, NULL, 0, stream); // X^T recast from the bf16 output
+        linear_backward(m, p, l, LIN_WO, a->dbtc, a->dres, atty, NULL, NULL, 0, stream); // X^T recast from the bf16 output
         attention_backward(a->dqkv, a->dbtc, qkv, atty, stats, a->doc_pos, B, T, NH, NKV, HS, stream);
-        s = fp8_site(m, fp8_tensor_index(l, LIN_QKV, FP8_DY), a->dy_fp8, a->dqkv, NQKV);
+        s = fp8_site(fs, p.fp8, fp8_tensor_index(l, LIN_QKV, FP8_DY), a->dy_fp8, a->dqkv, NQKV);
         rope_backward(a->dqkv, m->rope_freqs, a->doc_pos, B, T, NH, NKV, HS, s.cast, stream);
-        fp8_site_finish(m, &s, stream);
-        linear_backward(m, l, LIN_QKV, a->dbtc, a->dqkv, layer_ptr(a->ln1, l, NC), layer_ptr8(a->ln1_fp8, l, NC), NULL, 0, stream);
-        s = fp8_site(m, l > 0 ? fp8_tensor_index(l - 1, LIN_W2, FP8_DY) : -1, a->dy_fp8, a->dres, NC);
+        fp8_site_finish(fs, &s, stream);
+        linear_backward(m, p, l, LIN_QKV, a->dbtc, a->dqkv, layer_ptr(a->ln1, l, NC), layer_ptr8(a->ln1_fp8, l, NC), NULL, 0, stream);
+        s = fp8_site(fs, p.fp8, l > 0 ? fp8_tensor_index(l - 1, LIN_W2, FP8_DY) : -1, a->dy_fp8, a->dres, NC);
         rmsnorm_backward(a->dres, m->grad[P_LN1W] + (size_t)l * C, a->rmsnorm_scratch, a->dbtc, res_in,
                          m->param[P_LN1W] + (size_t)l * C, a->ln1_rstd + (size_t)l * N, N, C, s.cast, stream);
-        fp8_site_finish(m, &s, stream);
-        reduce_finished_grads(m, backward_stage(c, P_LN1W, l), stream); // layer l is done
+        fp8_site_finish(fs, &s, stream);
+        reduce_finished_grads(m, p, backward_stage(c, P_LN1W, l), stream); // layer l is done
     }
-    encoder_backward_launch(&m->enc_bwd, m->micro, m->grad[P_WTE], a->dres, N, C, stream);
-    reduce_finished_grads(m, backward_stage(c, P_WTE, 0), stream);
+    encoder_backward_launch(&m->enc_bwd, p.micro, m->grad[P_WTE], a->dres, N, C, stream);
+    reduce_finished_grads(m, p, backward_stage(c, P_WTE, 0), stream);
 }
 
 // ----------------------------------------------------------------------------------------------
-// Update: fp8 scale update, global-norm clip, AdamW. Returns the gradient norm before clipping; a
-// non-finite norm skips the update (the weights stay as they were) and sets *skipped.
+// Update: the end of an optimizer step, after its last backward (model_update). Its recipe: the fp8
+// scales move on, the global gradient norm, AdamW clipped by it, the updated weights gathered (several
+// GPUs) and cast to fp8 for the next step. A non-finite norm skips AdamW: the weights stay as they were.
 
 typedef struct { float lr, beta1, beta2, eps, weight_decay, grad_clip; } AdamWParams;
+
+// What a step reports: the mean loss over every rank's learned targets (NaN when the step has none;
+// train_step fills it in), the gradient norm before clipping, and whether the update was skipped.
+typedef struct { float loss, norm; int skipped; } StepResult;
+
+// The global gradient norm, the same on every rank: the squared norm of this rank's shard once the
+// backward's reduce-scatters have filled it, summed over the ranks, read on the host.
+static float gradient_norm(Model *m, cudaStream_t stream) {
+    MultiGpu *mg = m->mg;
+    mg_join(mg, stream); // the reduce-scattered gradients
+    global_norm_squared(m->norm_device, m->grad_shard, m->zero.shard, stream);
+    mg_allreduce_sum_f32(mg, m->norm_device, 1, stream); // the shards' squared norms add up to the whole one
+    mg_join(mg, stream);
+    cudaCheck(cudaMemcpyAsync(m->norm_host, m->norm_device, sizeof(float), cudaMemcpyDeviceToHost, stream));
+    mg_wait(mg, stream, "the gradient norm");
+    return sqrtf(*m->norm_host);
+}
+
+// AdamW on this rank's shard, piece by piece (llmc/zero_layout.h), the gradient scaled by clip. With
+// fp8.w_by_adamw an fp8 linear's piece is its whole tensor, and AdamW writes every layer's E4M3 W
+// instead of the bf16 weights, recording its amax and counts for the next step's scales.
+static void optimizer_step(Model *m, const AdamWParams *h, float clip, cudaStream_t stream) {
+    const Fp8State *fs = &m->fp8_state;
+    size_t mb = m->opt.moments_bf16 ? sizeof(floatX) : sizeof(float);
+    m->adam_t++;
+    for (int i = 0; i < m->zero.num_pieces; i++) {
+        const ShardPiece *p = &m->zero.pieces[i];
+        AdamWSlice s = {m->master + p->local, m->params_memory + p->flat, m->grad_shard + p->local, (char *)m->adam_m + p->local * mb,
+                        (char *)m->adam_v + p->local * mb, m->opt.moments_bf16, p->count, p->flat};
+        int lin = fp8_linear_of_param(m, p->tensor);
+        if (m->fp8.w_by_adamw && lin >= 0) { // one piece = the whole tensor: every layer's E4M3 W and its amax
+            int t0 = fp8_tensor(&m->cfg, 0, lin, FP8_W);
+            s.wcast.out = m->w_fp8[lin]; s.wcast.amax = fp8_amax(fs, t0); s.wcast.scale = fp8_scale(fs, t0); s.wcast.counts = fp8_counts(fs, t0);
+            s.fp8_layers = lin == LIN_LM_HEAD ? 1 : m->cfg.L;
+            s.layer_numel = p->count / s.fp8_layers;
+            s.fp8_tensor_stride = FP8_KINDS * LINS_PER_LAYER;
+            s.param = NULL;
+        }
+        AdamWStep step = {h->lr, h->beta1, h->beta2, h->eps, param_is_decayed(p->tensor) ? h->weight_decay : 0.0f, clip, m->adam_t};
+        adamw_update(&s, &step, stream);
+    }
+}
 
 #define GATHERS_PER_GROUP 512 // NCCL takes at most 2048 operations in one group
 
@@ -1047,61 +1006,23 @@ static void gather_params(Model *m, cudaStream_t stream) {
     mg_join(mg, stream);
 }
 
-static float model_update(Model *m, const AdamWParams *h, float *norm_device, int *skipped, cudaStream_t stream) {
-    fp8_no_open_site(m, "model_update");
-    MultiGpu *mg = m->mg;
-    // docs/fp8_recipe.md "The end of an optimizer step" step 1: one MAX all-reduce of every amax slot, so every rank rolls the same
-    // histories into the same scales, and in the same NCCL group the SUM of the health counts. They
-    // queue behind the gradient buckets; the join makes the compute stream wait for all of them.
-    size_t nt = (size_t)m->fp8_layout.num_tensors;
-    if (m->fp8.on) {
-        mg_group_start(mg);
-        mg_allreduce_amax(mg, m->fp8_state + m->fp8_layout.amax_slot, nt, stream);
-        mg_allreduce_sum_u64(mg, m->fp8_counts, FP8_COUNTS * nt, stream);
-        mg_group_end(mg);
-    }
-    mg_join(mg, stream);
-    if (m->fp8.on) {
-        fp8_update_scales(m->fp8_state, m->gemm_scale_inv, m->fp8_layout, m->opt.fp8_margin, stream);
-        // the step's counts become the last step's; the weights cast next count toward the next step
-        size_t bytes = FP8_COUNTS * nt * sizeof(unsigned long long);
-        cudaCheck(cudaMemcpyAsync(m->fp8_counts + FP8_COUNTS * nt, m->fp8_counts, bytes, cudaMemcpyDeviceToDevice, stream));
-        cudaCheck(cudaMemsetAsync(m->fp8_counts, 0, bytes, stream));
-    }
-    global_norm_squared(norm_device, m->grad_shard, m->zero.shard, stream);
-    mg_allreduce_sum_f32(mg, norm_device, 1, stream); // the shards' squared norms add up to the whole one
-    mg_join(mg, stream);
-    cudaCheck(cudaMemcpyAsync(m->norm_host, norm_device, sizeof(float), cudaMemcpyDeviceToHost, stream));
-    mg_wait(mg, stream, "the gradient norm");
-    float norm = sqrtf(*m->norm_host);
+// The end of an optimizer step, its numbers those of docs/fp8_recipe.md "The end of an optimizer
+// step". Every rank reads the same reduced norm, so all skip or none.
+static StepResult model_update(Model *m, const AdamWParams *h, cudaStream_t stream) {
+    fp8_no_open_site(&m->fp8_state, "model_update");
+    if (m->fp8.on) fp8_end_step(&m->fp8_state, stream); // 1-3: amaxes and counts reduced, histories rolled, new scales
+    StepResult r = {NAN, gradient_norm(m, stream), 0};  // 4 (the loss is train_step's)
+    r.skipped = !isfinite(r.norm);
     m->step++;
-    *skipped = !isfinite(norm); // every rank reads the same reduced norm, so all skip or none
-    if (*skipped) {
-        if (m->fp8.on) fp8_cast_weights(m, stream); // same weights, but the scales moved on
-        return norm;
+    if (!r.skipped) {
+        float clip = h->grad_clip > 0.0f && r.norm > h->grad_clip ? h->grad_clip / r.norm : 1.0f;
+        optimizer_step(m, h, clip, stream); // 5
+        gather_params(m, stream);           // 6: several GPUs
     }
-    float clip = (h->grad_clip > 0.0f && norm > h->grad_clip) ? h->grad_clip / norm : 1.0f;
-    m->adam_t++;
-    for (int i = 0; i < m->zero.num_pieces; i++) {
-        const ShardPiece *p = &m->zero.pieces[i];
-        float wd = param_is_decayed(p->tensor) ? h->weight_decay : 0.0f;
-        floatX *param = m->params_memory + p->flat;
-        Fp8Cast wcast = {NULL, NULL, NULL, NULL};
-        int layers = 0, lin = fp8_linear_of_param(m, p->tensor);
-        if (m->fp8.w_by_adamw && lin >= 0) { // one piece = the whole tensor: every layer's E4M3 W and its amax
-            int t0 = fp8_tensor(&m->cfg, 0, lin, FP8_W);
-            wcast.out = m->w_fp8[lin]; wcast.amax = fp8_amax(m, t0); wcast.scale = fp8_scale(m, t0); wcast.counts = fp8_counts_of(m, t0);
-            layers = lin == LIN_LM_HEAD ? 1 : m->cfg.L;
-            param = NULL;
-        }
-        size_t mb = m->opt.moments_bf16 ? sizeof(floatX) : sizeof(float);
-        adamw_update(m->master + p->local, param, m->grad_shard + p->local, (char *)m->adam_m + p->local * mb,
-                     (char *)m->adam_v + p->local * mb, m->opt.moments_bf16, p->count, p->flat, h->lr, h->beta1, h->beta2, h->eps, wd, clip, m->adam_t, wcast, layers,
-                     layers ? p->count / layers : 0, FP8_KINDS * LINS_PER_LAYER, stream);
-    }
-    gather_params(m, stream);
-    if (m->fp8.on && !m->fp8.w_by_adamw) fp8_cast_weights(m, stream);
-    return norm;
+    // 6: the next step's E4M3 weights where AdamW did not write them; after a skipped update too
+    // (the same weights, but the scales moved on)
+    if (m->fp8.on && (r.skipped || !m->fp8.w_by_adamw)) fp8_cast_weights(m, stream);
+    return r;
 }
 
 // The start of an optimizer step: the fp8 weights recast if the weights changed outside AdamW (the
@@ -1117,23 +1038,26 @@ static void zero_added_grads(Model *m, cudaStream_t stream) {
         if (!param_grad_from_gemm(p)) cudaCheck(cudaMemsetAsync(m->grad[p], 0, m->param_sizes[p] * sizeof(floatX), stream));
 }
 
+// A step's host buffers: grad_accum micro-batches of B*T inputs and targets (micro-batch k at k*B*T;
+// a target -1 is loss-masked), and the per-token losses the step copies back. The trainer's are
+// pinned, so the copies run asynchronously and a CUDA graph can replay them.
+typedef struct { const int *inputs, *targets; float *losses; int grad_accum; } StepBuffers;
+
 // The forward and backward passes of a step, micro-step by micro-step, the tokens already grouped
 // (model_group_tokens).
-static void step_passes(Model *m, const int *inputs, const int *targets, int grad_accum, float dloss, float *host_losses,
-                        cudaStream_t stream) {
+static void step_passes(Model *m, const StepBuffers *b, float dloss, cudaStream_t stream) {
     MultiGpu *mg = m->mg;
     int N = m->opt.B * m->opt.T;
     zero_added_grads(m, stream);
-    for (int micro = 0; micro < grad_accum; micro++) {
-        m->micro = micro;
-        cudaCheck(cudaMemcpyAsync(m->acts.inputs, inputs + (size_t)micro * N, N * sizeof(int), cudaMemcpyHostToDevice, stream));
-        cudaCheck(cudaMemcpyAsync(m->acts.targets, targets + (size_t)micro * N, N * sizeof(int), cudaMemcpyHostToDevice, stream));
-        model_forward(m, 1, dloss, stream);
-        cudaCheck(cudaMemcpyAsync(host_losses + (size_t)micro * N, m->acts.losses, N * sizeof(float), cudaMemcpyDeviceToHost, stream));
-        m->reduce_grads = mg->world > 1 && micro == grad_accum - 1; // gradients are final in the last micro-step only
-        model_backward(m, stream);
+    for (int micro = 0; micro < b->grad_accum; micro++) {
+        Pass p = train_pass(m, micro);
+        cudaCheck(cudaMemcpyAsync(m->acts.inputs, b->inputs + (size_t)micro * N, N * sizeof(int), cudaMemcpyHostToDevice, stream));
+        cudaCheck(cudaMemcpyAsync(m->acts.targets, b->targets + (size_t)micro * N, N * sizeof(int), cudaMemcpyHostToDevice, stream));
+        model_forward(m, p, 1, dloss, stream);
+        cudaCheck(cudaMemcpyAsync(b->losses + (size_t)micro * N, m->acts.losses, N * sizeof(float), cudaMemcpyDeviceToHost, stream));
+        p.reduce_grads = mg->world > 1 && micro == b->grad_accum - 1; // gradients are final in the last micro-step only
+        model_backward(m, p, stream);
     }
-    m->reduce_grads = 0;
 }
 
 static int is_pinned(const void *p) {
@@ -1153,23 +1077,22 @@ static int is_pinned(const void *p) {
 // the device mid-step). The graph replays what it was captured with: the host keeps the batches,
 // losses and token lists in the same pinned buffers, and anything that moves one (StepGraphKey)
 // captures it again. Returns 0 if this step cannot run as a graph.
-static int step_passes_graph(Model *m, const int *inputs, const int *targets, int grad_accum, float dloss, float *host_losses,
-                             cudaStream_t stream) {
+static int step_passes_graph(Model *m, const StepBuffers *b, float dloss, cudaStream_t stream) {
     StepGraph *g = &m->graph;
     if (!m->opt.cuda_graph || m->mg->world > 1 || g->steps < 2) return 0;
-    if (!is_pinned(inputs) || !is_pinned(targets) || !is_pinned(host_losses)) return 0;
+    if (!is_pinned(b->inputs) || !is_pinned(b->targets) || !is_pinned(b->losses)) return 0;
 #ifdef TESTING
     if (g_fp8_gemm_probe) return 0;
 #endif
     StepGraphKey key;
     memset(&key, 0, sizeof(key)); // compared with memcmp
-    key.inputs = inputs; key.targets = targets; key.losses = host_losses; key.grad_accum = grad_accum; key.dloss = dloss;
+    key.inputs = b->inputs; key.targets = b->targets; key.losses = b->losses; key.grad_accum = b->grad_accum; key.dloss = dloss;
     key.token_lists = m->enc_bwd.device_list; key.cudnn_workspace = attention_workspace();
     if (g->exec == NULL || memcmp(&key, &g->key, sizeof(key)) != 0) {
         if (g->exec) cudaCheck(cudaGraphExecDestroy(g->exec));
         cudaGraph_t graph;
         cudaCheck(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-        step_passes(m, inputs, targets, grad_accum, dloss, host_losses, stream);
+        step_passes(m, b, dloss, stream);
         cudaCheck(cudaStreamEndCapture(stream, &graph));
         cudaCheck(cudaGraphInstantiate(&g->exec, graph, 0));
         size_t nodes = 0;
@@ -1182,7 +1105,6 @@ static int step_passes_graph(Model *m, const int *inputs, const int *targets, in
     }
     cudaCheck(cudaGraphLaunch(g->exec, stream));
     g->replays++;
-    m->micro = grad_accum - 1; // as step_passes leaves it
     return 1;
 }
 
@@ -1211,39 +1133,36 @@ static float step_loss_scale(long long total, int N, int grad_accum, int world) 
     return total > 0 ? (float)(1.0 / (double)total) : 0.0f;
 }
 
-// One optimizer step over grad_accum micro-batches; inputs and targets hold grad_accum * B * T
-// tokens each (micro-batch k at offset k * B * T; a target -1 is loss-masked). Returns the mean loss
-// over every rank's learned targets (NaN when the step has none).
-// With several GPUs every fp8 scale is the same on all ranks: delayed ones come from the reduced
-// histories, live ones (the first step, -fp8_recipe current) from amaxes MAX-reduced on the spot.
+// One optimizer step over the grad_accum micro-batches of b; the losses come back in b->losses.
+// With several GPUs every fp8 scale is the same on all ranks (llmc/fp8_state.cuh).
 // The tokens are grouped for the embedding's backward before anything is queued; the last step's
 // copies of the lists are done by then (model_update waited for its backward). A step with a masked
 // target runs outside a CUDA graph: its loss scale differs from step to step, and a graph bakes it in.
-static float train_step(Model *m, const int *inputs, const int *targets, int grad_accum, const AdamWParams *h,
-                        float *host_losses, float *norm_device, float *grad_norm, int *skipped, cudaStream_t stream) {
+static StepResult train_step(Model *m, const StepBuffers *b, const AdamWParams *h, cudaStream_t stream) {
     MultiGpu *mg = m->mg;
-    int N = m->opt.B * m->opt.T;
+    int N = m->opt.B * m->opt.T, grad_accum = b->grad_accum;
     long long unmasked = 0;
-    for (size_t i = 0; i < (size_t)grad_accum * N; i++) unmasked += targets[i] >= 0;
+    for (size_t i = 0; i < (size_t)grad_accum * N; i++) unmasked += b->targets[i] >= 0;
     long long total = step_unmasked_total(m, unmasked);
     int all_learned = total == (long long)N * grad_accum * mg->world;
     float dloss = step_loss_scale(total, N, grad_accum, mg->world);
     m->graph.steps++;
     encoder_backward_reserve(&m->enc_bwd, grad_accum);
-    for (int micro = 0; micro < grad_accum; micro++) model_group_tokens(m, micro, inputs + (size_t)micro * N);
+    for (int micro = 0; micro < grad_accum; micro++) model_group_tokens(m, micro, b->inputs + (size_t)micro * N);
     recast_stale_weights(m, stream);
-    if (unmasked < (long long)grad_accum * N || !step_passes_graph(m, inputs, targets, grad_accum, dloss, host_losses, stream))
-        step_passes(m, inputs, targets, grad_accum, dloss, host_losses, stream);
-    *grad_norm = model_update(m, h, norm_device, skipped, stream); // waits for the stream up to the norm, losses included
+    if (unmasked < (long long)grad_accum * N || !step_passes_graph(m, b, dloss, stream)) step_passes(m, b, dloss, stream);
+    StepResult r = model_update(m, h, stream); // waits for the stream up to the norm, losses included
     double sum = 0.0; // a masked target's loss is 0
-    for (size_t i = 0; i < (size_t)grad_accum * N; i++) sum += host_losses[i];
+    for (size_t i = 0; i < (size_t)grad_accum * N; i++) sum += b->losses[i];
     if (all_learned) {
         float loss = (float)(sum / ((double)grad_accum * N));
         // every rank reports, and decides on, the same mean
-        return mg->world == 1 ? loss : mg_allreduce_sum_float(mg, loss) / mg->world;
+        r.loss = mg->world == 1 ? loss : mg_allreduce_sum_float(mg, loss) / mg->world;
+        return r;
     }
     float step_sum = mg->world == 1 ? (float)sum : mg_allreduce_sum_float(mg, (float)sum);
-    return total > 0 ? (float)(step_sum / (double)total) : NAN;
+    r.loss = total > 0 ? (float)(step_sum / (double)total) : NAN;
+    return r;
 }
 
 // The next grad_accum micro-batches of the loader, gathered for train_step.
@@ -1280,19 +1199,17 @@ static float evaluate(Model *m, DataLoader *val, int positions, float *host_loss
     MultiGpu *mg = m->mg;
     int N = m->opt.B * m->opt.T;
     float *position_loss = (float *)callocCheck(positions, sizeof(float));
-    m->recording = 0;
     for (int64_t s = 0; s < dataloader_eval_steps(positions, mg->world); s++) {
         int own;
         int64_t p = dataloader_eval_position(positions, mg->world, mg->rank, s, &own);
         dataloader_read_position(val, p);
         cudaCheck(cudaMemcpyAsync(m->acts.inputs, val->inputs, N * sizeof(int), cudaMemcpyHostToDevice, stream));
         cudaCheck(cudaMemcpyAsync(m->acts.targets, val->targets, N * sizeof(int), cudaMemcpyHostToDevice, stream));
-        model_forward(m, 1, 0.0f, stream);
+        model_forward(m, eval_pass(m), 1, 0.0f, stream);
         cudaCheck(cudaMemcpyAsync(host_losses, m->acts.losses, N * sizeof(float), cudaMemcpyDeviceToHost, stream));
         mg_wait(mg, stream, "a validation batch");
         if (own) position_loss[p] = batch_mean_loss(host_losses, N);
     }
-    m->recording = 1;
     // summed over the ranks N entries at a time, through acts.losses (free now) and the pinned
     // host_losses (a copy to pageable memory would wait for the collective outside mg_wait)
     for (int first = 0; mg->world > 1 && first < positions; first += N) {
@@ -1322,11 +1239,10 @@ static void sample_text(Model *m, Tokenizer *tok, int have_tok, int bos, int gen
     float *probs = (float *)mallocCheck(V * sizeof(float));
     tokens[0] = bos;
     if (gen_tokens > m->opt.T - 1) gen_tokens = m->opt.T - 1;
-    m->recording = 0;
     if (print) printf("sample: ");
     for (int t = 1; t <= gen_tokens; t++) {
         cudaCheck(cudaMemcpyAsync(m->acts.inputs, tokens, N * sizeof(int), cudaMemcpyHostToDevice, stream));
-        model_forward(m, 0, 0.0f, stream);
+        model_forward(m, eval_pass(m), 0, 0.0f, stream);
         cudaCheck(cudaMemcpyAsync(row, m->acts.logits + (size_t)(t - 1) * V, V * sizeof(floatX), cudaMemcpyDeviceToHost, stream));
         mg_wait(m->mg, stream, "a sampling step");
         float maxv = -FLT_MAX, sum = 0.0f;
@@ -1346,7 +1262,6 @@ static void sample_text(Model *m, Tokenizer *tok, int have_tok, int bos, int gen
         for (int t = 1; t <= gen_tokens; t++) fprintf(log, " %d", tokens[t]);
         fprintf(log, "\n");
     }
-    m->recording = 1;
     free(tokens); free(row); free(probs);
 }
 
@@ -1566,8 +1481,9 @@ static void state_read_back(Model *m, TrainState *ts, const int h[256]) {
 // rng and the data loader's position.
 #define NUM_STATE_SECTIONS 5
 static void state_sections(Model *m, TrainState *ts, Section sec[NUM_STATE_SECTIONS]) {
-    size_t shard_bytes = moments_size(m), fp8_bytes = m->fp8_state ? m->fp8_layout.total * sizeof(float) : 0;
-    const Section all[NUM_STATE_SECTIONS] = {{m->adam_m, shard_bytes, 1}, {m->adam_v, shard_bytes, 1}, {m->fp8_state, fp8_bytes, 1},
+    const Fp8State *fs = &m->fp8_state;
+    size_t shard_bytes = moments_size(m), fp8_bytes = fs->buffer ? fs->layout.total * sizeof(float) : 0;
+    const Section all[NUM_STATE_SECTIONS] = {{m->adam_m, shard_bytes, 1}, {m->adam_v, shard_bytes, 1}, {fs->buffer, fp8_bytes, 1},
                                               {&ts->rng, sizeof(ts->rng), 0},
                                               {ts->data_mixture ? (void *)ts->data_mixture : (void *)&ts->data, (size_t)g_data_state_bytes, 0}};
     memcpy(sec, all, sizeof(all));
@@ -1758,7 +1674,8 @@ static void load_checkpoint(Model *m, TrainState *ts, const char *dir, int step)
     int h[256];
     version2_notice(state_path, read_sections(state_path, STATE_MAGIC, ex, nex, st, NUM_STATE_SECTIONS, h), mg_is_main(m->mg));
     state_read_back(m, ts, h);
-    if (m->fp8.on) fp8_publish_scale_inv(m->gemm_scale_inv, m->fp8_state + m->fp8_layout.scale_inv, m->fp8_layout.num_tensors, 0);
+    const Fp8State *fs = &m->fp8_state;
+    if (m->fp8.on) fp8_publish_scale_inv(fs->gemm_scale_inv, fs->buffer + fs->layout.scale_inv, fs->layout.num_tensors, 0);
 }
 
 // The latest step with both a model and a rank-0 state file in dir, or -1.
@@ -1795,12 +1712,12 @@ static double fp8_values_cast(const Model *m, int lin, int kind, int grad_accum)
 }
 
 static void write_fp8_log(Model *m, int grad_accum, FILE *f) {
-    Fp8StateLayout lay = m->fp8_layout;
+    Fp8StateLayout lay = m->fp8_state.layout;
     size_t nc = (size_t)FP8_COUNTS * lay.num_tensors;
     float *h = (float *)mallocCheck(lay.total * sizeof(float));
     unsigned long long *counts = (unsigned long long *)mallocCheck(nc * sizeof(unsigned long long));
-    cudaCheck(cudaMemcpy(h, m->fp8_state, lay.total * sizeof(float), cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(counts, m->fp8_counts + nc, nc * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(h, m->fp8_state.buffer, lay.total * sizeof(float), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(counts, m->fp8_state.counts + nc, nc * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
     for (int l = 0; l < m->cfg.L; l++) {
         for (int lin = 0; lin < LINS_PER_LAYER + (l == 0 ? m->fp8.lm_head : 0); lin++) {
             fprintf(f, "s:%d layer:%d linear:%s", m->step, l, LINEAR_NAMES[lin]);
@@ -1839,17 +1756,15 @@ static HellaSwagScore hellaswag_evaluate(Model *m, const HellaSwag *hs, float *h
     int *inputs = (int *)mallocCheck(N * sizeof(int)), *targets = (int *)mallocCheck(N * sizeof(int));
     int *first = (int *)mallocCheck(B * sizeof(int)), *count = (int *)mallocCheck(B * sizeof(int));
     double *logprob = (double *)mallocCheck((size_t)(row1 - row0 + 1) * sizeof(double));
-    m->recording = 0;
     for (int r = row0; r < row1; r += B) {
         hellaswag_batch(hs, r, row1, B, T, inputs, targets, first, count);
         cudaCheck(cudaMemcpyAsync(m->acts.inputs, inputs, N * sizeof(int), cudaMemcpyHostToDevice, stream));
         cudaCheck(cudaMemcpyAsync(m->acts.targets, targets, N * sizeof(int), cudaMemcpyHostToDevice, stream));
-        model_forward(m, 1, 0.0f, stream);
+        model_forward(m, eval_pass(m), 1, 0.0f, stream);
         cudaCheck(cudaMemcpyAsync(host_losses, m->acts.losses, N * sizeof(float), cudaMemcpyDeviceToHost, stream));
         mg_wait(m->mg, stream, "a HellaSwag batch");
         for (int b = 0; b < B && r + b < row1; b++) logprob[r + b - row0] = hellaswag_logprob(host_losses + (size_t)b * T, first[b], count[b]);
     }
-    m->recording = 1;
     size_t preds_n = (size_t)hs->num_items * 6;
     if (preds) memset(preds, 0, preds_n * sizeof(float));
     int acc = 0, acc_norm = 0;
@@ -1991,9 +1906,9 @@ static void metrics_step(FILE *f, Model *m, int step, float loss, float norm, fl
     if (mfu_fraction > 0.0) json_number(f, "mfu", mfu_fraction);
     json_number(f, "memory_gib", mem_used / 1073741824.0);
     if (m->fp8.on) {
-        size_t nc = (size_t)FP8_COUNTS * m->fp8_layout.num_tensors;
+        size_t nc = (size_t)FP8_COUNTS * m->fp8_state.layout.num_tensors;
         unsigned long long *counts = (unsigned long long *)mallocCheck(nc * sizeof(unsigned long long));
-        cudaCheck(cudaMemcpy(counts, m->fp8_counts + nc, nc * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(counts, m->fp8_state.counts + nc, nc * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
         double cast = 0.0, under = 0.0, sat = 0.0, worst = -1.0;
         char worst_name[64] = "";
         for (int l = 0; l < m->cfg.L; l++) {
@@ -2184,7 +2099,7 @@ static void fp8_ready_for_eval(Model *m, const int *tokens, cudaStream_t stream)
     fp8_cast_weights(m, stream);
     if (m->step > 0 || m->fp8.live_always) return;
     cudaCheck(cudaMemcpyAsync(m->acts.inputs, tokens, (size_t)m->opt.B * m->opt.T * sizeof(int), cudaMemcpyHostToDevice, stream));
-    model_forward(m, 0, 0.0f, stream);
+    model_forward(m, train_pass(m, 0), 0, 0.0f, stream); // as the first step's first forward: live, recorded
     mg_wait(m->mg, stream, "the fp8 scales for evaluation");
 }
 
@@ -2229,9 +2144,9 @@ static void evaluate_only(Model *m, DataLoader *val, int have_val, int val_batch
 static void dump_fp8_state(Model *m, const char *dir, int rank) {
     char path[1100];
     snprintf(path, sizeof(path), "%s/fp8_state_rank%d.bin", dir, rank);
-    size_t n = m->fp8_layout.total;
+    size_t n = m->fp8_state.layout.total;
     float *h = (float *)mallocCheck(n * sizeof(float));
-    cudaCheck(cudaMemcpy(h, m->fp8_state, n * sizeof(float), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(h, m->fp8_state.buffer, n * sizeof(float), cudaMemcpyDeviceToHost));
     FILE *f = fopenCheck(path, "wb");
     fwriteCheck(h, sizeof(float), n, f);
     fcloseCheck(f);
@@ -2372,7 +2287,7 @@ int main(int argc, char **argv) {
     cudaCheck(cudaMallocHost(&host_losses, (size_t)grad_accum * N * sizeof(float)));
     cudaCheck(cudaMallocHost(&host_inputs, (size_t)grad_accum * N * sizeof(int)));
     cudaCheck(cudaMallocHost(&host_targets, (size_t)grad_accum * N * sizeof(int)));
-    float *norm_device = (float *)cudaMallocCheck(sizeof(float), "gradient norm");
+    StepBuffers step_buffers = {host_inputs, host_targets, host_losses, grad_accum};
     cudaStream_t stream;
     cudaCheck(cudaStreamCreate(&stream));
     cudaEvent_t ev0, ev1;
@@ -2387,11 +2302,9 @@ int main(int argc, char **argv) {
 
     for (int step = m.step; step < o.max_steps; step++) {
         hp.lr = lr_at_step(step, o.max_steps, o.lr, o.warmup, o.final_lr_frac);
-        float grad_norm;
-        int skipped;
         cudaCheck(cudaEventRecord(ev0, stream));
         next_batches(&train, grad_accum, host_inputs, host_targets);
-        float loss = train_step(&m, host_inputs, host_targets, grad_accum, &hp, host_losses, norm_device, &grad_norm, &skipped, stream);
+        StepResult r = train_step(&m, &step_buffers, &hp, stream);
         cudaCheck(cudaEventRecord(ev1, stream));
         mg_wait(&mg, stream, "the training step"); // bounded: the stream may wait on a collective with a dead rank
         float ms;
@@ -2403,16 +2316,16 @@ int main(int argc, char **argv) {
         char mfu[32];
         format_mfu(mfu, sizeof(mfu), flops_per_token * tok_per_s, peak);
         if (main_rank) printf("step %5d/%d | loss %.6f | norm %.4f | lr %.3e | %.2f ms | %.0f tok/s | MFU %s%s\n", step + 1, o.max_steps,
-                              loss, grad_norm, hp.lr, ms, tok_per_s, mfu, skipped ? " | update SKIPPED (non-finite gradient)" : "");
-        if (logf) { fprintf(logf, "s:%d trl:%.6f norm:%.4f lr:%.4e ms:%.2f tok/s:%.0f\n", step + 1, loss, grad_norm, hp.lr, ms, tok_per_s); fflush(logf); }
-        if (metricsf) metrics_step(metricsf, &m, step + 1, loss, grad_norm, hp.lr, ms, tok_per_s,
+                              r.loss, r.norm, hp.lr, ms, tok_per_s, mfu, r.skipped ? " | update SKIPPED (non-finite gradient)" : "");
+        if (logf) { fprintf(logf, "s:%d trl:%.6f norm:%.4f lr:%.4e ms:%.2f tok/s:%.0f\n", step + 1, r.loss, r.norm, hp.lr, ms, tok_per_s); fflush(logf); }
+        if (metricsf) metrics_step(metricsf, &m, step + 1, r.loss, r.norm, hp.lr, ms, tok_per_s,
                                    peak > 0 ? flops_per_token * tok_per_s / (peak * 1e12) : 0.0, mem_used, grad_accum);
         // a stop signal may have reached any one rank (or all, at different steps): they agree on the
         // largest, so all stop after the same step. Loss and norm are reduced over the ranks too:
         // every rank takes the same branches from here on.
         long long stop = g_stop_signal;
         if (world > 1) mg_all_agree(&mg, stop, NULL, &stop);
-        int work = after_step(&o, step, isfinite(loss) && !skipped, stop, fp8f != NULL, have_val && val_batches > 0, have_dir, &bad_steps);
+        int work = after_step(&o, step, isfinite(r.loss) && !r.skipped, stop, fp8f != NULL, have_val && val_batches > 0, have_dir, &bad_steps);
         if (work & AFTER_FP8_LOG) write_fp8_log(&m, grad_accum, fp8f);
         if (work & AFTER_VAL) {
             float vl = evaluate(&m, &val, val_batches, host_losses, stream);

@@ -7,6 +7,7 @@ then param = bf16(master) for the GEMMs (param may be NULL: fp8 mode needs no bf
 weights, only the fp8 one). The moments m and v are bf16 (MT = floatX, the trainer's default, DeepSeek-V3's
 choice; computed in fp32 and stored with stochastic rounding, llmc/bf16_round.h: the random bits hash
 index0 + i, the element's index in the whole model, and t), or fp32 (-adam_moments fp32; 4 bytes more per element, 8 more moved).
+adamw_update(slice, step, stream): the tensor and its fp8 cast in an AdamWSlice, the hyperparameters in an AdamWStep.
 Fused fp8 weight cast (docs/fp8_recipe.md "Weights"): if
 wcast.out != NULL the tensor is fp8_layers slices of layer_numel elements (all layers of one kind,
 llm.c style); slice l writes out[l*layer_numel + i] = E4M3(param * wcast.scale[l*fp8_tensor_stride]) and
@@ -26,6 +27,25 @@ moments, integer atomic max for amax.
 #include "fp8_scaling.cuh"   // fp8_cast1/fp8_cast8 helpers (exact scaling, saturating RNE), amax2_to_bits, fp8_grid_cap, fp8_ptr_aligned
 #include "packed.cuh"        // bf16x8_to_float: 8 bf16 moments to fp32; block_commit_fp8
 #include "bf16_round.h"      // bf16_round_bits, bf16_round_stochastic: the bf16 moments' rounding
+
+// One adamw_update's tensor: n elements, the first at index index0 of the whole model.
+typedef struct {
+    float *master;      // (n) fp32 master weights, updated in place
+    floatX *param;      // (n) bf16(master) for the GEMMs; NULL: not written
+    const floatX *grad; // (n)
+    void *m, *v;        // (n) each: AdamW's moments, fp32 or (moments_bf16) bf16
+    int moments_bf16;
+    size_t n;
+    uint64_t index0;    // seeds the bf16 moments' rounding, so a ZeRO shard rounds as the whole tensor would
+    Fp8Cast wcast;      // the fused E4M3 weight cast (above); wcast.out NULL: none
+    int fp8_layers;     // with the cast: n = fp8_layers * layer_numel, slice l's amax, scale and counts at
+    size_t layer_numel; // l * fp8_tensor_stride
+    int fp8_tensor_stride;
+} AdamWSlice;
+
+// One step's hyperparameters: the learning rate, betas, eps, the tensor's weight decay, the gradient
+// scale (the global-norm clip factor, 1 when not clipping) and the 1-based step t.
+typedef struct { float lr, beta1, beta2, eps, weight_decay, grad_scale; int t; } AdamWStep;
 
 struct AdamWStepArgs {
     float lr, beta1, beta2, eps, weight_decay, grad_scale, bias_corr1, bias_corr2;
@@ -171,43 +191,40 @@ static void adamw_launch(dim3 grid, bool vec, bool cast, float *master, floatX *
     cudaLaunchCheck();
 }
 
-// One AdamW step of a tensor of n elements; t is the 1-based step. m and v are fp32, or with
-// moments_bf16 bf16 (floatX); index0 is the model-wide index of the tensor's first element (it seeds
-// the bf16 moments' rounding, so a ZeRO shard rounds as the whole tensor would). See the file comment
-// for wcast.
-void adamw_update(float *master, floatX *param, const floatX *grad, void *m, void *v, int moments_bf16, size_t n,
-                  uint64_t index0, float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
-                  int t, Fp8Cast wcast, int fp8_layers, size_t layer_numel, int fp8_tensor_stride, cudaStream_t stream) {
-    if (n == 0) return;
-    if (t < 1) FATAL("adamw_update: step t = %d must be 1-based (t >= 1)", t);
+// One AdamW step of the tensor s (see the file comment for its fp8 cast).
+void adamw_update(const AdamWSlice *s, const AdamWStep *h, cudaStream_t stream) {
+    if (s->n == 0) return;
+    if (h->t < 1) FATAL("adamw_update: step t = %d must be 1-based (t >= 1)", h->t);
     AdamWStepArgs p;
-    p.lr = lr; p.beta1 = beta1; p.beta2 = beta2; p.eps = eps; p.weight_decay = weight_decay; p.grad_scale = grad_scale;
-    p.bias_corr1 = 1.0f - powf(beta1, (float)t);
-    p.bias_corr2 = 1.0f - powf(beta2, (float)t);
-    p.t = t;
-    p.index0 = index0;
-    const bool cast = wcast.out != NULL;
-    size_t slice = n;
+    p.lr = h->lr; p.beta1 = h->beta1; p.beta2 = h->beta2; p.eps = h->eps; p.weight_decay = h->weight_decay; p.grad_scale = h->grad_scale;
+    p.bias_corr1 = 1.0f - powf(h->beta1, (float)h->t);
+    p.bias_corr2 = 1.0f - powf(h->beta2, (float)h->t);
+    p.t = h->t;
+    p.index0 = s->index0;
+    const bool cast = s->wcast.out != NULL;
+    size_t slice = s->n;
     int slices = 1;
     if (cast) {
-        if (wcast.scale == NULL || wcast.amax == NULL) FATAL("adamw_update: fp8 cast needs both wcast.scale and wcast.amax");
-        if (fp8_layers < 1 || fp8_layers > 65535 || (size_t)fp8_layers * layer_numel != n) {
-            FATAL("adamw_update: fp8 cast of %d layers x %zu elements doesn't cover the tensor's %zu elements", fp8_layers,
-                  layer_numel, n);
+        if (s->wcast.scale == NULL || s->wcast.amax == NULL) FATAL("adamw_update: fp8 cast needs both wcast.scale and wcast.amax");
+        if (s->fp8_layers < 1 || s->fp8_layers > 65535 || (size_t)s->fp8_layers * s->layer_numel != s->n) {
+            FATAL("adamw_update: fp8 cast of %d layers x %zu elements doesn't cover the tensor's %zu elements", s->fp8_layers,
+                  s->layer_numel, s->n);
         }
-        slice = layer_numel;
-        slices = fp8_layers;
+        slice = s->layer_numel;
+        slices = s->fp8_layers;
     }
-    const bool vec = (slices == 1 || slice % 8 == 0) && fp8_ptr_aligned(master, 16) && fp8_ptr_aligned(param, 16) && fp8_ptr_aligned(grad, 16) &&
-                     fp8_ptr_aligned(m, 16) && fp8_ptr_aligned(v, 16) && (!cast || fp8_ptr_aligned(wcast.out, 8));
+    const bool vec = (slices == 1 || slice % 8 == 0) && fp8_ptr_aligned(s->master, 16) && fp8_ptr_aligned(s->param, 16) &&
+                     fp8_ptr_aligned(s->grad, 16) && fp8_ptr_aligned(s->m, 16) && fp8_ptr_aligned(s->v, 16) &&
+                     (!cast || fp8_ptr_aligned(s->wcast.out, 8));
     // one iteration per thread: two vectors each on the vector path (a slice shorter than 8 elements
     // runs on its tail loop), one element on the scalar path
     size_t per_block = vec ? (size_t)256 * 16 : (size_t)256;
     size_t gx = CEIL_DIV(slice, per_block);
     if (gx > 0x7fffffff) gx = 0x7fffffff; // grid-stride beyond (2^31 blocks hold 2^43 elements on the vector path)
     dim3 grid((unsigned)gx, (unsigned)slices);
-    if (moments_bf16) adamw_launch(grid, vec, cast, master, param, grad, (floatX *)m, (floatX *)v, slice, p, wcast, fp8_tensor_stride, stream);
-    else adamw_launch(grid, vec, cast, master, param, grad, (float *)m, (float *)v, slice, p, wcast, fp8_tensor_stride, stream);
+    if (s->moments_bf16)
+        adamw_launch(grid, vec, cast, s->master, s->param, s->grad, (floatX *)s->m, (floatX *)s->v, slice, p, s->wcast, s->fp8_tensor_stride, stream);
+    else adamw_launch(grid, vec, cast, s->master, s->param, s->grad, (float *)s->m, (float *)s->v, slice, p, s->wcast, s->fp8_tensor_stride, stream);
 }
 
 __global__ void init_from_master_kernel(floatX *param, const float *master, size_t n) {

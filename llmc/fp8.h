@@ -13,7 +13,7 @@ bit restate them with exact operations (llmc/fp8_scaling.cuh). Plain C, also com
 #include <stdint.h>
 #include <math.h>
 #include <float.h>
-#include "llama_config.h" // Fp8StateLayout, FP8_DY, FP8_KINDS
+#include "fp8_layout.h"   // Fp8StateLayout, FP8_DY, FP8_KINDS
 
 #ifdef __CUDACC__
 #define FP8_HD __host__ __device__

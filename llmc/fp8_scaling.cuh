@@ -29,7 +29,7 @@ Deterministic: each output byte is written by one thread; amax uses integer atom
 #include <stdint.h>
 #include "cuda_common.cuh" // floatX, cudaLaunchCheck, FATAL
 #include "packed.cuh"      // block_commit_amax, device_num_sms
-#include "llama_config.h"  // Fp8StateLayout, FP8_KINDS, FP8_DY
+#include "fp8_layout.h"    // Fp8StateLayout, FP8_KINDS, FP8_DY
 #include "fp8.h"           // FP8_E4M3 / FP8_E5M2 format ids, FP8_E4M3_MAX, FP8_E5M2_MAX
 
 // ---------------------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 /*
 The Llama model's shape: hyperparameters, named presets, and the layout of the parameter tensors
-and of the fp8 scaling state. Shared by the GPU trainer, the CPU reference (dev/test), the PyTorch
-reference (dev/reference, which mirrors these orders) and the checkpoint format, so every one of
-them agrees on which float is which. Plain C.
+(the fp8 scaling state's is llmc/fp8_layout.h). Shared by the GPU trainer, the CPU reference
+(dev/test), the PyTorch reference (dev/reference, which mirrors these orders) and the checkpoint
+format, so every one of them agrees on which float is which. Plain C.
 
 Parameter tensors, in this order, each contiguous, all layers of one kind together (llm.c style):
    0 wte      (V, C)                  token embedding
@@ -15,15 +15,6 @@ Parameter tensors, in this order, each contiguous, all layers of one kind togeth
    7 lnfw     (C)                     final RMSNorm weight
    8 lm_head  (V, C)                  output layer; empty (0 elements) with tied embeddings, where
                                       the output layer is wte itself
-
-fp8 state: every block linear l of layer i has index lin = 4*i + {0 qkv, 1 wo, 2 w13, 3 w2}; with
--fp8_lm_head 1 the lm_head is linear 4*L. Each linear has three tensors, kind {0 X, 1 W, 2 dY}, and
-tensor index t = 3*lin + kind. All of it lives in ONE float buffer (so one NCCL call reduces every
-amax slot and one kernel updates every scale), laid out as:
-   amax_slot    [NT]      max |value| seen since the last update (atomic max, all micro-steps)
-   amax_history [NT][H]   entry 0 is the newest
-   scale        [NT]      multiply by this before casting to fp8
-   scale_inv    [NT]      1/scale, handed to the GEMM to undo the scaling
 */
 #ifndef LLMC_LLAMA_CONFIG_H
 #define LLMC_LLAMA_CONFIG_H
@@ -53,12 +44,10 @@ enum { ROPE_DEFAULT, ROPE_LLAMA3 };
 enum { NUM_PARAM_TENSORS = 9 };
 enum { P_WTE, P_LN1W, P_WQKV, P_WO, P_LN2W, P_W13, P_W2, P_LNFW, P_LM_HEAD };
 enum { LIN_QKV, LIN_WO, LIN_W13, LIN_W2, LINS_PER_LAYER };
-enum { FP8_X, FP8_W, FP8_DY, FP8_KINDS };
 
 static const char *const PARAM_NAMES[NUM_PARAM_TENSORS] = {
     "wte", "ln1w", "wqkv", "wo", "ln2w", "w13", "w2", "lnfw", "lm_head"};
 static const char *const LINEAR_NAMES[LINS_PER_LAYER + 1] = {"qkv", "wo", "w13", "w2", "lm_head"};
-static const char *const FP8_KIND_NAMES[FP8_KINDS] = {"x", "w", "dy"};
 
 static inline int config_head_size(const LlamaConfig *c) { return c->C / c->NH; }
 static inline int config_qkv_width(const LlamaConfig *c) { return (c->NH + 2 * c->NKV) * (c->C / c->NH); }
@@ -84,29 +73,6 @@ static size_t param_sizes(const LlamaConfig *c, size_t sizes[NUM_PARAM_TENSORS])
 static inline int param_is_decayed(int p) { return !(p == P_LN1W || p == P_LN2W || p == P_LNFW); }
 // 1 if tensor p holds one slice per layer (L of them, one after another), 0 for the model-wide ones.
 static inline int param_is_per_layer(int p) { return p != P_WTE && p != P_LNFW && p != P_LM_HEAD; }
-
-// Number of fp8 linears and fp8 tensors.
-static inline int fp8_num_linears(const LlamaConfig *c, int fp8_lm_head) { return LINS_PER_LAYER * c->L + (fp8_lm_head ? 1 : 0); }
-static inline int fp8_num_tensors(const LlamaConfig *c, int fp8_lm_head) { return FP8_KINDS * fp8_num_linears(c, fp8_lm_head); }
-static inline int fp8_tensor_index(int layer, int lin, int kind) { return FP8_KINDS * (LINS_PER_LAYER * layer + lin) + kind; }
-
-// Offsets (in floats) of the parts of the fp8 state buffer; total is its length.
-typedef struct {
-    size_t amax_slot, amax_history, scale, scale_inv, total;
-    int num_tensors, history_len;
-} Fp8StateLayout;
-
-static inline Fp8StateLayout fp8_state_layout(int num_tensors, int history_len) {
-    Fp8StateLayout s;
-    s.num_tensors = num_tensors;
-    s.history_len = history_len;
-    s.amax_slot = 0;
-    s.amax_history = (size_t)num_tensors;
-    s.scale = s.amax_history + (size_t)num_tensors * history_len;
-    s.scale_inv = s.scale + num_tensors;
-    s.total = s.scale_inv + num_tensors;
-    return s;
-}
 
 // Named presets; returns 0 if the name is unknown. V is a default the tokenizer/data may override.
 static int config_from_preset(const char *name, LlamaConfig *c) {

@@ -108,8 +108,9 @@ static void validate_adamw(const char *name, size_t n, int layers, size_t layer_
         std::vector<uint16_t> g(n);
         for (size_t i = 0; i < n; i++) g[i] = float_to_bf16(random_normal(&s) * 0.01f);
         upload(G, g.data(), n);
-        adamw_update(W, P, G, M, Vv, bf16m, n, index0, h.lr, h.b1, h.b2, h.eps, h.wd, h.grad_scale, t, wc, layers,
-                     layer_numel, stride, 0);
+        const AdamWSlice sl = {W, P, G, M, Vv, bf16m, n, index0, wc, layers, layer_numel, stride};
+        const AdamWStep st = {h.lr, h.b1, h.b2, h.eps, h.wd, h.grad_scale, t};
+        adamw_update(&sl, &st, 0);
         cpu_adamw(w, m, v, g, h, t);
         cudaCheck(cudaDeviceSynchronize());
         download(gw.data(), W, n); download(gp.data(), P, n);
@@ -294,9 +295,11 @@ static void bench(void) {
         const Row &row = rows[r];
         cudaCheck(cudaMemset(m, 0, n * sizeof(float)));
         cudaCheck(cudaMemset(v, 0, n * sizeof(float)));
+        const AdamWSlice sl = {w, row.param ? p : NULL, g, m, v, row.bf16m, n, 0, row.cast ? wc : none, row.cast ? L : 0,
+                               row.cast ? layer_numel : 0, stride};
         t[r] = time_median_ms_queued([&](int i) {
-            adamw_update(w, row.param ? p : NULL, g, m, v, row.bf16m, n, 0, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, i + 1,
-                         row.cast ? wc : none, row.cast ? L : 0, row.cast ? layer_numel : 0, stride, 0); }, reps, warmup);
+            const AdamWStep st = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, i + 1};
+            adamw_update(&sl, &st, 0); }, reps, warmup);
     }
     float *out = device_alloc<float>(1);
     float t_norm = time_median_ms_queued([&](int) { global_norm_squared(out, g, n, 0); }, reps, warmup);

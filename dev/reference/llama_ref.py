@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """
-Independent PyTorch reference for train_llama_fp8 (written from dev/test/README.md and
-llmc/llama_config.h only). It builds a tiny Llama from a seed, runs forward + backward and nsteps
+Independent PyTorch reference for train_llama_fp8 (written from dev/test/README.md,
+llmc/llama_config.h and llmc/fp8_layout.h only). It builds a tiny Llama from a seed, runs forward + backward and nsteps
 AdamW steps (global-norm clipping, gradient accumulation, constant lr), optionally with every block
 linear in fp8 emulation (per-tensor delayed scaling, E4M3 for X and W, E5M2 for dY), and writes the
 fixture files that the C tests read (binary format: dev/test/README.md). The model also has tied
@@ -92,7 +92,7 @@ class Config:
     def num_params(self):
         return sum(int(np.prod(s)) for s in self.param_shapes())
 
-    # fp8 state layout (llama_config.h, fp8_lm_head 0)
+    # fp8 state layout (llmc/fp8_layout.h, fp8_lm_head 0)
     def num_fp8_tensors(self):
         return 3 * 4 * self.L
 

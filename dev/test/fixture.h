@@ -14,7 +14,8 @@ writer). Plain C, also C++.
 #include <stdarg.h>
 #include <stdint.h>
 #include <errno.h>
-#include "llmc/llama_config.h" // LlamaConfig, param_sizes, config_check, fp8_state_layout
+#include "llmc/llama_config.h" // LlamaConfig, param_sizes, config_check
+#include "llmc/fp8_layout.h"   // Fp8StateLayout, fp8_state_layout, fp8_num_tensors
 #include "llmc/utils.h"        // mallocCheck
 
 #define FIXTURE_MAGIC 20261130

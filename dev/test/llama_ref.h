@@ -33,7 +33,8 @@ micro-steps of the current optimizer step. ref_free at the end.
 
 #include <math.h>
 #include <string.h>
-#include "llmc/llama_config.h" // LlamaConfig, parameter order, fp8 state layout
+#include "llmc/llama_config.h" // LlamaConfig, parameter order
+#include "llmc/fp8_layout.h"   // fp8 state layout, tensor kinds and indices
 #include "llmc/utils.h"        // FATAL, mallocCheck, callocCheck, random_normal
 #include "llmc/fp8.h"          // fp8_quantize, fp8_compute_scale, fp8_update_state
 
@@ -90,7 +91,7 @@ typedef struct {
     // fp8 emulation of the block linears (and of lm_head with fp8_lm_head)
     int fp8, fp8_current, fp8_lm_head, fp8_history, fp8_margin;
     Fp8StateLayout fp8_layout;
-    float *fp8_state;    // the GPU's state buffer, layout of llama_config.h (NULL without fp8)
+    float *fp8_state;    // the GPU's state buffer, layout of llmc/fp8_layout.h (NULL without fp8)
     uint64_t *fp8_counts; // (FP8_COUNTS per fp8 tensor, llmc/fp8.h) underflows and saturations of tensor t's
                           // casts in the current step, all micro-steps (fp8_underflows, fp8_saturates); NULL without fp8
     ref_real *params_fp8; // (num_params) decoded E4M3 copies of the fp8 linears' weights (scaled domain)

@@ -15,6 +15,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 root=$PWD
+export MUTATIONS_SOURCE=$root # the copies have no .git: a command comparing with a git revision finds it here (same_bits.sh)
 [ -x .venv/bin/python3 ] && PATH="$root/.venv/bin:$PATH" # for the commands that run a Python suite
 work=$(mktemp -d /tmp/mutations.XXXXXX)
 trap 'rm -rf "$work"' EXIT
