@@ -1897,19 +1897,19 @@ static void test_doc_mask_step_vs_cpu(void) {
         model_init(&m, &c, &mo);
         model_set_weights(&m, ref.params);
         AdamWParams h = {0.0f, 0.9f, 0.95f, 1e-8f, 0.0f, 0.0f};
-        float *losses = (float *)mallocCheck(grad_accum * N * sizeof(float)), gn;
-        int skipped;
-        loss[use_cudnn] = train_step(&m, in, tg, grad_accum, &h, losses, g_norm_device, &gn, &skipped, g_stream);
+        float *losses = (float *)mallocCheck(grad_accum * N * sizeof(float));
+        StepResult r = train_step_on(&m, in, tg, grad_accum, &h, losses);
+        loss[use_cudnn] = r.loss;
         cudaCheck(cudaDeviceSynchronize());
         grads[use_cudnn] = download_bf16(m.grads_memory, m.num_params);
         qkv[use_cudnn] = download_bf16(m.acts.qkv, nqkv); // micro-batch 1's, whose inputs acts.inputs still holds
-        model_forward(&m, 0, 0.0f, g_stream);
+        model_forward(&m, eval_pass(&m), 0, 0.0f, g_stream);
         cudaCheck(cudaDeviceSynchronize());
         logits[use_cudnn] = download_bf16(m.acts.logits, nl);
         const char *what = use_cudnn ? "doc mask, cuDNN on" : "doc mask, cuDNN off";
         double el = rel_err(logits[use_cudnn], ref.logits, nl);
         printf("    %s: loss gpu %.6f cpu %.6f | logits rel %.2e\n", what, loss[use_cudnn], ref_loss, el);
-        CHECK(!skipped && fabsf(loss[use_cudnn] - ref_loss) / ref_loss < BF16_SMALL.loss, "%s: loss %.6f vs %.6f", what, loss[use_cudnn], ref_loss);
+        CHECK(!r.skipped && fabsf(loss[use_cudnn] - ref_loss) / ref_loss < BF16_SMALL.loss, "%s: loss %.6f vs %.6f", what, loss[use_cudnn], ref_loss);
         CHECK(el < BF16_SMALL.logits, "%s: micro-batch 1's logits rel %.3e >= %.1e", what, el, BF16_SMALL.logits);
         for (int l = 0; l < c.L; l++) {
             size_t off = (size_t)l * N * QKV;
