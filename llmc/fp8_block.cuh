@@ -336,7 +336,10 @@ void matmul_fp8_block_dgrad(floatX *dx, const fp8e5 *dy, const fp8e4 *w_t, const
 }
 
 // wgrad: dw (OUT,IN) (+)= dY^T X, dy_t = dY^T (OUT,N) E5M2 and x_t = X^T (IN,N) E4M3, each with its VEC128
-// scales along the tokens (fp8_block_cast's out_t, sinv_t of dY and X). accumulate adds the old dw.
+// scales along the tokens (fp8_block_cast's out_t, sinv_t of dY and X). accumulate adds the old dw:
+// cuBLASLt (13.1, H200) rounds the product to bf16 first, dw = bf16(bf16(dY^T X) + dw), an error of up
+// to 2^-8 |dY^T X| more than one rounding (dev/cuda/fp8_block.cu's bound), the same as summing bf16
+// micro-step gradients.
 void matmul_fp8_block_wgrad(floatX *dw, const fp8e5 *dy_t, const fp8e4 *x_t, const float *dy_t_sinv, const float *x_t_sinv,
                             int N, int IN, int OUT, int accumulate, cudaStream_t stream) {
     matmul_fp8_block_check("matmul_fp8_block_wgrad");

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs the CPU test suites (C, host-only trainer checks, every dev/test/test_*.py) and, when a GPU
 # answers nvidia-smi, the GPU suites (test_llama_fp8, dev/test/test_signal.sh and dev/test/test_hf_gpu.sh
-# on the trainer) and the dev/cuda kernel checks listed in KERNEL_CHECKS (their fp8 health counts see
-# inputs with exact zeros, which the trainer's tensors almost never hold);
+# on the trainer) and the dev/cuda kernel checks listed in KERNEL_CHECKS (rmsnorm: its fp8 health
+# counts see inputs with exact zeros, which the trainer's tensors almost never hold; fp8_block
+# -validate: the block casts and block-scaled GEMMs against the C reference, which the trainer does
+# not run yet);
 # prints each suite's time and the combined "N passed, N failed" line last. Exit status is non-zero if anything failed.
 # Python runs from the project's environment, .venv/ (make test creates it from requirements.txt), put
 # first on PATH so that scripts calling python3 get it too.
@@ -15,7 +17,9 @@ cd "$(dirname "$0")/../.."
 passed=0; failed=0
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-KERNEL_CHECKS="rmsnorm"
+KERNEL_CHECKS="rmsnorm fp8_block"
+# the arguments each runs with: fp8_block validates only (its timing takes minutes and checks nothing)
+declare -A KERNEL_ARGS=([fp8_block]=-validate)
 
 # timed_out RC T0 LIMIT: whether timeout(1) stopped the command: 124, or 137 when it ignored SIGTERM
 # and took the SIGKILL (a suite killed by SIGKILL before its limit exits 137 too)
@@ -90,8 +94,8 @@ if nvidia-smi -L >/dev/null 2>&1; then
         run_suite signal "$gpu_limit" bash dev/test/test_signal.sh
         run_suite hf_gpu "$gpu_limit" bash dev/test/test_hf_gpu.sh
         for k in $KERNEL_CHECKS; do
-            echo "== dev/cuda/$k"
-            run_check "dev/cuda/$k" "$gpu_limit" "./dev/cuda/$k"
+            echo "== dev/cuda/$k ${KERNEL_ARGS[$k]:-}"
+            run_check "dev/cuda/$k" "$gpu_limit" "./dev/cuda/$k" ${KERNEL_ARGS[$k]:-}
         done
     else
         echo "building train_llama_fp8, test_llama_fp8 and dev/cuda's $KERNEL_CHECKS failed"

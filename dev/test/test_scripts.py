@@ -540,13 +540,16 @@ RUNNER = os.path.join(ROOT, "dev", "test", "run_tests.sh")
 # the suites run_tests.sh runs, as paths in the tree (the Python ones are found by its glob)
 CPU_SUITES = ["dev/test/test_cpu", "dev/test/test_trainer_host", "dev/test/test_zero_layout"]
 PY_SUITES = ["dev/test/test_a.py", "dev/test/test_b.py"]
-GPU_SUITES = ["test_llama_fp8", "dev/test/test_signal.sh", "dev/test/test_hf_gpu.sh", "dev/cuda/rmsnorm"]
+GPU_SUITES = ["test_llama_fp8", "dev/test/test_signal.sh", "dev/test/test_hf_gpu.sh", "dev/cuda/rmsnorm", "dev/cuda/fp8_block"]
+# the arguments a suite must be run with (none where not listed): fp8_block's full run times for minutes
+SUITE_ARGS = {"dev/cuda/fp8_block": "-validate"}
 
 
 def fake_tree(tmp, outcomes, gpu, build_ok=True, venv=True):
     """A copy of the runner beside fake suites; outcomes maps a suite to (stdout, exit status, signal),
     signal "HANG" for one that never ends. The Python suites pass only when run by .venv/bin/python3
-    (a wrapper that marks its children), the GPU shell scripts only when python3 on their PATH is it."""
+    (a wrapper that marks its children), the GPU shell scripts only when python3 on their PATH is it,
+    the others only with their SUITE_ARGS."""
     root = tempfile.mkdtemp(dir=tmp)
     for d in ("dev/test", "dev/cuda", "bin"):
         os.makedirs(os.path.join(root, d))
@@ -567,6 +570,8 @@ def fake_tree(tmp, outcomes, gpu, build_ok=True, venv=True):
             body += ("time.sleep(60)\n" if sig == "HANG" else f"os.kill(os.getpid(), signal.{sig})\n" if sig else f"sys.exit({rc})\n")
         else:
             body = "#!/bin/sh\n"
+            args = SUITE_ARGS.get(suite, "")
+            body += f"[ \"$*\" = {shlex_quote(args)} ] || {{ echo \"run with '$*', not '{args}'\"; echo '0 passed, 1 failed'; exit 1; }}\n"
             if suite.endswith(".sh"):
                 body += f"[ \"$(command -v python3)\" = {shlex_quote(venv_python)} ] || {{ echo 'python3 is not the venv one'; echo '0 passed, 1 failed'; exit 1; }}\n"
             body += f"printf '%s\\n' {shlex_quote(text)}\n"
@@ -617,6 +622,8 @@ def test_runner(tmp):
         ("the GPU suite killed", {"test_llama_fp8": ("", 0, "KILL")}, True, True, n_cpu + n_gpu - 1, 1, {}, "suite 'gpu' crashed (exit 137) before printing its summary"),
         ("dev/cuda/rmsnorm failing", {"dev/cuda/rmsnorm": ("rmsnorm: FAIL (2 checks failed)", 1, None)}, True, True, n_cpu + n_gpu - 1, 1,
          {}, "check 'dev/cuda/rmsnorm' failed (exit 1)"),
+        ("dev/cuda/fp8_block -validate failing", {"dev/cuda/fp8_block": ("fp8_block: 3 FAILED", 1, None)}, True, True,
+         n_cpu + n_gpu - 1, 1, {}, "check 'dev/cuda/fp8_block' failed (exit 1)"),
         ("the GPU build failing", {}, True, False, n_cpu, 1, {}, None),
         ("no GPU: the GPU suites are not run", {"test_llama_fp8": ("0 passed, 5 failed", 1, None)}, False, True, n_cpu, 0, {}, None),
     ]
