@@ -139,7 +139,7 @@ static const OptSpec OPTION_SPECS[] = {
     OPT_B("-r", recompute, "0", "recompute in backward: 0 none, 1 SwiGLU output (saves memory)"),
     OPT_B("-cuda_graph", cuda_graph, "1", "1: one GPU replays each step's forward and backward as one CUDA graph (from the second step; the same results, fewer launches); 0: launch kernel by kernel"),
     OPT_B("-deterministic", deterministic, "0", "1: bit-reproducible runs and resumes (deterministic attention backward, heuristic GEMM algorithms); 0: faster"),
-    OPT_B("-doc_mask", doc_mask, "0", "1: a token attends only to its own document (each starts at the decode table's document-start id, -tok) and RoPE positions restart there; runs on the plain attention kernels, not cuDNN (slower: docs/attention.md)"),
+    OPT_B("-doc_mask", doc_mask, "0", "1: a token attends only to its own document (each starts at the decode table's document-start id, -tok) and RoPE positions restart there; on cuDNN with an additive (B, 1, T, T) mask where it takes the shape, else the plain kernels (slower: docs/attention.md)"),
     OPT_I("-seed", seed, "1337", 0, INT_MAX, "seed for init, data shuffling and sampling"),
     OPT_B("-shuffle", shuffle, "0", "1: shuffle batch order each epoch"),
     OPT_C("-fp8_recipe", fp8_recipe, "delayed", "delayed current", "delayed (amax history) or current (amax of this tensor now)"),
@@ -306,6 +306,7 @@ typedef struct {
     float *rmsnorm_scratch;
     int *inputs, *targets; // (B, T) on the device
     int *doc_pos;          // (B, T) each input's position in its document, from the inputs (-doc_mask 1; else NULL)
+    floatX *doc_bias;      // (B, 1, T, T) the same mask as cuDNN's additive bias, from doc_pos (-doc_mask 1 on a shape cuDNN takes; else NULL)
 } Activations;
 
 
@@ -565,6 +566,8 @@ static void model_init(Model *m, const LlamaConfig *cfg, const ModelOptions *opt
     a->inputs = (int *)model_alloc(m, N * sizeof(int), "token buffers");
     a->targets = (int *)model_alloc(m, N * sizeof(int), "token buffers");
     if (opt->doc_mask) a->doc_pos = (int *)model_alloc(m, N * sizeof(int), "document positions");
+    if (opt->doc_mask && attention_doc_bias_wanted(opt->T, c->NH, c->NKV, (int)C / c->NH))
+        a->doc_bias = (floatX *)model_alloc(m, N * opt->T * sizeof(floatX), "document mask bias (cuDNN)");
     encoder_backward_init(&m->enc_bwd, (int)N, (int)C);
     m->norm_device = (float *)model_alloc(m, sizeof(float), "gradient norm");
 }
@@ -793,6 +796,7 @@ static void model_forward(Model *m, Pass p, int with_targets, float dloss, cudaS
 
     encoder_forward(a->encoded, a->inputs, m->param[P_WTE], N, C, stream);
     if (a->doc_pos) doc_positions(a->doc_pos, a->inputs, B, T, m->opt.doc_start_id, stream); // the backward reads them too
+    if (a->doc_bias) doc_bias_forward(a->doc_bias, a->doc_pos, B, T, stream); // the same mask as cuDNN's bias, for both passes
     Fp8Site s = fp8_site(fs, p.fp8, fp8_tensor_index(0, LIN_QKV, FP8_X), a->ln1_fp8, a->ln1, NC);
     rmsnorm_forward(s.bf16, a->ln1_rstd, a->encoded, m->param[P_LN1W], N, C, c->norm_eps, s.cast, stream);
     fp8_site_finish(fs, &s, stream);
@@ -805,7 +809,7 @@ static void model_forward(Model *m, Pass p, int with_targets, float dloss, cudaS
 
         linear_forward(m, p, l, LIN_QKV, qkv, layer_ptr(a->ln1, l, NC), layer_ptr8(a->ln1_fp8, l, NC), stream);
         rope_forward(qkv, m->rope_freqs, a->doc_pos, B, T, NH, NKV, HS, stream);
-        attention_forward(atty, stats, qkv, a->doc_pos, B, T, NH, NKV, HS, stream);
+        attention_forward(atty, stats, qkv, a->doc_pos, a->doc_bias, B, T, NH, NKV, HS, stream);
         if (m->fp8.on) fp8_cast_existing(fs, p.fp8, fp8_tensor_index(l, LIN_WO, FP8_X), a->atty_fp8, atty, NC, stream);
         linear_forward(m, p, l, LIN_WO, a->proj, atty, a->atty_fp8, stream);
 
@@ -923,7 +927,7 @@ static void model_backward(Model *m, Pass p, cudaStream_t stream) {
 
         // attention: wo, the fused attention, RoPE, qkv, then the norm that fed it
         linear_backward(m, p, l, LIN_WO, a->dbtc, a->dres, atty, NULL, NULL, 0, stream); // X^T recast from the bf16 output
-        attention_backward(a->dqkv, a->dbtc, qkv, atty, stats, a->doc_pos, B, T, NH, NKV, HS, stream);
+        attention_backward(a->dqkv, a->dbtc, qkv, atty, stats, a->doc_pos, a->doc_bias, B, T, NH, NKV, HS, stream);
         s = fp8_site(fs, p.fp8, fp8_tensor_index(l, LIN_QKV, FP8_DY), a->dy_fp8, a->dqkv, NQKV);
         rope_backward(a->dqkv, m->rope_freqs, a->doc_pos, B, T, NH, NKV, HS, s.cast, stream);
         fp8_site_finish(fs, &s, stream);
@@ -2195,9 +2199,12 @@ static void print_run(const Model *m, const Options *o, const MultiGpu *mg, cons
                gpus, o->precision, m->fp8.on ? (m->fp8.live_always ? " (current scaling)" : " (delayed scaling)") : "",
                run_model_name(o), cfg->V, cfg->L, cfg->C, cfg->NH, cfg->NKV, cfg->FF, cfg->rope_theta, rope, cfg->tied_embeddings ? " | tied embeddings" : "",
                m->num_params / 1e6);
-        printf("B %d T %d | total batch %d tokens (grad accum %d) | %d steps | lr %g warmup %d final %g | wd %g clip %g | AdamW moments %s | %s attention\n",
+        // a document-masked call runs on cuDNN only given the bias model_init allocated
+        const int cudnn = attention_uses_cudnn(o->B, o->T, cfg->NH, cfg->NKV, cfg->C / cfg->NH, o->doc_mask) &&
+                          (!o->doc_mask || m->acts.doc_bias != NULL);
+        printf("B %d T %d | total batch %d tokens (grad accum %d) | %d steps | lr %g warmup %d final %g | wd %g clip %g | AdamW moments %s | %s%s attention\n",
                o->B, o->T, o->total_batch, grad_accum, o->max_steps, o->lr, o->warmup, o->final_lr_frac, o->weight_decay, o->grad_clip, o->adam_moments,
-               o->doc_mask ? "document-masked plain" : attention_uses_cudnn(o->B, o->T, cfg->NH, cfg->NKV, cfg->C / cfg->NH) ? "cuDNN fused" : "plain");
+               o->doc_mask ? "document-masked " : "", cudnn ? "cuDNN fused" : "plain");
         printf("device memory allocated: %.2f GiB%s%s\n", m->bytes_allocated / 1073741824.0, mg->world > 1 ? " per GPU (ZeRO-1)" : "",
                resumed_from >= 0 ? " | resumed" : "");
         if (resumed_from >= 0) printf("resumed from step %d of '%s'\n", resumed_from, o->log_dir);
@@ -2244,13 +2251,13 @@ int main(int argc, char **argv) {
         if (o.max_steps < 1) o.max_steps = 1;
     }
 
+    attention_init(1, o.deterministic); // before model_init: -doc_mask 1 allocates cuDNN's bias only if cuDNN runs
     Model m;
     model_init(&m, &cfg, &mo, &mg);
     mg_check_agree(&mg, (long long)m.num_params, "the number of parameters");
     mg_check_agree(&mg, grad_accum, "the gradient accumulation steps");
     matmul_init();
     matmul_set_tuning(!o.deterministic);
-    attention_init(1, o.deterministic);
     TrainState ts;
     memset(&ts, 0, sizeof(ts));
     ts.grad_accum = grad_accum; ts.world = world; ts.rank = rank;

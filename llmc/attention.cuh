@@ -17,9 +17,11 @@ token's position in its document (doc_positions makes it on the GPU from the tok
 llmc/doc_mask.h's rule); query t then sees only the keys t - doc_pos[t] .. t, its document's. NULL:
 causal over the whole row. A document's start, t - doc_pos[t], never decreases along a row, so a block
 of queries needs no key before its first query's start, and a block of keys no query past the first
-query tile whose start lies beyond its last key. Only the plain kernels take doc_pos: cuDNN's ragged
-(packed documents) layout is not built, so attention_forward / attention_backward send every
-document-masked call to them.
+query tile whose start lies beyond its last key. The plain kernels take doc_pos; cuDNN takes the same
+mask as doc_bias (B, 1, T, T) bf16, which doc_bias_forward writes from doc_pos: 0 for a query's keys
+from its document's start on, ATT_DOC_BIAS_MASKED before it, added to the scaled scores ahead of the
+causal mask (llmc/cudnn_att.cuh). attention_forward / attention_backward send a document-masked call to
+cuDNN when it is given doc_bias and cuDNN takes the shape, else to the plain kernels.
 
 The plain kernels: correct for any T (no tiling constraint on T), any HS <= 256, any NH % NKV == 0.
 They are the reference the fused path is tested against (dev/cuda/attention.cu) and the fallback for
@@ -392,6 +394,31 @@ void doc_positions(int *pos, const int *inputs, int B, int T, int doc_start_id, 
     cudaLaunchCheck();
 }
 
+// The document bias outside a query's document. Finite, not -inf: a query whose document starts past
+// the first key tiles sees whole tiles masked before any key of its own, and a finite value keeps the
+// online softmax's running max finite there (no -inf - -inf); exp of it minus any real score is 0 in
+// fp32, and it is far from bf16's largest (3.4e38), so scaling it by log2(e) cannot overflow.
+#define ATT_DOC_BIAS_MASKED -1e30f
+
+// document masking's bias for cuDNN: grid (T, B), one block per query row t of batch row b writes its T
+// keys: 0 from the query's document start on (the keys after t too: the causal mask drops those),
+// ATT_DOC_BIAS_MASKED before it.
+__global__ void doc_bias_kernel(floatX *bias, const int *doc_pos, int T) {
+    const int t = blockIdx.x, b = blockIdx.y;
+    const int start = t - doc_pos[(size_t)b * T + t];
+    floatX *row = bias + ((size_t)b * T + t) * T;
+    const floatX zero = __float2bfloat16(0.0f), masked = __float2bfloat16(ATT_DOC_BIAS_MASKED);
+    for (int u = threadIdx.x; u < T; u += blockDim.x) row[u] = u >= start ? zero : masked;
+}
+
+// bias (B, 1, T, T) <- doc_pos (B, T): cuDNN's form of document masking (the top of this file), for the
+// forward and the backward of the same batch. Run after doc_positions, before any attention, in every
+// forward: the mask changes with the tokens, and a CUDA graph of the step replays this kernel with them.
+void doc_bias_forward(floatX *bias, const int *doc_pos, int B, int T, cudaStream_t stream) {
+    doc_bias_kernel<<<dim3(T, B), 256, 0, stream>>>(bias, doc_pos, T);
+    cudaLaunchCheck();
+}
+
 // ---------------------------------------------------------------------------------------------------
 // launchers of the plain path
 
@@ -465,17 +492,31 @@ void attention_destroy(void) {
     g_att_use_cudnn = 0;
 }
 
-// Which path this shape takes ("cudnn", or "plain (why)"), for logs and tests. On the cuDNN path this
-// builds the plan if it is not cached yet (slow the first time, and it prints what it found).
-const char *attention_path(int B, int T, int NH, int NKV, int HS, int backward) {
+// Which path this shape takes ("cudnn", or "plain (why)"), for logs and tests; doc_mask: a
+// document-masked call given its bias. On the cuDNN path this builds the plan if it is not cached yet
+// (slow the first time, and it prints what it found).
+const char *attention_path(int B, int T, int NH, int NKV, int HS, int backward, int doc_mask) {
 #ifdef ENABLE_CUDNN
     if (!g_att_use_cudnn) return "plain (cuDNN off)";
     const char *why_not = cudnn_att_unsupported(T, NH, NKV, HS);
     if (why_not != NULL) return why_not;
-    return cudnn_att_plan_ready(B, T, NH, NKV, HS, backward) ? "cudnn" : "plain (no cuDNN plan for this shape)";
+    return cudnn_att_plan_ready(B, T, NH, NKV, HS, backward, doc_mask ? ATT_MASK_DOC_BIAS : ATT_MASK_CAUSAL)
+               ? "cudnn" : "plain (no cuDNN plan for this shape)";
 #else
-    (void)B; (void)T; (void)NH; (void)NKV; (void)HS; (void)backward;
+    (void)B; (void)T; (void)NH; (void)NKV; (void)HS; (void)backward; (void)doc_mask;
     return "plain (built without cuDNN)";
+#endif
+}
+
+// 1 if document-masked attention of this shape may run on cuDNN, which then reads the bias
+// doc_bias_forward writes (B * T * T bf16): cuDNN initialized and the shape one it takes. Whether its
+// plans build is known only on first use; without them the plain kernels run, given the bias or not.
+int attention_doc_bias_wanted(int T, int NH, int NKV, int HS) {
+#ifdef ENABLE_CUDNN
+    return g_att_use_cudnn && cudnn_att_unsupported(T, NH, NKV, HS) == NULL;
+#else
+    (void)T; (void)NH; (void)NKV; (void)HS;
+    return 0;
 #endif
 }
 
@@ -489,35 +530,41 @@ const void *attention_workspace(void) {
 #endif
 }
 
-// 1 if both the forward and the backward of this shape run on cuDNN (builds their plans, see above).
-int attention_uses_cudnn(int B, int T, int NH, int NKV, int HS) {
-    return strcmp(attention_path(B, T, NH, NKV, HS, 0), "cudnn") == 0 &&
-           strcmp(attention_path(B, T, NH, NKV, HS, 1), "cudnn") == 0;
+// 1 if both the forward and the backward of this shape (doc_mask: document-masked, with the bias) run
+// on cuDNN (builds their plans, see above).
+int attention_uses_cudnn(int B, int T, int NH, int NKV, int HS, int doc_mask) {
+    return strcmp(attention_path(B, T, NH, NKV, HS, 0, doc_mask), "cudnn") == 0 &&
+           strcmp(attention_path(B, T, NH, NKV, HS, 1, doc_mask), "cudnn") == 0;
 }
 
-// out (B, T, NH*HS), stats (B, NH, T) <- qkv (B, T, NH + 2*NKV, HS); doc_pos (B, T): document masking
-// (the plain kernels), NULL: causal over each row.
-void attention_forward(floatX *out, float *stats, const floatX *qkv, const int *doc_pos, int B, int T, int NH, int NKV, int HS,
-                       cudaStream_t stream) {
+// out (B, T, NH*HS), stats (B, NH, T) <- qkv (B, T, NH + 2*NKV, HS). doc_pos (B, T): document masking,
+// NULL: causal over each row; doc_bias (B, 1, T, T): doc_bias_forward's of the same doc_pos, which lets
+// a document-masked call run on cuDNN (NULL: the plain kernels); ignored without doc_pos.
+void attention_forward(floatX *out, float *stats, const floatX *qkv, const int *doc_pos, const floatX *doc_bias, int B, int T,
+                       int NH, int NKV, int HS, cudaStream_t stream) {
 #ifdef ENABLE_CUDNN
-    if (doc_pos == NULL && g_att_use_cudnn && cudnn_att_unsupported(T, NH, NKV, HS) == NULL &&
-        cudnn_att_forward(out, stats, qkv, B, T, NH, NKV, HS, stream)) {
+    if ((doc_pos == NULL || doc_bias != NULL) && g_att_use_cudnn && cudnn_att_unsupported(T, NH, NKV, HS) == NULL &&
+        cudnn_att_forward(out, stats, qkv, doc_pos != NULL ? doc_bias : NULL, B, T, NH, NKV, HS, stream)) {
         return;
     }
+#else
+    (void)doc_bias;
 #endif
     attention_forward_plain(out, stats, qkv, doc_pos, B, T, NH, NKV, HS, stream);
 }
 
-// dqkv (B, T, NH + 2*NKV, HS) <- dout (B, T, NH*HS), with the forward's qkv, out, stats and doc_pos.
-// Writes (does not accumulate) every element of dqkv. Deterministic unless attention_init chose cuDNN's
-// fast backward.
+// dqkv (B, T, NH + 2*NKV, HS) <- dout (B, T, NH*HS), with the forward's qkv, out, stats, doc_pos and
+// doc_bias. Writes (does not accumulate) every element of dqkv. Deterministic unless attention_init
+// chose cuDNN's fast backward.
 void attention_backward(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *stats,
-                        const int *doc_pos, int B, int T, int NH, int NKV, int HS, cudaStream_t stream) {
+                        const int *doc_pos, const floatX *doc_bias, int B, int T, int NH, int NKV, int HS, cudaStream_t stream) {
 #ifdef ENABLE_CUDNN
-    if (doc_pos == NULL && g_att_use_cudnn && cudnn_att_unsupported(T, NH, NKV, HS) == NULL &&
-        cudnn_att_backward(dqkv, dout, qkv, out, stats, B, T, NH, NKV, HS, stream)) {
+    if ((doc_pos == NULL || doc_bias != NULL) && g_att_use_cudnn && cudnn_att_unsupported(T, NH, NKV, HS) == NULL &&
+        cudnn_att_backward(dqkv, dout, qkv, out, stats, doc_pos != NULL ? doc_bias : NULL, B, T, NH, NKV, HS, stream)) {
         return;
     }
+#else
+    (void)doc_bias;
 #endif
     attention_backward_plain(dqkv, dout, qkv, out, stats, doc_pos, B, T, NH, NKV, HS, stream);
 }

@@ -2,8 +2,15 @@
 Fused causal GQA attention through cuDNN's backend (graph) C API: a forward graph that also emits the
 softmax Stats (log-sum-exp per query row, needed by the backward) and a deterministic backward graph.
 No cudnn-frontend: every tensor and operation is a cudnnBackend descriptor (docs/attention.md
-has the recipe). Graphs are built once per (B, T, NH, NKV, HS, direction) and cached with their plan;
-all plans share one workspace that only grows when a plan is built, never in steady state.
+has the recipe). Graphs are built once per (B, T, NH, NKV, HS, direction, mask) and cached with their
+plan; all plans share one workspace that only grows when a plan is built, never in steady state.
+
+Masks (the plan key's `mask`): ATT_MASK_CAUSAL, causal over each row; ATT_MASK_DOC_BIAS, document
+masking (-doc_mask 1) as an additive bias (B, 1, T, T) bf16 added to the scaled scores before the
+causal mask: 0 for the keys of the query's document, a large negative for the keys before its start
+(cudnn-frontend's SDPA "bias": documented for the forward and the backward, (B, 1, S_q, S_kv) among its
+shapes, no dBias needed). The caller writes it (llmc/attention.cuh doc_bias_forward); every causal tile
+is still computed, and each reads its tile of the bias.
 Compiled only when the Makefile defines ENABLE_CUDNN (link -lcudnn); llmc/attention.cuh dispatches here
 for the shapes cudnn_att_unsupported() accepts and falls back to its plain kernels otherwise, including
 when building a plan fails (printed once per shape, never fatal).
@@ -58,9 +65,12 @@ static int g_cudnn_sm_major = 0;          // compute capability major of the dev
 #define CUDNN_ATT_MAX_OPS 64    // the fp8 backward graph has 43
 #define CUDNN_ATT_MAX_PLANS 32
 
+enum { ATT_MASK_CAUSAL, ATT_MASK_DOC_BIAS }; // the score mask a plan's graphs apply (the top of this file)
+
 typedef struct {
     int B, T, NH, NKV, HS, backward, deterministic; // deterministic: the backward form (forward: 1)
     int fp8;                        // the fp8 graphs (cudnn_att_fp8_*), else bf16
+    int mask;                       // ATT_MASK_CAUSAL or ATT_MASK_DOC_BIAS (bf16 only; fp8 is causal)
     int failed;                     // building failed: the plain kernel runs, nothing is retried
     char failure[320];              // why (the last graph variant's error), for cudnn_att_plan_failure
     int nondeterministic;           // the engine is marked NONDETERMINISTIC (printed for fp8 plans)
@@ -81,7 +91,7 @@ static int g_cudnn_nplans = 0;
 enum {
     ATT_UID_Q = 1, ATT_UID_KT, ATT_UID_V, ATT_UID_VT, ATT_UID_O, ATT_UID_STATS, ATT_UID_SCALE,
     ATT_UID_NEG_INF, ATT_UID_DO, ATT_UID_DQ, ATT_UID_DK, ATT_UID_DV, ATT_UID_ONE, ATT_UID_SOFTMAX_SUM,
-    ATT_UID_DQ_ACCUM,
+    ATT_UID_DQ_ACCUM, ATT_UID_DOC_BIAS,
     // fp8 graphs: device scalars ({1,1,1,1} fp32), each at its own 16-byte slot of the workspace (in this order)
     ATT_UID_DESCALE_Q, ATT_UID_DESCALE_K, ATT_UID_DESCALE_V, ATT_UID_DESCALE_O, ATT_UID_DESCALE_DO,
     ATT_UID_DESCALE_S, ATT_UID_DESCALE_DP, ATT_UID_SCALE_S, ATT_UID_SCALE_O, ATT_UID_SCALE_DP, ATT_UID_SCALE_DQ,
@@ -346,6 +356,7 @@ typedef struct {
     Dims4 qkv_st, qkv_t_st;               // Q, K, V (and dQ, dK, dV) in the packed qkv rows; K^T, V^T
     Dims4 o_st;                           // O, dO: (B, T, NH*HS)
     Dims4 full_head_st;                   // a K or V gradient per query head, packed (GQA)
+    Dims4 bias, bias_st;                  // (B, 1, T, T): the document bias, broadcast over the heads
 } AttShapes;
 
 static AttShapes att_shapes(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS) {
@@ -363,19 +374,23 @@ static AttShapes att_shapes(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64
     d.qkv_t_st = dims4(T * H3 * HS, HS, 1, H3 * HS);
     d.o_st = dims4(T * NH * HS, HS, NH * HS, 1);
     d.full_head_st = dims4(NH * T * HS, T * HS, HS, 1);
+    d.bias = dims4(B, 1, T, T);
+    d.bias_st = dims4(T * T, T * T, T, 1);
     return d;
 }
 
 // The non-virtual tensors the graphs share (in their variant packs), declared in this order: Q, K^T and
 // V (forward) or V^T (backward), O, all x_type; the backward's dO; Stats (fp32); attn_scale and -inf (by
-// value); the backward's dQ, dK, dV. grad_type is dO's and dQ, dK, dV's (backward only).
+// value); the document bias (ATT_MASK_DOC_BIAS only); the backward's dQ, dK, dV. grad_type is dO's
+// and dQ, dK, dV's (backward only).
 typedef struct {
     cudnnBackendDescriptor_t Q, KT, V, VT, O, stats, scale, neg_inf; // V: forward only, VT: backward only
+    cudnnBackendDescriptor_t doc_bias;                               // NULL unless mask is ATT_MASK_DOC_BIAS
     cudnnBackendDescriptor_t dO, dQ, dK, dV;                         // backward only
 } AttTensors;
 
 static AttTensors att_tensors(CudnnGraph *g, const AttShapes *d, int backward, cudnnDataType_t x_type,
-                              cudnnDataType_t grad_type) {
+                              cudnnDataType_t grad_type, int mask) {
     AttTensors t;
     memset(&t, 0, sizeof(t));
     t.Q = cg_tensor(g, "Q", ATT_UID_Q, x_type, d->q, d->qkv_st, 0, 0);
@@ -387,6 +402,7 @@ static AttTensors att_tensors(CudnnGraph *g, const AttShapes *d, int backward, c
     t.stats = cg_tensor(g, "Stats", ATT_UID_STATS, CUDNN_DATA_FLOAT, d->rows, d->rows_st, 0, 0);
     t.scale = cg_scalar(g, "attn_scale", ATT_UID_SCALE);
     t.neg_inf = cg_scalar(g, "-inf", ATT_UID_NEG_INF);
+    if (mask == ATT_MASK_DOC_BIAS) t.doc_bias = cg_tensor(g, "doc_bias", ATT_UID_DOC_BIAS, x_type, d->bias, d->bias_st, 0, 0);
     if (!backward) return t;
     t.dQ = cg_tensor(g, "dQ", ATT_UID_DQ, grad_type, d->q, d->qkv_st, 0, 0);
     t.dK = cg_tensor(g, "dK", ATT_UID_DK, grad_type, d->kv, d->qkv_st, 0, 0);
@@ -397,15 +413,25 @@ static AttTensors att_tensors(CudnnGraph *g, const AttShapes *d, int backward, c
 // ---------------------------------------------------------------------------------------------------
 // the two graphs (docs/attention.md "The cuDNN graphs", steps in the same order)
 
-static void cudnn_att_forward_graph(CudnnGraph *g, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS) {
+// s + the document bias (ATT_MASK_DOC_BIAS: cudnn-frontend's bias, after the scale and before the
+// causal mask, forward and backward alike), else s
+static cudnnBackendDescriptor_t cg_doc_bias(CudnnGraph *g, const AttTensors *t, const AttShapes *d, cudnnBackendDescriptor_t s) {
+    if (t->doc_bias == NULL) return s;
+    cudnnBackendDescriptor_t y = cg_virtual(g, "S_plus_doc_bias", CUDNN_DATA_FLOAT, d->scores, d->scores_st);
+    cg_pointwise(g, "add_doc_bias", CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, s, t->doc_bias, NULL, y, -1);
+    return y;
+}
+
+static void cudnn_att_forward_graph(CudnnGraph *g, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int mask) {
     const cudnnDataType_t BF16 = CUDNN_DATA_BFLOAT16, F32 = CUDNN_DATA_FLOAT;
     AttShapes d = att_shapes(B, T, NH, NKV, HS);
-    AttTensors t = att_tensors(g, &d, 0, BF16, BF16);
+    AttTensors t = att_tensors(g, &d, 0, BF16, BF16, mask);
 
     cudnnBackendDescriptor_t s = cg_virtual(g, "S", F32, d.scores, d.scores_st);
     cg_matmul(g, "Q x K^T", t.Q, t.KT, s);
     cudnnBackendDescriptor_t s_scaled = cg_virtual(g, "S_scaled", F32, d.scores, d.scores_st);
     cg_pointwise(g, "mul_scale", CUDNN_POINTWISE_MUL, F32, s, t.scale, NULL, s_scaled, -1);
+    s_scaled = cg_doc_bias(g, &t, &d, s_scaled);
     cudnnBackendDescriptor_t s_masked = cg_virtual(g, "S_masked", F32, d.scores, d.scores_st);
     cg_causal_mask(g, s_scaled, t.neg_inf, s_masked, d.scores, d.scores_st);
     cudnnBackendDescriptor_t P = cg_virtual(g, "P", BF16, d.scores, d.scores_st); // bmm2's A must be the i/o type
@@ -433,11 +459,11 @@ static void cg_kv_grad(CudnnGraph *g, const char *matmul_name, const char *full_
 // dq_accum: ATT_DQ_DIRECT (deterministic), or dQ through an fp32 accumulator tensor (ATT_UID_DQ_ACCUM,
 // laid out like O) with cuDNN's F16x16 reordering (as its samples declare it) or without.
 enum { ATT_DQ_DIRECT, ATT_DQ_ACCUM_F16x16, ATT_DQ_ACCUM_PLAIN };
-static void cudnn_att_backward_graph(CudnnGraph *g, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+static void cudnn_att_backward_graph(CudnnGraph *g, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int mask,
                                      int mask_after_stats, int det_head_sum, int dq_accum) {
     const cudnnDataType_t BF16 = CUDNN_DATA_BFLOAT16, F32 = CUDNN_DATA_FLOAT;
     AttShapes d = att_shapes(B, T, NH, NKV, HS);
-    AttTensors t = att_tensors(g, &d, 1, BF16, BF16);
+    AttTensors t = att_tensors(g, &d, 1, BF16, BF16, mask);
     cudnnBackendDescriptor_t one = cg_scalar(g, "1.0", ATT_UID_ONE);
     cudnnBackendDescriptor_t softmax_sum = cg_tensor(g, "softmax_sum", ATT_UID_SOFTMAX_SUM, F32, d.rows, d.rows_st, 0, 0);
 
@@ -448,11 +474,12 @@ static void cudnn_att_backward_graph(CudnnGraph *g, int64_t B, int64_t T, int64_
     cg_reduction(g, "reduce_dO_O", CUDNN_REDUCE_TENSOR_ADD, do_o, do_o_sum, -1);
     cg_pointwise(g, "softmax_sum", CUDNN_POINTWISE_MUL, F32, do_o_sum, one, NULL, softmax_sum, -1);
 
-    // 2. recompute P = exp(mask(scale * Q K^T) - Stats)
+    // 2. recompute P = exp(mask(scale * Q K^T [+ doc_bias]) - Stats)
     cudnnBackendDescriptor_t s = cg_virtual(g, "S", F32, d.scores, d.scores_st);
     cg_matmul(g, "Q x K^T", t.Q, t.KT, s);
     cudnnBackendDescriptor_t s_scaled = cg_virtual(g, "S_scaled", F32, d.scores, d.scores_st);
     cg_pointwise(g, "mul_scale", CUDNN_POINTWISE_MUL, F32, s, t.scale, NULL, s_scaled, -1);
+    s_scaled = cg_doc_bias(g, &t, &d, s_scaled);
     cudnnBackendDescriptor_t s_shifted = cg_virtual(g, "S_minus_stats", F32, d.scores, d.scores_st);
     cudnnBackendDescriptor_t s_masked = cg_virtual(g, "S_masked", F32, d.scores, d.scores_st);
     if (!mask_after_stats) {
@@ -508,7 +535,7 @@ static void cudnn_att_backward_graph(CudnnGraph *g, int64_t B, int64_t T, int64_
 static void cudnn_att_fp8_forward_graph(CudnnGraph *g, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS) {
     const cudnnDataType_t E4M3 = CUDNN_DATA_FP8_E4M3, F32 = CUDNN_DATA_FLOAT;
     AttShapes d = att_shapes(B, T, NH, NKV, HS);
-    AttTensors t = att_tensors(g, &d, 0, E4M3, E4M3);
+    AttTensors t = att_tensors(g, &d, 0, E4M3, E4M3, ATT_MASK_CAUSAL);
     cudnnBackendDescriptor_t descale_q = cg_device_scalar(g, "descale_q", ATT_UID_DESCALE_Q);
     cudnnBackendDescriptor_t descale_k = cg_device_scalar(g, "descale_k", ATT_UID_DESCALE_K);
     cudnnBackendDescriptor_t descale_v = cg_device_scalar(g, "descale_v", ATT_UID_DESCALE_V);
@@ -540,7 +567,7 @@ static void cudnn_att_fp8_forward_graph(CudnnGraph *g, int64_t B, int64_t T, int
 static void cudnn_att_fp8_backward_graph(CudnnGraph *g, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS) {
     const cudnnDataType_t E4M3 = CUDNN_DATA_FP8_E4M3, E5M2 = CUDNN_DATA_FP8_E5M2, F32 = CUDNN_DATA_FLOAT;
     AttShapes d = att_shapes(B, T, NH, NKV, HS);
-    AttTensors t = att_tensors(g, &d, 1, E4M3, E5M2);
+    AttTensors t = att_tensors(g, &d, 1, E4M3, E5M2, ATT_MASK_CAUSAL);
     cudnnBackendDescriptor_t descale_q = cg_device_scalar(g, "descale_q", ATT_UID_DESCALE_Q);
     cudnnBackendDescriptor_t descale_k = cg_device_scalar(g, "descale_k", ATT_UID_DESCALE_K);
     cudnnBackendDescriptor_t descale_v = cg_device_scalar(g, "descale_v", ATT_UID_DESCALE_V);
@@ -751,26 +778,28 @@ static int att_backward_variants(AttBackwardVariant *v, int gqa, int determinist
     return n;
 }
 
-// The cached plan of this shape, direction and precision (and backward form), or NULL if none was built.
-static CudnnAttPlan *cudnn_att_find_plan(int B, int T, int NH, int NKV, int HS, int backward, int fp8) {
+// The cached plan of this shape, direction, precision and mask (and backward form), or NULL if none was built.
+static CudnnAttPlan *cudnn_att_find_plan(int B, int T, int NH, int NKV, int HS, int backward, int fp8, int mask) {
     const int deterministic = backward ? g_cudnn_att_deterministic : 1;
     for (int i = 0; i < g_cudnn_nplans; i++) {
         CudnnAttPlan *p = &g_cudnn_plans[i];
         if (p->B == B && p->T == T && p->NH == NH && p->NKV == NKV && p->HS == HS && p->backward == backward &&
-            p->deterministic == deterministic && p->fp8 == fp8) {
+            p->deterministic == deterministic && p->fp8 == fp8 && p->mask == mask) {
             return p;
         }
     }
     return NULL;
 }
 
-// The cached plan for this shape, direction and precision (and backward form), built on first use;
-// NULL if it cannot be built.
-static CudnnAttPlan *cudnn_att_get_plan(int B, int T, int NH, int NKV, int HS, int backward, int fp8) {
+// The cached plan for this shape, direction, precision and mask (and backward form), built on first
+// use; NULL if it cannot be built.
+static CudnnAttPlan *cudnn_att_get_plan(int B, int T, int NH, int NKV, int HS, int backward, int fp8, int mask) {
     const int deterministic = backward ? g_cudnn_att_deterministic : 1;
-    CudnnAttPlan *found = cudnn_att_find_plan(B, T, NH, NKV, HS, backward, fp8);
+    CudnnAttPlan *found = cudnn_att_find_plan(B, T, NH, NKV, HS, backward, fp8, mask);
     if (found != NULL) return found->failed ? NULL : found;
-    const char *dir = fp8 ? (backward ? "fp8 backward" : "fp8 forward") : (backward ? "backward" : "forward");
+    const char *dir = fp8 ? (backward ? "fp8 backward" : "fp8 forward")
+                    : mask == ATT_MASK_DOC_BIAS ? (backward ? "document-masked backward" : "document-masked forward")
+                    : (backward ? "backward" : "forward");
     const char *fallback = fp8 ? "the caller's fallback runs" : "this shape uses the plain kernel";
     if (g_cudnn_nplans == CUDNN_ATT_MAX_PLANS) {
         printf("attention: cuDNN %s plan cache full (%d shapes); B=%d T=%d NH=%d NKV=%d HS=%d: %s\n",
@@ -780,7 +809,7 @@ static CudnnAttPlan *cudnn_att_get_plan(int B, int T, int NH, int NKV, int HS, i
     CudnnAttPlan *p = &g_cudnn_plans[g_cudnn_nplans++];
     memset(p, 0, sizeof(*p));
     p->B = B; p->T = T; p->NH = NH; p->NKV = NKV; p->HS = HS; p->backward = backward; p->deterministic = deterministic;
-    p->fp8 = fp8;
+    p->fp8 = fp8; p->mask = mask;
     p->scale = 1.0f / sqrtf((float)HS);
     // cudnn-frontend masks with the lowest float before cuDNN 9.10 (its fp8 graphs included), -inf after
     p->neg_inf = fp8 && g_cudnn_version < 91000 ? -FLT_MAX : -INFINITY;
@@ -804,9 +833,9 @@ static CudnnAttPlan *cudnn_att_get_plan(int B, int T, int NH, int NKV, int HS, i
         } else if (backward) {
             const AttBackwardVariant v = variants[vi];
             att_variant_name(name, sizeof(name), v);
-            cudnn_att_backward_graph(&g, B, T, NH, NKV, HS, v.mask_after_stats, v.det_head_sum, v.dq_accum);
+            cudnn_att_backward_graph(&g, B, T, NH, NKV, HS, mask, v.mask_after_stats, v.det_head_sum, v.dq_accum);
         } else {
-            cudnn_att_forward_graph(&g, B, T, NH, NKV, HS);
+            cudnn_att_forward_graph(&g, B, T, NH, NKV, HS, mask);
         }
         if (cg_ok(&g) && cudnn_att_make_plan(&g, backward && deterministic, &engine)) break;
         char detail[256] = "";
@@ -844,8 +873,8 @@ static CudnnAttPlan *cudnn_att_get_plan(int B, int T, int NH, int NKV, int HS, i
 }
 
 // Why the plan of this shape could not be built (what cuDNN said), or NULL if it was built or not tried.
-static const char *cudnn_att_plan_failure(int B, int T, int NH, int NKV, int HS, int backward, int fp8) {
-    CudnnAttPlan *p = cudnn_att_find_plan(B, T, NH, NKV, HS, backward, fp8);
+static const char *cudnn_att_plan_failure(int B, int T, int NH, int NKV, int HS, int backward, int fp8, int mask) {
+    CudnnAttPlan *p = cudnn_att_find_plan(B, T, NH, NKV, HS, backward, fp8, mask);
     if (p == NULL) return g_cudnn_nplans == CUDNN_ATT_MAX_PLANS ? "the plan cache is full" : NULL;
     return p->failed ? p->failure : NULL;
 }
@@ -874,38 +903,43 @@ static const char *cudnn_att_unsupported(int T, int NH, int NKV, int HS) {
     return NULL;
 }
 
-// 1 if a plan for this shape exists or could be built now.
-static int cudnn_att_plan_ready(int B, int T, int NH, int NKV, int HS, int backward) {
-    return cudnn_att_get_plan(B, T, NH, NKV, HS, backward, 0) != NULL;
+// 1 if a plan for this shape (and mask: ATT_MASK_*) exists or could be built now.
+static int cudnn_att_plan_ready(int B, int T, int NH, int NKV, int HS, int backward, int mask) {
+    return cudnn_att_get_plan(B, T, NH, NKV, HS, backward, 0, mask) != NULL;
 }
 
-// Returns 0 (having done nothing) if there is no plan for the shape: the caller runs the plain kernel.
-static int cudnn_att_forward(floatX *out, float *stats, const floatX *qkv, int B, int T, int NH, int NKV, int HS,
-                             cudaStream_t stream) {
-    CudnnAttPlan *p = cudnn_att_get_plan(B, T, NH, NKV, HS, 0, 0);
+// doc_bias (B, 1, T, T) bf16: document masking (the top of this file), NULL: causal. Returns 0 (having
+// done nothing) if there is no plan for the shape: the caller runs the plain kernel.
+static int cudnn_att_forward(floatX *out, float *stats, const floatX *qkv, const floatX *doc_bias, int B, int T, int NH,
+                             int NKV, int HS, cudaStream_t stream) {
+    CudnnAttPlan *p = cudnn_att_get_plan(B, T, NH, NKV, HS, 0, 0, doc_bias != NULL ? ATT_MASK_DOC_BIAS : ATT_MASK_CAUSAL);
     if (p == NULL) return 0;
-    int64_t uids[7] = {ATT_UID_Q, ATT_UID_KT, ATT_UID_V, ATT_UID_O, ATT_UID_STATS, ATT_UID_SCALE, ATT_UID_NEG_INF};
-    void *ptrs[7] = {(void *)qkv, (void *)(qkv + (size_t)NH * HS), (void *)(qkv + (size_t)(NH + NKV) * HS),
-                     (void *)out, (void *)stats, &p->scale, &p->neg_inf};
-    cudnn_att_execute(p, 7, uids, ptrs, stream);
+    int64_t uids[8] = {ATT_UID_Q, ATT_UID_KT, ATT_UID_V, ATT_UID_O, ATT_UID_STATS, ATT_UID_SCALE, ATT_UID_NEG_INF,
+                       ATT_UID_DOC_BIAS};
+    void *ptrs[8] = {(void *)qkv, (void *)(qkv + (size_t)NH * HS), (void *)(qkv + (size_t)(NH + NKV) * HS),
+                     (void *)out, (void *)stats, &p->scale, &p->neg_inf, (void *)doc_bias};
+    cudnn_att_execute(p, p->mask == ATT_MASK_DOC_BIAS ? 8 : 7, uids, ptrs, stream); // the pack holds the plan's tensors
     return 1;
 }
 
 static int cudnn_att_backward(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *stats,
-                              int B, int T, int NH, int NKV, int HS, cudaStream_t stream) {
-    CudnnAttPlan *p = cudnn_att_get_plan(B, T, NH, NKV, HS, 1, 0);
+                              const floatX *doc_bias, int B, int T, int NH, int NKV, int HS, cudaStream_t stream) {
+    CudnnAttPlan *p = cudnn_att_get_plan(B, T, NH, NKV, HS, 1, 0, doc_bias != NULL ? ATT_MASK_DOC_BIAS : ATT_MASK_CAUSAL);
     if (p == NULL) return 0;
     void *softmax_sum = (char *)g_cudnn_workspace + p->softmax_sum_offset;
     void *dq_accum = (char *)g_cudnn_workspace + p->dq_accum_offset;
-    int64_t uids[14] = {ATT_UID_Q, ATT_UID_KT, ATT_UID_VT, ATT_UID_O, ATT_UID_DO, ATT_UID_STATS, ATT_UID_SCALE,
-                        ATT_UID_NEG_INF, ATT_UID_ONE, ATT_UID_DQ, ATT_UID_DK, ATT_UID_DV, ATT_UID_SOFTMAX_SUM,
-                        ATT_UID_DQ_ACCUM};
-    void *ptrs[14] = {(void *)qkv, (void *)(qkv + (size_t)NH * HS), (void *)(qkv + (size_t)(NH + NKV) * HS),
+    int64_t uids[15] = {ATT_UID_Q, ATT_UID_KT, ATT_UID_VT, ATT_UID_O, ATT_UID_DO, ATT_UID_STATS, ATT_UID_SCALE,
+                        ATT_UID_NEG_INF, ATT_UID_ONE, ATT_UID_DQ, ATT_UID_DK, ATT_UID_DV, ATT_UID_SOFTMAX_SUM};
+    void *ptrs[15] = {(void *)qkv, (void *)(qkv + (size_t)NH * HS), (void *)(qkv + (size_t)(NH + NKV) * HS),
                       (void *)out, (void *)dout, (void *)stats, &p->scale, &p->neg_inf, &p->one,
-                      (void *)dqkv, (void *)(dqkv + (size_t)NH * HS), (void *)(dqkv + (size_t)(NH + NKV) * HS), softmax_sum,
-                      dq_accum};
-    if (p->dq_accum_bytes > 0) cudaCheck(cudaMemsetAsync(dq_accum, 0, p->dq_accum_bytes, stream));
-    cudnn_att_execute(p, p->dq_accum_bytes > 0 ? 14 : 13, uids, ptrs, stream);
+                      (void *)dqkv, (void *)(dqkv + (size_t)NH * HS), (void *)(dqkv + (size_t)(NH + NKV) * HS), softmax_sum};
+    int n = 13; // the pack holds the plan's tensors: these, the fast form's accumulator, the document bias
+    if (p->dq_accum_bytes > 0) {
+        cudaCheck(cudaMemsetAsync(dq_accum, 0, p->dq_accum_bytes, stream));
+        uids[n] = ATT_UID_DQ_ACCUM; ptrs[n++] = dq_accum;
+    }
+    if (p->mask == ATT_MASK_DOC_BIAS) { uids[n] = ATT_UID_DOC_BIAS; ptrs[n++] = (void *)doc_bias; }
+    cudnn_att_execute(p, n, uids, ptrs, stream);
     return 1;
 }
 
@@ -992,7 +1026,7 @@ static const char *cudnn_att_fp8_unsupported(int T, int NH, int NKV, int HS, int
 // 1 if an fp8 plan for this shape exists or could be built now (cudnn_att_plan_failure says why not).
 static int cudnn_att_fp8_plan_ready(int B, int T, int NH, int NKV, int HS, int backward) {
     return cudnn_att_fp8_unsupported(T, NH, NKV, HS, backward) == NULL &&
-           cudnn_att_get_plan(B, T, NH, NKV, HS, backward, 1) != NULL;
+           cudnn_att_get_plan(B, T, NH, NKV, HS, backward, 1, ATT_MASK_CAUSAL) != NULL;
 }
 
 // out (B, T, NH*HS) E4M3, stats (B, NH, T) fp32, *sc's amaxes <- qkv (B, T, NH + 2*NKV, HS) E4M3.
@@ -1000,7 +1034,7 @@ static int cudnn_att_fp8_plan_ready(int B, int T, int NH, int NKV, int HS, int b
 static int cudnn_att_fp8_forward(fp8e4 *out, float *stats, const fp8e4 *qkv, const CudnnAttFp8Forward *sc,
                                  int B, int T, int NH, int NKV, int HS, cudaStream_t stream) {
     if (cudnn_att_fp8_unsupported(T, NH, NKV, HS, 0) != NULL) return 0;
-    CudnnAttPlan *p = cudnn_att_get_plan(B, T, NH, NKV, HS, 0, 1);
+    CudnnAttPlan *p = cudnn_att_get_plan(B, T, NH, NKV, HS, 0, 1, ATT_MASK_CAUSAL);
     if (p == NULL) return 0;
     AttFp8Scalars s;
     memset(&s, 0, sizeof(s));
@@ -1025,7 +1059,7 @@ static int cudnn_att_fp8_forward(fp8e4 *out, float *stats, const fp8e4 *qkv, con
 static int cudnn_att_fp8_backward(fp8e5 *dqkv, const fp8e5 *dout, const fp8e4 *qkv, const fp8e4 *out, const float *stats,
                                   const CudnnAttFp8Backward *sc, int B, int T, int NH, int NKV, int HS, cudaStream_t stream) {
     if (cudnn_att_fp8_unsupported(T, NH, NKV, HS, 1) != NULL) return 0;
-    CudnnAttPlan *p = cudnn_att_get_plan(B, T, NH, NKV, HS, 1, 1);
+    CudnnAttPlan *p = cudnn_att_get_plan(B, T, NH, NKV, HS, 1, 1, ATT_MASK_CAUSAL);
     if (p == NULL) return 0;
     AttFp8Scalars s;
     memset(&s, 0, sizeof(s));

@@ -268,10 +268,10 @@ static void buffers_free(Buffers *d) {
 static const char *path_unavailable(int path, Shape s) {
     if (path == PATH_PLAIN) return NULL;
 #ifdef ENABLE_CUDNN
-    const char *fwd = attention_path(s.B, s.T, s.NH, s.NKV, s.HS, 0);
+    const char *fwd = attention_path(s.B, s.T, s.NH, s.NKV, s.HS, 0, 0);
     if (strcmp(fwd, "cudnn") != 0) return fwd;
     select_backward_form(path);
-    const char *bwd = attention_path(s.B, s.T, s.NH, s.NKV, s.HS, 1);
+    const char *bwd = attention_path(s.B, s.T, s.NH, s.NKV, s.HS, 1, 0);
     select_backward_form(PATH_CUDNN);
     if (strcmp(bwd, "cudnn") != 0) return bwd;
     return NULL;
@@ -288,7 +288,7 @@ static void run_forward(int path, Buffers *d) {
         return;
     }
 #ifdef ENABLE_CUDNN
-    if (cudnn_att_forward(d->out, d->stats, d->qkv, s.B, s.T, s.NH, s.NKV, s.HS, 0)) return;
+    if (cudnn_att_forward(d->out, d->stats, d->qkv, NULL, s.B, s.T, s.NH, s.NKV, s.HS, 0)) return;
 #endif
     FATAL("the cuDNN forward was asked to run a shape it has no plan for");
 }
@@ -301,7 +301,7 @@ static void run_backward(int path, Buffers *d) {
     }
 #ifdef ENABLE_CUDNN
     select_backward_form(path);
-    const int ran = cudnn_att_backward(d->dqkv, d->dout, d->qkv, d->out, d->stats, s.B, s.T, s.NH, s.NKV, s.HS, 0);
+    const int ran = cudnn_att_backward(d->dqkv, d->dout, d->qkv, d->out, d->stats, NULL, s.B, s.T, s.NH, s.NKV, s.HS, 0);
     select_backward_form(PATH_CUDNN);
     if (ran) return;
 #endif
@@ -398,8 +398,8 @@ static void validate_small(Shape s, const int use[NUM_PATHS], uint64_t seed) {
         }
     }
     // the dispatcher must take (and match) the path it says it takes
-    const char *fwd_path = attention_path(s.B, s.T, s.NH, s.NKV, s.HS, 0);
-    const char *bwd_path = attention_path(s.B, s.T, s.NH, s.NKV, s.HS, 1);
+    const char *fwd_path = attention_path(s.B, s.T, s.NH, s.NKV, s.HS, 0, 0);
+    const char *bwd_path = attention_path(s.B, s.T, s.NH, s.NKV, s.HS, 1, 0);
     const int fwd_is = strcmp(fwd_path, "cudnn") == 0 ? PATH_CUDNN : PATH_PLAIN;
     const int bwd_is = strcmp(bwd_path, "cudnn") == 0 ? PATH_CUDNN : PATH_PLAIN;
     printf("  dispatcher: forward -> %s, backward -> %s\n", fwd_path, bwd_path);
@@ -411,8 +411,8 @@ static void validate_small(Shape s, const int use[NUM_PATHS], uint64_t seed) {
     if (ran[fwd_is] && ran[bwd_is] && fwd_is == bwd_is) {
         cudaCheck(cudaMemset(d.out, 0xFF, d.n_out * sizeof(floatX)));
         cudaCheck(cudaMemset(d.dqkv, 0xFF, d.n_qkv * sizeof(floatX)));
-        attention_forward(d.out, d.stats, d.qkv, NULL, s.B, s.T, s.NH, s.NKV, s.HS, 0);
-        attention_backward(d.dqkv, d.dout, d.qkv, d.out, d.stats, NULL, s.B, s.T, s.NH, s.NKV, s.HS, 0);
+        attention_forward(d.out, d.stats, d.qkv, NULL, NULL, s.B, s.T, s.NH, s.NKV, s.HS, 0);
+        attention_backward(d.dqkv, d.dout, d.qkv, d.out, d.stats, NULL, NULL, s.B, s.T, s.NH, s.NKV, s.HS, 0);
         cudaCheck(cudaDeviceSynchronize());
         download(again.out, d.out, d.n_out);
         download(again.dqkv, d.dqkv, d.n_qkv);
@@ -898,7 +898,7 @@ static const char *fp8_unavailable(Shape s, int backward) {
     const char *why = cudnn_att_fp8_unsupported(s.T, s.NH, s.NKV, s.HS, backward);
     if (why != NULL) return why;
     if (cudnn_att_fp8_plan_ready(s.B, s.T, s.NH, s.NKV, s.HS, backward)) return NULL;
-    why = cudnn_att_plan_failure(s.B, s.T, s.NH, s.NKV, s.HS, backward, 1);
+    why = cudnn_att_plan_failure(s.B, s.T, s.NH, s.NKV, s.HS, backward, 1, ATT_MASK_CAUSAL);
     return why != NULL ? why : "no cuDNN plan";
 }
 
