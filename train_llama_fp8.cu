@@ -2202,9 +2202,10 @@ static void print_run(const Model *m, const Options *o, const MultiGpu *mg, cons
         // a document-masked call runs on cuDNN only given the bias model_init allocated
         const int cudnn = attention_uses_cudnn(o->B, o->T, cfg->NH, cfg->NKV, cfg->C / cfg->NH, o->doc_mask) &&
                           (!o->doc_mask || m->acts.doc_bias != NULL);
-        printf("B %d T %d | total batch %d tokens (grad accum %d) | %d steps | lr %g warmup %d final %g | wd %g clip %g | AdamW moments %s | %s%s attention\n",
+        const char *attention = o->doc_mask ? (cudnn ? "document-masked cuDNN fused" : "document-masked plain") : cudnn ? "cuDNN fused" : "plain";
+        printf("B %d T %d | total batch %d tokens (grad accum %d) | %d steps | lr %g warmup %d final %g | wd %g clip %g | AdamW moments %s | %s attention\n",
                o->B, o->T, o->total_batch, grad_accum, o->max_steps, o->lr, o->warmup, o->final_lr_frac, o->weight_decay, o->grad_clip, o->adam_moments,
-               o->doc_mask ? "document-masked " : "", cudnn ? "cuDNN fused" : "plain");
+               attention);
         printf("device memory allocated: %.2f GiB%s%s\n", m->bytes_allocated / 1073741824.0, mg->world > 1 ? " per GPU (ZeRO-1)" : "",
                resumed_from >= 0 ? " | resumed" : "");
         if (resumed_from >= 0) printf("resumed from step %d of '%s'\n", resumed_from, o->log_dir);
