@@ -2505,15 +2505,15 @@ int main(int argc, char **argv) {
     run_test("fp8 weights made by AdamW match the host codec", test_fp8_weights_made_by_adamw);
     run_test("fp8 linears GEMM by GEMM: amax history past its window (history 4, 8 steps)", test_fp8_probed_history_window);
     run_test("fp8 linears GEMM by GEMM: fp8 lm_head with the weight cache on (delayed: cast by AdamW; current)", test_fp8_probed_lm_head_cached);
-    run_test("fp8 block linears GEMM by GEMM: layer 0's w2 and qkv block-scaled among per-tensor ones (codes, block scale_invs, slots, counts,"
+    run_test("fp8 block linears GEMM by GEMM: layer 0 w2 and qkv block-scaled among per-tensor ones (codes, block scale_invs, slots, counts,"
              " outputs vs the reference's block casts)", test_fp8_probed_block_some);
     run_test("fp8 block linears GEMM by GEMM: every linear block-scaled, fp8 lm_head, W cast per use, -r 1", test_fp8_probed_block_all);
     run_test("fp8 linears GEMM by GEMM: two linears fallen back to bf16 (no fp8 GEMM; nothing recorded or counted for them)",
              test_fp8_probed_bf16_fallback);
     run_test("fp8 block scaling: first step with every linear block-scaled vs C reference emulation", test_fp8_block_first_step_vs_cpu);
     run_test("fp8 fallback: first step with two linears in bf16 vs C reference emulation", test_fp8_bf16_fallback_first_step_vs_cpu);
-    run_test("fp8 fallback to block: the planted outlier's linears switch after the step ref_fp8_auto_grain switches them", test_fp8_fallback_block_vs_cpu);
-    run_test("fp8 fallback to bf16: the planted outlier's linears switch after the step ref_fp8_auto_grain switches them; nothing cast after",
+    run_test("fp8 fallback to block: the planted outlier: its linears switch after the step ref_fp8_auto_grain switches them", test_fp8_fallback_block_vs_cpu);
+    run_test("fp8 fallback to bf16: the planted outlier: its linears switch after the step ref_fp8_auto_grain switches them; nothing cast after",
              test_fp8_fallback_bf16_vs_cpu);
     run_test("fp8 fallback: resume across a switch is bit-exact (switched before the checkpoint; and after it, from the saved steps over)",
              test_fp8_fallback_resume_bitexact);
