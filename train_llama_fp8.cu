@@ -2588,6 +2588,11 @@ static void print_run(const Model *m, const Options *o, const MultiGpu *mg, cons
         if (m->opt.fp8_fallback)
             printf("fp8 fallback: a per-tensor linear whose X, W or dY loses more than %g%% of its values in %d steps in a row moves to %s\n",
                    m->opt.fp8_fallback_millionths / 1e4, m->opt.fp8_fallback_patience, FP8_GRAIN_NAMES[m->opt.fp8_fallback]);
+        for (int l = 0; m->opt.fp8_fallback && l < cfg->L; l++) // a resumed run's switched linears
+            for (int lin = 0; lin < LINS_PER_LAYER + (l == 0 ? m->fp8.lm_head : 0); lin++)
+                if (linear_grain(m, l, lin) != FP8_GRAIN_TENSOR)
+                    printf("fp8 fallback: layer %d %s is %s (switched before the checkpoint)\n", lin == LIN_LM_HEAD ? cfg->L : l, LINEAR_NAMES[lin],
+                           FP8_GRAIN_NAMES[linear_grain(m, l, lin)]);
         if (resumed_from >= 0) printf("resumed from step %d of '%s'\n", resumed_from, o->log_dir);
     }
     if (logf) write_log_header(logf, prop->name, cfg, o, mg->world, synthetic);
