@@ -423,6 +423,7 @@ typedef struct {
     StepGraphKey key;
     int steps;            // train_step calls in this process
     int captures, replays;
+    int grains_run;       // the fp8_grain_changes of the last step it was asked to run
 } StepGraph;
 
 // The device buffers of an fp8 linear that left per-tensor scaling (fp8_set_grain makes them, in one
@@ -1427,7 +1428,11 @@ static int is_pinned(const void *p) {
 // captures it again. Returns 0 if this step cannot run as a graph.
 static int step_passes_graph(Model *m, const StepBuffers *b, float dloss, cudaStream_t stream) {
     StepGraph *g = &m->graph;
-    if (!m->opt.cuda_graph || m->mg->world > 1 || g->steps < 2) return 0;
+    // the first step after a grain changed (a fallback's switch) may build and tune GEMM plans of new
+    // kinds and shapes, which synchronizes: it runs kernel by kernel, and the next one is captured
+    int new_grains = m->fp8_grain_changes != g->grains_run;
+    g->grains_run = m->fp8_grain_changes;
+    if (!m->opt.cuda_graph || m->mg->world > 1 || g->steps < 2 || new_grains) return 0;
     if (!is_pinned(b->inputs) || !is_pinned(b->targets) || !is_pinned(b->losses)) return 0;
 #ifdef TESTING
     if (g_fp8_gemm_probe) return 0;
