@@ -835,11 +835,6 @@ static Pass eval_pass(const Model *m) {
     return p;
 }
 
-// E4M3 copies of every block weight, each layer's W its own tensor with its own scale, for the next
-// step: right after the update (multi-GPU: after the gather; one GPU: AdamW makes them itself, see
-// model_update), and when weights were set or the update skipped. The weights' amaxes go to the
-// next step's slots. With the cache in the bf16 parameters, bf16(master) is staged in the gradient
-// buffer, which holds nothing between steps: the cast is the same as AdamW's, byte for byte.
 // The weight of linear (l, lin) when its grain is not per-tensor, from w (its bf16 weights, or with
 // w_fp32 the fp32 master's, whose bf16 rounding gives the same codes): block, E4M3 in 128x128 blocks
 // with their grid, recorded and counted as a weight cast of pass p; bf16, its own bf16 copy where the
@@ -860,6 +855,12 @@ static void fp8_cast_grain_weight(Model *m, Fp8Pass p, int l, int lin, const voi
     }
 }
 
+// E4M3 copies of every block weight, each layer's W its own tensor with its own scale, for the next
+// step: right after the update (multi-GPU: after the gather; one GPU: AdamW makes them itself, see
+// model_update), and when weights were set or the update skipped. The weights' amaxes go to the
+// next step's slots. With the cache in the bf16 parameters, bf16(master) is staged in the gradient
+// buffer, which holds nothing between steps: the cast is the same as AdamW's, byte for byte. A
+// linear of another grain gets its W in that grain (fp8_cast_grain_weight).
 static void fp8_cast_weights(Model *m, cudaStream_t stream) {
     const LlamaConfig *c = &m->cfg;
     m->w_fp8_stale = 0;
