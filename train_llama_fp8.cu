@@ -1777,10 +1777,11 @@ static LlamaConfig read_model_config(const char *path) {
 // (dataloader_save_state, g_data_state_bytes of them) is in data_mixture instead (NULL otherwise).
 typedef struct { int step, grad_accum, world, rank; uint64_t rng; DataLoaderState data; unsigned char *data_mixture; } TrainState;
 
-// The state file's header words 2..21, the one list its writer and its reader use: on resume every
+// The state file's header words 2..26, the one list its writer and its reader use: on resume every
 // checked word must equal this run's value (a mismatch names the field, and for a flag's word the
 // flag that resumes the file: pass[0] for the value 0, pass[1] for 1), the others are read back.
-// A word a trainer before its flag never wrote is 0 there: fp32 moments, no fp8 lm_head.
+// A word a trainer before its flag never wrote is 0 there: fp32 moments, no fp8 lm_head, per-tensor
+// grains and no fallback.
 typedef struct { int word; const char *name; int *value; int checked; const char *pass[2]; } StateField;
 #define NUM_STATE_FIELDS 25
 static int g_data_state_bytes = (int)sizeof(DataLoaderState), g_data_sets = 0; // the train loader's (main sets them)
