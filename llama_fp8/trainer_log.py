@@ -10,9 +10,11 @@ main.log (the trainer's fprintf(logf, ...) lines):
     s:<step> tel:<val loss>[ bpb:<bits per byte>]
     s:<step> hs_acc:<HellaSwag acc> hs_acc_norm:<acc_norm> hs_items:<items>
     sample: <token ids>
+    fp8_fallback: s:<step> layer:<l> linear:<name> grain:<block|bf16> tensor:<x|w|dy> lost:<fraction> steps:<patience>
 A resumed run appends to the same file and repeats steps after its checkpoint: when a train step
 goes back, everything already read from that step on is dropped, so the latest attempt wins.
-Comment, sample, blank and malformed (e.g. cut-off) lines are skipped; malformed ones are counted.
+Comment, sample, fp8_fallback (a linear the fallback switched: docs/fp8_recipe.md), blank and malformed
+(e.g. cut-off) lines are skipped; malformed ones are counted.
 
 Standard output (the trainer's printf lines this reads; others are left alone):
     train_llama_fp8 | <GPU> | <precision> | model <name>: V .. L .. C .. NH .. NKV .. FF .. theta ..[ | tied embeddings] | <n>M params

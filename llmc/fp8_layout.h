@@ -6,9 +6,9 @@ by the GPU trainer (llmc/fp8_state.cuh), the CPU reference (dev/test), the PyTor
 float is which. Plain C.
 
 Every block linear of layer i has index lin = 4*i + {0 qkv, 1 wo, 2 w13, 3 w2}; with -fp8_lm_head 1
-the lm_head is linear 4*L. Each linear has three tensors, kind {0 X, 1 W, 2 dY}, and tensor index
-t = 3*lin + kind. The buffer (ONE, so one NCCL call reduces every amax slot and one kernel updates
-every scale), in floats:
+the lm_head is linear 4*L. Each linear has a grain (FP8_GRAIN_*: per-tensor, block or bf16) and
+three tensors, kind {0 X, 1 W, 2 dY}, and tensor index t = 3*lin + kind. The buffer (ONE, so one
+NCCL call reduces every amax slot and one kernel updates every scale), in floats:
    amax_slot    [NT]      max |value| seen since the last update (atomic max, all micro-steps)
    amax_history [NT][H]   entry 0 is the newest
    scale        [NT]      multiply by this before casting to fp8
@@ -35,6 +35,14 @@ static inline int fp8_tensor_index(int layer, int lin, int kind) { return FP8_KI
 static inline int fp8_tensor(const LlamaConfig *c, int l, int lin, int kind) {
     return lin == LIN_LM_HEAD ? fp8_tensor_index(c->L, 0, kind) : fp8_tensor_index(l, lin, kind);
 }
+// The index of linear `lin` of layer l among the fp8 linears (the lm_head's last): its tensors' t / 3.
+static inline int fp8_linear(const LlamaConfig *c, int l, int lin) { return fp8_tensor(c, l, lin, FP8_X) / FP8_KINDS; }
+
+// A linear's fp8 grain: one scale per tensor (the recipe's, delayed or current), one per block (1x128
+// along the reduction dimension for X and dY, 128x128 for W, each from its own values: llmc/fp8_block.cuh),
+// or none: the linear has fallen back to bf16 GEMMs (-fp8_fallback bf16). The checkpoint's word.
+enum { FP8_GRAIN_TENSOR = 0, FP8_GRAIN_BLOCK = 1, FP8_GRAIN_BF16 = 2, FP8_GRAINS };
+static const char *const FP8_GRAIN_NAMES[FP8_GRAINS] = {"tensor", "block", "bf16"};
 
 // Offsets (in floats) of the parts of the fp8 state buffer; total is its length.
 typedef struct {

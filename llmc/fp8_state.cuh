@@ -12,6 +12,10 @@ A model's fp8 scaling state on the GPU, and the protocol its casts follow (docs/
                      amax, and the finish sets the scale and casts); a site left open stops the run at
                      the next site, GEMM or update
   fp8_cast_existing  the fp8 copy of a bf16 tensor that exists already (the attention output, a weight)
+  fp8_site_block, fp8_block_cast_existing
+                     the same for a linear of block grain (-fp8_grain block, -fp8_fallback block): the
+                     producer writes bf16, the finish casts it in 1x128 blocks (llmc/fp8_block.cuh),
+                     row-wise and transposed, each block scaled from its own amax
   fp8_end_step       once per optimizer step, after its last backward: every amax slot MAX-reduced and
                      every health count summed over the ranks, every history rolled and every scale
                      updated, the step's counts made the last step's
@@ -26,6 +30,7 @@ live ones from amaxes MAX-reduced on the spot. With one GPU no collective is mad
 #include "fp8_layout.h"    // Fp8StateLayout, FP8_KINDS, FP8_DY
 #include "fp8.h"           // fp8_state_init, fp8_kind_format, fp8_format_max, FP8_COUNTS
 #include "fp8_scaling.cuh" // fp8_cast, fp8_cast_transpose, amax_abs_max, fp8_scale_from_live_amax, fp8_update_scales
+#include "fp8_block.cuh"   // fp8_block_cast: the casts of block-scaled linears
 #include "multi_gpu.cuh"   // MultiGpu: the reductions over the ranks
 
 typedef struct {
@@ -103,7 +108,11 @@ static float fp8_max_of(int t) { return fp8_format_max(fp8_kind_format(t % FP8_K
 // cast) stops the run at the next site, GEMM or update, in the first step of any fp8 run.
 // A site made by fp8_site_t also writes the fp8 copy transposed (out_t, cols x rows), for a wgrad:
 // with delayed scaling the producer kernel does (cast_t), with live scaling fp8_site_finish's cast.
-typedef struct { Fp8Cast cast; void *cast_t; floatX *bf16; int t, live, recording; void *out, *out_t; size_t n; int rows, cols; } Fp8Site;
+// A site made by fp8_site_block casts in blocks in the finish (block: the codes' scale_invs sinv, sinv_t).
+typedef struct {
+    Fp8Cast cast; void *cast_t; floatX *bf16; int t, live, recording; void *out, *out_t; size_t n; int rows, cols;
+    int block; float *sinv, *sinv_t;
+} Fp8Site;
 
 static void fp8_no_open_site(const Fp8State *f, const char *where) {
     if (f->open_site) FATAL("%s: the producer site of fp8 tensor %d was opened (fp8_site) but never finished (fp8_site_finish)",
@@ -148,8 +157,36 @@ static void fp8_live_scale(Fp8State *f, int recording, int t, cudaStream_t strea
     if (!recording) cudaCheck(cudaMemsetAsync(f->live_amax, 0, sizeof(float), stream));
 }
 
+// A producer of tensor t (rows, cols) of a block-scaled linear: the kernel writes bf16 only (to `bf16`,
+// or the staging buffer), and fp8_site_finish casts it with one scale per 1x128 block from that
+// block's own amax (current scaling: no live amax, no delayed scale): row-wise to out with its
+// scale_invs sinv and, with out_t, transposed to out_t with sinv_t (either may be NULL, not both),
+// recording the tensor's amax and counting every cast made when the pass records.
+static Fp8Site fp8_site_block(Fp8State *f, Fp8Pass p, int t, void *out, float *sinv, void *out_t, float *sinv_t, floatX *bf16,
+                              int rows, int cols) {
+    Fp8Site s = fp8_site(f, p, t, NULL, bf16 ? bf16 : f->live_bf16, (size_t)rows * cols);
+    memset(&s.cast, 0, sizeof(s.cast));
+    s.live = 0;
+    s.block = 1;
+    s.out = out; s.out_t = out_t; s.sinv = sinv; s.sinv_t = sinv_t; s.rows = rows; s.cols = cols;
+    return s;
+}
+
+// The block casts of a bf16 tensor that exists already (the attention output, the dlogits, a recast
+// X^T), as fp8_site_block's finish makes them.
+static void fp8_block_cast_existing(const Fp8State *f, Fp8Pass p, int t, void *out, float *sinv, void *out_t, float *sinv_t,
+                                    const floatX *in, int rows, int cols, cudaStream_t stream) {
+    fp8_block_cast(out, sinv, out_t, sinv_t, fp8_format_of(t), in, rows, cols, p.recording ? fp8_amax(f, t) : NULL,
+                   fp8_pass_counts(f, p, t), stream);
+}
+
 static void fp8_site_finish(Fp8State *f, const Fp8Site *s, cudaStream_t stream) {
     f->open_site = 0;
+    if (s->block) {
+        Fp8Pass p = {s->recording, 0};
+        fp8_block_cast_existing(f, p, s->t, s->out, s->sinv, s->out_t, s->sinv_t, s->bf16, s->rows, s->cols, stream);
+        return;
+    }
     if (!s->live) return;
     fp8_live_scale(f, s->recording, s->t, stream);
     unsigned long long *counts = s->recording ? fp8_counts(f, s->t) : NULL;

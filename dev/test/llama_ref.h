@@ -242,9 +242,9 @@ static void ref_init_weights(RefModel *model, uint64_t seed) {
 // ----------------------------------------------------------------------------------------------
 // fp8 emulation
 
-// A linear's fp8 grain (the section "fp8 block scaling" below): one scale per tensor, one per block,
-// or none: the linear has fallen back to the unquantized GEMM (bf16 on the GPU).
-enum { FP8_GRAIN_TENSOR = 0, FP8_GRAIN_BLOCK = 1, FP8_GRAIN_BF16 = 2 };
+// A linear's fp8 grain (FP8_GRAIN_*, llmc/fp8_layout.h; the section "fp8 block scaling" below): one
+// scale per tensor, one per block, or none: the linear has fallen back to the unquantized GEMM (bf16
+// on the GPU).
 
 static int ref_linear_is_fp8(const RefModel *model, int lin) {
     return model->fp8 && (lin < LINS_PER_LAYER * model->cfg.L || model->fp8_lm_head) &&

@@ -3,7 +3,9 @@ scripts/to_tensorboard.py and of llama_fp8/trainer_log.py's reading of those lin
 
 The files are written by the trainer's own writers (metrics_step, report_val, hellaswag_log of
 train_llama_fp8.cu, through dev/test/tools/metrics_lines.cu, built with nvcc: host code only, no GPU)
-for a made-up bf16 run resumed after step 2. to_tensorboard.py turns metrics.jsonl into event files,
+for a made-up bf16 run resumed after step 2, and an fp8 fallback's switch after step 4 (its line on
+standard output, main.log's line, which trainer_log.py passes over, and metrics.jsonl's record, which
+to_tensorboard.py leaves out). to_tensorboard.py turns metrics.jsonl into event files,
 read back here with tensorboard's own reader (EventAccumulator): the resumed run's abandoned step is
 gone, a non-finite loss is left out, bpb is the val loss in bits over the val bytes
 (4.25 nats x 512 tokens / (ln 2 x 1000 bytes)). Bad input: a missing file, a line that is not a
@@ -11,6 +13,7 @@ record, an existing output. Needs nvcc, tensorboardX and tensorboard. Last line:
 
     python3 dev/test/test_metrics.py
 """
+import json
 import math
 import os
 import shutil
@@ -67,6 +70,16 @@ def main():
     rc, o, e = run([exe, run_dir])
     check(rc == 0 and "val loss 4.250000 | bpb 3.1393" in o and "hellaswag: acc 0.2500 acc_norm 0.3000 (40 items)" in o,
           f"the trainer's lines: {o.strip().splitlines()[:2]}")
+    check("fp8 fallback: layer 11 w2 -> block from step 5 on (its x lost 11.23% of its values in step 4, over 1% in 3 steps in a row)\n" in o,
+          f"the fallback's switch on standard output: {o.strip().splitlines()[-1:]}")
+    with open(os.path.join(run_dir, "main.log")) as f:
+        switch_lines = [line for line in f if line.startswith("fp8_fallback:")]
+    check(switch_lines == ["fp8_fallback: s:4 layer:11 linear:w2 grain:block tensor:x lost:1.123000e-01 steps:3\n"],
+          f"the fallback's switch in main.log: {switch_lines}")
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        records = [json.loads(line) for line in f]
+    check({"step": 4, "fp8_fallback": "layer 11 w2", "fp8_grain": "block", "fp8_fallback_tensor": "x", "fp8_fallback_lost": 0.1123} in records,
+          f"the fallback's switch in metrics.jsonl: {records[-1]}")
 
     bpb2, bpb4 = 4.25 * 512 / (math.log(2) * 1000), 3.5 * 512 / (math.log(2) * 1000)
     log = trainer_log.parse_main_log(run_dir)

@@ -25,6 +25,7 @@ Build and run: make dev/test/test_trainer_host && ./dev/test/test_trainer_host
 #include <pthread.h>
 #include <sys/resource.h>
 #include "dev/test/harness.h" // CHECK, run_test, run_expect_fatal
+#include "dev/test/llama_ref.h" // ref_fp8_auto_grain: the fallback's rule, which the trainer's must follow
 
 static char g_dir[64];
 
@@ -184,13 +185,13 @@ static void expect_option_error(const char *a1, const char *a2, const char *want
 // The state file's header of a run (state_header, as save_checkpoint writes it) and the refusal of
 // one written by another run (state_expect, as load_checkpoint reads it): a mismatch in a word set
 // by a flag names the flag that resumes the file. Only the fields set here differ from zero.
-typedef struct { int moments_bf16, precision, B; } StateRun;
+typedef struct { int moments_bf16, precision, B, fp8_fallback; } StateRun;
 typedef struct { const char *path; StateRun run; } StateReadArgs;
 
 static void state_run(Model *m, TrainState *ts, StateRun r) {
     memset(m, 0, sizeof(*m));
     memset(ts, 0, sizeof(*ts));
-    m->opt.moments_bf16 = r.moments_bf16; m->opt.precision = r.precision; m->opt.B = r.B;
+    m->opt.moments_bf16 = r.moments_bf16; m->opt.precision = r.precision; m->opt.B = r.B; m->opt.fp8_fallback = r.fp8_fallback;
 }
 
 static void write_state_header(const char *path, StateRun r) {
@@ -226,6 +227,13 @@ static void test_checkpoint_other_run(void) {
         {{1, PREC_FP8, 4}, {1, PREC_BF16, 4}, "precision (0 bf16, 1 fp8) is 1 in the file, 0 here; to resume it, pass -precision fp8\n",
          "fp8 in the file, bf16 here"},
         {{1, PREC_FP8, 4}, {1, PREC_FP8, 8}, "micro-batch B is 4 in the file, 8 here\n", "another B (no flag to name)"},
+        {{1, PREC_FP8, 4, FP8_GRAIN_BLOCK}, {1, PREC_FP8, 4, 0},
+         "-fp8_fallback (0 off, 1 block, 2 bf16) is 1 in the file, 0 here; to resume it, pass -fp8_fallback block\n",
+         "a run of -fp8_fallback block resumed without it"},
+        {{1, PREC_FP8, 4, 0}, {1, PREC_FP8, 4, FP8_GRAIN_BF16}, "-fp8_fallback (0 off, 1 block, 2 bf16) is 0 in the file, 2 here; to resume it, pass -fp8_fallback off\n",
+         "a run without the fallback resumed with -fp8_fallback bf16"},
+        {{1, PREC_FP8, 4, FP8_GRAIN_BF16}, {1, PREC_FP8, 4, FP8_GRAIN_BLOCK}, "-fp8_fallback (0 off, 1 block, 2 bf16) is 2 in the file, 1 here\n",
+         "a run of -fp8_fallback bf16 resumed with -fp8_fallback block"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         write_state_header(path, cases[i].file);
@@ -483,6 +491,12 @@ static void test_option_rules(void) {
         {"-b 65536 times -t 65536 is more than 2^31 - 1 tokens", "-b", "65536", "-t", "65536"},
         {"-doc_mask 1 needs the decode table's document-start id: no decode table at -tok ''", "-doc_mask", "1", "-tok", ""},
         {"-doc_mask 1 needs the decode table's document-start id: no decode table at -tok 'none.bin'", "-doc_mask", "1", "-tok", "none.bin"},
+        {"-fp8_grain block needs -precision fp8", "-fp8_grain", "block", "-precision", "bf16"},
+        {"-fp8_fallback block needs -precision fp8", "-fp8_fallback", "block", "-precision", "bf16"},
+        {"-fp8_fallback bf16 needs -precision fp8", "-fp8_fallback", "bf16", "-precision", "bf16"},
+        {"-fp8_fallback bf16 moves per-tensor linears, and -fp8_grain block leaves none", "-fp8_fallback", "bf16", "-fp8_grain", "block"},
+        {"-fp8_fallback_threshold 0.05 needs -fp8_fallback block or bf16", "-fp8_fallback_threshold", "0.05"},
+        {"-fp8_fallback_patience 5 needs -fp8_fallback block or bf16", "-fp8_fallback_patience", "5"},
     };
     char err[2048];
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -493,6 +507,8 @@ static void test_option_rules(void) {
     const char *fine[][8] = {
         {"-fp8_lm_head", "1"}, {"-fp8_dump", "1"}, {"-precision", "bf16", "-b", "1", "-t", "8"},
         {"-e", "smollm2-135m", "-precision", "bf16", "-fp8_lm_head", "0"}, {"-hs_preds", "p.txt", "-hs", "h.bin"}, {"-ngpu", "2", "-d", "65536"},
+        {"-fp8_grain", "block", "-fp8_lm_head", "1"}, {"-fp8_fallback", "bf16", "-fp8_fallback_threshold", "0.05", "-fp8_fallback_patience", "5"},
+        {"-precision", "bf16", "-fp8_grain", "tensor", "-fp8_fallback", "off"},
     };
     for (size_t i = 0; i < sizeof(fine) / sizeof(fine[0]); i++) {
         const char *argv[10] = {"train_llama_fp8"};
@@ -503,6 +519,218 @@ static void test_option_rules(void) {
     const char *doc_mask[] = {"train_llama_fp8", "-doc_mask", "1", NULL};
     CHECK(run_expect_fatal(options_in_child, (void *)doc_mask, err, sizeof(err)) == 0 && strstr(err, "doc_mask 1 doc_start_id 1\n"),
           "-doc_mask 1 with the default decode table: %s", err);
+}
+
+// ---- fp8 grains (issue 34): what the options make of them, the fallback's rule against the C
+// reference's, the grains through the state file
+
+static void grain_options_in_child(void *arg) {
+    char **argv = (char **)arg;
+    int argc = 0, grad_accum;
+    while (argv[argc]) argc++;
+    Options o = parse_options(argc, argv);
+    ModelOptions mo = checked_options_of(&o, &grad_accum);
+    const char *flag = fp8_block_flag(&mo);
+    fprintf(stderr, "grain %d fallback %d millionths %d patience %d block check %s\n", mo.fp8_grain, mo.fp8_fallback,
+            mo.fp8_fallback_millionths, mo.fp8_fallback_patience, flag ? flag : "none");
+}
+
+// The model's options of the grain flags (0 where no fallback runs, as the state file's words are), and
+// the flag that main's block GEMM check names: the one that asks for block scaling, none for bf16.
+static void test_fp8_grain_options(void) {
+    struct { const char *argv[10]; const char *want; } cases[] = {
+        {{"train_llama_fp8"}, "grain 0 fallback 0 millionths 0 patience 0 block check none\n"},
+        {{"train_llama_fp8", "-fp8_grain", "block"}, "grain 1 fallback 0 millionths 0 patience 0 block check -fp8_grain block\n"},
+        {{"train_llama_fp8", "-fp8_fallback", "block"}, "grain 0 fallback 1 millionths 10000 patience 3 block check -fp8_fallback block\n"},
+        {{"train_llama_fp8", "-fp8_fallback", "bf16", "-fp8_fallback_threshold", "0.0025", "-fp8_fallback_patience", "1"},
+         "grain 0 fallback 2 millionths 2500 patience 1 block check none\n"},
+        {{"train_llama_fp8", "-precision", "bf16"}, "grain 0 fallback 0 millionths 0 patience 0 block check none\n"},
+    };
+    char err[2048];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int status = run_expect_fatal(grain_options_in_child, (void *)cases[i].argv, err, sizeof(err));
+        CHECK(status == 0 && strstr(err, cases[i].want), "'%s %s ...': exit %d, printed '%s' (want '%s')", cases[i].argv[1] ? cases[i].argv[1] : "",
+              cases[i].argv[2] ? cases[i].argv[2] : "", status, err, cases[i].want);
+    }
+}
+
+// A host-only model with what the fallback's rule reads: the shape, B x T, fp8 with the weight cache
+// (W cast once a step, as the reference casts it), one GPU, the rule's options and the linears' grains.
+static void rule_model(Model *m, const LlamaConfig *c, int B, int T, int lm_head, int patience) {
+    memset(m, 0, sizeof(*m));
+    m->cfg = *c;
+    m->opt.B = B; m->opt.T = T; m->opt.precision = PREC_FP8;
+    m->opt.fp8_fallback = FP8_GRAIN_BLOCK; m->opt.fp8_fallback_millionths = 10000; m->opt.fp8_fallback_patience = patience;
+    m->fp8.on = 1; m->fp8.w_cache = 1; m->fp8.lm_head = lm_head;
+    m->mg = mg_single_gpu();
+    m->fp8_grain = (unsigned char *)callocCheck(fp8_num_linears(c, lm_head), 1);
+    m->fp8_over_steps = (int *)callocCheck(fp8_num_linears(c, lm_head), sizeof(int));
+}
+
+// The trainer's rule (fp8_fallback_rule) and the reference's (ref_fp8_auto_grain, threshold 1%) fed the
+// same counts for 12 steps: in each step half the linears (drawn) have one tensor over 1% by 1 to 1%
+// more values, and every other tensor loses 1% of its values rounded down (not over: the rule is
+// strict) or fewer, the lost values split between underflows and saturations; both must switch the
+// same linears after the same steps and count the same steps over.
+// With the lm_head (patience 1) and without, and grad accumulation 1 and 3. Then by hand, with the
+// threshold 1/64 (exact, so that a tensor can lose exactly that): the worst tensor is the one
+// reported, W's values are counted once a step whatever the accumulation, and exactly the threshold
+// is not over it.
+static void test_fp8_fallback_rule(void) {
+    const LlamaConfig cfg = {64, 2, 128, 2, 1, 256, 32, 10000.0f, 1e-5f};
+    const int B = 2, T = 32;
+    struct { int lm_head, grad_accum, patience; } runs[] = {{0, 1, 2}, {1, 3, 1}, {0, 2, 3}};
+    for (size_t r = 0; r < sizeof(runs) / sizeof(runs[0]); r++) {
+        int lm_head = runs[r].lm_head, ga = runs[r].grad_accum, patience = runs[r].patience;
+        RefModel ref;
+        ref_init(&ref, &cfg, B, T, 1, 0, lm_head, 4, 0);
+        Model m;
+        rule_model(&m, &cfg, B, T, lm_head, patience);
+        int nlin = fp8_num_linears(&cfg, lm_head), switched = 0, resets = 0, waits = 0;
+        size_t nc = (size_t)FP8_COUNTS * FP8_KINDS * nlin;
+        unsigned long long *counts = (unsigned long long *)callocCheck(nc, sizeof(unsigned long long));
+        Fp8Switch *sw = (Fp8Switch *)callocCheck(nlin, sizeof(Fp8Switch));
+        uint64_t rng = 11 + r;
+        for (int step = 0; step < 12; step++) {
+            for (int i = 0; i < nlin; i++) {
+                int l = i / LINS_PER_LAYER, lin = l < cfg.L ? i % LINS_PER_LAYER : LIN_LM_HEAD;
+                int over = random_u32(&rng) % 2 ? (int)(random_u32(&rng) % FP8_KINDS) : -1;
+                for (int k = 0; k < FP8_KINDS; k++) {
+                    double values = fp8_values_cast(&m, l, lin, k, ga);
+                    unsigned long long at = (unsigned long long)floor(0.01 * values), lost;
+                    if (k == over) lost = at + 1 + random_u32(&rng) % at;
+                    else lost = random_u32(&rng) % 2 ? at : random_u32(&rng) % (at + 1);
+                    unsigned long long under = lost ? random_u32(&rng) % (lost + 1) : 0;
+                    size_t t = (size_t)FP8_KINDS * i + k;
+                    counts[FP8_COUNTS * t + FP8_UNDERFLOWS] = ref.fp8_counts[FP8_COUNTS * t + FP8_UNDERFLOWS] = under;
+                    counts[FP8_COUNTS * t + FP8_SATURATIONS] = ref.fp8_counts[FP8_COUNTS * t + FP8_SATURATIONS] = lost - under;
+                }
+            }
+            int before[64];
+            for (int i = 0; i < nlin; i++) before[i] = m.fp8_over_steps[i];
+            int want = ref_fp8_auto_grain(&ref, ga, 0.01, patience, FP8_GRAIN_BLOCK);
+            int got = fp8_fallback_rule(&m, counts, ga, sw);
+            for (int k = 0; k < got; k++) m.fp8_grain[fp8_linear(&cfg, sw[k].l, sw[k].lin)] = FP8_GRAIN_BLOCK; // as fp8_set_grain
+            CHECK(got == want, "lm_head %d, grad accumulation %d, patience %d, step %d: %d linears switched, the reference %d", lm_head, ga,
+                  patience, step, got, want);
+            for (int i = 0; i < nlin; i++) {
+                CHECK(m.fp8_grain[i] == ref.fp8_grain[i] && m.fp8_over_steps[i] == ref.fp8_over_steps[i],
+                      "lm_head %d, grad accumulation %d, step %d, linear %d: grain %d after %d steps over, the reference's %d after %d", lm_head, ga,
+                      step, i, m.fp8_grain[i], m.fp8_over_steps[i], ref.fp8_grain[i], ref.fp8_over_steps[i]);
+                resets += before[i] > 0 && m.fp8_over_steps[i] == 0 && m.fp8_grain[i] == FP8_GRAIN_TENSOR;
+                waits += m.fp8_over_steps[i] > 0 && m.fp8_grain[i] == FP8_GRAIN_TENSOR;
+            }
+            switched += got;
+        }
+        CHECK(switched > 0 && (patience == 1 || (resets > 0 && waits > 0)), "lm_head %d, grad accumulation %d, patience %d: %d switches, %d"
+              " linears over but waiting, %d counts reset in 12 steps: the draws miss a case", lm_head, ga, patience, switched, waits, resets);
+        free(counts); free(sw);
+        free(m.fp8_grain); free(m.fp8_over_steps);
+        ref_free(&ref);
+    }
+    // by hand, grad accumulation 4, patience 1: layer 1's wo loses 2/64 of its X and 3/64 of its dY (the
+    // worst, reported); layer 0's w13 2/64 of W's values cast once (IN x OUT), which would be 1/128 if W
+    // counted once per micro-step; layer 0's qkv exactly 1/64 of its X: not over
+    Model m;
+    rule_model(&m, &cfg, B, T, 0, 1);
+    m.opt.fp8_fallback_millionths = 15625;
+    const int ga = 4;
+    size_t nc = (size_t)FP8_COUNTS * FP8_KINDS * fp8_num_linears(&cfg, 0), N = (size_t)ga * B * T;
+    unsigned long long *counts = (unsigned long long *)callocCheck(nc, sizeof(unsigned long long));
+    counts[FP8_COUNTS * fp8_tensor_index(1, LIN_WO, FP8_X) + FP8_UNDERFLOWS] = 2 * N * cfg.C / 64;
+    counts[FP8_COUNTS * fp8_tensor_index(1, LIN_WO, FP8_DY) + FP8_SATURATIONS] = 3 * N * cfg.C / 64;
+    counts[FP8_COUNTS * fp8_tensor_index(0, LIN_W13, FP8_W) + FP8_UNDERFLOWS] = 2 * 2 * cfg.FF * cfg.C / 64;
+    counts[FP8_COUNTS * fp8_tensor_index(0, LIN_QKV, FP8_X) + FP8_UNDERFLOWS] = N * cfg.C / 64;
+    Fp8Switch sw[8];
+    memset(sw, 0, sizeof(sw)); // what the message prints of a switch that did not happen
+    int n = fp8_fallback_rule(&m, counts, ga, sw);
+    CHECK(n == 2 && sw[0].l == 0 && sw[0].lin == LIN_W13 && sw[0].kind == FP8_W && sw[1].l == 1 && sw[1].lin == LIN_WO &&
+          sw[1].kind == FP8_DY && sw[1].lost == 3.0 / 64,
+          "by hand: %d switched (want layer 0 w13 for its W, layer 1 wo for its dY at 3/64): first layer %d %s %s, second layer %d %s %s %.4f", n,
+          sw[0].l, LINEAR_NAMES[sw[0].lin], FP8_KIND_NAMES[sw[0].kind], sw[1].l, LINEAR_NAMES[sw[1].lin], FP8_KIND_NAMES[sw[1].kind], sw[1].lost);
+    free(counts);
+    free(m.fp8_grain); free(m.fp8_over_steps);
+}
+
+// A state file's grains and steps over the threshold as a fallback run of the tiny shape writes them
+// (layer 0's wo fallen back to bf16 after 3 steps over, layer 1's w13 2 steps over), read back by a
+// run of the same flags into a new model: the same bytes, one grain change (the switched wo, which
+// needs no buffer of its own), the file's size. A file whose grain this run cannot have (block
+// under -fp8_fallback bf16, a byte past the grains) refused naming the file and the linear.
+typedef struct { const char *path; int expect_change; } GrainReadArgs;
+
+static void grain_model(Model *m, TrainState *ts) {
+    memset(m, 0, sizeof(*m));
+    memset(ts, 0, sizeof(*ts));
+    config_from_preset("tiny", &m->cfg);
+    m->opt.B = 2; m->opt.T = 32; m->opt.precision = PREC_FP8;
+    m->opt.fp8_fallback = FP8_GRAIN_BF16; m->opt.fp8_fallback_millionths = 10000; m->opt.fp8_fallback_patience = 3;
+    m->fp8.on = 1; m->fp8.w_cache = 1;
+    int nlin = fp8_num_linears(&m->cfg, 0);
+    m->fp8_grain = (unsigned char *)callocCheck(nlin, 1);
+    m->fp8_over_steps = (int *)callocCheck(nlin, sizeof(int));
+    m->fp8_lin = (Fp8LinearBuffers *)callocCheck(nlin, sizeof(Fp8LinearBuffers));
+}
+
+static void read_grains(void *arg) {
+    const GrainReadArgs *a = (const GrainReadArgs *)arg;
+    static Model m;
+    TrainState ts;
+    grain_model(&m, &ts);
+    HeaderExpect ex[NUM_STATE_FIELDS];
+    int n = state_expect(&m, &ts, ex);
+    Section sec[NUM_STATE_SECTIONS];
+    state_sections(&m, &ts, sec);
+    read_sections(a->path, STATE_MAGIC, ex, n, sec, NUM_STATE_SECTIONS, NULL);
+    fp8_grains_resumed(&m, a->path);
+    int nlin = fp8_num_linears(&m.cfg, 0), bad = 0;
+    for (int i = 0; i < nlin; i++) {
+        int want_grain = i == fp8_linear(&m.cfg, 0, LIN_WO) ? FP8_GRAIN_BF16 : FP8_GRAIN_TENSOR;
+        int want_over = i == fp8_linear(&m.cfg, 0, LIN_WO) ? 3 : i == fp8_linear(&m.cfg, 1, LIN_W13) ? 2 : 0;
+        if (m.fp8_grain[i] != want_grain || m.fp8_over_steps[i] != want_over) {
+            fprintf(stderr, "linear %d read back as grain %d after %d steps over, want %d after %d\n", i, m.fp8_grain[i], m.fp8_over_steps[i],
+                    want_grain, want_over);
+            bad = 1;
+        }
+    }
+    if (m.fp8_grain_changes != a->expect_change) { fprintf(stderr, "%d grain changes, want %d\n", m.fp8_grain_changes, a->expect_change); bad = 1; }
+    if (bad) exit(3);
+}
+
+static void test_fp8_grain_state_file(void) {
+    char path[128], err[2048];
+    path_in_dir(path, sizeof(path), "grain_state.bin");
+    static Model m;
+    TrainState ts;
+    grain_model(&m, &ts);
+    int nlin = fp8_num_linears(&m.cfg, 0), wo = fp8_linear(&m.cfg, 0, LIN_WO), w13 = fp8_linear(&m.cfg, 1, LIN_W13);
+    m.fp8_grain[wo] = FP8_GRAIN_BF16;
+    m.fp8_over_steps[wo] = 3;
+    m.fp8_over_steps[w13] = 2;
+    int h[256];
+    Section sec[NUM_STATE_SECTIONS];
+    state_header(&m, &ts, h);
+    state_sections(&m, &ts, sec);
+    write_sections(path, h, sec, NUM_STATE_SECTIONS);
+    long want_size = 1024 + nlin * (1 + (long)sizeof(int)) + (long)sizeof(uint64_t) + (long)sizeof(DataLoaderState);
+    CHECK(file_size(path) == want_size, "the state file has %ld bytes, want %ld (header, %d grains, %d int32 counts, rng, loader)",
+          file_size(path), want_size, nlin, nlin);
+    GrainReadArgs same = {path, 1};
+    int status = run_expect_fatal(read_grains, &same, err, sizeof(err));
+    CHECK(status == 0, "the grains read back: exit %d: %s", status, err);
+    const struct { int linear, grain; const char *want; } bad[] = {
+        {fp8_linear(&m.cfg, 1, LIN_W2), FP8_GRAIN_BLOCK, "fp8 linear 7 (layer 1 w2) has grain 1, which a run of -fp8_grain tensor -fp8_fallback bf16 cannot have"},
+        {fp8_linear(&m.cfg, 0, LIN_QKV), 7, "fp8 linear 0 (layer 0 qkv) has grain 7, which a run of -fp8_grain tensor -fp8_fallback bf16 cannot have"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        m.fp8_grain[bad[i].linear] = (unsigned char)bad[i].grain;
+        write_sections(path, h, sec, NUM_STATE_SECTIONS);
+        m.fp8_grain[bad[i].linear] = FP8_GRAIN_TENSOR;
+        status = run_expect_fatal(read_grains, &same, err, sizeof(err));
+        CHECK(status != 0 && strstr(err, path) && strstr(err, bad[i].want), "grain %d of linear %d: exit %d, message lacks '%s': %s", bad[i].grain,
+              bad[i].linear, status, bad[i].want, err);
+    }
+    free(m.fp8_grain); free(m.fp8_over_steps); free(m.fp8_lin);
 }
 
 // A version-1 file (FNV-1a checksum, written before CRC-32) still reads.
@@ -991,6 +1219,10 @@ static const HeaderField HEADER_FIELDS[] = {
     {20, "-fp8_lm_head", +[](Model *m, TrainState *) { return &m->fp8.lm_head; }, 1},
     {21, "-adam_moments (0 fp32, 1 bf16)", +[](Model *m, TrainState *) { return &m->opt.moments_bf16; }, 1},
     {22, "data sets of the -i mixture (0: one glob)", +[](Model *, TrainState *) { return &g_data_sets; }, 0},
+    {23, "-fp8_grain (0 tensor, 1 block)", +[](Model *m, TrainState *) { return &m->opt.fp8_grain; }, 1},
+    {24, "-fp8_fallback (0 off, 1 block, 2 bf16)", +[](Model *m, TrainState *) { return &m->opt.fp8_fallback; }, 1},
+    {25, "-fp8_fallback_threshold in millionths (0 without -fp8_fallback)", +[](Model *m, TrainState *) { return &m->opt.fp8_fallback_millionths; }, 0},
+    {26, "-fp8_fallback_patience (0 without -fp8_fallback)", +[](Model *m, TrainState *) { return &m->opt.fp8_fallback_patience; }, 0},
 };
 #define NUM_HEADER_FIELDS ((int)(sizeof(HEADER_FIELDS) / sizeof(HEADER_FIELDS[0])))
 #define READ_BACK_WORD 19
@@ -1212,6 +1444,7 @@ static Options written_defaults(void) {
     o.sample_every = 80; o.gen_tokens = 64; o.ckpt_every = 0; o.resume = 0; o.recompute = 0; o.seed = 1337; o.shuffle = 0;
     o.fp8_history = 16; o.fp8_margin = 0; o.fp8_lm_head = 0; o.fp8_log = 0; o.fp8_dump = 0; o.ngpu = 0; o.fp8_weight_cache = 1;
     o.deterministic = 0; o.cuda_graph = 1; o.keep = 0;
+    strcpy(o.fp8_grain, "tensor"); strcpy(o.fp8_fallback, "off"); o.fp8_fallback_threshold = 0.01f; o.fp8_fallback_patience = 3;
     o.lr = 6e-4f; o.final_lr_frac = 0.1f; o.weight_decay = 0.1f; o.grad_clip = 1.0f; o.beta1 = 0.9f; o.beta2 = 0.95f;
     return o;
 }
@@ -1702,6 +1935,11 @@ int main(int argc, char **argv) {
     run_test("options: the usage text has every row with its help, default and range or choices", test_usage);
     run_test("options: main.log's header carries every row's value, -fp8_margin's too", test_log_header);
     run_test("options: the rules between options and with the model's shape refused by checked_options", test_option_rules);
+    run_test("fp8 grains: the model's options of -fp8_grain and -fp8_fallback, and the flag the block GEMM check names", test_fp8_grain_options);
+    run_test("fp8 fallback: the trainer's rule switches the linears ref_fp8_auto_grain switches, after the same steps; the worst tensor reported",
+             test_fp8_fallback_rule);
+    run_test("fp8 grains through the state file: read back into a new model; a grain the run cannot have refused naming the file and linear",
+             test_fp8_grain_state_file);
     run_test("options: bf16 AdamW moments by default, fp32 with -adam_moments fp32, others refused", test_adam_moments_option);
     run_test("options: -x 0 -y 1 -o DIR evaluates the checkpoint; -y 1 without -o and -keep < 0 refused", test_resume_options);
     run_test("options: the README's commands parse and check to the Options and ModelOptions written out; model_options the defaults", test_options_unchanged);

@@ -1,8 +1,10 @@
 /*
 A main.log and a metrics.jsonl written by the trainer's own writers (metrics_step, report_val,
-hellaswag_log of train_llama_fp8.cu) for a made-up bf16 run of 4 steps that was resumed after step
-2, with a val loss, bits per byte and HellaSwag at steps 2 and 4 and a non-finite loss at step 3.
-No GPU: the writers need none for a bf16 run. dev/test/test_metrics.py reads them back.
+hellaswag_log, fp8_report_switches of train_llama_fp8.cu) for a made-up bf16 run of 4 steps that was
+resumed after step 2, with a val loss, bits per byte and HellaSwag at steps 2 and 4, a non-finite
+loss at step 3, and after step 4 the lines of an fp8 fallback's switch (layer 11's w2 to block,
+its X having lost 11.23%: the writer reads only the model's host fields). No GPU: the writers need
+none. dev/test/test_metrics.py reads them back.
 
 Build and run from the repository root:
   nvcc -O1 -arch=sm_90 -std=c++17 -Xcompiler -fopenmp -I. dev/test/tools/metrics_lines.cu -lcublasLt -lcublas -lgomp -o metrics_lines
@@ -35,6 +37,12 @@ int main(int argc, char **argv) {
     report_val(3.5f, bits_per_byte(3.5f, 1000.0, 2, &m), 4, 1, logf, metricsf);
     HellaSwagScore hs4 = {0.5f, 0.625f, 40};
     hellaswag_log(&hs4, 4, logf, metricsf);
+    Fp8Switch sw = {11, LIN_W2, FP8_X, 0.1123};
+    m.cfg.L = 30;
+    m.opt.fp8_fallback = FP8_GRAIN_BLOCK; m.opt.fp8_fallback_millionths = 10000; m.opt.fp8_fallback_patience = 3;
+    m.fp8_switched = &sw;
+    m.fp8_num_switched = 1;
+    fp8_report_switches(&m, 4, logf, metricsf);
     fcloseCheck(logf);
     fcloseCheck(metricsf);
     return 0;
