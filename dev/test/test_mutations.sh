@@ -40,13 +40,23 @@ failed_as_expected() {
     fi
 }
 
+# build_targets CMD: what a mutant must have built before CMD runs: only the GPU test for a
+# ./test_llama_fp8 command (or with TEST_FILTER), nothing for a dev/cuda program (its command builds
+# it), else the trainer and the GPU test
+build_targets() {
+    if [ -n "$test_filter" ] || [[ "$1" == ./test_llama_fp8* ]]; then echo test_llama_fp8
+    elif [[ "$1" != *"-C dev/cuda"* ]]; then echo test_llama_fp8 train_llama_fp8; fi
+}
+test_filter=${1:-}
+
 for p in "${patches[@]}"; do
     dir="$work/$(basename "$p" .patch)"
     mkdir -p "$dir"
     tar -cf - --exclude=./.git --exclude=./scratch . | tar -xf - -C "$dir"
     if (cd "$dir" && patch -p1 -f -s --fuzz=0 --no-backup-if-mismatch < "$root/$p") > "$dir.patch.log" 2>&1; then
         touch "$dir.applied"
-        (cd "$dir" && make -s -B test_llama_fp8 train_llama_fp8) > "$dir.build.log" 2>&1 && touch "$dir.built" &
+        targets=$(build_targets "$(sed -n 's/^Caught by: //p' "$p")")
+        (cd "$dir" && { [ -z "$targets" ] || make -s -B $targets; }) > "$dir.build.log" 2>&1 && touch "$dir.built" &
     fi
 done
 wait
