@@ -3,6 +3,7 @@
 # run the same short deterministic trainings, and everything they compute must come out the same,
 # byte for byte:
 #   bash dev/test/same_bits.sh REV          e.g. bash dev/test/same_bits.sh 42fcd59
+#   bash dev/test/same_bits.sh DIR          DIR: REV's tree, exported (git archive REV | tar -x -C DIR)
 # REV is exported with `git archive` into a temporary directory and built there, the working tree in
 # place (`make train_llama_fp8`), both at once. The runs: the tiny preset cut to 2 layers and a
 # 4096-token vocabulary, synthetic data, B 4 x T 128, 6 steps, -deterministic 1, -cuda_graph 0, val
@@ -22,16 +23,22 @@
 # the copies came from ($MUTATIONS_SOURCE).
 set -u
 cd "$(dirname "$0")/../.." || exit 2
-[ $# -eq 1 ] || { echo "usage: bash dev/test/same_bits.sh REV   (a git revision, e.g. 42fcd59)" >&2; exit 2; }
+[ $# -eq 1 ] || { echo "usage: bash dev/test/same_bits.sh REV   (a git revision, e.g. 42fcd59, or a folder holding its tree)" >&2; exit 2; }
 rev=$1
-repo=$(git rev-parse --show-toplevel 2>/dev/null) || repo=${MUTATIONS_SOURCE:-}
-[ -n "$repo" ] || { echo "error: $PWD is not a git checkout and \$MUTATIONS_SOURCE is not set: nowhere to find revision '$rev'" >&2; exit 2; }
-git -C "$repo" rev-parse -q --verify "$rev^{commit}" > /dev/null || { echo "error: '$rev' is not a commit of $repo" >&2; exit 2; }
+[ ! -d "$rev" ] || [ -f "$rev/train_llama_fp8.cu" ] || { echo "error: folder '$rev' holds no train_llama_fp8.cu: not a tree of this project" >&2; exit 2; }
 work=$(mktemp -d /tmp/same_bits.XXXXXX)
 start=$SECONDS
-
 mkdir "$work/rev_tree"
-git -C "$repo" archive --format=tar "$rev" | tar -xf - -C "$work/rev_tree" || { echo "error: git archive of '$rev' failed" >&2; exit 2; }
+if [ -d "$rev" ]; then # a tree exported elsewhere (a machine whose copy of the project has no .git)
+    cp -r "$rev/." "$work/rev_tree" && rm -f "$work/rev_tree/train_llama_fp8"
+    rev_name="folder $rev"
+else
+    repo=$(git rev-parse --show-toplevel 2>/dev/null) || repo=${MUTATIONS_SOURCE:-}
+    [ -n "$repo" ] || { echo "error: $PWD is not a git checkout and \$MUTATIONS_SOURCE is not set: nowhere to find revision '$rev' (give a folder holding its tree instead)" >&2; exit 2; }
+    git -C "$repo" rev-parse -q --verify "$rev^{commit}" > /dev/null || { echo "error: '$rev' is not a commit of $repo" >&2; exit 2; }
+    git -C "$repo" archive --format=tar "$rev" | tar -xf - -C "$work/rev_tree" || { echo "error: git archive of '$rev' failed" >&2; exit 2; }
+    rev_name="$rev ($(git -C "$repo" rev-parse --short "$rev"))"
+fi
 (cd "$work/rev_tree" && make -s train_llama_fp8) > "$work/rev_build.log" 2>&1 &
 rev_build=$!
 make -s train_llama_fp8 > "$work/new_build.log" 2>&1 &
@@ -40,7 +47,7 @@ built=1
 wait "$rev_build" || { echo "error: building $rev failed:"; tail -n 20 "$work/rev_build.log"; built=0; }
 wait "$new_build" || { echo "error: building the working tree failed:"; tail -n 20 "$work/new_build.log"; built=0; }
 [ "$built" -eq 1 ] || { echo "logs in $work"; exit 2; }
-echo "built $rev ($(git -C "$repo" rev-parse --short "$rev")) and the working tree in $((SECONDS - start)) s"
+echo "built $rev_name and the working tree in $((SECONDS - start)) s"
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 if [ "$gpus" -eq 0 ]; then
     echo "no GPU (nvidia-smi lists none): both trainers built, no case run; run this on a GPU machine"
