@@ -3,9 +3,10 @@
 # answers nvidia-smi, the GPU suites (test_llama_fp8, dev/test/test_signal.sh and dev/test/test_hf_gpu.sh
 # on the trainer) and the dev/cuda kernel checks listed in KERNEL_CHECKS (rmsnorm: its fp8 health
 # counts see inputs with exact zeros, which the trainer's tensors almost never hold; fp8_block
-# -validate: the block casts and block-scaled GEMMs against the C reference, which the trainer does
-# not run yet);
-# prints each suite's time and the combined "N passed, N failed" line last. Exit status is non-zero if anything failed.
+# -validate: the block casts and block-scaled GEMMs against the C reference, at edge shapes the
+# trainer's tests do not reach). The GPU suites run in the background beside the CPU suites (on a GPU
+# machine make test takes the longer of the two, not their sum) and print after them.
+# Prints each suite's time and the combined "N passed, N failed" line last. Exit status is non-zero if anything failed.
 # Python runs from the project's environment, .venv/ (make test creates it from requirements.txt), put
 # first on PATH so that scripts calling python3 get it too.
 # A suite counts one failure more when it crashes before its summary line, exits non-zero although
@@ -16,7 +17,6 @@ set -u
 cd "$(dirname "$0")/../.."
 passed=0; failed=0
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
 KERNEL_CHECKS="rmsnorm fp8_block"
 # the arguments each runs with: fp8_block validates only (its timing takes minutes and checks nothing)
 declare -A KERNEL_ARGS=([fp8_block]=-validate)
@@ -70,25 +70,10 @@ run_check() {
     failed=$((failed + 1))
 }
 
-cpu_limit=${SUITE_TIMEOUT:-900} gpu_limit=${GPU_SUITE_TIMEOUT:-1800}
-echo "== CPU tests (dev/test/test_cpu)"
-run_suite cpu "$cpu_limit" ./dev/test/test_cpu
-for t in test_trainer_host test_zero_layout; do
-    echo "== host-only trainer checks (dev/test/$t)"
-    run_suite "$t" "$cpu_limit" "./dev/test/$t"
-done
-if [ -x .venv/bin/python3 ]; then
-    PATH="$PWD/.venv/bin:$PATH"
-    for t in dev/test/test_*.py; do
-        echo "== Python checks ($t)"
-        run_suite "$(basename "$t" .py)" "$cpu_limit" python3 "$t"
-    done
-else
-    echo "== Python checks not run: no .venv/ (make test creates it from requirements.txt: run make test, or make venv)"
-    failed=$((failed + 1))
-fi
-if nvidia-smi -L >/dev/null 2>&1; then
-    echo "== GPU tests (test_llama_fp8, dev/test/test_signal.sh, dev/test/test_hf_gpu.sh, dev/cuda: $KERNEL_CHECKS)"
+# gpu_suites: the GPU suites and dev/cuda checks, run beside the CPU suites (their output is printed
+# after the CPU suites'); their counts go to the file $1
+gpu_suites() {
+    log=$(mktemp) passed=0 failed=0
     if make -s train_llama_fp8 test_llama_fp8 && make -s -C dev/cuda $KERNEL_CHECKS; then
         run_suite gpu "$gpu_limit" ./test_llama_fp8
         run_suite signal "$gpu_limit" bash dev/test/test_signal.sh
@@ -101,6 +86,40 @@ if nvidia-smi -L >/dev/null 2>&1; then
         echo "building train_llama_fp8, test_llama_fp8 and dev/cuda's $KERNEL_CHECKS failed"
         failed=$((failed + 1))
     fi
+    rm -f "$log"
+    echo "$passed $failed" > "$1"
+}
+
+cpu_limit=${SUITE_TIMEOUT:-900} gpu_limit=${GPU_SUITE_TIMEOUT:-1800}
+[ -x .venv/bin/python3 ] && PATH="$PWD/.venv/bin:$PATH"
+gpu_pid= gpu_out=$(mktemp) gpu_counts=$(mktemp)
+trap 'rm -f "$log" "$gpu_out" "$gpu_counts"' EXIT
+if nvidia-smi -L >/dev/null 2>&1; then
+    echo "== GPU tests started; they run beside the CPU suites and print after them"
+    gpu_suites "$gpu_counts" > "$gpu_out" 2>&1 &
+    gpu_pid=$!
+fi
+echo "== CPU tests (dev/test/test_cpu)"
+run_suite cpu "$cpu_limit" ./dev/test/test_cpu
+for t in test_trainer_host test_zero_layout; do
+    echo "== host-only trainer checks (dev/test/$t)"
+    run_suite "$t" "$cpu_limit" "./dev/test/$t"
+done
+if [ -x .venv/bin/python3 ]; then
+    for t in dev/test/test_*.py; do
+        echo "== Python checks ($t)"
+        run_suite "$(basename "$t" .py)" "$cpu_limit" python3 "$t"
+    done
+else
+    echo "== Python checks not run: no .venv/ (make test creates it from requirements.txt: run make test, or make venv)"
+    failed=$((failed + 1))
+fi
+if [ -n "$gpu_pid" ]; then
+    wait "$gpu_pid"
+    echo "== GPU tests (test_llama_fp8, dev/test/test_signal.sh, dev/test/test_hf_gpu.sh, dev/cuda: $KERNEL_CHECKS), run beside the CPU suites"
+    cat "$gpu_out"
+    read -r p f < "$gpu_counts" || { p=0 f=1; echo "the GPU suites left no counts"; }
+    passed=$((passed + p)); failed=$((failed + f))
 else
     echo "== GPU tests skipped: no GPU on this machine (run them with: make test_llama_fp8 && ./test_llama_fp8)"
 fi

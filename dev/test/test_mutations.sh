@@ -52,7 +52,7 @@ test_filter=${1:-}
 for p in "${patches[@]}"; do
     dir="$work/$(basename "$p" .patch)"
     mkdir -p "$dir"
-    tar -cf - --exclude=./.git --exclude=./scratch . | tar -xf - -C "$dir"
+    tar -cf - --exclude=./.git --exclude=./scratch --exclude=./.venv . | tar -xf - -C "$dir"
     if (cd "$dir" && patch -p1 -f -s --fuzz=0 --no-backup-if-mismatch < "$root/$p") > "$dir.patch.log" 2>&1; then
         touch "$dir.applied"
         targets=$(build_targets "$(sed -n 's/^Caught by: //p' "$p")")
