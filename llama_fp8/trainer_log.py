@@ -21,7 +21,8 @@ Standard output (the trainer's printf lines this reads; others are left alone):
     B <B> T <T> | total batch ... | AdamW moments <fp32|bf16> | ... attention
     device memory allocated: <x> GiB[ per GPU (ZeRO-1)]
     step <s>/<n> | loss <l> | norm <g> | lr <lr> | <ms> ms | <tok/s> tok/s | MFU <m>[ | update SKIPPED ...]
-    val loss <l>[ over ...]
+    val loss <l>[ | bpb <bits per byte>][ over ...]
+    hellaswag: acc <acc> acc_norm <acc_norm> (<n> items)
     stopped by <SIGNAL> after step <s> of <n>...
     median step <ms> ms over <k> steps after warm-up | <tok/s> tok/s | MFU <m> | device memory in use <x> GiB
 """
@@ -238,7 +239,8 @@ _CONFIG = re.compile(r"^train_llama_fp8 \| ([^|]+?) \| ([^|]+?) \| (.*)$", re.M)
 _BATCH = re.compile(r"^B (\d+) T (\d+) \|(.*)$", re.M)
 _ALLOCATED = re.compile(r"^device memory allocated: ([\d.]+) GiB", re.M)
 _STEP = re.compile(r"^step +(\d+)/(\d+) \| loss (\S+) \| norm (\S+) \| lr (\S+) \| (\S+) ms \| (\S+) tok/s \| MFU (\S+)(.*)$")
-_VAL = re.compile(r"^val loss (\S+)")
+_VAL = re.compile(r"^val loss (\S+)(?: \| bpb (\S+))?")
+_HELLASWAG = re.compile(r"^hellaswag: acc (\S+) acc_norm (\S+) \((\d+) items\)")
 _STOPPED = re.compile(r"^stopped by (SIG[A-Z0-9]+) after step (\d+) of (\d+)", re.M)
 _MEDIAN = re.compile(r"^median step ([\d.]+) ms over (\d+) steps .*?\| (\d+) tok/s \| MFU (.*?) \| "
                      r"device memory in use ([\d.]+) GiB", re.M)
@@ -264,6 +266,8 @@ class TrainerOutput:
         self.allocated_gib = None   # 'device memory allocated' (per GPU with ZeRO-1)
         self.steps = {}             # step -> {'loss':, 'norm':, 'lr':, 'ms':, 'tok/s':, 'mfu': str, 'skipped': bool}
         self.val = {}               # the step after which it was measured (0 before any) -> val loss
+        self.bpb = {}               # the same steps -> bits per byte (runs with a decode table)
+        self.hellaswag = {}         # the step after which it was scored (0 before any) -> {'acc':, 'acc_norm':, 'items':}
         self.stopped = None         # (signal name, step) for a run stopped by a signal
         self.median = None          # {'ms':, 'steps':, 'tok/s':, 'mfu': str, 'device_gib':}
 
@@ -304,6 +308,15 @@ def parse_stdout(text):
         if m:
             try:
                 out.val[last] = float(m.group(1))
+                if m.group(2):
+                    out.bpb[last] = float(m.group(2))
+            except ValueError:
+                pass
+            continue
+        m = _HELLASWAG.match(line)
+        if m:
+            try:
+                out.hellaswag[last] = {"acc": float(m.group(1)), "acc_norm": float(m.group(2)), "items": int(m.group(3))}
             except ValueError:
                 pass
     m = _STOPPED.search(text)

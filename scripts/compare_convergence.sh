@@ -13,6 +13,10 @@
 # Writes into OUT: bf16/, fp8/, fp8_current/ (each: main.log, fp8.log, console.log, checkpoint,
 # flags.txt, and DONE once the run finished), loss.png, fp8_scales.png and fp8_health.png
 # (fp8_current_*.png), summary.md (with each fp8 run's tensors of most underflow and saturation).
+# --eval-bf16 also evaluates each fp8 run's final weights (its last checkpoint) in bf16, with the same
+# val data (and -hs): OUT/<run>/bf16_eval.log, a row of the summary. The fp8 run's own val loss is
+# measured through fp8's forward, so it holds fp8's rounding at inference as well as what fp8 did to
+# training; the bf16 evaluation leaves the first out, as a model exported to bf16 would run.
 # Exit status: 0 all runs finished and each fp8 run's final val loss is within --threshold of
 # bf16's; 1 an fp8 run is worse than that (or has no finite val loss); 2 bad usage; 3 a run crashed
 # or the comparison could not be made.
@@ -35,6 +39,7 @@ usage: $0 [options] -- [train_llama_fp8 flags]
   --smooth K         train-loss smoothing (trailing mean over K steps) in loss.png (default 20)
   --bin PATH         trainer binary (default: train_llama_fp8 in the repository; built with make if missing)
   --python PATH      python with matplotlib for the plots (default: \$PYTHON or python3)
+  --eval-bf16        also evaluate each fp8 run's final weights in bf16 (-init_from its last checkpoint, -x 0)
   --quiet            trainer output only to OUT/<run>/console.log, not also to the terminal
   -h, --help         this help
 Not allowed after -- or in --fp8-args: -o, -precision, -fp8_recipe, -fp8_log, -y (the script sets
@@ -54,6 +59,7 @@ bin="$repo_dir/train_llama_fp8"
 bin_given=0
 python=${PYTHON:-python3}
 quiet=0
+eval_bf16=0
 trainer_args=()
 fp8_args=()
 
@@ -76,6 +82,7 @@ while [ $# -gt 0 ]; do
         --python) [ $# -ge 2 ] || die_usage "--python needs a value"; python=$2; shift 2 ;;
         --python=*) python=${1#--python=}; shift ;;
         --quiet) quiet=1; shift ;;
+        --eval-bf16) eval_bf16=1; shift ;;
         -h|--help) usage; exit 0 ;;
         --) shift; trainer_args=("$@"); break ;;
         *) die_usage "unknown option '$1' (trainer flags go after --)" ;;
@@ -183,6 +190,33 @@ done
 if [ ${#finished[@]} -eq 0 ]; then
     echo "compare_convergence.sh: every run failed (${failed[*]}); nothing to compare" >&2
     exit 3
+fi
+
+# --eval-bf16: the trainer flags without those of the model's start and shape (the checkpoint is the
+# start and holds the shape), the step count and the fp8 ones (bf16 refuses them)
+eval_flags() {
+    local i
+    for ((i = 0; i < ${#trainer_args[@]}; i += 2)); do
+        case "${trainer_args[i]}" in
+            -e|-init_from|-V|-L|-C|-NH|-NKV|-FF|-rope_theta|-x|-fp8_*) ;;
+            *) printf '%s\n' "${trainer_args[i]}" "${trainer_args[i + 1]}" ;;
+        esac
+    done
+}
+if [ "$eval_bf16" = 1 ]; then
+    mapfile -t eargs < <(eval_flags)
+    for run in "${finished[@]}"; do
+        case "$run" in fp8*) ;; *) continue ;; esac
+        rm -f -- "$out/$run/bf16_eval.log"
+        model=$(find "$out/$run" -maxdepth 1 -name 'model_*.bin' | sort | tail -n 1)
+        if [ -z "$model" ]; then
+            echo "compare_convergence.sh: WARNING: $run wrote no checkpoint (model_*.bin): its weights are not evaluated in bf16" >&2
+            continue
+        fi
+        echo "== $run's weights in bf16: $bin $(printf '%q ' "${eargs[@]}")-init_from $model -precision bf16 -x 0"
+        "$bin" "${eargs[@]}" -init_from "$model" -precision bf16 -x 0 >"$out/$run/bf16_eval.log" 2>&1 \
+            || echo "compare_convergence.sh: WARNING: evaluating $run's weights in bf16 failed (see $out/$run/bf16_eval.log)" >&2
+    done
 fi
 
 # plots: a missing matplotlib costs the pictures, not the comparison

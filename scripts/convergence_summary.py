@@ -1,7 +1,9 @@
 """The summary of scripts/compare_convergence.sh: a table of its finished runs (final train and val
 loss against bf16, val bpb, HellaSwag, median tokens/s), the threshold check of each fp8 run's final
 val loss against bf16's, the runs that crashed, and each fp8 run's fp8 health (the tensors with the
-most underflow and saturation). Printed and written to OUT/summary.md. Standard library only;
+most underflow and saturation). With compare_convergence.sh --eval-bf16, each fp8 run's final
+weights evaluated in bf16 (OUT/<run>/bf16_eval.log, the trainer's -x 0 output) get a row of their
+own, "<run> weights in bf16". Printed and written to OUT/summary.md. Standard library only;
 compare_convergence.sh calls it with its settings:
 
     python3 scripts/convergence_summary.py OUT THRESHOLD FLAGS FP8_FLAGS FAILED RUN...
@@ -14,7 +16,7 @@ import os
 import statistics
 import sys
 
-from llama_fp8.trainer_log import has_health, health_summary, parse_fp8_log, parse_main_log
+from llama_fp8.trainer_log import has_health, health_summary, parse_fp8_log, parse_main_log, parse_stdout
 
 if len(sys.argv) < 6:
     sys.exit("usage: " + __doc__.split("\n\n")[1].strip())
@@ -38,6 +40,15 @@ for run in runs:
         bpb=log.bpb.get(vsteps[-1], float("nan")) if vsteps else float("nan"),
         hs=log.hellaswag[max(log.hellaswag)] if log.hellaswag else None,  # the last HellaSwag score (-hs)
     )
+
+# compare_convergence.sh --eval-bf16: an fp8 run's last checkpoint evaluated in bf16 (-x 0), its numbers at step 0
+evals = {}
+for run in runs:
+    path = os.path.join(out, run, "bf16_eval.log")
+    if run.startswith("fp8") and os.path.isfile(path):
+        with open(path, errors="replace") as f:
+            o = parse_stdout(f.read())
+        evals[run] = dict(val=o.val.get(0, float("nan")), bpb=o.bpb.get(0, float("nan")), hs=o.hellaswag.get(0))
 
 def rel(a, b):  # (a - b) / b
     return (a - b) / b if math.isfinite(a) and math.isfinite(b) and b != 0 else float("nan")
@@ -70,7 +81,15 @@ for run in runs:
         f"{hs['acc_norm']:.4f} ({hs['acc']:.4f}, {hs['items']})" if hs else "n/a",
         num(s["tps"], ",.0f"),
         "-" if is_base else ratio(s["tps"], base["tps"] if base else float("nan"))))
+    if run in evals:
+        e = evals[run]
+        lines.append("| {} weights in bf16 | - | - | - | {} | {} | {} | {} | - | - |".format(
+            run, num(e["val"], ".4f"), pct(rel(e["val"], base["val"])) if base else "n/a", num(e["bpb"], ".4f"),
+            f"{e['hs']['acc_norm']:.4f} ({e['hs']['acc']:.4f}, {e['hs']['items']})" if e["hs"] else "n/a"))
 lines.append("")
+if evals:
+    lines += ["A \"weights in bf16\" row is that fp8 run's last checkpoint evaluated in bf16 (`-x 0`, "
+              "`<run>/bf16_eval.log`): fp8's training without fp8's rounding at evaluation, as the model runs once exported.", ""]
 
 status = 0
 notes = []

@@ -288,12 +288,22 @@ def test_compare_convergence(tmp):
     trainer = os.path.join(tmp, "fake_trainer")
     with open(trainer, "w") as f:
         f.write(f"""#!/usr/bin/env bash
-# copies the run's logs, chosen by -precision and -fp8_recipe, into -o DIR
-recipe=
+# copies the run's logs, chosen by -precision and -fp8_recipe, into -o DIR, and writes its checkpoint;
+# -x 0 evaluates -init_from as the trainer prints it: a val loss of 6.004 in bf16, 6.03 in fp8 (the
+# trainer's default), refusing the flags that conflict with -init_from's shape
+recipe= precision=fp8 steps= init= shape=
 while [ $# -gt 1 ]; do
-    case $1 in -o) dir=$2 ;; -precision) precision=$2 ;; -fp8_recipe) recipe=_$2 ;; esac
+    case $1 in -o) dir=$2 ;; -precision) precision=$2 ;; -fp8_recipe) recipe=_$2 ;; -x) steps=$2 ;; -init_from) init=$2 ;; -e|-L) shape=$1 ;; esac
     shift 2
 done
+if [ "$steps" = 0 ]; then
+    [ -z "$shape" ] || {{ echo "$shape conflicts with -init_from '$init': the model's shape comes from the file"; exit 1; }}
+    [ -f "$init" ] || {{ echo "-init_from '$init': no such file"; exit 1; }}
+    case $precision in bf16) echo "val loss 6.004000 | bpb 1.2000 over 2 batches of 4 x 64 tokens" ;; *) echo "val loss 6.030000 | bpb 1.2050 over 2 batches of 4 x 64 tokens" ;; esac
+    echo "hellaswag: acc 0.3300 acc_norm 0.4100 (100 items)"
+    exit 0
+fi
+touch "$dir/model_00000010.bin" "$dir/model_00000020.bin"
 cp {shlex_quote(src)}/$precision$recipe.main.log "$dir/main.log"
 [ ! -f {shlex_quote(src)}/$precision$recipe.fp8.log ] || cp {shlex_quote(src)}/$precision$recipe.fp8.log "$dir/fp8.log"
 """)
@@ -319,6 +329,18 @@ cp {shlex_quote(src)}/$precision$recipe.main.log "$dir/main.log"
     else:
         check("fp8_health.png" in p.stderr and "fp8_current_health.png" not in p.stderr,
               f"without matplotlib: the health plot of fp8 (only) is among the failed plots ({p.stderr.strip()!r})")
+    check("weights in bf16" not in text and not os.path.exists(os.path.join(out, "fp8", "bf16_eval.log")),
+          "without --eval-bf16 no fp8 run is evaluated in bf16")
+    # --eval-bf16: each fp8 run's last checkpoint, in bf16, without the flags of the model's shape and steps
+    out = os.path.join(tmp, "conv_eval")
+    p = subprocess.run(["bash", CONVERGENCE, "--out", out, "--current", "--quiet", "--eval-bf16", "--bin", trainer, "--python", sys.executable,
+                        "--", "-e", "tiny", "-L", "2", "-x", "20"], capture_output=True, text=True)
+    text = open(os.path.join(out, "summary.md")).read() if os.path.exists(os.path.join(out, "summary.md")) else ""
+    rows = [line for line in text.splitlines() if "weights in bf16 |" in line]
+    want = [f"| {run} weights in bf16 | - | - | - | 6.0040 | +0.07% | 1.2000 | 0.4100 (0.3300, 100) | - | - |" for run in ("fp8", "fp8_current")]
+    evaluated = open(os.path.join(out, "fp8", "bf16_eval.log")).read() if os.path.exists(os.path.join(out, "fp8", "bf16_eval.log")) else ""
+    check(p.returncode == 0 and rows == want and "== fp8's weights in bf16:" in p.stdout and "model_00000020.bin -precision bf16 -x 0" in p.stdout,
+          f"--eval-bf16: a row per fp8 run, its last checkpoint evaluated in bf16 (exit {p.returncode}; rows {rows}; {evaluated!r}; {p.stderr.strip()!r})")
 
 
 SEEDS = os.path.join(ROOT, "scripts", "convergence_seeds.sh")

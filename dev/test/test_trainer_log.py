@@ -146,6 +146,11 @@ def test_stdout():
     check(o.val == {2: 11.25}, f"the val loss belongs to the step printed before it ({o.val})")
     check(o.stopped == ("SIGTERM", 3), f"stopped by SIGTERM after step 3 ({o.stopped})")
     check(o.median == {"ms": 22.96, "steps": 1, "tok/s": 713564.0, "mfu": "51.5%", "device_gib": 7.99}, f"the median line ({o.median})")
+    check(o.bpb == {} and o.hellaswag == {}, f"no bpb or HellaSwag where none was printed ({o.bpb}, {o.hellaswag})")
+    # a real -x 0 run's output (NVIDIA H200, 2026-12-02): the val loss with its bpb, then HellaSwag, both before any step
+    real = trainer_log.parse_stdout(open(os.path.join(ROOT, "dev", "results", "hellaswag_smollm2", "before_bf16.log")).read())
+    check(real.val == {0: 3.436554} and real.bpb == {0: 1.2475} and real.hellaswag == {0: {"acc": 0.3358, "acc_norm": 0.407, "items": 10042}},
+          f"-x 0's val loss, bpb and HellaSwag lines ({real.val}, {real.bpb}, {real.hellaswag})")
     untied = trainer_log.parse_stdout(CONFIG % ("NVIDIA H200", "bf16", "", "125m", 32000, 12, 768, 12, 12, 2048, 10000.0, "", "", 134.1))
     check(untied.tied is False and untied.B is None and untied.median is None and not untied.steps,
           "untied; the lines a run did not print are None")
