@@ -12,7 +12,9 @@
 # 1. The GPU tests of block scaling and the fallback (test_llama_fp8.cu) and their mutations
 #    (dev/test/test_mutations.sh). Expected: every test passes; every mutation "caught".
 # 2. The SmolLM2-135M fine-tune of dev/results/smollm2_finetune (health.md's flags, 300 steps), twice
-#    each: bf16; fp8; fp8 -fp8_fallback block; fp8 -fp8_fallback bf16; fp8 -fp8_grain block. Its data
+#    each, through scripts/compare_convergence.sh --eval-bf16 (each fp8 run's final weights also
+#    evaluated in bf16): bf16 (one run per repeat); fp8; fp8 -fp8_fallback block; fp8 -fp8_fallback
+#    bf16 (thresholds 0.01 and 0.0003); fp8 -fp8_grain block. Its data
 #    are made first where missing, as dev/results/hellaswag_smollm2/README.md describes (Gutenberg's
 #    train shard 000 and val books as text, tokenized again with SmolLM2's tokenizer: 4,637,569 train
 #    and 762,706 val tokens). Per run DIR/summary.md gets the val loss at step 300 against bf16's mean
@@ -63,12 +65,12 @@ make -s venv
 
 # one run's line of the summary: its val loss at the last val step, median tokens/s, worst underflow, switches
 run_row() {
-    local name=$1 dir=$2 val toks worst switches
+    local name=$1 dir=$2 in_bf16=${3:--} val toks worst switches
     val=$(grep -o '^s:[0-9]* tel:[0-9.]*' "$dir/main.log" | tail -1 | sed 's/.*tel://')
     toks=$(grep -o 'median step [0-9.]* ms over [0-9]* steps after warm-up | [0-9]* tok/s' "$dir/console.log" | grep -o '[0-9]* tok/s' || true)
     worst=$([ -f "$dir/fp8.log" ] && python3 scripts/plot_fp8.py "$dir" --health-summary --top 1 | head -1 | sed 's/^- //' || echo "-")
     switches=$(grep '^fp8_fallback:' "$dir/main.log" | sed 's/^fp8_fallback: //' | tr '\n' ';' || true)
-    echo "| $name | ${val:-none} | ${toks:-?} | $worst | ${switches:-none} |" >>"$summary"
+    echo "| $name | ${val:-none} | ${toks:-?} | $worst | ${switches:-none} | $in_bf16 |" >>"$summary"
 }
 
 item1() {
@@ -112,26 +114,31 @@ smollm2_data() {
 }
 
 item2() {
-    echo "## 2. SmolLM2-135M fine-tune, 300 steps" >>"$summary"
+    echo "## 2. SmolLM2-135M fine-tune, 300 steps (each variant's summary: DIR/ft_<variant>_<rep>/summary.md)" >>"$summary"
     smollm2_data
-    { echo; echo "| run | val loss (last) | median | most underflow (mean over the logged steps) | fallback switches |"; echo "|---|---|---|---|---|"; } >>"$summary"
+    { echo; echo "| run | val loss (last) | median | most underflow (mean over the logged steps) | fallback switches | its weights in bf16 |"
+      echo "|---|---|---|---|---|---|"; } >>"$summary"
     local flags="-init_from $out/smollm2.bin -i data/gutenberg_smollm2_train_000.bin -j data/gutenberg_smollm2_val.bin
         -tok data/gutenberg_smollm2_tokenizer.bin -b 16 -t 1024 -x 300 -u 30 -l 2e-4 -q 0.1 -v 50 -m 8 -s 0 -n 0"
-    local rep name args dir
+    local rep name fp8args dir
     for rep in 1 2; do
-        for name in bf16 fp8 fp8_fallback_block fp8_fallback_bf16 fp8_grain_block; do
+        for name in fp8 fp8_fallback_block fp8_fallback_bf16 fp8_fallback_bf16_0.0003 fp8_grain_block; do
             case $name in
-                bf16) args="-precision bf16" ;;
-                fp8) args="-precision fp8 -fp8_log 10" ;;
-                fp8_fallback_block) args="-precision fp8 -fp8_log 10 -fp8_fallback block" ;;
-                fp8_fallback_bf16) args="-precision fp8 -fp8_log 10 -fp8_fallback bf16" ;;
-                fp8_grain_block) args="-precision fp8 -fp8_log 10 -fp8_grain block" ;;
+                fp8) fp8args="" ;;
+                fp8_fallback_block) fp8args="-fp8_fallback block" ;;
+                fp8_fallback_bf16) fp8args="-fp8_fallback bf16" ;;
+                fp8_fallback_bf16_0.0003) fp8args="-fp8_fallback bf16 -fp8_fallback_threshold 0.0003" ;;
+                fp8_grain_block) fp8args="-fp8_grain block" ;;
             esac
-            dir=$out/smollm2_${name}_$rep
-            rm -rf "$dir"; mkdir -p "$dir"
+            dir=$out/ft_${name}_$rep
+            # one bf16 run per repeat: the first variant trains it, the others reuse it (--skip-existing)
+            if [ "$name" != fp8 ]; then rm -rf "$dir"; mkdir -p "$dir"; cp -r "$out/ft_fp8_$rep/bf16" "$dir/"; fi
             # shellcheck disable=SC2086
-            ./train_llama_fp8 $flags $args -o "$dir" >"$dir/console.log" 2>&1 || { echo "run $dir crashed: see $dir/console.log"; status=1; }
-            run_row "$name ($rep)" "$dir"
+            scripts/compare_convergence.sh --quiet --skip-existing --eval-bf16 --out "$dir" --fp8-args "$fp8args" -- $flags \
+                >"$dir.log" 2>&1 || { [ -f "$dir/summary.md" ] || { echo "compare_convergence.sh crashed for $dir: see $dir.log"; status=1; }; }
+            [ "$name" != fp8 ] || run_row "bf16 ($rep)" "$dir/bf16"
+            run_row "$name ($rep)" "$dir/fp8" "$(grep -o '^| fp8 weights in bf16 | - | - | - | [0-9.]* | [-+0-9.%]*' "$dir/summary.md" | sed 's/.* | \([0-9.]*\) | \(.*\)$/\1 (\2)/')"
+            rm -f "$dir"/*/model_*.bin "$dir"/*/state_*.bin
         done
     done
     echo >>"$summary"
