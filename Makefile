@@ -104,6 +104,9 @@ dev/test/test_cpu: $(wildcard dev/test/*.c dev/test/*.h) $(HEADERS)
 # the fp8 scaling-grain study of issue 34 on a real model (dev/results/fp8_outliers/cpu_study.md); not in make test
 dev/test/tools/fp8_grain_study: dev/test/tools/fp8_grain_study.c dev/test/llama_ref.h $(HEADERS)
 	$(CC) $(CPU_CFLAGS) $< -lm -lz -o $@
+# what fp8's forward alone costs a real model's loss, linear kind by linear kind (issue 34); not in make test
+dev/test/tools/fp8_forward_study: dev/test/tools/fp8_forward_study.c dev/test/llama_ref.h $(HEADERS)
+	$(CC) $(CPU_CFLAGS) $< -lm -lz -o $@
 
 # CPU suite always; the GPU suite as well when a GPU answers. dev/test/run_tests.sh prints the
 # combined "N passed, N failed" line last.
@@ -120,5 +123,5 @@ dev:
 	$(MAKE) -C dev/cuda NVCC="$(NVCC)" GPU_ARCH=$(GPU_ARCH) CUDNN_FLAGS="$(CUDNN_FLAGS)" NCCL_FLAGS="$(NCCL_FLAGS)" MPI_FLAGS="$(MPI_FLAGS)"
 
 clean:
-	rm -f train_llama_fp8 test_llama_fp8 dev/test/test_cpu $(HOST_TESTS) dev/test/bench_checkpoint dev/data/decode_shard dev/data/upgrade_model_file dev/test/tools/fp8_grain_study
+	rm -f train_llama_fp8 test_llama_fp8 dev/test/test_cpu $(HOST_TESTS) dev/test/bench_checkpoint dev/data/decode_shard dev/data/upgrade_model_file dev/test/tools/fp8_grain_study dev/test/tools/fp8_forward_study
 	$(MAKE) -C dev/cuda clean
