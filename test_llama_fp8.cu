@@ -2204,6 +2204,77 @@ static void masked_step_vs_cpu(int precision) {
 static void test_masked_step_bf16_vs_cpu(void) { masked_step_vs_cpu(PREC_BF16); }
 static void test_masked_step_fp8_vs_cpu(void) { masked_step_vs_cpu(PREC_FP8); }
 
+// evaluate() on loss-masked val data (a shard and its mask: 2 positions of B 2 x T 64, bf16) against
+// the C reference: the mean over both positions' learned targets, from each position's learned mean
+// and count. Position 0 learns 3 of its 4 targets in 4, position 1 one in 16, so the mean of the
+// positions' means (an evaluation that drops the counts) and the mean over every target (one that
+// ignores the masks) are both further from it than the bf16 loss budget (checked: the premise).
+static void test_masked_val_loss_vs_cpu(void) {
+    LlamaConfig c = small_config();
+    int B = 2, T = 64, N = B * T, P = 2, n = P * N + 1;
+    char dir[] = "/tmp/llama_fp8_mval_XXXXXX", shard[1024], mask[1100], cmd[128];
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp failed");
+    snprintf(shard, sizeof(shard), "%s/val.bin", dir);
+    snprintf(mask, sizeof(mask), "%s.mask", shard);
+    int *tokens = (int *)mallocCheck(n * sizeof(int)), h[256];
+    random_tokens(tokens, n, c.V, 11);
+    uint16_t *t16 = (uint16_t *)mallocCheck(n * sizeof(uint16_t));
+    unsigned char *bytes = (unsigned char *)mallocCheck(n);
+    for (int i = 0; i < n; i++) {
+        t16[i] = (uint16_t)tokens[i];
+        int target = i - 1; // token i is target i - 1 of the run: position target / N
+        bytes[i] = i > 0 && (target < N ? target % 4 != 0 : target % 16 == 3);
+    }
+    memset(h, 0, sizeof(h));
+    h[0] = SHARD_MAGIC_U16; h[1] = SHARD_VERSION_U16; h[2] = n;
+    FILE *f = fopenCheck(shard, "wb");
+    fwriteCheck(h, sizeof(int), 256, f);
+    fwriteCheck(t16, sizeof(uint16_t), n, f);
+    fcloseCheck(f);
+    h[0] = MASK_MAGIC; h[1] = MASK_VERSION;
+    f = fopenCheck(mask, "wb");
+    fwriteCheck(h, sizeof(int), 256, f);
+    fwriteCheck(bytes, 1, n, f);
+    fcloseCheck(f);
+    DataLoader val;
+    dataloader_init_eval(&val, shard, B, T, c.V, 0);
+    RefModel ref;
+    ref_init(&ref, &c, B, T, 0, 0, 0, 16, 0);
+    ref_init_weights(&ref, 42);
+    double sum = 0.0, learned = 0.0, mean_of_means = 0.0, every = 0.0;
+    int *all = (int *)mallocCheck(N * sizeof(int));
+    for (int p = 0; p < P; p++) {
+        dataloader_read_position(&val, p);
+        int k = 0;
+        for (int i = 0; i < N; i++) k += val.targets[i] >= 0;
+        double l = ref_forward(&ref, val.inputs, val.targets);
+        sum += l * k; learned += k; mean_of_means += l / P;
+        for (int i = 0; i < N; i++) all[i] = tokens[p * N + i + 1];
+        every += ref_forward(&ref, val.inputs, all) / P;
+    }
+    double want = sum / learned;
+    Model m;
+    ModelOptions mo = model_options(B, T, PREC_BF16);
+    model_init(&m, &c, &mo);
+    model_set_weights(&m, ref.params);
+    float *host_losses;
+    cudaCheck(cudaMallocHost(&host_losses, N * sizeof(float)));
+    float got = evaluate(&m, &val, P, host_losses, g_stream);
+    printf("    %g learned targets | val loss gpu %.6f cpu %.6f (the mean of the positions' means %.6f, over every target %.6f)\n",
+           learned, got, want, mean_of_means, every);
+    CHECK(fabs(mean_of_means - want) / want > 2 * BF16_SMALL.loss && fabs(every - want) / want > 2 * BF16_SMALL.loss,
+          "the data cannot tell the learned targets' mean (%.6f) from the mean of means (%.6f) or the mean over every target (%.6f)",
+          want, mean_of_means, every);
+    CHECK(fabs(got - want) / want < BF16_SMALL.loss, "masked val loss %.6f vs the reference's %.6f", got, want);
+    cudaCheck(cudaFreeHost(host_losses));
+    model_free(&m);
+    ref_free(&ref);
+    dataloader_free(&val);
+    free(tokens); free(t16); free(bytes); free(all);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    CHECK(system(cmd) == 0, "could not remove %s", dir);
+}
+
 // ----------------------------------------------------------------------------------------------
 // Document masking (-doc_mask 1, issue 33): each token's position in its document, made on the GPU
 // (doc_positions), the plain attention kernels and RoPE that take it, and cuDNN with the additive bias
@@ -2579,6 +2650,7 @@ int main(int argc, char **argv) {
     run_test("-x 0 in fp8: evaluation logits are the first training step's (current recipe: live in evaluation)", test_eval_only_fp8_current);
     run_test("loss masks: 2 micro-batches of 192 and 16 learned targets, bf16 loss and gradient vs C reference", test_masked_step_bf16_vs_cpu);
     run_test("loss masks: 2 micro-batches of 192 and 16 learned targets, fp8 loss and gradient vs C reference emulation", test_masked_step_fp8_vs_cpu);
+    run_test("loss masks: evaluate() on masked val data, the mean over its learned targets vs C reference", test_masked_val_loss_vs_cpu);
     run_test("document masking: the document positions made on the GPU are llmc/doc_mask.h's", test_doc_positions_vs_host);
     run_test("document masking: attention forward and backward vs reference (plain kernels; the dispatcher with cuDNN on: cuDNN with the"
              " document bias where it takes the shape, else the plain kernels' bytes)", test_attention_doc_mask);

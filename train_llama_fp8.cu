@@ -1541,23 +1541,61 @@ static float batch_mean_loss(const float *losses, int N) {
     return (float)(sum / N);
 }
 
-// The val loss from every val position's mean loss, summed in position order: the same number at
-// any world size.
-static float val_loss_mean(const float *position_loss, int positions) {
+// A loss-masked batch's summed loss over its learned targets (targets >= 0), their count in *count.
+static float batch_learned_loss(const float *losses, const int *targets, int N, float *count) {
     double sum = 0.0;
-    for (int p = 0; p < positions; p++) sum += position_loss[p];
-    return (float)(sum / positions);
+    int learned = 0;
+    for (int k = 0; k < N; k++) {
+        if (targets[k] < 0) continue;
+        sum += losses[k];
+        learned++;
+    }
+    *count = (float)learned;
+    return (float)sum;
+}
+
+// The val loss from every val position's loss, summed in position order: the same number at any
+// world size. Without loss masks (position_count NULL) the mean of the positions' mean losses; with
+// them the mean over every learned target (position_loss: each position's summed loss,
+// position_count: its learned targets), as the training step's loss is.
+static float val_loss_mean(const float *position_loss, const float *position_count, int positions) {
+    double sum = 0.0, count = 0.0;
+    for (int p = 0; p < positions; p++) {
+        sum += position_loss[p];
+        count += position_count ? position_count[p] : 1.0;
+    }
+    return (float)(sum / count);
+}
+
+// Sums `values` (one per val position, zero where another rank owns the position) over the ranks,
+// N entries at a time through acts.losses (free after the forwards) and the pinned host_losses (a
+// copy to pageable memory would wait for the collective outside mg_wait).
+static void sum_over_ranks(Model *m, float *values, int positions, float *host_losses, cudaStream_t stream) {
+    MultiGpu *mg = m->mg;
+    int N = m->opt.B * m->opt.T;
+    for (int first = 0; mg->world > 1 && first < positions; first += N) {
+        int n = positions - first < N ? positions - first : N;
+        memcpy(host_losses, values + first, n * sizeof(float));
+        cudaCheck(cudaMemcpyAsync(m->acts.losses, host_losses, n * sizeof(float), cudaMemcpyHostToDevice, stream));
+        mg_allreduce_sum_f32(mg, m->acts.losses, n, stream);
+        mg_join(mg, stream);
+        cudaCheck(cudaMemcpyAsync(host_losses, m->acts.losses, n * sizeof(float), cudaMemcpyDeviceToHost, stream));
+        mg_wait(mg, stream, "the val losses of all ranks");
+        memcpy(values + first, host_losses, n * sizeof(float));
+    }
 }
 
 // Mean val loss over the first `positions` batch positions of the val data (llmc/dataloader.h,
 // "Evaluation"): the ranks share them out, each evaluated by one rank, and every rank runs the same
 // number of forwards. Each rank fills its positions' entries of a vector that is zero elsewhere, so
-// the sum over ranks adds only zeros to each entry: exact, whatever the order. Evaluation records
-// no amax, so it leaves the fp8 state exactly as training would have it.
+// the sum over ranks adds only zeros to each entry: exact, whatever the order. Val data with loss
+// masks gives the mean over its learned targets (a masked target's loss is 0 and not counted).
+// Evaluation records no amax, so it leaves the fp8 state exactly as training would have it.
 static float evaluate(Model *m, DataLoader *val, int positions, float *host_losses, cudaStream_t stream) {
     MultiGpu *mg = m->mg;
     int N = m->opt.B * m->opt.T;
     float *position_loss = (float *)callocCheck(positions, sizeof(float));
+    float *position_count = val->masked ? (float *)callocCheck(positions, sizeof(float)) : NULL;
     for (int64_t s = 0; s < dataloader_eval_steps(positions, mg->world); s++) {
         int own;
         int64_t p = dataloader_eval_position(positions, mg->world, mg->rank, s, &own);
@@ -1567,22 +1605,14 @@ static float evaluate(Model *m, DataLoader *val, int positions, float *host_loss
         model_forward(m, eval_pass(m), 1, 0.0f, stream);
         cudaCheck(cudaMemcpyAsync(host_losses, m->acts.losses, N * sizeof(float), cudaMemcpyDeviceToHost, stream));
         mg_wait(mg, stream, "a validation batch");
-        if (own) position_loss[p] = batch_mean_loss(host_losses, N);
+        if (own && position_count) position_loss[p] = batch_learned_loss(host_losses, val->targets, N, &position_count[p]);
+        else if (own) position_loss[p] = batch_mean_loss(host_losses, N);
     }
-    // summed over the ranks N entries at a time, through acts.losses (free now) and the pinned
-    // host_losses (a copy to pageable memory would wait for the collective outside mg_wait)
-    for (int first = 0; mg->world > 1 && first < positions; first += N) {
-        int n = positions - first < N ? positions - first : N;
-        memcpy(host_losses, position_loss + first, n * sizeof(float));
-        cudaCheck(cudaMemcpyAsync(m->acts.losses, host_losses, n * sizeof(float), cudaMemcpyHostToDevice, stream));
-        mg_allreduce_sum_f32(mg, m->acts.losses, n, stream);
-        mg_join(mg, stream);
-        cudaCheck(cudaMemcpyAsync(host_losses, m->acts.losses, n * sizeof(float), cudaMemcpyDeviceToHost, stream));
-        mg_wait(mg, stream, "the val losses of all ranks");
-        memcpy(position_loss + first, host_losses, n * sizeof(float));
-    }
-    float loss = val_loss_mean(position_loss, positions);
+    sum_over_ranks(m, position_loss, positions, host_losses, stream);
+    if (position_count) sum_over_ranks(m, position_count, positions, host_losses, stream);
+    float loss = val_loss_mean(position_loss, position_count, positions);
     free(position_loss);
+    free(position_count);
     return loss;
 }
 
@@ -2213,23 +2243,27 @@ static void hellaswag_report(Model *m, const HellaSwag *hs, const Options *o, in
     }
 }
 
-// The text bytes of the targets evaluate() scores (val positions 0 .. positions-1, the same on every
-// rank): bits per byte's denominator, the same at every evaluation and at any world size.
-static double val_text_bytes(DataLoader *val, int positions, const Tokenizer *tok) {
+// What bits per byte divides by: the text bytes of the targets evaluate() scores (val positions 0 ..
+// positions-1, the same on every rank) and their count (the learned ones where the val data has loss
+// masks), the same at every evaluation and at any world size. bytes 0: no bpb.
+typedef struct {
+    double bytes, tokens;
+} ValText;
+static ValText val_text(DataLoader *val, int positions, const Tokenizer *tok) {
     size_t N = (size_t)val->B * val->T;
-    double bytes = 0.0;
+    ValText v = {0.0, 0.0};
     for (int p = 0; p < positions; p++) {
         dataloader_read_position(val, p);
-        bytes += target_text_bytes(tok, val->inputs, val->targets, N);
+        v.bytes += target_text_bytes(tok, val->inputs, val->targets, N);
+        for (size_t i = 0; val->masked && i < N; i++) v.tokens += val->targets[i] >= 0;
     }
-    return bytes;
+    if (!val->masked) v.tokens = (double)positions * N;
+    return v;
 }
 
-// bpb of a mean val loss (nats per token over positions * B * T tokens); 0 without bytes.
-static double bits_per_byte(float val_loss, double val_bytes, int positions, const Model *m) {
-    if (val_bytes <= 0.0) return 0.0;
-    double tokens = (double)positions * m->opt.B * m->opt.T;
-    return val_loss * tokens / (M_LN2 * val_bytes);
+// bpb of a mean val loss (nats per scored target); 0 without bytes.
+static double bits_per_byte(float val_loss, ValText v) {
+    return v.bytes > 0.0 ? val_loss * v.tokens / (M_LN2 * v.bytes) : 0.0;
 }
 
 // An evaluation's val loss: printed, in main.log and metrics.jsonl (either may be NULL), with bpb
@@ -2501,7 +2535,7 @@ static void fp8_ready_for_eval(Model *m, const int *tokens, cudaStream_t stream)
 // -x 0: the val loss of the model as it is (e.g. before fine-tuning it; with its bpb when the val bytes
 // are known), HellaSwag (hs, if not NULL) and a sample if asked. The fp8 scales of step 0 come from the first val batch, else the first
 // HellaSwag rows, else the sample's prompt (the document-start token, then zeros).
-static void evaluate_only(Model *m, DataLoader *val, int have_val, int val_batches, double val_bytes, const HellaSwag *hs,
+static void evaluate_only(Model *m, DataLoader *val, int have_val, int val_batches, ValText vt, const HellaSwag *hs,
                           const Options *o, Tokenizer *tok, int have_tok, int bos, uint64_t *rng, float *host_losses,
                           cudaStream_t stream) {
     int main_rank = mg_is_main(m->mg), N = o->B * o->T;
@@ -2523,7 +2557,7 @@ static void evaluate_only(Model *m, DataLoader *val, int have_val, int val_batch
     }
     if (val_batches > 0) {
         float vl = evaluate(m, val, val_batches, host_losses, stream);
-        double bpb = bits_per_byte(vl, val_bytes, val_batches, m);
+        double bpb = bits_per_byte(vl, vt);
         if (main_rank && bpb > 0.0) printf("val loss %.6f | bpb %.4f over %d %s of %d x %d tokens\n", vl, bpb, val_batches, batches_word(val_batches), o->B, o->T);
         else if (main_rank) printf("val loss %.6f over %d %s of %d x %d tokens\n", vl, val_batches, batches_word(val_batches), o->B, o->T);
     } else if (main_rank) {
@@ -2648,7 +2682,7 @@ int main(int argc, char **argv) {
     int val_batches = open_data(&o, &cfg, &mg, &train, &val);
     HellaSwag hs;
     int have_hs = hellaswag_open(&hs, &o, &cfg, main_rank);
-    double val_bytes = have_val && have_tok && val_batches > 0 ? val_text_bytes(&val, val_batches, &tok) : 0.0;
+    ValText vt = have_val && have_tok && val_batches > 0 ? val_text(&val, val_batches, &tok) : (ValText){0.0, 0.0};
     if (o.max_steps < 0) {
         o.max_steps = (int)(dataloader_num_tokens(&train) / o.total_batch);
         if (o.max_steps < 1) o.max_steps = 1;
@@ -2687,6 +2721,7 @@ int main(int argc, char **argv) {
     }
     print_run(&m, &o, &mg, &prop, grad_accum, resumed_from, synthetic, logf);
     if (main_rank && train.masked) printf("loss masks: the loss is the mean over the step's learned targets (mask byte 1), on every rank\n");
+    if (main_rank && have_val && val.masked) printf("loss masks: the val loss (and bpb) is over the val data's learned targets\n");
     double flops_per_token = model_flops_per_token(&cfg, o.T);
     double peak = gpu_bf16_peak_tflops(prop.name) * world; // MFU of all the GPUs together
 
@@ -2708,7 +2743,7 @@ int main(int argc, char **argv) {
     float *step_ms = (float *)mallocCheck((size_t)(o.max_steps > start_step ? o.max_steps - start_step : 1) * sizeof(float));
     size_t mem_used = 0;
     if (eval_only)
-        evaluate_only(&m, &val, have_val, val_batches, val_bytes, have_hs ? &hs : NULL, &o, &tok, have_tok, bos, &ts.rng, host_losses, stream);
+        evaluate_only(&m, &val, have_val, val_batches, vt, have_hs ? &hs : NULL, &o, &tok, have_tok, bos, &ts.rng, host_losses, stream);
 
     for (int step = m.step; step < o.max_steps; step++) {
         hp.lr = lr_at_step(step, o.max_steps, o.lr, o.warmup, o.final_lr_frac);
@@ -2740,7 +2775,7 @@ int main(int argc, char **argv) {
         if (work & AFTER_FP8_LOG) write_fp8_log(&m, grad_accum, fp8f);
         if (work & AFTER_VAL) {
             float vl = evaluate(&m, &val, val_batches, host_losses, stream);
-            report_val(vl, bits_per_byte(vl, val_bytes, val_batches, &m), step + 1, main_rank, logf, metricsf);
+            report_val(vl, bits_per_byte(vl, vt), step + 1, main_rank, logf, metricsf);
         }
         if (have_hs && ((o.val_every > 0 && (step + 1) % o.val_every == 0) || step + 1 == o.max_steps))
             hellaswag_report(&m, &hs, &o, step + 1, step + 1 == o.max_steps, host_losses, logf, metricsf, stream);

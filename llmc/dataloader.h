@@ -45,8 +45,8 @@ convention (labels aligned with input_ids, -100 where not learned; the model shi
 target is written as -1 in dl->targets (the trainer's ignore index), the one record of what is
 learned: the trainer's step counts its learned targets from the targets it trains on. Either every
 shard of a glob has its mask or none has (a mismatch is refused naming a shard without one); a
-mask's header must give its shard's token count. The evaluation loader refuses masks: the val loss
-is over every target.
+mask's header must give its shard's token count. The evaluation loader reads masks the same way
+(the trainer's val loss is then the mean over the learned targets).
 
 Mixtures (dataloader_init with a spec holding a comma): 'A:wA,B:wB,...' names several shard sets
 (each a glob, as above) with non-negative weights (a set's weight after its last ':'). Each set has
@@ -515,12 +515,6 @@ static void dataloader_init_eval(DataLoader *dl, const char *pattern, int B, int
     dl->vocab_size = vocab_size;
     dl->warn = warn;
     dataloader_open_shards(dl, pattern);
-    if (dl->masked) {
-        char mask[4200];
-        dataloader_mask_path(mask, sizeof(mask), dl->shard_paths[0]);
-        FATAL("val data shard '%s' has a loss mask '%s': the val loss is over every target and evaluation reads no"
-              " masks; point -j at shards without masks", dl->shard_paths[0], mask);
-    }
     dataloader_setup(dl);
 }
 

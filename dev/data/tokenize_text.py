@@ -10,8 +10,8 @@ data/gutenberg_smollm2_tokenizer.bin (the decode table). See --help for the inpu
 
 --chat reads conversations instead and renders each with the model's chat template
 (tokenizer_config.json's chat_template, as transformers' apply_chat_template renders and tokenizes
-it), and writes beside each train shard X its loss mask X.mask (docs/formats.md): 1 on the tokens of
-the assistant's turns (the val shard has none: the trainer's val loss is over every target). The rule: the assistant's message k is the text between the rendering of
+it), and writes beside each shard X (val and train) its loss mask X.mask (docs/formats.md): 1 on the
+tokens of the assistant's turns (the trainer's loss and val loss are over those). The rule: the assistant's message k is the text between the rendering of
 messages[:k] with add_generation_prompt=True and the rendering of messages[:k+1], up to and including
 the last eos_token in it (its end of turn: generation stops there, so what the template puts after it,
 SmolLM2's newline, is not learned). Both renderings must be prefixes of the whole conversation's, and
@@ -519,7 +519,7 @@ def tokenize(args, files, tok_path, outputs):
         total = None
     bar = tqdm(total=total, unit="B", unit_scale=True, desc="tokenizing", disable=None)
     ndocs = nval = ntrain = nshards = learned = 0
-    val = []
+    val, val_mask = [], []
     shard = np.empty(args.shard_tokens, dtype=dtype)
     shard_mask = np.empty(args.shard_tokens, dtype=np.uint8) if args.chat else None
     fill = 0
@@ -540,10 +540,11 @@ def tokenize(args, files, tok_path, outputs):
                 val.append(tokens[:take])
                 nval += take
                 tokens = tokens[take:]
-                if mask is not None:  # the trainer's val loss is over every target: no mask
+                if mask is not None:
+                    val_mask.append(mask[:take])
                     mask = mask[take:]
                 if nval >= args.val_tokens:
-                    write("val", np.concatenate(val), None)
+                    write("val", np.concatenate(val), np.concatenate(val_mask) if val_mask else None)
                     val = None
             if mask is not None:
                 learned += int(mask.sum())

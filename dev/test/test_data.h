@@ -870,7 +870,23 @@ static void test_bad_masks(void) {
     fwriteCheck(&two, 1, 1, fp);
     fcloseCheck(fp);
     td_expect_mask_fatal("a mask byte 2", "mbyte.bin", 0, "mbyte.bin.mask", "byte 2 at token 37", "neither 0 nor 1");
-    td_expect_mask_fatal("val data with masks", "mask_a.bin", 1, "mask_a.bin.mask", "has a loss mask", "-j");
+}
+
+// The evaluation loader reads masks as the training loader does: at every position the targets are
+// -1 exactly where their mask bytes are 0 (the trainer's val loss is then over the learned ones).
+static void test_eval_masks_read(void) {
+    char path[512];
+    td_write_shard("emask.bin", 2, 0, 105); // B*T = 10: 10 positions
+    td_write_mask("emask.bin", 105, 1);
+    DataLoader dl;
+    dataloader_init_eval(&dl, td_path(path, "emask.bin"), 2, 5, 1000, 0);
+    CHECK(dl.masked == 1, "the evaluation loader of a masked shard: masked %d", dl.masked);
+    for (int p = 9; p >= 0; p--) { // out of order, as ranks read their positions
+        dataloader_read_position(&dl, p);
+        CHECK(td_batch_mask_ok(&dl, 10 * p, 0, 1), "position %d: targets do not follow mask byte start + t + 1 (target[0] %d)", p,
+              dl.targets[0]);
+    }
+    dataloader_free(&dl);
 }
 
 // Mixture sets: A = two shards (tokens 0.. and 1000..), B = one (2000..), C = one (3000..), B*T = 8.
@@ -1089,7 +1105,8 @@ static void run_data_tests(void) {
     run_test("data: real TinyShakespeare, Llama 2 (16-bit)", test_real_llama2);
     run_test("data: real TinyShakespeare, Llama 3 (32-bit)", test_real_llama3);
     run_test("masks: target t learned (not -1) iff mask byte start + t + 1 is 1", test_masks_read);
-    run_test("masks: a set with and without, other token count, bad header or byte, val masks: refused naming the file", test_bad_masks);
+    run_test("masks: a set with and without, other token count, bad header or byte: refused naming the file", test_bad_masks);
+    run_test("masks: the evaluation loader reads them too, at every position", test_eval_masks_read);
     run_test("mixture: realized proportions within 5 binomial sd over 20000 draws; weight 0 never drawn", test_mixture_proportions);
     run_test("mixture: deterministic per seed; every rank the same set, disjoint batches", test_mixture_deterministic);
     run_test("mixture: state saved mid-mixture and restored replays the same batches", test_mixture_resume);

@@ -719,7 +719,23 @@ def test_mutation_runner(tmp):
                                                         + ("" if lines[-1:] == [want] else f"\n{p.stdout[-1500:]}{p.stderr[-500:]}"))
 
 
-def test_mutation_patches():
+def patch_applies(path, cwd):
+    """Whether patch `path` applies to the tree at cwd as dev/test/test_mutations.sh applies it: exactly
+    (no fuzz, as the runner refuses any other); (applies, patch's output)."""
+    r = subprocess.run(["patch", "-p1", "--dry-run", "-s", "-f", "--fuzz=0", "-i", path], cwd=cwd, capture_output=True, text=True)
+    return r.returncode == 0, (r.stdout + r.stderr).strip()
+
+
+def test_mutation_patches(tmp):
+    # the premise: a patch whose context no longer matches the tree (one line moved on) does not apply
+    tree = tempfile.mkdtemp(dir=tmp)
+    with open(os.path.join(tree, "f.txt"), "w") as f:
+        f.write("".join(f"line {i}\n" for i in range(1, 9)))
+    fuzzy = os.path.join(tree, "fuzzy.patch")
+    with open(fuzzy, "w") as f:
+        f.write("--- a/f.txt\n+++ b/f.txt\n@@ -3,5 +3,5 @@\n line 3\n line 4\n-line 5\n+LINE 5\n line 6\n line 7 changed\n")
+    ok, out = patch_applies(fuzzy, tree)
+    check(not ok, f"a patch with a stale context line does not apply (the runner's rule: no fuzz) ({out[:200]})")
     d = os.path.join(ROOT, "dev", "test", "mutations")
     patches = sorted(f for f in os.listdir(d) if f.endswith(".patch"))
     check(len(patches) > 0, "dev/test/mutations has patches")
@@ -727,8 +743,8 @@ def test_mutation_patches():
         path = os.path.join(d, name)
         text = open(path).read()
         named = text.startswith("Mutation: ") and "\nCaught by: " in text
-        r = subprocess.run(["patch", "-p1", "--dry-run", "-s", "-f", "-i", path], cwd=ROOT, capture_output=True, text=True)
-        check(named and r.returncode == 0, f"mutation {name}: names its bug and its test, applies to the tree ({(r.stdout + r.stderr).strip()[:200]})")
+        ok, out = patch_applies(path, ROOT)
+        check(named and ok, f"mutation {name}: names its bug and its test, applies to the tree exactly ({out[:200]})")
 
 
 # (folder, its README, what the README's rows must name, the rows' format): every entry a table row of its own
@@ -778,11 +794,11 @@ if __name__ == "__main__":
     unknown = [name for name in chosen if name not in globals() or not name.startswith("test_")]
     if unknown:
         sys.exit(f"error: no such test: {', '.join(unknown)}")
-    if "test_mutation_patches" in chosen:
-        test_mutation_patches()
     if "test_indexes" in chosen:
         test_indexes()
     with tempfile.TemporaryDirectory() as tmp:
+        if "test_mutation_patches" in chosen:
+            test_mutation_patches(tmp)
         for t in tests:
             if t.__name__ in chosen:
                 t(tmp)

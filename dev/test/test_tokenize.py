@@ -435,9 +435,11 @@ for name in ("smollm2", "llama3"):
     o["train"] = [t for t in o["train"] if t.endswith(".bin")]
     ids = [int(t) for s_ in [o["val"]] + o["train"] for t in formats.read_shard(s_)]
     mask = [int(m) for s_ in o["train"] for m in formats.read_loss_mask(formats.mask_path(s_), len(formats.read_shard(s_)))]
-    check(len(formats.read_shard(o["val"])) == first and len(o["train"]) >= 3 and not os.path.exists(formats.mask_path(o["val"])),
-          f"--chat {name}: val is the first conversation ({first} tokens), without a mask (the trainer refuses one); the rest"
-          f" in {len(o['train'])} train shards")
+    val_mask = ([int(m) for m in formats.read_loss_mask(formats.mask_path(o["val"]), first)]
+                if os.path.exists(formats.mask_path(o["val"])) else None)
+    check(len(formats.read_shard(o["val"])) == first and len(o["train"]) >= 3 and val_mask == want_mask[:first],
+          f"--chat {name}: val is the first conversation ({first} tokens), with its loss mask (the trainer's val loss is over its"
+          f" {sum(want_mask[:first])} learned tokens); the rest in {len(o['train'])} train shards")
     check(ids == want_ids, f"--chat {name}: the ids are apply_chat_template's, token for token ({len(want_ids)} tokens)")
     check(mask == want_mask[first:], f"--chat {name}: each train shard's loss mask is 1 exactly on the assistant's tokens"
                                      f" through its end-of-turn token ({sum(want_mask[first:])} of {len(want_mask) - first})")

@@ -1129,7 +1129,7 @@ static void test_data_every_world(void) {
                 for (int p = 0; p < P; p++)
                     CHECK(owners[p] == 1, "B %d T %d world %d: val position %d evaluated by %d ranks", DATA_GEOMETRIES[g].B,
                           DATA_GEOMETRIES[g].T, W, p, owners[p]);
-                float loss = val_loss_mean(total, P);
+                float loss = val_loss_mean(total, NULL, P);
                 if (W == 1) loss_one_gpu = loss;
                 CHECK(loss == loss_one_gpu, "B %d T %d, %s: val loss %.9g on %d ranks, %.9g on one", DATA_GEOMETRIES[g].B,
                       DATA_GEOMETRIES[g].T, VAL_SHARDS[shard], loss, W, loss_one_gpu);
@@ -1790,6 +1790,60 @@ static void write_token_shard(const char *name, int base, int n) {
     free(body);
 }
 
+// ---- loss-masked val data
+
+// evaluate()'s arithmetic on loss-masked val data: per position the summed loss of the learned
+// targets and their count (batch_learned_loss; a masked target's loss is the GPU's 0), and the val
+// loss their total over the total count, not the mean of the positions' means; without masks
+// val_loss_mean is that mean of means, as before. bpb (val_text, bits_per_byte) divides the learned
+// targets' bits by their own bytes, on a masked shard read as evaluate() reads it.
+static void test_masked_val_loss(void) {
+    const int targets[12] = {5, 6, -1, 7, -1, -1, -1, -1, -1, 9, -1, -1}; // 3 positions of B*T 4: 3, 0 and 1 learned
+    const float losses[12] = {1, 2, 0, 3, 0, 0, 0, 0, 0, 3, 0, 0};
+    float sum[3], count[3];
+    for (int p = 0; p < 3; p++) sum[p] = batch_learned_loss(losses + 4 * p, targets + 4 * p, 4, &count[p]);
+    CHECK(sum[0] == 6.0f && count[0] == 3.0f && sum[1] == 0.0f && count[1] == 0.0f && sum[2] == 3.0f && count[2] == 1.0f,
+          "per position: sums %g %g %g, counts %g %g %g (want 6 0 3, 3 0 1)", sum[0], sum[1], sum[2], count[0], count[1], count[2]);
+    float masked = val_loss_mean(sum, count, 3);
+    CHECK(masked == 2.25f, "masked val loss %g, want (6 + 3) / 4 = 2.25 (the mean of the positions' means: %g)", masked, (2.0 + 3.0) / 3.0);
+    const float means[3] = {1.5f, 0.5f, 2.5f};
+    CHECK(val_loss_mean(means, NULL, 3) == 1.5f, "unmasked val loss %g, want the mean of the means 1.5", val_loss_mean(means, NULL, 3));
+
+    // a shard of 41 tokens (ids 100..140: B 2 x T 5, 4 positions) and its mask: token i learned unless i % 3 == 0
+    char shard[128], mask[160];
+    write_token_shard("mval.bin", 100, 41);
+    path_in_dir(shard, sizeof(shard), "mval.bin");
+    snprintf(mask, sizeof(mask), "%s.mask", shard);
+    int h[256];
+    memset(h, 0, sizeof(h));
+    h[0] = MASK_MAGIC; h[1] = MASK_VERSION; h[2] = 41;
+    unsigned char bytes[41];
+    for (int i = 0; i < 41; i++) bytes[i] = i % 3 != 0;
+    FILE *f = fopenCheck(mask, "wb");
+    fwriteCheck(h, sizeof(int), 256, f);
+    fwriteCheck(bytes, 1, 41, f);
+    fcloseCheck(f);
+    Tokenizer tok;
+    tokenizer_init(&tok, default_options().tokenizer_path);
+    DataLoader val;
+    dataloader_init_eval(&val, shard, 2, 5, tok.vocab_size, 0);
+    ValText v = val_text(&val, 4, &tok);
+    double learned = 0.0, want_bytes = 0.0;
+    for (int i = 1; i < 41; i++) { // target tokens 1..40
+        if (i % 3 == 0) continue;
+        learned += 1.0;
+        want_bytes += tok.piece_len[100 + i];
+    }
+    CHECK(val.masked == 1 && v.tokens == learned && v.bytes == want_bytes, "val_text of the masked shard: %g tokens, %g bytes"
+          " (want its %g learned targets and their %g bytes)", v.tokens, v.bytes, learned, want_bytes);
+    double bpb = bits_per_byte(2.0f, v), want_bpb = 2.0 * learned / (M_LN2 * want_bytes);
+    CHECK(bpb == want_bpb, "bpb %.9g, want %.9g (a loss of 2 nats per learned target over their bytes)", bpb, want_bpb);
+    dataloader_free(&val);
+    tokenizer_free(&tok);
+    remove(shard);
+    remove(mask);
+}
+
 typedef struct { const char *spec, *path; int draws; } MixStateArgs;
 
 // The train loader's state as main puts it in a checkpoint (state_header, state_sections, after
@@ -1956,6 +2010,7 @@ int main(int argc, char **argv) {
     run_test("data: fewer val batches than -m: the line counts them (1 batch, 7 batches)", test_val_batches_notice);
     run_test("mixture: its state through the state file resumes mid-mixture; a plain glob's file as before; the other kind refused", test_mixture_state_file);
     run_test("loss scale: today's without masks, 1 / the step's learned targets with them", test_loss_scale);
+    run_test("masked val data: the val loss over the learned targets, bpb over their bytes; unmasked as before", test_masked_val_loss);
     printf("%d passed, %d failed\n", g_tests_passed, g_tests_failed);
     return g_tests_failed == 0 ? 0 : 1;
 }
