@@ -28,13 +28,14 @@ int main(int argc, char **argv) {
     size_t gib = (size_t)1 << 30;
     // the first attempt: steps 1-3, the last one's record abandoned by the resume
     for (int step = 1; step <= 3; step++) metrics_step(metricsf, &m, step, 6.0f - step, 1.5f, 3e-4f, 20.0f, 51200.0, 0.25, 3 * gib, 1);
-    report_val(4.25f, bits_per_byte(4.25f, 1000.0, 2, &m), 2, 1, logf, metricsf);
+    ValText vt = {1000.0, 2.0 * m.opt.B * m.opt.T}; // 2 val positions' 512 targets in 1000 bytes
+    report_val(4.25f, bits_per_byte(4.25f, vt), 2, 1, logf, metricsf);
     HellaSwagScore hs = {0.25f, 0.3f, 40};
     hellaswag_log(&hs, 2, logf, metricsf);
     // resumed from step 2: steps 3 and 4 again, step 3's loss not finite
     metrics_step(metricsf, &m, 3, NAN, 1.25f, 2e-4f, 21.0f, 48000.0, 0.0, 3 * gib, 1);
     metrics_step(metricsf, &m, 4, 2.5f, 1.0f, 1e-4f, 19.5f, 52000.0, 0.3, 3 * gib, 1);
-    report_val(3.5f, bits_per_byte(3.5f, 1000.0, 2, &m), 4, 1, logf, metricsf);
+    report_val(3.5f, bits_per_byte(3.5f, vt), 4, 1, logf, metricsf);
     HellaSwagScore hs4 = {0.5f, 0.625f, 40};
     hellaswag_log(&hs4, 4, logf, metricsf);
     Fp8Switch sw = {11, LIN_W2, FP8_X, 0.1123};
