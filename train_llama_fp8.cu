@@ -2255,9 +2255,8 @@ static ValText val_text(DataLoader *val, int positions, const Tokenizer *tok) {
     for (int p = 0; p < positions; p++) {
         dataloader_read_position(val, p);
         v.bytes += target_text_bytes(tok, val->inputs, val->targets, N);
-        for (size_t i = 0; val->masked && i < N; i++) v.tokens += val->targets[i] >= 0;
+        for (size_t i = 0; i < N; i++) v.tokens += val->targets[i] >= 0; // every one without masks
     }
-    if (!val->masked) v.tokens = (double)positions * N;
     return v;
 }
 

@@ -37,16 +37,10 @@ rank r uses local device r (CUDA_VISIBLE_DEVICES is respected, not rewritten).
 #include <unistd.h>
 #include <sys/wait.h>
 #include <sys/prctl.h>
-#include "utils.h"       // FATAL
+#include "utils.h"       // FATAL, monotonic_seconds
 #include "stop_signal.h" // the stop signals' meaning, shared with the ranks
 
 #define MG_KILL_GRACE_S 5.0        // launcher: SIGTERM, then SIGKILL after this long
-
-static double mg_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 // The rank count an MPI launcher announced in the environment, 0 if none.
 static int mg_mpi_env_size(void) {
@@ -107,7 +101,7 @@ static int mg_rank_status_ok(int status) {
 
 // The -ngpu launcher: starts world ranks and watches them. Never returns.
 static void mg_launch_ranks(int world, char **argv) {
-    double t0 = mg_now();
+    double t0 = monotonic_seconds();
     char id_path[64], tmp_path[96];
     snprintf(id_path, sizeof(id_path), "/tmp/llama_fp8_nccl_%d", (int)getpid());
     snprintf(tmp_path, sizeof(tmp_path), "%s.tmp", id_path);
@@ -192,7 +186,7 @@ static void mg_launch_ranks(int world, char **argv) {
             if (!ok && failed_rank < 0) {
                 char desc[96];
                 failed_rank = r;
-                t_fail = mg_now();
+                t_fail = monotonic_seconds();
                 fprintf(stderr, "multi-GPU launcher: rank %d %s after %.1f s: stopping the other ranks\n", r,
                         mg_describe_status(status, desc, sizeof(desc)), t_fail - t0);
                 fflush(stderr);
@@ -203,7 +197,7 @@ static void mg_launch_ranks(int world, char **argv) {
         if (!term_sent) {
             for (int k = 0; k < world; k++) if (pids[k] > 0) kill(pids[k], SIGUSR2);
             term_sent = 1;
-        } else if (!kill_sent && mg_now() - t_fail > MG_KILL_GRACE_S) {
+        } else if (!kill_sent && monotonic_seconds() - t_fail > MG_KILL_GRACE_S) {
             for (int k = 0; k < world; k++) if (pids[k] > 0) kill(pids[k], SIGKILL);
             kill_sent = 1;
         }
@@ -213,7 +207,7 @@ static void mg_launch_ranks(int world, char **argv) {
     unlink(tmp_path);
     if (failed_rank >= 0) {
         fprintf(stderr, "multi-GPU launcher: all %d ranks ended %.2f s after rank %d failed (%.1f s after the start); exit status 1\n",
-                world, mg_now() - t_fail, failed_rank, mg_now() - t0);
+                world, monotonic_seconds() - t_fail, failed_rank, monotonic_seconds() - t0);
         exit(EXIT_FAILURE);
     }
     exit(g_mg_exit_sig ? 128 + g_mg_exit_sig : stop_status);

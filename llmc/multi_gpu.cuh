@@ -27,8 +27,8 @@ but in llmc/zero_layout.h, the one the trainer and dev/cuda/nccl_check.cu both u
 #include <unistd.h>
 #include <fcntl.h>
 #include <sched.h>
-#include "utils.h"        // FATAL, fatal_at
-#include "launcher.h"     // mg_start_of, mg_launch_ranks, mg_now: how the ranks are started
+#include "utils.h"        // FATAL, fatal_at, monotonic_seconds
+#include "launcher.h"     // mg_start_of, mg_launch_ranks: how the ranks are started
 #include "cuda_common.cuh" // cudaCheck, floatX
 #include "stop_signal.h"    // stop_signal_cleanup: a failing rank removes its unfinished checkpoint files
 #ifdef ENABLE_NCCL
@@ -131,7 +131,7 @@ static void mg_fail_at(const MultiGpu *mg, const char *file, int line, const cha
 // Polls a non-blocking communicator until a call that returned ncclInProgress has settled (NCCL
 // forbids the next call before that), failing on an error or after the timeout.
 static void mg_nccl_settle(const MultiGpu *mg, const char *what, const char *file, int line) {
-    double t0 = mg_now();
+    double t0 = monotonic_seconds();
     for (;;) {
         ncclResult_t state = ncclInProgress;
         ncclResult_t r = ncclCommGetAsyncError(mg->comm, &state);
@@ -140,7 +140,7 @@ static void mg_nccl_settle(const MultiGpu *mg, const char *what, const char *fil
         if (state != ncclInProgress) {
             mg_fail_at(mg, file, line, "NCCL %s failed: %s (%s)", what, ncclGetErrorString(state), ncclGetLastError(mg->comm));
         }
-        if (mg_now() - t0 > mg->timeout_s) {
+        if (monotonic_seconds() - t0 > mg->timeout_s) {
             mg_fail_at(mg, file, line, "NCCL %s did not complete within %.0f s: another rank has probably died, hung or"
                        " was started with different settings (LLAMA_FP8_NCCL_TIMEOUT_S sets the limit)", what, mg->timeout_s);
         }
@@ -179,7 +179,7 @@ static void mg_wait_for(MultiGpu *mg, cudaStream_t stream, const char *what, dou
         return;
     }
     cudaCheck(cudaEventRecord(mg->waited, stream));
-    double t0 = mg_now();
+    double t0 = monotonic_seconds();
     for (long spins = 0;; spins++) {
         cudaError_t q = cudaEventQuery(mg->waited);
         if (q == cudaSuccess) return;
@@ -194,7 +194,7 @@ static void mg_wait_for(MultiGpu *mg, cudaStream_t stream, const char *what, dou
             }
         }
 #endif
-        double waited = mg_now() - t0;
+        double waited = monotonic_seconds() - t0;
         if (waited > timeout_s) {
             MG_FAIL(mg, "waited %.0f s for %s without it finishing: another rank has probably died or hung. If a"
                     " rank is only slow (checkpoint, sampling), raise LLAMA_FP8_NCCL_TIMEOUT_S", waited, what);
@@ -419,7 +419,7 @@ static void mg_write_id(const MultiGpu *mg, const ncclUniqueId *id) {
 }
 
 static void mg_read_id(const MultiGpu *mg, ncclUniqueId *id) {
-    double t0 = mg_now();
+    double t0 = monotonic_seconds();
     MgIdFile f;
     for (;;) {
         int fd = open(mg->id_path, O_RDONLY);
@@ -432,7 +432,7 @@ static void mg_read_id(const MultiGpu *mg, ncclUniqueId *id) {
             break;
         }
         if (errno != ENOENT) MG_FAIL(mg, "cannot open the NCCL id file '%s': %s", mg->id_path, strerror(errno));
-        if (mg_now() - t0 > mg->timeout_s) {
+        if (monotonic_seconds() - t0 > mg->timeout_s) {
             MG_FAIL(mg, "rank 0 did not write the NCCL id file '%s' within %.0f s (did it fail to start?)", mg->id_path, mg->timeout_s);
         }
         usleep(10000);

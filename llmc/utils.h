@@ -15,6 +15,7 @@ Plain C (also compiles as C++ under nvcc).
 #include <stdint.h>
 #include <math.h>
 #include <sys/types.h>
+#include <time.h>
 
 // A fatal error with a printf-style message; the message should say what to do about it.
 static void fatal_at(const char *file, int line, const char *fmt, ...) {
@@ -105,6 +106,13 @@ static void rename_check(const char *tmp_path, const char *final_path, const cha
 #define renameCheck(tmp, final) rename_check(tmp, final, __FILE__, __LINE__)
 
 // xorshift* random numbers: the same stream on every platform, used for init, shuffles and tests.
+// Seconds on the monotonic clock, for timeouts and timings.
+static double monotonic_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static uint32_t random_u32(uint64_t *state) {
     *state ^= *state >> 12;
     *state ^= *state << 25;

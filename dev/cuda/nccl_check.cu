@@ -340,8 +340,8 @@ static void check_ordering(MultiGpu *mg, cudaStream_t stream) {
     cudaLaunchCheck();
     cudaCheck(cudaEventRecord(compute_done, stream));
     cudaCheck(cudaEventRecord(comm_done, mg->comm_stream));
-    double t0 = mg_now();
-    while (cudaEventQuery(comm_done) == cudaErrorNotReady && mg_now() - t0 < 5.0) usleep(100);
+    double t0 = monotonic_seconds();
+    while (cudaEventQuery(comm_done) == cudaErrorNotReady && monotonic_seconds() - t0 < 5.0) usleep(100);
     bool comm_finished = cudaEventQuery(comm_done) == cudaSuccess;
     bool compute_running = cudaEventQuery(compute_done) == cudaErrorNotReady;
     mg_wait(mg, stream, "the sleep kernel");
@@ -403,12 +403,12 @@ static void failure_run(MultiGpu *mg, cudaStream_t stream, int kill_rank, int ha
     }
     for (int it = 0; it < 200; it++) {
         if (it == 10 && mg->rank == kill_rank) {
-            printf("rank %d: exiting with status 3 at t = %.2f s (--kill-rank)\n", mg->rank, mg_now() - t_start);
+            printf("rank %d: exiting with status 3 at t = %.2f s (--kill-rank)\n", mg->rank, monotonic_seconds() - t_start);
             fflush(stdout);
             _exit(3);
         }
         if (it == 10 && mg->rank == hang_rank) {
-            printf("rank %d: hanging at t = %.2f s (--hang-rank)\n", mg->rank, mg_now() - t_start);
+            printf("rank %d: hanging at t = %.2f s (--hang-rank)\n", mg->rank, monotonic_seconds() - t_start);
             fflush(stdout);
             for (;;) pause();
         }
@@ -422,7 +422,7 @@ static void failure_run(MultiGpu *mg, cudaStream_t stream, int kill_rank, int ha
 }
 
 int main(int argc, char **argv) {
-    double t_start = mg_now();
+    double t_start = monotonic_seconds();
     int ngpu = 0, kill_rank = -1, hang_rank = -1, do_bench = 1;
     double timeout = 0.0;
     for (int i = 1; i < argc; i++) {

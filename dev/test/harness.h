@@ -13,6 +13,7 @@ input can be tested, and returns its exit status and what it printed to stderr.
 #include <time.h>
 #include <unistd.h>
 #include <sys/wait.h>
+#include "llmc/utils.h" // monotonic_seconds
 
 static int g_tests_passed = 0, g_tests_failed = 0, g_check_failures = 0;
 
@@ -26,20 +27,14 @@ static int g_tests_passed = 0, g_tests_failed = 0, g_check_failures = 0;
 
 static const char *g_test_filter = ""; // run_test runs only the tests whose name contains it
 
-static double harness_seconds(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 // Each result line ends with the test's wall time, so a slow test (a GPU suite's device time is
 // scarce) can be found from the log.
 static void run_test(const char *name, void (*fn)(void)) {
     if (strstr(name, g_test_filter) == NULL) return;
     g_check_failures = 0;
-    double t0 = harness_seconds();
+    double t0 = monotonic_seconds();
     fn();
-    double secs = harness_seconds() - t0;
+    double secs = monotonic_seconds() - t0;
     fflush(stdout);
     if (g_check_failures == 0) { g_tests_passed++; printf("ok   %s (%.1f s)\n", name, secs); }
     else { g_tests_failed++; printf("FAIL %s (%d checks failed, %.1f s)\n", name, g_check_failures, secs); }

@@ -46,12 +46,6 @@ enum { NUM_GROUPS = 5 };
 static const int GROUP_PARAMS[NUM_GROUPS] = {P_WTE, P_WQKV, P_WO, P_W13, P_W2};
 static const char *const GROUP_NAMES[NUM_GROUPS] = {"wte", "qkv", "wo", "w13", "w2"};
 
-static double wall_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
 // The mean loss of `batches` batches from the shard's start under configuration c. With grads
 // (NULL: forward only) the batches are one step's micro-batches, and the step's gradient is copied
 // there (num_params values).
@@ -138,12 +132,12 @@ int main(int argc, char **argv) {
     double bf16 = 0.0;
     for (int k = 0; k < NUM_CONFIGS; k++) {
         if (!run[k]) continue;
-        double t0 = wall_seconds(), loss = config_loss(&CONFIGS[k], model_path, shard_path, B, T, batches, k == 0 ? g0 : g);
+        double t0 = monotonic_seconds(), loss = config_loss(&CONFIGS[k], model_path, shard_path, B, T, batches, k == 0 ? g0 : g);
         if (CONFIGS[k].kind == -2) bf16 = loss;
         if (bf16 > 0.0) printf("| %s | %.6f | %+.3f%% |", CONFIGS[k].what, loss, 100.0 * (loss - bf16) / bf16);
         else printf("| %s | %.6f | (no bf16 run) |", CONFIGS[k].what, loss);
         for (int i = 0; want_grads && i < NUM_GROUPS; i++) printf(" %.2e |", k == 0 ? 0.0 : group_error(&cfg, GROUP_PARAMS[i], g, g0));
-        printf(" %.0f |\n", wall_seconds() - t0);
+        printf(" %.0f |\n", monotonic_seconds() - t0);
         fflush(stdout);
     }
     free(g0);

@@ -195,12 +195,6 @@ static void observe(void *ctx, int lin, int kind, const ref_real *v, int rows, i
     }
 }
 
-static double wall_seconds(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static double frac(uint64_t a, uint64_t n) { return n ? (double)a / (double)n : 0.0; }
 
 // the candidate's underflow fraction of tensor t over all of its casts
@@ -326,13 +320,13 @@ int main(int argc, char **argv) {
 
     DataLoader dl;
     dataloader_init(&dl, shard_path, B, T, 0, 1, 0, 0, cfg.V);
-    double loss = 0.0, t0 = wall_seconds();
+    double loss = 0.0, t0 = monotonic_seconds();
     for (st.batch = 0; st.batch < batches; st.batch++) {
         dataloader_next_batch(&dl);
         loss += ref_compute_grads(&model, dl.inputs, dl.targets, 1);
     }
     printf("%s on %s: %d batches of %d x %d tokens from the shard's start, mean loss %.4f, fp32 reference forward and"
-           " backward, %.0f s\n\n", model_path, shard_path, batches, B, T, loss / batches, wall_seconds() - t0);
+           " backward, %.0f s\n\n", model_path, shard_path, batches, B, T, loss / batches, monotonic_seconds() - t0);
     report(&st, nt);
     dataloader_free(&dl);
     ref_free(&model);
