@@ -210,7 +210,10 @@ GGUF_DECODERS = {
     "llama": {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
                                                {"type": "ByteFallback"}]},
 }
-GGUF_UNKNOWN, GGUF_CONTROL = 2, 3  # tokenizer.ggml.token_type values
+# tokenizer.ggml.token_type values, SentencePiece's own (5 is unused): user-defined is an added token
+# that is not special, byte a <0xNN> piece
+GGUF_NORMAL, GGUF_UNKNOWN, GGUF_CONTROL, GGUF_USER_DEFINED, GGUF_BYTE = 1, 2, 3, 4, 6
+GGUF_TYPES_SENTENCEPIECE = range(1, 7)
 
 
 class GGUFFile:
@@ -308,7 +311,7 @@ class GGUFFile:
         counts = {}
         for t in self.tensors.values():
             counts[t.tensor_type.name] = counts.get(t.tensor_type.name, 0) + 1
-        return ", ".join(f"{n} {d}" for d, n in sorted(counts.items())) + " tensors"
+        return ", ".join(f"{n} {d}" for d, n in sorted(counts.items())) + " tensors" if counts else "no tensors (a vocabulary only)"
 
     def load(self, name, part):
         import gguf
@@ -376,34 +379,73 @@ def llama3_candidates(gguf_file, largest):
 # on its own (tokenizers' Digits(individual_digits=True) first: SmolLM2, StarCoder). transformers' GGUF
 # loader ignores the key and splits digits as GPT-2 does, unlike the model's own tokenizer.
 GGUF_PRE_DIGITS = {None: False, "default": False, "gpt-2": False, "smollm": True, "starcoder": True, "refact": True}
-GGUF_USER_DEFINED = 4  # tokenizer.ggml.token_type of an added token that is not special
 
 
-def write_hf_tokenizer(gguf_file, folder):
-    """Writes folder/tokenizer.json and tokenizer_config.json, the byte-level BPE tokenizer a gpt2 GGUF's
-    tokenizer.ggml.* keys describe (built with the tokenizers library), through a temporary folder
-    renamed into place. Returns what it wrote, or why it wrote nothing (another tokenizer kind or
-    pre-tokenizer: tokenize with the model's own tokenizer.json then)."""
-    import shutil
+def gpt2_tokenizer(gguf_file, folder):
+    """Writes folder/tokenizer.json: the byte-level BPE tokenizer of tokenizer.ggml.*, built with the
+    tokenizers library."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
-    kind, pre = gguf_file.field("tokenizer.ggml.model"), gguf_file.field("tokenizer.ggml.pre")
-    if kind != "gpt2" or pre not in GGUF_PRE_DIGITS:
-        if os.path.isdir(folder):  # --force: a stale folder would be taken for this model's
-            shutil.rmtree(folder)
-        return (f"no Hugging Face tokenizer folder written: tokenizer.ggml.model {kind!r}, pre {pre!r} (this tool"
-                f" rebuilds 'gpt2' with pre {', '.join(repr(k) for k in GGUF_PRE_DIGITS if k)})")
     tokens = gguf_file.field("tokenizer.ggml.tokens")
     merges = [tuple(m.split(" ", 1)) for m in gguf_file.field("tokenizer.ggml.merges") or []]
     types = gguf_file.field("tokenizer.ggml.token_type") or [0] * len(tokens)
     tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges))
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.pre_tokenizer = (pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
-                         if GGUF_PRE_DIGITS[pre] else byte_level)
+                         if GGUF_PRE_DIGITS[gguf_file.field("tokenizer.ggml.pre")] else byte_level)
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t, ty in zip(tokens, types) if ty == GGUF_CONTROL])
     tok.add_tokens([AddedToken(t, normalized=False) for t, ty in zip(tokens, types) if ty == GGUF_USER_DEFINED])
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": gguf_file.field("llama.context_length")}
+    tok.save(os.path.join(folder, "tokenizer.json"))
+    return f"tokenizer.json ({len(tokens)} tokens, {len(merges)} merges, pre {gguf_file.field('tokenizer.ggml.pre')!r})"
+
+
+def sentencepiece_tokenizer(gguf_file, folder):
+    """Writes folder/tokenizer.model: the SentencePiece BPE model of a llama GGUF's tokenizer.ggml.*
+    (pieces, scores and types are the .model's own, which llama.cpp's converter copied; its token
+    types are SentencePiece's), normalized as llama.cpp tokenizes it: a space prefix unless
+    tokenizer.ggml.add_space_prefix is false, spaces as '▁', nothing else changed."""
+    with formats.required_packages():
+        from sentencepiece import sentencepiece_model_pb2 as spm_pb2
+    tokens, scores = gguf_file.field("tokenizer.ggml.tokens"), gguf_file.field("tokenizer.ggml.scores")
+    types = gguf_file.field("tokenizer.ggml.token_type") or [GGUF_NORMAL] * len(tokens)
+    m = spm_pb2.ModelProto()
+    for token, score, ty in zip(tokens, scores, types):
+        m.pieces.add(piece=token, score=score, type=ty if ty in GGUF_TYPES_SENTENCEPIECE else GGUF_NORMAL)
+    t = m.trainer_spec
+    t.model_type, t.vocab_size, t.byte_fallback = spm_pb2.TrainerSpec.BPE, len(tokens), GGUF_BYTE in types
+    for name in ("unk", "bos", "eos", "pad"):
+        i = gguf_file.field(f"tokenizer.ggml.{'unknown' if name == 'unk' else 'padding' if name == 'pad' else name}_token_id")
+        setattr(t, f"{name}_id", i if i is not None and 0 <= i < len(tokens) else -1)
+    n = m.normalizer_spec
+    n.name, n.escape_whitespaces, n.remove_extra_whitespaces = "identity", True, False
+    n.add_dummy_prefix = bool(gguf_file.field("tokenizer.ggml.add_space_prefix", True))
+    with open(os.path.join(folder, "tokenizer.model"), "wb") as f:
+        f.write(m.SerializeToString())
+    return f"tokenizer.model (SentencePiece BPE, {len(tokens)} pieces, space prefix {n.add_dummy_prefix})"
+
+
+def write_hf_tokenizer(gguf_file, folder):
+    """Writes folder/: the Hugging Face tokenizer that tokenizer.ggml.* describes (a gpt2 GGUF's
+    tokenizer.json, a llama GGUF's SentencePiece tokenizer.model) and tokenizer_config.json, through a
+    temporary folder renamed into place. Returns what it wrote, or why it wrote nothing (another
+    tokenizer kind or pre-tokenizer, no scores: tokenize with the model's own tokenizer then)."""
+    import shutil
+    kind, pre = gguf_file.field("tokenizer.ggml.model"), gguf_file.field("tokenizer.ggml.pre")
+    why_not = None
+    if kind == "gpt2" and pre not in GGUF_PRE_DIGITS:
+        why_not = f"pre {pre!r} (this tool rebuilds 'gpt2' with pre {', '.join(repr(k) for k in GGUF_PRE_DIGITS if k)})"
+    elif kind == "llama" and gguf_file.field("tokenizer.ggml.scores") is None:
+        why_not = "no tokenizer.ggml.scores (the SentencePiece merge order)"
+    elif kind not in ("gpt2", "llama"):
+        why_not = "only 'gpt2' and 'llama' are rebuilt"
+    if why_not:
+        if os.path.isdir(folder):  # --force: a stale folder would be taken for this model's
+            shutil.rmtree(folder)
+        return f"no Hugging Face tokenizer folder written: tokenizer.ggml.model {kind!r}, {why_not}"
+    config = {"tokenizer_class": "PreTrainedTokenizerFast" if kind == "gpt2" else "LlamaTokenizer",
+              "model_max_length": gguf_file.field("llama.context_length")}
+    tokens = gguf_file.field("tokenizer.ggml.tokens")
     for name, key in (("bos_token", "bos"), ("eos_token", "eos"), ("unk_token", "unknown"), ("pad_token", "padding")):
         i = gguf_file.field(f"tokenizer.ggml.{key}_token_id")
         if i is not None and 0 <= i < len(tokens):
@@ -414,7 +456,7 @@ def write_hf_tokenizer(gguf_file, folder):
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     try:
-        tok.save(os.path.join(tmp, "tokenizer.json"))
+        what = (gpt2_tokenizer if kind == "gpt2" else sentencepiece_tokenizer)(gguf_file, tmp)
         with open(os.path.join(tmp, "tokenizer_config.json"), "w") as f:
             json.dump({k: v for k, v in config.items() if v is not None}, f, indent=2)
         if os.path.isdir(folder):  # --force
@@ -423,8 +465,7 @@ def write_hf_tokenizer(gguf_file, folder):
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return (f"wrote {folder}/: tokenizer.json and tokenizer_config.json, the Hugging Face tokenizer of tokenizer.ggml.*"
-            f" ({len(tokens)} tokens, {len(merges)} merges, pre {pre!r})")
+    return f"wrote {folder}/: {what} and tokenizer_config.json, the Hugging Face tokenizer of tokenizer.ggml.*"
 
 
 # --- the import ---
@@ -463,7 +504,19 @@ def first_id(i):
     return i[0] if isinstance(i, list) else i
 
 
-def import_model(src_path, out, force=False):
+def write_weights(src, rows, out):
+    n_params = sum(int(np.prod(r.shape)) for r in rows)
+    with tqdm(total=n_params, unit="param", unit_scale=True, desc="import", disable=None) as bar:
+        def pieces_in_order():
+            for r in rows:
+                w = src.load(r.name, r.part)
+                bar.update(w.size)
+                yield r.ours, w
+        model_file.write_model_file(out, src.config, pieces_in_order())
+    print(f"wrote {out} ({os.path.getsize(out) / 1e6:.1f} MB, {n_params} parameters)")
+
+
+def import_model(src_path, out, force=False, tokenizer_only=False):
     table_out, special_out = model_file.table_path(out), model_file.special_tokens_path(out)
     written = []
 
@@ -480,8 +533,9 @@ def import_model(src_path, out, force=False):
         print(f"  {src.describe()}")
         if src.rope_note:
             print(f"  {src.rope_note}")
-        rows = source_tensors(c, src.column)
-        check_tensors(src, rows)
+        if not tokenizer_only:
+            rows = source_tensors(c, src.column)
+            check_tensors(src, rows)
         ids, id_from, warnings = pick_special_ids(src.special_ids(), c["V"])
         table = src.decode_table()
         if table is not None:
@@ -489,20 +543,16 @@ def import_model(src_path, out, force=False):
             # the decode table's document start: BOS, else EOS, else 0
             start = next((first_id(i) for i in (ids["bos_token_id"], ids["eos_token_id"]) if i is not None), 0)
         hf_tok = model_file.hf_tokenizer_path(out) if isinstance(src, GGUFFile) and table is not None else None
-        outputs = [out] + ([table_out] if table is not None else []) + [special_out] + ([hf_tok] if hf_tok else [])
+        if tokenizer_only and table is None:
+            raise FormatError(src_path, "--tokenizer_only: the source has no tokenizer")
+        outputs = ([] if tokenizer_only else [out]) + ([table_out] if table is not None else []) + [special_out] + \
+            ([hf_tok] if hf_tok else [])
         for path in outputs:
             if os.path.exists(path) and not force:
                 raise FormatError(path, "exists; pass --force to replace it")
-        n_params = sum(int(np.prod(r.shape)) for r in rows)
-        with tqdm(total=n_params, unit="param", unit_scale=True, desc="import", disable=None) as bar:
-            def pieces_in_order():
-                for r in rows:
-                    w = src.load(r.name, r.part)
-                    bar.update(w.size)
-                    yield r.ours, w
-            model_file.write_model_file(out, c, pieces_in_order())
+        if not tokenizer_only:
+            write_weights(src, rows, out)
             written.append(out)
-        print(f"wrote {out} ({os.path.getsize(out) / 1e6:.1f} MB, {n_params} parameters)")
         if table is not None:
             formats.write_decode_table(table_out, pieces, start)
             written.append(table_out)
@@ -537,9 +587,13 @@ def main():
                         " OUT_special_tokens.json")
     parser.add_argument("--force", action="store_true",
                         help="replace OUT.bin, OUT_tokenizer.bin and OUT_special_tokens.json if they exist")
+    parser.add_argument("--tokenizer_only", action="store_true",
+                        help="write the tokenizer's files alone (the decode table, the special tokens record, a GGUF's"
+                        " OUT_hf_tokenizer/), not OUT.bin: for a GGUF that holds only a vocabulary, such as llama.cpp's"
+                        " models/ggml-vocab-*.gguf")
     args = parser.parse_args()
     try:
-        import_model(args.src, args.out, args.force)
+        import_model(args.src, args.out, args.force, args.tokenizer_only)
     except FormatError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)

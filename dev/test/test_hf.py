@@ -485,6 +485,79 @@ def test_gguf():
         check(record == {"bos_token_id": 1, "eos_token_id": None, "pad_token_id": None}, f"a GGUF with a BOS and no EOS id: record {record}")
 
 
+# text for the SentencePiece checks: words the trained model knows, runs of spaces, digits, a newline,
+# and characters it has never seen (byte fallback)
+SP_TRAIN = [f"the cat number {i} sat on the mat and the dog saw {i * 7} cats" for i in range(300)]
+SP_TEXTS = ["the cat sat", " the  dog   saw\nthe mat ", "number 1234567 of 89", "naïve café — 猫 ☃", "  leading", ""]
+
+
+def vocab_gguf(path, sp, add_space_prefix=None, scores=True):
+    """A vocabulary-only llama GGUF of the SentencePiece model sp, as llama.cpp's converter writes one
+    (convert_hf_to_gguf.py, _create_vocab_sentencepiece: each piece, its score and its type; no tensors)."""
+    w = gguf.GGUFWriter(path, "llama")
+    n = sp.get_piece_size()
+    for key, value in (("vocab_size", n), ("context_length", 64), ("embedding_length", 64), ("block_count", 1),
+                       ("feed_forward_length", 128), ("head_count", 4)):
+        getattr(w, f"add_{key}")(value)
+    w.add_tokenizer_model("llama")
+    w.add_token_list([sp.id_to_piece(i) for i in range(n)])
+    if scores:
+        w.add_token_scores([sp.get_score(i) for i in range(n)])
+    T = gguf.TokenType
+    w.add_token_types([T.UNKNOWN if sp.is_unknown(i) else T.CONTROL if sp.is_control(i) else T.BYTE if sp.is_byte(i)
+                       else T.NORMAL for i in range(n)])
+    w.add_bos_token_id(sp.bos_id())
+    w.add_eos_token_id(sp.eos_id())
+    if add_space_prefix is not None:
+        w.add_add_space_prefix(add_space_prefix)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_gguf_sentencepiece():
+    """A llama (SentencePiece) GGUF's tokenizer.model: what hf_import rebuilds from tokenizer.ggml.*
+    encodes every text to the ids of the SentencePiece model the GGUF was made from, with and without
+    the space prefix; --tokenizer_only writes it from a vocabulary-only GGUF, and its decode table is
+    the one of that model."""
+    import io
+    import sentencepiece as spm
+    for prefix in (True, False):
+        buf = io.BytesIO()
+        spm.SentencePieceTrainer.train(sentence_iterator=iter(SP_TRAIN), model_writer=buf, vocab_size=320, model_type="bpe",
+                                       byte_fallback=True, normalization_rule_name="identity", add_dummy_prefix=prefix,
+                                       remove_extra_whitespaces=False, character_coverage=1.0, minloglevel=2)
+        name = f"sp_prefix{int(prefix)}"
+        with open(tmp(f"{name}.model"), "wb") as f:
+            f.write(buf.getvalue())
+        sp = spm.SentencePieceProcessor(model_file=tmp(f"{name}.model"))
+        # llama.cpp writes add_space_prefix only where it is false; a reader must take its absence as true
+        src = vocab_gguf(tmp(f"{name}.gguf"), sp, add_space_prefix=None if prefix else False)
+        out = tmp(f"{name}.bin")
+        if not check(hf_import(src, out, "--tokenizer_only"), f"{name}: hf_import --tokenizer_only of a vocabulary-only llama GGUF"):
+            continue
+        rebuilt_path = os.path.join(model_file.hf_tokenizer_path(out), "tokenizer.model")
+        check(not os.path.exists(out) and os.path.isfile(rebuilt_path) and os.path.isfile(table_path(out)),
+              f"{name}: --tokenizer_only wrote the decode table and {os.path.basename(rebuilt_path)}, no model file")
+        rebuilt = spm.SentencePieceProcessor(model_file=rebuilt_path)
+        got, want = [rebuilt.encode(t) for t in SP_TEXTS], [sp.encode(t) for t in SP_TEXTS]
+        check(got == want and any(sp.is_byte(i) for ids in want for i in ids),
+              f"{name}: the rebuilt tokenizer.model encodes {len(SP_TEXTS)} texts (byte fallback among them) to the"
+              f" original model's ids{'' if got == want else f': {got} vs {want}'}")
+        pieces, start = formats.read_decode_table(table_path(out))
+        check(pieces == formats.decode_table_from_tokenizer(tmp(f"{name}.model")) and start == sp.bos_id(),
+              f"{name}: the GGUF's decode table is the SentencePiece model's, document start {start}")
+    rc, stdout, _ = run("hf_import.py", vocab_gguf(tmp("sp_noscores.gguf"), sp, scores=False), tmp("sp_noscores.bin"), "--tokenizer_only")
+    check(rc == 0 and "no tokenizer.ggml.scores" in stdout and not os.path.exists(model_file.hf_tokenizer_path(tmp("sp_noscores.bin"))),
+          f"a llama GGUF without scores: no tokenizer folder, the reason said (exit {rc}: {stdout.strip()!r})")
+    os.makedirs(tmp("refused"), exist_ok=True)
+    refused("--tokenizer_only of a GGUF without a tokenizer", "hf_import.py",
+            [write_gguf(tmp("novocab.gguf"), "gqa"), tmp("refused", "out.bin"), "--tokenizer_only"], tmp("refused", "out.bin"),
+            ["novocab.gguf", "no tokenizer"])
+
+
 def llama_cpp_rope_factors(theta, HS, factor, low, high, old_T):
     """rope_freqs.weight of llama3 scaling as llama.cpp's converter computes it (float32 frequencies,
     1 / ((1 - s) / factor + s) between the bands), written here from its code in numpy, not taken
@@ -830,7 +903,7 @@ def test_interrupted():
           f"hf_export interrupted while writing: exit {rc}, stderr {stderr!r}, left {os.listdir(tmp('interrupted'))}")
 
 
-GGUF_TESTS = ("test_gguf", "test_gguf_rope_freqs", "test_gguf_refusals")
+GGUF_TESTS = ("test_gguf", "test_gguf_sentencepiece", "test_gguf_rope_freqs", "test_gguf_refusals")
 
 
 def main():
@@ -840,7 +913,7 @@ def main():
                             REF_LOGITS], cwd=ROOT, capture_output=True, text=True)
     if check(build.returncode == 0 and not build.stderr, f"build dev/test/tools/ref_logits.c{build.stderr}"):
         for test in (test_header_table, test_logits, test_version1, test_sensitivity, test_decode_table, test_round_trips, test_gguf,
-                     test_gguf_rope_freqs, test_gguf_refusals, test_special_tokens, test_refusals, test_help, test_interrupted):
+                     test_gguf_sentencepiece, test_gguf_rope_freqs, test_gguf_refusals, test_special_tokens, test_refusals, test_help, test_interrupted):
             if gguf is None and test.__name__ in GGUF_TESTS:
                 print(f"not run: {test.__name__} (the gguf package is not installed: pip install gguf; CI installs it)")
                 continue
