@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The GPU measurements issue 34 owes (design.md, "Measurements the GPU session owes"), in one call on
-# one H200, from the repository root:
+# one H200, from the repository root. Items 1-4 were made by hand in two sessions on 2026-12-02
+# (measurements_h200.md; item 3 in ../conv125m_gutenberg_hellaswag/, where 2 of the 4 fallback seeds
+# did switch a linear late, unlike the expectation below; its -deterministic comparison was not run):
 #
 #   bash dev/results/fp8_outliers/run_measurements.sh [--out DIR] [--only "1 2 3 4"] [--gguf FILE] [--shared DIR]
 #
