@@ -452,6 +452,9 @@ def write_hf_tokenizer(gguf_file, folder):
             config[name] = tokens[i]
     if gguf_file.field("tokenizer.chat_template") is not None:
         config["chat_template"] = gguf_file.field("tokenizer.chat_template")
+    if kind == "llama":  # LlamaTokenizer's own switches, which the GGUF records (Llama 2: BOS yes, EOS no)
+        for key in ("add_bos_token", "add_eos_token"):
+            config[key] = gguf_file.field(f"tokenizer.ggml.{key}")
     tmp = folder + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)

@@ -508,6 +508,8 @@ def vocab_gguf(path, sp, add_space_prefix=None, scores=True):
                        else T.NORMAL for i in range(n)])
     w.add_bos_token_id(sp.bos_id())
     w.add_eos_token_id(sp.eos_id())
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
     if add_space_prefix is not None:
         w.add_add_space_prefix(add_space_prefix)
     w.write_header_to_file()
@@ -546,6 +548,10 @@ def test_gguf_sentencepiece():
         check(got == want and any(sp.is_byte(i) for ids in want for i in ids),
               f"{name}: the rebuilt tokenizer.model encodes {len(SP_TEXTS)} texts (byte fallback among them) to the"
               f" original model's ids{'' if got == want else f': {got} vs {want}'}")
+        with open(os.path.join(model_file.hf_tokenizer_path(out), "tokenizer_config.json")) as f:
+            config = json.load(f)
+        want = {"tokenizer_class": "LlamaTokenizer", "bos_token": sp.id_to_piece(sp.bos_id()), "add_bos_token": True, "add_eos_token": False}
+        check(all(config.get(k) == v for k, v in want.items()), f"{name}: tokenizer_config.json {config} (want {want} among it)")
         pieces, start = formats.read_decode_table(table_path(out))
         check(pieces == formats.decode_table_from_tokenizer(tmp(f"{name}.model")) and start == sp.bos_id(),
               f"{name}: the GGUF's decode table is the SentencePiece model's, document start {start}")
