@@ -16,9 +16,13 @@ them: a folder's generation_config.json, else its config.json, else its tokenize
 (tokenizer_config.json's bos_token / eos_token / pad_token); a GGUF's tokenizer.ggml.bos_token_id,
 eos_token_id and padding_token_id.
 
-From a GGUF with a byte-level BPE tokenizer (tokenizer.ggml.model gpt2), the Hugging Face tokenizer
-folder OUT_hf_tokenizer/ too (tokenizer.json, tokenizer_config.json; for dev/data/tokenize_text.py and
-scripts/hf_export.py --tokenizer), built from tokenizer.ggml.* with the tokenizers library.
+From a GGUF, the Hugging Face tokenizer folder OUT_hf_tokenizer/ too (for dev/data/tokenize_text.py and
+scripts/hf_export.py --tokenizer), rebuilt from tokenizer.ggml.*: a byte-level BPE tokenizer.json
+(tokenizer.ggml.model gpt2, with the tokenizers library) or a SentencePiece tokenizer.model (llama,
+from its pieces, scores and types), and tokenizer_config.json. --tokenizer_only writes the tokenizer's
+files alone, for a GGUF that holds only a vocabulary:
+
+    python3 scripts/hf_import.py --tokenizer_only llama.cpp/models/ggml-vocab-llama-spm.gguf llama2.bin
 
 Llama 3.1 / 3.2 RoPE scaling comes from config.json's rope_scaling (rope_parameters), or in a GGUF from
 rope_freqs.weight, llama.cpp's per-frequency factors: they are read as llama3 scaling if they are
@@ -414,8 +418,8 @@ def sentencepiece_tokenizer(gguf_file, folder):
         m.pieces.add(piece=token, score=score, type=ty if ty in GGUF_TYPES_SENTENCEPIECE else GGUF_NORMAL)
     t = m.trainer_spec
     t.model_type, t.vocab_size, t.byte_fallback = spm_pb2.TrainerSpec.BPE, len(tokens), GGUF_BYTE in types
-    for name in ("unk", "bos", "eos", "pad"):
-        i = gguf_file.field(f"tokenizer.ggml.{'unknown' if name == 'unk' else 'padding' if name == 'pad' else name}_token_id")
+    for name, key in (("unk", "unknown"), ("bos", "bos"), ("eos", "eos"), ("pad", "padding")):
+        i = gguf_file.field(f"tokenizer.ggml.{key}_token_id")
         setattr(t, f"{name}_id", i if i is not None and 0 <= i < len(tokens) else -1)
     n = m.normalizer_spec
     n.name, n.escape_whitespaces, n.remove_extra_whitespaces = "identity", True, False

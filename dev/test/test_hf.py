@@ -544,6 +544,11 @@ def test_gguf_sentencepiece():
         check(not os.path.exists(out) and os.path.isfile(rebuilt_path) and os.path.isfile(table_path(out)),
               f"{name}: --tokenizer_only wrote the decode table and {os.path.basename(rebuilt_path)}, no model file")
         rebuilt = spm.SentencePieceProcessor(model_file=rebuilt_path)
+        n = sp.get_piece_size()
+        same = [(rebuilt.id_to_piece(i), rebuilt.get_score(i), rebuilt.is_byte(i), rebuilt.is_control(i)) ==
+                (sp.id_to_piece(i), sp.get_score(i), sp.is_byte(i), sp.is_control(i)) for i in range(n)]
+        check(rebuilt.get_piece_size() == n and all(same),
+              f"{name}: the rebuilt model's {n} pieces have the original's texts, scores and types ({same.count(False)} differ)")
         got, want = [rebuilt.encode(t) for t in SP_TEXTS], [sp.encode(t) for t in SP_TEXTS]
         check(got == want and any(sp.is_byte(i) for ids in want for i in ids),
               f"{name}: the rebuilt tokenizer.model encodes {len(SP_TEXTS)} texts (byte fallback among them) to the"
