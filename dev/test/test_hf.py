@@ -873,8 +873,10 @@ def test_help():
 
 def interrupt(args, started):
     """Runs a script, sends it SIGINT once started() is true (it is writing), and returns (exit status,
-    stderr, whether the signal came before it ended)."""
-    p = subprocess.Popen([sys.executable] + args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    stderr, whether the signal came before it ended). The script gets SIGINT's default action: a shell
+    starts background jobs with SIGINT ignored, and Python then never raises KeyboardInterrupt."""
+    p = subprocess.Popen([sys.executable] + args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     while p.poll() is None and not started():
         time.sleep(0.001)
     in_time = p.poll() is None
