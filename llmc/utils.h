@@ -105,7 +105,6 @@ static void rename_check(const char *tmp_path, const char *final_path, const cha
 }
 #define renameCheck(tmp, final) rename_check(tmp, final, __FILE__, __LINE__)
 
-// xorshift* random numbers: the same stream on every platform, used for init, shuffles and tests.
 // Seconds on the monotonic clock, for timeouts and timings.
 static double monotonic_seconds(void) {
     struct timespec ts;
@@ -113,6 +112,7 @@ static double monotonic_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+// xorshift* random numbers: the same stream on every platform, used for init, shuffles and tests.
 static uint32_t random_u32(uint64_t *state) {
     *state ^= *state >> 12;
     *state ^= *state << 25;
