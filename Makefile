@@ -70,8 +70,8 @@ endif
 
 HEADERS = $(wildcard llmc/*.h llmc/*.cuh)
 
-# host-only checks of trainer code (no GPU needed), built with nvcc
-HOST_TESTS = dev/test/test_zero_layout dev/test/test_trainer_host
+# host-only checks of trainer code (no GPU needed), built with nvcc: every dev/test/test_*.cu
+HOST_TESTS = $(patsubst %.cu,%,$(wildcard dev/test/test_*.cu))
 
 .PHONY: all test venv dev clean
 .DEFAULT_GOAL := train_llama_fp8

@@ -101,7 +101,8 @@ if nvidia-smi -L >/dev/null 2>&1; then
 fi
 echo "== CPU tests (dev/test/test_cpu)"
 run_suite cpu "$cpu_limit" ./dev/test/test_cpu
-for t in test_trainer_host test_zero_layout; do
+for src in dev/test/test_*.cu; do # every host-only suite the Makefile builds (HOST_TESTS)
+    t=$(basename "$src" .cu)
     echo "== host-only trainer checks (dev/test/$t)"
     run_suite "$t" "$cpu_limit" "./dev/test/$t"
 done
