@@ -119,7 +119,7 @@ def parse_main_log(path):
                 continue
             if last_step is not None and step <= last_step:
                 # a resumed run re-does steps after its checkpoint: drop the abandoned attempt's
-                # records from this step on (train and val), keep the new ones
+                # records from this step on (train, val, bpb, HellaSwag), keep the new ones
                 log.train = {s: r for s, r in log.train.items() if s < step}
                 log.val = {s: v for s, v in log.val.items() if s < step}
                 log.bpb = {s: v for s, v in log.bpb.items() if s < step}

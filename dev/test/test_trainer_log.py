@@ -5,7 +5,9 @@ test_multi_gpu.sh), of plot_fp8.py's fp8 health modes and of scripts/compare_log
 
 The sample logs are written here with the trainer's own format strings, read out of
 train_llama_fp8.cu, so a change of format there shows up here: a main.log with a resumed run (the
-repeated steps must replace the abandoned ones), sample lines, malformed and cut-off lines; a
+repeated steps must replace the abandoned ones), sample lines, malformed and cut-off lines; one
+resumed from a checkpoint before its last logged step, whose abandoned val, bpb and HellaSwag
+records (the last at the last step) must all go; a
 standard output with 2 GPUs, tied embeddings, llama3 RoPE scaling, bf16 AdamW moments, a skipped
 update, val losses, a stop by SIGTERM and the median line; an fp8.log with a resumed run, a cut-off
 line and the underflow/saturation fractions, and one of a trainer before those (it parses and plots
@@ -51,6 +53,8 @@ def fmt(prefix):
 
 TRAIN = fmt("s:%d trl:")
 VAL = fmt("s:%d tel:")
+VAL_BPB = fmt("s:%d tel:%.6f bpb:")
+HELLASWAG = fmt("s:%d hs_acc:")
 HEADER = fmt("# %s precision")
 STEP = fmt("step %5d/%d | loss")
 VAL_OUT = fmt("val loss %.6f\\n")
@@ -104,6 +108,33 @@ def test_main_log(tmp):
     check(log.skipped == 3, f"3 malformed lines counted (a bad step, no loss, cut off): {log.skipped}")
     steps, norms = log.series("norm")
     check(steps == list(range(1, 13)) and norms[0] == 1.5, "series('norm')")
+
+
+def test_main_log_resumed_evals(tmp):
+    """A resume from a checkpoint before the last logged step: the first attempt logged steps 1-12
+    with a val loss, bpb and HellaSwag at 4, 8 and 12 (the last line of each kind at the last step),
+    the second restarts from step 6's checkpoint and stops after step 10, its evaluation at 8 logged
+    without bpb (a run without -tok). Every record of the abandoned steps 7-12 must go, whatever its kind."""
+    path = os.path.join(tmp, "resumed_evals.log")
+    lines = [header_line()]
+    for s in range(1, 13):
+        lines.append(train_line(s, 10.0 - 0.1 * s))
+        if s % 4 == 0:
+            lines += [VAL_BPB % (s, 9.0 - 0.1 * s, 3.0 - 0.1 * s), HELLASWAG % (s, 0.25 + 0.01 * s, 0.26 + 0.01 * s, 40)]
+    lines.append(header_line())
+    for s in range(7, 11):
+        lines.append(train_line(s, 20.0 + s))
+        if s == 8:
+            lines.append(VAL % (s, 30.0))
+    with open(path, "w") as f:
+        f.write("".join(lines))
+    log = trainer_log.parse_main_log(path)
+    check(log.train_steps() == list(range(1, 11)) and log.train[7]["trl"] == 27.0 and log.train[6]["trl"] == 9.4,
+          f"resumed from an earlier checkpoint: train steps 1-10, 7-10 the second attempt's ({log.train_steps()})")
+    check(log.val == {4: 8.6, 8: 30.0}, f"val: the second attempt's step 8, the abandoned 12 gone ({log.val})")
+    check(log.bpb == {4: 2.6}, f"bpb: only step 4's, the abandoned attempt's 8 and 12 gone ({log.bpb})")
+    check(log.hellaswag == {4: {"acc": 0.29, "acc_norm": 0.3, "items": 40}},
+          f"HellaSwag: only step 4's, the abandoned attempt's 8 and 12 gone ({log.hellaswag})")
 
 
 def test_real_main_log():
@@ -415,6 +446,7 @@ def test_compare_health(tmp):
 if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as tmp:
         test_main_log(tmp)
+        test_main_log_resumed_evals(tmp)
         test_real_main_log()
         test_stdout()
         test_real_stdout()
