@@ -12,6 +12,9 @@ against transformers, and the val set's bytes for bits per byte (llmc/bpb.h).
   within 1e-4 of transformers' and the same acc and acc_norm prediction on every item as lm-eval's rule
   (numpy argmax of the log-probabilities, and of them divided by the endings' characters), also with
   rows cut to T 32 as lm-eval cuts them.
+- Exact ties: 12 fixture items rewritten so that the best ending (by acc, then by acc_norm) stands at
+  2 or 4 positions (first and last included); the repeated rows score alike to the last digit and
+  every tie goes to the first of the tied endings, as numpy's argmax (lm-eval) gives it.
 - The official .jsonl with lm-eval's preprocessing, on a record whose expected text is written out here.
 - ../shared/data/hellaswag's file, when it is there (never committed): its first items' labels.
 - Every bad input of the script (exit 1, `error: <file>: ...`, no traceback, no file left) and of the
@@ -157,7 +160,53 @@ def test_fixture(ref_tool):
           f" (max diff {np.abs(host_t - lp_t).max() if host_t.shape == lp_t.shape else float('nan'):.2e})")
     rc, o, _ = run([ref_tool, model, out, 4, 128, 7])
     check(rc == 0 and parse_scores(o)[4][2] == 7, "MAX_ITEMS 7 reads the first 7 items")
+    test_ties(ref_tool, model, items)
     test_reader_errors(ref_tool, model, out)
+
+
+# where an item's best ending is repeated: every pair of positions, the first and the last among them, all four
+TIE_LAYOUTS = [(0, 1), (0, 3), (1, 2), (2, 3), (1, 3), (0, 1, 2, 3)]
+
+
+def test_ties(ref_tool, model, items):
+    """Exact ties: fixture items rewritten so that the best ending (by acc in one item, by acc_norm in
+    the next) stands at each layout's positions, the other endings after. A repeated ending is the
+    same row, so the scorer's log-probabilities tie exactly; lm-eval's rule (numpy's argmax) gives a
+    tie to the first of them. Transformers' log-probabilities of the fixture's endings move with them."""
+    with open(os.path.join(FIXTURE, "items.txt"), encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    text, lp, chars, tied = [], [], [], []
+    for i, w in enumerate(items):
+        if len(tied) == 2 * len(TIE_LAYOUTS):
+            break
+        layout, by_norm = TIE_LAYOUTS[len(tied) // 2], len(tied) % 2 == 1
+        score = np.array(w["logprob"]) / (np.array(w["chars"]) if by_norm else 1)
+        best = int(score.argmax())
+        if np.sort(score)[-2] > score[best] - 1e-3:  # a clear best: the C scorer's 1e-5 from transformers cannot reorder it
+            continue
+        others = iter(k for k in range(4) if k != best)
+        order = [best if k in layout else next(others) for k in range(4)]
+        endings = lines[6 * i + 2:6 * i + 6]
+        text += [lines[6 * i], lines[6 * i + 1]] + [endings[k] for k in order]
+        lp.append([w["logprob"][k] for k in order])
+        chars.append([w["chars"][k] for k in order])
+        tied.append(layout)
+    path, out = write("ties.txt", "\n".join(text) + "\n"), tmp("ties.bin")
+    rc, o, e = prepare("--tokenizer", TIED, "--out", out, path)
+    if not check(rc == 0 and len(tied) == 2 * len(TIE_LAYOUTS), f"{len(tied)} tie items written and prepared ({(o + e).strip()})"):
+        return
+    rc, o, e = run([ref_tool, model, out, 3, 128])
+    _, _, pred, pred_norm, _ = parse_scores(o)
+    host = [line.split()[10:14] for line in o.splitlines() if line.startswith("item ")]
+    check(rc == 0 and len(host) == len(tied) and all(len({host[i][k] for k in t}) == 1 for i, t in enumerate(tied)),
+          f"the repeated endings' log-probabilities are equal, to the last digit printed{f' ({e.strip()})' if rc else ''}")
+    lp, chars = np.array(lp), np.array(chars)
+    want, want_norm = lp.argmax(1), (lp / chars).argmax(1)
+    check(all(want[i] == t[0] for i, t in enumerate(tied) if i % 2 == 0) and all(want_norm[i] == t[0] for i, t in enumerate(tied) if i % 2),
+          "(numpy's argmax takes the first of the tied positions)")
+    check(np.array_equal(pred, want), f"acc ties go to the first tied ending: predictions {pred.tolist()}, want {want.tolist()}")
+    check(np.array_equal(pred_norm, want_norm),
+          f"acc_norm ties go to the first tied ending: predictions {pred_norm.tolist()}, want {want_norm.tolist()}")
 
 
 def test_reader_errors(ref_tool, model, good):
