@@ -16,6 +16,8 @@ against transformers, and the val set's bytes for bits per byte (llmc/bpb.h).
   2 or 4 positions (first and last included); the repeated rows score alike to the last digit and
   every tie goes to the first of the tied endings, as numpy's argmax (lm-eval) gives it.
 - The official .jsonl with lm-eval's preprocessing, on a record whose expected text is written out here.
+- .txt contexts ending in one or two spaces (one after non-ASCII text): split as lm-eval's _encode_pair
+  (written out here) splits them; --bos starts every context with tokenizer_config.json's bos_token.
 - ../shared/data/hellaswag's file, when it is there (never committed): its first items' labels.
 - Every bad input of the script (exit 1, `error: <file>: ...`, no traceback, no file left) and of the
   C reader (exit 1, the file named).
@@ -263,6 +265,43 @@ def test_jsonl():
     check(got[0][3] == [len(x) for x in endings] and [g[0] for g in got] == [3, 1], "jsonl: characters and labels (int or string)")
 
 
+def encode_pair(enc, context, continuation):
+    """lm-eval's _encode_pair: a context's trailing spaces move onto the continuation, whose tokens are
+    what follows the context's in the encoding of the whole."""
+    n = len(context) - len(context.rstrip())
+    if n:
+        context, continuation = context[:-n], context[-n:] + continuation
+    ctx = enc(context)
+    return ctx, enc(context + continuation)[len(ctx):]
+
+
+def test_context_and_bos():
+    """.txt contexts ending in spaces (one, two, after non-ASCII text) split as lm-eval splits them;
+    --bos puts the tokenizer's BOS (tokenizer_config.json's bos_token, not its eos_token) first."""
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(os.path.join(TIED, "tokenizer.json"))
+    enc = lambda s: tok.encode(s, add_special_tokens=False).ids  # noqa: E731
+    items = [("Sewing: she threads the needle ", 1, ["and pulls it through.", "then eats it.", "a dog.", "b"]),
+             ("Caf\u00e9 na\u00efve: the \u2603 melts  ", 3, ["slowly.", "\u65e5\u672c", "x y", "away in the sun."])]
+    path = write("trailing.txt", "".join(f"{c}\n{l}\n" + "".join(e + "\n" for e in es) for c, l, es in items))
+    out = tmp("trailing.bin")
+    rc, o, e = prepare("--tokenizer", TIED, "--out", out, path)
+    got = formats.read_hellaswag(out)[0] if rc == 0 else []
+    want = [[encode_pair(enc, c, " " + x) for x in es] for c, _, es in items]
+    check(len(got) == 2 and all(g[1] == w[0][0] and g[2] == [p[1] for p in w] for g, w in zip(got, want)),
+          f"contexts ending in spaces: the spaces go to each ending's tokens, as lm-eval's _encode_pair ({(o + e).strip()})")
+    check(enc(items[0][0]) != want[0][0][0], "(the tokenizer gives a context's trailing space a token of its own)")
+
+    with open(os.path.join(TIED, "tokenizer_config.json")) as f:
+        config = json.load(f)
+    bos, eos = tok.token_to_id(config["bos_token"]), tok.token_to_id(config["eos_token"])
+    out_bos = tmp("bos.bin")
+    rc, o, e = prepare("--tokenizer", TIED, "--out", out_bos, "--bos", path)
+    got_bos = formats.read_hellaswag(out_bos)[0] if rc == 0 else []
+    check(len(got_bos) == 2 and bos != eos and all(b[1] == [bos] + g[1] and b[2] == g[2] for b, g in zip(got_bos, got)),
+          f"--bos: every context starts with BOS {config['bos_token']} (id {bos}, not EOS id {eos}), the rest unchanged ({(o + e).strip()})")
+
+
 def test_shared():
     if not os.path.exists(SHARED):
         print(f"not run: {SHARED} is not here (the real HellaSwag file; never committed)")
@@ -343,6 +382,7 @@ def main():
     check(ref_tool is not None and bytes_tool is not None, "dev/test/tools/hellaswag_ref.c and text_bytes.c build with gcc")
     test_fixture(ref_tool)
     test_jsonl()
+    test_context_and_bos()
     test_shared()
     test_bad_inputs()
     test_bytes(bytes_tool)
