@@ -32,10 +32,15 @@
   fake make that builds or fails; the totals and the exit status must be what each case gives.
 - The indexes: scripts/README.md has a row for every file of scripts/, dev/test/README.md for every
   test driver (dev/test/*.sh), dev/results/README.md for every folder and file of dev/results/.
+- dev/data/get_data.sh, offline from a local source folder: a source missing files (one of them cut
+  off in the destination), one short and one altered must exit 1 naming each, putting nothing in
+  place; with ../shared/data, every .bin there is listed and copied byte for byte, and a rerun mends
+  a truncated and a deleted copy.
 Last line: "N passed, N failed".
 
     python3 dev/test/test_scripts.py
 """
+import filecmp
 import importlib.util
 import os
 import re
@@ -787,11 +792,66 @@ def test_venv_in_venv(tmp):
           f"venv.sh from a python3 in a virtual environment: .venv imports that environment's packages ({(r.stdout + r.stderr + got.stderr).strip()[-300:]})")
 
 
+def test_get_data(tmp):
+    """dev/data/get_data.sh SOURCE DEST, offline (a local source folder): a source missing files or
+    holding a short or an altered one exits 1 naming each (a missing one too where DEST holds a cut-off
+    copy of it), reports no success and puts no wrong or partial file in DEST; with this workplace's
+    ../shared/data the copy is every .bin there byte for byte, and a rerun mends a file an interrupted
+    copy left truncated and one deleted since."""
+    script = os.path.join(ROOT, "dev", "data", "get_data.sh")
+    listed = re.findall(r"^([0-9a-f]{32}) (\d+) (\S+)$", open(script).read(), re.M)
+    names = [name for _, _, name in listed]
+    if not check(len(names) > 2, f"get_data.sh lists the corpus's files with their md5 and size ({len(names)} listed)"):
+        return
+
+    def get_data(src, dest):
+        r = subprocess.run(["bash", script, src, dest], capture_output=True, text=True)
+        return r.returncode, r.stdout, r.stderr
+
+    src, dest = os.path.join(tmp, "get_data_src"), os.path.join(tmp, "get_data_dest")
+    os.makedirs(src)
+    os.makedirs(dest)
+    with open(os.path.join(dest, names[1]), "wb") as f:
+        f.write(b"cut off")  # an interrupted earlier copy
+    (_, short_bytes, short), (_, bytes_, altered) = listed[0], listed[-1]
+    with open(os.path.join(src, short), "wb") as f:
+        f.write(b"\0" * (int(short_bytes) - 2))  # a copy cut short
+    with open(os.path.join(src, altered), "wb") as f:
+        f.write(b"\0" * int(bytes_))  # its size, other bytes
+    rc, out, err = get_data(src, dest)
+    errors = dict(re.findall(r"^error: " + re.escape(src) + r"/(\S+): (.*)$", err, re.M))
+    want = {name: "missing" for name in names[1:-1]}
+    ok = rc == 1 and "holds all" not in out and {n: errors.get(n, "")[:7] for n in names[1:-1]} == want
+    ok = ok and errors.get(short, "").startswith(f"{int(short_bytes) - 2} bytes") and errors.get(altered, "").startswith("md5 ")
+    ok = ok and f"incomplete corpus: {len(names)} of its {len(names)} files missing or wrong" in err and os.listdir(dest) == [names[1]]
+    check(ok, f"get_data.sh, a source missing {len(names) - 2} of the {len(names)} files (one cut off in DEST), one short, one altered: "
+                                 f"exit {rc}, each named, nothing put in place ({err.strip().splitlines()[-1:]})")
+
+    shared = os.path.join(ROOT, "..", "shared", "data")
+    if not os.path.isdir(shared):
+        print(f"not run: get_data.sh's full copy ({shared} is not here: this workplace's corpus)")
+        return
+    bins = sorted(f for f in os.listdir(shared) if f.endswith(".bin"))
+    check(sorted(names) == bins, f"get_data.sh lists every .bin of ../shared/data ({len(names)} listed, {len(bins)} there)")
+    same = lambda: [n for n in bins if not os.path.exists(os.path.join(dest, n)) or  # noqa: E731
+                    not filecmp.cmp(os.path.join(shared, n), os.path.join(dest, n), shallow=False)]
+    os.remove(os.path.join(dest, names[1]))
+    rc, out, err = get_data(shared, dest)
+    check(rc == 0 and f"holds all {len(bins)} files" in out and not same() and sorted(os.listdir(dest)) == bins,
+          f"get_data.sh ../shared/data: exit {rc}, every file byte for byte (differing: {same()}) ({(out + err).splitlines()[:1]})")
+    with open(os.path.join(dest, bins[0]), "r+b") as f:
+        f.truncate(1000)  # an interrupted copy: newer than the source, as cp -u would keep it
+    os.remove(os.path.join(dest, bins[-1]))
+    rc, out, err = get_data(shared, dest)
+    check(rc == 0 and f"2 copied from {shared}, {len(bins) - 2} already there" in out and not same(),
+          f"get_data.sh again over a truncated and a deleted file: both copied, the rest kept ({(out + err).splitlines()[:1]})")
+
+
 if __name__ == "__main__":
     # python3 dev/test/test_scripts.py [TEST ...]: only those (e.g. test_runner, as the mutations of
     # the runners name it: a mutant fails test_mutation_patches, its own patch being applied)
     tests = [test_scaling, test_refusals, test_benchmark_table, test_benchmark_table_hf, test_compare_convergence,
-             test_convergence_seeds, test_runner, test_mutation_runner, test_venv_in_venv]
+             test_convergence_seeds, test_runner, test_mutation_runner, test_venv_in_venv, test_get_data]
     chosen = sys.argv[1:] or ["test_mutation_patches", "test_indexes"] + [t.__name__ for t in tests]
     unknown = [name for name in chosen if name not in globals() or not name.startswith("test_")]
     if unknown:
