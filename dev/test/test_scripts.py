@@ -45,6 +45,7 @@ import importlib.util
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -667,7 +668,8 @@ def test_runner(tmp):
 
 MUTATIONS = os.path.join(ROOT, "dev", "test", "test_mutations.sh")
 # the fake tree's source and the fake suites that read it: ./test_llama_fp8 [FILTER] in the harness's
-# format ("FAIL <test> (...)" lines, then the summary), ./kernel in a dev/cuda program's
+# format ("FAIL <test> (...)" lines, then the summary), ./kernel in a dev/cuda program's, and two CPU
+# suites (a host-only program, dev/test/test_host beside its dev/test/test_host.cu, and a Python one)
 FAKE_SRC = "# a fake source\nvalue = {}\n# end\n"
 FAKE_SUITE = """#!/bin/sh
 case "$(sed -n 2p src.txt)" in
@@ -681,6 +683,15 @@ FAKE_KERNEL = """#!/bin/sh
 [ "$(sed -n 2p src.txt)" = "value = 5" ] && { echo "kernel: FAIL (2 checks failed)"; exit 1; }
 echo "kernel: PASS"
 """
+FAKE_PY_SUITE = """import signal, sys
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # as test_hf's Ctrl-C check, which needs SIGINT's default action
+    print("FAIL SIGINT is ignored\\n0 passed, 1 failed")
+    sys.exit(1)
+if open("src.txt").read().splitlines()[1] == "value = 2":
+    print("FAIL the check (value 2)\\n0 passed, 1 failed")
+    sys.exit(1)
+print("ok   the check\\n1 passed, 0 failed")
+"""
 # (name, the patch's two context lines and the value it sets, its Caught by: command, the verdict wanted)
 FAKE_MUTATIONS = [
     ("caught", ("# a fake source", "# end"), "2", "./test_llama_fp8 'the test'", "caught"),
@@ -693,19 +704,24 @@ FAKE_MUTATIONS = [
     ("fuzzy", ("# a fake sourcE", "# end"), "2", "./test_llama_fp8", "STALE"),  # applies only with fuzz
     ("broken", ("# a fake source", "# end"), "build_error", "./test_llama_fp8", "BROKEN"),
 ]
+VERDICT = r"(caught|MISSED|NOT CAUGHT|STALE|BROKEN|not run) +{}\b"
 
 
-def test_mutation_runner(tmp):
-    """dev/test/test_mutations.sh on fake patches of a fake tree (make fails on a source holding
-    build_error; nvidia-smi lists one GPU): the verdict of each, and the totals."""
+def mutation_tree(tmp, mutations):
+    """A copy of dev/test/test_mutations.sh in a fake tree holding the fake suites and, for each
+    (name, (first, last), value, cmd) of mutations, a patch setting src.txt's value; make fails on a
+    source holding build_error and writes what it was asked to build to make.log; nvidia-smi lists one GPU."""
     root = tempfile.mkdtemp(dir=tmp)
     for d in ("dev/test/mutations", "bin"):
         os.makedirs(os.path.join(root, d))
     shutil.copy(MUTATIONS, os.path.join(root, "dev", "test"))
     files = {"src.txt": FAKE_SRC.format(1), "test_llama_fp8": FAKE_SUITE, "kernel": FAKE_KERNEL,
-             "bin/make": "#!/bin/sh\n! grep -q build_error src.txt || { echo 'src.txt:2: error: build_error'; exit 2; }\n",
+             "dev/test/test_host": FAKE_SUITE, "dev/test/test_host.cu": "", "dev/test/test_py.py": FAKE_PY_SUITE,
+             "dev/test/test_gpu.sh": FAKE_SUITE,
+             "bin/make": (f"#!/bin/sh\necho \"$*\" >> {shlex_quote(os.path.join(root, 'make.log'))}\n"
+                          "! grep -q build_error src.txt || { echo 'src.txt:2: error: build_error'; exit 2; }\n"),
              "bin/nvidia-smi": "#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-0)'\n"}
-    for name, (first, last), value, cmd, _ in FAKE_MUTATIONS:
+    for name, (first, last), value, cmd in mutations:
         files[f"dev/test/mutations/{name}.patch"] = (
             f"Mutation: {name}\nCaught by: {cmd}\n\n--- a/src.txt\n+++ b/src.txt\n@@ -1,3 +1,3 @@\n"
             f" {first}\n-value = 1\n+value = {value}\n {last}\n")
@@ -713,17 +729,99 @@ def test_mutation_runner(tmp):
         with open(os.path.join(root, name), "w") as f:
             f.write(text)
         os.chmod(os.path.join(root, name), 0o755)
-    env = dict(os.environ, PATH=os.path.join(root, "bin") + os.pathsep + os.environ["PATH"])
-    p = subprocess.run(["bash", os.path.join(root, "dev", "test", "test_mutations.sh")], capture_output=True, text=True, env=env)
-    lines = p.stdout.strip().splitlines()
+    return root
+
+
+def ignore_sigint():
+    """what a shell's background job starts with: SIGINT and SIGQUIT ignored"""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGQUIT, signal.SIG_IGN)
+
+
+def run_mutations(root, *args, **env):
+    """test_mutations.sh ARGS in the fake tree, started as a shell's background job (the fake Python
+    suite fails where SIGINT reaches it ignored): (exit status, stdout's lines, stdout and stderr). The
+    runner's own settings are left out of the environment (this test runs under it, as a mutant's command)."""
+    env = dict({k: v for k, v in os.environ.items() if not k.startswith("MUTATION")},
+               PATH=os.path.join(root, "bin") + os.pathsep + os.environ["PATH"], **env)
+    p = subprocess.run(["bash", os.path.join(root, "dev", "test", "test_mutations.sh"), *args], capture_output=True, text=True, env=env,
+                       preexec_fn=ignore_sigint)
+    return p.returncode, p.stdout.strip().splitlines(), p.stdout + p.stderr
+
+
+def verdicts(lines, names):
+    """{name: the verdict its line gives, or None where no line names it}"""
+    return {name: next((m.group(1) for m in (re.match(VERDICT.format(name), line) for line in lines) if m), None) for name in names}
+
+
+def test_mutation_runner(tmp):
+    """dev/test/test_mutations.sh on fake patches of a fake tree: the verdict of each, and the totals."""
+    root = mutation_tree(tmp, [m[:4] for m in FAKE_MUTATIONS])
+    rc, lines, out = run_mutations(root)
+    got = verdicts(lines, [m[0] for m in FAKE_MUTATIONS])
     for name, _, _, cmd, verdict in FAKE_MUTATIONS:
-        got = next((m.group(1) for m in (re.match(rf"(caught|MISSED|NOT CAUGHT|STALE|BROKEN|not run) +{name}\b", line)
-                                           for line in lines) if m), None)
-        check(got == verdict, f"test_mutations.sh, mutation {name} ({cmd}): {got!r} (want {verdict!r})")
+        check(got[name] == verdict, f"test_mutations.sh, mutation {name} ({cmd}): {got[name]!r} (want {verdict!r})")
     n_caught = sum(v == "caught" for *_, v in FAKE_MUTATIONS)
     want = f"{n_caught} passed, {len(FAKE_MUTATIONS) - n_caught} failed"
-    check(lines[-1:] == [want] and p.returncode != 0, f"test_mutations.sh's totals: {lines[-1:]}, exit {p.returncode} (want '{want}', non-zero)"
-                                                        + ("" if lines[-1:] == [want] else f"\n{p.stdout[-1500:]}{p.stderr[-500:]}"))
+    check(lines[-1:] == [want] and rc != 0, f"test_mutations.sh's totals: {lines[-1:]}, exit {rc} (want '{want}', non-zero)"
+                                            + ("" if lines[-1:] == [want] else f"\n{out[-1500:]}"))
+
+
+HOST, PY = "make -s dev/test/test_host && ./dev/test/test_host", "python3 dev/test/test_py.py"
+# (name, value, Caught by: command, its suite as the per-suite table must name it, the verdict wanted
+# in --cpu mode, None for a patch --cpu must leave out: its suite needs a GPU)
+CPU_MODE_MUTATIONS = [
+    ("host_caught", "2", HOST, "dev/test/test_host", "caught"),
+    ("py_caught", "2", PY, "dev/test/test_py.py", "caught"),
+    ("py_missed", "6", PY, "dev/test/test_py.py", "MISSED"),
+    ("gpu_test", "2", "./test_llama_fp8 'the test'", "test_llama_fp8", None),
+    ("gpu_script", "2", "bash dev/test/test_gpu.sh", "dev/test/test_gpu.sh", None),  # a dev/test script, no .cu: GPU
+    ("gpu_kernel", "5", "make -s -C dev/cuda kernel && ./kernel", "kernel", None),
+]
+
+
+def suite_table(lines):
+    """{suite: (patches naming it, tried, caught)} from the per-suite table's rows"""
+    rows = (re.fullmatch(r"\| (\S+) \| (\d+) \| (\d+) \| (\d+) \|", line) for line in lines)
+    return {m.group(1): tuple(int(m.group(i)) for i in (2, 3, 4)) for m in rows if m}
+
+
+def test_mutation_runner_cpu(tmp):
+    """test_mutations.sh --cpu on a fake tree with GPU and CPU patches: it tries exactly the CPU ones,
+    builds no GPU program, fails the run for a missed one, counts per suite; MUTATION_SAMPLE's seeds."""
+    names = [m[0] for m in CPU_MODE_MUTATIONS]
+    cpu = {name: verdict for name, _, _, _, verdict in CPU_MODE_MUTATIONS if verdict}
+    root = mutation_tree(tmp, [(name, ("# a fake source", "# end"), value, cmd) for name, value, cmd, *_ in CPU_MODE_MUTATIONS])
+    rc, lines, out = run_mutations(root, "--cpu")
+    got = verdicts(lines, names)
+    tried = {n: v for n, v in got.items() if v}
+    check(tried == cpu, f"--cpu: the verdicts {tried} (want {cpu}, no line for the GPU patches)" + ("" if tried == cpu else f"\n{out[-1500:]}"))
+    built = open(os.path.join(root, "make.log")).read().split() if os.path.exists(os.path.join(root, "make.log")) else []
+    check(built == ["-s", "dev/test/test_host"], f"--cpu: make asked for {built} (want only the host suite's own command's: "
+                                                 "['-s', 'dev/test/test_host'], no GPU program)")
+    check(lines[-1:] == ["2 passed, 1 failed"] and rc != 0, f"--cpu with a missed CPU patch: {lines[-1:]}, exit {rc} (want '2 passed, 1 failed', non-zero)")
+    want = {}
+    for name, _, _, suite, verdict in CPU_MODE_MUTATIONS:
+        n, t, c = want.get(suite, (0, 0, 0))
+        want[suite] = (n + 1, t + (verdict is not None), c + (verdict == "caught"))
+    table = suite_table(lines)
+    check(table == want, f"--cpu: the per-suite table (patches naming it, tried, caught) {table} (want {want})")
+    rc, lines, _ = run_mutations(root, "--cpu", MUTATIONS="host_caught py_caught gpu_test")
+    check(lines[-1:] == ["2 passed, 0 failed"] and rc == 0, f"--cpu, MUTATIONS naming 2 caught CPU patches and a GPU one: {lines[-1:]}, exit {rc} "
+                                                             "(want '2 passed, 0 failed', exit 0)")
+    samples = {}
+    for seed in range(1, 9):
+        rc, lines, out = run_mutations(root, "--cpu", MUTATION_SAMPLE="2", MUTATION_SEED=str(seed))
+        sample = frozenset(n for n, v in verdicts(lines, names).items() if v)
+        check(len(sample) == 2 and sample <= cpu.keys() and f"seed {seed} (MUTATION_SEED={seed} repeats it)" in out,
+              f"--cpu, MUTATION_SAMPLE=2, MUTATION_SEED={seed}: tried {sorted(sample)} (want 2 CPU patches), the seed printed")
+        samples[seed] = sample
+    again = frozenset(n for n, v in verdicts(run_mutations(root, "--cpu", MUTATION_SAMPLE="2", MUTATION_SEED="1")[1], names).items() if v)
+    check(again == samples[1], f"MUTATION_SEED=1 twice: {sorted(samples[1])}, then {sorted(again)}")
+    check(set().union(*samples.values()) == cpu.keys(), f"seeds 1 to 8 leave no CPU patch out of every sample: {sorted(set().union(*samples.values()))}")
+    today = subprocess.run(["date", "-u", "+%Y%m%d"], capture_output=True, text=True).stdout.strip()
+    _, _, out = run_mutations(root, "--cpu", MUTATION_SAMPLE="1")
+    check(f"seed {today} " in out, f"MUTATION_SAMPLE without MUTATION_SEED: the seed is today's date, {today}")
 
 
 def patch_applies(path, cwd):
@@ -851,7 +949,7 @@ if __name__ == "__main__":
     # python3 dev/test/test_scripts.py [TEST ...]: only those (e.g. test_runner, as the mutations of
     # the runners name it: a mutant fails test_mutation_patches, its own patch being applied)
     tests = [test_scaling, test_refusals, test_benchmark_table, test_benchmark_table_hf, test_compare_convergence,
-             test_convergence_seeds, test_runner, test_mutation_runner, test_venv_in_venv, test_get_data]
+             test_convergence_seeds, test_runner, test_mutation_runner, test_mutation_runner_cpu, test_venv_in_venv, test_get_data]
     chosen = sys.argv[1:] or ["test_mutation_patches", "test_indexes"] + [t.__name__ for t in tests]
     unknown = [name for name in chosen if name not in globals() or not name.startswith("test_")]
     if unknown:
