@@ -317,6 +317,41 @@ def test_shared():
     check(all(g[3] == [len(x) for x in lines[6 * i + 2:6 * i + 6]] for i, g in enumerate(got)), "its endings' characters")
 
 
+def test_readme():
+    """The README's HellaSwag commands name only files an earlier command makes: the items file the
+    block's own download writes, hf_import.py's model file, decode table and tokenizer folder of the
+    fine-tuning section, and the GGUF where that section unpacks it."""
+    import re
+    import shlex
+    from llama_fp8.model_file import hf_tokenizer_path, table_path
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    section = lambda title: readme.split(title, 1)[-1].split("\n## ", 1)[0]  # noqa: E731
+    block = section("## Evaluation: HellaSwag").split("```bash\n", 1)[-1].split("```", 1)[0]
+    commands = [shlex.split(line, comments=True) for line in block.replace("\\\n", " ").splitlines()]
+    made, items = [], None  # what the commands before write (-o, --out); what prepare_hellaswag.py reads
+    for c in commands:
+        if "dev/data/prepare_hellaswag.py" in c:
+            items = c[-1]
+            break
+        made += [w for prev, w in zip(c, c[1:]) if prev in ("-o", "--out")]
+    check(items is not None and items in made, f"README: prepare_hellaswag.py reads {items}, which an earlier command of the block writes ({made})")
+    words = [w for c in commands for w in c]
+    tune = section("## Fine-tune a Hugging Face model")
+    imported = re.search(r"scripts/hf_import\.py (\S+) (\S+\.bin)", tune)
+    model = imported.group(2) if imported else None
+    init = words[words.index("-init_from") + 1] if "-init_from" in words else None
+    tok = words[words.index("-tok") + 1] if "-tok" in words else None
+    tokenizer = words[words.index("--tokenizer") + 1] if "--tokenizer" in words else None
+    check(model is not None and (init, tok, tokenizer) == (model, table_path(model), os.path.basename(hf_tokenizer_path(model))),
+          f"README: the HellaSwag commands' model {init}, decode table {tok} and tokenizer {tokenizer} are what hf_import.py"
+          f" writes for the fine-tuning section's {model}")
+    check_cmd = re.search(r"scripts/hellaswag_check\.sh (\S+)`", readme)
+    check(imported is not None and check_cmd is not None and check_cmd.group(1) == imported.group(1),
+          f"README: hellaswag_check.sh gets the GGUF where the fine-tuning section unpacks it"
+          f" ({check_cmd and check_cmd.group(1)}, {imported and imported.group(1)})")
+
+
 def test_bad_inputs():
     good = os.path.join(FIXTURE, "items.txt")
     with open(good, encoding="utf-8") as f:
@@ -384,6 +419,7 @@ def main():
     test_jsonl()
     test_context_and_bos()
     test_shared()
+    test_readme()
     test_bad_inputs()
     test_bytes(bytes_tool)
     sys.exit(summary())
