@@ -11,11 +11,15 @@ data/gutenberg_smollm2_tokenizer.bin (the decode table). See --help for the inpu
 --chat reads conversations instead and renders each with the model's chat template
 (tokenizer_config.json's chat_template, as transformers' apply_chat_template renders and tokenizes
 it), and writes beside each shard X (val and train) its loss mask X.mask (docs/formats.md): 1 on the
-tokens of the assistant's turns (the trainer's loss and val loss are over those). The rule: the assistant's message k is the text between the rendering of
-messages[:k] with add_generation_prompt=True and the rendering of messages[:k+1], up to and including
-the last eos_token in it (its end of turn: generation stops there, so what the template puts after it,
-SmolLM2's newline, is not learned). Both renderings must be prefixes of the whole conversation's, and
-no token may straddle the turn's ends; a template for which they are not is refused.
+tokens of the assistant's turns, or of --learn_roles' (the trainer's loss and val loss are over
+those). Every message's role must be one the template knows (template_roles). The rule: the
+assistant's message k is the text between the rendering of messages[:k] with
+add_generation_prompt=True and the rendering of messages[:k+1], up to and including the last
+eos_token in it (its end of turn: generation stops there, so what the template puts after it,
+SmolLM2's newline, is not learned; an eos_token's text inside the message is the message's). A
+learned message of another role starts where its content does (no generation prompt names it). Both
+renderings must be prefixes of the whole conversation's, and no token may straddle the turn's ends;
+a template for which they are not is refused.
 """
 import argparse
 import glob
@@ -226,10 +230,11 @@ def documents(files, args, records):
 
 # --- conversations (--chat) ---
 
-def chat_conversations(path, lines, errors):
+def chat_conversations(path, lines, errors, roles):
     """((file, line number, messages), bytes read) of each line of a chat jsonl file: "messages", a list
     of {"role", "content"} objects (other keys pass to the template as they are), or "prompt" and
-    "completion", which become a user message and an assistant message."""
+    "completion", which become a user message and an assistant message. Every role must be one of
+    `roles`, the template's."""
     for lineno, record, nbytes in jsonl_records(path, lines, errors):
         if isinstance(record, dict) and "messages" in record:
             messages = record["messages"]
@@ -246,6 +251,10 @@ def chat_conversations(path, lines, errors):
         else:
             raise FormatError(path, f"line {lineno}: neither 'messages' nor 'prompt' and 'completion' (--chat reads"
                                     " conversations)")
+        for i, m in enumerate(messages):
+            if m["role"] not in roles:
+                raise FormatError(path, f"line {lineno}: message {i + 1} has role {m['role']!r}, which the chat template"
+                                        f" does not know (its roles: {', '.join(sorted(roles))}; roles are case-sensitive)")
         yield (path, lineno, messages), nbytes
 
 
@@ -255,9 +264,9 @@ class RenderError(Exception):
 
 
 def chat_template(tok_path):
-    """(compiled template, the variables transformers passes it) of the tokenizer_config.json beside
-    a tokenizer.json. The environment is transformers' (utils/chat_template_utils.py,
-    _cached_compile_jinja_template): sandboxed, trim_blocks and lstrip_blocks, the loopcontrols
+    """(compiled template, the variables transformers passes it, the roles it knows (template_roles),
+    the config's path) of the tokenizer_config.json beside a tokenizer.json. The environment is
+    transformers' (utils/chat_template_utils.py, _cached_compile_jinja_template): sandboxed, trim_blocks and lstrip_blocks, the loopcontrols
     extension, raise_exception, a tojson that does not escape HTML, strftime_now; the variables are
     its special_tokens_map (bos_token, eos_token, unk_token, pad_token as strings)."""
     config = os.path.join(os.path.dirname(tok_path), "tokenizer_config.json")
@@ -292,7 +301,7 @@ def chat_template(tok_path):
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     try:
-        compiled = env.from_string(template)
+        compiled, roles = env.from_string(template), template_roles(env.parse(template))
     except jinja2.TemplateError as e:
         raise FormatError(config, f"its chat_template does not parse ({e}); {{% generation %}} markers are not"
                                   " supported: --chat finds the assistant's turns by rendering prefixes") from None
@@ -304,12 +313,29 @@ def chat_template(tok_path):
             variables[key] = value
     if "eos_token" not in variables:
         raise FormatError(config, "no eos_token: --chat learns each assistant turn up to its end-of-turn token, the eos_token")
-    return compiled, variables
+    return compiled, variables, roles, config
 
 
-def render_chat(template, variables, path, lineno, messages):
-    """(the conversation's text, the [start, end) character spans of its assistant turns; see the
-    module's docstring for the rule)."""
+def template_roles(ast):
+    """The roles a chat template is written for: system, user and assistant (the roles of every chat
+    template; many, SmolLM2's and Llama 3's among them, write any role's name as it is, so a role
+    `Assistant` would render and silently not be learned), and each role its source compares a
+    message's role with (Llama 3.1's 'ipython', Qwen2.5's 'tool', ...)."""
+    from jinja2 import nodes
+    roles = {"system", "user", "assistant"}
+    for compare in ast.find_all(nodes.Compare):
+        subscripts = list(compare.find_all(nodes.Getitem))
+        keys = {id(g.arg) for g in subscripts}  # the 'role' of message['role'] is no role
+        if any(isinstance(g.arg, nodes.Const) and g.arg.value == "role" for g in subscripts) or \
+                any(a.attr == "role" for a in compare.find_all(nodes.Getattr)) or \
+                any(n.name == "role" for n in compare.find_all(nodes.Name)):
+            roles |= {c.value for c in compare.find_all(nodes.Const) if isinstance(c.value, str) and id(c) not in keys}
+    return roles
+
+
+def render_chat(template, variables, learn, path, lineno, messages):
+    """(the conversation's text, the [start, end) character spans of its turns whose role is in
+    `learn`; see the module's docstring for the rule)."""
     import jinja2
 
     def render(msgs, generation_prompt):
@@ -321,29 +347,35 @@ def render_chat(template, variables, path, lineno, messages):
 
     text, spans, eos = render(messages, False), [], variables["eos_token"]
     for k, m in enumerate(messages):
-        if m["role"] != "assistant":
+        if m["role"] not in learn:
             continue
-        before, through = render(messages[:k], True), render(messages[:k + 1], False)
+        through = render(messages[:k + 1], False)
+        if m["role"] == "assistant":  # its turn starts where generation does, after the generation prompt
+            before = render(messages[:k], True)
+        else:  # no generation prompt starts another role's turn: it starts where its content does, where a
+            # rendering with other content (a first character it does not have) departs from this one
+            other = dict(m, content="\1" if m["content"].startswith("\0") else "\0")
+            before = os.path.commonprefix([through, render(messages[:k] + [other], False)])
         if not (text.startswith(before) and text.startswith(through) and len(before) <= len(through)):
             raise RenderError(path, f"line {lineno}: the chat template's rendering of messages 1..{k} (with the"
                                     f" generation prompt) or 1..{k + 1} is not a prefix of the whole conversation's,"
-                                    " so --chat cannot tell which tokens are the assistant's")
+                                    f" so --chat cannot tell which tokens are the {m['role']}'s")
         end = text.rfind(eos, len(before), len(through))
         if end < 0:
-            raise RenderError(path, f"line {lineno}: assistant message {k + 1} holds no end-of-turn token (eos_token"
+            raise RenderError(path, f"line {lineno}: {m['role']} message {k + 1} holds no end-of-turn token (eos_token"
                                     f" {eos!r}) in its rendering")
         spans.append((len(before), end + len(eos)))
     return text, spans
 
 
 def chat_mask(path, lineno, offsets, spans):
-    """1 for each token whose text starts inside an assistant span; a token across a span's end is
+    """1 for each token whose text starts inside a learned turn's span; a token across a span's end is
     refused (its loss would be half prompt, half answer)."""
     starts, ends = (np.array([o[i] for o in offsets], dtype=np.int64).reshape(-1) for i in (0, 1))
     mask = np.zeros(len(offsets), dtype=np.uint8)
     for a, b in spans:
         if ((starts < a) & (ends > a)).any() or ((starts < b) & (ends > b)).any():
-            raise RenderError(path, f"line {lineno}: a token straddles the start or end of an assistant turn (characters"
+            raise RenderError(path, f"line {lineno}: a token straddles the start or end of a learned turn (characters"
                                     f" {a}..{b} of the rendering)")
         mask[(starts >= a) & (starts < b)] = 1
     return mask
@@ -367,14 +399,15 @@ def chunks(docs):
 _encoder = None
 
 
-def init_encoder(tok_path, bos, eos, chat):
+def init_encoder(tok_path, bos, eos, learn):
     """Loads the tokenizer in this process (formats.text_encoder); bos / eos are the ids to put around
-    each document, or None. chat: conversations are rendered by the template and tokenized as
-    apply_chat_template does (special tokens in the text are the tokens, nothing added)."""
+    each document, or None. learn: --chat's roles learned (else None): conversations are rendered by
+    the template and tokenized as apply_chat_template does (special tokens in the text are the tokens,
+    nothing added)."""
     global _encoder
-    if chat:
+    if learn is not None:
         tok, _ = formats.load_tokenizer_json(tok_path)
-        _encoder = (tok,) + chat_template(tok_path)
+        _encoder = (tok, learn) + chat_template(tok_path)[:2]
     else:
         _encoder = (formats.text_encoder(tok_path), bos, eos)
 
@@ -396,8 +429,8 @@ def encode_chunk(texts):
 
 def encode_chat_chunk(conversations):
     """encode_chunk for (file, line, messages) conversations, with the loss mask of the tokens."""
-    tok, template, variables = _encoder
-    rendered = [render_chat(template, variables, *c) for c in conversations]
+    tok, learn, template, variables = _encoder
+    rendered = [render_chat(template, variables, learn, *c) for c in conversations]
     flat, lengths, masks = [], [], []
     for (path, lineno, _), (_, spans), e in zip(conversations, rendered,
                                                 tok.encode_batch([t for t, _ in rendered], add_special_tokens=False)):
@@ -485,8 +518,12 @@ def tokenize(args, files, tok_path, outputs):
     pieces = formats.decode_table_from_tokenizer(tok_path)
     bos_known, eos_known, _ = formats.special_ids(tok_path)
     bos = args.bos_id if args.bos_id is not None else bos_known
-    if args.chat:
-        chat_template(tok_path)  # its problems stop the run here, before any worker starts
+    if args.chat:  # the template's problems stop the run here, before any worker starts
+        _, _, roles, config = chat_template(tok_path)
+        for role in args.learn_roles:
+            if role not in roles:
+                raise FormatError(config, f"--learn_roles: the chat template does not know role {role!r} (its roles:"
+                                          f" {', '.join(sorted(roles))})")
     elif args.bos and bos is None:
         raise FormatError(tok_path, "the tokenizer names no BOS token (tokenizer_config.json bos_token, or a"
                                     " post-processor that adds one): pass --bos_id N, the id every document"
@@ -503,9 +540,9 @@ def tokenize(args, files, tok_path, outputs):
     # --chat: the template alone decides the tokens, as apply_chat_template does (SmolLM2's starts
     # every conversation with <|im_start|>, its BOS; Llama 3's writes bos_token itself)
     encoder_args = (tok_path, bos if args.bos and not args.chat else None,
-                    eos_known if args.eos and not args.chat else None, args.chat)
+                    eos_known if args.eos and not args.chat else None, args.learn_roles if args.chat else None)
     encode = encode_chat_chunk if args.chat else encode_chunk
-    records = (lambda path, lines: chat_conversations(path, lines, args.errors)) if args.chat else \
+    records = (lambda path, lines: chat_conversations(path, lines, args.errors, roles)) if args.chat else \
         (lambda path, lines: jsonl_documents(path, lines, args.field, args.errors))
     pool = None
     if args.workers > 1:
@@ -577,7 +614,8 @@ def tokenize(args, files, tok_path, outputs):
         raise FormatError(where, f"no tokens left for training: the val split's whole documents took all"
                                  f" {nval:,}; lower --val_tokens or add text")
     if args.chat and learned == 0:
-        raise FormatError(where, "no assistant messages: every token would be masked, nothing learned")
+        raise FormatError(where, f"no messages of the learned roles ({', '.join(args.learn_roles)}): every token would"
+                                 " be masked, nothing learned")
     formats.write_decode_table(outputs.stage("tokenizer"), pieces, doc_start)
     return ndocs, nval, ntrain, nshards, learned if args.chat else None
 
@@ -621,8 +659,11 @@ def parse_args(argv):
     p.add_argument("--chat", action="store_true",
                    help="the inputs are conversations (.jsonl/.jsonl.gz/.jsonl.zst lines with \"messages\": [{role,"
                         " content}, ...], or \"prompt\" and \"completion\"), rendered with the tokenizer folder's"
-                        " chat_template; writes a loss mask X.mask beside each train shard X, 1 on the assistant's turns"
+                        " chat_template; writes a loss mask X.mask beside each shard X, 1 on the turns of --learn_roles"
                         " through their end-of-turn token; --bos, --eos and --split do not apply (the template decides)")
+    p.add_argument("--learn_roles", default="assistant", metavar="ROLE,...",
+                   help="--chat: the roles whose turns are learned, each one the template knows (default assistant;"
+                        " e.g. assistant,tool); a turn of another role than assistant is learned from its content on")
     p.add_argument("--split", choices=["doc", "para", "line"], default="doc",
                    help=".txt documents: the whole file (doc, default), each blank-line-separated paragraph (para), or"
                         " each non-empty line (line); the separators are not part of the documents")
@@ -644,6 +685,9 @@ def parse_args(argv):
             p.error(f"--{flag} must be at least {minimum}")
     if args.shard_tokens >= 2**32:
         p.error("--shard_tokens must be below 2^32 (the shard header's count)")
+    args.learn_roles = tuple(r.strip() for r in args.learn_roles.split(","))
+    if not all(args.learn_roles):
+        p.error("--learn_roles: a comma-separated list of roles, e.g. assistant,tool")
     return args
 
 

@@ -229,7 +229,15 @@ ROWS = [
         [txt, "--chat reads conversations"], TOK_OUT),
     Row("chat: no assistant message", "tokenize_text", TOKENIZE + ["--chat", "--tokenizer", os.path.join(CHAT, "smollm2"),
         write("c4.jsonl", json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n")],
-        [path("c4.jsonl"), "no assistant messages"], TOK_OUT),
+        [path("c4.jsonl"), "no messages of the learned roles (assistant)"], TOK_OUT),
+    Row("chat: a role the template does not know ('Assistant')", "tokenize_text",
+        TOKENIZE + ["--chat", "--tokenizer", os.path.join(CHAT, "smollm2"), write("c5.jsonl", json.dumps(
+            {"prompt": "p", "completion": "c"}) + "\n" + json.dumps({"messages": [{"role": "user", "content": "hi"},
+                                                                                  {"role": "Assistant", "content": "x"}]}) + "\n")],
+        [path("c5.jsonl"), "line 2: message 2 has role 'Assistant'", "assistant, system, user"], TOK_OUT),
+    Row("chat: --learn_roles names a role the template does not know", "tokenize_text",
+        TOKENIZE + ["--chat", "--tokenizer", os.path.join(CHAT, "smollm2"), "--learn_roles", "assistant,tool", chat_ok],
+        [os.path.join(CHAT, "smollm2", "tokenizer_config.json"), "--learn_roles", "role 'tool'"], TOK_OUT),
     # tokenize_text: tokenizers
     Row("tokenizer.json that is not one", "tokenize_text", TOKENIZE + ["--tokenizer", write("bad.json", '{"a": 1}'), txt],
         [path("bad.json"), "not a tokenizer.json"], TOK_OUT),

@@ -14,7 +14,10 @@ text not the first column) and .jsonl.zst (two frames) must give identical files
 be read one row group at a time (pyarrow's peak memory stays near one row group's). --chat must give
 the ids and loss masks transformers' apply_chat_template gives (dev/test/fixtures/chat/expected.json,
 made by dev/reference/make_chat_fixture.py) for SmolLM2's and Llama 3's templates, split across train
-shards (the val shard has none), with any number of workers. The bad inputs are rows of dev/test/test_bad_inputs.py.
+shards (the val shard has none), with any number of workers; an assistant message holding the
+end-of-turn text must be learned through its turn's last one; a token across a learned turn's start or
+end must be refused; --learn_roles must learn the named roles' turns from their content through their
+end of turn. The bad inputs are rows of dev/test/test_bad_inputs.py.
 Needs gcc and the Python packages of requirements.txt. Last line: "N passed, N failed".
 
     python3 dev/test/test_tokenize.py
@@ -445,6 +448,81 @@ for name in ("smollm2", "llama3"):
                                      f" through its end-of-turn token ({sum(want_mask[first:])} of {len(want_mask) - first})")
     if runs["3"]:
         check(same_files(path(f"o_chat_{name}_1"), path(f"o_chat_{name}_3")), f"--chat {name}: --workers 1 and 3 write identical files")
+
+# --- --chat: a learned turn ends at its last end-of-turn text, no token across its ends, --learn_roles ---
+
+def chat_fixture(name, template=None, added=()):
+    """A copy of the smollm2 chat fixture, with another chat_template and/or more (non-special) added tokens."""
+    shutil.copytree(os.path.join(CHAT, "smollm2"), path(name))
+    spec = json.loads(read(path(name, "tokenizer.json")))
+    for content in added:
+        spec["added_tokens"].append({"id": len(spec["model"]["vocab"]) + len(spec["added_tokens"]), "content": content,
+                                     "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+                                     "special": False})
+    save_json(spec, name, "tokenizer.json")
+    if template is not None:
+        config = json.loads(read(path(name, "tokenizer_config.json")))
+        save_json(dict(config, chat_template=template), name, "tokenizer_config.json")
+    return path(name)
+
+
+def chat_run(tok, conversations, args=()):
+    """tokenize_text --chat of conversations (lists of (role, content)): (exit status, stderr, the text of
+    each run of learned tokens, decoded by the tokenizers library)."""
+    jsonl = write("turns.jsonl", "".join(json.dumps({"messages": [{"role": r, "content": c} for r, c in conv]}) + "\n"
+                                         for conv in conversations))
+    out = path("o_turns")
+    shutil.rmtree(out, ignore_errors=True)
+    rc, _, se = run(["--chat", "--tokenizer", tok, "--out", out, "--name", "t", "--val_tokens", "0", "--workers", "1"]
+                    + list(args) + [jsonl])
+    if rc != 0:
+        return rc, se, None
+    shard = os.path.join(out, "t_train_000.bin")
+    ids = formats.read_shard(shard)
+    mask = np.concatenate([[0], formats.read_loss_mask(formats.mask_path(shard), len(ids)), [0]])
+    starts, ends = np.flatnonzero(np.diff(mask) == 1), np.flatnonzero(np.diff(mask) == -1)
+    lib = Tokenizer.from_file(os.path.join(tok, "tokenizer.json"))
+    return rc, se, [lib.decode([int(t) for t in ids[a:b]], skip_special_tokens=False) for a, b in zip(starts, ends)]
+
+
+# an assistant message that holds the end-of-turn text: its turn ends at the last one (the template's),
+# also where the message is the conversation's last and is nothing but end-of-turn texts
+for name, eos in (("smollm2", "<|im_end|>"), ("llama3", "<|eot_id|>")):
+    conversation = [("user", "Say the end marker"), ("assistant", f"It is {eos} here"), ("user", "Twice"),
+                    ("assistant", f"{eos}{eos}")]
+    rc, se, learned = chat_run(os.path.join(CHAT, name), [conversation])
+    want = [c + eos for r, c in conversation if r == "assistant"]
+    check(learned == want, f"--chat {name}: an assistant message holding {eos} as text is learned through its turn's last"
+                           f" {eos}: {learned}, want {want} {se.strip()[-300:]}")
+
+# a token across a learned turn's end (SmolLM2's '<|im_end|>' and the newline after it as one added
+# token) or across its start ('\nHAMLET': the header's newline and the answer's first word) is refused
+qa = write("qa.jsonl", json.dumps({"prompt": "Who?", "completion": "HAMLET"}) + "\n")
+for where, token in (("end", "<|im_end|>\n"), ("start", "\nHAMLET")):
+    tok = chat_fixture(f"straddle_{where}", added=[token])
+    out = path(f"o_straddle_{where}")
+    rc, _, se = run(["--chat", "--tokenizer", tok, "--out", out, "--val_tokens", "0", "--workers", "1", qa])
+    check(rc == 1 and se.startswith(f"error: {qa}: line 1: a token straddles") and len(se.strip().splitlines()) == 1
+          and not os.path.exists(out), f"--chat: a token {token!r} across the assistant turn's {where} is refused: {se.strip()!r}")
+rc, _, se = run(["--chat", "--tokenizer", os.path.join(CHAT, "smollm2"), "--out", path("o_straddle_none"), "--val_tokens", "0",
+                 "--workers", "1", qa])
+check(rc == 0, f"--chat: the same conversation without those tokens is tokenized {se.strip()[-300:]}")
+
+# --learn_roles: a template that knows a tool role (SmolLM2's with a branch for it); the turns of the
+# roles named are learned from their content through their end of turn, the last message a tool's
+tool_template = ("{% for message in messages %}{% if message['role'] == 'tool' %}{{ '<|im_start|>tool\\n<result>' +"
+                 " message['content'] + '<|im_end|>\\n' }}{% else %}{{ '<|im_start|>' + message['role'] + '\\n' +"
+                 " message['content'] + '<|im_end|>\\n' }}{% endif %}{% endfor %}{% if add_generation_prompt %}"
+                 "{{ '<|im_start|>assistant\\n' }}{% endif %}")
+tool_tok = chat_fixture("tool", template=tool_template)
+conversation = [("system", "Use the tool."), ("user", "Who speaks first?"), ("assistant", "call: first_speaker()"),
+                ("tool", "First Citizen"), ("assistant", "First Citizen."), ("tool", "")]
+for roles in (None, "assistant,tool", "tool", "user"):
+    rc, se, learned = chat_run(tool_tok, [conversation], ["--learn_roles", roles] if roles else [])
+    named = (roles or "assistant").split(",")
+    want = [c + "<|im_end|>" for r, c in conversation if r in named]
+    check(learned == want, f"--chat --learn_roles {roles or '(default)'}: the learned text is the named roles' content through"
+                           f" their end of turn: {learned}, want {want} {se.strip()[-300:]}")
 
 # --- bad input: every case is a row of dev/test/test_bad_inputs.py; here what must carry on ---
 
