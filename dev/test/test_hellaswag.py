@@ -19,6 +19,9 @@ against transformers, and the val set's bytes for bits per byte (llmc/bpb.h).
 - .txt contexts ending in one or two spaces (one after non-ASCII text): split as lm-eval's _encode_pair
   (written out here) splits them; --bos starts every context with tokenizer_config.json's bos_token.
 - ../shared/data/hellaswag's file, when it is there (never committed): its first items' labels.
+- The README's HellaSwag commands read only what an earlier command writes (the items file the block
+  downloads; hf_import.py's model file, decode table and tokenizer folder; the GGUF where the
+  fine-tuning section unpacks it).
 - Every bad input of the script (exit 1, `error: <file>: ...`, no traceback, no file left) and of the
   C reader (exit 1, the file named).
 - Bits per byte: the bytes the trainer counts for a val batch's targets (llmc/bpb.h through
