@@ -99,7 +99,7 @@ dev/test/bench_checkpoint: dev/test/bench_checkpoint.cu train_llama_fp8.cu $(HEA
 	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDFLAGS) $(NVCC_LDLIBS) -o $@
 
 dev/test/test_cpu: $(wildcard dev/test/*.c dev/test/*.h) $(HEADERS)
-	$(CC) $(CPU_CFLAGS) $(wildcard dev/test/*.c) -lm -o $@
+	$(CC) $(CPU_CFLAGS) $(wildcard dev/test/*.c) -lm -lz -o $@
 
 # the fp8 scaling-grain study of issue 34 on a real model (dev/results/fp8_outliers/cpu_study.md); not in make test
 dev/test/tools/fp8_grain_study: dev/test/tools/fp8_grain_study.c dev/test/llama_ref.h $(HEADERS)
@@ -109,8 +109,8 @@ dev/test/tools/fp8_forward_study: dev/test/tools/fp8_forward_study.c dev/test/ll
 	$(CC) $(CPU_CFLAGS) $< -lm -lz -o $@
 
 # CPU suite always; the GPU suite as well when a GPU answers. dev/test/run_tests.sh prints the
-# combined "N passed, N failed" line last.
-test: dev/test/test_cpu $(HOST_TESTS) .venv/requirements.stamp
+# combined "N passed, N failed" line last. The trainer too: test_plan_host runs it with no GPU visible.
+test: train_llama_fp8 dev/test/test_cpu $(HOST_TESTS) .venv/requirements.stamp
 	@bash dev/test/run_tests.sh
 
 # the tools' and suites' Python packages, in the project's own environment (scripts/venv.sh): made

@@ -52,9 +52,17 @@ typedef struct {
     int live;      // the casts measure their amax first and scale from it
 } Fp8Pass;
 
+// The device bytes fp8_state_create takes for a layout: the state, the live amax, the health counts
+// (two sets) and the GEMMs' scale_invs.
+static size_t fp8_state_bytes(Fp8StateLayout lay) {
+    size_t nt = (size_t)lay.num_tensors;
+    return lay.total * sizeof(float) + sizeof(float) + 2 * (size_t)FP8_COUNTS * nt * sizeof(unsigned long long) +
+           nt * FP8_GEMM_SCALE_STRIDE * sizeof(float);
+}
+
 // The state of the layout's tensors in device memory as llmc/fp8.h's fp8_state_init leaves it (no
 // amax yet, every scale and scale_inv 1), no live amax and no counts; live_bf16 is set by the caller.
-// Returns the bytes it took.
+// Returns the bytes it took (fp8_state_bytes).
 static size_t fp8_state_create(Fp8State *f, Fp8StateLayout lay, int margin, MultiGpu *mg) {
     memset(f, 0, sizeof(*f));
     f->layout = lay;
@@ -76,7 +84,7 @@ static size_t fp8_state_create(Fp8State *f, Fp8StateLayout lay, int margin, Mult
     for (size_t i = 0; i < nt * FP8_GEMM_SCALE_STRIDE; i++) ones[i] = 1.0f; // scale_inv starts at 1
     cudaCheck(cudaMemcpy(f->gemm_scale_inv, ones, gemm_bytes, cudaMemcpyHostToDevice));
     free(ones);
-    return state_bytes + sizeof(float) + counts_bytes + gemm_bytes;
+    return fp8_state_bytes(lay);
 }
 
 static void fp8_state_free(Fp8State *f) {

@@ -1,0 +1,252 @@
+/*
+Host-only tests of what the trainer checks before any GPU work and of -check 1's plan (issue 40 item
+15): the device memory plan (model_memory_plan) against what real GPU runs allocated (the
+'device memory allocated' lines of the H200 logs under dev/results/, with the configs those logs print),
+check_inputs' refusals (-o not a folder or not writable, a log that cannot be appended to, a corrupt
+-init_from, a missing -hs or -hs_preds folder) each naming the path, -check 1 writing nothing, and the
+trainer binary itself refusing each bad input before it looks for a GPU (run with no GPU visible: a
+check made after the GPU start would print "no CUDA GPU found" instead).
+Build and run: make dev/test/test_plan_host && ./dev/test/test_plan_host
+*/
+#define TESTING
+#define CKPT_CHUNK ((size_t)1024)
+#include "train_llama_fp8.cu"
+#include <ftw.h>
+#include <dirent.h>
+#include "dev/test/harness.h" // CHECK, run_test, run_expect_fatal
+
+static char g_dir[64];
+
+// A recorded run: the config and options its log printed, and the GiB it allocated.
+typedef struct { char path[512]; LlamaConfig cfg; ModelOptions mo; int world; double gib; } RecordedRun;
+static RecordedRun g_runs[256];
+static int g_num_runs;
+
+// Reads one trainer stdout log; keeps it if it printed the run line, the batch line and the memory line.
+static void read_recorded_run(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    RecordedRun r;
+    memset(&r, 0, sizeof(r));
+    snprintf(r.path, sizeof(r.path), "%s", path);
+    char line[4096], moments[16] = "", prec[16] = "";
+    int have = 0, B = 0, T = 0;
+    r.world = 1;
+    config_from_preset("125m", &r.cfg);
+    while (fgets(line, sizeof(line), f)) {
+        char *model = strstr(line, "| model ");
+        if (strncmp(line, "train_llama_fp8 | ", 18) == 0 && model) {
+            const char *colon = strstr(model, ": V ");
+            if (!colon || sscanf(colon, ": V %d L %d C %d NH %d NKV %d FF %d", &r.cfg.V, &r.cfg.L, &r.cfg.C, &r.cfg.NH, &r.cfg.NKV, &r.cfg.FF) != 6) continue;
+            r.cfg.tied_embeddings = strstr(line, "| tied embeddings") != NULL;
+            sscanf(line + 18, "%d x ", &r.world);
+            if (strstr(line + 18, " x ") == NULL || strstr(line + 18, " x ") > model) r.world = 1;
+            sscanf(strchr(line + 18, '|') + 2, "%15s", prec);
+            r.mo.fp8_current = strstr(line, "(current scaling)") != NULL;
+            have |= 1;
+        } else if (sscanf(line, "B %d T %d |", &B, &T) == 2 && strstr(line, "AdamW moments ")) {
+            sscanf(strstr(line, "AdamW moments ") + 14, "%15s", moments);
+            have |= 2;
+        } else if (sscanf(line, "device memory allocated: %lf GiB", &r.gib) == 1) {
+            have |= 4;
+        } else if (strncmp(line, "fp8 fallback: a per-tensor linear", 33) == 0) {
+            r.mo.fp8_fallback = strstr(line, "moves to block") ? FP8_GRAIN_BLOCK : FP8_GRAIN_BF16;
+        } else if (strncmp(line, "fp8 grain: every fp8 linear block-scaled", 40) == 0) {
+            r.mo.fp8_grain = FP8_GRAIN_BLOCK;
+        }
+    }
+    fclose(f);
+    if (have != 7 || g_num_runs == 256) return;
+    int current = r.mo.fp8_current, fallback = r.mo.fp8_fallback, grain = r.mo.fp8_grain;
+    r.mo = model_options(B, T, strcmp(prec, "fp8") == 0 ? PREC_FP8 : PREC_BF16);
+    r.mo.moments_bf16 = strcmp(moments, "bf16") == 0;
+    r.mo.fp8_current = current; r.mo.fp8_fallback = fallback; r.mo.fp8_grain = grain;
+    g_runs[g_num_runs++] = r;
+}
+
+static int visit_log(const char *path, const struct stat *st, int type, struct FTW *ftw) {
+    (void)st; (void)ftw;
+    size_t n = strlen(path);
+    if (type == FTW_F && n > 4 && strcmp(path + n - 4, ".log") == 0) read_recorded_run(path);
+    return 0;
+}
+
+// Every H200 run the repository keeps a log of allocated what the plan says, to the log's 0.01 GiB:
+// 7B fp8 with and without the block fallback, SmolLM2 (tied) in bf16 and fp8 at T 512-2048 with fp32
+// and bf16 moments, 125M at B 64 T 256.
+static void test_memory_plan_matches_gpu_runs(void) {
+    g_num_runs = 0;
+    nftw("dev/results", visit_log, 16, FTW_PHYS);
+    CHECK(g_num_runs >= 10, "only %d logs with a config and a 'device memory allocated' line under dev/results", g_num_runs);
+    int shapes_7b = 0, tied = 0, fp8 = 0, bf16 = 0, fallback = 0;
+    for (int i = 0; i < g_num_runs; i++) {
+        const RecordedRun *r = &g_runs[i];
+        double plan = model_memory_plan(&r->cfg, &r->mo, r->world) / 1073741824.0;
+        CHECK(fabs(plan - r->gib) <= 0.005 + 1e-9, "%s: the plan says %.4f GiB, the run allocated %.2f GiB", r->path, plan, r->gib);
+        shapes_7b += r->cfg.C == 4096;
+        tied += r->cfg.tied_embeddings;
+        fp8 += r->mo.precision == PREC_FP8;
+        bf16 += r->mo.precision == PREC_BF16;
+        fallback += r->mo.fp8_fallback != 0;
+    }
+    CHECK(shapes_7b >= 2 && tied >= 3 && fp8 >= 3 && bf16 >= 3 && fallback >= 1,
+          "the logs do not cover 7B (%d), tied (%d), fp8 (%d), bf16 (%d) and the fallback (%d)", shapes_7b, tied, fp8, bf16, fallback);
+}
+
+typedef struct { Options o; int check_only; } CheckArgs;
+static void check_in_child(void *p) {
+    CheckArgs *a = (CheckArgs *)p;
+    LlamaConfig cfg;
+    config_from_preset("tiny", &cfg);
+    cfg.V = 32000;
+    DataLoader train, val;
+    HellaSwag hs;
+    check_inputs(&a->o, &cfg, NULL, 1, a->check_only, &train, &val, &hs);
+}
+
+// The shipped data at a small shape, -o inside the test's folder.
+static Options check_options(const char *log_dir) {
+    Options o = default_options();
+    o.B = 4; o.T = 64;
+    snprintf(o.log_dir, sizeof(o.log_dir), "%s", log_dir);
+    return o;
+}
+
+static void expect_refused(CheckArgs *a, const char *want, const char *what) {
+    char err[4096];
+    int status = run_expect_fatal(check_in_child, a, err, sizeof(err));
+    CHECK(status != 0 && strstr(err, want), "%s: exit %d, message lacks '%s': %s", what, status, want, err);
+}
+
+static void test_check_inputs_refusals(void) {
+    char path[300], log_dir[256], err[4096];
+    snprintf(log_dir, sizeof(log_dir), "%s/run", g_dir);
+    CheckArgs a = {check_options(log_dir), 0};
+    CHECK(run_expect_fatal(check_in_child, &a, err, sizeof(err)) == 0, "good inputs refused: %s", err);
+    struct stat st;
+    CHECK(stat(log_dir, &st) == 0 && S_ISDIR(st.st_mode), "-o was not made");
+    DIR *d = opendir(log_dir);
+    int entries = 0;
+    for (struct dirent *e; d && (e = readdir(d));) entries += e->d_name[0] != '.' || strlen(e->d_name) > 2;
+    if (d) closedir(d);
+    CHECK(entries == 0, "the write check left %d files in -o", entries);
+
+    snprintf(path, sizeof(path), "%s/a_file", g_dir);
+    FILE *f = fopen(path, "w");
+    fclose(f);
+    a.o = check_options(path);
+    expect_refused(&a, "exists and is not a directory", "-o naming a file");
+    snprintf(a.o.log_dir, sizeof(a.o.log_dir), "%s/a_file/sub", g_dir);
+    expect_refused(&a, "a_file/sub", "-o inside a file");
+
+    snprintf(path, sizeof(path), "%s/metrics.jsonl", log_dir); // a resumed run appends to it
+    CHECK(mkdir(path, 0755) == 0, "mkdir");
+    a.o = check_options(log_dir);
+    expect_refused(&a, "metrics.jsonl' cannot be appended to", "metrics.jsonl a folder");
+    rmdir(path);
+
+    a.o = check_options(log_dir);
+    snprintf(a.o.hellaswag_path, sizeof(a.o.hellaswag_path), "%s/no_such_hellaswag.bin", g_dir);
+    expect_refused(&a, "no_such_hellaswag.bin", "a missing -hs file");
+    a.o = check_options(log_dir);
+    snprintf(a.o.hellaswag_preds, sizeof(a.o.hellaswag_preds), "%s/no_such_dir/preds.jsonl", g_dir);
+    expect_refused(&a, "-hs_preds '", "-hs_preds in a missing folder");
+    a.o = check_options(log_dir);
+    snprintf(a.o.train_pattern, sizeof(a.o.train_pattern), "%s/nothing_*.bin", g_dir);
+    expect_refused(&a, "nothing_*.bin", "a -i that matches nothing");
+}
+
+// -init_from's checksum is checked before the GPU: a weight byte changed in a model file is refused.
+static void test_check_inputs_model_checksum(void) {
+    char model[256], log_dir[256], err[4096];
+    snprintf(model, sizeof(model), "%s/init.bin", g_dir);
+    snprintf(log_dir, sizeof(log_dir), "%s/run_init", g_dir);
+    LlamaConfig c;
+    config_from_preset("tiny", &c);
+    c.V = 512; // small and fast; check_model_file reads the shape from the file
+    size_t sizes[NUM_PARAM_TENSORS], n = param_sizes(&c, sizes);
+    float *w = (float *)calloc(n, sizeof(float));
+    for (size_t i = 0; i < n; i++) w[i] = (float)(i % 97) * 0.01f;
+    int h[256];
+    model_header_put(h, &c, 0);
+    Section ms[] = {{w, n * sizeof(float), 0}};
+    write_sections(model, h, ms, 1);
+    free(w);
+    CheckArgs a = {check_options(log_dir), 0};
+    snprintf(a.o.init_from, sizeof(a.o.init_from), "%s", model);
+    CHECK(run_expect_fatal(check_in_child, &a, err, sizeof(err)) == 0, "a good model file refused: %s", err);
+    FILE *f = fopen(model, "r+b");
+    fseek(f, 1024 + (long)(n / 2) * 4, SEEK_SET); // a weight in the middle, past the header
+    unsigned char byte;
+    CHECK(fread(&byte, 1, 1, f) == 1, "read");
+    byte ^= 0x10;
+    fseek(f, -1, SEEK_CUR);
+    fwrite(&byte, 1, 1, f);
+    fclose(f);
+    expect_refused(&a, "corrupt (checksum mismatch)", "a model file with one weight byte changed");
+}
+
+// -check 1 makes no -o: it checks that the folder -o would be made in takes files.
+static void test_check_only_writes_nothing(void) {
+    char log_dir[256], err[4096];
+    snprintf(log_dir, sizeof(log_dir), "%s/never_made", g_dir);
+    CheckArgs a = {check_options(log_dir), 1};
+    CHECK(run_expect_fatal(check_in_child, &a, err, sizeof(err)) == 0, "-check 1 refused good inputs: %s", err);
+    CHECK(access(log_dir, F_OK) != 0, "-check 1 made -o '%s'", log_dir);
+}
+
+// The trainer refuses each bad input with its own message while no GPU is visible: the checks come
+// before the GPU start, whose failure would say "no CUDA GPU found".
+static void test_trainer_checks_before_gpu(void) {
+    if (access("./train_llama_fp8", X_OK) != 0) { CHECK(0, "./train_llama_fp8 is not built (make test builds it)"); return; }
+    char file[256], cmd[1024];
+    snprintf(file, sizeof(file), "%s/plain_file", g_dir);
+    FILE *f = fopen(file, "w");
+    fclose(f);
+    struct { const char *args, *want; } cases[] = {
+        {"-i 'no_such_*.bin'", "no_such_*.bin"},
+        {"-j no_such_val.bin", "no_such_val.bin"},
+        {"-i 'dev/data/tinyshakespeare/tinyshakespeare_llama2_train.bin:1,no_such_*.bin:1'", "no_such_*.bin"},
+        {"-hs no_such_hellaswag.bin", "no_such_hellaswag.bin"},
+        {"-init_from no_such_model.bin", "no_such_model.bin"},
+        {"-o PLAIN_FILE", "exists and is not a directory"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char args[512];
+        snprintf(args, sizeof(args), "%s", cases[i].args);
+        char *at = strstr(args, "PLAIN_FILE");
+        if (at) snprintf(at, sizeof(args) - (at - args), "%s", file);
+        snprintf(cmd, sizeof(cmd), "CUDA_VISIBLE_DEVICES= ./train_llama_fp8 -b 4 -t 64 -o %s/gpu_run %s 2>&1", g_dir, args);
+        FILE *p = popen(cmd, "r");
+        char out[8192] = "";
+        size_t got = fread(out, 1, sizeof(out) - 1, p);
+        out[got] = '\0';
+        int status = pclose(p);
+        CHECK(status != 0 && strstr(out, cases[i].want) && !strstr(out, "no CUDA GPU"), "%s: status %d, want '%s' before any GPU: %s",
+              cases[i].args, status, cases[i].want, out);
+    }
+    snprintf(cmd, sizeof(cmd), "CUDA_VISIBLE_DEVICES= ./train_llama_fp8 -check 1 -b 4 -t 64 -o %s/plan_run -n 10 -keep 2 2>&1", g_dir);
+    FILE *p = popen(cmd, "r");
+    char out[8192] = "";
+    size_t got = fread(out, 1, sizeof(out) - 1, p);
+    out[got] = '\0';
+    int status = pclose(p);
+    CHECK(status == 0 && strstr(out, "plan: device memory per GPU: ") && strstr(out, "plan: checkpoints in '") &&
+          strstr(out, "16 (every 10 steps and the last)") && strstr(out, "-check 1: every input is good"), "-check 1 with no GPU: status %d: %s", status, out);
+}
+
+int main(int argc, char **argv) {
+    snprintf(g_dir, sizeof(g_dir), "/tmp/llama_fp8_plan_XXXXXX");
+    if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
+    if (argc > 1) g_test_filter = argv[1];
+    run_test("plan: device memory of every logged H200 run as it allocated it (0.01 GiB)", test_memory_plan_matches_gpu_runs);
+    run_test("inputs before the GPU: -o, a log, -hs, -hs_preds, -i refused naming the path", test_check_inputs_refusals);
+    run_test("inputs before the GPU: -init_from's checksum", test_check_inputs_model_checksum);
+    run_test("-check 1 writes nothing (-o not made)", test_check_only_writes_nothing);
+    run_test("the trainer with no GPU visible: each bad input refused by its own message; -check 1 prints the plan", test_trainer_checks_before_gpu);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+    printf("%d passed, %d failed\n", g_tests_passed, g_tests_failed);
+    return g_tests_failed ? 1 : 0;
+}
