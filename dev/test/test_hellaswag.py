@@ -35,6 +35,8 @@ Needs gcc, numpy and tokenizers (not torch or transformers). Last line: "N passe
 """
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -55,6 +57,7 @@ except ImportError as e:
     sys.exit(summary())
 
 from llama_fp8 import formats  # noqa: E402
+from llama_fp8.model_file import hf_tokenizer_path, table_path  # noqa: E402
 
 TMP = tempfile.mkdtemp(prefix="test_hellaswag_")
 # transformers and the C reference both compute in fp32 from the same weights; a row's sum of ~20
@@ -324,9 +327,6 @@ def test_readme():
     """The README's HellaSwag commands name only files an earlier command makes: the items file the
     block's own download writes, hf_import.py's model file, decode table and tokenizer folder of the
     fine-tuning section, and the GGUF where that section unpacks it."""
-    import re
-    import shlex
-    from llama_fp8.model_file import hf_tokenizer_path, table_path
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
         readme = f.read()
     section = lambda title: readme.split(title, 1)[-1].split("\n## ", 1)[0]  # noqa: E731
