@@ -8,6 +8,8 @@ the writer, the reader and every mismatch message use it, so a field is added in
   [2..7] V L C NH NKV FF   [9] rope_theta   [10] norm eps   [11] tied embeddings (0/1)
   [12] RoPE scaling (0 none, 1 llama3)   [13..15] its factor, low and high frequency factors
   [16] its original context   [17] max_position_embeddings (0: unknown)
+  [252..253] run id (low word first): the training run whose checkpoint this is (llmc/checkpoint.h;
+  its state files carry it too), 0 in a file no run wrote (an import) or written before run ids
 Floats are stored as their bits. Version 2 (the same words; the checksum covers the body only) and
 version 1 (words 11-17 zero, so untied and unscaled; FNV-1a of the body) still load;
 dev/data/upgrade_model_file rewrites either as version 3.
@@ -26,7 +28,7 @@ Plain C, header-only; also compiles as C++ under nvcc.
 #define MODEL_MAGIC 20261201
 #define MODEL_VERSION 3
 #define MODEL_HEADER_INTS 256
-enum { MODEL_HDR_STEP = 8, MODEL_HDR_CHECKSUM = 254 };
+enum { MODEL_HDR_STEP = 8, MODEL_HDR_RUN_ID = 252, MODEL_HDR_CHECKSUM = 254 };
 
 typedef struct { int word; size_t offset; int is_float; const char *name; } ModelHeaderField;
 #define MODEL_FIELD(word, field, is_float, name) {word, offsetof(LlamaConfig, field), is_float, name}
@@ -87,6 +89,13 @@ static uint64_t header_checksum_word(const int32_t *h) {
 static void header_set_checksum_word(int32_t *h, uint64_t v) {
     h[MODEL_HDR_CHECKSUM] = (int32_t)(uint32_t)v;
     h[MODEL_HDR_CHECKSUM + 1] = (int32_t)(uint32_t)(v >> 32);
+}
+static uint64_t header_run_id(const int32_t *h) {
+    return (uint64_t)(uint32_t)h[MODEL_HDR_RUN_ID] | ((uint64_t)(uint32_t)h[MODEL_HDR_RUN_ID + 1] << 32);
+}
+static void header_set_run_id(int32_t *h, uint64_t id) {
+    h[MODEL_HDR_RUN_ID] = (int32_t)(uint32_t)id;
+    h[MODEL_HDR_RUN_ID + 1] = (int32_t)(uint32_t)(id >> 32);
 }
 
 // The header word of field f of c (floats as bits).

@@ -32,9 +32,10 @@ Plain C, header-only; also compiles as C++ under nvcc.
 static volatile sig_atomic_t g_stop_signal = 0; // the first signal that asked to stop, 0 if none
 static volatile sig_atomic_t g_stop_count = 0;  // SIGTERM/SIGINT/SIGHUP received
 // What a second signal, or an exit on an error, must remove: the temporary file being written (a
-// checkpoint's, before its rename) and this rank's finished file of a checkpoint that is not yet
-// complete on every rank; "" if none.
-static volatile char g_partial_path[1100], g_unfinished_path[1100];
+// checkpoint's, before its rename) and this rank's finished files of a checkpoint that is not yet
+// complete (its state file; rank 0's model file too), unless the checkpoint's completion marker
+// (g_unfinished_until) exists by then; "" if none.
+static volatile char g_partial_path[1100], g_unfinished_path[2][1100], g_unfinished_until[1100];
 
 static const int STOP_SIGNALS[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2};
 #define NUM_STOP_SIGNALS 5
@@ -59,7 +60,9 @@ static void stop_signal_remove_one(volatile char *path) {
 }
 static void stop_signal_cleanup(void) {
     stop_signal_remove_one(g_partial_path);
-    stop_signal_remove_one(g_unfinished_path);
+    if (g_unfinished_until[0] && access((const char *)g_unfinished_until, F_OK) == 0) return; // complete after all: another rank wrote the marker
+    stop_signal_remove_one(g_unfinished_path[0]);
+    stop_signal_remove_one(g_unfinished_path[1]);
 }
 
 // One signal: sig as received; the launcher's SIGUSR1/SIGUSR2 carry (SI_QUEUE) the signal it got.
@@ -121,9 +124,18 @@ static void stop_signal_set_path(volatile char *to, const char *path) {
 }
 // The temporary file being written (removed on a second signal or an error exit), NULL once renamed.
 static void stop_signal_partial(const char *path) { stop_signal_set_path(g_partial_path, path); }
-// This rank's finished file of a checkpoint other ranks may still be writing (removed likewise), NULL
-// once the checkpoint is complete everywhere.
-static void stop_signal_unfinished(const char *path) { stop_signal_set_path(g_unfinished_path, path); }
+// A finished file of this rank's of a checkpoint that is complete once `marker` exists (removed
+// likewise, unless the marker is there by then): each call adds one, two at most (the state file;
+// rank 0's model file); NULL once the checkpoint is complete.
+static void stop_signal_unfinished(const char *path, const char *marker) {
+    if (path != NULL) {
+        stop_signal_set_path(g_unfinished_until, marker);
+        stop_signal_set_path(g_unfinished_path[g_unfinished_path[0][0] != '\0'], path);
+        return;
+    }
+    stop_signal_set_path(g_unfinished_path[0], NULL);
+    stop_signal_set_path(g_unfinished_path[1], NULL);
+}
 
 static const char *stop_signal_name(int sig) {
     return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : sig == SIGUSR1 ? "SIGUSR1"
