@@ -3,7 +3,9 @@ fp32 weights in the order of llmc/llama_config.h, each tensor contiguous with al
 together; with tied embeddings there is no lm_head tensor. Version 3 (written here) carries zlib's
 CRC-32 of the header (its checksum words as 0) and the weights; version 2 (the CRC-32 of the weights
 alone) is read with a notice; version 1 (FNV-1a 64, which Python computes at ~5 MB/s) is refused,
-naming dev/data/upgrade_model_file, the C tool that rewrites version 1 and 2 as 3.
+naming dev/data/upgrade_model_file, the C tool that rewrites version 1 and 2 as 3. Words 252-253 hold
+the run id of a trainer's checkpoint (low word first; llmc/checkpoint.h), 0 in a file no training run
+wrote, as the ones written here by default (an import).
 
 The config is a dict keyed by LlamaConfig's field names (V L C NH NKV FF max_T rope_theta norm_eps
 tied_embeddings rope_scaling rope_factor rope_low_freq_factor rope_high_freq_factor rope_original_T);
@@ -29,7 +31,7 @@ from . import formats
 from .formats import FormatError  # one error type for every format the tools touch
 
 MAGIC, VERSION, HEADER_INTS = 20261201, 3, 256
-HDR_STEP, HDR_MAX_T, HDR_CHECKSUM = 8, 17, 254
+HDR_STEP, HDR_MAX_T, HDR_RUN_ID, HDR_CHECKSUM = 8, 17, 252, 254
 HEADER_BYTES = HEADER_INTS * 4
 CHUNK = 64 << 20
 ROPE_DEFAULT, ROPE_LLAMA3 = 0, 1
@@ -100,12 +102,13 @@ def _float32(x):
     return float(str(np.float32(x)))
 
 
-def _header(c, step, checksum):
+def _header(c, step, checksum, run_id):
     h = np.zeros(HEADER_INTS, dtype="<i4")
     h[0], h[1], h[HDR_STEP], h[HDR_MAX_T] = MAGIC, VERSION, step, c["max_T"]
     for word, key, is_float, _ in HEADER_FIELDS:
         h[word] = np.float32(c[key]).view(np.int32) if is_float else c[key]
-    h[HDR_CHECKSUM:] = np.array([checksum], dtype="<u8").view("<i4")  # low word, then high
+    h[HDR_RUN_ID:HDR_RUN_ID + 2] = np.array([run_id], dtype="<u8").view("<i4")  # low word, then high
+    h[HDR_CHECKSUM:] = np.array([checksum], dtype="<u8").view("<i4")
     return h.tobytes()
 
 
@@ -168,8 +171,9 @@ def read_model_file(path):
     return c, int(h[HDR_STEP]), tensors
 
 
-def write_model_file(path, c, tensors, step=0):
-    """Writes model file `path` (version 3) from `tensors`, an iterable of (name, array) in file order.
+def write_model_file(path, c, tensors, step=0, run_id=0):
+    """Writes model file `path` (version 3) from `tensors`, an iterable of (name, array) in file order,
+    with the step and run id of the training run it belongs to (0: none).
     A tensor may come in pieces: consecutive pairs with the same name fill it in row-major order, so
     an importer can hand over one source tensor at a time and never hold a whole model. The CRC-32 is
     computed over the header and then the body as it streams out, and the header is written last; the
@@ -179,7 +183,7 @@ def write_model_file(path, c, tensors, step=0):
         raise FormatError(path, f"cannot write this config: {bad}")
     with formats.atomic_file(path) as f:
         f.write(bytes(HEADER_BYTES))
-        crc, expected = _header_checksum(np.frombuffer(_header(c, step, 0), dtype="<i4")), iter(param_shapes(c))
+        crc, expected = _header_checksum(np.frombuffer(_header(c, step, 0, run_id), dtype="<i4")), iter(param_shapes(c))
         name, shape = next(expected)
         left = int(np.prod(shape))
         for piece_name, piece in tensors:
@@ -200,7 +204,7 @@ def write_model_file(path, c, tensors, step=0):
         if missing:
             raise FormatError(path, f"tensors missing: {', '.join(missing)}")
         f.seek(0)
-        f.write(_header(c, step, crc))
+        f.write(_header(c, step, crc, run_id))
 
 
 def rope_inv_freq(c, HS):

@@ -1,9 +1,10 @@
 """CPU checks of the model file's checksum in llama_fp8/model_file.py and of dev/data/upgrade_model_file.c
-(built here with gcc); llmc/model_file.h's side is in dev/test/test_trainer_host.cu.
+(built here with gcc); llmc/model_file.h's side is in dev/test/test_checkpoint_host.cu.
 
 - version 3, as write_model_file writes it: the stored checksum is zlib's CRC-32 of the header (its
-  checksum words as 0) and the weights; a byte changed in any header word (magic, version, the shape,
-  rope_theta, eps, the step, max_T, an unused word) is refused; hf_export of a file with a changed
+  checksum words as 0) and the weights; the run id in words 252 (low) and 253 (high), 0 by default;
+  a byte changed in any header word (magic, version, the shape, rope_theta, eps, the step, max_T, the
+  run id, an unused word) is refused; hf_export of a file with a changed
   rope_theta exits 1 with `error: <file>: checksum mismatch ...` and writes nothing (issue 29 item 4);
 - version 2 (the CRC-32 of the weights alone, made here without write_model_file) reads, with a
   notice on stderr; a changed weight in it is refused;
@@ -34,8 +35,8 @@ from llama_fp8 import model_file  # noqa: E402
 from llama_fp8.model_file import FormatError  # noqa: E402
 
 # The words with a meaning (magic, version, V L C NH NKV FF, step, rope_theta, eps, tied, RoPE scaling
-# and its four parameters, max_T) and unused ones.
-HEADER_WORDS = list(range(18)) + [18, 100, 253]
+# and its four parameters, max_T, the run id's two words) and unused ones.
+HEADER_WORDS = list(range(18)) + [18, 100, 252, 253]
 # The words no config check can judge: only the checksum refuses a change in them.
 ONLY_CHECKSUM = {"rope_theta": 9, "norm eps": 10, "step": model_file.HDR_STEP, "max_T": model_file.HDR_MAX_T, "unused word 100": 100}
 
@@ -99,7 +100,7 @@ def legacy_file(path, v3_path, version):
 def test_version3(tmp):
     c, tensors = small_model()
     good = os.path.join(tmp, "model.bin")
-    model_file.write_model_file(good, c, tensors.items(), step=1234)
+    model_file.write_model_file(good, c, tensors.items(), step=1234, run_id=0x89ABCDEF01234567)
     data = read_bytes(good)
     h = np.frombuffer(data[:model_file.HEADER_BYTES], dtype="<i4").copy()
     stored = int(h[model_file.HDR_CHECKSUM:].view("<u8")[0])
@@ -107,6 +108,13 @@ def test_version3(tmp):
     want = zlib.crc32(data[model_file.HEADER_BYTES:], zlib.crc32(h.tobytes()))
     check(h[1] == 3 and stored == want, f"version 3: the stored checksum {stored:#x} is zlib's CRC-32 of the header and weights {want:#x}")
     check(same_model(good, c, 1234, tensors), "version 3: read back with the same config, step and weights")
+    # the run id in words 252 (low) and 253 (high), as llmc/model_file.h's header_run_id reads it
+    check(int(h[252]) == 0x01234567 and int(h[253]) == -0x76543211, f"version 3: run id 0x89abcdef01234567 in words 252, 253 as"
+                                                                    f" {int(h[252]):#x}, {int(h[253]):#x} (want 0x1234567 and 0x89abcdef as int32)")
+    plain = os.path.join(tmp, "plain.bin")
+    model_file.write_model_file(plain, c, tensors.items())
+    hp = np.frombuffer(read_bytes(plain)[:model_file.HEADER_BYTES], dtype="<i4")
+    check(hp[252] == 0 and hp[253] == 0, f"version 3 with no run: words 252, 253 are {hp[252]}, {hp[253]} (want 0: no run)")
     bad = os.path.join(tmp, "bad.bin")
     missed = []
     for word in HEADER_WORDS:
