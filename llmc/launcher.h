@@ -15,9 +15,11 @@ Launch (mg_start_of decides, in this order):
      and LLAMA_FP8_ID_FILE=/tmp/llama_fp8_nccl_<launcher pid>, then only watches them: it never
      touches a GPU beyond counting them, so it never returns from multi_gpu_init. Rank 0 writes the
      id file atomically (temporary name + rename); the others poll for it, up to the timeout. If any
-     rank exits non-zero or is killed, the launcher sends SIGUSR2 ("exit now", llmc/stop_signal.h)
-     to the rest, SIGKILL after 5 s, and exits 1; if the launcher itself dies, every rank gets SIGKILL
-     (PR_SET_PDEATHSIG). The launcher takes the stop signals as a rank does (llmc/stop_signal.h):
+     rank exits non-zero or is killed, the launcher names it and its status or signal, sends the rest
+     SIGUSR2 carrying STOP_PEER_FAILED (they exit at once, quietly: llmc/stop_signal.h), SIGKILL
+     after 5 s, and exits 1; if the launcher itself dies, every rank gets SIGKILL (PR_SET_PDEATHSIG).
+     The launcher takes the stop signals as a rank does (llmc/stop_signal.h; a SIGHUP ignored at
+     start, as under nohup, stays ignored here and in the ranks, which inherit it so through execve):
      SIGTERM, SIGINT, SIGHUP and SIGUSR1 are passed on to every rank as SIGUSR1 (stop after this
      step with a checkpoint), a second SIGTERM/SIGINT/SIGHUP or any SIGUSR2 as SIGUSR2 (exit now),
      each carrying the signal the launcher got (sigqueue), so the ranks name it and exit with its
@@ -40,7 +42,7 @@ rank r uses local device r (CUDA_VISIBLE_DEVICES is respected, not rewritten).
 #include "utils.h"       // FATAL, monotonic_seconds
 #include "stop_signal.h" // the stop signals' meaning, shared with the ranks
 
-#define MG_KILL_GRACE_S 5.0        // launcher: SIGTERM, then SIGKILL after this long
+#define MG_KILL_GRACE_S 5.0        // launcher: after a rank failed, SIGUSR2 to the rest, then SIGKILL after this long
 
 // The rank count an MPI launcher announced in the environment, 0 if none.
 static int mg_mpi_env_size(void) {
@@ -85,8 +87,6 @@ static void mg_launcher_signal(int sig) {
     for (int k = 0; k < g_mg_nranks; k++) if (g_mg_pids[k] > 0) sigqueue(g_mg_pids[k], now ? SIGUSR2 : SIGUSR1, v);
 }
 
-static const int MG_STOP_SIGNALS[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2};
-
 // Did a rank that ended with `status` do what the launcher's signals asked? It finished (0), or,
 // once a stop or an "exit now" was passed on, exited 128 + a stop signal (a stop with nothing saved,
 // or an exit now).
@@ -95,7 +95,7 @@ static int mg_rank_status_ok(int status) {
     int code = WEXITSTATUS(status);
     if (code == 0) return 1;
     if (g_mg_stop_sig == 0 && g_mg_exit_sig == 0) return 0;
-    for (int i = 0; i < 5; i++) if (code == 128 + MG_STOP_SIGNALS[i]) return 1;
+    for (int i = 0; i < NUM_STOP_SIGNALS; i++) if (code == 128 + STOP_SIGNALS[i]) return 1;
     return 0;
 }
 
@@ -141,10 +141,9 @@ static void mg_launch_ranks(int world, char **argv) {
     sa.sa_handler = mg_launcher_signal;
     sa.sa_flags = SA_RESTART;
     sigset_t stops, before;
-    sigemptyset(&stops);
-    for (int i = 0; i < 5; i++) sigaddset(&stops, MG_STOP_SIGNALS[i]);
+    stop_signal_set(&stops); // before any handler: it sees whether SIGHUP was ignored at start
     sa.sa_mask = stops; // one forward at a time
-    for (int i = 0; i < 5; i++) sigaction(MG_STOP_SIGNALS[i], &sa, NULL);
+    for (int i = 0; i < NUM_STOP_SIGNALS; i++) if (sigismember(&stops, STOP_SIGNALS[i])) sigaction(STOP_SIGNALS[i], &sa, NULL);
     // blocked until every pid is known (a signal meanwhile waits, then reaches every rank); the ranks
     // keep the block through execve until their stop-signal thread takes over
     sigprocmask(SIG_BLOCK, &stops, &before);
@@ -195,7 +194,9 @@ static void mg_launch_ranks(int world, char **argv) {
         }
         // p == 0: a failure is being handled and some ranks are still alive
         if (!term_sent) {
-            for (int k = 0; k < world; k++) if (pids[k] > 0) kill(pids[k], SIGUSR2);
+            union sigval v;
+            v.sival_int = STOP_PEER_FAILED;
+            for (int k = 0; k < world; k++) if (pids[k] > 0) sigqueue(pids[k], SIGUSR2, v);
             term_sent = 1;
         } else if (!kill_sent && monotonic_seconds() - t_fail > MG_KILL_GRACE_S) {
             for (int k = 0; k < world; k++) if (pids[k] > 0) kill(pids[k], SIGKILL);

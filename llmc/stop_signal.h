@@ -1,7 +1,10 @@
 /*
 Stopping on a signal without losing work: clusters send SIGTERM some time before SIGKILL (Slurm:
 the grace period, or SIGUSR1 ahead of time with --signal=USR1@SECONDS), users press Ctrl-C, a
-closed terminal sends SIGHUP. The first SIGTERM, SIGINT or SIGHUP only sets a flag; the trainer
+closed terminal sends SIGHUP. A SIGHUP ignored at start (`nohup ./train_llama_fp8 ... &`) stays
+ignored: the user asked the run to outlive the terminal. (SIGINT is taken even so: a script's
+background job inherits it ignored from the shell without asking, and a `kill -INT` from that
+script is a stop request.) The first SIGTERM, SIGINT or SIGHUP only sets a flag; the trainer
 finishes the step in flight, writes a checkpoint, says how to resume and exits 0. A second one exits
 at once with status 128 + signal, first removing the temporary file of a checkpoint being written,
 so nothing partial is left and the previous checkpoint stays the latest.
@@ -12,6 +15,9 @@ the -ngpu launcher sends when it is signalled, so that a rank that also got the 
 reaches every process of the terminal's group) does not take the copy as a second one. SIGUSR2 is
 "exit now". The launcher sends both with sigqueue, carrying the signal it got itself as the value:
 the rank then stops (or exits) as if that signal had reached it, under its name and exit status.
+Its SIGUSR2 carrying STOP_PEER_FAILED means another rank failed: the rank exits at once without a
+message of its own (no checkpoint can complete without that rank), so the failed rank's error and
+the launcher's line naming it are what a user reads.
 
 The signals are blocked in every thread and one thread of ours waits for them (sigwaitinfo): a
 thread that NCCL, CUDA or OpenMP creates later inherits the block, so a stop signal never interrupts
@@ -39,10 +45,15 @@ static volatile char g_partial_path[1100], g_unfinished_path[2][1100], g_unfinis
 
 static const int STOP_SIGNALS[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2};
 #define NUM_STOP_SIGNALS 5
+#define STOP_PEER_FAILED (-1) // the launcher's SIGUSR2 value when another rank failed (no signal's number)
 
+// The stop signals this process takes: all five, less SIGHUP if it is ignored (as it was at start:
+// call this before installing any handler).
 static void stop_signal_set(sigset_t *set) {
     sigemptyset(set);
     for (int i = 0; i < NUM_STOP_SIGNALS; i++) sigaddset(set, STOP_SIGNALS[i]);
+    struct sigaction hup;
+    if (sigaction(SIGHUP, NULL, &hup) == 0 && hup.sa_handler == SIG_IGN) sigdelset(set, SIGHUP);
 }
 
 // Only async-signal-safe calls: it also runs from mg_fail_at's _exit path.
@@ -65,12 +76,17 @@ static void stop_signal_cleanup(void) {
     stop_signal_remove_one(g_unfinished_path[1]);
 }
 
-// One signal: sig as received; the launcher's SIGUSR1/SIGUSR2 carry (SI_QUEUE) the signal it got.
+// One signal: sig as received; the launcher's SIGUSR1/SIGUSR2 carry (SI_QUEUE) the signal it got,
+// or STOP_PEER_FAILED.
 static void stop_signal_take(int sig, const siginfo_t *info) {
     int as = sig;
     if ((sig == SIGUSR1 || sig == SIGUSR2) && info && info->si_code == SI_QUEUE) {
         int v = info->si_value.sival_int;
         if (v == SIGTERM || v == SIGINT || v == SIGHUP || v == SIGUSR1 || v == SIGUSR2) as = v;
+        if (sig == SIGUSR2 && v == STOP_PEER_FAILED) {
+            stop_signal_cleanup();
+            _exit(128 + SIGUSR2);
+        }
     }
     int now = sig == SIGUSR2 || (sig != SIGUSR1 && g_stop_count++ > 0);
     if (now) {
