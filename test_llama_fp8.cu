@@ -1230,7 +1230,8 @@ static float eval_and_checkpoint(Model *m, float *host_losses) {
     CHECK(mkdtemp(dir) != NULL, "mkdtemp failed");
     TrainState ts;
     memset(&ts, 0, sizeof(ts));
-    ts.grad_accum = 2; ts.world = 1; ts.data = dataloader_get_state(&val);
+    ts.grad_accum = 2; ts.world = 1;
+    data_state_save(&ts, &val);
     checkpoint_step(m, &ts, dir, 0, 1); // run id 1
     checkpoint_paths(dir, m->step, 0, model_path, state_path);
     CHECK(access(model_path, R_OK) == 0 && access(state_path, R_OK) == 0, "the checkpoint between the steps is missing: %s", model_path);
@@ -1700,14 +1701,14 @@ static void resume_check(int precision, int moments_bf16, int recompute) {
         ts.grad_accum = grad_accum; ts.world = 1;
         for (int s = 0; s < steps; s++) {
             if (run == 1 && s == half) { // save, then continue in a brand-new model and loader
-                ts.data = dataloader_get_state(&dl);
+                data_state_save(&ts, &dl);
                 checkpoint_step(&m, &ts, dir, 0, 1); // run id 1
                 dataloader_free(&dl);
                 model_free(&m);
                 model_init(&m, &c, &mo);
                 dataloader_init_synthetic(&dl, B, T, 0, 1, c.V, 5);
                 load_checkpoint(&m, &ts, dir, half);
-                dataloader_set_state(&dl, &ts.data);
+                dataloader_load_state(&dl, ts.data, (size_t)ts.data_bytes, dir, 0);
             }
             next_batches(&dl, grad_accum, in, tg);
             (run == 0 ? straight : resumed)[s] = train_step_on(&m, in, tg, grad_accum, &h, losses).loss;

@@ -62,7 +62,7 @@ enum { PREC_BF16, PREC_FP8 };
 // so a new option is its field here and one row. Rules between options: checked_options.
 
 typedef struct {
-    char train_pattern[2048], val_pattern[512], tokenizer_path[512], log_dir[512], model[64], init_from[512];
+    char train_pattern[2048], val_pattern[512], tokenizer_path[512], log_dir[512], model[64], init_from[512], data_changed[16];
     char precision[16], fp8_recipe[16], adam_moments[16], fp8_grain[16], fp8_fallback[16];
     int B, T, total_batch, max_steps, warmup, val_every, val_batches, sample_every, gen_tokens;
     int ckpt_every, resume, overwrite, recompute, seed, shuffle, fp8_history, fp8_margin, fp8_lm_head, fp8_log, fp8_dump, ngpu, fp8_weight_cache, deterministic;
@@ -143,6 +143,9 @@ static const OptSpec OPTION_SPECS[] = {
     OPT_B("-doc_mask", doc_mask, "0", "1: a token attends only to its own document (each starts at the decode table's document-start id, -tok) and RoPE positions restart there; on cuDNN with an additive (B, 1, T, T) mask where it takes the shape, else the plain kernels (slower: docs/attention.md)"),
     OPT_I("-seed", seed, "1337", 0, INT_MAX, "seed for init, data shuffling and sampling"),
     OPT_B("-shuffle", shuffle, "0", "1: shuffle batch order each epoch"),
+    OPT_C("-data_changed", data_changed, "refuse", "refuse continue",
+          "a resume whose data differs from the checkpoint's record (shards added, removed or changed; other mixture sets or weights):"
+          " refuse, naming the file, or continue (each changed set starts its next epoch at its first shard)"),
     OPT_C("-fp8_recipe", fp8_recipe, "delayed", "delayed current", "delayed (amax history) or current (amax of this tensor now)"),
     OPT_I("-fp8_history", fp8_history, "16", 1, FP8_HISTORY_MAX, "amax history length"),
     OPT_I("-fp8_margin", fp8_margin, "0", 0, FP8_MARGIN_MAX, "scale margin: scale = fp8_max / (amax * 2^margin)"),
@@ -1807,9 +1810,10 @@ static LlamaConfig read_model_config(const char *path) {
     return c;
 }
 
-// data: the train loader's position when it reads one glob; a mixture's whole state
-// (dataloader_save_state, g_data_state_bytes of them) is in data_mixture instead (NULL otherwise).
-typedef struct { int step, grad_accum, world, rank; uint64_t rng; DataLoaderState data; unsigned char *data_mixture; } TrainState;
+// data: the train loader's resume record (dataloader_save_state: its position and shards), data_bytes
+// of them, of a -i mixture of data_sets sets (0: one glob); a resume reads its size from the state
+// file (word 18) first.
+typedef struct { int step, grad_accum, world, rank; uint64_t rng; unsigned char *data; int data_bytes, data_sets; } TrainState;
 
 // The state file's header words 2..26, the one list its writer and its reader use: on resume every
 // checked word must equal this run's value (a mismatch names the field, and for a flag's word the
@@ -1818,7 +1822,6 @@ typedef struct { int step, grad_accum, world, rank; uint64_t rng; DataLoaderStat
 // grains and no fallback.
 typedef struct { int word; const char *name; int *value; int checked; const char *pass[2]; } StateField;
 #define NUM_STATE_FIELDS 25
-static int g_data_state_bytes = (int)sizeof(DataLoaderState), g_data_sets = 0; // the train loader's (main sets them)
 
 static void state_fields(Model *m, TrainState *ts, StateField f[NUM_STATE_FIELDS]) {
     ModelOptions *o = &m->opt;
@@ -1830,8 +1833,9 @@ static void state_fields(Model *m, TrainState *ts, StateField f[NUM_STATE_FIELDS
         {14, "precision (0 bf16, 1 fp8)", &o->precision, 1, {"-precision bf16", "-precision fp8"}},
         {15, "fp8 recipe (1 current)", &o->fp8_current, 1, {"-fp8_recipe delayed", "-fp8_recipe current"}},
         {16, "fp8 history length", &o->fp8_history, 1}, {17, "fp8 margin", &o->fp8_margin, 1},
-        {22, "data sets of the -i mixture (0: one glob)", &g_data_sets, 1}, // before 18: the cause of its mismatch
-        {18, "data loader state size", &g_data_state_bytes, 1},
+        // the data loader's record says what differs, naming the file (dataloader_load_state): read back
+        {22, "data sets of the -i mixture (0: one glob)", &ts->data_sets, 0},
+        {18, "data loader state size", &ts->data_bytes, 0},
         {19, "AdamW updates applied", &m->adam_t, 0}, // a skipped update does not count: read back
         {20, "-fp8_lm_head", &m->fp8.lm_head, 1, {"-fp8_lm_head 0", "-fp8_lm_head 1"}},
         {21, "-adam_moments (0 fp32, 1 bf16)", &o->moments_bf16, 1,
@@ -1882,8 +1886,32 @@ static void state_sections(Model *m, TrainState *ts, Section sec[NUM_STATE_SECTI
     const Section all[NUM_STATE_SECTIONS] = {{m->adam_m, shard_bytes, 1}, {m->adam_v, shard_bytes, 1}, {fs->buffer, fp8_bytes, 1},
                                               {m->fp8_grain, nlin, 0}, {m->fp8_over_steps, nlin * sizeof(int), 0},
                                               {&ts->rng, sizeof(ts->rng), 0},
-                                              {ts->data_mixture ? (void *)ts->data_mixture : (void *)&ts->data, (size_t)g_data_state_bytes, 0}};
+                                              {ts->data, (size_t)ts->data_bytes, 0}};
     memcpy(sec, all, sizeof(all));
+}
+
+// The train loader's resume record into ts->data, sized by its shards' names (main: at the start and
+// before each checkpoint).
+static void data_state_save(TrainState *ts, const DataLoader *train) {
+    ts->data_bytes = (int)dataloader_state_bytes(train);
+    ts->data_sets = train->num_sets;
+    free(ts->data);
+    ts->data = (unsigned char *)mallocCheck((size_t)ts->data_bytes);
+    dataloader_save_state(train, ts->data);
+}
+
+// Before a state file is read: ts->data sized as the file's record (header word 18, read back, not
+// compared), so that the loader compares the record with this run's data and names what differs.
+static void data_state_sized_from(TrainState *ts, const char *state_path) {
+    FILE *f = fopenCheck(state_path, "rb");
+    int64_t size = fileSizeCheck(f);
+    int h[256] = {0};
+    if (size >= (int64_t)sizeof(h)) freadCheck(h, sizeof(int), 256, f, state_path); // read_sections refuses a shorter one
+    fcloseCheck(f);
+    if (h[18] < 0 || h[18] > size) FATAL("checkpoint '%s' gives its data loader state %d bytes: the file is corrupt", state_path, h[18]);
+    ts->data_bytes = h[18];
+    free(ts->data);
+    ts->data = (unsigned char *)mallocCheck((size_t)h[18] + 1); // + 1: never a malloc of 0
 }
 
 // Several GPUs: the whole fp32 master (num_params floats) into `host` on rank 0 (NULL on the others),
@@ -2015,6 +2043,7 @@ static void load_checkpoint(Model *m, TrainState *ts, const char *dir, int step)
     HeaderExpect ex[NUM_STATE_FIELDS];
     int nex = state_expect(m, ts, ex);
     Section st[NUM_STATE_SECTIONS];
+    data_state_sized_from(ts, state_path);
     state_sections(m, ts, st);
     int h[256];
     version2_notice(state_path, read_sections(state_path, STATE_MAGIC, ex, nex, st, NUM_STATE_SECTIONS, h), mg_is_main(m->mg));
@@ -2401,6 +2430,11 @@ static int open_data(const Options *o, const LlamaConfig *cfg, const MultiGpu *m
     } else {
         dataloader_init(train, o->train_pattern, o->B, o->T, mg->rank, mg->world, o->shuffle, (uint64_t)o->seed, cfg->V);
         if (have_val) dataloader_init_eval(val, o->val_pattern, o->B, o->T, cfg->V, mg_is_main(mg));
+        Tokenizer tok; // the decode table's fingerprint, for the shards that record their tokenizer
+        int have_tok = tokenizer_init_flag(&tok, o->tokenizer_path, default_options().tokenizer_path);
+        dataloader_check_run(train, have_val ? val : NULL, have_tok ? o->tokenizer_path : NULL,
+                             have_tok ? tokenizer_fingerprint(&tok, o->tokenizer_path) : 0, cfg->V, mg_is_main(mg));
+        if (have_tok) tokenizer_free(&tok);
     }
     if (!have_val) return 0;
     int64_t held = dataloader_positions(val);
@@ -2533,7 +2567,9 @@ static int start_model(Model *m, TrainState *ts, DataLoader *train, const Option
     }
     if (resumed_from >= 0) {
         load_checkpoint(m, ts, o->log_dir, resumed_from);
-        dataloader_load_state(train, ts->data_mixture ? (const void *)ts->data_mixture : (const void *)&ts->data);
+        char model_path[1024], state_path[1024];
+        checkpoint_paths(o->log_dir, resumed_from, ts->rank, model_path, state_path);
+        dataloader_load_state(train, ts->data, (size_t)ts->data_bytes, state_path, strcmp(o->data_changed, "continue") == 0);
     } else if (o->init_from[0]) {
         load_model_file(m, o->init_from);
     } else {
@@ -2590,7 +2626,7 @@ int main(int argc, char **argv) {
     Options o = parse_options(argc, argv);
     // data first: the tokenizer decides the vocabulary size (of a new model), and some option rules need the shape
     Tokenizer tok;
-    int have_tok = tokenizer_init_optional(&tok, o.tokenizer_path);
+    int have_tok = tokenizer_init_flag(&tok, o.tokenizer_path, default_options().tokenizer_path);
     LlamaConfig cfg = run_model_config(&o, have_tok ? &tok : NULL);
     const char *bad = config_check(&cfg);
     if (bad) FATAL("bad model config: %s", bad);
@@ -2637,9 +2673,7 @@ int main(int argc, char **argv) {
     memset(&ts, 0, sizeof(ts));
     ts.grad_accum = grad_accum; ts.world = world; ts.rank = rank;
     ts.rng = (uint64_t)o.seed * 0x2545F4914F6CDD1Dull + 7;
-    g_data_state_bytes = (int)dataloader_state_bytes(&train);
-    g_data_sets = train.num_sets;
-    ts.data_mixture = train.num_sets ? (unsigned char *)mallocCheck(g_data_state_bytes) : NULL;
+    data_state_save(&ts, &train);
     m.loss_masked = train.masked;
 
     int eval_only = o.max_steps == 0, have_dir = o.log_dir[0] != '\0' && !eval_only; // -x 0 writes nothing
@@ -2732,8 +2766,7 @@ int main(int argc, char **argv) {
             hellaswag_report(&m, &hs, &o, step + 1, step + 1 == o.max_steps, host_losses, logf, metricsf, stream);
         if (work & AFTER_SAMPLE) sample_text(&m, &tok, have_tok, bos, o.gen_tokens, &ts.rng, logf, main_rank, stream);
         if (work & AFTER_CHECKPOINT) {
-            if (ts.data_mixture) dataloader_save_state(&train, ts.data_mixture);
-            else ts.data = dataloader_get_state(&train);
+            data_state_save(&ts, &train);
             checkpoint_step(&m, &ts, o.log_dir, o.keep, run_id);
             if (main_rank) printf("checkpoint written: %s/model_%08d.bin\n", o.log_dir, m.step);
             long long late = g_stop_signal; // a stop that came while the checkpoint was written
@@ -2761,7 +2794,7 @@ int main(int argc, char **argv) {
     }
     if (o.fp8_dump) dump_fp8_state(&m, o.log_dir, rank);
     free(step_ms);
-    free(ts.data_mixture);
+    free(ts.data);
     if (logf) fcloseCheck(logf);
     if (fp8f) fcloseCheck(fp8f);
     if (metricsf) fcloseCheck(metricsf);

@@ -3,9 +3,10 @@ shards and tokenizer decode tables, plus building a decode table from a Hugging 
 or a SentencePiece .model. Every script and test uses these; nothing else writes the formats.
 
 Token shard: 256 x int32 header (magic, version, token count), then the ids, uint16 (magic 20240520,
-version 1) when every id fits, else uint32 (magic 20240801, version 7).
-Decode table: 256 x int32 header (magic 20240328, version 2, vocab size, document-start id), then
-per token a uint8 length and that many raw bytes.
+version 1) when every id fits, else uint32 (magic 20240801, version 7). Words 3-6 may hold the shard's
+record (SHARD_RECORD_MAGIC, role, the tokenizer's token count and fingerprint); llm.c's shards have none.
+Decode table: 256 x int32 header (magic 20240328, version 2, vocab size, document-start id, then
+SHARD_RECORD_MAGIC and the tokenizer fingerprint), then per token a uint8 length and that many raw bytes.
 Loss mask: 256 x int32 header (magic 20261206, version 1, token count), then one uint8 per token of
 its shard, 1 where the token is learned as a target; beside shard X as X.mask (write_loss_mask).
 HellaSwag eval file: below (write_hellaswag).
@@ -19,6 +20,7 @@ import contextlib
 import json
 import os
 import sys
+import zlib
 
 # realpath: the package is also reached through the llama_fp8 links in dev/data/, scripts/, ...
 ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
@@ -52,6 +54,11 @@ SHARD_MAGIC_U16, SHARD_VERSION_U16 = 20240520, 1
 SHARD_MAGIC_U32, SHARD_VERSION_U32 = 20240801, 7
 TABLE_MAGIC, TABLE_VERSION = 20240328, 2
 MAX_PIECE_BYTES = 255  # the table's length field is one byte
+# Words 3.. of a shard's or decode table's header, where this marker opens them (docs/formats.md):
+# a shard's [4] role, [5] its tokenizer's token count, [6] the tokenizer fingerprint; a table's [5]
+# the fingerprint. llm.c's files leave the words 0, and both read ours (same magic and version).
+SHARD_RECORD_MAGIC = 20261207
+ROLES = {"train": 1, "val": 2}
 
 
 class FormatError(Exception):
@@ -119,9 +126,23 @@ def shard_dtype(max_id):
     return np.dtype("<u2") if max_id <= 0xFFFF else np.dtype("<u4")
 
 
-def write_shard(path, tokens, dtype=None):
+def tokenizer_fingerprint(pieces):
+    """The tokenizer fingerprint of a decode table's pieces: zlib's CRC-32 of the table's body (a length
+    byte, then the bytes, per token) up to its last non-empty piece, so a table padded with empty
+    pieces up to a model's vocabulary (hf_import's) has its tokenizer's fingerprint. llmc/tokenizer.h
+    computes the same (tokenizer_fingerprint)."""
+    n = len(pieces)
+    while n and not pieces[n - 1]:
+        n -= 1
+    return zlib.crc32(b"".join(bytes([len(p)]) + bytes(p) for p in pieces[:n]))
+
+
+def write_shard(path, tokens, dtype=None, tokenizer=None, role="train"):
     """Writes a token shard. dtype (<u2 or <u4) defaults to the narrowest that holds every id; a caller
-    writing many shards of one vocabulary passes shard_dtype(vocab_size - 1) so they all agree."""
+    writing many shards of one vocabulary passes shard_dtype(vocab_size - 1) so they all agree.
+    tokenizer: the pieces of the decode table the ids are of; the header then records their count and
+    fingerprint and the shard's role ("train" or "val"), which the trainer checks. Without it the
+    shard is llm.c's format, with no record."""
     tokens = np.asarray(tokens)
     if tokens.size and (tokens.min() < 0 or tokens.max() > 0xFFFFFFFF):
         raise FormatError(path, f"token ids must be in [0, 2^32), got {tokens.min()}..{tokens.max()}")
@@ -131,7 +152,14 @@ def write_shard(path, tokens, dtype=None):
     if tokens.size and int(tokens.max()) > np.iinfo(dtype).max:
         raise FormatError(path, f"token id {int(tokens.max())} does not fit in a {dtype.itemsize * 8}-bit shard")
     magic, version = (SHARD_MAGIC_U16, SHARD_VERSION_U16) if dtype.itemsize == 2 else (SHARD_MAGIC_U32, SHARD_VERSION_U32)
-    write_atomic(path, [_header(magic, version, tokens.size), tokens.astype(dtype, copy=False).tobytes()])
+    record = ()
+    if tokenizer is not None:
+        if role not in ROLES:
+            raise FormatError(path, f"role {role!r}: a shard is one of {', '.join(ROLES)}")
+        if tokens.size and int(tokens.max()) >= len(tokenizer):
+            raise FormatError(path, f"token id {int(tokens.max())} is outside its tokenizer's {len(tokenizer)} tokens")
+        record = (SHARD_RECORD_MAGIC, ROLES[role], len(tokenizer), tokenizer_fingerprint(tokenizer))
+    write_atomic(path, [_header(magic, version, tokens.size, *record), tokens.astype(dtype, copy=False).tobytes()])
 
 
 def read_shard(path):
@@ -151,6 +179,31 @@ def read_shard(path):
     return np.frombuffer(data, dtype=dtype, offset=HEADER_INTS * 4)
 
 
+def read_shard_record(path):
+    """(role, tokenizer token count, tokenizer fingerprint) of a token shard, or None for a shard
+    without a record (llm.c's format)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(HEADER_INTS * 4)
+    except OSError as e:
+        raise FormatError(path, f"cannot read: {e.strerror or e}") from None
+    h = _read_header(path, data, "token shard").view("<u4")
+    if h[3] != SHARD_RECORD_MAGIC:
+        return None
+    role = next((name for name, code in ROLES.items() if code == h[4]), None)
+    if role is None:
+        raise FormatError(path, f"role {h[4]} in its header, expected {' or '.join(f'{c} ({n})' for n, c in ROLES.items())}")
+    return role, int(h[5]), int(h[6])
+
+
+def check_shard_tokenizer(path, pieces):
+    """Refuses a shard whose record names another tokenizer than the decode table's pieces."""
+    record = read_shard_record(path)
+    if record is not None and record[2] != tokenizer_fingerprint(pieces):
+        raise FormatError(path, f"made with another tokenizer (fingerprint {record[2]:08x}, {record[1]} tokens) than the"
+                                f" decode table's ({tokenizer_fingerprint(pieces):08x}, {len(pieces)} tokens)")
+
+
 def write_decode_table(path, pieces, doc_start_id):
     """Writes a decode table: pieces[i] is the bytes token i stands for."""
     if not 0 <= doc_start_id < len(pieces):
@@ -162,7 +215,8 @@ def write_decode_table(path, pieces, doc_start_id):
                                     f" the decode table holds at most {MAX_PIECE_BYTES} bytes per token")
         body.append(len(piece))
         body += piece
-    write_atomic(path, [_header(TABLE_MAGIC, TABLE_VERSION, len(pieces), doc_start_id), bytes(body)])
+    write_atomic(path, [_header(TABLE_MAGIC, TABLE_VERSION, len(pieces), doc_start_id, SHARD_RECORD_MAGIC,
+                                tokenizer_fingerprint(pieces)), bytes(body)])
 
 
 def read_decode_table(path):
@@ -177,6 +231,10 @@ def read_decode_table(path):
         at += 1 + data[at]
     if at != len(data):
         raise FormatError(path, f"{len(data) - at} bytes after its {h[2]} tokens")
+    recorded = h.view("<u4")[5]
+    if h[4] == SHARD_RECORD_MAGIC and recorded != tokenizer_fingerprint(pieces):
+        raise FormatError(path, f"its header records tokenizer fingerprint {recorded:08x}, its pieces give"
+                                f" {tokenizer_fingerprint(pieces):08x}: the file was changed after it was written")
     return pieces, int(h[3])
 
 
@@ -186,6 +244,7 @@ def shard_documents(shards, pieces, doc_start):
     first document-start token ends the previous document."""
     doc = []  # pieces of the document being read
     for path in shards:
+        check_shard_tokenizer(path, pieces)
         ids = read_shard(path)
         if len(ids) and int(ids.max()) >= len(pieces):
             raise FormatError(path, f"token id {int(ids.max())} is outside the table's vocabulary of {len(pieces)}")

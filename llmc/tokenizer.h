@@ -1,8 +1,9 @@
 /*
 The tokenizer's decode side: token id -> the bytes it stands for, from llm.c's decode table
-(docs/formats.md: magic 20240328, version 2, header [2] vocab size, [3] document-start id;
-then per token a uint8 length and that many raw bytes). Used to print samples. Plain C, header-only;
-also compiles as C++ under nvcc.
+(docs/formats.md: magic 20240328, version 2, header [2] vocab size, [3] document-start id, [4] 20261207
+when [5] holds the tokenizer fingerprint; then per token a uint8 length and that many raw bytes). Used
+to print samples, and its fingerprint (tokenizer_fingerprint) to check that the shards were made with
+it. Plain C, header-only; also compiles as C++ under nvcc.
 
 Pieces are raw bytes, not escapes: Llama 2's byte tokens are the bytes themselves (id 13 is "\n"),
 its "▁" is already a space, and a multi-byte UTF-8 character may be split over several tokens.
@@ -11,16 +12,21 @@ So tokenizer_safe_print filters bytes instead of whole pieces (see there).
 #ifndef LLMC_TOKENIZER_H
 #define LLMC_TOKENIZER_H
 
+#include <unistd.h> // access
+#include <zlib.h>  // crc32 (the fingerprint; only a program that calls tokenizer_fingerprint links zlib)
 #include "utils.h" // FATAL, fopenCheck, freadCheck, fileSizeCheck, mallocCheck
 
 #define TOKENIZER_MAGIC 20240328
 #define TOKENIZER_VERSION 2
 #define TOKENIZER_HEADER_INTS 256
+#define TOKENIZER_RECORD_MAGIC 20261207 // header word 4 of a table whose word 5 is its fingerprint (llama_fp8/formats.py)
 
 typedef struct {
     int vocab_size;
     int doc_start_id;    // the token every document starts with (Llama 2: 1 <s>, Llama 3: 128000)
     int init_ok;         // 0 after tokenizer_init_optional found no file
+    int recorded;        // the header records a fingerprint: fingerprint_recorded
+    uint32_t fingerprint_recorded;
     char **pieces;       // (vocab_size) NUL-terminated pieces, pointing into blob
     int *piece_len;      // (vocab_size) each piece's bytes: a piece may hold a 0 byte (Llama 2's <0x00>)
     char *blob;          // every piece, each followed by a NUL
@@ -48,6 +54,8 @@ static void tokenizer_init(Tokenizer *t, const char *path) {
     if (header[2] <= 0) FATAL("tokenizer '%s' has a bad vocabulary size %d", path, header[2]);
     t->vocab_size = header[2];
     t->doc_start_id = header[3];
+    t->recorded = header[4] == TOKENIZER_RECORD_MAGIC;
+    t->fingerprint_recorded = (uint32_t)header[5];
     // the whole body at once, then split: lengths and bytes are interleaved, and the file is small
     size_t body = (size_t)(size - header_bytes);
     unsigned char *data = (unsigned char *)mallocCheck(body);
@@ -90,6 +98,37 @@ static int tokenizer_init_optional(Tokenizer *t, const char *path) {
     fcloseCheck(fp);
     tokenizer_init(t, path);
     return 1;
+}
+
+// The trainer's -tok: '' is no table; the default (`default_path`, the shipped table, which a
+// checkout without dev/data/tinyshakespeare lacks) is optional, so the quick start runs without it;
+// any other path names a table that must exist. Returns whether a table was read.
+static int tokenizer_init_flag(Tokenizer *t, const char *path, const char *default_path) {
+    memset(t, 0, sizeof(*t));
+    if (path[0] == '\0') return 0;
+    if (strcmp(path, default_path) == 0) return tokenizer_init_optional(t, path);
+    if (access(path, F_OK) != 0) FATAL("-tok '%s': no such decode table (%s); give the table made with the data's tokenizer, or -tok '' for none", path, strerror(errno));
+    tokenizer_init(t, path);
+    return 1;
+}
+
+// The tokenizer fingerprint: zlib's CRC-32 of the table's body (per token a length byte, then its
+// bytes) up to the last non-empty piece, so the empty pieces that pad a table to a model's vocabulary
+// do not change it (llama_fp8/formats.py: tokenizer_fingerprint, the same function). Exits naming
+// `path` if the header records another: the file was changed after it was written.
+static uint32_t tokenizer_fingerprint(const Tokenizer *t, const char *path) {
+    int n = t->vocab_size;
+    while (n > 0 && t->piece_len[n - 1] == 0) n--;
+    uLong crc = crc32(0L, Z_NULL, 0);
+    for (int i = 0; i < n; i++) {
+        unsigned char len = (unsigned char)t->piece_len[i];
+        crc = crc32(crc, &len, 1);
+        crc = crc32(crc, (const Bytef *)t->pieces[i], (uInt)len);
+    }
+    if (t->recorded && (uint32_t)crc != t->fingerprint_recorded)
+        FATAL("decode table '%s' records tokenizer fingerprint %08x but its pieces give %08x: the file was changed after it was"
+              " written", path, t->fingerprint_recorded, (unsigned)crc);
+    return (uint32_t)crc;
 }
 
 // The piece of token `id`. An id outside the vocabulary (a model's vocabulary can be padded past the

@@ -562,7 +562,7 @@ def tokenize(args, files, tok_path, outputs):
     fill = 0
 
     def write(what, tokens, mask):
-        formats.write_shard(outputs.stage(what), tokens, dtype)
+        formats.write_shard(outputs.stage(what), tokens, dtype, tokenizer=pieces, role="val" if what == "val" else "train")
         if mask is not None:
             formats.write_loss_mask(outputs.stage(what, formats.MASK_SUFFIX), mask)
 

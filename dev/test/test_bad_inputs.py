@@ -265,6 +265,12 @@ ROWS = [
     Row("a shard that is not one", "shards_to_text", ["--table", table, "--out", path("o.txt"), txt], [txt, "token shard"], [path("o.txt")]),
     Row("a decode table that is not one", "shards_to_text", ["--table", shard, "--out", path("o.txt"), shard], [shard, "decode table"],
         [path("o.txt")]),
+    Row("a shard of another tokenizer than --table (its record)", "shards_to_text",
+        ["--table", os.path.join(DATA, "tinyshakespeare", "llama2_tokenizer.bin"), "--out", path("o.txt"), shard],
+        [shard, "made with another tokenizer"], [path("o.txt")]),
+    Row("a decode table changed after it was written (its recorded fingerprint)", "shards_to_text",
+        ["--table", write("edited_table.bin", read(table)[:1025] + bytes([read(table)[1025] ^ 1]) + read(table)[1026:]),
+         "--out", path("o.txt"), shard], [path("edited_table.bin"), "changed after it was written"], [path("o.txt")]),
     # shakespeare_chat
     Row("no such text", "shakespeare_chat", [path("nope.txt"), "--out", path("sc.jsonl")], [path("nope.txt")], [path("sc.jsonl")]),
     Row("a text without speeches", "shakespeare_chat", [txt, "--out", path("sc.jsonl")], [txt, "no speeches"], [path("sc.jsonl")]),

@@ -95,7 +95,7 @@ static void test_shard_16bit_exact_batches(void) {
             CHECK(td_batch_is_run(&dl, 10 * s), "epoch %d batch %d: inputs[0]=%d targets[0]=%d", epoch, s,
                   dl.inputs[0], dl.targets[0]);
         }
-        CHECK(dataloader_get_state(&dl).epoch == epoch + 1, "epoch counter after epoch %d", epoch);
+        CHECK(dl.epoch == epoch + 1, "epoch counter after epoch %d", epoch);
     }
     dataloader_free(&dl);
 }
@@ -215,6 +215,23 @@ static void test_shuffle_deterministic(void) {
     }
 }
 
+// The loader's resume record, written to a file and read back as a checkpoint carries it (caller frees).
+static unsigned char *td_record_through_file(const DataLoader *dl, size_t *bytes) {
+    *bytes = dataloader_state_bytes(dl);
+    unsigned char *buf = (unsigned char *)mallocCheck(*bytes), *back = (unsigned char *)mallocCheck(*bytes);
+    dataloader_save_state(dl, buf);
+    char path[512];
+    FILE *fp = fopenCheck(td_path(path, "state.bin"), "wb");
+    fwriteCheck(buf, 1, *bytes, fp);
+    fcloseCheck(fp);
+    td_register(path);
+    fp = fopenCheck(path, "rb");
+    freadCheck(back, 1, *bytes, fp, path);
+    fcloseCheck(fp);
+    free(buf);
+    return back;
+}
+
 static void test_state_resume(void) {
     char pattern[512];
     td_multi_pattern(pattern);
@@ -226,20 +243,13 @@ static void test_state_resume(void) {
         DataLoader a, b;
         dataloader_init(&a, pattern, B, T, 1, 2, 1, 9, 4000);
         for (int i = 0; i < skip; i++) dataloader_next_batch(&a);
-        DataLoaderState s = dataloader_get_state(&a);
         // through a file, as a checkpoint would carry it
-        char path[512];
-        FILE *fp = fopenCheck(td_path(path, "state.bin"), "wb");
-        fwriteCheck(&s, sizeof(s), 1, fp);
-        fcloseCheck(fp);
-        td_register(path);
-        DataLoaderState r;
-        fp = fopenCheck(path, "rb");
-        freadCheck(&r, sizeof(r), 1, fp, path);
-        fcloseCheck(fp);
+        size_t bytes;
+        unsigned char *r = td_record_through_file(&a, &bytes);
         dataloader_init(&b, pattern, B, T, 1, 2, 1, 9, 4000);
-        dataloader_next_batch(&b); // somewhere else first: set_state must fully reposition
-        dataloader_set_state(&b, &r);
+        dataloader_next_batch(&b); // somewhere else first: the load must fully reposition
+        dataloader_load_state(&b, r, bytes, "state.bin", 0);
+        free(r);
         int same = 1;
         for (int i = 0; i < K; i++) {
             dataloader_next_batch(&a);
@@ -248,7 +258,7 @@ static void test_state_resume(void) {
             same &= memcmp(a.targets, b.targets, B * T * sizeof(int)) == 0;
         }
         CHECK(same, "resuming after %d batches did not replay the same %d batches", skip, K);
-        CHECK(dataloader_get_state(&b).epoch >= 1, "the replay never crossed an epoch");
+        CHECK(b.epoch >= 1, "the replay never crossed an epoch");
         dataloader_free(&a);
         dataloader_free(&b);
     }
@@ -308,9 +318,11 @@ static void test_synthetic(void) {
     int limit = SYNTH_SENTENCES * (SYNTH_LEN - 1) + SYNTH_SENTENCES * SYNTH_SENTENCES;
     CHECK(distinct <= limit, "%d distinct bigrams in %d tokens, expected at most %d", distinct, N * BT, limit);
     // resume works the same way
-    DataLoaderState s = dataloader_get_state(&a);
+    size_t bytes;
+    unsigned char *s = td_record_through_file(&a, &bytes);
     dataloader_next_batch(&a);
-    dataloader_set_state(&b, &s);
+    dataloader_load_state(&b, s, bytes, "state.bin", 0);
+    free(s);
     dataloader_next_batch(&b);
     CHECK(memcmp(a.inputs, b.inputs, BT * sizeof(int)) == 0, "synthetic resume differs");
     dataloader_free(&a);
@@ -432,7 +444,8 @@ static void test_small_train_shard_left_out(void) {
     // rank 1 reads positions 1 and 3 of small_0, then of small_2, then epoch 1 again
     DataLoader dl;
     dataloader_init(&dl, pattern, 2, 4, 1, 2, 0, 0, 4000);
-    CHECK(dl.num_shards == 2 && dl.batches_per_epoch == 4, "%d shards, %lld batches an epoch; expected 2, 4", dl.num_shards,
+    // small_1 keeps its place in the shard order (the same at any world size) but gives world 2 no step
+    CHECK(dl.num_shards == 3 && dl.batches_per_epoch == 4, "%d shards, %lld batches an epoch; expected 3, 4", dl.num_shards,
           (long long)dl.batches_per_epoch);
     CHECK(dataloader_num_tokens(&dl) == 41 + 33, "num_tokens %lld counts the shard left out", (long long)dataloader_num_tokens(&dl));
     const int expect[5] = {8, 24, 2008, 2024, 8};
@@ -552,39 +565,218 @@ static void test_token_at_vocab_edge(void) {
 }
 
 typedef struct {
-    int B, shuffle, num_shards;
+    const char *pattern; // the resuming run's -i: a glob or a mixture spec
+    int B, shuffle, continue_changed;
     uint64_t seed;
-    DataLoaderState state;
+    const unsigned char *record;
+    size_t bytes;
 } TdStateArgs;
 
-static void td_set_state_child(void *arg) {
-    TdStateArgs *a = (TdStateArgs *)arg;
-    char pattern[512];
+static void td_load_state_child(void *arg) {
+    const TdStateArgs *a = (const TdStateArgs *)arg;
     DataLoader dl;
-    dataloader_init(&dl, td_path(pattern, a->num_shards == 1 ? "multi_0.bin" : "multi_*.bin"), a->B, 4, 0, 1,
-                    a->shuffle, a->seed, 4000);
-    dataloader_set_state(&dl, &a->state);
+    dataloader_init(&dl, a->pattern, a->B, 4, 0, 1, a->shuffle, a->seed, 4000);
+    dataloader_load_state(&dl, a->record, a->bytes, "ckpt/state.bin", a->continue_changed);
     dataloader_free(&dl);
 }
 
-static void test_bad_state(void) {
-    char pattern[512];
-    td_multi_pattern(pattern);
+// The resume record of a loader of `pattern` (B 2, T 4, rank 0 of world 1, shuffled, seed 5) after
+// `batches` batches (caller frees).
+static unsigned char *td_record_of(const char *pattern, int batches, size_t *bytes) {
     DataLoader dl;
     dataloader_init(&dl, pattern, 2, 4, 0, 1, 1, 5, 4000);
-    while (dataloader_get_state(&dl).shard_index == 0) dataloader_next_batch(&dl); // past the first shard
-    TdStateArgs a;
-    a.state = dataloader_get_state(&dl);
+    for (int i = 0; i < batches; i++) dataloader_next_batch(&dl);
+    *bytes = dataloader_state_bytes(&dl);
+    unsigned char *buf = (unsigned char *)mallocCheck(*bytes);
+    dataloader_save_state(&dl, buf);
     dataloader_free(&dl);
-    a.B = 2; a.shuffle = 1; a.seed = 5; a.num_shards = 3;
-    char err[4096];
-    CHECK(run_expect_fatal(td_set_state_child, &a, err, sizeof(err)) == 0, "a matching state was refused: %s", err);
+    return buf;
+}
+
+static void test_bad_state(void) {
+    char pattern[512], err[4096];
+    td_multi_pattern(pattern);
+    size_t bytes;
+    unsigned char *rec = td_record_of(pattern, 12, &bytes);
+    TdStateArgs a = {pattern, 2, 1, 0, 5, rec, bytes};
+    CHECK(run_expect_fatal(td_load_state_child, &a, err, sizeof(err)) == 0, "a matching record was refused: %s", err);
     a.B = 4;
-    td_expect_fatal("other geometry", td_set_state_child, &a, NULL, "B*T*world = 8 tokens per step, this run has 16", NULL);
+    td_expect_fatal("other geometry", td_load_state_child, &a, "ckpt/state.bin", "batches of B*T = 8 tokens, this run's are 16", NULL);
     a.B = 2; a.seed = 6;
-    td_expect_fatal("other seed", td_set_state_child, &a, NULL, "seed=5", "seed=6");
-    a.seed = 5; a.num_shards = 1;
-    td_expect_fatal("fewer shards", td_set_state_child, &a, NULL, "does not fit the 1 shard(s)", NULL);
+    td_expect_fatal("other seed", td_load_state_child, &a, "ckpt/state.bin", "seed=5", "seed=6");
+    a.seed = 5; a.shuffle = 0;
+    td_expect_fatal("other shuffle", td_load_state_child, &a, "ckpt/state.bin", "shuffle=1", "shuffle=0");
+    a.shuffle = 1; a.bytes = bytes - 8;
+    td_expect_fatal("a truncated record", td_load_state_child, &a, "ckpt/state.bin", "corrupt", NULL);
+    a.bytes = bytes;
+    // words: 7 of the head, then the set's weight, drawn, epoch, shard index (byte 80), offset (byte 88)
+    int64_t bad_index = 3, bad_offset = 16; // the shards have 10, 15 and 7 positions
+    memcpy(rec + 80, &bad_index, 8);
+    td_expect_fatal("a shard index past the shards", td_load_state_child, &a, "ckpt/state.bin", "is corrupt", "shard 3 of 3");
+    int64_t index = 0;
+    memcpy(rec + 80, &index, 8);
+    memcpy(rec + 88, &bad_offset, 8);
+    td_expect_fatal("an offset past the shard's positions", td_load_state_child, &a, "ckpt/state.bin", "is corrupt", "offset 16");
+    unsigned char junk[40] = {1, 2, 3};
+    TdStateArgs j = {pattern, 2, 1, 0, 5, junk, sizeof(junk)};
+    td_expect_fatal("not a record", td_load_state_child, &j, "ckpt/state.bin", "not one this build reads", NULL);
+    free(rec);
+}
+
+// ---- the resume record's shards (issue 40.4): every change of the data refused naming the file,
+// or with -data_changed continue the set's next epoch; data moved to another folder resumes
+
+// A loader of `pattern` (as td_record_of's) with the record loaded, continue_changed as given.
+static void td_resume(DataLoader *dl, const char *pattern, const unsigned char *rec, size_t bytes, int continue_changed) {
+    dataloader_init(dl, pattern, 2, 4, 0, 1, 1, 5, 4000);
+    dl->warn = 0; // td_load_state_child's tests read the warnings
+    dataloader_load_state(dl, rec, bytes, "ckpt/state.bin", continue_changed);
+}
+
+static void td_expect_resume_fatal(const char *label, const char *pattern, const unsigned char *rec, size_t bytes, const char *file,
+                                   const char *phrase) {
+    TdStateArgs a = {pattern, 2, 1, 0, 5, rec, bytes};
+    td_expect_fatal(label, td_load_state_child, &a, file, phrase, "-data_changed continue");
+}
+
+static void test_record_changed_data(void) {
+    char pattern[512], moved[512], file[512], err[4096];
+    td_write_shard("rec_0.bin", 2, 0, 81);    // B*T = 8: 10 positions
+    td_write_shard("rec_1.bin", 2, 1000, 121); // 15
+    td_write_shard("rec_2.bin", 2, 2000, 57);  // 7
+    td_path(pattern, "rec_*.bin");
+    size_t bytes;
+    unsigned char *rec = td_record_of(pattern, 40, &bytes); // epoch 1
+    TdStateArgs same = {pattern, 2, 1, 0, 5, rec, bytes};
+    CHECK(run_expect_fatal(td_load_state_child, &same, err, sizeof(err)) == 0 && err[0] == '\0', "the same data refused: %s", err);
+    // appended, inserted (between rec_1 and rec_2 in name order), removed, re-cut, changed in place
+    td_write_shard("rec_3.bin", 2, 3000, 57);
+    td_expect_resume_fatal("a shard appended", pattern, rec, bytes, td_path(file, "rec_3.bin"), "that the checkpoint's data did not (added");
+    remove(file);
+    td_write_shard("rec_1a.bin", 2, 3000, 57);
+    td_expect_resume_fatal("a shard inserted", pattern, rec, bytes, td_path(file, "rec_1a.bin"), "that the checkpoint's data did not (added");
+    // continue: the set starts its next epoch (the record's is 1) at its first shard, saying so
+    DataLoader dl;
+    TdStateArgs cont = same;
+    cont.continue_changed = 1;
+    CHECK(run_expect_fatal(td_load_state_child, &cont, err, sizeof(err)) == 0 && strstr(err, "warning: -data_changed continue") &&
+          strstr(err, file) && strstr(err, "starts its epoch 2 at its first shard"), "-data_changed continue's warning: %s", err);
+    td_resume(&dl, pattern, rec, bytes, 1);
+    CHECK(dl.epoch == 2 && dl.shard_index == 0 && dl.offset == 0, "-data_changed continue: epoch %lld shard %d offset %lld, want 2 0 0",
+          (long long)dl.epoch, dl.shard_index, (long long)dl.offset);
+    dataloader_free(&dl);
+    remove(file);
+    td_path(file, "rec_1.bin");
+    rename(file, td_path(moved, "rec_1.off"));
+    td_expect_resume_fatal("a shard removed", pattern, rec, bytes, file, "lacks shard");
+    rename(moved, file);
+    td_write_shard("rec_2.bin", 2, 2000, 65);
+    td_expect_resume_fatal("a shard re-cut", pattern, rec, bytes, td_path(file, "rec_2.bin"), "of 1154 bytes, 1138 when the checkpoint");
+    td_write_shard("rec_2.bin", 2, 2000, 57);
+    td_poke_token("rec_2.bin", 2, 30, 7);
+    td_expect_resume_fatal("a shard changed in place", pattern, rec, bytes, file, "changed since the checkpoint was written");
+    td_write_shard("rec_2.bin", 2, 2000, 57);
+    // the same files in another folder: resumed, the next batches those of the run that saved
+    char dir[512], src[512], dst[600], moved_pattern[600];
+    CHECK(mkdir(td_path(dir, "moved"), 0700) == 0, "mkdir %s", dir);
+    for (int i = 0; i < 3; i++) {
+        char name[64], cmd[1200];
+        snprintf(name, sizeof(name), "rec_%d.bin", i);
+        snprintf(cmd, sizeof(cmd), "cp '%s' '%s/%s'", td_path(src, name), dir, name);
+        CHECK(system(cmd) == 0, "%s", cmd);
+        snprintf(dst, sizeof(dst), "%s/%s", dir, name);
+        td_register(dst);
+    }
+    snprintf(moved_pattern, sizeof(moved_pattern), "%s/rec_*.bin", dir);
+    DataLoader straight;
+    dataloader_init(&straight, pattern, 2, 4, 0, 1, 1, 5, 4000);
+    for (int i = 0; i < 40; i++) dataloader_next_batch(&straight);
+    td_resume(&dl, moved_pattern, rec, bytes, 0);
+    int same_batches = 1;
+    for (int i = 0; i < 30; i++) {
+        dataloader_next_batch(&straight);
+        dataloader_next_batch(&dl);
+        same_batches &= memcmp(straight.inputs, dl.inputs, 8 * sizeof(int)) == 0;
+    }
+    CHECK(same_batches, "the data moved to another folder: the resumed batches differ");
+    dataloader_free(&dl);
+    dataloader_free(&straight);
+    for (int i = 0; i < 3; i++) { snprintf(dst, sizeof(dst), "%s/rec_%d.bin", dir, i); remove(dst); }
+    rmdir(dir);
+    free(rec);
+    // a checkpoint from before the record (its 48-byte DataLoaderState): refused, saying how to continue
+    int64_t old[6] = {3, 1, 2, 5, 8, 1}; // epoch 3, shard 1, step 2, seed 5, B*T*world 8, shuffled
+    td_expect_resume_fatal("a state from before the record", pattern, (const unsigned char *)old, sizeof(old), "ckpt/state.bin",
+                           "did not record the data's files");
+    td_resume(&dl, pattern, (const unsigned char *)old, sizeof(old), 1);
+    CHECK(dl.epoch == 4 && dl.shard_index == 0 && dl.offset == 0, "an old state with -data_changed continue: epoch %lld, want 4",
+          (long long)dl.epoch);
+    dataloader_free(&dl);
+}
+
+// A run saved on N GPUs resumed on M (1, 3, 8 each): the record is the same on every rank, and over
+// the epoch every position is read at most once; unshuffled, the positions left unread are exactly
+// the tails the rule leaves out (the file comment, "Resume"), computed here from the rule.
+static void test_resume_other_world(void) {
+    char pattern[512];
+    td_write_shard("wc_0.bin", 2, 0, 29 * 8 + 1);     // B*T = 8: 29 positions
+    td_write_shard("wc_1.bin", 2, 1000, 17 * 8 + 1);  // 17
+    td_write_shard("wc_2.bin", 2, 2000, 40 * 8 + 1);  // 40
+    td_path(pattern, "wc_*.bin");
+    const int P[3] = {29, 17, 40}, worlds[3] = {1, 3, 8};
+    for (int shuffle = 0; shuffle <= 1; shuffle++)
+    for (int wn = 0; wn < 3; wn++)
+    for (int wm = 0; wm < 3; wm++) {
+        int N = worlds[wn], M = worlds[wm];
+        // save points: inside shard 0, at its end, inside shard 1 (steps of world N)
+        const int saves[3] = {1, P[0] / N, P[0] / N + 1};
+        for (int sp = 0; sp < 3; sp++) {
+            int k = saves[sp], read[3][40] = {{0}}, twice = 0;
+            DataLoader ranks[8];
+            for (int r = 0; r < N; r++) dataloader_init(&ranks[r], pattern, 2, 4, r, N, shuffle, 5, 4000);
+            int order[3]; // epoch 0's shard order
+            memcpy(order, ranks[0].shard_order, sizeof(order));
+            for (int s = 0; s < k; s++)
+                for (int r = 0; r < N; r++) {
+                    dataloader_next_batch(&ranks[r]);
+                    int sh = ranks[r].inputs[0] / 1000, p = ranks[r].inputs[0] % 1000 / 8;
+                    twice += read[sh][p]++ > 0;
+                }
+            size_t bytes = dataloader_state_bytes(&ranks[0]);
+            unsigned char *rec = (unsigned char *)mallocCheck(bytes), *other = (unsigned char *)mallocCheck(bytes);
+            dataloader_save_state(&ranks[0], rec);
+            int same_record = 1;
+            for (int r = 1; r < N; r++) {
+                dataloader_save_state(&ranks[r], other);
+                same_record &= dataloader_state_bytes(&ranks[r]) == bytes && memcmp(rec, other, bytes) == 0;
+            }
+            CHECK(same_record, "world %d: the ranks' records differ", N);
+            for (int r = 0; r < N; r++) dataloader_free(&ranks[r]);
+            for (int r = 0; r < M; r++) {
+                dataloader_init(&ranks[r], pattern, 2, 4, r, M, shuffle, 5, 4000);
+                dataloader_load_state(&ranks[r], rec, bytes, "ckpt/state.bin", 0);
+            }
+            while (ranks[0].epoch == 0)
+                for (int r = 0; r < M; r++) {
+                    dataloader_next_batch(&ranks[r]);
+                    int sh = ranks[r].inputs[0] / 1000, p = ranks[r].inputs[0] % 1000 / 8;
+                    twice += read[sh][p]++ > 0;
+                }
+            for (int r = 0; r < M; r++) dataloader_free(&ranks[r]);
+            CHECK(twice == 0, "shuffle %d, %d GPUs saved after %d steps, resumed on %d: %d positions read twice in the epoch", shuffle, N, k, M, twice);
+            // unread: the shards (in epoch 0's order) finished on N leave P mod N; the one of the save point,
+            // from its offset o, (P - o) mod M; the later ones P mod M
+            int unread = 0, want = 0, steps = k, i = 0;
+            for (int sh = 0; sh < 3; sh++) for (int p = 0; p < P[sh]; p++) unread += read[sh][p] == 0;
+            for (; i < 3 && steps >= P[order[i]] / N; i++) { want += P[order[i]] % N; steps -= P[order[i]] / N; }
+            if (i < 3) want += (P[order[i]] - steps * N) % M;
+            for (i++; i < 3; i++) want += P[order[i]] % M;
+            CHECK(unread == want, "shuffle %d, %d GPUs saved after %d steps, resumed on %d: %d positions of the epoch unread, the rule leaves %d",
+                  shuffle, N, k, M, unread, want);
+            free(rec);
+            free(other);
+        }
+    }
 }
 
 // ---- tokenizer
@@ -997,21 +1189,18 @@ static void test_mixture_resume(void) {
         CHECK(a.masked && a.sets[1].masked && !a.sets[0].masked, "the mixture's masks: %d %d %d", a.masked, a.sets[1].masked,
               a.sets[0].masked);
         for (int s = 0; s < skips[i]; s++) dataloader_next_batch(&a);
-        size_t bytes = dataloader_state_bytes(&a);
-        CHECK(bytes == 16 + 3 * sizeof(DataMixtureSetState), "state bytes %zu", bytes);
-        unsigned char *buf = (unsigned char *)mallocCheck(bytes), *back = (unsigned char *)mallocCheck(bytes);
-        dataloader_save_state(&a, buf);
-        char path[512];
-        FILE *fp = fopenCheck(td_path(path, "mixstate.bin"), "wb");
-        fwriteCheck(buf, 1, bytes, fp);
-        fcloseCheck(fp);
-        td_register(path);
-        fp = fopenCheck(path, "rb");
-        freadCheck(back, 1, bytes, fp, path);
-        fcloseCheck(fp);
+        size_t bytes;
+        unsigned char *back = td_record_through_file(&a, &bytes);
+        // docs/formats.md: 7 words, then per set 6 words and per shard 3 words and its name (NUL-padded to 8)
+        size_t want = 7 * 8;
+        for (int k = 0; k < 3; k++) {
+            want += 6 * 8;
+            for (int i = 0; i < a.sets[k].num_shards; i++) want += 3 * 8 + (strlen(a.sets[k].shards[i].path) + 8) / 8 * 8;
+        }
+        CHECK(bytes == want, "record bytes %zu, the format gives %zu", bytes, want);
         dataloader_init(&b, spec, B, T, 1, 2, 1, 21, 4000);
         for (int s = 0; s < 3; s++) dataloader_next_batch(&b); // elsewhere first: the load must reposition fully
-        dataloader_load_state(&b, back);
+        dataloader_load_state(&b, back, bytes, "mixstate.bin", 0);
         int same = 1;
         for (int s = 0; s < K; s++) {
             dataloader_next_batch(&a);
@@ -1021,7 +1210,6 @@ static void test_mixture_resume(void) {
         CHECK(same, "resuming after %d draws did not replay the same %d batches", skips[i], K);
         for (int k = 0; k < 3; k++) CHECK(a.drawn[k] == b.drawn[k], "resumed after %d: set %d drawn %lld vs %lld", skips[i], k,
                                           (long long)b.drawn[k], (long long)a.drawn[k]);
-        free(buf);
         free(back);
         dataloader_free(&a);
         dataloader_free(&b);
@@ -1038,10 +1226,12 @@ static void td_spec_child(void *arg) {
     if (a->saved_spec) { // a state saved under one spec, resumed under another
         DataLoader saved;
         dataloader_init(&saved, a->saved_spec, 2, 4, 0, 1, 0, 0, 4000);
-        unsigned char buf[1024];
+        unsigned char buf[4096];
+        size_t bytes = dataloader_state_bytes(&saved);
+        if (bytes > sizeof(buf)) FATAL("raise td_spec_child's buffer to %zu bytes", bytes);
         dataloader_save_state(&saved, buf);
         dataloader_init(&dl, a->spec, 2, 4, 0, 1, 0, 0, 4000);
-        dataloader_load_state(&dl, buf);
+        dataloader_load_state(&dl, buf, bytes, "ckpt/state.bin", 0);
         return;
     }
     dataloader_init(&dl, a->spec, 2, 4, 0, 1, 0, 0, 4000);
@@ -1081,7 +1271,222 @@ static void test_mixture_bad_specs(void) {
     td_expect_fatal("state of other weights", td_spec_child, &reweighted, NULL, "weight 1 for mixture set 2", "weight 2");
     snprintf(two, sizeof(two), "%s:1,%s:1", a, b);
     TdSpecArgs fewer = {two, good};
-    td_expect_fatal("state of another number of sets", td_spec_child, &fewer, NULL, "a mixture of 3 sets", "has 2");
+    td_expect_fatal("state of another number of sets", td_spec_child, &fewer, NULL, "a mixture of 3 sets", "a mixture of 2");
+}
+
+// Mixture records: swapped sets refused naming a file; a corrupt pick counter refused; another
+// number of sets refused, or with continue resumed (a new set from its start).
+static void test_record_mixture(void) {
+    char spec[2048], swapped[2200], a[512], b[512], c[512], err[4096];
+    td_mixture_spec(spec, 1, 1, 1);
+    td_path(a, "mixa_*.bin");
+    td_path(b, "mixb_*.bin");
+    td_path(c, "mixc_*.bin");
+    size_t bytes;
+    unsigned char *rec = td_record_of(spec, 30, &bytes);
+    snprintf(swapped, sizeof(swapped), "%s:1,%s:1,%s:1", b, a, c);
+    char file[512];
+    td_expect_resume_fatal("mixture sets swapped", swapped, rec, bytes, td_path(file, "mixb_0.bin"), "mixture set 1");
+    // the pick counter (word 6) no longer the sum of the sets' draws
+    unsigned char *bad = (unsigned char *)mallocCheck(bytes);
+    memcpy(bad, rec, bytes);
+    int64_t draws;
+    memcpy(&draws, bad + 48, 8);
+    draws++;
+    memcpy(bad + 48, &draws, 8);
+    TdStateArgs corrupt = {spec, 2, 1, 1, 5, bad, bytes}; // not even -data_changed continue takes it
+    td_expect_fatal("a mixture's draws not its sets' sum", td_load_state_child, &corrupt, "ckpt/state.bin", "the mixture drew 31 batches",
+                    "its sets 30");
+    free(bad);
+    char two[2200];
+    snprintf(two, sizeof(two), "%s:1,%s:1", a, b);
+    TdStateArgs fewer = {two, 2, 1, 0, 5, rec, bytes};
+    td_expect_fatal("another number of sets", td_load_state_child, &fewer, "ckpt/state.bin", "a mixture of 3 sets", "a mixture of 2");
+    fewer.continue_changed = 1;
+    CHECK(run_expect_fatal(td_load_state_child, &fewer, err, sizeof(err)) == 0, "another number of sets with continue: %s", err);
+    free(rec);
+}
+
+typedef struct { const char *spec, *first_pattern; } TdColonArgs;
+
+// A loader of a->spec in a child: exits 3 unless its first set is a->first_pattern of weight 3 and the
+// second of weight 1.
+static void td_colon_child(void *arg) {
+    const TdColonArgs *a = (const TdColonArgs *)arg;
+    DataLoader dl;
+    dataloader_init(&dl, a->spec, 2, 4, 0, 1, 0, 0, 4000);
+    if (dl.num_sets != 2 || strcmp(dl.set_patterns[0], a->first_pattern) != 0 || dl.weights[0] != 3.0 || dl.weights[1] != 1.0) {
+        fprintf(stderr, "%d sets, the first '%s' of weight %g\n", dl.num_sets, dl.set_patterns[0], dl.weights[0]);
+        exit(3);
+    }
+    dataloader_free(&dl);
+}
+
+// A pattern may hold a ':' (a folder's name here): the weight is after a set's last ':'.
+static void test_mixture_colon_in_pattern(void) {
+    char dir[512], a[600], b[512], spec[1300], err[4096];
+    CHECK(mkdir(td_path(dir, "col:dir"), 0700) == 0, "mkdir %s", dir);
+    td_write_shard("col:dir/ca_0.bin", 2, 0, 81);
+    td_write_shard("cb_0.bin", 2, 2000, 81);
+    snprintf(a, sizeof(a), "%s/ca_*.bin", dir);
+    snprintf(spec, sizeof(spec), "%s:3,%s:1", a, td_path(b, "cb_*.bin"));
+    TdColonArgs args = {spec, a};
+    int status = run_expect_fatal(td_colon_child, &args, err, sizeof(err));
+    CHECK(status == 0, "'%s': exit %d: %s", spec, status, err);
+    char path[512];
+    remove(td_path(path, "col:dir/ca_0.bin"));
+    rmdir(dir);
+}
+
+// Each set is shuffled with its own seed (seed + its index): two sets of the same shape read their
+// positions in different orders.
+static void test_mixture_sets_own_order(void) {
+    char spec[1200], a[512], b[512];
+    td_write_shard("oa_0.bin", 2, 0, 161);    // B*T = 8: 20 positions each
+    td_write_shard("ob_0.bin", 2, 1000, 161);
+    snprintf(spec, sizeof(spec), "%s:1,%s:1", td_path(a, "oa_*.bin"), td_path(b, "ob_*.bin"));
+    DataLoader dl;
+    dataloader_init(&dl, spec, 2, 4, 0, 1, 1, 7, 4000);
+    int order[2][20];
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 20; i++) { dataloader_next_batch(&dl.sets[k]); order[k][i] = dl.sets[k].inputs[0] % 1000 / 8; }
+    CHECK(memcmp(order[0], order[1], sizeof(order[0])) != 0, "two sets of the same shape read their 20 positions in the same order");
+    dataloader_free(&dl);
+}
+
+// A file in two sets (overlapping patterns, the same pattern twice, one file under two names) is
+// refused naming the shards.
+static void test_mixture_overlap(void) {
+    char good[2048], a[512], a1[512], b[512], link_path[512], spec[2200];
+    td_mixture_spec(good, 1, 1, 1);
+    td_path(a, "mixa_*.bin");
+    td_path(a1, "mixa_1.bin");
+    td_path(b, "mixb_*.bin");
+    snprintf(spec, sizeof(spec), "%s:1,%s:1", a, a1);
+    TdSpecArgs overlap = {spec, NULL};
+    td_expect_fatal("overlapping sets", td_spec_child, &overlap, a1, "1 shard is in two sets", "(set 1) is");
+    char twice[2200];
+    snprintf(twice, sizeof(twice), "%s:1,%s:2", b, b);
+    TdSpecArgs dup = {twice, NULL};
+    char b0[512];
+    td_expect_fatal("one set twice", td_spec_child, &dup, td_path(b0, "mixb_0.bin"), "1 shard is in two sets", "(set 2)");
+    td_path(link_path, "mixlink.bin");
+    remove(link_path);
+    CHECK(link(b0, link_path) == 0, "link %s", link_path);
+    td_register(link_path);
+    char linked[2200];
+    snprintf(linked, sizeof(linked), "%s:1,%s:1", b, link_path);
+    TdSpecArgs same_file = {linked, NULL};
+    td_expect_fatal("one file under two names", td_spec_child, &same_file, link_path, "1 shard is in two sets", b0);
+}
+
+// ---- shard records (issue 40.10, 40.13): the tokenizer fingerprint of llama_fp8/formats.py's files
+// (dev/test/fixtures/data, made by dev/reference/make_data_fixture.py) is llmc/tokenizer.h's
+
+#define TD_FIXTURE "dev/test/fixtures/data/"
+
+typedef struct { const char *train, *val, *table; int V; } TdRunArgs;
+
+// dataloader_check_run on loaders of a->train (a glob or a mixture) and a->val (NULL: none), with
+// a->table's fingerprint (NULL: none), warning.
+static void td_check_run_child(void *arg) {
+    const TdRunArgs *a = (const TdRunArgs *)arg;
+    DataLoader train, val;
+    dataloader_init(&train, a->train, 2, 4, 0, 1, 0, 0, 4000);
+    if (a->val) dataloader_init_eval(&val, a->val, 2, 4, 4000, 0);
+    uint32_t fingerprint = 0;
+    if (a->table) {
+        Tokenizer t;
+        tokenizer_init(&t, a->table);
+        fingerprint = tokenizer_fingerprint(&t, a->table);
+        tokenizer_free(&t);
+    }
+    dataloader_check_run(&train, a->val ? &val : NULL, a->table, fingerprint, a->V, 1);
+}
+
+static void test_shard_records(void) {
+    Tokenizer t;
+    tokenizer_init(&t, TD_FIXTURE "tok.bin"); // tokenizer_fingerprint exits if the Python-recorded one differs
+    uint32_t fp = tokenizer_fingerprint(&t, TD_FIXTURE "tok.bin");
+    CHECK(t.recorded && fp == t.fingerprint_recorded, "tok.bin: recorded %d, fingerprint %08x, Python's %08x", t.recorded, fp, t.fingerprint_recorded);
+    tokenizer_free(&t);
+    tokenizer_init(&t, TD_FIXTURE "tok_padded.bin");
+    CHECK(t.vocab_size == 320 && tokenizer_fingerprint(&t, TD_FIXTURE "tok_padded.bin") == fp, "the table padded with 20 empty pieces:"
+          " fingerprint %08x, unpadded %08x", tokenizer_fingerprint(&t, TD_FIXTURE "tok_padded.bin"), fp);
+    tokenizer_free(&t);
+    tokenizer_init(&t, TD_FIXTURE "other_tok.bin");
+    CHECK(tokenizer_fingerprint(&t, TD_FIXTURE "other_tok.bin") != fp, "one byte of piece 150 changed: the same fingerprint %08x", fp);
+    tokenizer_free(&t);
+    DataLoader dl;
+    dataloader_init(&dl, TD_FIXTURE "train_000.bin", 2, 4, 0, 1, 0, 0, 300);
+    CHECK(dl.shards[0].role == SHARD_ROLE_TRAIN && dl.shards[0].tok_vocab == 300 && dl.shards[0].tokenizer == fp,
+          "train_000.bin's record: role %d, %d tokens, fingerprint %08x (the table's %08x)", dl.shards[0].role, dl.shards[0].tok_vocab,
+          dl.shards[0].tokenizer, fp);
+    dataloader_free(&dl);
+    // a table changed after it was written: refused naming it
+    char path[512], cmd[1200];
+    snprintf(cmd, sizeof(cmd), "cp " TD_FIXTURE "tok.bin '%s'", td_path(path, "edited_tok.bin"));
+    CHECK(system(cmd) == 0, "%s", cmd);
+    td_register(path);
+    FILE *f = fopenCheck(path, "r+b");
+    fseekCheck(f, 1024 + 2, SEEK_SET); // piece 1's byte (' '), after the lengths of piece 0 (empty) and piece 1
+    fputc('!', f);
+    fcloseCheck(f);
+    TdRunArgs edited = {TD_FIXTURE "train_000.bin", NULL, path, 300};
+    td_expect_fatal("an edited decode table", td_check_run_child, &edited, path, "records tokenizer fingerprint", "changed after it was written");
+}
+
+static void test_run_checks(void) {
+    char err[4096];
+    TdRunArgs good = {TD_FIXTURE "train_000.bin", TD_FIXTURE "val.bin", TD_FIXTURE "tok.bin", 300};
+    CHECK(run_expect_fatal(td_check_run_child, &good, err, sizeof(err)) == 0 && err[0] == '\0', "the fixture's run: %s", err);
+    good.table = TD_FIXTURE "tok_padded.bin";
+    good.V = 320;
+    CHECK(run_expect_fatal(td_check_run_child, &good, err, sizeof(err)) == 0, "with the padded table and V 320: %s", err);
+    TdRunArgs other_table = {TD_FIXTURE "train_000.bin", NULL, TD_FIXTURE "other_tok.bin", 300};
+    td_expect_fatal("shards of another tokenizer than -tok", td_check_run_child, &other_table, TD_FIXTURE "train_000.bin", "another tokenizer",
+                    TD_FIXTURE "other_tok.bin");
+    TdRunArgs other_val = {TD_FIXTURE "train_000.bin", TD_FIXTURE "other_000.bin", NULL, 300};
+    td_expect_fatal("val data of another tokenizer (no table)", td_check_run_child, &other_val, TD_FIXTURE "other_000.bin", "another tokenizer",
+                    TD_FIXTURE "train_000.bin");
+    TdRunArgs mixed = {TD_FIXTURE "train_000.bin:1," TD_FIXTURE "other_000.bin:1", NULL, NULL, 300};
+    td_expect_fatal("mixture sets of two tokenizers", td_check_run_child, &mixed, TD_FIXTURE "other_000.bin", "another tokenizer", NULL);
+    TdRunArgs small_model = {TD_FIXTURE "train_000.bin", NULL, NULL, 299};
+    td_expect_fatal("a tokenizer larger than the model", td_check_run_child, &small_model, TD_FIXTURE "train_000.bin", "tokenizer of 300 tokens",
+                    "vocabulary of 299");
+    // a val shard or a decode table in the training data
+    TdRunArgs val_in_train = {TD_FIXTURE "[tv][ra]*.bin", NULL, NULL, 300}; // train_000.bin and val.bin
+    td_expect_fatal("a val shard in the training data", td_check_run_child, &val_in_train, TD_FIXTURE "val.bin", "is a val shard", NULL);
+    TdRunArgs table_in_train = {TD_FIXTURE "t*.bin", NULL, NULL, 300};
+    td_expect_fatal("a decode table in the training data", td_check_run_child, &table_in_train, TD_FIXTURE "tok.bin", "is a tokenizer decode table", NULL);
+    // llm.c's shards (no record): the -j file among the training data refused; one warning for them all
+    char train[512], val[512];
+    td_write_shard("jv_0.bin", 2, 0, 81);
+    td_write_shard("jv_1.bin", 2, 1000, 81);
+    td_write_shard("jw_0.bin", 2, 2000, 81);
+    TdRunArgs j_in_i = {td_path(train, "jv_*.bin"), td_path(val, "jv_1.bin"), NULL, 4000};
+    td_expect_fatal("the -j shard in -i", td_check_run_child, &j_in_i, val, "the training data (-i) holds the val shard", NULL);
+    TdRunArgs plain = {train, td_path(val, "jw_0.bin"), NULL, 4000};
+    CHECK(run_expect_fatal(td_check_run_child, &plain, err, sizeof(err)) == 0, "llm.c's shards refused: %s", err);
+    int lines = 0;
+    for (const char *c = err; *c; c++) lines += *c == '\n';
+    CHECK(lines == 1 && strstr(err, "warning: 3 data shards record no tokenizer"), "llm.c's shards: want one warning for the 3, got: %s", err);
+}
+
+static void td_tokenizer_flag_child(void *arg) {
+    Tokenizer t;
+    if (tokenizer_init_flag(&t, (const char *)arg, "dev/data/no_such_default.bin")) tokenizer_free(&t);
+}
+
+// -tok: a missing default table is no table (samples print ids); '' is none; any other missing path is refused.
+static void test_tokenizer_flag(void) {
+    char path[512], err[4096];
+    Tokenizer t;
+    CHECK(tokenizer_init_flag(&t, "dev/data/no_such_default.bin", "dev/data/no_such_default.bin") == 0, "the default table, missing: read");
+    CHECK(tokenizer_init_flag(&t, "", "dev/data/no_such_default.bin") == 0, "-tok '': a table read");
+    CHECK(run_expect_fatal(td_tokenizer_flag_child, (void *)TD_FIXTURE "tok.bin", err, sizeof(err)) == 0, "an existing -tok refused: %s", err);
+    td_expect_fatal("-tok naming a missing file", td_tokenizer_flag_child, (void *)td_path(path, "no_table.bin"), path, "-tok",
+                    "no such decode table");
 }
 
 static void run_data_tests(void) {
@@ -1111,6 +1516,15 @@ static void run_data_tests(void) {
     run_test("mixture: deterministic per seed; every rank the same set, disjoint batches", test_mixture_deterministic);
     run_test("mixture: state saved mid-mixture and restored replays the same batches", test_mixture_resume);
     run_test("mixture: bad specs and another run's state refused, naming the spec", test_mixture_bad_specs);
+    run_test("mixture: a pattern holding ':' (a folder's name) takes the weight after the last ':'", test_mixture_colon_in_pattern);
+    run_test("mixture: two sets of one shape are shuffled in different orders (seed + set)", test_mixture_sets_own_order);
+    run_test("mixture: a file in two sets (overlap, a set twice, a hard link) refused naming the shards", test_mixture_overlap);
+    run_test("record: shards appended, inserted, removed, re-cut, changed refused naming the file; continue; moved folder; old state", test_record_changed_data);
+    run_test("record: mixture sets swapped, corrupt draws, another number of sets", test_record_mixture);
+    run_test("record: saved on 1, 3, 8 GPUs, resumed on 1, 3, 8: no position twice, only the rule's tails unread", test_resume_other_world);
+    run_test("records: tokenizer fingerprints of formats.py's table and shards, padded, edited", test_shard_records);
+    run_test("records: tokenizer, role and -j checks of a run, one warning for llm.c's shards", test_run_checks);
+    run_test("tokenizer: -tok missing refused, the default missing optional, '' none", test_tokenizer_flag);
     for (int i = 0; i < g_td_num_files; i++) remove(g_td_files[i]);
     rmdir(g_td_dir);
 }

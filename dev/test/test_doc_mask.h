@@ -178,7 +178,7 @@ static void test_doc_mask_gradcheck(void) {
 }
 
 // The helper on hand-written rows (id 1): BOS at 0, mid-row and twice in a row; a row with no BOS;
-// a row starting mid-document with its last token a BOS.
+// a row starting mid-document with its last token a BOS; then batches whose last document is the longest.
 static void test_doc_mask_helper_rows(void) {
     enum { B = 3, T = 6 };
     const int inputs[B * T] = {1, 5, 6, 1, 1, 7,
@@ -196,6 +196,14 @@ static void test_doc_mask_helper_rows(void) {
     for (int i = 0; i < B * T; i++) CHECK(dm.pos[i] == want_pos[i], "pos[%d] = %d, want %d", i, dm.pos[i], want_pos[i]);
     for (int d = 0; d <= 7 && d <= dm.num_docs; d++)
         CHECK(dm.doc_offsets[d] == want_offsets[d], "doc_offsets[%d] = %d, want %d", d, dm.doc_offsets[d], want_offsets[d]);
+    doc_mask_free(&dm);
+    // the longest document the last one: a whole row without a BOS after rows of shorter ones
+    const int tail[2 * T] = {1, 5, 1, 5, 5, 1,
+                             7, 7, 7, 7, 7, 7};
+    doc_mask_init(&dm, 2, T, 1, 10);
+    doc_mask_compute(&dm, tail);
+    CHECK(dm.num_docs == 4 && dm.max_doc_len == 6, "the last document the longest: %d documents, max_doc_len %d, want 4 and 6", dm.num_docs,
+          dm.max_doc_len);
     doc_mask_free(&dm);
 }
 
