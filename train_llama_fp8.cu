@@ -2559,10 +2559,13 @@ static int start_model(Model *m, TrainState *ts, DataLoader *train, const Option
         CheckpointCtx c = {m, ts, run};
         CheckpointRanks r = checkpoint_ranks(&c);
         resumed_from = checkpoint_pick(&r, o->log_dir, run);
-        // a fine-tune resubmitted before its first checkpoint starts from its weights again
-        if (resumed_from < 0 && !o->init_from[0])
+        // a run requeued before its first checkpoint starts again: a fine-tune from its weights, any other
+        // from its random init (-x 0 has nothing to evaluate then)
+        if (resumed_from < 0 && !o->init_from[0] && (run == 0 || o->max_steps == 0))
             FATAL("-y 1: no complete checkpoint of this run in '%s' (complete: its done_SSSSSSSS marker written last, after every file)", o->log_dir);
-        if (resumed_from < 0 && mg_is_main(mg)) printf("-y 1: no checkpoint in '%s' yet: starting from -init_from\n", o->log_dir);
+        if (resumed_from < 0 && mg_is_main(mg))
+            printf("-y 1: run %016llx has no complete checkpoint in '%s' yet: starting it from %s\n", (unsigned long long)run, o->log_dir,
+                   o->init_from[0] ? "-init_from" : "its random init");
         if (resumed_from >= 0 && mg_is_main(mg)) printf("-y 1: resuming from step %d of run %016llx\n", resumed_from, (unsigned long long)run);
     }
     if (resumed_from >= 0) {
@@ -2684,7 +2687,7 @@ int main(int argc, char **argv) {
     uint64_t run_id = 0;
     if (have_dir && main_rank) {
         checkpoint_lock(o.log_dir);
-        run_id = checkpoint_dir_start(o.log_dir, o.resume, o.overwrite);
+        run_id = checkpoint_dir_start(o.log_dir, o.resume, o.overwrite, o.init_from[0] != '\0');
     } else if (eval_only && o.resume && main_rank) {
         checkpoint_run_id_read(o.log_dir, &run_id);
     }

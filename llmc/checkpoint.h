@@ -235,16 +235,21 @@ static void checkpoint_lock(const char *dir) {
 }
 
 // The start of a run that writes checkpoints into dir, on the main rank, holding dir's lock: returns
-// the run's id. With resume (-y 1), the run dir/run_id names; otherwise, or where there is none, a new
-// run, whose id is written there: refused where dir holds checkpoint files (another run's: a new
+// the run's id. With resume (-y 1), the run dir/run_id names (none there: refused, unless
+// may_start_fresh: -init_from gives the weights); otherwise, or where there is none, a new run, whose
+// id is written there: refused where dir holds checkpoint files (another run's: a new
 // experiment pointed at an old directory) unless overwrite (-overwrite 1: those files are kept, never
 // resumed or pruned; the names carry no run id, so one at a step the new run writes is replaced).
 // Then removes, saying so, every checkpoint's temporary file
 // (under the lock nothing else writes them) and this run's incomplete checkpoints (a model or state
 // file of this run without its marker: a process killed while writing).
-static uint64_t checkpoint_dir_start(const char *dir, int resume, int overwrite) {
+static uint64_t checkpoint_dir_start(const char *dir, int resume, int overwrite, int may_start_fresh) {
     uint64_t run = 0;
-    if (!(resume && checkpoint_run_id_read(dir, &run))) {
+    int have = checkpoint_run_id_read(dir, &run);
+    if (resume && !have && !may_start_fresh)
+        FATAL("-y 1: the log directory '%s' holds no run to resume (no run_id file: this trainer never started a run there; is it the"
+              " directory you meant?). To start a new run there, leave out -y 1", dir);
+    if (!(resume && have)) {
         char first[300] = "";
         int files = 0;
         DIR *d = opendir(dir);
@@ -376,9 +381,11 @@ static const char *checkpoint_file_problem(const char *path, int magic, uint64_t
     return bad ? msg : NULL;
 }
 
-// What keeps this rank from resuming the checkpoint of `step` (NULL: nothing): rank 0 checks the
-// marker's every state file is there and the model file; every rank its own state file.
-static const char *checkpoint_rank_problem(const char *dir, int step, uint64_t run, int rank, char *msg, size_t n) {
+// What keeps this rank of `world` from resuming the checkpoint of `step` (NULL: nothing): rank 0 checks
+// the marker's every state file is there and the model file; every rank the state files rank, rank +
+// world, ...: its own where the checkpoint has this number of GPUs, and between them all the files of
+// another number (a resume on another number of GPUs reads parts of each: llmc/reshard.h).
+static const char *checkpoint_rank_problem(const char *dir, int step, uint64_t run, int rank, int world, char *msg, size_t n) {
     char model[1100], state[1100];
     uint64_t id;
     int ranks;
@@ -388,9 +395,12 @@ static const char *checkpoint_rank_problem(const char *dir, int step, uint64_t r
         if (access(state, F_OK) != 0) { snprintf(msg, n, "'%s' (of its %d ranks): %s", state, ranks, strerror(errno)); return msg; }
     }
     checkpoint_path(model, sizeof(model), dir, CKPT_MODEL, step, 0);
-    checkpoint_path(state, sizeof(state), dir, CKPT_STATE, step, rank);
     if (rank == 0 && checkpoint_file_problem(model, MODEL_MAGIC, run, msg, n)) return msg;
-    return rank < ranks ? checkpoint_file_problem(state, STATE_MAGIC, run, msg, n) : NULL;
+    for (int r = rank; r < ranks; r += world) {
+        checkpoint_path(state, sizeof(state), dir, CKPT_STATE, step, r);
+        if (checkpoint_file_problem(state, STATE_MAGIC, run, msg, n)) return msg;
+    }
+    return NULL;
 }
 
 // The step to resume run `run` from: the newest complete checkpoint in dir whose files verify on every
@@ -402,7 +412,7 @@ static int checkpoint_pick(const CheckpointRanks *r, const char *dir, uint64_t r
         FATAL("the ranks see different checkpoints in '%s' (this rank %d): do all ranks see the same -o directory?", dir, n);
     for (int i = 0; i < n && picked < 0; i++) {
         char msg[1400];
-        const char *problem = checkpoint_rank_problem(dir, steps[i], run, r->rank, msg, sizeof(msg));
+        const char *problem = checkpoint_rank_problem(dir, steps[i], run, r->rank, r->world, msg, sizeof(msg));
         if (problem) fprintf(stderr, "-y 1: rank %d cannot resume the checkpoint of step %d: %s\n", r->rank, steps[i], problem);
         if (!r->max(r->ctx, problem != NULL)) picked = steps[i];
         else if (r->rank == 0)

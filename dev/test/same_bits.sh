@@ -15,7 +15,8 @@
 # result), and -x 0 of a fresh fp8 model (the calibration forward, the val loss, a sample).
 # Compared per case: the printed step lines (loss, norm, lr; not the times), val losses, samples and
 # checkpoint lines; main.log's step and val lines and metrics.jsonl without the times and memory;
-# fp8.log; and with cmp every model_*.bin, state_*.bin and fp8_state_rank0.bin (-fp8_dump 1). One
+# fp8.log; and with cmp every model_*.bin, state_*.bin (but for the run id each run draws and the
+# checksum over it: header bytes 1008-1023) and fp8_state_rank0.bin (-fp8_dump 1). One
 # line per case, "same" or "DIFFERENT: what", then "N passed, N failed"; exit status 1 on any
 # difference, 2 when the comparison cannot run (a bad REV, a build failure, no GPU: the builds are
 # made and checked first). The runs' logs stay in the temporary directory when a case differs.
@@ -86,6 +87,9 @@ digest() {
     return 0
 }
 binaries() { [ -d "$1" ] && (cd "$1" && ls | grep -E '^(model_|state_|fp8_state_rank).*\.bin$' | sort); return 0; }
+# same_but_run_id A B: whether two checkpoint files hold the same bits but for the run id and the
+# checksum over it (header words 252-255, bytes 1008-1023): two runs always differ there
+same_but_run_id() { cmp -s <(head -c 1008 "$1") <(head -c 1008 "$2") && cmp -s <(tail -c +1025 "$1") <(tail -c +1025 "$2"); }
 
 passed=0 failed=0
 # compare NAME DIR_A DIR_B: one line, same or DIFFERENT
@@ -103,7 +107,12 @@ compare() {
         what="other checkpoint files: $(diff "$a.files" "$b.files" | grep '^[<>]' | tr '\n' ' ')"
     else
         local f
-        while read -r f; do cmp -s "$a/$f" "$b/$f" || what="${what:+$what, }$f"; done < "$a.files"
+        while read -r f; do
+            case $f in
+                model_* | state_*) same_but_run_id "$a/$f" "$b/$f" || what="${what:+$what, }$f" ;;
+                *) cmp -s "$a/$f" "$b/$f" || what="${what:+$what, }$f" ;;
+            esac
+        done < "$a.files"
         [ -z "$what" ] || what="files differ: $what"
     fi
     if [ -z "$what" ]; then

@@ -60,18 +60,20 @@ static long file_size(const char *path) {
 
 static void patch_file(const char *path, long offset, const void *bytes, size_t n) {
     FILE *f = fopen(path, "r+b");
+    if (f == NULL) return; // a missing file: the check that follows fails
     fseek(f, offset, SEEK_SET);
     fwrite(bytes, 1, n, f);
     fclose(f);
 }
 
+// Copies a file (a missing one copies as nothing: the check that follows fails, no crash).
 static void copy_file(const char *from, const char *to) {
     FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
     char buf[4096];
     size_t n;
-    while ((n = fread(buf, 1, sizeof(buf), a)) > 0) fwrite(buf, 1, n, b);
-    fclose(a);
-    fclose(b);
+    while (a && b && (n = fread(buf, 1, sizeof(buf), a)) > 0) fwrite(buf, 1, n, b);
+    if (a) fclose(a);
+    if (b) fclose(b);
 }
 
 // Runs read_sample on path in a child; the read must fail with a message containing `want`.
@@ -415,12 +417,13 @@ static void touch(const char *path) {
     if (f) fclose(f);
 }
 
-// A rank's job: what it does (save steps first..last with -keep keep; or pick and expect `want`), and
+// A rank's job: what it does (save steps first..last with -keep keep, `need` bytes each (0: 1); or pick
+// and expect `want`), and
 // where rank fail_rank stops: "fatal_state" (FATAL before its state file), "fatal_model" (rank 0:
 // FATAL with the state files written, as a full disk would), or killed by SIGKILL (no clean-up at all)
 // at "kill_state_tmp" (a partial state file), "kill_state" (its state file renamed), "kill_model_tmp",
 // "kill_model" (the model file renamed), "kill_done" (the marker written).
-typedef struct { const char *dir; uint64_t run; int first, last, keep, pick_want, fail_rank; const char *fail; } RankJob;
+typedef struct { const char *dir; uint64_t run; int first, last, keep, pick_want, fail_rank; const char *fail; unsigned long long need; } RankJob;
 typedef struct { int to_parent, from_parent, world, step, barriers; const RankJob *job; MultiGpu mg; } StandIn;
 static StandIn g_rank;
 
@@ -488,7 +491,7 @@ static void rank_main(const RankJob *job) {
     }
     for (g_rank.step = job->first; g_rank.step <= job->last; g_rank.step++) {
         g_rank.barriers = 0;
-        checkpoint_sequence(&r, job->dir, g_rank.step, job->run, job->keep, 1);
+        checkpoint_sequence(&r, job->dir, g_rank.step, job->run, job->keep, job->need ? job->need : 1);
     }
 }
 
@@ -593,6 +596,12 @@ static void dir_names(const char *dir, const char *except, char *out, size_t n) 
 
 static const int WORLDS[3] = {1, 3, 8};
 
+static int count_of(const char *text, const char *what) {
+    int n = 0;
+    for (const char *p = strstr(text, what); p; p = strstr(p + 1, what)) n++;
+    return n;
+}
+
 // The real sequence on 1, 3 and 8 ranks, step after step with -keep 2: after each checkpoint the two
 // newest of this run are complete on every rank, nothing else of it is left, and what is not the
 // run's (another run's checkpoints, a later checkpoint -y 1 passed over, model_best.bin) stays.
@@ -668,23 +677,34 @@ static void test_failure_removes_unfinished(void) {
             dir_names(dir, want, names, sizeof(names));
             CHECK(names[0] == '\0', "world %d, %s on rank %d: left of the unfinished checkpoint of step 3: %s", world, fails[f], fail_rank, names);
         }
+        // no room for the checkpoint (4.6 EB): every rank refuses before writing anything
+        int world = WORLDS[w];
+        char dir[300], tag[32], names[4096];
+        snprintf(tag, sizeof(tag), "full%d", world);
+        fresh_dir(dir, sizeof(dir), tag);
+        RankJob job = {dir, 1, 1, 1, 0, -2, -1, NULL, 1ull << 62};
+        int failed = run_ranks(&job, world, out, sizeof(out));
+        dir_names(dir, "", names, sizeof(names));
+        CHECK(failed == world && count_of(out, "the checkpoint needs 4611686018427387904") == world && names[0] == '\0',
+              "world %d, no room: %d ranks failed, the refusal said %d times, files written: '%s':\n%s", world, failed,
+              count_of(out, "the checkpoint needs 4611686018427387904"), names, out);
     }
 }
 
-typedef struct { const char *dir; int resume, overwrite; uint64_t *run; } StartArgs;
+typedef struct { const char *dir; int resume, overwrite, may_start_fresh; uint64_t *run; } StartArgs;
 
 // checkpoint_dir_start in a child: its lines reach the parent on stderr; the run id in a shared word.
 static void start_in_child(void *arg) {
     const StartArgs *a = (const StartArgs *)arg;
     dup2(2, 1);
-    *a->run = checkpoint_dir_start(a->dir, a->resume, a->overwrite);
+    *a->run = checkpoint_dir_start(a->dir, a->resume, a->overwrite, a->may_start_fresh);
     fflush(stdout);
 }
 
 static uint64_t *g_shared_run; // a page both a child and this process see
 
 static int start_dir(const char *dir, int resume, int overwrite, char *err, size_t n) {
-    StartArgs a = {dir, resume, overwrite, g_shared_run};
+    StartArgs a = {dir, resume, overwrite, 0, g_shared_run};
     *g_shared_run = 0;
     return run_expect_fatal(start_in_child, &a, err, n);
 }
@@ -747,13 +767,19 @@ static void test_run_identity(void) {
     static char out[65536], err[16384];
     char dir[300], path[1100], names[4096], before[4096];
     fresh_dir(dir, sizeof(dir), "runid");
-    CHECK(start_dir(dir, 0, 0, err, sizeof(err)) == 0 && *g_shared_run != 0, "a fresh start in an empty directory: %s", err);
+    // -y 1 into a directory no run started in: refused, unless -init_from gives the weights
+    int status = start_dir(dir, 1, 0, err, sizeof(err));
+    CHECK(status != 0 && strstr(err, dir) && strstr(err, "holds no run to resume"), "-y 1 into an empty directory: exit %d: %s", status, err);
+    StartArgs fine_tune = {dir, 1, 0, 1, g_shared_run};
+    status = run_expect_fatal(start_in_child, &fine_tune, err, sizeof(err));
+    CHECK(status == 0 && *g_shared_run != 0, "-y 1 -init_from into an empty directory (a fine-tune before its first checkpoint): %s", err);
+    CHECK(start_dir(dir, 0, 0, err, sizeof(err)) == 0 && *g_shared_run != 0, "a fresh start in a directory without checkpoints: %s", err);
     uint64_t first = *g_shared_run;
     CHECK(start_dir(dir, 1, 0, err, sizeof(err)) == 0 && *g_shared_run == first, "-y 1: run %llx, the directory's %llx: %s",
           (unsigned long long)*g_shared_run, (unsigned long long)first, err);
     save_on_ranks(dir, first, 3, 1, 2, 0, NULL, -1, out, sizeof(out));
     dir_names(dir, "", before, sizeof(before));
-    int status = start_dir(dir, 0, 0, err, sizeof(err));
+    status = start_dir(dir, 0, 0, err, sizeof(err));
     dir_names(dir, "", names, sizeof(names));
     CHECK(status != 0 && strstr(err, dir) && strstr(err, "holds 10 checkpoint files of another run") && strstr(err, "pass -y 1") &&
           strstr(err, "pass -overwrite 1"), "a fresh start into a directory with checkpoints: exit %d: %s", status, err);
@@ -988,7 +1014,8 @@ int main(void) {
     run_test("model file: one differing in any config word (rope_theta, eps, RoPE scaling, tied, a shape) refused naming it", test_model_config_every_word);
     run_test("checkpoint sequence on 1, 3, 8 stand-in ranks: -keep 2 leaves the run's two newest, complete on every rank; other runs' and later ones stay",
              test_keep_sequence);
-    run_test("checkpoint sequence on 1, 3, 8 stand-in ranks: a rank failing mid-checkpoint leaves nothing of it; the earlier ones complete", test_failure_removes_unfinished);
+    run_test("checkpoint sequence on 1, 3, 8 stand-in ranks: a rank failing mid-checkpoint, or no room, leaves nothing of it; the earlier ones complete",
+             test_failure_removes_unfinished);
     run_test("checkpoint: SIGKILL at each point of a save: -y 1 takes the one before, the start-up removes the rest (saying so), -keep counts complete ones",
              test_kill_during_save);
     run_test("run identity: a fresh start into a used directory refused without -overwrite 1; runs' files kept apart; a mixed pair passed over",

@@ -109,10 +109,13 @@ run() { # run NAME CMD...: output to $LOG/NAME.txt, returns the exit status
     shift
     "$@" > "$LOG/$name.txt" 2>&1
 }
-same_files() { # same_files DIR_A DIR_B FILE...: "" if every FILE is byte-identical in both, else what differs
+# same_but_run_id A B: whether two checkpoint files hold the same bits but for the run id and the
+# checksum over it (header words 252-255, bytes 1008-1023): two runs always differ there
+same_but_run_id() { cmp -s <(head -c 1008 "$1") <(head -c 1008 "$2") && cmp -s <(tail -c +1025 "$1") <(tail -c +1025 "$2"); }
+same_files() { # same_files DIR_A DIR_B FILE...: "" if every checkpoint FILE is the same in both (same_but_run_id), else what differs
     local a=$1 b=$2 out=""
     shift 2
-    for f in "$@"; do cmp -s "$a/$f" "$b/$f" || out="$out $f"; done
+    for f in "$@"; do same_but_run_id "$a/$f" "$b/$f" || out="$out $f"; done
     echo "$out"
 }
 # compare_logs A/main.log B/main.log MODE ...: per-step train loss, grad norm and val loss of two runs
@@ -279,7 +282,8 @@ if want 5; then
                 states="$states $(printf 'state_00000020_%05d.bin' "$r")"
                 cp "$a/$(printf 'state_00000010_%05d.bin' "$r")" "$b/" 2> /dev/null || ok=0
             done
-            if [ $ok = 0 ] || ! cp "$a/model_00000010.bin" "$b/" 2> /dev/null; then
+            # the checkpoint with its marker, and the run it belongs to
+            if [ $ok = 0 ] || ! cp "$a/model_00000010.bin" "$a/done_00000010" "$a/run_id" "$b/" 2> /dev/null; then
                 report FAIL "5 $prec: resume with $n ranks is bit-exact" "no step-10 checkpoint in $a (check 2's run failed?)"
                 continue
             fi

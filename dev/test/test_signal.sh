@@ -7,11 +7,15 @@
 #      finishes its step, writes a checkpoint, prints how to resume (naming the signal) and exits 0,
 #      leaving no temporary file
 #   2  -y 1 then runs to the end, and its last checkpoint (model and state file) is byte-identical to
-#      that of the uninterrupted run, as are the losses of the steps after the stop
+#      that of the uninterrupted run but for the run id (and the checksum over it), as are the losses
+#      of the steps after the stop
 #   3  a second SIGTERM 0.3 s after the first (125m, whose checkpoint takes that long to write): exit
 #      status 143 at once, no temporary file; resuming then starts from the last complete checkpoint
 #   4  no log directory (-o ''): exit status 143 and a message that nothing was saved
-#   5  -keep 2 with a checkpoint every 10 of 60 steps: only steps 50 and 60 are left
+#   5  -keep 2 with a checkpoint every 10 of 60 steps: only steps 50 and 60 are left, each with its
+#      done_ marker
+#   6  the directory's owner: a second run on -o while the first runs is refused naming its host and
+#      pid; a fresh run into a directory with checkpoints is refused, and runs with -overwrite 1
 # Prints PASS / FAIL per check, then "N passed, N failed"; logs in LOG_DIR (default log_signal/).
 set -u
 cd "$(dirname "$0")/../.." || exit 2
@@ -48,6 +52,9 @@ losses_after() { # losses_after LOG STEP: "s:N trl:L norm:G" for steps > STEP fr
     awk -v s="$2" -F'[: ]' '/^s:[0-9]+ trl:/ && $2 > s {print $1":"$2, $3":"$4, $5":"$6}' "$1"
 }
 checkpoint_files() { ls "$1" | grep -E '^(model|state)_' | sort; }
+# same_but_run_id A B: whether two checkpoint files hold the same bits but for the run id and the
+# checksum over it (header words 252-255, bytes 1008-1023): two runs always differ there
+same_but_run_id() { cmp -s <(head -c 1008 "$1") <(head -c 1008 "$2") && cmp -s <(tail -c +1025 "$1") <(tail -c +1025 "$2"); }
 
 for case in "fp8 TERM" "bf16 INT" "fp8 USR1" "bf16 HUP"; do
     set -- $case
@@ -77,7 +84,7 @@ for case in "fp8 TERM" "bf16 INT" "fp8 USR1" "bf16 HUP"; do
     ./train_llama_fp8 $args -precision "$prec" -o "$cut" -y 1 > "$LOG/${prec}_resume_$sig.out" 2>&1 \
         || { report FAIL "$prec: resume with -y 1" "see $LOG/${prec}_resume_$sig.out"; continue; }
     same=1
-    for f in model_00000300.bin state_00000300_00000.bin; do cmp -s "$full/$f" "$cut/$f" || same=0; done
+    for f in model_00000300.bin state_00000300_00000.bin; do same_but_run_id "$full/$f" "$cut/$f" || same=0; done
     if [ "$same" = 1 ] && [ "$(losses_after "$full/main.log" "$stop_step")" = "$(losses_after "$cut/main.log" "$stop_step")" ]; then
         report PASS "$prec: resumed from step $stop_step, the end equals the uninterrupted run bit for bit (checkpoint files, losses)"
     else
@@ -95,7 +102,7 @@ if wait_for_step "$LOG/two.out" 25; then
     kill -TERM "$pid"; sleep 0.3; kill -TERM "$pid"
     wait "$pid"
     rc=$?
-    latest=$(checkpoint_files "$two" | grep '^model_' | tail -n 1 | sed -E 's/model_0*([0-9]+)\.bin/\1/')
+    latest=$(ls "$two" | grep -E '^done_[0-9]+$' | sort | tail -n 1 | sed -E 's/done_0*([0-9]+)/\1/') # the newest complete one
     removed=$(grep -c "removed the partial file" "$LOG/two.out")
     if [ "$rc" = 143 ] && grep -q "^second signal: exiting now" "$LOG/two.out" && ! grep -q "^stopped by" "$LOG/two.out" \
         && ! ls "$two" | grep -q '\.tmp$' && [ "${latest:-0}" -ge 20 ] && [ $((latest % 10)) = 0 ]; then
@@ -138,9 +145,34 @@ keep=$LOG/keep
 rc=$?
 files=$(checkpoint_files "$keep" | tr '\n' ' ')
 want="model_00000050.bin model_00000060.bin state_00000050_00000.bin state_00000060_00000.bin "
-if [ "$rc" = 0 ] && [ "$files" = "$want" ]; then
+if [ "$rc" = 0 ] && [ "$files" = "$want" ] && [ "$(ls "$keep" | grep '^done_' | tr '\n' ' ')" = "done_00000050 done_00000060 " ]; then
     report PASS "-keep 2: 6 checkpoints written, the 2 newest left"
 else
-    report FAIL "-keep 2" "exit $rc, files '$files' (want '$want'); see $LOG/keep.out"
+    report FAIL "-keep 2" "exit $rc, files '$files' (want '$want' and their done_ markers); see $LOG/keep.out"
+fi
+
+# the directory's owner: a second run while the first holds the lock; a fresh run into used checkpoints
+start_run "$LOG/owner.out" bf16 "$keep" -y 1 -x 400
+if wait_for_step "$LOG/owner.out" 65; then
+    ./train_llama_fp8 $args -precision bf16 -o "$keep" -y 1 > "$LOG/second.out" 2>&1
+    rc=$?
+    if [ "$rc" = 1 ] && grep -q "is in use by another run (host $(hostname) pid $pid holds" "$LOG/second.out"; then
+        report PASS "a second run on the same -o is refused naming the first one's host and pid"
+    else
+        report FAIL "a second run on the same -o" "exit $rc; see $LOG/second.out"
+    fi
+    kill -TERM "$pid"; wait "$pid"
+else
+    kill -9 "$pid" 2>/dev/null
+    report FAIL "the owner run never reached step 65" "see $LOG/owner.out"
+fi
+./train_llama_fp8 $args -precision bf16 -x 5 -o "$keep" > "$LOG/fresh.out" 2>&1
+rc=$?
+./train_llama_fp8 $args -precision bf16 -x 5 -o "$keep" -overwrite 1 > "$LOG/overwrite.out" 2>&1
+rc2=$?
+if [ "$rc" = 1 ] && grep -q "checkpoint files of another run" "$LOG/fresh.out" && [ "$rc2" = 0 ] && [ -f "$keep/done_00000060" ]; then
+    report PASS "a fresh run into a directory with checkpoints is refused; -overwrite 1 runs, the old checkpoints kept"
+else
+    report FAIL "a fresh run into a used directory" "exit $rc, then $rc2 with -overwrite 1; see $LOG/fresh.out, $LOG/overwrite.out"
 fi
 finish
