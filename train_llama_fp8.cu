@@ -48,6 +48,7 @@ every rank casts with the same scales. With one GPU none of this runs: no NCCL c
 #include "llmc/adamw.cuh"          // adamw_update
 #include "llmc/global_norm.cuh"    // global_norm_squared
 #include "llmc/zero_layout.h"      // ZeroLayout: the ZeRO-1 buckets and shards, backward_stage
+#include "llmc/reshard.h"          // reshard_plan, reshard_fill: a checkpoint's moments on another number of GPUs
 #include "llmc/multi_gpu.cuh"      // MultiGpu: launch, NCCL collectives with deadlines
 #include "llmc/fp8_state.cuh"      // Fp8State, Fp8Pass: the fp8 scales and amaxes, the casts' site protocol, fp8_end_step
 #include "llmc/hellaswag.h"        // HellaSwag: the eval file, its rows, acc / acc_norm as lm-eval scores them
@@ -1741,12 +1742,14 @@ static void write_sections(const char *path, int *header, const Section *sec, in
 // version (version2_notice).
 typedef struct { int at, value; const char *name; const char *pass[2]; } HeaderExpect;
 
-static int read_sections(const char *path, int magic, const HeaderExpect *expect, int nexpect, const Section *sec, int nsec,
-                         int *header_out) {
+// read_sections' checks of what the header and the size say (header: the file's 256 words); returns
+// the file open after its header. A resume on another number of GPUs reads only parts of the old files
+// (load_resharded): their checksums were verified whole when the checkpoint was picked.
+static FILE *open_sections(const char *path, int magic, const HeaderExpect *expect, int nexpect, const Section *sec, int nsec,
+                           int header[256]) {
     FILE *f = fopenCheck(path, "rb");
-    int header[256];
     int64_t size = fileSizeCheck(f);
-    if (size < (int64_t)sizeof(header)) FATAL("checkpoint '%s' is truncated (%lld bytes)", path, (long long)size);
+    if (size < (int64_t)(256 * sizeof(int))) FATAL("checkpoint '%s' is truncated (%lld bytes)", path, (long long)size);
     freadCheck(header, sizeof(int), 256, f, path);
     if (header[0] != magic) FATAL("'%s' is not a train_llama_fp8 checkpoint of this kind (magic %d, expected %d)", path, header[0], magic);
     if (header[1] < 1 || header[1] > CKPT_VERSION)
@@ -1758,9 +1761,16 @@ static int read_sections(const char *path, int magic, const HeaderExpect *expect
         FATAL("checkpoint '%s' does not match this run: %s is %d in the file, %d here%s%s", path, expect[i].name, v, expect[i].value,
               pass ? "; to resume it, pass " : "", pass ? pass : "");
     }
-    int64_t want = sizeof(header);
+    int64_t want = 256 * sizeof(int);
     for (int s = 0; s < nsec; s++) want += (int64_t)sec[s].bytes;
     if (size != want) FATAL("checkpoint '%s' has %lld bytes, expected %lld: truncated or from another configuration", path, (long long)size, (long long)want);
+    return f;
+}
+
+static int read_sections(const char *path, int magic, const HeaderExpect *expect, int nexpect, const Section *sec, int nsec,
+                         int *header_out) {
+    int header[256];
+    FILE *f = open_sections(path, magic, expect, nexpect, sec, nsec, header);
     char *buf = (char *)mallocCheck(CKPT_CHUNK);
     uint64_t h = checksum_of_header(header);
     for (int s = 0; s < nsec; s++) {
@@ -2035,22 +2045,104 @@ static void load_model_file(Model *m, const char *path) {
     cudaCheck(cudaFree(ws.staging));
 }
 
-static void load_checkpoint(Model *m, TrainState *ts, const char *dir, int step) {
-    char model_path[1024], state_path[1024];
+// The state of a checkpoint written by another number of GPUs (h0: its rank 0's state file's header,
+// which holds that number and its gradient accumulation), loaded into this rank. The total batch must
+// stay the same (reshard_batch_problem: else refused, naming both GPU counts). This rank's shard of
+// the AdamW moments is re-sliced from the old ranks' files (llmc/reshard.h), reading only the byte
+// ranges it overlaps, a chunk at a time; the rest of the state is the same on every rank (the fp8
+// state, the grains, the sampling rng, the data record) and comes from rank 0's file. Every old file's
+// header must hold the checkpoint's world, grad accumulation and its rank, as a same-world resume's
+// must hold this run's (state_expect).
+static void load_resharded(Model *m, TrainState *ts, const char *dir, int step, const int h0[256]) {
+    int N = h0[12], M = ts->world;
+    char why[1024], model_path[1024];
+    if (h0[9] == m->opt.B && h0[10] == m->opt.T && // another B or T: the header check below names it
+        reshard_batch_problem(m->opt.B, m->opt.T, N, h0[11], M, ts->grad_accum, why, sizeof(why)))
+        FATAL("-y 1: the checkpoint of step %d in '%s' cannot continue on %d GPU%s: %s", step, dir, M, M == 1 ? "" : "s", why);
+    if (mg_is_main(m->mg))
+        printf("-y 1: the checkpoint was written by %d GPU%s: its AdamW moments re-sliced for %d (grad accum %d, was %d)\n", N,
+               N == 1 ? "" : "s", M, ts->grad_accum, h0[11]);
+    TrainState was = *ts;
+    was.world = N;
+    was.grad_accum = h0[11];
+    size_t elem = moments_size(m) / m->zero.shard;
+    ReshardPlan plan = reshard_plan(&m->cfg, m->param_sizes, N, M, ts->rank);
+    Section st[NUM_STATE_SECTIONS];
+    state_sections(m, ts, st); // where this run keeps each section; an old file's moments (the first two) are its shard's
+    st[0].bytes = st[1].bytes = plan.old_shard * elem;
+    FILE **files = (FILE **)mallocCheck(N * sizeof(FILE *));
+    char *paths = (char *)mallocCheck((size_t)N * 1024);
+    const char **names = (const char **)mallocCheck(N * sizeof(char *));
+    HeaderExpect ex[NUM_STATE_FIELDS];
+    int h[256];
+    for (int i = 0; i < N; i++) {
+        names[i] = paths + (size_t)i * 1024;
+        checkpoint_paths(dir, step, i, model_path, paths + (size_t)i * 1024);
+        was.rank = i;
+        files[i] = open_sections(names[i], STATE_MAGIC, ex, state_expect(m, &was, ex), st, NUM_STATE_SECTIONS, h);
+    }
+    ReshardFiles rf = {files, names};
+    char *buf = (char *)mallocCheck(CKPT_CHUNK);
+    size_t chunk = CKPT_CHUNK / elem;
+    uint64_t at = 256 * sizeof(int); // where section s starts in every old file
+    for (int s = 0; s < NUM_STATE_SECTIONS; at += st[s].bytes, s++) {
+        for (size_t first = 0; s < 2 && first < plan.new_shard; first += chunk) { // m and v
+            size_t n = plan.new_shard - first < chunk ? plan.new_shard - first : chunk;
+            reshard_fill(&plan, elem, at, first, n, buf, reshard_read_files, &rf);
+            cudaCheck(cudaMemcpy((char *)st[s].ptr + first * elem, buf, n * elem, cudaMemcpyHostToDevice));
+        }
+        for (size_t off = 0; s >= 2 && off < st[s].bytes; off += CKPT_CHUNK) { // the rest: rank 0's
+            size_t n = st[s].bytes - off < CKPT_CHUNK ? st[s].bytes - off : CKPT_CHUNK;
+            char *dst = st[s].on_device ? buf : (char *)st[s].ptr + off;
+            reshard_read_files(&rf, 0, at + off, dst, n);
+            if (st[s].on_device) cudaCheck(cudaMemcpy((char *)st[s].ptr + off, buf, n, cudaMemcpyHostToDevice));
+        }
+    }
+    for (int i = 0; i < N; i++) fcloseCheck(files[i]);
+    free(buf); free(files); free(paths); free(names);
+    reshard_plan_free(&plan);
+    state_read_back(m, ts, h0);
+}
+
+// The number of GPUs that wrote the state file at path (its header's word 12; h: the header), or 0
+// where it is no state file (read_sections then says what is wrong with it). checkpoint_pick has
+// verified the file's checksum, header included.
+static int state_file_world(const char *path, int h[256]) {
+    FILE *f = fopenCheck(path, "rb");
+    int whole = fread(h, sizeof(int), 256, f) == 256;
+    fcloseCheck(f);
+    return whole && h[0] == STATE_MAGIC ? h[12] : 0;
+}
+
+// -y 1: a checkpoint of this run's number of GPUs reads this rank's state file; one of another number
+// is re-sliced (load_resharded). Returns the rank whose state file gave the data record: this one's,
+// or rank 0's.
+static int load_checkpoint(Model *m, TrainState *ts, const char *dir, int step) {
+    char model_path[1024], state_path[1024], first_path[1024];
     checkpoint_paths(dir, step, ts->rank, model_path, state_path);
     load_model_file(m, model_path);
     m->step = step;
-    HeaderExpect ex[NUM_STATE_FIELDS];
-    int nex = state_expect(m, ts, ex);
-    Section st[NUM_STATE_SECTIONS];
-    data_state_sized_from(ts, state_path);
-    state_sections(m, ts, st);
     int h[256];
-    version2_notice(state_path, read_sections(state_path, STATE_MAGIC, ex, nex, st, NUM_STATE_SECTIONS, h), mg_is_main(m->mg));
-    state_read_back(m, ts, h);
-    fp8_grains_resumed(m, state_path);
+    checkpoint_paths(dir, step, 0, model_path, first_path);
+    int world = state_file_world(first_path, h), from = ts->rank;
+    if (world > 0 && world != ts->world) {
+        data_state_sized_from(ts, first_path);
+        load_resharded(m, ts, dir, step, h);
+        fp8_grains_resumed(m, first_path);
+        from = 0;
+    } else {
+        HeaderExpect ex[NUM_STATE_FIELDS];
+        int nex = state_expect(m, ts, ex);
+        Section st[NUM_STATE_SECTIONS];
+        data_state_sized_from(ts, state_path);
+        state_sections(m, ts, st);
+        version2_notice(state_path, read_sections(state_path, STATE_MAGIC, ex, nex, st, NUM_STATE_SECTIONS, h), mg_is_main(m->mg));
+        state_read_back(m, ts, h);
+        fp8_grains_resumed(m, state_path);
+    }
     const Fp8State *fs = &m->fp8_state;
     if (m->fp8.on) fp8_publish_scale_inv(fs->gemm_scale_inv, fs->buffer + fs->layout.scale_inv, fs->layout.num_tensors, 0);
+    return from;
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -2569,9 +2661,9 @@ static int start_model(Model *m, TrainState *ts, DataLoader *train, const Option
         if (resumed_from >= 0 && mg_is_main(mg)) printf("-y 1: resuming from step %d of run %016llx\n", resumed_from, (unsigned long long)run);
     }
     if (resumed_from >= 0) {
-        load_checkpoint(m, ts, o->log_dir, resumed_from);
+        int record_rank = load_checkpoint(m, ts, o->log_dir, resumed_from);
         char model_path[1024], state_path[1024];
-        checkpoint_paths(o->log_dir, resumed_from, ts->rank, model_path, state_path);
+        checkpoint_paths(o->log_dir, resumed_from, record_rank, model_path, state_path);
         dataloader_load_state(train, ts->data, (size_t)ts->data_bytes, state_path, strcmp(o->data_changed, "continue") == 0);
     } else if (o->init_from[0]) {
         load_model_file(m, o->init_from);

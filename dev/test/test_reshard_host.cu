@@ -15,6 +15,8 @@ files, checked against statements made here, never against the code under test:
   plan maps each element to the one holding the same flat parameter index, and the copies cover the
   new shard's parameters exactly (what the streamed load reads is its share of the old files, ~27 GB / M
   of moments at 7B, not N whole files);
+- -y 1's check of a checkpoint of N GPUs on M (checkpoint_rank_problem, llmc/checkpoint.h): every
+  old state file is verified whole by some new rank (each damaged in turn is named), a sound one passes;
 - the total batch across GPU counts (reshard_batch_problem): kept totals accepted, the ones that cannot
   be kept refused naming both GPU counts and what to pass or which counts work, worked out by hand.
 Needs no GPU: CI runs it. Build and run: make dev/test/test_reshard_host && ./dev/test/test_reshard_host
@@ -25,7 +27,8 @@ Needs no GPU: CI runs it. Build and run: make dev/test/test_reshard_host && ./de
 #include <algorithm>
 #include <string>
 #include <vector>
-#include "llmc/reshard.h" // reshard_plan, reshard_fill, reshard_read_files, reshard_batch_problem
+#include "llmc/reshard.h"    // reshard_plan, reshard_fill, reshard_read_files, reshard_batch_problem
+#include "llmc/checkpoint.h" // checkpoint_rank_problem: which new rank verifies which old file
 
 static const int WORLDS[] = {1, 2, 3, 8};
 #define NUM_WORLDS 4
@@ -232,6 +235,61 @@ static const char *check_plan(const LlamaConfig *c, int N, int M) {
     return why;
 }
 
+// A checkpoint file of run `run` as checkpoint_file_problem reads it: a header (magic, version, run id,
+// checksum over the header and body) and `body`.
+static void write_verifiable(const char *path, int magic, uint64_t run, const std::vector<unsigned char> &body) {
+    int32_t h[MODEL_HEADER_INTS] = {0};
+    h[0] = magic;
+    h[1] = MODEL_VERSION;
+    header_set_run_id(h, run);
+    header_set_checksum_word(h, checksum_of_version(MODEL_VERSION)(checksum_of_header(h), body.data(), body.size()));
+    FILE *f = fopen(path, "wb");
+    fwrite(h, sizeof(h), 1, f);
+    fwrite(body.data(), 1, body.size(), f);
+    fclose(f);
+}
+
+// A checkpoint of N GPUs picked on M (checkpoint_rank_problem, which -y 1 runs on every rank before
+// anything loads): all files sound, no rank objects; each old state file damaged in turn, some rank
+// names it (a resume on M reads parts of every old file, so each must have been verified whole).
+static const char *check_verified(int N, int M) {
+    const uint64_t run = 0x1234abcd5678ef90ull;
+    const int step = 5;
+    char path[1200], msg[1400];
+    std::vector<unsigned char> body(3000);
+    for (size_t i = 0; i < body.size(); i++) body[i] = (unsigned char)(i * 7 + 1);
+    checkpoint_path(path, sizeof(path), g_dir, CKPT_MODEL, step, 0);
+    write_verifiable(path, MODEL_MAGIC, run, body);
+    for (int i = 0; i < N; i++) {
+        checkpoint_path(path, sizeof(path), g_dir, CKPT_STATE, step, i);
+        write_verifiable(path, STATE_MAGIC, run, body);
+    }
+    checkpoint_path(path, sizeof(path), g_dir, CKPT_DONE, step, 0);
+    FILE *f = fopen(path, "w");
+    fprintf(f, "run %016llx ranks %d\n", (unsigned long long)run, N);
+    fclose(f);
+    const char *why = NULL;
+    for (int r = 0; r < M && !why; r++)
+        if (checkpoint_rank_problem(g_dir, step, run, r, M, msg, sizeof(msg))) why = "a sound checkpoint refused";
+    for (int bad = 0; bad < N && !why; bad++) {
+        char state[1200];
+        checkpoint_path(state, sizeof(state), g_dir, CKPT_STATE, step, bad);
+        FILE *g = fopen(state, "r+b"); // the body's last byte flipped
+        fseek(g, -1, SEEK_END);
+        fputc(body.back() ^ 1, g);
+        fclose(g);
+        int named = 0;
+        for (int r = 0; r < M; r++) {
+            const char *problem = checkpoint_rank_problem(g_dir, step, run, r, M, msg, sizeof(msg));
+            named |= problem != NULL && strstr(problem, state) != NULL;
+        }
+        if (!named) why = "a damaged old state file passed: no new rank verified it";
+        write_verifiable(state, STATE_MAGIC, run, body);
+    }
+    for (int i = 0; i < N; i++) { checkpoint_path(path, sizeof(path), g_dir, CKPT_STATE, step, i); remove(path); }
+    return why;
+}
+
 // reshard_batch_problem, with B 4, T 64 (256 tokens a micro-batch); every number worked out by hand.
 static void check_batch(int *passed, int *failed) {
     struct { int old_world, old_accum, new_world, new_accum; const char *want; } cases[] = {
@@ -296,6 +354,13 @@ int main(void) {
                 if (why) { printf("FAIL reshard plan %s, %d GPUs -> %d: %s\n", presets[s], WORLDS[a], WORLDS[b], why); failed++; }
                 else passed++;
             }
+        }
+    }
+    for (int a = 0; a < NUM_WORLDS; a++) {
+        for (int b = 0; b < NUM_WORLDS; b++) {
+            const char *why = check_verified(WORLDS[a], WORLDS[b]);
+            if (why) { printf("FAIL -y 1 picking a checkpoint of %d GPUs on %d: %s\n", WORLDS[a], WORLDS[b], why); failed++; }
+            else passed++;
         }
     }
     check_batch(&passed, &failed);
