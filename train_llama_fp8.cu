@@ -2477,8 +2477,9 @@ static ModelOptions checked_options(Options *o, const LlamaConfig *cfg, const To
     long long tokens_per_micro = (long long)o->B * o->T * planned_world;
     if (o->total_batch == 0) o->total_batch = (int)tokens_per_micro;
     if (o->total_batch <= 0 || o->total_batch % tokens_per_micro != 0)
-        FATAL("-d %d (total batch tokens) must be a multiple of B*T*ngpu = %d*%d*%d = %lld", o->total_batch, o->B, o->T,
-              planned_world, tokens_per_micro);
+        FATAL("-d %d (total batch tokens) must be a multiple of B*T*ngpu = %d*%d*%d = %lld: it does not split over %d GPU%s%s", o->total_batch,
+              o->B, o->T, planned_world, tokens_per_micro, planned_world, planned_world == 1 ? "" : "s",
+              o->resume ? " (-y 1 keeps a checkpoint's total batch: resume it on a number of GPUs that divides its micro-batches per step)" : "");
     *grad_accum = (int)(o->total_batch / tokens_per_micro);
     // a guessed document-start id would silently mask nothing
     if (o->doc_mask && tok == NULL)

@@ -18,7 +18,8 @@ files, checked against statements made here, never against the code under test:
 - -y 1's check of a checkpoint of N GPUs on M (checkpoint_rank_problem, llmc/checkpoint.h): every
   old state file is verified whole by some new rank (each damaged in turn is named), a sound one passes;
 - the total batch across GPU counts (reshard_batch_problem): kept totals accepted, the ones that cannot
-  be kept refused naming both GPU counts and what to pass or which counts work, worked out by hand.
+  be kept refused naming both GPU counts and what to pass or which counts work, worked out by hand;
+  and a -d that does not split over this run's GPUs refused by checked_options naming their number.
 Needs no GPU: CI runs it. Build and run: make dev/test/test_reshard_host && ./dev/test/test_reshard_host
 */
 #include <stdio.h>
@@ -27,8 +28,9 @@ Needs no GPU: CI runs it. Build and run: make dev/test/test_reshard_host && ./de
 #include <algorithm>
 #include <string>
 #include <vector>
-#include "llmc/reshard.h"    // reshard_plan, reshard_fill, reshard_read_files, reshard_batch_problem
-#include "llmc/checkpoint.h" // checkpoint_rank_problem: which new rank verifies which old file
+#define TESTING
+#include "train_llama_fp8.cu"  // checked_options; llmc/reshard.h, llmc/checkpoint.h (checkpoint_rank_problem)
+#include "dev/test/harness.h"  // run_expect_fatal
 
 static const int WORLDS[] = {1, 2, 3, 8};
 #define NUM_WORLDS 4
@@ -322,6 +324,38 @@ static void check_batch(int *passed, int *failed) {
     }
 }
 
+// checked_options on a command line (argv: NULL-terminated), in a child: a refused rule exits naming it.
+static void options_in_child(void *arg) {
+    char **argv = (char **)arg;
+    int argc = 0, grad_accum;
+    while (argv[argc]) argc++;
+    Options o = parse_options(argc, argv);
+    LlamaConfig cfg = run_model_config(&o, NULL);
+    checked_options(&o, &cfg, NULL, &grad_accum);
+}
+
+// The run's -d that does not split over its GPUs is refused before anything starts, naming the GPU
+// count, and under -y 1 saying what resumes a checkpoint (B 4, T 64: 256 tokens a micro-batch).
+static void check_split(int *passed, int *failed) {
+    const char *cases[][14] = {
+        {"-d 2048 (total batch tokens) must be a multiple of B*T*ngpu = 4*64*3 = 768: it does not split over 3 GPUs (-y 1 keeps a"
+         " checkpoint's total batch: resume it on a number of GPUs that divides its micro-batches per step)",
+         "-ngpu", "3", "-b", "4", "-t", "64", "-d", "2048", "-y", "1", "-o", g_dir},
+        {"-d 1024 (total batch tokens) must be a multiple of B*T*ngpu = 4*64*8 = 2048: it does not split over 8 GPUs (-y 1",
+         "-ngpu", "8", "-b", "4", "-t", "64", "-d", "1024", "-y", "1", "-o", g_dir},
+        {"= 4*64*3 = 768: it does not split over 3 GPUs\n", "-ngpu", "3", "-b", "4", "-t", "64", "-d", "2048"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *argv[15] = {"train_llama_fp8"};
+        for (int k = 1; k < 14 && cases[i][k]; k++) argv[k] = cases[i][k];
+        char err[2048];
+        int status = run_expect_fatal(options_in_child, (void *)argv, err, sizeof(err));
+        if (status != 0 && strstr(err, cases[i][0])) { (*passed)++; continue; }
+        (*failed)++;
+        printf("FAIL -d that does not split, case %zu: exit %d, want the message '%s': %s\n", i, status, cases[i][0], err);
+    }
+}
+
 int main(void) {
     snprintf(g_dir, sizeof(g_dir), "/tmp/test_reshard.XXXXXX");
     if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
@@ -364,6 +398,7 @@ int main(void) {
         }
     }
     check_batch(&passed, &failed);
+    check_split(&passed, &failed);
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
     if (system(cmd) != 0) printf("warning: could not remove %s\n", g_dir);
