@@ -333,7 +333,7 @@ static void test_launcher_rank_fails(void) {
             left += k != r && access(partial, F_OK) == 0;
         }
         const char *allowed[] = {"multi-GPU: starting ", said, "multi-GPU launcher: all ", "removed the partial file ", error};
-        char bad[256] = "";
+        char bad[256] = "(none)";
         CHECK(status == 1 && count_of(out, said) == 1 && count_of(out, error) == !killed && left == 0 && count_of(out, "removed the partial file") == world - 1
               && lines_all_of(out, allowed, 5, bad, sizeof(bad)),
               "rank %d of %d %s: launcher exit %d (want 1), a line not expected: '%s', '%s' said %d times (want once), %d partial files left:\n%s",
