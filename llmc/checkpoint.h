@@ -144,21 +144,19 @@ static uint64_t checkpoint_file_run(const char *path) {
 
 // Removes every file of step's checkpoint in dir: the marker first, so that what is left of a
 // removal cut short is an incomplete checkpoint (removed at the next start-up), never a complete one
-// missing a file. Returns the number of files that could not be removed (each named on stderr).
-static int checkpoint_remove(const char *dir, int step, const char *why) {
+// missing a file. A file that cannot be removed is named on stderr (`why`: what removes it).
+static void checkpoint_remove(const char *dir, int step, const char *why) {
     char path[1100];
-    int failed = 0;
     checkpoint_path(path, sizeof(path), dir, CKPT_DONE, step, 0);
-    if (unlink(path) != 0 && errno != ENOENT) { fprintf(stderr, "warning: %s: cannot remove '%s': %s\n", why, path, strerror(errno)); failed++; }
+    if (unlink(path) != 0 && errno != ENOENT) fprintf(stderr, "warning: %s: cannot remove '%s': %s\n", why, path, strerror(errno));
     DIR *d = opendir(dir);
     for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;) {
         int s, rank, tmp, kind = checkpoint_name_parse(e->d_name, &s, &rank, &tmp);
-        if (s != step || tmp || (kind != CKPT_MODEL && kind != CKPT_STATE)) continue;
+        if ((kind != CKPT_MODEL && kind != CKPT_STATE) || tmp || s != step) continue;
         snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        if (unlink(path) != 0) { fprintf(stderr, "warning: %s: cannot remove '%s': %s\n", why, path, strerror(errno)); failed++; }
+        if (unlink(path) != 0) fprintf(stderr, "warning: %s: cannot remove '%s': %s\n", why, path, strerror(errno));
     }
     if (d != NULL) closedir(d);
-    return failed;
 }
 
 // -keep K, on the main rank, once the checkpoint of step `newest` is complete: removes run's complete
