@@ -6,7 +6,13 @@ the evaluation loader's positions and their sharing over the ranks; the vocabula
 every bad input (each must exit non-zero with a message naming the file and the problem); and the
 real TinyShakespeare files shipped in dev/data/tinyshakespeare. Then the loss masks (which targets
 a mask byte flags, refusals) and the weighted mixtures (realized proportions within a binomial
-bound, determinism, every rank drawing from the same set, resume mid-mixture, bad specs).
+bound, determinism, every rank drawing from the same set, resume mid-mixture, bad specs, a ':' in a
+pattern, each set's own shuffle, a file in two sets). Then the resume record (issue 40.4, 40.8): every
+change of the data refused naming the file or, with continue, the set's next epoch; data moved to
+another folder; a state from before the record; a corrupt record; saved on 1, 3 or 8 ranks and
+resumed on 1, 3 or 8. Then the shard records (issue 40.10-13): the tokenizer fingerprint of
+llama_fp8/formats.py's fixture (dev/test/fixtures/data) against llmc/tokenizer.h's, the run's checks
+between shards, the decode table and the model, and -tok.
 */
 #ifndef DEV_TEST_TEST_DATA_H
 #define DEV_TEST_TEST_DATA_H
@@ -435,7 +441,9 @@ static void test_small_train_shard_left_out(void) {
     td_path(pattern, "small_*.bin");
     td_path(small, "small_1.bin");
     TdInitArgs a = {pattern, 2, 4, 0, 2, 0};
-    CHECK(run_expect_fatal(td_init_child, &a, err, sizeof(err)) == 0, "a run with a too-small shard among good ones refused: %s", err);
+    int status = run_expect_fatal(td_init_child, &a, err, sizeof(err));
+    CHECK(status == 0, "a run with a too-small shard among good ones refused: %s", err);
+    if (status != 0) return; // the loaders below would exit this process
     CHECK(strstr(err, "warning: data shard") && strstr(err, small) && strstr(err, "has 16 tokens") &&
           strstr(err, "B*T*world + 1 = 2*4*2 + 1 = 17") && strstr(err, "left out"), "rank 0's warning: '%s'", err);
     CHECK(strstr(err, "small_0.bin") == NULL && strstr(err, "small_2.bin") == NULL, "a good shard named: '%s'", err);
@@ -512,7 +520,9 @@ static void test_eval_read_position(void) {
     td_write_shard("eval_2.bin", 4, 2000, 25); // positions 5-7
     td_path(pattern, "eval_*.bin");
     TdInitArgs a = {pattern, 2, 4, 0, 1, 1};
-    CHECK(run_expect_fatal(td_init_child, &a, err, sizeof(err)) == 0, "evaluation loader refused: %s", err);
+    int status = run_expect_fatal(td_init_child, &a, err, sizeof(err));
+    CHECK(status == 0, "evaluation loader refused: %s", err);
+    if (status != 0) return; // the loader below would exit this process
     CHECK(strstr(err, td_path(small, "eval_1.bin")) && strstr(err, "has 8 tokens, fewer than one batch needs: B*T + 1 = 2*4 + 1 = 9 tokens; left out"),
           "the evaluation loader's warning: '%s'", err);
     DataLoader dl;
@@ -1404,7 +1414,22 @@ static void td_check_run_child(void *arg) {
     dataloader_check_run(&train, a->val ? &val : NULL, a->table, fingerprint, a->V, 1);
 }
 
+// tokenizer_fingerprint of the table at `arg`, which exits if the table's recorded one differs.
+static void td_fingerprint_child(void *arg) {
+    Tokenizer t;
+    tokenizer_init(&t, (const char *)arg);
+    tokenizer_fingerprint(&t, (const char *)arg);
+    tokenizer_free(&t);
+}
+
 static void test_shard_records(void) {
+    const char *tables[3] = {TD_FIXTURE "tok.bin", TD_FIXTURE "tok_padded.bin", TD_FIXTURE "other_tok.bin"};
+    char err[4096];
+    for (int i = 0; i < 3; i++) {
+        int status = run_expect_fatal(td_fingerprint_child, (void *)tables[i], err, sizeof(err));
+        CHECK(status == 0, "%s: the C fingerprint is not the one formats.py recorded: %s", tables[i], err);
+        if (status != 0) return; // the calls below would exit this process
+    }
     Tokenizer t;
     tokenizer_init(&t, TD_FIXTURE "tok.bin"); // tokenizer_fingerprint exits if the Python-recorded one differs
     uint32_t fp = tokenizer_fingerprint(&t, TD_FIXTURE "tok.bin");
