@@ -12,9 +12,15 @@ Build and run: make dev/test/test_launcher_host && ./dev/test/test_launcher_host
 #include "train_llama_fp8.cu" // mg_launch_ranks, mg_start_of, stop_signal_install, stop_report (the trainer's stop line)
 #include <signal.h>
 #include <pthread.h>
+#include <ftw.h>
 #include "dev/test/harness.h" // CHECK, run_test, run_expect_fatal
 
-static char g_dir[64];
+static char g_dir[64]; // each launch's files and output (out.txt), kept when a test fails
+
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw) {
+    (void)st; (void)type; (void)ftw;
+    return remove(path);
+}
 
 static void touch(const char *path) {
     FILE *f = fopen(path, "wb");
@@ -353,6 +359,8 @@ int main(int argc, char **argv) {
     run_test("-ngpu launcher (1, 3, 8 ranks) under nohup: a hangup to every process stops none; without nohup it stops all once", test_launcher_nohup);
     run_test("-ngpu launcher (1, 3, 8 ranks): a rank that exits 1 or is killed ends the job with exit 1, naming it; the others stop quietly at once",
              test_launcher_rank_fails);
+    if (g_tests_failed == 0) nftw(g_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    else printf("the launches' files and output are in %s\n", g_dir);
     printf("%d passed, %d failed\n", g_tests_passed, g_tests_failed);
     return g_tests_failed == 0 ? 0 : 1;
 }
