@@ -2525,8 +2525,10 @@ static int open_data(const Options *o, const LlamaConfig *cfg, const MultiGpu *m
         if (have_val) dataloader_init_eval(val, o->val_pattern, o->B, o->T, cfg->V, mg_is_main(mg));
         Tokenizer tok; // the decode table's fingerprint, for the shards that record their tokenizer
         int have_tok = tokenizer_init_flag(&tok, o->tokenizer_path, default_options().tokenizer_path);
+        // its one warning from the main rank, unless -ngpu's launcher gave it checking the inputs
         dataloader_check_run(train, have_val ? val : NULL, have_tok ? o->tokenizer_path : NULL,
-                             have_tok ? tokenizer_fingerprint(&tok, o->tokenizer_path) : 0, cfg->V, mg_is_main(mg));
+                             have_tok ? tokenizer_fingerprint(&tok, o->tokenizer_path) : 0, cfg->V,
+                             mg_is_main(mg) && mg->launch != MG_LAUNCH_FORK);
         if (have_tok) tokenizer_free(&tok);
     }
     if (!have_val) return 0;
