@@ -185,6 +185,39 @@ static void bf16_first_step_vs_cpu(LlamaConfig c, const char *model_file, Bf16Bu
     free(in); free(tg);
     ref_free(&ref);
 }
+// -check 1's memory plan is what model_init allocates, for every option that changes a buffer: bf16,
+// fp8 delayed and current, without the weight cache, -r 1, fp8 lm_head, block grain, the block
+// fallback, bf16 moments, document masking, tied embeddings.
+static void test_memory_plan_is_model_init(void) {
+    struct { const char *what; int precision; void (*set)(ModelOptions *); } cases[] = {
+        {"bf16", PREC_BF16, NULL}, {"fp8 delayed", PREC_FP8, NULL},
+        {"fp8 current", PREC_FP8, [](ModelOptions *o) { o->fp8_current = 1; }},
+        {"fp8 without the weight cache", PREC_FP8, [](ModelOptions *o) { o->fp8_weight_cache = 0; }},
+        {"fp8 -r 1", PREC_FP8, [](ModelOptions *o) { o->recompute = 1; }},
+        {"bf16 -r 1", PREC_BF16, [](ModelOptions *o) { o->recompute = 1; }},
+        {"fp8 lm_head", PREC_FP8, [](ModelOptions *o) { o->fp8_lm_head = 1; }},
+        {"fp8 block grain", PREC_FP8, [](ModelOptions *o) { o->fp8_grain = FP8_GRAIN_BLOCK; }},
+        {"fp8 block fallback", PREC_FP8, [](ModelOptions *o) { o->fp8_fallback = FP8_GRAIN_BLOCK; }},
+        {"bf16 moments", PREC_FP8, [](ModelOptions *o) { o->moments_bf16 = 1; }},
+        {"document masks", PREC_FP8, [](ModelOptions *o) { o->doc_mask = 1; o->doc_start_id = 1; }},
+    };
+    for (int tied = 0; tied < 2; tied++) {
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+            LlamaConfig c = small_config();
+            c.tied_embeddings = tied;
+            ModelOptions mo = model_options(2, 128, cases[i].precision);
+            if (cases[i].set) cases[i].set(&mo);
+            if (tied && mo.fp8_lm_head) continue; // refused: a tied lm_head is the embedding
+            Model m;
+            model_init(&m, &c, &mo);
+            size_t plan = model_memory_plan(&c, &mo, 1);
+            CHECK(plan == m.bytes_allocated, "%s%s: the plan says %zu bytes, model_init allocated %zu", cases[i].what, tied ? " (tied)" : "",
+                  plan, m.bytes_allocated);
+            model_free(&m);
+        }
+    }
+}
+
 static void test_bf16_first_step_vs_cpu(void) { bf16_first_step_vs_cpu(small_config(), NULL, BF16_SMALL); }
 static void test_bf16_first_step_llama32_vs_cpu(void) { bf16_first_step_vs_cpu(small_llama32_config(), NULL, BF16_SMALL); }
 
@@ -2601,6 +2634,7 @@ int main(int argc, char **argv) {
     run_test("fp8 GPU casts saturate and match the host codec", test_fp8_cast_saturates_and_matches_host);
     run_test("fp8 scale update keeps the scale on zero/NaN/inf amax", test_fp8_update_keeps_scale_on_bad_amax);
     run_test("attention: cuDNN fused and plain kernel vs reference, forward and backward", test_attention_paths);
+    run_test("-check 1's device memory plan is what model_init allocates", test_memory_plan_is_model_init);
     run_test("bf16 first step vs C reference", test_bf16_first_step_vs_cpu);
     run_test("bf16 first step vs PyTorch fixture", test_bf16_vs_pytorch_fixture);
     run_test("bf16 10 steps vs C reference", test_bf16_ten_steps_vs_cpu);

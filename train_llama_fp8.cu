@@ -67,7 +67,7 @@ typedef struct {
     char precision[16], fp8_recipe[16], adam_moments[16], fp8_grain[16], fp8_fallback[16];
     int B, T, total_batch, max_steps, warmup, val_every, val_batches, sample_every, gen_tokens;
     int ckpt_every, resume, overwrite, recompute, seed, shuffle, fp8_history, fp8_margin, fp8_lm_head, fp8_log, fp8_dump, ngpu, fp8_weight_cache, deterministic;
-    int cuda_graph, keep, doc_mask, fp8_fallback_patience;
+    int cuda_graph, keep, doc_mask, fp8_fallback_patience, check_only;
     float lr, final_lr_frac, weight_decay, grad_clip, beta1, beta2, fp8_fallback_threshold;
     // model overrides (0: keep the preset's)
     int V, L, C, NH, NKV, FF;
@@ -136,6 +136,8 @@ static const OptSpec OPTION_SPECS[] = {
     OPT_I("-g", gen_tokens, "64", 0, INT_MAX, "tokens to generate per sample"),
     OPT_I("-n", ckpt_every, "0", 0, INT_MAX, "checkpoint every N steps (0: only at the end)"),
     OPT_I("-keep", keep, "0", 0, INT_MAX, "keep the K newest checkpoints in -o, removing older ones once a newer one is complete on every GPU (0: keep all)"),
+    OPT_B("-check", check_only, "0", "1: check every input (data, decode table, -init_from's checksum, -hs, -o) and print the run's plan"
+          " (model, device memory per GPU, tokens per step, steps per pass over each data set, checkpoints), then exit; needs no GPU"),
     OPT_B("-y", resume, "0", "1: resume from the latest checkpoint in the log directory (with -x 0: evaluate it)"),
     OPT_B("-overwrite", overwrite, "0", "1: start a new run in a log directory that holds another run's checkpoints (kept, never resumed or removed by -keep; one at a step the new run writes is replaced)"),
     OPT_B("-r", recompute, "0", "recompute in backward: 0 none, 1 SwiGLU output (saves memory)"),
@@ -528,10 +530,6 @@ static int linear_grain(const Model *m, int l, int lin) {
 }
 static const Fp8LinearBuffers *linear_buffers(const Model *m, int l, int lin) { return &m->fp8_lin[fp8_linear(&m->cfg, l, lin)]; }
 
-// Whether the backward finds linear lin's X kept in fp8 (qkv's and w13's norm outputs, the lm_head's;
-// w2's X^T with -r 0), not recast from a bf16 X that is kept anyway (wo's attention output) or
-// recomputed (w2's with -r 1).
-static int linear_keeps_fp8_x(const Model *m, int lin) { return lin != LIN_WO && !(lin == LIN_W2 && m->opt.recompute >= 1); }
 
 // Whether a run of these options can have a linear of this grain: -fp8_grain block's are all
 // block-scaled, the fallback's per-tensor or of its grain, any other run's per-tensor.
@@ -540,19 +538,42 @@ static int fp8_grain_allowed(const ModelOptions *o, int grain) {
     return grain == FP8_GRAIN_TENSOR || (o->fp8_fallback != 0 && grain == o->fp8_fallback);
 }
 
+// The bytes of each buffer linear lin needs in `grain` (block or bf16), in Fp8LinearBuffers' order;
+// returns their total in one allocation, every buffer 256-byte aligned (cuBLASLt wants 16).
+static size_t fp8_linear_buffer_bytes(const LlamaConfig *c, const ModelOptions *o, Fp8Mode f, int lin, int grain, size_t bytes[4]) {
+    int IN = linear_in(c, lin), OUT = linear_out(c, lin), N = o->B * o->T;
+    // keeps: the backward finds X kept in fp8 (qkv's and w13's norm outputs, the lm_head's; w2's X^T with
+    // -r 0), not recast from a bf16 X that is kept anyway (wo's attention output) or recomputed (w2's with -r 1)
+    int block = grain == FP8_GRAIN_BLOCK, keeps = lin != LIN_WO && !(lin == LIN_W2 && o->recompute >= 1);
+    bytes[0] = block ? fp8_block_grid_count(OUT, IN) * sizeof(float) : 0;
+    bytes[1] = block && keeps ? fp8_block_vec_count(IN, N) * sizeof(float) : 0;
+    bytes[2] = !block && keeps && lin != LIN_LM_HEAD ? (size_t)N * IN * sizeof(floatX) : 0; // the lm_head's bf16 X is kept
+    bytes[3] = !block && f.w_by_adamw ? (size_t)IN * OUT * sizeof(floatX) : 0;
+    size_t total = 0;
+    for (int k = 0; k < 4; k++) total += CEIL_DIV(bytes[k], 256) * 256;
+    return total;
+}
+
+// The floats of Fp8BlockScratch's buffers (n, in its order) for N tokens; returns their total, each
+// rounded up to 64 floats (256 bytes).
+static size_t fp8_block_scratch_floats(const LlamaConfig *c, int N, int lm_head, size_t n[5]) {
+    size_t wide_in = c->C > c->FF ? c->C : c->FF, wide_out = 0, grid_t = 0, total = 0;
+    for (int lin = 0; lin < LINS_PER_LAYER + lm_head; lin++) {
+        size_t out = linear_out(c, lin), g = fp8_block_grid_count(linear_in(c, lin), (int)out);
+        if (out > wide_out) wide_out = out;
+        if (g > grid_t) grid_t = g;
+    }
+    n[0] = fp8_block_vec_count(N, (int)wide_in); n[1] = fp8_block_vec_count((int)wide_in, N);
+    n[2] = fp8_block_vec_count(N, (int)wide_out); n[3] = fp8_block_vec_count((int)wide_out, N); n[4] = grid_t;
+    for (int k = 0; k < 5; k++) total += CEIL_DIV(n[k], 64) * 64;
+    return total;
+}
+
 // The buffers linear (l, lin) needs in `grain` (block or bf16), in one allocation.
 static void fp8_linear_buffers_make(Model *m, int l, int lin, int grain) {
-    const LlamaConfig *c = &m->cfg;
-    int i = fp8_linear(c, l, lin), IN = linear_in(c, lin), OUT = linear_out(c, lin), N = m->opt.B * m->opt.T;
-    int block = grain == FP8_GRAIN_BLOCK, keeps = linear_keeps_fp8_x(m, lin);
-    size_t bytes[4] = {block ? fp8_block_grid_count(OUT, IN) * sizeof(float) : 0,
-                       block && keeps ? fp8_block_vec_count(IN, N) * sizeof(float) : 0,
-                       !block && keeps && lin != LIN_LM_HEAD ? (size_t)N * IN * sizeof(floatX) : 0, // the lm_head's bf16 X is kept
-                       !block && m->fp8.w_by_adamw ? (size_t)IN * OUT * sizeof(floatX) : 0};
-    size_t total = 0;
-    for (int k = 0; k < 4; k++) total += CEIL_DIV(bytes[k], 256) * 256; // every buffer 256-byte aligned (cuBLASLt wants 16)
+    size_t bytes[4], total = fp8_linear_buffer_bytes(&m->cfg, &m->opt, m->fp8, lin, grain, bytes);
     if (total == 0) return; // a bf16 wo whose bf16 X and W are there anyway
-    Fp8LinearBuffers *b = &m->fp8_lin[i];
+    Fp8LinearBuffers *b = &m->fp8_lin[fp8_linear(&m->cfg, l, lin)];
     char *at = (char *)(b->memory = cudaMallocCheck(total, "fp8 block scales / bf16 copies of a linear off per-tensor scaling"));
     m->bytes_allocated += total;
     void **ptr[4] = {(void **)&b->w_grid, (void **)&b->x_t_sinv, (void **)&b->x_bf16, (void **)&b->w_bf16};
@@ -660,15 +681,7 @@ static void model_init(Model *m, const LlamaConfig *cfg, const ModelOptions *opt
         m->fp8_switched = (Fp8Switch *)callocCheck(nlin, sizeof(Fp8Switch));
         if (opt->fp8_fallback) cudaCheck(cudaMallocHost(&m->fp8_counts_host, (size_t)FP8_COUNTS * lay.num_tensors * sizeof(unsigned long long)));
         if (fp8_block_flag(opt)) { // the block scale_invs of one linear at a time, each 256-byte aligned
-            size_t wide_in = C > FF ? C : FF, wide_out = 0, grid_t = 0;
-            for (int lin = 0; lin < LINS_PER_LAYER + m->fp8.lm_head; lin++) {
-                size_t out = linear_out(c, lin), g = fp8_block_grid_count(linear_in(c, lin), (int)out);
-                if (out > wide_out) wide_out = out;
-                if (g > grid_t) grid_t = g;
-            }
-            size_t n[5] = {fp8_block_vec_count((int)N, (int)wide_in), fp8_block_vec_count((int)wide_in, (int)N),
-                           fp8_block_vec_count((int)N, (int)wide_out), fp8_block_vec_count((int)wide_out, (int)N), grid_t}, total = 0;
-            for (int k = 0; k < 5; k++) total += CEIL_DIV(n[k], 64) * 64;
+            size_t n[5], total = fp8_block_scratch_floats(c, (int)N, m->fp8.lm_head, n);
             float *at = (float *)model_alloc(m, total * sizeof(float), "scratch: fp8 block scales");
             float **ptr[5] = {&m->fp8_block.x_sinv, &m->fp8_block.x_t_sinv, &m->fp8_block.dy_sinv, &m->fp8_block.dy_t_sinv, &m->fp8_block.w_t_grid};
             for (int k = 0; k < 5; k++) { *ptr[k] = at; at += CEIL_DIV(n[k], 64) * 64; }
@@ -730,6 +743,46 @@ static void model_init(Model *m, const LlamaConfig *cfg, const ModelOptions *opt
     if (fp8 && opt->fp8_grain == FP8_GRAIN_BLOCK) // every fp8 linear block-scaled from step 0
         for (int l = 0; l < c->L; l++)
             for (int lin = 0; lin < LINS_PER_LAYER + (l == 0 ? m->fp8.lm_head : 0); lin++) fp8_set_grain(m, l, lin, FP8_GRAIN_BLOCK);
+}
+
+// The device memory model_init allocates (its bytes_allocated) for this config and these options on
+// `world` GPUs, computed without a GPU: -check 1 prints it, and the GPU test holds it to model_init's
+// count. Not in it: the CUDA context, cuBLAS's and cuDNN's workspaces, the embedding backward's token
+// lists, and the buffers of linears the fp8 fallback switches later (fp8_linear_buffer_bytes each).
+static size_t model_memory_plan(const LlamaConfig *c, const ModelOptions *o, int world) {
+    size_t sizes[NUM_PARAM_TENSORS];
+    param_sizes(c, sizes);
+    ZeroLayout z = zero_layout(c, sizes, 0, world);
+    Fp8Mode f = fp8_mode(o, world);
+    size_t N = (size_t)o->B * o->T, L = c->L, C = c->C, FF = c->FF, V = c->V, QKV = config_qkv_width(c), X = sizeof(floatX);
+    size_t moments = z.shard * (o->moments_bf16 ? X : sizeof(float));
+    size_t b = 2 * z.padded * X + z.shard * sizeof(float) + 2 * moments + (world > 1 ? z.shard * X : 0); // params, grads, master, m, v, grad shard
+    zero_layout_free(&z);
+    if (f.on) {
+        b += fp8_state_bytes(fp8_state_layout(fp8_num_tensors(c, f.lm_head), o->fp8_history));
+        size_t widest_w = 0, scratch[5], lin_bytes[4];
+        for (int lin = 0; lin < LINS_PER_LAYER + f.lm_head; lin++) {
+            size_t n = (size_t)linear_in(c, lin) * linear_out(c, lin);
+            if (!f.w_by_adamw && f.w_cache) b += (lin == LIN_LM_HEAD ? 1 : L) * n;
+            if (n > widest_w) widest_w = n;
+        }
+        b += (f.w_cache ? 0 : widest_w) + widest_w; // without the cache one layer's W; W^T
+        if (fp8_block_flag(o)) b += fp8_block_scratch_floats(c, (int)N, f.lm_head, scratch) * sizeof(float);
+        for (int l = 0; o->fp8_grain == FP8_GRAIN_BLOCK && l < c->L; l++)
+            for (int lin = 0; lin < LINS_PER_LAYER + (l == 0 ? f.lm_head : 0); lin++) b += fp8_linear_buffer_bytes(c, o, f, lin, FP8_GRAIN_BLOCK, lin_bytes);
+    }
+    b += (size_t)o->T * (C / c->NH) * sizeof(float); // RoPE table
+    size_t widest = C > 2 * FF ? C : 2 * FF;
+    if (QKV > widest) widest = QKV;
+    size_t widest_dy = f.lm_head && V > widest ? V : widest;
+    b += N * C * X + 2 * L * N * C * X + 2 * L * N * sizeof(float) + L * N * QKV * X + L * N * C * X + L * N * c->NH * sizeof(float) + L * N * 2 * FF * X;
+    if (f.on) b += 2 * L * N * C + N * C + (o->recompute == 0 ? L * N * FF : 0) + N * widest * X + 2 * N * widest_dy + (f.lm_head ? N * C : 0) + N * (C > FF ? C : FF);
+    else b += 2 * L * N * C * X + (o->recompute >= 1 ? 1 : L) * N * FF * X + N * 2 * FF * X;
+    b += N * C * X + N * sizeof(float) + N * V * X + N * sizeof(float) + 3 * N * C * X + N * QKV * X + N * FF * X; // lnf .. dswiglu
+    b += rmsnorm_backward_scratch_floats((int)N, (int)C) * sizeof(float) + 2 * N * sizeof(int) + sizeof(float); // .. gradient norm
+    if (o->doc_mask) b += N * sizeof(int);
+    if (o->doc_mask && attention_doc_bias_wanted(o->T, c->NH, c->NKV, c->C / c->NH)) b += N * o->T * X;
+    return b;
 }
 
 static void model_free(Model *m) {
@@ -1488,6 +1541,15 @@ static long long step_unmasked_total(Model *m, long long unmasked) {
     return (long long)h[0];
 }
 
+// The step's learned targets (not -1) on every rank together, from this rank's grad_accum micro-batches
+// of B*T targets each (b->targets); this rank's own count in *unmasked.
+static long long step_learned_targets(Model *m, const StepBuffers *b, long long *unmasked) {
+    size_t n = (size_t)b->grad_accum * m->opt.B * m->opt.T;
+    *unmasked = 0;
+    for (size_t i = 0; i < n; i++) *unmasked += b->targets[i] >= 0;
+    return step_unmasked_total(m, *unmasked);
+}
+
 // dlogits' scale: the loss is the mean over the step's learned targets on every rank (all micro-steps
 // together, not a mean of per-micro-step means), so each learned target's loss weighs 1 / total and the
 // ranks' gradients just add (MG_SUM, exact). With every target learned that is 1 / (B*T*grad_accum*world),
@@ -1505,9 +1567,7 @@ static float step_loss_scale(long long total, int N, int grad_accum, int world) 
 static StepResult train_step(Model *m, const StepBuffers *b, const AdamWParams *h, cudaStream_t stream) {
     MultiGpu *mg = m->mg;
     int N = m->opt.B * m->opt.T, grad_accum = b->grad_accum;
-    long long unmasked = 0;
-    for (size_t i = 0; i < (size_t)grad_accum * N; i++) unmasked += b->targets[i] >= 0;
-    long long total = step_unmasked_total(m, unmasked);
+    long long unmasked, total = step_learned_targets(m, b, &unmasked);
     int all_learned = total == (long long)N * grad_accum * mg->world;
     float dloss = step_loss_scale(total, N, grad_accum, mg->world);
     m->graph.steps++;
@@ -2184,6 +2244,13 @@ static void write_fp8_log(Model *m, int grad_accum, FILE *f) {
 
 typedef struct { float acc, acc_norm; int items; } HellaSwagScore;
 
+// The items [*item0, *item1) of rank `rank` of `world`: contiguous ranges, in rank order, that cover
+// all num_items items once, their sizes within one of each other (a rank may have none).
+static void hellaswag_rank_items(int num_items, int rank, int world, int *item0, int *item1) {
+    *item0 = (int)((long long)num_items * rank / world);
+    *item1 = (int)((long long)num_items * (rank + 1) / world);
+}
+
 // acc and acc_norm over hs's items, shared out to the ranks in contiguous ranges (every rank must
 // call it: the sums across ranks are collectives). The rows go through the ordinary forward, B at a
 // time, so an item's 4 rows may straddle two batches. Records no amax, as evaluate(). preds, if not
@@ -2191,7 +2258,8 @@ typedef struct { float acc, acc_norm; int items; } HellaSwagScore;
 static HellaSwagScore hellaswag_evaluate(Model *m, const HellaSwag *hs, float *host_losses, float *preds, cudaStream_t stream) {
     int B = m->opt.B, T = m->opt.T, rank = m->mg->rank, world = m->mg->world;
     size_t N = (size_t)B * T;
-    int item0 = (int)((long long)hs->num_items * rank / world), item1 = (int)((long long)hs->num_items * (rank + 1) / world);
+    int item0, item1;
+    hellaswag_rank_items(hs->num_items, rank, world, &item0, &item1);
     int row0 = HELLASWAG_ENDINGS * item0, row1 = HELLASWAG_ENDINGS * item1;
     int *inputs = (int *)mallocCheck(N * sizeof(int)), *targets = (int *)mallocCheck(N * sizeof(int));
     int *first = (int *)mallocCheck(B * sizeof(int)), *count = (int *)mallocCheck(B * sizeof(int));
@@ -2336,10 +2404,11 @@ static void report_val(float val_loss, double bpb, int step, int main_rank, FILE
 }
 
 // One step's line of metrics.jsonl: what the step line prints, the device memory in use and, in
-// fp8, the step's health summary: the fractions of every value cast that underflowed and saturated,
-// and the tensor that lost most to underflow (its fraction and name, as fp8.log names it).
-static void metrics_step(FILE *f, Model *m, int step, float loss, float norm, float lr, float ms, double tok_per_s,
-                         double mfu_fraction, size_t mem_used, int grad_accum) {
+// fp8, the step's health summary from `counts` (the step's fp8 health counts, every rank's summed, on
+// the host; NULL in bf16): the fractions of every value cast that underflowed and saturated, and the
+// tensor that lost most to underflow (its fraction and name, as fp8.log names it).
+static void metrics_line(FILE *f, const Model *m, const unsigned long long *counts, int step, float loss, float norm, float lr,
+                         float ms, double tok_per_s, double mfu_fraction, size_t mem_used, int grad_accum) {
     fprintf(f, "{\"step\": %d", step);
     json_number(f, "loss", loss);
     json_number(f, "lr", lr);
@@ -2348,10 +2417,7 @@ static void metrics_step(FILE *f, Model *m, int step, float loss, float norm, fl
     json_number(f, "tokens_per_s", tok_per_s);
     if (mfu_fraction > 0.0) json_number(f, "mfu", mfu_fraction);
     json_number(f, "memory_gib", mem_used / 1073741824.0);
-    if (m->fp8.on) {
-        size_t nc = (size_t)FP8_COUNTS * m->fp8_state.layout.num_tensors;
-        unsigned long long *counts = (unsigned long long *)mallocCheck(nc * sizeof(unsigned long long));
-        cudaCheck(cudaMemcpy(counts, m->fp8_state.counts + nc, nc * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+    if (counts) {
         double cast = 0.0, under = 0.0, sat = 0.0, worst = -1.0;
         char worst_name[64] = "";
         for (int l = 0; l < m->cfg.L; l++) {
@@ -2370,7 +2436,6 @@ static void metrics_step(FILE *f, Model *m, int step, float loss, float norm, fl
                 }
             }
         }
-        free(counts);
         json_number(f, "fp8_underflow", under / cast);
         json_number(f, "fp8_saturation", sat / cast);
         json_number(f, "fp8_worst_underflow", worst);
@@ -2378,6 +2443,19 @@ static void metrics_step(FILE *f, Model *m, int step, float loss, float norm, fl
     }
     fprintf(f, "}\n");
     fflush(f);
+}
+
+// metrics_line of a step, in fp8 with its health counts copied from the GPU.
+static void metrics_step(FILE *f, Model *m, int step, float loss, float norm, float lr, float ms, double tok_per_s,
+                         double mfu_fraction, size_t mem_used, int grad_accum) {
+    unsigned long long *counts = NULL;
+    if (m->fp8.on) {
+        size_t nc = (size_t)FP8_COUNTS * m->fp8_state.layout.num_tensors;
+        counts = (unsigned long long *)mallocCheck(nc * sizeof(unsigned long long));
+        cudaCheck(cudaMemcpy(counts, m->fp8_state.counts + nc, nc * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+    }
+    metrics_line(f, m, counts, step, loss, norm, lr, ms, tok_per_s, mfu_fraction, mem_used, grad_accum);
+    free(counts);
 }
 
 // The linears the fallback switched after `step`: one line each on stdout, in main.log (an
@@ -2402,6 +2480,24 @@ static void fp8_report_switches(const Model *m, int step, FILE *logf, FILE *metr
             fprintf(metricsf, "}\n");
             fflush(metricsf);
         }
+    }
+}
+
+// The main rank's logs in the log directory: main.log, metrics.jsonl and, with fp8_log, fp8.log (else
+// *fp8f is NULL). A resumed run appends to them: its earlier steps' lines stay, and the readers
+// (llama_fp8/trainer_log.py, scripts/to_tensorboard.py) drop what the abandoned attempt logged after
+// the checkpoint. Any other run starts them empty.
+static void open_logs(const char *dir, int resumed, int fp8_log, FILE **logf, FILE **metricsf, FILE **fp8f) {
+    const char *mode = resumed ? "a" : "w";
+    char path[1100];
+    snprintf(path, sizeof(path), "%s/main.log", dir);
+    *logf = fopenCheck(path, mode);
+    snprintf(path, sizeof(path), "%s/metrics.jsonl", dir);
+    *metricsf = fopenCheck(path, mode);
+    *fp8f = NULL;
+    if (fp8_log) {
+        snprintf(path, sizeof(path), "%s/fp8.log", dir);
+        *fp8f = fopenCheck(path, mode);
     }
 }
 
@@ -2540,6 +2636,118 @@ static int open_data(const Options *o, const LlamaConfig *cfg, const MultiGpu *m
         return (int)held;
     }
     return o->val_batches;
+}
+
+// -o can be written: made if missing (create: 0 for -check 1, which writes nothing: then its parent
+// must take it), a file created and removed there, and the logs a resumed run appends to open for
+// appending. Refused naming the path.
+static void check_log_dir(const char *dir, int create) {
+    char probe[1100], parent[1024];
+    struct stat st;
+    const char *where = dir;
+    if (stat(dir, &st) != 0) {
+        if (create && mkdir(dir, 0755) != 0) FATAL("cannot create log directory '%s' (-o): %s", dir, strerror(errno));
+        if (!create) { // the folder it would be made in
+            snprintf(parent, sizeof(parent), "%s", dir);
+            char *slash = strrchr(parent, '/');
+            if (slash == parent) slash[1] = '\0';
+            else if (slash) *slash = '\0';
+            else snprintf(parent, sizeof(parent), ".");
+            if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode)) FATAL("cannot create log directory '%s' (-o): '%s' is no directory", dir, parent);
+            where = parent;
+        }
+    } else if (!S_ISDIR(st.st_mode)) {
+        FATAL("log directory '%s' (-o) exists and is not a directory", dir);
+    }
+    snprintf(probe, sizeof(probe), "%s/.write_check_%d", where, (int)getpid());
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd < 0) FATAL("cannot write in %s '%s' (-o %s): %s", where == dir ? "log directory" : "the log directory's parent", where, dir, strerror(errno));
+    close(fd);
+    unlink(probe);
+    const char *logs[] = {"main.log", "metrics.jsonl", "fp8.log"};
+    for (int i = 0; where == dir && i < 3; i++) {
+        snprintf(probe, sizeof(probe), "%s/%s", dir, logs[i]);
+        if (access(probe, F_OK) != 0) continue;
+        fd = open(probe, O_WRONLY | O_APPEND);
+        if (fd < 0) FATAL("'%s' cannot be appended to: %s", probe, strerror(errno));
+        close(fd);
+    }
+}
+
+// A model file read through, its checksum checked, its weights dropped.
+static void drop_chunk(void *ctx, const void *chunk, size_t offset, size_t n) { (void)ctx; (void)chunk; (void)offset; (void)n; }
+static void check_model_file(const char *path) {
+    LlamaConfig c = read_model_config(path);
+    size_t sizes[NUM_PARAM_TENSORS];
+    Section ms[] = {{NULL, param_sizes(&c, sizes) * sizeof(float), 0, drop_chunk, NULL}};
+    read_sections(path, MODEL_MAGIC, NULL, 0, ms, 1, NULL);
+}
+
+// Everything a run reads or writes that can be checked without a GPU, checked before any GPU work, so
+// a job that waited for its allocation does not die on a typo then: the data (every shard's header,
+// the mixture spec: the loaders opened as rank 0 of the planned GPUs, left open in train and val for
+// main to keep or reopen as its rank), the HellaSwag file (left open in hs; returns whether there is
+// one), -init_from's checksum, -hs_preds' folder and -o (made if missing unless check_only).
+typedef struct { int val_batches, have_hs; ValText vt; } CheckedInputs;
+static CheckedInputs check_inputs(const Options *o, const LlamaConfig *cfg, const Tokenizer *tok, int planned_world, int check_only,
+                                  DataLoader *train, DataLoader *val, HellaSwag *hs) {
+    MultiGpu rank0;
+    memset(&rank0, 0, sizeof(rank0));
+    rank0.world = planned_world;
+    CheckedInputs in;
+    in.val_batches = open_data(o, cfg, &rank0, train, val);
+    in.have_hs = hellaswag_open(hs, o, cfg, 1);
+    in.vt = in.val_batches > 0 && tok ? val_text(val, in.val_batches, tok) : (ValText){0.0, 0.0};
+    if (o->init_from[0]) check_model_file(o->init_from);
+    if (o->hellaswag_preds[0]) { // written at the end of the run: its folder must take it
+        char dir[512];
+        snprintf(dir, sizeof(dir), "%s", o->hellaswag_preds);
+        char *slash = strrchr(dir, '/');
+        if (slash) *slash = '\0';
+        if (access(slash ? (dir[0] ? dir : "/") : ".", W_OK) != 0) FATAL("-hs_preds '%s': cannot write in its folder: %s", o->hellaswag_preds, strerror(errno));
+    }
+    if (o->log_dir[0] && o->max_steps != 0) check_log_dir(o->log_dir, !check_only);
+    return in;
+}
+
+// -check 1: what the run will be, as far as it is known without a GPU.
+static void print_plan(const Options *o, const LlamaConfig *cfg, const ModelOptions *mo, int world, int grad_accum, const DataLoader *train) {
+    size_t sizes[NUM_PARAM_TENSORS], params = param_sizes(cfg, sizes);
+    printf("plan: model %s: V %d L %d C %d NH %d NKV %d FF %d%s | %.1fM params | %s%s\n", run_model_name(o), cfg->V, cfg->L, cfg->C, cfg->NH,
+           cfg->NKV, cfg->FF, cfg->tied_embeddings ? " tied" : "", params / 1e6, o->precision,
+           mo->precision == PREC_FP8 ? (mo->fp8_current ? " (current scaling)" : " (delayed scaling)") : "");
+    long long steps = o->max_steps >= 0 ? o->max_steps : dataloader_num_tokens(train) / o->total_batch;
+    printf("plan: %d GPU%s | B %d T %d | %d tokens per step (grad accum %d) | %lld steps = %.3g tokens%s\n", world, world > 1 ? "s" : "",
+           o->B, o->T, o->total_batch, grad_accum, steps, (double)steps * o->total_batch, o->max_steps < 0 ? " (-x -1: one epoch)" : "");
+    int nsets = train->num_sets ? train->num_sets : 1;
+    double wsum = 0.0;
+    for (int k = 0; k < train->num_sets; k++) wsum += train->weights[k];
+    for (int k = 0; k < nsets; k++) {
+        const DataLoader *d = train->num_sets ? &train->sets[k] : train;
+        double share = train->num_sets ? train->weights[k] / wsum : 1.0; // of the batches drawn
+        char pass[64] = "never drawn (weight 0)";
+        if (share > 0) snprintf(pass, sizeof(pass), "one pass = %.0f steps", d->batches_per_epoch / share / grad_accum);
+        char weight[48] = "";
+        if (train->num_sets) snprintf(weight, sizeof(weight), " (weight %g: %.1f%% of the batches)", train->weights[k], 100.0 * share);
+        printf("plan: train data '%s'%s: %d shard%s, %lld tokens: %s\n", train->num_sets ? train->set_patterns[k] : o->train_pattern,
+               weight, d->num_shards, d->num_shards == 1 ? "" : "s", (long long)d->num_tokens, pass);
+    }
+    printf("plan: device memory per GPU: %.2f GiB allocated up front (the CUDA context and cuBLAS/cuDNN workspaces come on top)\n",
+           model_memory_plan(cfg, mo, world) / 1073741824.0);
+    if (o->log_dir[0] == '\0' || o->max_steps == 0) { printf("plan: no checkpoints (%s)\n", o->max_steps == 0 ? "-x 0" : "-o ''"); return; }
+    ZeroLayout z = zero_layout(cfg, sizes, 0, world);
+    double model_gb = (1024.0 + params * 4.0) / 1e9;
+    double state_gb = (1024.0 + 2.0 * z.shard * (mo->moments_bf16 ? 2 : 4) +
+                       (mo->precision == PREC_FP8 ? fp8_state_layout(fp8_num_tensors(cfg, mo->fp8_lm_head), mo->fp8_history).total * 4.0 : 0.0)) / 1e9;
+    zero_layout_free(&z);
+    long long count = o->ckpt_every > 0 ? steps / o->ckpt_every + (steps % o->ckpt_every != 0) : 1;
+    printf("plan: checkpoints in '%s': %lld (every %d steps and the last), each %.2f GB (model file %.2f GB + %d state file%s of %.2f GB)",
+           o->log_dir, count, o->ckpt_every > 0 ? o->ckpt_every : (int)steps, model_gb + world * state_gb, model_gb, world, world > 1 ? "s" : "", state_gb);
+    if (o->keep > 0) printf("; -keep %d: room for %d of them at once (the newest is written before the oldest goes)", o->keep, o->keep + 1);
+    struct statvfs v;
+    struct stat st;
+    if (statvfs(stat(o->log_dir, &st) == 0 ? o->log_dir : ".", &v) == 0) printf("; %.2f GB free there now", (double)v.f_bavail * v.f_frsize / 1e9);
+    printf("\n");
 }
 
 // What the main loop does after optimizer step `step` (0-based) of a run of o->max_steps: the fp8
@@ -2731,10 +2939,23 @@ int main(int argc, char **argv) {
     int grad_accum;
     ModelOptions mo = checked_options(&o, &cfg, have_tok ? &tok : NULL, &grad_accum);
 
-    int planned_world;
+    int planned_world, start = mg_start_of(o.ngpu, &planned_world);
+    // Every input checked before any GPU work, by the one process that starts the run (one GPU, or
+    // -ngpu's launcher): its loaders, opened as rank 0, are this process's if it trains. The ranks
+    // it starts, and mpirun's (each of which would check alike), open their data after the GPU start.
+    DataLoader train, val;
+    HellaSwag hs;
+    int checked = start == MG_START_SINGLE || start == MG_START_LAUNCHER;
+    CheckedInputs in = {0, 0, {0.0, 0.0}};
+    if (checked || o.check_only) in = check_inputs(&o, &cfg, have_tok ? &tok : NULL, planned_world, o.check_only, &train, &val, &hs);
+    if (o.check_only) {
+        print_plan(&o, &cfg, &mo, planned_world, grad_accum, &train);
+        printf("-check 1: every input is good: the run can start\n");
+        return 0;
+    }
     // before anything starts a thread (CUDA, NCCL, OpenMP), so every thread inherits the block; the
     // launcher passes the signals on instead (llmc/launcher.h)
-    if (mg_start_of(o.ngpu, &planned_world) != MG_START_LAUNCHER) stop_signal_install();
+    if (start != MG_START_LAUNCHER) stop_signal_install();
     int ndev = 0;
     cudaError_t derr = cudaGetDeviceCount(&ndev);
     if (derr != cudaSuccess || ndev == 0) FATAL("no CUDA GPU found (%s): this trainer needs an NVIDIA GPU", cudaGetErrorString(derr));
@@ -2749,12 +2970,14 @@ int main(int argc, char **argv) {
     const char *block_flag = fp8_block_flag(&mo);
     if (block_flag) matmul_fp8_block_check(block_flag); // an old cuBLASLt or a GPU other than Hopper refused here, naming the flag
 
-    DataLoader train, val;
     int have_val = o.val_pattern[0] != '\0', synthetic = strcmp(o.train_pattern, "synthetic") == 0;
-    int val_batches = open_data(&o, &cfg, &mg, &train, &val);
-    HellaSwag hs;
-    int have_hs = hellaswag_open(&hs, &o, &cfg, main_rank);
-    ValText vt = have_val && have_tok && val_batches > 0 ? val_text(&val, val_batches, &tok) : (ValText){0.0, 0.0};
+    if (!checked) {
+        in.val_batches = open_data(&o, &cfg, &mg, &train, &val);
+        in.have_hs = hellaswag_open(&hs, &o, &cfg, main_rank);
+        in.vt = have_tok && in.val_batches > 0 ? val_text(&val, in.val_batches, &tok) : (ValText){0.0, 0.0};
+    }
+    int val_batches = in.val_batches, have_hs = in.have_hs;
+    ValText vt = in.vt;
     if (o.max_steps < 0) {
         o.max_steps = (int)(dataloader_num_tokens(&train) / o.total_batch);
         if (o.max_steps < 1) o.max_steps = 1;
@@ -2791,17 +3014,7 @@ int main(int argc, char **argv) {
     run_id = (uint64_t)agreed_id;
     int resumed_from = start_model(&m, &ts, &train, &o, &mg, run_id);
     FILE *logf = NULL, *fp8f = NULL, *metricsf = NULL;
-    if (have_dir && main_rank) {
-        char path[1100];
-        snprintf(path, sizeof(path), "%s/main.log", o.log_dir);
-        logf = fopenCheck(path, resumed_from >= 0 ? "a" : "w");
-        snprintf(path, sizeof(path), "%s/metrics.jsonl", o.log_dir);
-        metricsf = fopenCheck(path, resumed_from >= 0 ? "a" : "w");
-        if (m.fp8.on && o.fp8_log > 0) {
-            snprintf(path, sizeof(path), "%s/fp8.log", o.log_dir);
-            fp8f = fopenCheck(path, resumed_from >= 0 ? "a" : "w");
-        }
-    }
+    if (have_dir && main_rank) open_logs(o.log_dir, resumed_from >= 0, m.fp8.on && o.fp8_log > 0, &logf, &metricsf, &fp8f);
     print_run(&m, &o, &mg, &prop, grad_accum, resumed_from, synthetic, logf);
     if (main_rank && train.masked) printf("loss masks: the loss is the mean over the step's learned targets (mask byte 1), on every rank\n");
     if (main_rank && have_val && val.masked) printf("loss masks: the val loss (and bpb) is over the val data's learned targets\n");
