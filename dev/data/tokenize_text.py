@@ -1,5 +1,7 @@
 """Tokenizes text with a model's own tokenizer into the trainer's shards and decode table
-(docs/formats.md), in parallel, deterministically, with no partial output on failure.
+(docs/formats.md), in parallel, deterministically, in bounded memory (a long document is read a line
+at a time and encoded in pieces with the ids of the whole: document_pieces), with no partial output
+on failure or on a stop (SIGINT, SIGTERM: the old outputs stay, or the new are complete).
 
     python3 dev/data/tokenize_text.py --tokenizer SmolLM2-135M --out data --name gutenberg_smollm2 \\
         --val_tokens 1000000 books.jsonl
@@ -27,10 +29,11 @@ import gzip
 import io
 import json
 import os
+import signal
 import sys
 import time
 import zlib
-from collections import deque
+from collections import deque, namedtuple
 
 # --workers is the one knob of parallelism: each worker process encodes on one thread, so N workers
 # use N cores and the tokenizers library's own thread pool does not oversubscribe them.
@@ -44,6 +47,12 @@ with formats.required_packages():
     from tqdm import tqdm
 
 CHUNK_BYTES = 1 << 20  # text per task sent to a worker: large enough to amortize the pickling
+# A document is held at most PIECE_CHARS characters (and a line) at a time and encoded in pieces of
+# about half that (document_pieces): the tokenizers library takes ~185 bytes of memory per character
+# it encodes at once, so memory stays bounded whatever a document's length.
+PIECE_CHARS = 1 << 20
+CONTEXT_CHARS = 1024  # the text each side of a cut that find_cut checks, and a piece is encoded after
+CUT_TRIES = 64  # line ends checked per attempt to cut (each costs two encodes of a few KB)
 INPUT_SUFFIXES = (".txt", ".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet")
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
 
@@ -80,30 +89,29 @@ def decode_utf8(path, line, offset, lineno, errors):
 
 
 def text_documents(path, lines, split, errors):
-    """(document, bytes read) from a text file: the whole file (doc), each non-empty line without its
-    line ending (line), or each run of non-blank lines without the last line ending (para)."""
-    offset, parts, used = 0, [], 0
-    for lineno, line in enumerate(lines, 1):
+    """(text, bytes read, whether it ends a document) of a text file, a line at a time (a whole file is
+    never held): its documents are the whole file (doc), each non-empty line without its line ending
+    (line), or each run of non-blank lines without the last line ending (para)."""
+    offset, pending, used = 0, None, 0  # pending: the document's latest line, held until it is known
+    for lineno, line in enumerate(lines, 1):  # whether it is the last (whose line ending para drops)
         text = decode_utf8(path, line, offset, lineno, errors)
         offset += len(line)
         used += len(line)
-        if split == "doc":
-            parts.append(text)
-        elif split == "line":
+        if split == "line":
             text = text.rstrip("\r\n")
             if text:
-                yield text, used
+                yield text, used, True
                 used = 0
-        elif text.strip():
-            parts.append(text)
-        elif parts:
-            yield "".join(parts).rstrip("\r\n"), used
-            parts, used = [], 0
-    text = "".join(parts)
-    if split == "para":
-        text = text.rstrip("\r\n")
-    if text:
-        yield text, used
+        elif split == "doc" or text.strip():
+            if pending is not None:
+                yield pending, used, False
+                used = 0
+            pending = text
+        elif pending is not None:
+            yield pending.rstrip("\r\n"), used, True
+            pending, used = None, 0
+    if pending is not None:
+        yield pending if split == "doc" else pending.rstrip("\r\n"), used, True
 
 
 def jsonl_records(path, lines, errors):
@@ -208,9 +216,11 @@ def open_input(path):
     return f, (lambda f: zstd_lines(path, f)) if path.endswith(".zst") else iter
 
 
-def documents(files, args, records):
-    """(document, bytes read) of every input, in order: `records(path, lines)` makes them of a jsonl
-    file's lines, text_documents of a .txt file's, parquet_documents of a .parquet file's column."""
+def documents(files, args, roles, encode):
+    """(item, bytes read) of every input, in order: with --chat the conversations of its jsonl files
+    (chat_conversations; `roles`, the template's), else the Pieces (document_pieces; `encode` checks
+    the cuts) of the documents of jsonl files (jsonl_documents), .parquet files' column
+    (parquet_documents) and text files (text_documents)."""
     for path in files:
         label = "<stdin>" if path == "-" else path
         if args.chat and not path.endswith(JSONL_SUFFIXES):
@@ -218,14 +228,69 @@ def documents(files, args, records):
         try:
             f, lines = open_input(path)
             with f:
+                if args.chat:
+                    yield from chat_conversations(label, lines(f), args.errors, roles)
+                    continue
                 if path.endswith(".parquet"):
-                    yield from parquet_documents(label, f, args.field)
+                    segments = ((doc, n, True) for doc, n in parquet_documents(label, f, args.field))
                 elif path.endswith(JSONL_SUFFIXES):
-                    yield from records(label, lines(f))
+                    segments = ((doc, n, True) for doc, n in jsonl_documents(label, lines(f), args.field, args.errors))
                 else:
-                    yield from text_documents(label, lines(f), args.split, args.errors)
+                    segments = text_documents(label, lines(f), args.split, args.errors)
+                yield from document_pieces(label, segments, encode)
         except (OSError, EOFError, zlib.error) as e:
             raise FormatError(label, f"cannot read: {getattr(e, 'strerror', None) or e}") from None
+
+
+# A document's piece: its text, the CONTEXT_CHARS before it in the document ("" for the first piece),
+# whether it is the document's first and last piece, and its file.
+Piece = namedtuple("Piece", "text context first last path")
+
+
+def document_pieces(path, segments, encode):
+    """(Piece, bytes read) of the documents made of (text, bytes read, ends the document) segments. A
+    document is held PIECE_CHARS at a time: past that, its first piece is cut off where find_cut
+    allows, and each later piece carries its context, which its worker encodes before it and whose
+    tokens it drops (tokens must not depend on what a cut took away). Where find_cut finds no cut, the
+    piece grows until it does (memory then follows the text between line ends the tokenizer merges
+    across, ~185 bytes a character)."""
+    parts, size, nbytes, first, context, attempt = [], 0, 0, True, "", PIECE_CHARS
+    for text, used, ends in segments:
+        parts.append(text)
+        size, nbytes = size + len(text), nbytes + used
+        while size >= attempt:
+            held = "".join(parts)
+            cut = find_cut(held, encode)
+            if cut is None:  # try again when twice as much is held, so holding a long stretch costs O(n)
+                parts, attempt = [held], 2 * size
+                break
+            yield Piece(held[:cut], context, first, False, path), nbytes
+            parts, size, nbytes = [held[cut:]], len(held) - cut, 0
+            context, first, attempt = held[cut - CONTEXT_CHARS:cut], False, PIECE_CHARS
+        if ends and size:
+            yield Piece("".join(parts), context, first, True, path), nbytes
+            parts, size, nbytes, first, context, attempt = [], 0, 0, True, "", PIECE_CHARS
+
+
+def find_cut(text, encode):
+    """Where a document's held `text` may be cut, or None: the first line end past PIECE_CHARS // 2
+    with a non-space character on either side (where the pre-tokenizers of byte-level BPE, GPT-2's,
+    Llama 3's, SmolLM2's, start a new word), among CUT_TRIES of them, where the tokenizer encodes the
+    CONTEXT_CHARS before it the same alone as followed by the CONTEXT_CHARS after it. So no token
+    crosses the cut (a SentencePiece-style tokenizer may merge a line end with the next line's
+    word), and the text after it, encoded after those CONTEXT_CHARS, gets the ids the whole document
+    gives it, where no token depends on text further away than CONTEXT_CHARS."""
+    at, tries = PIECE_CHARS // 2, 0
+    while tries < CUT_TRIES:
+        at = text.find("\n", at, len(text) - CONTEXT_CHARS) + 1
+        if at == 0:
+            return None
+        if not (text[at - 2].isspace() or text[at].isspace()):
+            alone, followed = encode([text[at - CONTEXT_CHARS:at], text[at - CONTEXT_CHARS:at + CONTEXT_CHARS]])
+            if followed[:len(alone)] == alone:
+                return at
+            tries += 1
+    return None
 
 
 # --- conversations (--chat) ---
@@ -381,11 +446,11 @@ def chat_mask(path, lineno, offsets, spans):
     return mask
 
 
-def chunks(docs):
-    """Lists of documents of about CHUNK_BYTES each, with their bytes read."""
+def chunks(items):
+    """Lists of items (pieces or conversations) of about CHUNK_BYTES each, with their bytes read."""
     batch, size = [], 0
-    for doc, nbytes in docs:
-        batch.append(doc)
+    for item, nbytes in items:
+        batch.append(item)
         size += nbytes
         if size >= CHUNK_BYTES:
             yield batch, size
@@ -394,9 +459,47 @@ def chunks(docs):
         yield batch, size
 
 
+# --- stopping ---
+
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+class Stopped(BaseException):
+    """A stop signal (args: its number). A BaseException, as KeyboardInterrupt, so that no `except
+    Exception` on the way takes it for an error."""
+
+
+class StopSignals:
+    """SIGINT and SIGTERM raise Stopped in the main process, once: from then on, and while `held` is
+    set (the final renames), a signal is only noted in `pending`, so the cleanup after a stop and the
+    renames run to their end."""
+
+    def __init__(self):
+        self.held, self.pending = False, None
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, self.take)
+
+    def take(self, signum, frame):
+        if self.held:
+            self.pending = self.pending or signum
+            return
+        self.held = True
+        raise Stopped(signum)
+
+
 # --- encoding (in each worker) ---
 
 _encoder = None
+
+
+def init_worker(*encoder_args):
+    """A worker process, started with the stop signals blocked: a stop is the main process's to take
+    (Ctrl-C reaches the whole process group; the main process ends the workers with SIGTERM, whose
+    default action ends them quietly, without the main process's handler and its traceback)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    init_encoder(*encoder_args)
 
 
 def init_encoder(tok_path, bos, eos, learn):
@@ -412,32 +515,44 @@ def init_encoder(tok_path, bos, eos, learn):
         _encoder = (formats.text_encoder(tok_path), bos, eos)
 
 
-def encode_chunk(texts):
-    """(the chunk's tokens with each document's BOS / EOS, as uint32; each document's token count; None,
-    no mask)."""
+def encode_chunk(pieces):
+    """(the chunk's tokens, each document's with its BOS / EOS, as uint32; the offsets in them where its
+    documents end; None, no mask). A piece with a context is encoded after it, the context's tokens
+    dropped: a tokenizer that marks where a text starts (SentencePiece's dummy prefix) marks the
+    context's start, as the whole document's."""
     encode, bos, eos = _encoder
-    flat, lengths = [], []
-    for ids in encode(texts):
-        if bos is not None:
+    contexts = iter(encode([p.context for p in pieces if p.context]))
+    flat, ends = [], []
+    for p, ids in zip(pieces, encode([p.context + p.text for p in pieces])):
+        if p.context:
+            head = next(contexts)
+            if ids[:len(head)] != head:
+                raise RenderError(p.path, f"the tokenizer encodes the {CONTEXT_CHARS} characters before a cut in a long"
+                                          " document differently when the rest of the piece follows: its tokens depend on"
+                                          " text further away; split such documents")
+            ids = ids[len(head):]
+        if p.first and bos is not None:
             flat.append(bos)
         flat += ids
-        if eos is not None:
-            flat.append(eos)
-        lengths.append(len(ids) + (bos is not None) + (eos is not None))
-    return np.array(flat, dtype=np.uint32), np.array(lengths, dtype=np.int64), None
+        if p.last:
+            if eos is not None:
+                flat.append(eos)
+            ends.append(len(flat))
+    return np.array(flat, dtype=np.uint32), np.array(ends, dtype=np.int64), None
 
 
 def encode_chat_chunk(conversations):
-    """encode_chunk for (file, line, messages) conversations, with the loss mask of the tokens."""
+    """encode_chunk for (file, line, messages) conversations, each a document, with the loss mask of the
+    tokens."""
     tok, learn, template, variables = _encoder
     rendered = [render_chat(template, variables, learn, *c) for c in conversations]
-    flat, lengths, masks = [], [], []
+    flat, ends, masks = [], [], []
     for (path, lineno, _), (_, spans), e in zip(conversations, rendered,
                                                 tok.encode_batch([t for t, _ in rendered], add_special_tokens=False)):
         flat += e.ids
-        lengths.append(len(e.ids))
+        ends.append(len(flat))
         masks.append(chat_mask(path, lineno, e.offsets, spans))
-    return np.array(flat, dtype=np.uint32), np.array(lengths, dtype=np.int64), \
+    return np.array(flat, dtype=np.uint32), np.array(ends, dtype=np.int64), \
         np.concatenate(masks) if masks else np.zeros(0, np.uint8)
 
 
@@ -446,18 +561,18 @@ def encoded(tasks, pool, window, encode):
     just ahead of the workers (Pool.imap would read the whole corpus into its queue)."""
     try:
         if pool is None:
-            for texts, nbytes in tasks:
-                yield encode(texts) + (len(texts), nbytes)
+            for items, nbytes in tasks:
+                yield encode(items) + (nbytes,)
             return
         pending = deque()
-        for texts, nbytes in tasks:
-            pending.append((pool.apply_async(encode, (texts,)), len(texts), nbytes))
+        for items, nbytes in tasks:
+            pending.append((pool.apply_async(encode, (items,)), nbytes))
             if len(pending) >= window:
-                result, ndocs, nb = pending.popleft()
-                yield result.get() + (ndocs, nb)
+                result, nb = pending.popleft()
+                yield result.get() + (nb,)
         while pending:
-            result, ndocs, nb = pending.popleft()
-            yield result.get() + (ndocs, nb)
+            result, nb = pending.popleft()
+            yield result.get() + (nb,)
     except RenderError as e:
         raise FormatError(*e.args) from None
 
@@ -495,12 +610,18 @@ class Outputs:
         return final + ".partial"
 
     def commit(self):
+        """Puts the staged files in place of the old ones. A stop must not come in the middle (main
+        holds SIGINT and SIGTERM off); a failing rename leaves a mix, and says so."""
         finals = {final for _, final in self.staged}
-        for old in self.old:
-            if old not in finals:
-                os.remove(old)
-        for tmp, final in self.staged:
-            os.replace(tmp, final)
+        try:
+            for old in self.old:
+                if old not in finals:
+                    os.remove(old)
+            for tmp, final in self.staged:
+                os.replace(tmp, final)
+        except OSError as e:
+            raise FormatError(e.filename, f"cannot replace it ({e.strerror or e}): the files of this --name are now part"
+                                          " old, part new; run again with --force") from None
         self.staged, self.made_dir = [], None
 
     def discard(self):
@@ -542,12 +663,17 @@ def tokenize(args, files, tok_path, outputs):
     encoder_args = (tok_path, bos if args.bos and not args.chat else None,
                     eos_known if args.eos and not args.chat else None, args.learn_roles if args.chat else None)
     encode = encode_chat_chunk if args.chat else encode_chunk
-    records = (lambda path, lines: chat_conversations(path, lines, args.errors, roles)) if args.chat else \
-        (lambda path, lines: jsonl_documents(path, lines, args.field, args.errors))
+    items = documents(files, args, roles if args.chat else None, None if args.chat else formats.text_encoder(tok_path))
     pool = None
     if args.workers > 1:
         import multiprocessing
-        pool = multiprocessing.Pool(args.workers, init_encoder, encoder_args)
+        # blocked while the workers (and the pool's threads, which start later ones) start: until
+        # init_worker, a worker would run the main process's handler
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            pool = multiprocessing.Pool(args.workers, init_worker, encoder_args)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     else:
         init_encoder(*encoder_args)
     try:  # no total for stdin or gzip; a file that cannot be read is reported when it is read
@@ -556,7 +682,7 @@ def tokenize(args, files, tok_path, outputs):
         total = None
     bar = tqdm(total=total, unit="B", unit_scale=True, desc="tokenizing", disable=None)
     ndocs = nval = ntrain = nshards = learned = 0
-    val, val_mask = [], []
+    val, val_mask, val_open = [], [], args.val_tokens > 0  # open until the document reaching --val_tokens ends
     shard = np.empty(args.shard_tokens, dtype=dtype)
     shard_mask = np.empty(args.shard_tokens, dtype=np.uint8) if args.chat else None
     fill = 0
@@ -567,20 +693,21 @@ def tokenize(args, files, tok_path, outputs):
             formats.write_loss_mask(outputs.stage(what, formats.MASK_SUFFIX), mask)
 
     try:
-        for tokens, lengths, mask, docs_in_chunk, nbytes in encoded(chunks(documents(files, args, records)), pool,
-                                                                     4 * args.workers, encode):
-            ndocs += docs_in_chunk
-            if nval < args.val_tokens:
-                # whole documents, until val has at least val_tokens
-                ends = np.cumsum(lengths)
-                take = int(ends[min(np.searchsorted(ends, args.val_tokens - nval), len(ends) - 1)])
+        for tokens, ends, mask, nbytes in encoded(chunks(items), pool, 4 * args.workers, encode):
+            ndocs += len(ends)
+            if val_open:
+                # whole documents, until val has at least val_tokens: through the first document end
+                # that reaches it, or the whole chunk where none does (a long document spans chunks)
+                reach = np.searchsorted(ends, args.val_tokens - nval)
+                val_open = reach == len(ends)
+                take = len(tokens) if val_open else int(ends[reach])
                 val.append(tokens[:take])
                 nval += take
                 tokens = tokens[take:]
                 if mask is not None:
                     val_mask.append(mask[:take])
                     mask = mask[take:]
-                if nval >= args.val_tokens:
+                if not val_open:
                     write("val", np.concatenate(val), np.concatenate(val_mask) if val_mask else None)
                     val = None
             if mask is not None:
@@ -605,7 +732,7 @@ def tokenize(args, files, tok_path, outputs):
     where = ", ".join(files) if len(files) <= 3 else f"{files[0]} ... ({len(files)} inputs)"
     if ndocs == 0:
         raise FormatError(where, "no documents: the corpus is empty")
-    if nval < args.val_tokens:
+    if val_open:
         raise FormatError(where, f"the corpus has {nval:,} tokens, fewer than --val_tokens {args.val_tokens:,}")
     if fill:
         write(f"train_{nshards:03d}", shard[:fill], shard_mask[:fill] if args.chat else None)
@@ -638,7 +765,8 @@ def parse_args(argv):
                "writes data/tinyshakespeare_smollm2_{val,train_000,tokenizer}.bin; then train with\n"
                "  -i 'data/tinyshakespeare_smollm2_train_*.bin' -j data/tinyshakespeare_smollm2_val.bin"
                " -tok data/tinyshakespeare_smollm2_tokenizer.bin\n"
-               "Nothing is written unless the whole run succeeds; a bad input exits 1 with 'error: <file>: <problem>'.")
+               "Nothing is written unless the whole run succeeds; a bad input exits 1 with 'error: <file>: <problem>',"
+               " a stop (SIGINT, SIGTERM) 128 + the signal, leaving the old files of this --name or the new, complete.")
     p.add_argument("inputs", nargs="+", metavar="INPUT",
                    help=".txt file (documents per --split), .jsonl, .jsonl.gz or .jsonl.zst (one JSON object per line,"
                         " its text in --field), .parquet (its --field column, one row group at a time), a folder (those"
@@ -694,6 +822,7 @@ def parse_args(argv):
 def main(argv=None):
     args = parse_args(argv)
     start = time.time()
+    stops = StopSignals()
     outputs = None
     try:
         tok_path = formats.tokenizer_file(args.tokenizer)
@@ -701,16 +830,22 @@ def main(argv=None):
         name = args.name or default_name(tok_path)
         outputs = Outputs(args.out, name, args.force)
         ndocs, nval, ntrain, nshards, learned = tokenize(args, files, tok_path, outputs)
+        stops.held = True  # from here a stop leaves the new outputs, complete
         outputs.commit()
     except FormatError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("interrupted: nothing written", file=sys.stderr)
-        return 130
+    except Stopped as e:
+        print(f"stopped by {signal.Signals(e.args[0]).name}: nothing written (the files of this --name, if any, are"
+              " as they were)", file=sys.stderr)
+        return 128 + e.args[0]
     finally:
         if outputs is not None:
             outputs.discard()
+    if stops.pending:
+        print(f"stopped by {signal.Signals(stops.pending).name} while the outputs were put in place: they are complete,"
+              f" {outputs.prefix}_*.bin", file=sys.stderr)
+        return 128 + stops.pending
     secs = time.time() - start
     masks = "" if learned is None else f", {learned:,} of the train tokens learned ({learned / ntrain:.1%}; loss masks *.bin.mask)"
     print(f"{ndocs:,} {'conversations' if args.chat else 'documents'}, {nval + ntrain:,} tokens ({nval:,} val,"
