@@ -1724,7 +1724,9 @@ static void sample_text(Model *m, Tokenizer *tok, int have_tok, int bos, int gen
 // weights (all of them: with several GPUs rank 0 gathers the shards and writes it);
 // state_SSSSSSSS_RRRRR.bin holds one rank's AdamW m and v (its shard), the fp8 state, the data loader
 // position and the sampling RNG. Both are written to a temporary name and renamed, carry a checksum
-// of their header and body, and are refused on any mismatch.
+// of their header and body and the run's id, and are refused on any mismatch. When a checkpoint is
+// complete, which one -y 1 takes and what -keep removes: llmc/checkpoint.h (this file supplies the
+// files' contents and the ranks' collectives).
 
 // Collectives that follow file I/O (the master gather after each rank's state write, the barriers
 // after loading weights and after a checkpoint) wait this long, not the usual collective timeout:
