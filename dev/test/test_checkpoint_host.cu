@@ -3,8 +3,13 @@ Host-only tests of the checkpoints (CI runs them; no GPU): the files as write_se
 file written and read back; every kind of bad file refused with a message; a write that fails midway
 never replacing the good file and leaving nothing behind; the model file's checksum covering every
 header word, versions 1 and 2 still loading; zlib's CRC-32 fed in pieces; a section streamed to a
-reader that keeps only part of it), the free-space check, a failing rank's unfinished files removed,
-and -keep's pruning. (The state header's fields: dev/test/test_trainer_host.cu.)
+reader that keeps only part of it), a model file of another config word refused naming it, the
+free-space check; and llmc/checkpoint.h, the code the trainer runs, on 1, 3 and 8 stand-in ranks (this
+program's processes, meeting through it) in a directory named with glob characters: -keep, a rank
+failing or killed by SIGKILL at each point of a save and what the next start-up removes, run ids and
+-overwrite, two processes racing for the lock, -y 1 passing over a damaged newest checkpoint; and the
+main loop's rule for a stop notice during a checkpoint. (The state header's fields:
+dev/test/test_trainer_host.cu.)
 Build and run: make dev/test/test_checkpoint_host && ./dev/test/test_checkpoint_host
 */
 #define TESTING
