@@ -28,6 +28,7 @@ Plain C, header-only; also compiles as C++ under nvcc.
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <signal.h>        // kill(pid, 0): whether a lock file names a live process
 #include <sys/file.h>      // flock
 #include <sys/random.h>    // getrandom
 #include <sys/statvfs.h>
@@ -217,12 +218,19 @@ static void checkpoint_lock(const char *dir) {
             return;
         }
         if (errno != EWOULDBLOCK) FATAL("cannot lock '%s': %s", path, strerror(errno));
-        for (int i = 0; i < 100 && holder[0] == '\0'; i++) { // the holder writes its name right after it locks
+        // the holder writes its name right after it locks, over an earlier holder's: until then the
+        // file is empty or names that one, a process of this host that is gone
+        for (int i = 0, stale = 1; i < 100 && stale; i++) {
             ssize_t got = pread(fd, holder, sizeof(holder) - 1, 0);
             holder[got > 0 ? got : 0] = '\0';
-            if (holder[0] == '\0') usleep(10000);
+            holder[strcspn(holder, "\n")] = '\0';
+            char host[256] = "", named[256] = "";
+            int pid = 0;
+            gethostname(host, sizeof(host) - 1);
+            stale = holder[0] == '\0' || (sscanf(holder, "host %255s pid %d", named, &pid) == 2 && strcmp(named, host) == 0 &&
+                                          kill(pid, 0) != 0 && errno == ESRCH);
+            if (stale) usleep(10000);
         }
-        holder[strcspn(holder, "\n")] = '\0';
         FATAL("the log directory '%s' is in use by another run (%s holds '%s'): two runs writing one directory overwrite each"
               " other's checkpoints. Wait for it to end, or give this run another -o", dir, holder[0] ? holder : "a process that has not said who it is", path);
     }
@@ -402,8 +410,9 @@ static const char *checkpoint_rank_problem(const char *dir, int step, uint64_t r
 }
 
 // The step to resume run `run` from: the newest complete checkpoint in dir whose files verify on every
-// rank, or -1. One that does not is passed over, each rank naming its own file's problem on stderr and
-// the main rank the step it tries next.
+// rank, or -1 if the run has none. One that does not is passed over, each rank naming its own file's
+// problem on stderr and the main rank the step it tries next; when none does, the run is refused
+// rather than started over.
 static int checkpoint_pick(const CheckpointRanks *r, const char *dir, uint64_t run) {
     int *steps, n = checkpoint_complete_steps(dir, run, &steps), picked = -1;
     if (r->max(r->ctx, n) != -r->max(r->ctx, -n))
@@ -418,6 +427,9 @@ static int checkpoint_pick(const CheckpointRanks *r, const char *dir, uint64_t r
                    i + 1 < n ? "trying the one before it" : "no older one is left");
     }
     free(steps);
+    if (n > 0 && picked < 0)
+        FATAL("-y 1: none of the %d complete checkpoints of this run in '%s' can be resumed (each problem is named above): not starting"
+              " the run over. Move them away to start it from its beginning", n, dir);
     return picked;
 }
 

@@ -843,12 +843,21 @@ static void *race_thread(void *arg) {
 }
 
 // Two runs racing for one directory (item 3): exactly one gets it; the other is refused naming its
-// host and pid; once the holder ends (SIGKILL included) the lock is free again.
+// host and pid (not those of a gone holder the file still names); once the holder ends (SIGKILL
+// included) the lock is free again.
 static void test_lock_race(void) {
     char dir[300], host[256] = "";
     fresh_dir(dir, sizeof(dir), "lock");
     gethostname(host, sizeof(host) - 1);
     for (int trial = 0; trial < 5; trial++) {
+        // the file names a holder of this host that is gone (as after the trial before): never the one reported
+        pid_t gone = fork();
+        if (gone == 0) _exit(0);
+        waitpid(gone, NULL, 0);
+        char path[400];
+        snprintf(path, sizeof(path), "%s/train.lock", dir);
+        FILE *f = fopen(path, "w");
+        if (f) { fprintf(f, "host %s pid %d\n", host, (int)gone); fclose(f); }
         int go[2], said[2];
         if (pipe(go) != 0 || pipe(said) != 0) { perror("pipe"); return; }
         LockRacer racers[2];
@@ -884,7 +893,8 @@ static void test_lock_race(void) {
 }
 
 // A damaged newest checkpoint (item 5; issue 41: a state file without its model file): -y 1 takes the
-// newest one that verifies on every rank, the rank that found the problem naming the file and why.
+// newest one that verifies on every rank, the rank that found the problem naming the file and why;
+// with the one before damaged too, every rank refuses (a run started over would overwrite its logs).
 static void test_pick_falls_back(void) {
     static char out[65536];
     for (int w = 0; w < 3; w++) {
@@ -910,6 +920,12 @@ static void test_pick_falls_back(void) {
             int failed = pick_on_ranks(dir, run, world, 2, out, sizeof(out));
             CHECK(failed == 0 && strstr(out, path) && strstr(out, damage[d].want) && strstr(out, "passing over the checkpoint of step 3"),
                   "world %d, %s: %d ranks did not pick step 2, or the message lacks the file and '%s':\n%s", world, damage[d].what, failed, damage[d].want, out);
+            // the one before damaged too: refused, never a start from the beginning
+            checkpoint_path(path, sizeof(path), dir, CKPT_MODEL, 2, 0);
+            unlink(path);
+            failed = pick_on_ranks(dir, run, world, -1, out, sizeof(out));
+            CHECK(failed == world && count_of(out, "none of the 2 complete checkpoints of this run") == world,
+                  "world %d, %s and step 2's model file missing: %d of %d ranks refused:\n%s", world, damage[d].what, failed, world, out);
         }
     }
 }
