@@ -135,7 +135,7 @@ static const OptSpec OPTION_SPECS[] = {
     OPT_I("-s", sample_every, "80", 0, INT_MAX, "sample text every N steps (0: never)"),
     OPT_I("-g", gen_tokens, "64", 0, INT_MAX, "tokens to generate per sample"),
     OPT_I("-n", ckpt_every, "0", 0, INT_MAX, "checkpoint every N steps (0: only at the end)"),
-    OPT_I("-keep", keep, "0", 0, INT_MAX, "keep the K newest checkpoints in -o, removing older ones once a newer one is complete on every GPU (0: keep all)"),
+    OPT_I("-keep", keep, "0", 0, INT_MAX, "keep the run's K newest complete checkpoints in -o, removing older ones once a newer one is complete on every GPU (0: keep all)"),
     OPT_B("-check", check_only, "0", "1: check every input (data, decode table, -init_from's checksum, -hs, -o) and print the run's plan"
           " (model, device memory per GPU, tokens per step, steps per pass over each data set, checkpoints), then exit; needs no GPU"),
     OPT_B("-y", resume, "0", "1: resume from the latest checkpoint in the log directory (with -x 0: evaluate it)"),
