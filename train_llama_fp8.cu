@@ -2712,6 +2712,33 @@ static CheckedInputs check_inputs(const Options *o, const LlamaConfig *cfg, cons
     return in;
 }
 
+// -check 1: the run -o gets, with checkpoint_dir_start's refusals and the lock's, nothing written.
+static void print_plan_run(const Options *o) {
+    struct stat st;
+    char lock[1100], holder[300] = "";
+    if (stat(o->log_dir, &st) != 0) { printf("plan: a new run in '%s' (made at the start)\n", o->log_dir); return; }
+    snprintf(lock, sizeof(lock), "%s/train.lock", o->log_dir);
+    int fd = open(lock, O_RDONLY);
+    if (fd >= 0 && flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+        ssize_t got = read(fd, holder, sizeof(holder) - 1);
+        holder[got > 0 ? got : 0] = '\0';
+        holder[strcspn(holder, "\n")] = '\0';
+        FATAL("the log directory '%s' is in use by another run now (%s holds '%s'): this run would be refused", o->log_dir, holder, lock);
+    }
+    if (fd >= 0) close(fd); // and its shared lock with it
+    uint64_t run;
+    if (!checkpoint_dir_check(o->log_dir, o->resume, o->overwrite, o->init_from[0] != '\0', &run)) {
+        printf("plan: a new run in '%s'%s\n", o->log_dir, o->overwrite ? " beside another run's checkpoints (-overwrite 1)" : "");
+        return;
+    }
+    int *steps, n = checkpoint_complete_steps(o->log_dir, run, &steps);
+    if (n > 0) printf("plan: -y 1 resumes run %016llx of '%s' from step %d, its newest complete checkpoint (verified at the start; a damaged one"
+                      " gives way to the one before)\n", (unsigned long long)run, o->log_dir, steps[0]);
+    else printf("plan: -y 1: run %016llx of '%s' has no complete checkpoint yet: it starts over%s\n", (unsigned long long)run, o->log_dir,
+                o->init_from[0] ? " from -init_from" : "");
+    free(steps);
+}
+
 // -check 1: what the run will be, as far as it is known without a GPU.
 static void print_plan(const Options *o, const LlamaConfig *cfg, const ModelOptions *mo, int world, int grad_accum, const DataLoader *train) {
     size_t sizes[NUM_PARAM_TENSORS], params = param_sizes(cfg, sizes);
@@ -2737,6 +2764,7 @@ static void print_plan(const Options *o, const LlamaConfig *cfg, const ModelOpti
     printf("plan: device memory per GPU: %.2f GiB allocated up front (the CUDA context and cuBLAS/cuDNN workspaces come on top)\n",
            model_memory_plan(cfg, mo, world) / 1073741824.0);
     if (o->log_dir[0] == '\0' || o->max_steps == 0) { printf("plan: no checkpoints (%s)\n", o->max_steps == 0 ? "-x 0" : "-o ''"); return; }
+    print_plan_run(o);
     ZeroLayout z = zero_layout(cfg, sizes, 0, world);
     double model_gb = (1024.0 + params * 4.0) / 1e9;
     double state_gb = (1024.0 + 2.0 * z.shard * (mo->moments_bf16 ? 2 : 4) +
@@ -2955,6 +2983,15 @@ int main(int argc, char **argv) {
         printf("-check 1: every input is good: the run can start\n");
         return 0;
     }
+    // The run's identity in its checkpoints, before the GPU start too: the process that writes into -o
+    // for the run's life (one GPU, -ngpu's launcher; mpirun's rank 0 after its GPU start) locks it, takes
+    // the run id (-y 1: the directory's; else a new one) and removes what killed writers left there.
+    int eval_only = o.max_steps == 0, have_dir = o.log_dir[0] != '\0' && !eval_only; // -x 0 writes nothing
+    uint64_t run_id = 0;
+    if (checked && have_dir) {
+        checkpoint_lock(o.log_dir);
+        run_id = checkpoint_dir_start(o.log_dir, o.resume, o.overwrite, o.init_from[0] != '\0');
+    }
     // before anything starts a thread (CUDA, NCCL, OpenMP), so every thread inherits the block; the
     // launcher passes the signals on instead (llmc/launcher.h)
     if (start != MG_START_LAUNCHER) stop_signal_install();
@@ -2999,16 +3036,14 @@ int main(int argc, char **argv) {
     data_state_save(&ts, &train);
     m.loss_masked = train.masked;
 
-    int eval_only = o.max_steps == 0, have_dir = o.log_dir[0] != '\0' && !eval_only; // -x 0 writes nothing
     if (have_dir && mkdir(o.log_dir, 0755) != 0 && errno != EEXIST) FATAL("cannot create log directory '%s': %s", o.log_dir, strerror(errno));
-    // the run's identity in its checkpoints: the main rank locks -o for the run's life, takes the run
-    // id (-y 1: the directory's; else a new one) and removes what killed writers left there; -x 0 -y 1
-    // only reads the id. Every rank gets it: the largest of the ranks' values, the others' the least.
-    uint64_t run_id = 0;
-    if (have_dir && main_rank) {
+    // mpirun's main rank starts the run as the one GPU above; -ngpu's ranks take the id their launcher
+    // wrote (it holds the lock), as -x 0 -y 1 takes the directory's. Every rank gets it: the largest of
+    // the ranks' values, the others' the least.
+    if (have_dir && main_rank && start == MG_START_MPI) {
         checkpoint_lock(o.log_dir);
         run_id = checkpoint_dir_start(o.log_dir, o.resume, o.overwrite, o.init_from[0] != '\0');
-    } else if (eval_only && o.resume && main_rank) {
+    } else if (main_rank && (start == MG_START_FORK_RANK ? have_dir : eval_only && o.resume)) {
         checkpoint_run_id_read(o.log_dir, &run_id);
     }
     long long agreed_id = main_rank ? (long long)run_id : LLONG_MIN;

@@ -249,26 +249,33 @@ static void checkpoint_lock(const char *dir) {
 // Then removes, saying so, every checkpoint's temporary file
 // (under the lock nothing else writes them) and this run's incomplete checkpoints (a model or state
 // file of this run without its marker: a process killed while writing).
-static uint64_t checkpoint_dir_start(const char *dir, int resume, int overwrite, int may_start_fresh) {
-    uint64_t run = 0;
-    int have = checkpoint_run_id_read(dir, &run);
+// checkpoint_dir_start's refusals, reading only (-check 1 makes them too): returns whether the run
+// continues the one dir/run_id names (its id in *run).
+static int checkpoint_dir_check(const char *dir, int resume, int overwrite, int may_start_fresh, uint64_t *run) {
+    int have = checkpoint_run_id_read(dir, run);
     if (resume && !have && !may_start_fresh)
         FATAL("-y 1: the log directory '%s' holds no run to resume (no run_id file: this trainer never started a run there; is it the"
               " directory you meant?). To start a new run there, leave out -y 1", dir);
-    if (!(resume && have)) {
-        char first[300] = "";
-        int files = 0;
-        DIR *d = opendir(dir);
-        for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;) {
-            int step, rank, tmp;
-            if (checkpoint_name_parse(e->d_name, &step, &rank, &tmp) == CKPT_NONE || tmp) continue;
-            if (files++ == 0) snprintf(first, sizeof(first), "%s", e->d_name);
-        }
-        if (d != NULL) closedir(d);
-        if (files > 0 && !overwrite)
-            FATAL("the log directory '%s' holds %d checkpoint files of another run (%s, ...): to continue that run pass -y 1; to start a"
-                  " new one there pass -overwrite 1 (that run's checkpoints are kept, never resumed or removed by -keep, but one at a step"
-                  " the new run writes is replaced); or give this run another -o", dir, files, first);
+    if (resume && have) return 1;
+    char first[300] = "";
+    int files = 0;
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;) {
+        int step, rank, tmp;
+        if (checkpoint_name_parse(e->d_name, &step, &rank, &tmp) == CKPT_NONE || tmp) continue;
+        if (files++ == 0) snprintf(first, sizeof(first), "%s", e->d_name);
+    }
+    if (d != NULL) closedir(d);
+    if (files > 0 && !overwrite)
+        FATAL("the log directory '%s' holds %d checkpoint files of another run (%s, ...): to continue that run pass -y 1; to start a"
+              " new one there pass -overwrite 1 (that run's checkpoints are kept, never resumed or removed by -keep, but one at a step"
+              " the new run writes is replaced); or give this run another -o", dir, files, first);
+    return 0;
+}
+
+static uint64_t checkpoint_dir_start(const char *dir, int resume, int overwrite, int may_start_fresh) {
+    uint64_t run = 0;
+    if (!checkpoint_dir_check(dir, resume, overwrite, may_start_fresh, &run)) {
         run = checkpoint_new_run_id();
         char path[1100], text[32];
         snprintf(path, sizeof(path), "%s/run_id", dir);

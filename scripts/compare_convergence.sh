@@ -155,7 +155,8 @@ for run in "${runs[@]}"; do
         exit 2
     fi
     mkdir -p -- "$dir"
-    rm -f -- "$dir/DONE" "$dir/main.log" "$dir/fp8.log"
+    # an unfinished run starts over: its checkpoints go too (the trainer refuses a fresh run beside another run's)
+    rm -f -- "$dir/DONE" "$dir/main.log" "$dir/fp8.log" "$dir/metrics.jsonl" "$dir/run_id" "$dir"/model_*.bin "$dir"/state_*.bin "$dir"/done_*
     printf '%s' "$flags_now" >"$dir/flags.txt"
     echo "== $run: $bin $flags_now-o $(printf '%q' "$dir")"
     set +e

@@ -5,7 +5,8 @@ Host-only tests of what the trainer checks before any GPU work and of -check 1's
 check_inputs' refusals (-o not a folder or not writable, a log that cannot be appended to, a corrupt
 -init_from, a missing -hs or -hs_preds folder) each naming the path, -check 1 writing nothing, and the
 trainer binary itself refusing each bad input before it looks for a GPU (run with no GPU visible: a
-check made after the GPU start would print "no CUDA GPU found" instead).
+check made after the GPU start would print "no CUDA GPU found" instead), -o's lock and another run's
+checkpoints there included, with -check 1 too.
 Build and run: make dev/test/test_plan_host && ./dev/test/test_plan_host
 */
 #define TESTING
@@ -13,6 +14,7 @@ Build and run: make dev/test/test_plan_host && ./dev/test/test_plan_host
 #include "train_llama_fp8.cu"
 #include <ftw.h>
 #include <dirent.h>
+#include <sys/file.h>
 #include "dev/test/harness.h" // CHECK, run_test, run_expect_fatal
 
 static char g_dir[64];
@@ -203,7 +205,21 @@ static void test_trainer_checks_before_gpu(void) {
     snprintf(file, sizeof(file), "%s/plain_file", g_dir);
     FILE *f = fopen(file, "w");
     fclose(f);
+    char other_run[300], busy[300], path[400];
+    snprintf(other_run, sizeof(other_run), "%s/other_run", g_dir); // holds another run's checkpoint file
+    snprintf(busy, sizeof(busy), "%s/busy", g_dir);                // locked by a run in progress (this process)
+    mkdir(other_run, 0755);
+    mkdir(busy, 0755);
+    snprintf(path, sizeof(path), "%s/model_00000010.bin", other_run);
+    fclose(fopen(path, "w"));
+    snprintf(path, sizeof(path), "%s/train.lock", busy);
+    int lock_fd = open(path, O_RDWR | O_CREAT, 0644);
+    CHECK(lock_fd >= 0 && flock(lock_fd, LOCK_EX) == 0 && write(lock_fd, "host here pid 1\n", 16) == 16, "locking %s", path);
     struct { const char *args, *want; } cases[] = {
+        {"-o OTHER_RUN", "checkpoint files of another run"},
+        {"-check 1 -o OTHER_RUN", "checkpoint files of another run"},
+        {"-o BUSY", "is in use by another run"},
+        {"-check 1 -o BUSY", "is in use by another run now (host here pid 1"},
         {"-i 'no_such_*.bin'", "no_such_*.bin"},
         {"-j no_such_val.bin", "no_such_val.bin"},
         {"-i 'dev/data/tinyshakespeare/tinyshakespeare_llama2_train.bin:1,no_such_*.bin:1'", "no_such_*.bin"},
@@ -214,9 +230,12 @@ static void test_trainer_checks_before_gpu(void) {
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char args[512];
         snprintf(args, sizeof(args), "%s", cases[i].args);
-        char *at = strstr(args, "PLAIN_FILE");
-        if (at) snprintf(at, sizeof(args) - (at - args), "%s", file);
-        snprintf(cmd, sizeof(cmd), "CUDA_VISIBLE_DEVICES= ./train_llama_fp8 -b 4 -t 64 -o %s/gpu_run %s 2>&1", g_dir, args);
+        const char *names[3][2] = {{"PLAIN_FILE", file}, {"OTHER_RUN", other_run}, {"BUSY", busy}};
+        for (int k = 0; k < 3; k++) {
+            char *at = strstr(args, names[k][0]);
+            if (at) snprintf(at, sizeof(args) - (at - args), "%s", names[k][1]);
+        }
+        snprintf(cmd, sizeof(cmd), "CUDA_VISIBLE_DEVICES= ./train_llama_fp8 -b 4 -t 64 -o %s/gpu_run %s 2>&1", g_dir, args); // a later -o wins
         FILE *p = popen(cmd, "r");
         char out[8192] = "";
         size_t got = fread(out, 1, sizeof(out) - 1, p);
@@ -225,6 +244,7 @@ static void test_trainer_checks_before_gpu(void) {
         CHECK(status != 0 && strstr(out, cases[i].want) && !strstr(out, "no CUDA GPU"), "%s: status %d, want '%s' before any GPU: %s",
               cases[i].args, status, cases[i].want, out);
     }
+    close(lock_fd);
     snprintf(cmd, sizeof(cmd), "CUDA_VISIBLE_DEVICES= ./train_llama_fp8 -check 1 -b 4 -t 64 -o %s/plan_run -n 10 -keep 2 2>&1", g_dir);
     FILE *p = popen(cmd, "r");
     char out[8192] = "";

@@ -162,7 +162,7 @@ item3() {
     for d in default fallback; do
         local extra=""
         [ $d = fallback ] && extra="-fp8_fallback block"
-        mkdir -p "$out/det_$d"
+        rm -rf "$out/det_$d" && mkdir -p "$out/det_$d" # a run of its own: the trainer refuses a folder holding another run's checkpoints
         # shellcheck disable=SC2086
         ./train_llama_fp8 $flags -x 200 -v 0 -deterministic 1 $extra -o "$out/det_$d" >"$out/det_$d/console.log" 2>&1 || status=1
     done
