@@ -331,9 +331,10 @@ class RenderError(Exception):
 def chat_template(tok_path):
     """(compiled template, the variables transformers passes it, the roles it knows (template_roles),
     the config's path) of the tokenizer_config.json beside a tokenizer.json. The environment is
-    transformers' (utils/chat_template_utils.py, _cached_compile_jinja_template): sandboxed, trim_blocks and lstrip_blocks, the loopcontrols
-    extension, raise_exception, a tojson that does not escape HTML, strftime_now; the variables are
-    its special_tokens_map (bos_token, eos_token, unk_token, pad_token as strings)."""
+    transformers' (utils/chat_template_utils.py, _cached_compile_jinja_template): sandboxed,
+    trim_blocks and lstrip_blocks, the loopcontrols extension, raise_exception, a tojson that does
+    not escape HTML, strftime_now; the variables are its special_tokens_map (bos_token, eos_token,
+    unk_token, pad_token as strings)."""
     config = os.path.join(os.path.dirname(tok_path), "tokenizer_config.json")
     if formats.is_sentencepiece(tok_path) or not os.path.isfile(config):
         raise FormatError(tok_path, "--chat needs a Hugging Face tokenizer folder: a tokenizer.json with a"
