@@ -923,12 +923,14 @@ static void td_check_real(const char *shard, int magic, int version, int width, 
     int64_t bad = 0;
     for (int64_t i = 0; i < n; i++) bad += tokens[i] >= (uint32_t)V;
     CHECK(bad == 0, "'%s': %lld tokens >= %d", shard, (long long)bad, V);
-    // the loader reads it the same way, over a whole epoch
+    // the loader reads it the same way, every position (a val shard: the evaluation loader, as -j's)
     DataLoader dl;
-    dataloader_init(&dl, shard, 4, 64, 0, 1, 0, 0, V);
+    dataloader_init_eval(&dl, shard, 4, 64, V, 0);
     int same = 1;
-    for (int64_t s = 0; s < dl.batches_per_epoch; s++) {
-        dataloader_next_batch(&dl);
+    CHECK(dataloader_positions(&dl) == (n - 1) / 256, "'%s': %lld positions, want %lld", shard, (long long)dataloader_positions(&dl),
+          (long long)((n - 1) / 256));
+    for (int64_t s = 0; s < dataloader_positions(&dl); s++) {
+        dataloader_read_position(&dl, s);
         for (int i = 0; i < 256; i++) {
             same &= dl.inputs[i] == (int)tokens[s * 256 + i] && dl.targets[i] == (int)tokens[s * 256 + i + 1];
         }

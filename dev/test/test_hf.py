@@ -165,8 +165,9 @@ def test_header_table():
     consts = {name: int(v) for name, v in re.findall(r"(MODEL_MAGIC|MODEL_VERSION|MODEL_HEADER_INTS) (\d+)", header)}
     consts.update({name: int(v) for name, v in re.findall(r"(MODEL_HDR_\w+) = (\d+)", header)})
     want = {"MODEL_MAGIC": model_file.MAGIC, "MODEL_VERSION": model_file.VERSION, "MODEL_HEADER_INTS": model_file.HEADER_INTS,
-            "MODEL_HDR_STEP": model_file.HDR_STEP, "MODEL_HDR_CHECKSUM": model_file.HDR_CHECKSUM, "MODEL_HDR_MAX_T": model_file.HDR_MAX_T}
-    check(consts == want, f"magic, version, header size and the step, checksum and max_T words match: {consts}")
+            "MODEL_HDR_STEP": model_file.HDR_STEP, "MODEL_HDR_CHECKSUM": model_file.HDR_CHECKSUM, "MODEL_HDR_MAX_T": model_file.HDR_MAX_T,
+            "MODEL_HDR_RUN_ID": model_file.HDR_RUN_ID}
+    check(consts == want, f"magic, version, header size and the step, checksum, max_T and run id words match: {consts}")
 
 
 def test_version1():
