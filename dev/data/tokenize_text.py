@@ -52,7 +52,6 @@ CHUNK_BYTES = 1 << 20  # text per task sent to a worker: large enough to amortiz
 # it encodes at once, so memory stays bounded whatever a document's length.
 PIECE_CHARS = 1 << 20
 CONTEXT_CHARS = 1024  # the text each side of a cut that find_cut checks, and a piece is encoded after
-CUT_TRIES = 64  # line ends checked per attempt to cut (each costs two encodes of a few KB)
 INPUT_SUFFIXES = (".txt", ".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet")
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
 
@@ -254,34 +253,34 @@ def document_pieces(path, segments, encode):
     tokens it drops (tokens must not depend on what a cut took away). Where find_cut finds no cut, the
     piece grows until it does (memory then follows the text between line ends the tokenizer merges
     across, ~185 bytes a character)."""
-    parts, size, nbytes, first, context, attempt = [], 0, 0, True, "", PIECE_CHARS
+    parts, size, nbytes, first, context, attempt, scanned = [], 0, 0, True, "", PIECE_CHARS, PIECE_CHARS // 2
     for text, used, ends in segments:
         parts.append(text)
         size, nbytes = size + len(text), nbytes + used
         while size >= attempt:
             held = "".join(parts)
-            cut = find_cut(held, encode)
-            if cut is None:  # try again when twice as much is held, so holding a long stretch costs O(n)
-                parts, attempt = [held], 2 * size
+            cut = find_cut(held, scanned, encode)
+            if cut is None:  # look on from here when twice as much is held: a long stretch costs O(n)
+                parts, attempt, scanned = [held], 2 * size, max(scanned, len(held) - CONTEXT_CHARS)
                 break
             yield Piece(held[:cut], context, first, False, path), nbytes
             parts, size, nbytes = [held[cut:]], len(held) - cut, 0
-            context, first, attempt = held[cut - CONTEXT_CHARS:cut], False, PIECE_CHARS
+            context, first, attempt, scanned = held[cut - CONTEXT_CHARS:cut], False, PIECE_CHARS, PIECE_CHARS // 2
         if ends and size:
             yield Piece("".join(parts), context, first, True, path), nbytes
-            parts, size, nbytes, first, context, attempt = [], 0, 0, True, "", PIECE_CHARS
+            parts, size, nbytes, first, context, attempt, scanned = [], 0, 0, True, "", PIECE_CHARS, PIECE_CHARS // 2
 
 
-def find_cut(text, encode):
-    """Where a document's held `text` may be cut, or None: the first line end past PIECE_CHARS // 2
-    with a non-space character on either side (where the pre-tokenizers of byte-level BPE, GPT-2's,
-    Llama 3's, SmolLM2's, start a new word), among CUT_TRIES of them, where the tokenizer encodes the
-    CONTEXT_CHARS before it the same alone as followed by the CONTEXT_CHARS after it. So no token
-    crosses the cut (a SentencePiece-style tokenizer may merge a line end with the next line's
-    word), and the text after it, encoded after those CONTEXT_CHARS, gets the ids the whole document
-    gives it, where no token depends on text further away than CONTEXT_CHARS."""
-    at, tries = PIECE_CHARS // 2, 0
-    while tries < CUT_TRIES:
+def find_cut(text, start, encode):
+    """Where a document's held `text` may be cut, or None: the first line end at or past `start` (and
+    CONTEXT_CHARS before the end) with a non-space character on either side (where the
+    pre-tokenizers of byte-level BPE, GPT-2's, Llama 3's, SmolLM2's, start a new word) where the
+    tokenizer encodes the CONTEXT_CHARS before it the same alone as followed by the CONTEXT_CHARS
+    after it. So no token crosses the cut (a SentencePiece-style tokenizer may merge a line end with
+    the next line's word), and the text after it, encoded after those CONTEXT_CHARS, gets the ids
+    the whole document gives it, where no token depends on text further away than CONTEXT_CHARS."""
+    at = start
+    while True:
         at = text.find("\n", at, len(text) - CONTEXT_CHARS) + 1
         if at == 0:
             return None
@@ -289,8 +288,6 @@ def find_cut(text, encode):
             alone, followed = encode([text[at - CONTEXT_CHARS:at], text[at - CONTEXT_CHARS:at + CONTEXT_CHARS]])
             if followed[:len(alone)] == alone:
                 return at
-            tries += 1
-    return None
 
 
 # --- conversations (--chat) ---
@@ -559,7 +556,7 @@ def encode_chat_chunk(conversations):
 
 def encoded(tasks, pool, window, encode):
     """encode(chunk) of every chunk, in order. At most `window` chunks are in flight, so reading stays
-    just ahead of the workers (Pool.imap would read the whole corpus into its queue)."""
+    just ahead of the workers (the pool's map would read the whole corpus into its queue)."""
     try:
         if pool is None:
             for items, nbytes in tasks:
@@ -567,13 +564,13 @@ def encoded(tasks, pool, window, encode):
             return
         pending = deque()
         for items, nbytes in tasks:
-            pending.append((pool.apply_async(encode, (items,)), nbytes))
+            pending.append((pool.submit(encode, items), nbytes))
             if len(pending) >= window:
                 result, nb = pending.popleft()
-                yield result.get() + (nb,)
+                yield result.result() + (nb,)
         while pending:
             result, nb = pending.popleft()
-            yield result.get() + (nb,)
+            yield result.result() + (nb,)
     except RenderError as e:
         raise FormatError(*e.args) from None
 
@@ -668,11 +665,15 @@ def tokenize(args, files, tok_path, outputs):
     pool = None
     if args.workers > 1:
         import multiprocessing
-        # blocked while the workers (and the pool's threads, which start later ones) start: until
-        # init_worker, a worker would run the main process's handler
+        from concurrent.futures import ProcessPoolExecutor
+        # not multiprocessing.Pool, whose terminate() can wait for good on its task thread, caught
+        # sending a task of ~1 MB to workers it has just killed (seen when stopped mid-run)
+        pool = ProcessPoolExecutor(args.workers, multiprocessing.get_context("fork"), init_worker, encoder_args)
+        # the first task starts every worker (and the pool's thread) with the stop signals blocked:
+        # until init_worker, a worker would run the main process's handler
         signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
-            pool = multiprocessing.Pool(args.workers, init_worker, encoder_args)
+            pool.submit(int).result()
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     else:
@@ -728,8 +729,8 @@ def tokenize(args, files, tok_path, outputs):
             bar.set_postfix_str(f"{ndocs:,} docs, {nval + ntrain + fill:,} tokens", refresh=False)
     finally:
         bar.close()
-        if pool is not None:
-            pool.terminate()
+        if pool is not None:  # the tasks started run to their end (a few seconds), the rest are dropped
+            pool.shutdown(cancel_futures=True)
     where = ", ".join(files) if len(files) <= 3 else f"{files[0]} ... ({len(files)} inputs)"
     if ndocs == 0:
         raise FormatError(where, "no documents: the corpus is empty")

@@ -341,7 +341,7 @@ import tokenize_text as tool  # imported by name, so the workers find its functi
 tool.PIECE_CHARS, tool.CHUNK_BYTES = 2048, 4096
 cuts = []
 find_cut = tool.find_cut
-tool.find_cut = lambda text, encode: cuts.append(find_cut(text, encode)) or cuts[-1]
+tool.find_cut = lambda *args: cuts.append(find_cut(*args)) or cuts[-1]
 for i, tok in enumerate({[t for t, _, _ in PIECE_TOKS]!r}):
     for workers in ("1", "3"):
         rc = tool.main(["--tokenizer", tok, "--out", {path('o_long')!r} + f"/{{i}}_{{workers}}", "--name", "l", "--eos",
@@ -414,11 +414,13 @@ check(probe.returncode == 130 and "stopped by SIGINT while the outputs were put 
       f"SIGINT during the final renames: exit {probe.returncode} (want 130), the new outputs complete ({len(new)} files), no mix"
       f" {probe.stderr.strip()[-300:]!r}")
 
-# SIGTERM to a run of 2 workers once it has staged a shard: the old outputs stay, nothing of the run is left
+# SIGTERM to a run of 2 workers once it has staged a shard (of ~500 to come: seconds before its end):
+# the old outputs stay, nothing of the run is left
 rc, _, se = run(["--out", path("o_stop"), "--shard_tokens", "1500", "--force"] + old_args)
 old = snapshot(path("o_stop"))
+stopped = write("stopped.jsonl", "".join(paragraphs) * 4)
 p = subprocess.Popen([sys.executable, os.path.join(DATA, "tokenize_text.py"), "--tokenizer", bpe_dir, "--out", path("o_stop"),
-                      "--name", "s", "--val_tokens", "500", "--shard_tokens", "20000", "--workers", "2", "--force", many],
+                      "--name", "s", "--val_tokens", "500", "--shard_tokens", "10000", "--workers", "2", "--force", stopped],
                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 for _ in range(1200):  # 60 s at most
     if p.poll() is not None or any(".partial" in n for n in os.listdir(path("o_stop"))):
@@ -427,7 +429,7 @@ for _ in range(1200):  # 60 s at most
 staged = sorted(n for n in os.listdir(path("o_stop")) if ".partial" in n)
 p.send_signal(signal.SIGTERM)
 so, se = p.communicate()
-check(staged and p.returncode == 143 and se.strip().endswith("stopped by SIGTERM: nothing written (the files of this --name, if"
+check(staged and "s_tokenizer.bin.partial" not in staged and p.returncode == 143 and se.strip().endswith("stopped by SIGTERM: nothing written (the files of this --name, if"
       " any, are as they were)") and "Traceback" not in se and snapshot(path("o_stop")) == old,
       f"SIGTERM with {staged[:2]} staged: exit {p.returncode} (want 143), no traceback, the old files as they were and nothing"
       f" else: {sorted(set(os.listdir(path('o_stop'))) - set(old))} {se.strip()[-300:]!r}")
