@@ -59,12 +59,15 @@ static void stop_signal_set(sigset_t *set) {
 // Only async-signal-safe calls: it also runs from mg_fail_at's _exit path.
 static void stop_signal_remove_one(volatile char *path) {
     if (path[0] && unlink((const char *)path) == 0) {
+        // the line in one write: several ranks remove theirs at once, and a pipe keeps a write of
+        // up to PIPE_BUF bytes whole
         const char what[] = "removed the partial file ";
-        size_t n = 0;
-        while (path[n]) n++;
-        ssize_t ignored = write(STDERR_FILENO, what, sizeof(what) - 1);
-        ignored = write(STDERR_FILENO, (const char *)path, n);
-        ignored = write(STDERR_FILENO, "\n", 1);
+        char line[sizeof(what) + 1100];
+        size_t n = sizeof(what) - 1;
+        memcpy(line, what, n);
+        for (size_t i = 0; path[i] && n < sizeof(line) - 1; i++) line[n++] = path[i];
+        line[n++] = '\n';
+        ssize_t ignored = write(STDERR_FILENO, line, n);
         (void)ignored;
     }
     path[0] = '\0';
