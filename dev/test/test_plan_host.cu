@@ -91,6 +91,7 @@ static void test_memory_plan_matches_gpu_runs(void) {
         bf16 += r->mo.precision == PREC_BF16;
         fallback += r->mo.fp8_fallback != 0;
     }
+    printf("    %d logged runs: 7B %d, tied %d, fp8 %d, bf16 %d, fallback %d\n", g_num_runs, shapes_7b, tied, fp8, bf16, fallback);
     CHECK(shapes_7b >= 2 && tied >= 3 && fp8 >= 3 && bf16 >= 3 && fallback >= 1,
           "the logs do not cover 7B (%d), tied (%d), fp8 (%d), bf16 (%d) and the fallback (%d)", shapes_7b, tied, fp8, bf16, fallback);
 }
