@@ -41,6 +41,16 @@ static void run_test(const char *name, void (*fn)(void)) {
     fflush(stdout);
 }
 
+// A file's size in bytes, or -1 if it cannot be opened.
+static long file_size(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fclose(f);
+    return n;
+}
+
 // Runs fn(arg) in a child. Returns the child's exit status (128 + signal if killed); its stderr
 // (up to errlen-1 bytes) lands in err. A function that returns normally gives status 0.
 static int run_expect_fatal(void (*fn)(void *), void *arg, char *err, size_t errlen) {

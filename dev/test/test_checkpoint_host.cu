@@ -54,15 +54,6 @@ static void read_sample(void *arg) {
     if (b != 0x1234) { fprintf(stderr, "read back b = %#llx, wrote 0x1234\n", (unsigned long long)b); exit(3); }
 }
 
-static long file_size(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return -1;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fclose(f);
-    return n;
-}
-
 static void patch_file(const char *path, long offset, const void *bytes, size_t n) {
     FILE *f = fopen(path, "r+b");
     if (f == NULL) return; // a missing file: the check that follows fails

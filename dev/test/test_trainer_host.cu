@@ -28,15 +28,6 @@ static char g_dir[64];
 
 static void path_in_dir(char *out, size_t n, const char *name) { snprintf(out, n, "%s/%s", g_dir, name); }
 
-static long file_size(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return -1;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fclose(f);
-    return n;
-}
-
 static void parse_in_child(void *arg) {
     char **argv = (char **)arg;
     int argc = 0;
