@@ -421,7 +421,9 @@ cp {shlex_quote(src)}/${{seed}}_${{precision}}_$moments.main.log "$dir/main.log"
     os.makedirs(nompl)
     with open(os.path.join(nompl, "__init__.py"), "w") as f:
         f.write('raise ImportError("matplotlib left out by test_scripts.py")\n')
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(nompl))
+    # ahead of the PYTHONPATH this suite runs with, not instead of it (the mutation runner's names the mutant's llama_fp8)
+    pythonpath = os.pathsep.join(filter(None, [os.path.dirname(nompl), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, PYTHONPATH=pythonpath)
     flags = ["-x", "20", "-i", "data/x_*.bin", "-tok", "a b.bin"]
 
     def run(*args, trainer_flags=flags):
@@ -854,7 +856,7 @@ def test_mutation_patches(tmp):
 
 # (folder, its README, what the README's rows must name, the rows' format): every entry a table row of its own
 INDEXES = [
-    ("scripts", "scripts/README.md", lambda name: name not in ("README.md", "llama_fp8", "__pycache__"), "| `{}` |"),
+    ("scripts", "scripts/README.md", lambda name: name not in ("README.md", "__pycache__"), "| `{}` |"),
     ("dev/test", "dev/test/README.md", lambda name: name.endswith(".sh"), "| `{}` |"),
     ("dev/results", "dev/results/README.md", lambda name: name != "README.md", "| `{}` |"),
 ]
