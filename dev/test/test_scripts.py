@@ -959,8 +959,10 @@ def test_venv_in_venv(tmp):
                           capture_output=True, text=True, check=True).stdout.strip()
     with open(os.path.join(site, "parent_only_module.py"), "w") as f:
         f.write("WHERE = 'parent'\n")
-    # PIP_TIMEOUT, PIP_RETRIES: offline with no PIP_FIND_LINKS, pip gives up on PyPI in seconds
-    env = dict(os.environ, PYTHON=os.path.join(parent, "bin", "python3"), PIP_TIMEOUT="10", PIP_RETRIES="1")
+    # PIP_TIMEOUT, PIP_RETRIES: offline with no PIP_FIND_LINKS, pip gives up on PyPI in seconds. No PYTHONPATH: the
+    # runners' (this repository's root, or a mutant's) would outrank .venv's install
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(PYTHON=os.path.join(parent, "bin", "python3"), PIP_TIMEOUT="10", PIP_RETRIES="1")
     r = subprocess.run(["bash", "scripts/venv.sh"], cwd=root, capture_output=True, text=True, env=env)
     offline = re.search(r"(No matching distribution|find a version that satisfies).*setuptools.*", r.stdout + r.stderr)
     if r.returncode != 0 and offline:
@@ -971,7 +973,7 @@ def test_venv_in_venv(tmp):
     code = ("import parent_only_module as m, llama_fp8, llama_fp8.added as a; "
             "print(m.WHERE, llama_fp8.WHERE, a.WHERE, llama_fp8.__file__)")
     got = subprocess.run([os.path.join(root, ".venv", "bin", "python3"), "-c", code],
-                         capture_output=True, text=True, cwd=tmp) if r.returncode == 0 else r
+                         capture_output=True, text=True, cwd=tmp, env=env) if r.returncode == 0 else r
     want = f"parent tree added {os.path.join(root, 'llama_fp8', '__init__.py')}"
     check(r.returncode == 0 and got.stdout.strip() == want,
           "venv.sh from a python3 in a virtual environment: .venv imports that environment's packages and the tree's "
