@@ -172,7 +172,7 @@ static void bf16_first_step_vs_cpu(LlamaConfig c, const char *model_file, Bf16Bu
 
     Model m;
     ModelOptions mo = model_options(B, T, PREC_BF16);
-    model_init(&m, &c, &mo);
+    model_init(&m, &c, &mo, NULL);
     gpu_weights(&m, &ref, model_file);
     StepZero g = gpu_step_zero(&m, in, tg);
     double el = rel_err(g.logits, ref.logits, (size_t)N * c.V);
@@ -209,7 +209,7 @@ static void test_memory_plan_is_model_init(void) {
             if (cases[i].set) cases[i].set(&mo);
             if (tied && mo.fp8_lm_head) continue; // refused: a tied lm_head is the embedding
             Model m;
-            model_init(&m, &c, &mo);
+            model_init(&m, &c, &mo, NULL);
             size_t plan = model_memory_plan(&c, &mo, 1);
             CHECK(plan == m.bytes_allocated, "%s%s: the plan says %zu bytes, model_init allocated %zu", cases[i].what, tied ? " (tied)" : "",
                   plan, m.bytes_allocated);
@@ -235,7 +235,7 @@ static void ten_steps_vs_cpu(int moments_bf16) {
     Model m;
     ModelOptions mo = model_options(B, T, PREC_BF16);
     mo.moments_bf16 = moments_bf16;
-    model_init(&m, &c, &mo);
+    model_init(&m, &c, &mo, NULL);
     model_set_weights(&m, ref.params);
     AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
     float *losses = (float *)mallocCheck(grad_accum * N * sizeof(float));
@@ -258,7 +258,7 @@ static void test_bf16_vs_pytorch_fixture(void) {
     int N = fx.B * fx.T;
     Model m;
     ModelOptions mo = model_options(fx.B, fx.T, PREC_BF16);
-    model_init(&m, &fx.cfg, &mo);
+    model_init(&m, &fx.cfg, &mo, NULL);
     model_set_weights(&m, fx.params);
     StepZero g = gpu_step_zero(&m, fx.inputs, fx.targets);
     double el = rel_err(g.logits, fx.logits, (size_t)N * fx.cfg.V);
@@ -329,7 +329,7 @@ static void fp8_first_step_vs_cpu(LlamaConfig c, const char *model_file, Bf16Bud
 
     Model m;
     ModelOptions mo = model_options(B, T, PREC_FP8);
-    model_init(&m, &c, &mo);
+    model_init(&m, &c, &mo, NULL);
     gpu_weights(&m, &ref, model_file);
     StepZero g = gpu_step_zero(&m, in, tg);
     size_t nl = (size_t)N * c.V;
@@ -454,7 +454,7 @@ static void fp8_state_check(int current, int lm_head, int margin) {
     Model m;
     ModelOptions mo = model_options(B, T, PREC_FP8);
     mo.fp8_current = current; mo.fp8_history = H; mo.fp8_margin = margin; mo.fp8_lm_head = lm_head;
-    model_init(&m, &c, &mo);
+    model_init(&m, &c, &mo, NULL);
     model_set_weights(&m, ref.params);
     AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
     float *losses = (float *)mallocCheck(grad_accum * N * sizeof(float));
@@ -527,7 +527,7 @@ static void test_fp8_vs_pytorch_fixture(void) {
     Model m;
     ModelOptions mo = model_options(fx.B, fx.T, PREC_FP8);
     mo.fp8_history = fx.fp8_history; mo.fp8_margin = fx.fp8_margin;
-    model_init(&m, &fx.cfg, &mo);
+    model_init(&m, &fx.cfg, &mo, NULL);
     model_set_weights(&m, fx.params);
     StepZero g = gpu_step_zero(&m, fx.inputs, fx.targets);
     double el = rel_err(g.logits, fx.logits, nl), tol_l = fp8_tolerance(floor_l, BF16_SMALL.logits);
@@ -536,7 +536,7 @@ static void test_fp8_vs_pytorch_fixture(void) {
     free_step_zero(&g);
     model_free(&m);
 
-    model_init(&m, &fx.cfg, &mo);
+    model_init(&m, &fx.cfg, &mo, NULL);
     model_set_weights(&m, fx.params);
     AdamWParams h = {fx.lr, fx.beta1, fx.beta2, fx.adam_eps, fx.weight_decay, fx.grad_clip};
     float *losses = (float *)mallocCheck((size_t)fx.grad_accum * N * sizeof(float));
@@ -970,7 +970,7 @@ static void fp8_probed_steps(int current, int weight_cache, int margin, int lm_h
         mo.fp8_fallback = grains == PROBE_SOME_BLOCK ? FP8_GRAIN_BLOCK : FP8_GRAIN_BF16;
         mo.fp8_fallback_millionths = 1000000; mo.fp8_fallback_patience = 1;
     }
-    model_init(&m, &c, &mo);
+    model_init(&m, &c, &mo, NULL);
     if (grains == PROBE_SOME_BLOCK) { fp8_set_grain(&m, 0, LIN_W2, FP8_GRAIN_BLOCK); fp8_set_grain(&m, 0, LIN_QKV, FP8_GRAIN_BLOCK); }
     if (grains == PROBE_SOME_BF16) { fp8_set_grain(&m, 0, LIN_W2, FP8_GRAIN_BF16); fp8_set_grain(&m, 1, LIN_QKV, FP8_GRAIN_BF16); }
     float *w = (float *)mallocCheck(m.num_params * sizeof(float));
@@ -1094,7 +1094,7 @@ static void small_fp8_model(Model *m, int history, uint64_t seed) {
     LlamaConfig c = small_config();
     ModelOptions mo = model_options(2, 128, PREC_FP8);
     mo.fp8_history = history;
-    model_init(m, &c, &mo);
+    model_init(m, &c, &mo, NULL);
     float *w = (float *)mallocCheck(m->num_params * sizeof(float));
     model_init_weights(m, seed, w);
     model_set_weights(m, w);
@@ -1292,7 +1292,7 @@ static Trained train_small(SmallRun run) {
     mo.fp8_history = 4; mo.recompute = run.recompute; mo.fp8_weight_cache = run.weight_cache;
     mo.fp8_current = run.current; mo.cuda_graph = run.cuda_graph; mo.fp8_lm_head = run.lm_head;
     mo.doc_mask = run.doc_mask; mo.doc_start_id = DOC_START; mo.fp8_grain = run.fp8_grain;
-    model_init(&m, &c, &mo);
+    model_init(&m, &c, &mo, NULL);
     float *w = (float *)mallocCheck(m.num_params * sizeof(float));
     model_init_weights(&m, 13, w);
     model_set_weights(&m, w);
@@ -1522,7 +1522,7 @@ static float ref_step_pair(RefModel *ref, RefModel *refb, const LlamaConfig *c, 
 static float *gpu_step_grads(Model *m, const LlamaConfig *c, int B, int T, int precision, const float *params, const int *in,
                              const int *tg, int grad_accum, float *losses, float *loss, int *skipped) {
     ModelOptions mo = model_options(B, T, precision);
-    model_init(m, c, &mo);
+    model_init(m, c, &mo, NULL);
     model_set_weights(m, params);
     AdamWParams h = {0.0f, 0.9f, 0.95f, 1e-8f, 0.0f, 0.0f};
     StepResult r = train_step_on(m, in, tg, grad_accum, &h, losses);
@@ -1724,7 +1724,7 @@ static void resume_check(int precision, int moments_bf16, int recompute) {
         Model m;
         ModelOptions mo = model_options(B, T, precision);
         mo.fp8_history = 4; mo.moments_bf16 = moments_bf16; mo.recompute = recompute;
-        model_init(&m, &c, &mo);
+        model_init(&m, &c, &mo, NULL);
         if (!w) { w = (float *)mallocCheck(m.num_params * sizeof(float)); model_init_weights(&m, 11, w); }
         model_set_weights(&m, w);
         DataLoader dl;
@@ -1738,7 +1738,7 @@ static void resume_check(int precision, int moments_bf16, int recompute) {
                 checkpoint_step(&m, &ts, dir, 0, 1); // run id 1
                 dataloader_free(&dl);
                 model_free(&m);
-                model_init(&m, &c, &mo);
+                model_init(&m, &c, &mo, NULL);
                 dataloader_init_synthetic(&dl, B, T, 0, 1, c.V, 5);
                 load_checkpoint(&m, &ts, dir, half);
                 dataloader_load_state(&dl, ts.data, (size_t)ts.data_bytes, dir, 0);
@@ -1794,7 +1794,7 @@ static void grains_first_step_vs_cpu(int grain) {
     ModelOptions mo = model_options(B, T, PREC_FP8);
     if (grain == FP8_GRAIN_BLOCK) mo.fp8_grain = FP8_GRAIN_BLOCK;
     else { mo.fp8_fallback = FP8_GRAIN_BF16; mo.fp8_fallback_millionths = 1000000; mo.fp8_fallback_patience = 1; }
-    model_init(&m, &c, &mo);
+    model_init(&m, &c, &mo, NULL);
     if (grain == FP8_GRAIN_BF16) { fp8_set_grain(&m, 0, LIN_W2, FP8_GRAIN_BF16); fp8_set_grain(&m, 1, LIN_QKV, FP8_GRAIN_BF16); }
     model_set_weights(&m, ref.params);
     StepZero g = gpu_step_zero(&m, in, tg);
@@ -1860,7 +1860,7 @@ static void outlier_model(Model *m, const RefModel *ref, int target, int patienc
     ModelOptions mo = model_options(OUTLIER_B, OUTLIER_T, PREC_FP8);
     mo.fp8_history = 4; mo.cuda_graph = cuda_graph;
     mo.fp8_fallback = target; mo.fp8_fallback_millionths = 10000; mo.fp8_fallback_patience = patience;
-    model_init(m, &cfg, &mo);
+    model_init(m, &cfg, &mo, NULL);
     model_set_weights(m, ref->params);
 }
 
@@ -2072,7 +2072,7 @@ static void nonfinite_last_step_checkpoint(int precision) {
     Model m;
     ModelOptions mo = model_options(B, T, precision);
     mo.fp8_history = 4;
-    model_init(&m, &c, &mo);
+    model_init(&m, &c, &mo, NULL);
     float *w = (float *)mallocCheck(m.num_params * sizeof(float));
     model_init_weights(&m, 17, w);
     model_set_weights(&m, w);
@@ -2103,7 +2103,7 @@ static void nonfinite_last_step_checkpoint(int precision) {
     CHECK(picked == o.max_steps, "-y 1 would resume from step %d, not %d", picked, o.max_steps);
     model_free(&m);
     Model back;
-    model_init(&back, &c, &mo);
+    model_init(&back, &c, &mo, NULL);
     if (wrote) {
         load_checkpoint(&back, &ts, dir, o.max_steps);
         float *master = download_f32(back.master, back.num_params);
@@ -2153,9 +2153,9 @@ static void eval_only_fp8(int current) {
     size_t nl = (size_t)N * c.V;
     for (int k = 0; k < 2; k++) {
         Model trained, evaluated, bf16;
-        model_init(&trained, &c, &mo);
-        model_init(&evaluated, &c, &mo);
-        model_init(&bf16, &c, &mb);
+        model_init(&trained, &c, &mo, NULL);
+        model_init(&evaluated, &c, &mo, NULL);
+        model_init(&bf16, &c, &mb, NULL);
         float *w = (float *)mallocCheck(trained.num_params * sizeof(float));
         model_init_weights(&trained, 23, w);
         model_set_weights(&trained, w);
@@ -2292,7 +2292,7 @@ static void test_masked_val_loss_vs_cpu(void) {
     double want = sum / learned;
     Model m;
     ModelOptions mo = model_options(B, T, PREC_BF16);
-    model_init(&m, &c, &mo);
+    model_init(&m, &c, &mo, NULL);
     model_set_weights(&m, ref.params);
     float *host_losses;
     cudaCheck(cudaMallocHost(&host_losses, N * sizeof(float)));
@@ -2522,7 +2522,7 @@ static void test_doc_mask_step_vs_cpu(void) {
         Model m;
         ModelOptions mo = model_options(B, T, PREC_BF16);
         mo.doc_mask = 1; mo.doc_start_id = DOC_START;
-        model_init(&m, &c, &mo);
+        model_init(&m, &c, &mo, NULL);
         model_set_weights(&m, ref.params);
 #ifdef ENABLE_CUDNN
         CHECK((m.acts.doc_bias != NULL) == use_cudnn, "cuDNN %s: the document bias is %s", use_cudnn ? "on" : "off",
@@ -2589,7 +2589,7 @@ static void test_doc_mask_no_start_inside_is_unmasked(void) {
         for (int doc_mask = 0; doc_mask < 2; doc_mask++) {
             ModelOptions mo = model_options(B, T, PREC_BF16);
             mo.doc_mask = doc_mask; mo.doc_start_id = DOC_START;
-            model_init(&m[doc_mask], &c, &mo);
+            model_init(&m[doc_mask], &c, &mo, NULL);
             float *w = (float *)mallocCheck(m[doc_mask].num_params * sizeof(float));
             model_init_weights(&m[doc_mask], 19, w);
             model_set_weights(&m[doc_mask], w);

@@ -56,18 +56,38 @@ every rank casts with the same scales. With one GPU none of this runs: no NCCL c
 
 enum { PREC_BF16, PREC_FP8 };
 
+// How the model trains, besides its shape: the command line's choices (their rows in OPTION_SPECS
+// point here), read by model_init, the checkpoint header and the tests.
+typedef struct {
+    int B, T;              // micro-batch (sequences per GPU), sequence length
+    int precision;         // PREC_BF16 or PREC_FP8
+    int recompute;         // -r: 1 recomputes SwiGLU in backward
+    int moments_bf16;      // -adam_moments bf16: m and v stored in bf16 (stochastic rounding, llmc/adamw.cuh)
+    int fp8_current;       // -fp8_recipe current
+    int fp8_history, fp8_margin; // -fp8_history, -fp8_margin
+    int fp8_weight_cache, fp8_lm_head; // -fp8_weight_cache, -fp8_lm_head
+    int cuda_graph;        // -cuda_graph: forward and backward replayed as a CUDA graph (StepGraph)
+    int doc_mask;          // -doc_mask 1: attention within documents, RoPE positions from each document's start
+    int doc_start_id;      // with doc_mask: the token that starts a document (the decode table's; checked_options)
+    int fp8_grain;         // -fp8_grain: FP8_GRAIN_TENSOR, or FP8_GRAIN_BLOCK (block-scaled linears from step 0)
+    int fp8_fallback;      // -fp8_fallback: 0 off, else the grain a linear over the threshold takes (FP8_GRAIN_*)
+    // the fallback's threshold (millionths of the values cast) and patience; both 0 when it is off (model_options_of)
+    int fp8_fallback_millionths, fp8_fallback_patience;
+} ModelOptions;
+
 // ----------------------------------------------------------------------------------------------
 // Options: one row per flag (OPTION_SPECS) holds its field, type, default, range or choices and
 // help. The parser, the defaults (default_options parses every row's default as if it were typed),
 // the range checks (naming the flag), the usage text and main.log's options line all read the rows,
-// so a new option is its field here and one row. Rules between options: checked_options.
+// so a new option is its field here (or in ModelOptions, for the model's) and one row. Rules between
+// options, and the model's options derived from several: checked_options.
 
 typedef struct {
-    char train_pattern[2048], val_pattern[512], tokenizer_path[512], log_dir[512], model[64], init_from[512], data_changed[16];
-    char precision[16], fp8_recipe[16], adam_moments[16], fp8_grain[16], fp8_fallback[16];
-    int B, T, total_batch, max_steps, warmup, val_every, val_batches, sample_every, gen_tokens;
-    int ckpt_every, resume, overwrite, recompute, seed, shuffle, fp8_history, fp8_margin, fp8_lm_head, fp8_log, fp8_dump, ngpu, fp8_weight_cache, deterministic;
-    int cuda_graph, keep, doc_mask, fp8_fallback_patience, check_only;
+    char train_pattern[2048], val_pattern[512], tokenizer_path[512], log_dir[512], preset[64], init_from[512];
+    ModelOptions model;    // the model's options as their rows set them (doc_start_id, fp8_fallback_millionths: no row)
+    int total_batch, max_steps, warmup, val_every, val_batches, sample_every, gen_tokens;
+    int ckpt_every, resume, overwrite, seed, shuffle, fp8_log, fp8_dump, ngpu, deterministic;
+    int keep, check_only, data_changed_continue;
     float lr, final_lr_frac, weight_decay, grad_clip, beta1, beta2, fp8_fallback_threshold;
     // model overrides (0: keep the preset's)
     int V, L, C, NH, NKV, FF;
@@ -76,14 +96,29 @@ typedef struct {
     int hellaswag_items;                            // -hs_items
 } Options;
 
-typedef enum { OPT_INT, OPT_FLOAT, OPT_STR } OptType;
+// A choice row's words, each with the value it stores in the row's int field; the list ends at a NULL word.
+typedef struct { const char *word; int value; } OptWord;
+static const OptWord PRECISION_WORDS[] = {{"fp8", PREC_FP8}, {"bf16", PREC_BF16}, {NULL, 0}};
+static const OptWord MOMENTS_WORDS[] = {{"fp32", 0}, {"bf16", 1}, {NULL, 0}};
+static const OptWord DATA_CHANGED_WORDS[] = {{"refuse", 0}, {"continue", 1}, {NULL, 0}};
+static const OptWord RECIPE_WORDS[] = {{"delayed", 0}, {"current", 1}, {NULL, 0}};
+static const OptWord GRAIN_WORDS[] = {{"tensor", FP8_GRAIN_TENSOR}, {"block", FP8_GRAIN_BLOCK}, {NULL, 0}};
+static const OptWord FALLBACK_WORDS[] = {{"off", 0}, {"block", FP8_GRAIN_BLOCK}, {"bf16", FP8_GRAIN_BF16}, {NULL, 0}};
+
+// The word that stores `value` (a choice field holds only its words' values: set_option).
+static const char *choice_word(const OptWord *words, int value) {
+    while (words->word && words->value != value) words++;
+    return words->word;
+}
+
+typedef enum { OPT_INT, OPT_FLOAT, OPT_STR, OPT_CHOICE } OptType;
 typedef struct {
     const char *flag;
     OptType type;
-    size_t offset, size; // the field in Options
-    const char *def;     // the default, as it would be typed
-    double min, max;     // OPT_INT, OPT_FLOAT: the values accepted, both ends included
-    const char *choices; // OPT_STR: the values accepted, separated by spaces (NULL: any text that fits)
+    size_t offset, size;  // the field in Options
+    const char *def;      // the default, as it would be typed
+    double min, max;      // OPT_INT, OPT_FLOAT: the values accepted, both ends included
+    const OptWord *words; // OPT_CHOICE: the words accepted (the field, an int, holds the chosen word's value)
     const char *help;
 } OptSpec;
 #define OPT_FIELD(field) offsetof(Options, field), sizeof(((Options *)0)->field)
@@ -91,7 +126,7 @@ typedef struct {
 #define OPT_B(flag, field, def, help) OPT_I(flag, field, def, 0, 1, help) // an on/off flag: 0 or 1
 #define OPT_F(flag, field, def, min, max, help) {flag, OPT_FLOAT, OPT_FIELD(field), def, min, max, NULL, help}
 #define OPT_S(flag, field, def, help) {flag, OPT_STR, OPT_FIELD(field), def, 0, 0, NULL, help}
-#define OPT_C(flag, field, def, choices, help) {flag, OPT_STR, OPT_FIELD(field), def, 0, 0, choices, help}
+#define OPT_C(flag, field, def, words, help) {flag, OPT_CHOICE, OPT_FIELD(field), def, 0, 0, words, help}
 
 // TE's default history length, the longest in use: the scale update rolls each tensor's history in
 // one thread (llmc/fp8_scaling.cuh), and the state file holds NT * H floats of it.
@@ -99,6 +134,8 @@ typedef struct {
 // fp8_scaling.cuh's own bound (fp8_check_margin). Within it every scale_inv = amax * 2^margin / fmax
 // stays finite for any amax up to 2^36 (E4M3: 2^36 * 2^100 / 448 < 2^128), and 2^margin is exact.
 #define FP8_MARGIN_MAX 100
+// The model a run builds without -e or -init_from
+#define DEFAULT_PRESET "125m"
 
 // The defaults make the first run: TinyShakespeare (Llama 2 tokenizer, shipped in the repository),
 // 160 steps of 125m (~8 epochs, about 30 s of training on an H200): val loss still falls there; it
@@ -109,12 +146,15 @@ static const OptSpec OPTION_SPECS[] = {
     OPT_S("-j", val_pattern, "dev/data/tinyshakespeare/tinyshakespeare_llama2_val.bin", "val token shards (glob); '' for none"),
     OPT_S("-tok", tokenizer_path, "dev/data/tinyshakespeare/llama2_tokenizer.bin", "tokenizer decode table (samples print ids without it)"),
     OPT_S("-o", log_dir, "log", "log directory: main.log, fp8.log, checkpoints ('' for none)"),
-    OPT_S("-e", model, "", "model preset: tiny, 125m, 1b, llama2-7b, llama3-8b, llama3.1-8b, llama3.2-1b, smollm2-135m ('': 125m)"),
+    OPT_S("-e", preset, "",
+          "model preset: tiny, 125m, 1b, llama2-7b, llama3-8b, llama3.1-8b, llama3.2-1b, smollm2-135m"
+          " ('': " DEFAULT_PRESET ")"),
     OPT_S("-init_from", init_from, "", "start from this model file's weights and shape (scripts/hf_import.py makes one); fresh optimizer, step 0"),
-    OPT_C("-precision", precision, "fp8", "fp8 bf16", "fp8 GEMMs in the block linears, or the bf16 baseline"),
+    OPT_C("-precision", model.precision, "fp8", PRECISION_WORDS,
+          "fp8 GEMMs in the block linears, or the bf16 baseline"),
     OPT_I("-ngpu", ngpu, "0", 0, INT_MAX, "GPUs of this node to train on (data parallel); under mpirun leave it out"),
-    OPT_I("-b", B, "16", 1, INT_MAX, "micro-batch size (sequences per GPU)"),
-    OPT_I("-t", T, "1024", 2, INT_MAX, "sequence length"),
+    OPT_I("-b", model.B, "16", 1, INT_MAX, "micro-batch size (sequences per GPU)"),
+    OPT_I("-t", model.T, "1024", 2, INT_MAX, "sequence length"),
     OPT_I("-d", total_batch, "0", 0, INT_MAX, "total batch in tokens (gradient accumulation fills it); 0 = B*T*ngpu"),
     OPT_I("-x", max_steps, "160", -1, INT_MAX, "optimizer steps; -1 = one epoch of the training data; 0 = evaluate only (val loss, a sample with -s > 0), writing nothing"),
     OPT_F("-l", lr, "6e-4", 0, FLT_MAX, "peak learning rate"),
@@ -125,7 +165,7 @@ static const OptSpec OPTION_SPECS[] = {
     // below 1: AdamW's bias correction divides by 1 - beta^t
     OPT_F("-beta1", beta1, "0.9", 0, 0.999999, "AdamW beta1"),
     OPT_F("-beta2", beta2, "0.95", 0, 0.999999, "AdamW beta2"),
-    OPT_C("-adam_moments", adam_moments, "bf16", "fp32 bf16",
+    OPT_C("-adam_moments", model.moments_bf16, "bf16", MOMENTS_WORDS,
           "AdamW m and v in bf16 (stochastically rounded; against fp32: 4 bytes/param less memory, 8 less optimizer traffic, 7B fp8 +2.5% tokens/s, val loss unchanged within seed spread) or fp32 (needed to resume a checkpoint written with fp32 moments)"),
     OPT_I("-v", val_every, "20", 0, INT_MAX, "evaluate val loss every N steps (0: never; always at the end)"),
     OPT_I("-m", val_batches, "20", 0, INT_MAX, "val batches per evaluation (shared out over the GPUs)"),
@@ -140,30 +180,39 @@ static const OptSpec OPTION_SPECS[] = {
           " (model, device memory per GPU, tokens per step, steps per pass over each data set, checkpoints), then exit; needs no GPU"),
     OPT_B("-y", resume, "0", "1: resume from the latest checkpoint in the log directory (with -x 0: evaluate it)"),
     OPT_B("-overwrite", overwrite, "0", "1: start a new run in a log directory that holds another run's checkpoints (kept, never resumed or removed by -keep; one at a step the new run writes is replaced)"),
-    OPT_B("-r", recompute, "0", "recompute in backward: 0 none, 1 SwiGLU output (saves memory)"),
-    OPT_B("-cuda_graph", cuda_graph, "1", "1: one GPU replays each step's forward and backward as one CUDA graph (from the second step; the same results, fewer launches); 0: launch kernel by kernel"),
+    OPT_B("-r", model.recompute, "0", "recompute in backward: 0 none, 1 SwiGLU output (saves memory)"),
+    OPT_B("-cuda_graph", model.cuda_graph, "1",
+          "1: one GPU replays each step's forward and backward as one CUDA graph (from the second step; the same"
+          " results, fewer launches); 0: launch kernel by kernel"),
     OPT_B("-deterministic", deterministic, "0", "1: bit-reproducible runs and resumes (deterministic attention backward, heuristic GEMM algorithms); 0: faster"),
-    OPT_B("-doc_mask", doc_mask, "0", "1: a token attends only to its own document (each starts at the decode table's document-start id, -tok) and RoPE positions restart there; on cuDNN with an additive (B, 1, T, T) mask where it takes the shape, else the plain kernels (slower: docs/attention.md)"),
+    OPT_B("-doc_mask", model.doc_mask, "0",
+          "1: a token attends only to its own document (each starts at the decode table's document-start id, -tok)"
+          " and RoPE positions restart there; on cuDNN with an additive (B, 1, T, T) mask where it takes the shape,"
+          " else the plain kernels (slower: docs/attention.md)"),
     OPT_I("-seed", seed, "1337", 0, INT_MAX, "seed for init, data shuffling and sampling"),
     OPT_B("-shuffle", shuffle, "0", "1: shuffle batch order each epoch"),
-    OPT_C("-data_changed", data_changed, "refuse", "refuse continue",
+    OPT_C("-data_changed", data_changed_continue, "refuse", DATA_CHANGED_WORDS,
           "a resume whose data differs from the checkpoint's record (shards added, removed or changed; other mixture sets or weights):"
           " refuse, naming the file, or continue (each changed set starts its next epoch at its first shard)"),
-    OPT_C("-fp8_recipe", fp8_recipe, "delayed", "delayed current", "delayed (amax history) or current (amax of this tensor now)"),
-    OPT_I("-fp8_history", fp8_history, "16", 1, FP8_HISTORY_MAX, "amax history length"),
-    OPT_I("-fp8_margin", fp8_margin, "0", 0, FP8_MARGIN_MAX, "scale margin: scale = fp8_max / (amax * 2^margin)"),
-    OPT_B("-fp8_weight_cache", fp8_weight_cache, "1", "1: fp8 weights made once per step (by AdamW on one GPU); 0: cast per layer when used (several GPUs: saves 1 byte/param)"),
-    OPT_B("-fp8_lm_head", fp8_lm_head, "0", "1: lm_head as an fp8 linear too (the recipe keeps it bf16)"),
-    OPT_C("-fp8_grain", fp8_grain, "tensor", "tensor block",
+    OPT_C("-fp8_recipe", model.fp8_current, "delayed", RECIPE_WORDS,
+          "delayed (amax history) or current (amax of this tensor now)"),
+    OPT_I("-fp8_history", model.fp8_history, "16", 1, FP8_HISTORY_MAX, "amax history length"),
+    OPT_I("-fp8_margin", model.fp8_margin, "0", 0, FP8_MARGIN_MAX, "scale margin: scale = fp8_max / (amax * 2^margin)"),
+    OPT_B("-fp8_weight_cache", model.fp8_weight_cache, "1",
+          "1: fp8 weights made once per step (by AdamW on one GPU); 0: cast per layer when used (several GPUs:"
+          " saves 1 byte/param)"),
+    OPT_B("-fp8_lm_head", model.fp8_lm_head, "0", "1: lm_head as an fp8 linear too (the recipe keeps it bf16)"),
+    OPT_C("-fp8_grain", model.fp8_grain, "tensor", GRAIN_WORDS,
           "fp8 scales of the linears: tensor (one per tensor, -fp8_recipe's), or block (every linear from step 0: one per 1x128 block of X"
           " and dY, per 128x128 of W, from its own amax; block-scaled GEMMs, ~1.25x the time of per-tensor ones; cuBLASLt 12.9+ on Hopper)"),
-    OPT_C("-fp8_fallback", fp8_fallback, "off", "off block bf16",
+    OPT_C("-fp8_fallback", model.fp8_fallback, "off", FALLBACK_WORDS,
           "a per-tensor linear whose X, W or dY loses (underflow + saturation) more than -fp8_fallback_threshold of its values in"
           " -fp8_fallback_patience steps in a row leaves per-tensor scaling for good, to block scaling or to bf16 (for fine-tuning a"
           " pretrained model: docs/fp8_recipe.md); off: never"),
     OPT_F("-fp8_fallback_threshold", fp8_fallback_threshold, "0.01", 0, 1,
           "the fallback's threshold: the fraction of a tensor's values cast in a step that it may lose (rounded to millionths)"),
-    OPT_I("-fp8_fallback_patience", fp8_fallback_patience, "3", 1, INT_MAX, "the fallback's patience: steps in a row over the threshold before a linear switches"),
+    OPT_I("-fp8_fallback_patience", model.fp8_fallback_patience, "3", 1, INT_MAX,
+          "the fallback's patience: steps in a row over the threshold before a linear switches"),
     OPT_I("-fp8_log", fp8_log, "0", 0, INT_MAX, "write every linear's amaxes, scales and fp8 health (underflow, saturation) to fp8.log every N steps (0: never)"),
     OPT_B("-fp8_dump", fp8_dump, "0", "1: at the end each GPU writes its whole fp8 state to fp8_state_rank<r>.bin in -o (ranks must agree)"),
     // config_check refuses a shape that cannot be built
@@ -181,16 +230,12 @@ static const OptSpec OPTION_SPECS[] = {
 // "in [0, 100]", ">= 1" (no upper end but the type's); "" for any text.
 static void option_range_text(const OptSpec *s, char *out, size_t n) {
     out[0] = '\0';
-    if (s->type == OPT_STR) {
-        if (!s->choices) return;
+    if (s->type == OPT_STR) return;
+    if (s->type == OPT_CHOICE) {
         size_t len = 0;
-        int count = 0;
-        for (const char *c = s->choices; *c; count++) {
-            size_t k = strcspn(c, " ");
-            const char *next = c + k + strspn(c + k, " ");
-            const char *sep = count == 0 ? "" : *next ? ", " : " or ";
-            len += snprintf(out + len, len < n ? n - len : 0, "%s%.*s", sep, (int)k, c);
-            c = next;
+        for (const OptWord *w = s->words; w->word; w++) {
+            const char *sep = w == s->words ? "" : w[1].word ? ", " : " or ";
+            len += snprintf(out + len, len < n ? n - len : 0, "%s%s", sep, w->word);
         }
         return;
     }
@@ -198,16 +243,6 @@ static void option_range_text(const OptSpec *s, char *out, size_t n) {
     if (s->type == OPT_INT && s->min == 0 && s->max == 1) snprintf(out, n, "0 or 1");
     else if (unbounded) snprintf(out, n, ">= %g", s->min);
     else snprintf(out, n, "in [%g, %g]", s->min, s->max);
-}
-
-static int option_is_choice(const char *choices, const char *val) {
-    size_t n = strlen(val);
-    for (const char *c = choices; *c;) {
-        size_t k = strcspn(c, " ");
-        if (k == n && strncmp(c, val, n) == 0) return 1;
-        c += k + strspn(c + k, " ");
-    }
-    return 0;
 }
 
 // Parses val (the text after s->flag) into its field of o: text of another type, and a value outside
@@ -227,15 +262,19 @@ static void set_option(Options *o, const OptSpec *s, const char *val) {
         if (*val == '\0' || *end != '\0' || !isfinite(v)) FATAL("option %s wants a number, got '%s'", s->flag, val);
         if (v < s->min || v > s->max) FATAL("option %s must be %s, got %s", s->flag, range, val);
         *(float *)p = v;
+    } else if (s->type == OPT_CHOICE) {
+        const OptWord *w = s->words;
+        while (w->word && strcmp(w->word, val) != 0) w++;
+        if (!w->word) FATAL("option %s must be %s, got '%s'", s->flag, range, val);
+        *(int *)p = w->value;
     } else {
         if (strlen(val) >= s->size) FATAL("option %s: value longer than %zu characters", s->flag, s->size - 1);
-        if (s->choices && !option_is_choice(s->choices, val)) FATAL("option %s must be %s, got '%s'", s->flag, range, val);
         strcpy(p, val);
     }
 }
 
 // A field's value as the command line would give it: floats in the fewest digits that read back the
-// same float, text in quotes ('' for none).
+// same float, text and a choice's word in quotes ('' for none).
 static void format_option(char *out, size_t n, const OptSpec *s, const Options *o) {
     const char *p = (const char *)o + s->offset;
     if (s->type == OPT_INT) {
@@ -247,7 +286,7 @@ static void format_option(char *out, size_t n, const OptSpec *s, const Options *
             if (strtof(out, NULL) == v) break;
         }
     } else {
-        snprintf(out, n, "'%s'", p);
+        snprintf(out, n, "'%s'", s->type == OPT_CHOICE ? choice_word(s->words, *(const int *)p) : p);
     }
 }
 
@@ -264,8 +303,9 @@ static void print_usage(const char *prog) {
         const OptSpec *s = &OPTION_SPECS[i];
         char range[256];
         option_range_text(s, range, sizeof(range));
-        printf("  %-13s %s (default %s%s%s%s%s)\n", s->flag, s->help, s->type == OPT_STR ? "'" : "", s->def, s->type == OPT_STR ? "'" : "",
-               range[0] ? "; " : "", range);
+        const char *quote = s->type == OPT_STR || s->type == OPT_CHOICE ? "'" : "";
+        printf("  %-13s %s (default %s%s%s%s%s)\n", s->flag, s->help, quote, s->def, quote, range[0] ? "; " : "",
+               range);
     }
     printf("  -h            this help\n");
 }
@@ -281,6 +321,16 @@ static Options parse_options(int argc, char **argv) {
         set_option(&o, s, argv[++i]);
     }
     return o;
+}
+
+// The model's options as the run takes them: the rows' (o->model), with the fallback's threshold in
+// millionths and its patience, both 0 when the fallback is off (so a checkpoint records them).
+// checked_options adds the document-start id, from the decode table.
+static ModelOptions model_options_of(const Options *o) {
+    ModelOptions mo = o->model;
+    mo.fp8_fallback_millionths = mo.fp8_fallback ? (int)lround(o->fp8_fallback_threshold * 1e6) : 0;
+    if (!mo.fp8_fallback) mo.fp8_fallback_patience = 0;
+    return mo;
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -326,46 +376,6 @@ typedef struct {
     floatX *doc_bias;      // (B, 1, T, T) the same mask as cuDNN's additive bias, from doc_pos (-doc_mask 1 on a shape cuDNN takes; else NULL)
 } Activations;
 
-
-// How the model trains, besides its shape: the command line's choices (model_options_of takes them
-// from the options), read by model_init, the checkpoint header and the tests.
-typedef struct {
-    int B, T;              // micro-batch (sequences per GPU), sequence length
-    int precision;         // PREC_BF16 or PREC_FP8
-    int recompute;         // -r: 1 recomputes SwiGLU in backward
-    int moments_bf16;      // -adam_moments bf16: m and v stored in bf16 (stochastic rounding, llmc/adamw.cuh)
-    int fp8_current;       // -fp8_recipe current
-    int fp8_history, fp8_margin, fp8_weight_cache, fp8_lm_head; // -fp8_history, -fp8_margin, -fp8_weight_cache, -fp8_lm_head
-    int cuda_graph;        // -cuda_graph: forward and backward replayed as a CUDA graph (StepGraph)
-    int doc_mask;          // -doc_mask 1: attention within documents, RoPE positions from each document's start
-    int doc_start_id;      // with doc_mask: the token that starts a document (the decode table's; checked_options)
-    int fp8_grain;         // -fp8_grain: FP8_GRAIN_TENSOR, or FP8_GRAIN_BLOCK (every fp8 linear block-scaled from step 0)
-    int fp8_fallback;      // -fp8_fallback: 0 off, else the grain a linear over the threshold takes (FP8_GRAIN_BLOCK or _BF16)
-    int fp8_fallback_millionths, fp8_fallback_patience; // its threshold (millionths of the values cast) and patience; 0 when off
-} ModelOptions;
-
-// The model's part of options whose values their rows accepted (parse_options, default_options).
-static ModelOptions model_options_of(const Options *o) {
-    ModelOptions mo;
-    memset(&mo, 0, sizeof(mo));
-    mo.B = o->B; mo.T = o->T;
-    mo.precision = strcmp(o->precision, "fp8") == 0 ? PREC_FP8 : PREC_BF16;
-    mo.recompute = o->recompute;
-    mo.moments_bf16 = strcmp(o->adam_moments, "bf16") == 0;
-    mo.fp8_current = strcmp(o->fp8_recipe, "current") == 0;
-    mo.fp8_history = o->fp8_history; mo.fp8_margin = o->fp8_margin;
-    mo.fp8_weight_cache = o->fp8_weight_cache; mo.fp8_lm_head = o->fp8_lm_head;
-    mo.cuda_graph = o->cuda_graph;
-    mo.doc_mask = o->doc_mask;
-    mo.fp8_grain = strcmp(o->fp8_grain, "block") == 0 ? FP8_GRAIN_BLOCK : FP8_GRAIN_TENSOR;
-    mo.fp8_fallback = strcmp(o->fp8_fallback, "block") == 0 ? FP8_GRAIN_BLOCK : strcmp(o->fp8_fallback, "bf16") == 0 ? FP8_GRAIN_BF16 : 0;
-    if (mo.fp8_fallback) {
-        mo.fp8_fallback_millionths = (int)lround(o->fp8_fallback_threshold * 1e6);
-        mo.fp8_fallback_patience = o->fp8_fallback_patience;
-    }
-    return mo;
-}
-
 // The flag that asks for block-scaled GEMMs, which need cuBLASLt 12.9+ on Hopper (matmul_fp8_block_check
 // refuses anything else, naming it, before any step), or NULL when no linear can become block-scaled.
 static const char *fp8_block_flag(const ModelOptions *mo) {
@@ -379,9 +389,8 @@ static const char *fp8_block_flag(const ModelOptions *mo) {
 // moments (the C reference's; a test sets moments_bf16).
 static ModelOptions model_options(int B, int T, int precision) {
     Options o = default_options();
-    o.B = B; o.T = T;
-    strcpy(o.precision, precision == PREC_FP8 ? "fp8" : "bf16");
-    strcpy(o.adam_moments, "fp32");
+    o.model.B = B; o.model.T = T; o.model.precision = precision;
+    o.model.moments_bf16 = 0;
     return model_options_of(&o);
 }
 #endif
@@ -614,7 +623,7 @@ static void fp8_grains_resumed(Model *m, const char *path) {
 }
 
 // mg: the data-parallel ranks; NULL (the tests) for one GPU.
-static void model_init(Model *m, const LlamaConfig *cfg, const ModelOptions *opt, MultiGpu *mg = NULL) {
+static void model_init(Model *m, const LlamaConfig *cfg, const ModelOptions *opt, MultiGpu *mg) {
     memset(m, 0, sizeof(*m));
     // AdamW writes an fp8 linear's E4M3 weights into its bf16 parameters: a tied lm_head is the embedding
     if (cfg->tied_embeddings && opt->precision == PREC_FP8 && opt->fp8_lm_head) FATAL("-fp8_lm_head 1 cannot be used with tied embeddings");
@@ -1891,33 +1900,44 @@ typedef struct { int step, grad_accum, world, rank; uint64_t rng; unsigned char 
 // checked word must equal this run's value (a mismatch names the field, and for a flag's word the
 // flag that resumes the file: pass[0] for the value 0, pass[1] for 1), the others are read back.
 // A word a trainer before its flag never wrote is 0 there: fp32 moments, no fp8 lm_head, per-tensor
-// grains and no fallback.
-typedef struct { int word; const char *name; int *value; int checked; const char *pass[2]; } StateField;
-#define NUM_STATE_FIELDS 25
+// grains and no fallback. Each word is an int of the Model or of the TrainState (state_field).
+typedef struct {
+    int word;
+    const char *name;
+    int in_train_state; size_t offset; // the int: in the TrainState (1) or the Model (0), at this offset
+    int checked;
+    const char *pass[2];
+} StateField;
+#define IN_MODEL(field) 0, offsetof(Model, field)
+#define IN_TRAIN(field) 1, offsetof(TrainState, field)
+static const StateField STATE_FIELDS[] = {
+    {2, "step", IN_MODEL(step), 1}, {3, "V", IN_MODEL(cfg.V), 1}, {4, "L", IN_MODEL(cfg.L), 1},
+    {5, "C", IN_MODEL(cfg.C), 1}, {6, "NH", IN_MODEL(cfg.NH), 1}, {7, "NKV", IN_MODEL(cfg.NKV), 1},
+    {8, "FF", IN_MODEL(cfg.FF), 1},
+    {9, "micro-batch B", IN_MODEL(opt.B), 1}, {10, "sequence length T", IN_MODEL(opt.T), 1},
+    {11, "gradient accumulation steps", IN_TRAIN(grad_accum), 1}, {12, "number of GPUs", IN_TRAIN(world), 1},
+    {13, "rank", IN_TRAIN(rank), 1},
+    {14, "precision (0 bf16, 1 fp8)", IN_MODEL(opt.precision), 1, {"-precision bf16", "-precision fp8"}},
+    {15, "fp8 recipe (1 current)", IN_MODEL(opt.fp8_current), 1, {"-fp8_recipe delayed", "-fp8_recipe current"}},
+    {16, "fp8 history length", IN_MODEL(opt.fp8_history), 1}, {17, "fp8 margin", IN_MODEL(opt.fp8_margin), 1},
+    // the data loader's record says what differs, naming the file (dataloader_load_state): read back
+    {22, "data sets of the -i mixture (0: one glob)", IN_TRAIN(data_sets), 0},
+    {18, "data loader state size", IN_TRAIN(data_bytes), 0},
+    {19, "AdamW updates applied", IN_MODEL(adam_t), 0}, // a skipped update does not count: read back
+    {20, "-fp8_lm_head", IN_MODEL(fp8.lm_head), 1, {"-fp8_lm_head 0", "-fp8_lm_head 1"}},
+    {21, "-adam_moments (0 fp32, 1 bf16)", IN_MODEL(opt.moments_bf16), 1,
+     {"-adam_moments fp32 (the file's moments are fp32, the default before bf16)", "-adam_moments bf16"}},
+    {23, "-fp8_grain (0 tensor, 1 block)", IN_MODEL(opt.fp8_grain), 1, {"-fp8_grain tensor", "-fp8_grain block"}},
+    {24, "-fp8_fallback (0 off, 1 block, 2 bf16)", IN_MODEL(opt.fp8_fallback), 1,
+     {"-fp8_fallback off", "-fp8_fallback block"}},
+    {25, "-fp8_fallback_threshold in millionths (0 without -fp8_fallback)", IN_MODEL(opt.fp8_fallback_millionths), 1},
+    {26, "-fp8_fallback_patience (0 without -fp8_fallback)", IN_MODEL(opt.fp8_fallback_patience), 1},
+};
+#define NUM_STATE_FIELDS ((int)(sizeof(STATE_FIELDS) / sizeof(STATE_FIELDS[0])))
 
-static void state_fields(Model *m, TrainState *ts, StateField f[NUM_STATE_FIELDS]) {
-    ModelOptions *o = &m->opt;
-    const StateField all[NUM_STATE_FIELDS] = {
-        {2, "step", &m->step, 1}, {3, "V", &m->cfg.V, 1}, {4, "L", &m->cfg.L, 1}, {5, "C", &m->cfg.C, 1},
-        {6, "NH", &m->cfg.NH, 1}, {7, "NKV", &m->cfg.NKV, 1}, {8, "FF", &m->cfg.FF, 1},
-        {9, "micro-batch B", &o->B, 1}, {10, "sequence length T", &o->T, 1},
-        {11, "gradient accumulation steps", &ts->grad_accum, 1}, {12, "number of GPUs", &ts->world, 1}, {13, "rank", &ts->rank, 1},
-        {14, "precision (0 bf16, 1 fp8)", &o->precision, 1, {"-precision bf16", "-precision fp8"}},
-        {15, "fp8 recipe (1 current)", &o->fp8_current, 1, {"-fp8_recipe delayed", "-fp8_recipe current"}},
-        {16, "fp8 history length", &o->fp8_history, 1}, {17, "fp8 margin", &o->fp8_margin, 1},
-        // the data loader's record says what differs, naming the file (dataloader_load_state): read back
-        {22, "data sets of the -i mixture (0: one glob)", &ts->data_sets, 0},
-        {18, "data loader state size", &ts->data_bytes, 0},
-        {19, "AdamW updates applied", &m->adam_t, 0}, // a skipped update does not count: read back
-        {20, "-fp8_lm_head", &m->fp8.lm_head, 1, {"-fp8_lm_head 0", "-fp8_lm_head 1"}},
-        {21, "-adam_moments (0 fp32, 1 bf16)", &o->moments_bf16, 1,
-         {"-adam_moments fp32 (the file's moments are fp32, the default before bf16)", "-adam_moments bf16"}},
-        {23, "-fp8_grain (0 tensor, 1 block)", &o->fp8_grain, 1, {"-fp8_grain tensor", "-fp8_grain block"}},
-        {24, "-fp8_fallback (0 off, 1 block, 2 bf16)", &o->fp8_fallback, 1, {"-fp8_fallback off", "-fp8_fallback block"}},
-        {25, "-fp8_fallback_threshold in millionths (0 without -fp8_fallback)", &o->fp8_fallback_millionths, 1},
-        {26, "-fp8_fallback_patience (0 without -fp8_fallback)", &o->fp8_fallback_patience, 1},
-    };
-    memcpy(f, all, sizeof(all));
+// The int that field f of the header is, in this model or train state.
+static int *state_field(Model *m, TrainState *ts, const StateField *f) {
+    return (int *)((f->in_train_state ? (char *)ts : (char *)m) + f->offset);
 }
 
 // The state file's header as this run writes it (h: 256 words), and what a state file's header must
@@ -1925,26 +1945,22 @@ static void state_fields(Model *m, TrainState *ts, StateField f[NUM_STATE_FIELDS
 static void state_header(Model *m, TrainState *ts, int h[256]) {
     memset(h, 0, 256 * sizeof(int));
     h[0] = STATE_MAGIC; h[1] = CKPT_VERSION;
-    StateField f[NUM_STATE_FIELDS];
-    state_fields(m, ts, f);
-    for (int i = 0; i < NUM_STATE_FIELDS; i++) h[f[i].word] = *f[i].value;
+    for (int i = 0; i < NUM_STATE_FIELDS; i++) h[STATE_FIELDS[i].word] = *state_field(m, ts, &STATE_FIELDS[i]);
 }
 
 static int state_expect(Model *m, TrainState *ts, HeaderExpect ex[NUM_STATE_FIELDS]) {
-    StateField f[NUM_STATE_FIELDS];
-    state_fields(m, ts, f);
     int n = 0;
     for (int i = 0; i < NUM_STATE_FIELDS; i++) {
-        if (f[i].checked) ex[n++] = (HeaderExpect){f[i].word, *f[i].value, f[i].name, {f[i].pass[0], f[i].pass[1]}};
+        const StateField *f = &STATE_FIELDS[i];
+        if (f->checked) ex[n++] = (HeaderExpect){f->word, *state_field(m, ts, f), f->name, {f->pass[0], f->pass[1]}};
     }
     return n;
 }
 
 // The words of a resumed state file's header that are read back, not checked (h: the file's header).
 static void state_read_back(Model *m, TrainState *ts, const int h[256]) {
-    StateField f[NUM_STATE_FIELDS];
-    state_fields(m, ts, f);
-    for (int i = 0; i < NUM_STATE_FIELDS; i++) if (!f[i].checked) *f[i].value = h[f[i].word];
+    for (int i = 0; i < NUM_STATE_FIELDS; i++)
+        if (!STATE_FIELDS[i].checked) *state_field(m, ts, &STATE_FIELDS[i]) = h[STATE_FIELDS[i].word];
 }
 
 // The state file's body, in order: AdamW's moments of this rank's shard, the fp8 state, with
@@ -2307,7 +2323,7 @@ static HellaSwagScore hellaswag_evaluate(Model *m, const HellaSwag *hs, float *h
 // -hs: the file, read for this model's vocabulary and sequence length (every bad file refused here).
 static int hellaswag_open(HellaSwag *hs, const Options *o, const LlamaConfig *cfg, int print) {
     if (o->hellaswag_path[0] == '\0') return 0;
-    hellaswag_init(hs, o->hellaswag_path, o->hellaswag_items, cfg->V, o->T);
+    hellaswag_init(hs, o->hellaswag_path, o->hellaswag_items, cfg->V, o->model.T);
     if (hs->vocab_size > cfg->V)
         FATAL("HellaSwag file '%s' was made with a tokenizer of %d tokens, more than the model's vocabulary of %d: make it with the model's tokenizer",
               o->hellaswag_path, hs->vocab_size, cfg->V);
@@ -2514,19 +2530,23 @@ static int compare_floats(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-// The model's shape: from -init_from's file, or from the preset (-e, default 125m) with the
+// The preset a run without -init_from builds: -e's, else the default.
+static const char *run_preset(const Options *o) { return o->preset[0] ? o->preset : DEFAULT_PRESET; }
+
+// The model's shape: from -init_from's file, or from the preset (-e, run_preset) with the
 // vocabulary of the decode table and the shape flags' overrides. A shape given twice (by the file
 // and a flag) is refused, not ignored; so is a decode table of another vocabulary than the model's.
 static LlamaConfig run_model_config(const Options *o, const Tokenizer *tok) {
-    struct { const char *flag; int set; } shape[] = {{"-e", o->model[0] != '\0'}, {"-V", o->V != 0}, {"-L", o->L != 0}, {"-C", o->C != 0},
-        {"-NH", o->NH != 0}, {"-NKV", o->NKV != 0}, {"-FF", o->FF != 0}, {"-rope_theta", o->rope_theta > 0.0f}};
+    struct { const char *flag; int set; } shape[] = {{"-e", o->preset[0] != '\0'}, {"-V", o->V != 0}, {"-L", o->L != 0},
+        {"-C", o->C != 0}, {"-NH", o->NH != 0}, {"-NKV", o->NKV != 0}, {"-FF", o->FF != 0},
+        {"-rope_theta", o->rope_theta > 0.0f}};
     LlamaConfig cfg;
     if (o->init_from[0]) {
         for (size_t i = 0; i < sizeof(shape) / sizeof(shape[0]); i++)
             if (shape[i].set) FATAL("%s conflicts with -init_from '%s': the model's shape comes from the file", shape[i].flag, o->init_from);
         cfg = read_model_config(o->init_from);
     } else {
-        const char *preset = o->model[0] ? o->model : "125m";
+        const char *preset = run_preset(o);
         if (!config_from_preset(preset, &cfg))
             FATAL("unknown model preset '%s' (tiny, 125m, 1b, llama2-7b, llama3-8b, llama3.1-8b, llama3.2-1b, smollm2-135m)", preset);
         if (tok) cfg.V = tok->vocab_size;
@@ -2541,7 +2561,7 @@ static LlamaConfig run_model_config(const Options *o, const Tokenizer *tok) {
     if (tok && tok->vocab_size != cfg.V)
         FATAL("decode table '%s' has %d tokens but the model's vocabulary is %d: use the table made with the model's tokenizer",
               o->tokenizer_path, tok->vocab_size, cfg.V);
-    if (o->T > cfg.max_T) cfg.max_T = o->T;
+    if (o->model.T > cfg.max_T) cfg.max_T = o->model.T;
     return cfg;
 }
 
@@ -2552,52 +2572,57 @@ static LlamaConfig run_model_config(const Options *o, const Tokenizer *tok) {
 static ModelOptions checked_options(Options *o, const LlamaConfig *cfg, const Tokenizer *tok, int *grad_accum) {
     ModelOptions mo = model_options_of(o);
     int fp8 = mo.precision == PREC_FP8;
-    if (o->fp8_lm_head && !fp8) FATAL("-fp8_lm_head 1 needs -precision fp8");
+    if (mo.fp8_lm_head && !fp8) FATAL("-fp8_lm_head 1 needs -precision fp8");
     // AdamW writes an fp8 linear's E4M3 weights into its bf16 parameters: a tied lm_head is the embedding
-    if (o->fp8_lm_head && fp8 && cfg->tied_embeddings) FATAL("-fp8_lm_head 1 cannot be used with tied embeddings");
-    if ((long long)o->B * o->T > INT_MAX) FATAL("-b %d times -t %d is more than 2^31 - 1 tokens per micro-batch", o->B, o->T);
-    if (fp8 && (cfg->C % 16 || cfg->FF % 16 || (o->B * o->T) % 16))
-        FATAL("fp8 GEMMs need C, FF and B*T to be multiples of 16 (C=%d FF=%d B*T=%d)", cfg->C, cfg->FF, o->B * o->T);
+    if (mo.fp8_lm_head && fp8 && cfg->tied_embeddings) FATAL("-fp8_lm_head 1 cannot be used with tied embeddings");
+    if ((long long)mo.B * mo.T > INT_MAX)
+        FATAL("-b %d times -t %d is more than 2^31 - 1 tokens per micro-batch", mo.B, mo.T);
+    if (fp8 && (cfg->C % 16 || cfg->FF % 16 || (mo.B * mo.T) % 16))
+        FATAL("fp8 GEMMs need C, FF and B*T to be multiples of 16 (C=%d FF=%d B*T=%d)", cfg->C, cfg->FF, mo.B * mo.T);
     if (o->fp8_dump && (!fp8 || o->log_dir[0] == '\0')) FATAL("-fp8_dump 1 needs -precision fp8 and a log directory (-o)");
-    if (mo.fp8_grain != FP8_GRAIN_TENSOR && !fp8) FATAL("-fp8_grain %s needs -precision fp8", o->fp8_grain);
-    if (mo.fp8_fallback && !fp8) FATAL("-fp8_fallback %s needs -precision fp8", o->fp8_fallback);
+    const char *grain = choice_word(GRAIN_WORDS, mo.fp8_grain);
+    const char *fallback = choice_word(FALLBACK_WORDS, mo.fp8_fallback);
+    if (mo.fp8_grain != FP8_GRAIN_TENSOR && !fp8) FATAL("-fp8_grain %s needs -precision fp8", grain);
+    if (mo.fp8_fallback && !fp8) FATAL("-fp8_fallback %s needs -precision fp8", fallback);
     if (mo.fp8_fallback && mo.fp8_grain == FP8_GRAIN_BLOCK)
-        FATAL("-fp8_fallback %s moves per-tensor linears, and -fp8_grain block leaves none: use one of them", o->fp8_fallback);
+        FATAL("-fp8_fallback %s moves per-tensor linears, and -fp8_grain block leaves none: use one of them", fallback);
     Options d = default_options(); // the fallback's settings, given without it, would do nothing
     if (!mo.fp8_fallback && o->fp8_fallback_threshold != d.fp8_fallback_threshold)
         FATAL("-fp8_fallback_threshold %g needs -fp8_fallback block or bf16", o->fp8_fallback_threshold);
-    if (!mo.fp8_fallback && o->fp8_fallback_patience != d.fp8_fallback_patience)
-        FATAL("-fp8_fallback_patience %d needs -fp8_fallback block or bf16", o->fp8_fallback_patience);
+    if (!mo.fp8_fallback && o->model.fp8_fallback_patience != d.model.fp8_fallback_patience)
+        FATAL("-fp8_fallback_patience %d needs -fp8_fallback block or bf16", o->model.fp8_fallback_patience);
     if (o->resume && o->log_dir[0] == '\0') FATAL("-y 1 needs a log directory (-o) to resume from");
     if (o->hellaswag_preds[0] && o->hellaswag_path[0] == '\0') FATAL("-hs_preds '%s' needs a HellaSwag file (-hs)", o->hellaswag_preds);
     // the total batch must split over the ranks: refused here, before -ngpu starts any
     int planned_world = mg_planned_world(o->ngpu);
-    long long tokens_per_micro = (long long)o->B * o->T * planned_world;
+    long long tokens_per_micro = (long long)mo.B * mo.T * planned_world;
     if (o->total_batch == 0) o->total_batch = (int)tokens_per_micro;
     if (o->total_batch <= 0 || o->total_batch % tokens_per_micro != 0)
         FATAL("-d %d (total batch tokens) must be a multiple of B*T*ngpu = %d*%d*%d = %lld: it does not split over %d GPU%s%s", o->total_batch,
-              o->B, o->T, planned_world, tokens_per_micro, planned_world, planned_world == 1 ? "" : "s",
+              mo.B, mo.T, planned_world, tokens_per_micro, planned_world, planned_world == 1 ? "" : "s",
               o->resume ? " (-y 1 keeps a checkpoint's total batch: resume it on a number of GPUs that divides its micro-batches per step)" : "");
     *grad_accum = (int)(o->total_batch / tokens_per_micro);
     // a guessed document-start id would silently mask nothing
-    if (o->doc_mask && tok == NULL)
+    if (mo.doc_mask && tok == NULL)
         FATAL("-doc_mask 1 needs the decode table's document-start id: no decode table at -tok '%s'", o->tokenizer_path);
-    if (o->doc_mask && (tok->doc_start_id < 0 || tok->doc_start_id >= cfg->V))
+    if (mo.doc_mask && (tok->doc_start_id < 0 || tok->doc_start_id >= cfg->V))
         FATAL("-doc_mask 1: the document-start id %d of decode table '%s' is outside the vocabulary [0, %d)", tok->doc_start_id,
               o->tokenizer_path, cfg->V);
-    if (o->doc_mask) mo.doc_start_id = tok->doc_start_id;
+    if (mo.doc_mask) mo.doc_start_id = tok->doc_start_id;
     return mo;
 }
 
 // The model's name as the run's description gives it: the model file, or the preset.
-static const char *run_model_name(const Options *o) { return o->init_from[0] ? o->init_from : o->model[0] ? o->model : "125m"; }
+static const char *run_model_name(const Options *o) { return o->init_from[0] ? o->init_from : run_preset(o); }
 
 // main.log's header of a (re)start: the run's description on the '#' line (scripts/trainer_log.py
 // reads it), then the options line, every row's flag with this run's value (-d and -x as filled in),
 // so the log says how its run was made.
 static void write_log_header(FILE *f, const char *gpu_name, const LlamaConfig *cfg, const Options *o, int world, int synthetic) {
     fprintf(f, "# %s precision %s model %s V %d L %d C %d NH %d NKV %d FF %d B %d T %d total_batch %d adam_moments %s%s",
-            gpu_name, o->precision, run_model_name(o), cfg->V, cfg->L, cfg->C, cfg->NH, cfg->NKV, cfg->FF, o->B, o->T, o->total_batch, o->adam_moments,
+            gpu_name, choice_word(PRECISION_WORDS, o->model.precision), run_model_name(o), cfg->V, cfg->L, cfg->C,
+            cfg->NH, cfg->NKV, cfg->FF, o->model.B, o->model.T, o->total_batch,
+            choice_word(MOMENTS_WORDS, o->model.moments_bf16),
             synthetic ? " data synthetic" : "");
     fprintf(f, world > 1 ? " gpus %d\n" : "\n", world);
     fprintf(f, "options:");
@@ -2616,11 +2641,12 @@ static const char *batches_word(long long n) { return n == 1 ? "batch" : "batche
 static int open_data(const Options *o, const LlamaConfig *cfg, const MultiGpu *mg, DataLoader *train, DataLoader *val) {
     int synthetic = strcmp(o->train_pattern, "synthetic") == 0, have_val = o->val_pattern[0] != '\0'; // -j '': no validation
     if (synthetic) {
-        dataloader_init_synthetic(train, o->B, o->T, mg->rank, mg->world, cfg->V, (uint64_t)o->seed);
-        if (have_val) dataloader_init_synthetic(val, o->B, o->T, 0, 1, cfg->V, (uint64_t)o->seed + 1);
+        dataloader_init_synthetic(train, o->model.B, o->model.T, mg->rank, mg->world, cfg->V, (uint64_t)o->seed);
+        if (have_val) dataloader_init_synthetic(val, o->model.B, o->model.T, 0, 1, cfg->V, (uint64_t)o->seed + 1);
     } else {
-        dataloader_init(train, o->train_pattern, o->B, o->T, mg->rank, mg->world, o->shuffle, (uint64_t)o->seed, cfg->V);
-        if (have_val) dataloader_init_eval(val, o->val_pattern, o->B, o->T, cfg->V, mg_is_main(mg));
+        dataloader_init(train, o->train_pattern, o->model.B, o->model.T, mg->rank, mg->world, o->shuffle,
+                        (uint64_t)o->seed, cfg->V);
+        if (have_val) dataloader_init_eval(val, o->val_pattern, o->model.B, o->model.T, cfg->V, mg_is_main(mg));
         Tokenizer tok; // the decode table's fingerprint, for the shards that record their tokenizer
         int have_tok = tokenizer_init_flag(&tok, o->tokenizer_path, default_options().tokenizer_path);
         // its one warning from the main rank, unless -ngpu's launcher gave it checking the inputs
@@ -2634,7 +2660,8 @@ static int open_data(const Options *o, const LlamaConfig *cfg, const MultiGpu *m
     if (o->val_batches > held) {
         // more would read the val data twice: the mean would not change, only take longer
         if (mg_is_main(mg)) printf("val data '%s' holds %lld %s of %d x %d tokens: evaluating on %s, not %d\n", o->val_pattern,
-                                   (long long)held, batches_word(held), o->B, o->T, held == 1 ? "it" : "those", o->val_batches);
+                                   (long long)held, batches_word(held), o->model.B, o->model.T,
+                                   held == 1 ? "it" : "those", o->val_batches);
         return (int)held;
     }
     return o->val_batches;
@@ -2743,11 +2770,13 @@ static void print_plan_run(const Options *o) {
 static void print_plan(const Options *o, const LlamaConfig *cfg, const ModelOptions *mo, int world, int grad_accum, const DataLoader *train) {
     size_t sizes[NUM_PARAM_TENSORS], params = param_sizes(cfg, sizes);
     printf("plan: model %s: V %d L %d C %d NH %d NKV %d FF %d%s | %.1fM params | %s%s\n", run_model_name(o), cfg->V, cfg->L, cfg->C, cfg->NH,
-           cfg->NKV, cfg->FF, cfg->tied_embeddings ? " tied" : "", params / 1e6, o->precision,
+           cfg->NKV, cfg->FF, cfg->tied_embeddings ? " tied" : "", params / 1e6,
+           choice_word(PRECISION_WORDS, mo->precision),
            mo->precision == PREC_FP8 ? (mo->fp8_current ? " (current scaling)" : " (delayed scaling)") : "");
     long long steps = o->max_steps >= 0 ? o->max_steps : dataloader_num_tokens(train) / o->total_batch;
     printf("plan: %d GPU%s | B %d T %d | %d tokens per step (grad accum %d) | %lld steps = %.3g tokens%s\n", world, world > 1 ? "s" : "",
-           o->B, o->T, o->total_batch, grad_accum, steps, (double)steps * o->total_batch, o->max_steps < 0 ? " (-x -1: one epoch)" : "");
+           mo->B, mo->T, o->total_batch, grad_accum, steps, (double)steps * o->total_batch,
+           o->max_steps < 0 ? " (-x -1: one epoch)" : "");
     int nsets = train->num_sets ? train->num_sets : 1;
     double wsum = 0.0;
     for (int k = 0; k < train->num_sets; k++) wsum += train->weights[k];
@@ -2840,16 +2869,17 @@ static void fp8_ready_for_eval(Model *m, const int *tokens, cudaStream_t stream)
 static void evaluate_only(Model *m, DataLoader *val, int have_val, int val_batches, ValText vt, const HellaSwag *hs,
                           const Options *o, Tokenizer *tok, int have_tok, int bos, uint64_t *rng, float *host_losses,
                           cudaStream_t stream) {
-    int main_rank = mg_is_main(m->mg), N = o->B * o->T;
+    int main_rank = mg_is_main(m->mg), N = o->model.B * o->model.T;
     if (have_val) {
         dataloader_read_position(val, 0); // on every rank: the MAX over the ranks is one GPU's amax
         fp8_ready_for_eval(m, val->inputs, stream);
     } else {
         int *tokens = (int *)callocCheck(N, sizeof(int));
         if (hs) {
-            int *targets = (int *)mallocCheck(N * sizeof(int)), *first = (int *)mallocCheck(o->B * sizeof(int));
-            int *count = (int *)mallocCheck(o->B * sizeof(int));
-            hellaswag_batch(hs, 0, HELLASWAG_ENDINGS * hs->num_items, o->B, o->T, tokens, targets, first, count);
+            int *targets = (int *)mallocCheck(N * sizeof(int)), *first = (int *)mallocCheck(o->model.B * sizeof(int));
+            int *count = (int *)mallocCheck(o->model.B * sizeof(int));
+            hellaswag_batch(hs, 0, HELLASWAG_ENDINGS * hs->num_items, o->model.B, o->model.T, tokens, targets, first,
+                            count);
             free(targets); free(first); free(count);
         } else {
             tokens[0] = bos;
@@ -2860,8 +2890,12 @@ static void evaluate_only(Model *m, DataLoader *val, int have_val, int val_batch
     if (val_batches > 0) {
         float vl = evaluate(m, val, val_batches, host_losses, stream);
         double bpb = bits_per_byte(vl, vt);
-        if (main_rank && bpb > 0.0) printf("val loss %.6f | bpb %.4f over %d %s of %d x %d tokens\n", vl, bpb, val_batches, batches_word(val_batches), o->B, o->T);
-        else if (main_rank) printf("val loss %.6f over %d %s of %d x %d tokens\n", vl, val_batches, batches_word(val_batches), o->B, o->T);
+        if (main_rank && bpb > 0.0)
+            printf("val loss %.6f | bpb %.4f over %d %s of %d x %d tokens\n", vl, bpb, val_batches,
+                   batches_word(val_batches), o->model.B, o->model.T);
+        else if (main_rank)
+            printf("val loss %.6f over %d %s of %d x %d tokens\n", vl, val_batches, batches_word(val_batches),
+                   o->model.B, o->model.T);
     } else if (main_rank) {
         printf("-x 0: no val data (-j) to evaluate\n");
     }
@@ -2905,7 +2939,7 @@ static int start_model(Model *m, TrainState *ts, DataLoader *train, const Option
         int record_rank = load_checkpoint(m, ts, o->log_dir, resumed_from);
         char model_path[1024], state_path[1024];
         checkpoint_paths(o->log_dir, resumed_from, record_rank, model_path, state_path);
-        dataloader_load_state(train, ts->data, (size_t)ts->data_bytes, state_path, strcmp(o->data_changed, "continue") == 0);
+        dataloader_load_state(train, ts->data, (size_t)ts->data_bytes, state_path, o->data_changed_continue);
     } else if (o->init_from[0]) {
         load_model_file(m, o->init_from);
     } else {
@@ -2922,6 +2956,7 @@ static int start_model(Model *m, TrainState *ts, DataLoader *train, const Option
 static void print_run(const Model *m, const Options *o, const MultiGpu *mg, const cudaDeviceProp *prop, int grad_accum,
                       int resumed_from, int synthetic, FILE *logf) {
     const LlamaConfig *cfg = &m->cfg;
+    const ModelOptions *mo = &m->opt;
     if (mg_is_main(mg)) {
         char gpus[320];
         if (mg->world > 1) snprintf(gpus, sizeof(gpus), "%d x %s (%s)", mg->world, prop->name, MG_LAUNCH_NAMES[mg->launch]);
@@ -2931,16 +2966,18 @@ static void print_run(const Model *m, const Options *o, const MultiGpu *mg, cons
             snprintf(rope, sizeof(rope), " (llama3 scaling: factor %g, low %g, high %g, original %d)", cfg->rope_factor,
                      cfg->rope_low_freq_factor, cfg->rope_high_freq_factor, cfg->rope_original_T);
         printf("train_llama_fp8 | %s | %s%s | model %s: V %d L %d C %d NH %d NKV %d FF %d theta %g%s%s | %.1fM params\n",
-               gpus, o->precision, m->fp8.on ? (m->fp8.live_always ? " (current scaling)" : " (delayed scaling)") : "",
+               gpus, choice_word(PRECISION_WORDS, mo->precision),
+               m->fp8.on ? (m->fp8.live_always ? " (current scaling)" : " (delayed scaling)") : "",
                run_model_name(o), cfg->V, cfg->L, cfg->C, cfg->NH, cfg->NKV, cfg->FF, cfg->rope_theta, rope, cfg->tied_embeddings ? " | tied embeddings" : "",
                m->num_params / 1e6);
         // a document-masked call runs on cuDNN only given the bias model_init allocated
-        const int cudnn = attention_uses_cudnn(o->B, o->T, cfg->NH, cfg->NKV, cfg->C / cfg->NH, o->doc_mask) &&
-                          (!o->doc_mask || m->acts.doc_bias != NULL);
-        const char *attention = o->doc_mask ? (cudnn ? "document-masked cuDNN fused" : "document-masked plain") : cudnn ? "cuDNN fused" : "plain";
+        const int cudnn = attention_uses_cudnn(mo->B, mo->T, cfg->NH, cfg->NKV, cfg->C / cfg->NH, mo->doc_mask) &&
+                          (!mo->doc_mask || m->acts.doc_bias != NULL);
+        const char *attention = mo->doc_mask ? (cudnn ? "document-masked cuDNN fused" : "document-masked plain")
+                                : cudnn      ? "cuDNN fused" : "plain";
         printf("B %d T %d | total batch %d tokens (grad accum %d) | %d steps | lr %g warmup %d final %g | wd %g clip %g | AdamW moments %s | %s attention\n",
-               o->B, o->T, o->total_batch, grad_accum, o->max_steps, o->lr, o->warmup, o->final_lr_frac, o->weight_decay, o->grad_clip, o->adam_moments,
-               attention);
+               mo->B, mo->T, o->total_batch, grad_accum, o->max_steps, o->lr, o->warmup, o->final_lr_frac,
+               o->weight_decay, o->grad_clip, choice_word(MOMENTS_WORDS, mo->moments_bf16), attention);
         printf("device memory allocated: %.2f GiB%s%s\n", m->bytes_allocated / 1073741824.0, mg->world > 1 ? " per GPU (ZeRO-1)" : "",
                resumed_from >= 0 ? " | resumed" : "");
         if (m->opt.fp8_grain == FP8_GRAIN_BLOCK) printf("fp8 grain: every fp8 linear block-scaled (X and dY in 1x128 blocks, W in 128x128)\n");
@@ -3055,11 +3092,11 @@ int main(int argc, char **argv) {
     print_run(&m, &o, &mg, &prop, grad_accum, resumed_from, synthetic, logf);
     if (main_rank && train.masked) printf("loss masks: the loss is the mean over the step's learned targets (mask byte 1), on every rank\n");
     if (main_rank && have_val && val.masked) printf("loss masks: the val loss (and bpb) is over the val data's learned targets\n");
-    double flops_per_token = model_flops_per_token(&cfg, o.T);
+    double flops_per_token = model_flops_per_token(&cfg, o.model.T);
     double peak = gpu_bf16_peak_tflops(prop.name) * world; // MFU of all the GPUs together
 
     AdamWParams hp = {o.lr, o.beta1, o.beta2, 1e-8f, o.weight_decay, o.grad_clip};
-    size_t N = (size_t)o.B * o.T;
+    size_t N = (size_t)o.model.B * o.model.T;
     float *host_losses;
     int *host_inputs, *host_targets; // pinned: the per-micro-step uploads run asynchronously
     cudaCheck(cudaMallocHost(&host_losses, (size_t)grad_accum * N * sizeof(float)));

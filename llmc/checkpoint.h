@@ -12,7 +12,7 @@ and of the directory:
   train.lock                held (flock) by the run's main rank for its whole life; it names the
                             holder's host and pid, for the refusal a second run gets.
 Names are parsed from the directory's listing (readdir), never globbed from -o, which may hold glob
-characters. What the files hold is train_llama_fp8.cu's (write_sections, state_fields); the ranks
+characters. What the files hold is train_llama_fp8.cu's (write_sections, STATE_FIELDS); the ranks
 meet through CheckpointRanks, which the trainer fills with its collectives and the host test
 (dev/test/test_checkpoint_host.cu) with stand-in processes.
 Plain C, header-only; also compiles as C++ under nvcc.

@@ -110,7 +110,7 @@ static void check_in_child(void *p) {
 // The shipped data at a small shape, -o inside the test's folder.
 static Options check_options(const char *log_dir) {
     Options o = default_options();
-    o.B = 4; o.T = 64;
+    o.model.B = 4; o.model.T = 64;
     snprintf(o.log_dir, sizeof(o.log_dir), "%s", log_dir);
     return o;
 }

@@ -109,10 +109,10 @@ static void test_checkpoint_other_run(void) {
     }
 }
 
-// The shape checked_options sees: the preset of -e (125m without it; -init_from's file is not read here).
+// The shape checked_options sees: the preset of -e or the default (-init_from's file is not read here).
 static LlamaConfig preset_config(const Options *o) {
     LlamaConfig cfg;
-    if (!config_from_preset(o->model[0] ? o->model : "125m", &cfg)) { fprintf(stderr, "no preset '%s'\n", o->model); exit(4); }
+    if (!config_from_preset(run_preset(o), &cfg)) { fprintf(stderr, "no preset '%s'\n", run_preset(o)); exit(4); }
     return cfg;
 }
 
@@ -147,10 +147,52 @@ static void test_adam_moments_option(void) {
     CHECK(run_expect_fatal(options_in_child, (void *)fp16, err, sizeof(err)) != 0 && strstr(err, "-adam_moments must be fp32 or bf16, got 'fp16'"),
           "-adam_moments fp16: %s", err);
     Options d = default_options();
-    CHECK(strcmp(d.adam_moments, "bf16") == 0, "default_options: -adam_moments '%s'", d.adam_moments);
+    CHECK(d.model.moments_bf16 == 1, "default_options: moments_bf16 %d", d.model.moments_bf16);
     const char *help = NULL;
     for (int i = 0; i < NUM_OPTIONS; i++) if (strcmp(OPTION_SPECS[i].flag, "-adam_moments") == 0) help = OPTION_SPECS[i].help;
     CHECK(help && strncmp(help, "AdamW m and v in bf16", 21) == 0 && strstr(help, "or fp32"), "the usage text: '%s'", help ? help : "(none)");
+}
+
+// The value a choice row's word stores (-1: no such word).
+static int word_value(const OptWord *words, const char *word) {
+    for (; words->word; words++) if (strcmp(words->word, word) == 0) return words->value;
+    return -1;
+}
+
+// A text or choice row's value goes into main.log and the usage text in quotes.
+static int option_quoted(const OptSpec *s) { return s->type == OPT_STR || s->type == OPT_CHOICE; }
+
+// Every choice row's words and the values they store, written out here (what model_options_of made of
+// the words before the rows stored values): each word parses to its value, format_option (main.log)
+// gives the word back, and every word of every row is in this table.
+static void test_option_words(void) {
+    const struct { const char *flag, *word; int value; } WORDS[] = {
+        {"-precision", "fp8", PREC_FP8}, {"-precision", "bf16", PREC_BF16},
+        {"-adam_moments", "fp32", 0}, {"-adam_moments", "bf16", 1},
+        {"-data_changed", "refuse", 0}, {"-data_changed", "continue", 1},
+        {"-fp8_recipe", "delayed", 0}, {"-fp8_recipe", "current", 1},
+        {"-fp8_grain", "tensor", FP8_GRAIN_TENSOR}, {"-fp8_grain", "block", FP8_GRAIN_BLOCK},
+        {"-fp8_fallback", "off", 0}, {"-fp8_fallback", "block", FP8_GRAIN_BLOCK}, {"-fp8_fallback", "bf16", FP8_GRAIN_BF16},
+    };
+    const int n = (int)(sizeof(WORDS) / sizeof(WORDS[0]));
+    int words_in_rows = 0;
+    for (int i = 0; i < NUM_OPTIONS; i++)
+        for (const OptWord *w = OPTION_SPECS[i].words; OPTION_SPECS[i].type == OPT_CHOICE && w->word; w++) words_in_rows++;
+    CHECK(words_in_rows == n, "the choice rows have %d words, this test %d", words_in_rows, n);
+    for (int k = 0; k < n; k++) {
+        const OptSpec *s = NULL;
+        for (int i = 0; i < NUM_OPTIONS; i++) if (strcmp(OPTION_SPECS[i].flag, WORDS[k].flag) == 0) s = &OPTION_SPECS[i];
+        CHECK(s && s->type == OPT_CHOICE, "%s is no choice row", WORDS[k].flag);
+        if (!s || s->type != OPT_CHOICE) continue;
+        char *argv[] = {(char *)"train_llama_fp8", (char *)WORDS[k].flag, (char *)WORDS[k].word, NULL};
+        Options o = parse_options(3, argv);
+        int got = *(const int *)((const char *)&o + s->offset);
+        char text[64], want[64];
+        format_option(text, sizeof(text), s, &o);
+        snprintf(want, sizeof(want), "'%s'", WORDS[k].word);
+        CHECK(got == WORDS[k].value, "%s %s stores %d, want %d", WORDS[k].flag, WORDS[k].word, got, WORDS[k].value);
+        CHECK(strcmp(text, want) == 0, "%s %s: main.log says %s", WORDS[k].flag, WORDS[k].word, text);
+    }
 }
 
 // A value of the row's type inside its range or choices, other than its default: what the parse
@@ -161,11 +203,9 @@ static void other_value(const OptSpec *s, char *out, size_t n) {
         snprintf(out, n, "%ld", d == (long)s->min ? (long)s->min + 1 : (long)s->min);
     } else if (s->type == OPT_FLOAT) {
         snprintf(out, n, "%g", s->min + 0.25); // every float row's default is another value
-    } else if (s->choices) {
-        size_t k = strcspn(s->choices, " ");
-        const char *second = s->choices + k + 1;
-        if (strncmp(s->choices, s->def, k) == 0 && s->def[k] == '\0') snprintf(out, n, "%.*s", (int)strcspn(second, " "), second);
-        else snprintf(out, n, "%.*s", (int)k, s->choices);
+    } else if (s->type == OPT_CHOICE) {
+        int first_is_default = strcmp(s->words[0].word, s->def) == 0;
+        snprintf(out, n, "%s", s->words[first_is_default].word);
     } else {
         snprintf(out, n, "x");
     }
@@ -184,15 +224,21 @@ static void test_options(void) {
         char *argv[] = {(char *)"train_llama_fp8", (char *)s->flag, val, NULL};
         Options o = parse_options(3, argv), d = default_options();
         const char *p = (const char *)&o + s->offset;
-        int ok = s->type == OPT_INT ? *(const int *)p == atoi(val) : s->type == OPT_FLOAT ? *(const float *)p == strtof(val, NULL) : strcmp(p, val) == 0;
+        int ok = s->type == OPT_INT      ? *(const int *)p == atoi(val)
+                 : s->type == OPT_FLOAT  ? *(const float *)p == strtof(val, NULL)
+                 : s->type == OPT_CHOICE ? *(const int *)p == word_value(s->words, val)
+                                         : strcmp(p, val) == 0;
         CHECK(ok, "option %s %s did not set its field", s->flag, val);
         memcpy((char *)&d + s->offset, p, s->size);
         CHECK(memcmp(&d, &o, sizeof(o)) == 0, "option %s %s changed another field", s->flag, val);
     }
-    // every field of Options has its row (the rows cover every byte but the struct's end padding)
+    // every field of Options has its row (the rows cover every byte but the struct's end padding), but
+    // the model's fields derived from several options (checked_options)
     static unsigned char covered[sizeof(Options)];
     memset(covered, 0, sizeof(covered));
     for (int i = 0; i < NUM_OPTIONS; i++) memset(covered + OPTION_SPECS[i].offset, 1, OPTION_SPECS[i].size);
+    memset(covered + offsetof(Options, model.doc_start_id), 1, sizeof(int));
+    memset(covered + offsetof(Options, model.fp8_fallback_millionths), 1, sizeof(int));
     size_t last = 0;
     for (size_t b = 0; b < sizeof(Options); b++) if (covered[b]) last = b + 1;
     for (size_t b = 0; b < last; b++) CHECK(covered[b], "byte %zu of Options is in no row's field", b);
@@ -221,14 +267,11 @@ static void test_option_ranges(void) {
     for (int i = 0; i < NUM_OPTIONS; i++) {
         const OptSpec *s = &OPTION_SPECS[i];
         snprintf(named, sizeof(named), "option %s ", s->flag);
-        if (s->type == OPT_STR && !s->choices) continue; // any text (its length: test_options' errors)
-        if (s->type == OPT_STR) {
-            for (const char *c = s->choices; *c;) {
-                size_t k = strcspn(c, " ");
-                snprintf(v, sizeof(v), "%.*s", (int)k, c);
-                CHECK(!option_refused(s->flag, v, err, sizeof(err)), "%s %s (a choice) refused: %s", s->flag, v, err);
-                c += k + strspn(c + k, " ");
-            }
+        if (s->type == OPT_STR) continue; // any text (its length: test_options' errors)
+        if (s->type == OPT_CHOICE) {
+            for (const OptWord *w = s->words; w->word; w++)
+                CHECK(!option_refused(s->flag, w->word, err, sizeof(err)), "%s %s (a choice) refused: %s", s->flag, w->word,
+                      err);
             CHECK(option_refused(s->flag, "nope", err, sizeof(err)) && strstr(err, named) && strstr(err, "'nope'"),
                   "%s nope: not refused naming the flag: %s", s->flag, err);
             OptionArg a = {s->flag, s->def};
@@ -288,15 +331,12 @@ static void test_usage(void) {
         char row[4096];
         snprintf(row, sizeof(row), "%.*s", (int)(eol ? eol - line : (long)strlen(line)), line);
         CHECK(strstr(row, s->help) != NULL, "usage: %s's line lacks its help: %s", s->flag, row);
-        snprintf(want, sizeof(want), s->type == OPT_STR ? "(default '%s'" : "(default %s", s->def);
+        snprintf(want, sizeof(want), option_quoted(s) ? "(default '%s'" : "(default %s", s->def);
         CHECK(strstr(row, want) != NULL, "usage: %s's line lacks '%s': %s", s->flag, want, row);
-        if (s->type == OPT_STR && s->choices) {
-            for (const char *c = s->choices; *c;) {
-                size_t k = strcspn(c, " ");
-                snprintf(want, sizeof(want), "%.*s", (int)k, c);
-                CHECK(strstr(strstr(row, "(default"), want) != NULL, "usage: %s's line lacks the choice %s: %s", s->flag, want, row);
-                c += k + strspn(c + k, " ");
-            }
+        if (s->type == OPT_CHOICE) {
+            for (const OptWord *w = s->words; w->word; w++)
+                CHECK(strstr(strstr(row, "(default"), w->word) != NULL, "usage: %s's line lacks the choice %s: %s", s->flag,
+                      w->word, row);
         } else if (s->type != OPT_STR) {
             double top = s->type == OPT_INT ? (double)INT_MAX : (double)FLT_MAX;
             if (s->type == OPT_INT && s->min == 0 && s->max == 1) snprintf(want, sizeof(want), "; 0 or 1)");
@@ -332,7 +372,7 @@ static void test_log_header(void) {
     for (int i = 0; line && i < NUM_OPTIONS; i++) {
         const OptSpec *s = &OPTION_SPECS[i];
         char want[128];
-        snprintf(want, sizeof(want), s->type == OPT_STR ? " %s '%s'" : " %s %s", s->flag, typed[i]);
+        snprintf(want, sizeof(want), option_quoted(s) ? " %s '%s'" : " %s %s", s->flag, typed[i]);
         const char *at = strstr(line, want);
         char next = at ? at[strlen(want)] : '\0';
         CHECK(at && (next == ' ' || next == '\n'), "main.log's options line lacks '%s': %s", want, line);
@@ -682,7 +722,7 @@ static void data_rank(void *arg) {
     const DataRankArgs *a = (const DataRankArgs *)arg;
     if (!freopen("/dev/null", "w", stdout)) exit(4); // open_data's "val data holds ..." line
     Options o = default_options();
-    o.B = DATA_GEOMETRIES[a->geometry].B; o.T = DATA_GEOMETRIES[a->geometry].T;
+    o.model.B = DATA_GEOMETRIES[a->geometry].B; o.model.T = DATA_GEOMETRIES[a->geometry].T;
     strcpy(o.val_pattern, VAL_SHARDS[a->shard]);
     if (a->train_pattern) strcpy(o.train_pattern, a->train_pattern);
     if (a->shard == 1) { // no Llama 3 train shard ships, and a run's data is of one tokenizer: its val shard as a train shard
@@ -703,7 +743,7 @@ static void data_rank(void *arg) {
         fprintf(stderr, "%lld train steps an epoch, expected %lld\n", (long long)train.batches_per_epoch, (long long)a->train_steps);
         exit(3);
     }
-    int N = o.B * o.T;
+    int N = o.model.B * o.model.T;
     float *losses = (float *)mallocCheck(N * sizeof(float)), *position_loss = (float *)callocCheck(positions, sizeof(float));
     for (int64_t s = 0; s < dataloader_eval_steps(positions, a->world); s++) {
         int own;
@@ -823,7 +863,7 @@ static void val_notice(void *arg) {
     int g = *(const int *)arg;
     if (dup2(2, 1) < 0) exit(4);
     Options o = default_options();
-    o.B = DATA_GEOMETRIES[g].B; o.T = DATA_GEOMETRIES[g].T;
+    o.model.B = DATA_GEOMETRIES[g].B; o.model.T = DATA_GEOMETRIES[g].T;
     strcpy(o.val_pattern, VAL_SHARDS[0]);
     LlamaConfig cfg;
     memset(&cfg, 0, sizeof(cfg));
@@ -856,7 +896,7 @@ static void test_val_batches_notice(void) {
 // file, refuses the resume naming it; the one that is read back (AdamW updates applied) is read back.
 typedef int *(*FieldOf)(Model *, TrainState *);
 typedef struct { int word; const char *name; FieldOf field; int flag; } HeaderField;
-// README.md's table of the state header, written out here (not taken from state_fields).
+// README.md's table of the state header, written out here (not taken from STATE_FIELDS).
 static const HeaderField HEADER_FIELDS[] = {
     {2, "step", +[](Model *m, TrainState *) { return &m->step; }, 0},
     {3, "V", +[](Model *m, TrainState *) { return &m->cfg.V; }, 0},
@@ -921,7 +961,8 @@ static void resume_header(void *arg) {
 }
 
 static void test_state_header_every_field(void) {
-    CHECK(NUM_HEADER_FIELDS == NUM_STATE_FIELDS, "README's state header has %d fields, state_fields %d", NUM_HEADER_FIELDS, NUM_STATE_FIELDS);
+    CHECK(NUM_HEADER_FIELDS == NUM_STATE_FIELDS, "README's state header has %d fields, STATE_FIELDS %d", NUM_HEADER_FIELDS,
+          NUM_STATE_FIELDS);
     char path[128], err[2048];
     path_in_dir(path, sizeof(path), "header.bin");
     static Model m;
@@ -1017,13 +1058,17 @@ static Options written_defaults(void) {
     strcpy(o.val_pattern, "dev/data/tinyshakespeare/tinyshakespeare_llama2_val.bin");
     strcpy(o.tokenizer_path, "dev/data/tinyshakespeare/llama2_tokenizer.bin");
     strcpy(o.log_dir, "log");
-    strcpy(o.precision, "fp8"); strcpy(o.fp8_recipe, "delayed"); strcpy(o.adam_moments, "bf16");
-    o.B = 16; o.T = 1024; o.total_batch = 0; o.max_steps = 160; o.warmup = 20; o.val_every = 20; o.val_batches = 20;
-    o.sample_every = 80; o.gen_tokens = 64; o.ckpt_every = 0; o.resume = 0; o.recompute = 0; o.seed = 1337; o.shuffle = 0;
-    o.fp8_history = 16; o.fp8_margin = 0; o.fp8_lm_head = 0; o.fp8_log = 0; o.fp8_dump = 0; o.ngpu = 0; o.fp8_weight_cache = 1;
-    o.deterministic = 0; o.cuda_graph = 1; o.keep = 0;
-    strcpy(o.fp8_grain, "tensor"); strcpy(o.fp8_fallback, "off"); o.fp8_fallback_threshold = 0.01f; o.fp8_fallback_patience = 3;
-    strcpy(o.data_changed, "refuse");
+    o.model.precision = PREC_FP8; o.model.fp8_current = 0; o.model.moments_bf16 = 1;
+    o.model.B = 16; o.model.T = 1024; o.total_batch = 0; o.max_steps = 160; o.warmup = 20; o.val_every = 20;
+    o.val_batches = 20;
+    o.sample_every = 80; o.gen_tokens = 64; o.ckpt_every = 0; o.resume = 0; o.model.recompute = 0; o.seed = 1337;
+    o.shuffle = 0;
+    o.model.fp8_history = 16; o.model.fp8_margin = 0; o.model.fp8_lm_head = 0; o.fp8_log = 0; o.fp8_dump = 0;
+    o.ngpu = 0;
+    o.model.fp8_weight_cache = 1; o.deterministic = 0; o.model.cuda_graph = 1; o.keep = 0;
+    o.model.fp8_grain = FP8_GRAIN_TENSOR; o.model.fp8_fallback = 0; o.fp8_fallback_threshold = 0.01f;
+    o.model.fp8_fallback_patience = 3;
+    o.data_changed_continue = 0;
     o.lr = 6e-4f; o.final_lr_frac = 0.1f; o.weight_decay = 0.1f; o.grad_clip = 1.0f; o.beta1 = 0.9f; o.beta2 = 0.95f;
     return o;
 }
@@ -1071,9 +1116,10 @@ static void test_options_unchanged(void) {
                            "-b", "16", "-t", "1024", "-d", "16384", "-x", "1500", "-u", "100", "-v", "100", "-m", "20",
                            "-precision", fp8 ? "fp8" : "bf16", "-o", fp8 ? "log_fp8" : "log_bf16"}, written_defaults(), mo_default, 1};
         Options *w = &c[n].want;
-        strcpy(w->model, "125m"); strcpy(w->train_pattern, "data/gutenberg_llama2_train_*.bin"); strcpy(w->val_pattern, "data/gutenberg_llama2_val.bin");
+        strcpy(w->preset, "125m"); strcpy(w->train_pattern, "data/gutenberg_llama2_train_*.bin");
+        strcpy(w->val_pattern, "data/gutenberg_llama2_val.bin");
         w->total_batch = 16384; w->max_steps = 1500; w->warmup = 100; w->val_every = 100; w->val_batches = 20;
-        strcpy(w->precision, fp8 ? "fp8" : "bf16"); strcpy(w->log_dir, fp8 ? "log_fp8" : "log_bf16");
+        w->model.precision = fp8 ? PREC_FP8 : PREC_BF16; strcpy(w->log_dir, fp8 ? "log_fp8" : "log_bf16");
         c[n].want_mo.precision = fp8 ? PREC_FP8 : PREC_BF16;
         n++;
     }
@@ -1083,7 +1129,8 @@ static void test_options_unchanged(void) {
                        "-tok", "data/llama3_tokenizer.bin"}, written_defaults(), mo_default, 1};
     {
         Options *w = &c[n].want;
-        w->ngpu = 8; strcpy(w->model, "llama3-8b"); w->B = 1; w->T = 8192; w->total_batch = 65536; w->max_steps = 20000; w->ckpt_every = 500;
+        w->ngpu = 8; strcpy(w->preset, "llama3-8b"); w->model.B = 1; w->model.T = 8192; w->total_batch = 65536;
+        w->max_steps = 20000; w->ckpt_every = 500;
         w->keep = 2; strcpy(w->log_dir, "/shared/runs/llama3-8b"); w->resume = 1; strcpy(w->train_pattern, "data/my_llama3_train_*.bin");
         strcpy(w->val_pattern, "data/my_llama3_val.bin"); strcpy(w->tokenizer_path, "data/llama3_tokenizer.bin");
         c[n].want_mo.B = 1; c[n].want_mo.T = 8192;
@@ -1093,7 +1140,8 @@ static void test_options_unchanged(void) {
     c[n] = (SameCase){{"train_llama_fp8", "-ngpu", "2", "-e", "llama2-7b", "-b", "2", "-t", "4096", "-d", "16384", "-r", "1"}, written_defaults(), mo_default, 1};
     {
         Options *w = &c[n].want;
-        w->ngpu = 2; strcpy(w->model, "llama2-7b"); w->B = 2; w->T = 4096; w->total_batch = 16384; w->recompute = 1;
+        w->ngpu = 2; strcpy(w->preset, "llama2-7b"); w->model.B = 2; w->model.T = 4096; w->total_batch = 16384;
+        w->model.recompute = 1;
         c[n].want_mo.B = 2; c[n].want_mo.T = 4096; c[n].want_mo.recompute = 1;
         n++;
     }
@@ -1103,7 +1151,8 @@ static void test_options_unchanged(void) {
     {
         Options *w = &c[n].want;
         strcpy(w->init_from, "smollm2.bin"); strcpy(w->tokenizer_path, "smollm2_tokenizer.bin"); w->max_steps = 0;
-        strcpy(w->val_pattern, "data/tinyshakespeare_smollm2_val.bin"); w->B = 4; w->T = 1024; w->val_batches = 8; w->total_batch = 4096;
+        strcpy(w->val_pattern, "data/tinyshakespeare_smollm2_val.bin"); w->model.B = 4; w->model.T = 1024;
+        w->val_batches = 8; w->total_batch = 4096;
         c[n].want_mo.B = 4;
         n++;
     }
@@ -1120,8 +1169,10 @@ static void test_options_unchanged(void) {
                        "-tok", "", "-r", "1", "-precision", "fp8", "-ngpu", "2", "-d", "16384"}, written_defaults(), mo_default, 1};
     {
         Options *w = &c[n].want;
-        strcpy(w->model, "llama2-7b"); w->B = 2; w->T = 4096; w->max_steps = 13; w->val_every = 0; w->val_batches = 0; w->sample_every = 0;
-        w->log_dir[0] = '\0'; w->val_pattern[0] = '\0'; w->tokenizer_path[0] = '\0'; w->recompute = 1; w->ngpu = 2; w->total_batch = 16384;
+        strcpy(w->preset, "llama2-7b"); w->model.B = 2; w->model.T = 4096; w->max_steps = 13; w->val_every = 0;
+        w->val_batches = 0; w->sample_every = 0;
+        w->log_dir[0] = '\0'; w->val_pattern[0] = '\0'; w->tokenizer_path[0] = '\0'; w->model.recompute = 1;
+        w->ngpu = 2; w->total_batch = 16384;
         c[n].want_mo.B = 2; c[n].want_mo.T = 4096; c[n].want_mo.recompute = 1;
         n++;
     }
@@ -1134,11 +1185,13 @@ static void test_options_unchanged(void) {
                        "-beta1", "0.8", "-beta2", "0.99"}, written_defaults(), mo_default, 1};
     {
         Options *w = &c[n].want;
-        strcpy(w->model, "125m"); strcpy(w->train_pattern, "data/gutenberg_smollm2_train_000.bin");
+        strcpy(w->preset, "125m"); strcpy(w->train_pattern, "data/gutenberg_smollm2_train_000.bin");
         strcpy(w->val_pattern, "data/gutenberg_smollm2_val.bin"); strcpy(w->tokenizer_path, "data/gutenberg_smollm2_tokenizer.bin");
         w->max_steps = 300; w->warmup = 30; w->lr = 2e-4f; w->final_lr_frac = 0.1f; w->val_every = 50; w->val_batches = 8; w->sample_every = 0;
-        w->ckpt_every = 0; w->fp8_margin = 1; w->fp8_lm_head = 1; strcpy(w->fp8_recipe, "current"); w->fp8_history = 32; w->fp8_weight_cache = 0;
-        strcpy(w->adam_moments, "fp32"); w->cuda_graph = 0; w->weight_decay = 0.05f; w->grad_clip = 0.5f; w->beta1 = 0.8f; w->beta2 = 0.99f;
+        w->ckpt_every = 0; w->model.fp8_margin = 1; w->model.fp8_lm_head = 1; w->model.fp8_current = 1;
+        w->model.fp8_history = 32; w->model.fp8_weight_cache = 0;
+        w->model.moments_bf16 = 0; w->model.cuda_graph = 0; w->weight_decay = 0.05f; w->grad_clip = 0.5f;
+        w->beta1 = 0.8f; w->beta2 = 0.99f;
         w->total_batch = 16384;
         c[n].want_mo = (ModelOptions){16, 1024, PREC_FP8, 0, 0, 1, 32, 1, 0, 1, 0};
         n++;
@@ -1373,6 +1426,7 @@ int main(int argc, char **argv) {
     run_test("fp8 grains through the state file: read back into a new model; a grain the run cannot have refused naming the file and linear",
              test_fp8_grain_state_file);
     run_test("options: bf16 AdamW moments by default, fp32 with -adam_moments fp32, others refused", test_adam_moments_option);
+    run_test("options: every choice row's words store their values, and main.log gives the words back", test_option_words);
     run_test("options: -x 0 -y 1 -o DIR evaluates the checkpoint; -y 1 without -o and -keep < 0 refused", test_resume_options);
     run_test("options: the README's commands parse and check to the Options and ModelOptions written out; model_options the defaults", test_options_unchanged);
     run_test("main loop: val, sample, checkpoint at their steps and at the end, a non-finite step too", test_after_step);
