@@ -147,8 +147,8 @@ static const OptSpec OPTION_SPECS[] = {
     OPT_S("-tok", tokenizer_path, "dev/data/tinyshakespeare/llama2_tokenizer.bin", "tokenizer decode table (samples print ids without it)"),
     OPT_S("-o", log_dir, "log", "log directory: main.log, fp8.log, checkpoints ('' for none)"),
     OPT_S("-e", preset, "",
-          "model preset: tiny, 125m, 1b, llama2-7b, llama3-8b, llama3.1-8b, llama3.2-1b, smollm2-135m"
-          " ('': " DEFAULT_PRESET ")"),
+          "model preset: tiny, 125m, 1b, llama2-7b, llama3-8b, llama3.1-8b, llama3.2-1b, smollm2-135m ("
+          "'': " DEFAULT_PRESET ")"),
     OPT_S("-init_from", init_from, "", "start from this model file's weights and shape (scripts/hf_import.py makes one); fresh optimizer, step 0"),
     OPT_C("-precision", model.precision, "fp8", PRECISION_WORDS,
           "fp8 GEMMs in the block linears, or the bf16 baseline"),
