@@ -60,7 +60,8 @@ static int fp8_fallback_rule(const LlamaConfig *c, int lm_head, Fp8FallbackRule 
             double worst_lost = 0.0;
             for (int k = 0; k < FP8_KINDS; k++) {
                 int t = fp8_tensor(c, l, lin, k);
-                unsigned long long lost = counts[FP8_COUNTS * t + FP8_UNDERFLOWS] + counts[FP8_COUNTS * t + FP8_SATURATIONS];
+                const unsigned long long *tc = counts + FP8_COUNTS * t; // its counts
+                unsigned long long lost = tc[FP8_UNDERFLOWS] + tc[FP8_SATURATIONS];
                 double values = fp8_values_cast(c, lin, k, 1, s); // a per-tensor linear casts X and dY once
                 if ((double)lost > threshold * values && (worst < 0 || lost / values > worst_lost)) {
                     worst = k;

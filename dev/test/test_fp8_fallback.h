@@ -23,7 +23,8 @@ static const int FALLBACK_WORLDS[3] = {1, 3, 8};
 // and a linear that casts nothing (casts 0, a bf16 one) nothing.
 static double fallback_spec_values(int lin, int kind, int casts, int w_cache, int grad_accum, int world) {
     const double C = 128, FF = 256, HS = 64, NH = 2, NKV = 1, V = 64;
-    const double ins[LINS_PER_LAYER + 1] = {C, C, C, FF, C}, outs[LINS_PER_LAYER + 1] = {(NH + 2 * NKV) * HS, C, 2 * FF, C, V};
+    const double ins[LINS_PER_LAYER + 1] = {C, C, C, FF, C};
+    const double outs[LINS_PER_LAYER + 1] = {(NH + 2 * NKV) * HS, C, 2 * FF, C, V};
     double tokens = (double)grad_accum * FALLBACK_B * FALLBACK_T;
     if (casts == 0) return 0.0;
     if (kind == FP8_W) return ins[lin] * outs[lin] * (w_cache ? 1 : grad_accum) * world;
@@ -43,8 +44,9 @@ static void test_fallback_values_cast(void) {
                         for (int k = 0; k < FP8_KINDS; k++) {
                             double got = fp8_values_cast(&FALLBACK_CFG, lin, k, casts, s);
                             double want = fallback_spec_values(lin, k, casts, w_cache, ga, FALLBACK_WORLDS[w]);
-                            CHECK(got == want, "%d casts, weight cache %d, grad accumulation %d, world %d: %s %s cast %.0f values, want %.0f",
-                                  casts, w_cache, ga, FALLBACK_WORLDS[w], LINEAR_NAMES[lin], FP8_KIND_NAMES[k], got, want);
+                            CHECK(got == want, "%d casts, weight cache %d, grad accumulation %d, world %d: %s %s cast "
+                                  "%.0f values, want %.0f", casts, w_cache, ga, FALLBACK_WORLDS[w], LINEAR_NAMES[lin],
+                                  FP8_KIND_NAMES[k], got, want);
                         }
                     }
                 }
@@ -66,8 +68,8 @@ static void test_fallback_values_cast(void) {
 // linear must wait over it and some count be reset.
 static void test_fallback_rule_ranks(void) {
     struct { int world, w_cache, grad_accum, lm_head, patience; } runs[] = {
-        {1, 1, 1, 0, 2}, {1, 1, 3, 1, 1}, {1, 1, 2, 0, 3}, {1, 0, 3, 1, 1}, {3, 0, 2, 0, 2}, {8, 0, 3, 1, 2}, {3, 1, 2, 1, 1},
-        {8, 1, 1, 0, 3},
+        {1, 1, 1, 0, 2}, {1, 1, 3, 1, 1}, {1, 1, 2, 0, 3}, {1, 0, 3, 1, 1},
+        {3, 0, 2, 0, 2}, {8, 0, 3, 1, 2}, {3, 1, 2, 1, 1}, {8, 1, 1, 0, 3},
     };
     for (size_t r = 0; r < sizeof(runs) / sizeof(runs[0]); r++) {
         int world = runs[r].world, w_cache = runs[r].w_cache, ga = runs[r].grad_accum, lm_head = runs[r].lm_head;
@@ -76,7 +78,8 @@ static void test_fallback_rule_ranks(void) {
         RefModel ref;
         ref_init(&ref, &FALLBACK_CFG, FALLBACK_B * world, FALLBACK_T, 1, 0, lm_head, 4, 0);
         int nlin = fp8_num_linears(&FALLBACK_CFG, lm_head), switched = 0, at_threshold = 0, resets = 0, waits = 0;
-        unsigned long long *counts = (unsigned long long *)callocCheck((size_t)FP8_COUNTS * FP8_KINDS * nlin, sizeof(unsigned long long));
+        size_t nc = (size_t)FP8_COUNTS * FP8_KINDS * nlin;
+        unsigned long long *counts = (unsigned long long *)callocCheck(nc, sizeof(unsigned long long));
         unsigned char *grain = (unsigned char *)callocCheck(nlin, 1);
         int *over_steps = (int *)callocCheck(nlin, sizeof(int)), *before = (int *)callocCheck(nlin, sizeof(int));
         Fp8Switch *sw = (Fp8Switch *)callocCheck(nlin, sizeof(Fp8Switch));
@@ -103,22 +106,25 @@ static void test_fallback_rule_ranks(void) {
             memcpy(before, over_steps, nlin * sizeof(int));
             int want = ref_fp8_auto_grain(&ref, ga, 0.01, rule.patience, FP8_GRAIN_BLOCK);
             int got = fp8_fallback_rule(&FALLBACK_CFG, lm_head, rule, s, counts, grain, over_steps, sw);
-            for (int k = 0; k < got; k++) grain[fp8_linear(&FALLBACK_CFG, sw[k].l, sw[k].lin)] = FP8_GRAIN_BLOCK; // as the trainer does
-            CHECK(got == want, "world %d, weight cache %d, grad accumulation %d, step %d: %d linears switched, the reference %d", world,
-                  w_cache, ga, step, got, want);
+            for (int k = 0; k < got; k++) // as the trainer switches them
+                grain[fp8_linear(&FALLBACK_CFG, sw[k].l, sw[k].lin)] = FP8_GRAIN_BLOCK;
+            CHECK(got == want, "world %d, weight cache %d, grad accumulation %d, step %d: %d linears switched, the "
+                  "reference %d", world, w_cache, ga, step, got, want);
             for (int i = 0; i < nlin; i++) {
                 CHECK(grain[i] == ref.fp8_grain[i] && over_steps[i] == ref.fp8_over_steps[i],
-                      "world %d, weight cache %d, step %d, linear %d: grain %d after %d steps over, the reference's %d after %d", world,
-                      w_cache, step, i, grain[i], over_steps[i], ref.fp8_grain[i], ref.fp8_over_steps[i]);
+                      "world %d, weight cache %d, step %d, linear %d: grain %d after %d steps over, the reference's %d "
+                      "after %d", world, w_cache, step, i, grain[i], over_steps[i], ref.fp8_grain[i],
+                      ref.fp8_over_steps[i]);
                 resets += before[i] > 0 && over_steps[i] == 0 && grain[i] == FP8_GRAIN_TENSOR;
                 waits += over_steps[i] > 0 && grain[i] == FP8_GRAIN_TENSOR;
             }
             switched += got;
         }
         CHECK(switched > 0 && at_threshold > 0 && (rule.patience == 1 || (resets > 0 && waits > 0)),
-              "world %d, weight cache %d, patience %d: %d linears switched, %d tensors of per-tensor linears not over exactly at the"
-              " threshold, %d linears over but waiting, %d counts reset in 12 steps: the draws miss a case", world, w_cache,
-              rule.patience, switched, at_threshold, waits, resets);
+              "world %d, weight cache %d, patience %d: %d linears switched, %d tensors of per-tensor linears not over "
+              "exactly at the threshold, %d linears over but waiting, %d counts reset in 12 steps: the draws miss "
+              "a case",
+              world, w_cache, rule.patience, switched, at_threshold, waits, resets);
         free(counts); free(grain); free(over_steps); free(before); free(sw);
         ref_free(&ref);
     }
@@ -145,20 +151,20 @@ static void test_fallback_rule_by_hand(void) {
     Fp8Switch sw[8];
     memset(sw, 0, sizeof(sw)); // what the message prints of a switch that did not happen
     int n = fp8_fallback_rule(c, 0, rule, s, counts, grain, over_steps, sw);
-    CHECK(n == 2 && sw[0].l == 0 && sw[0].lin == LIN_W13 && sw[0].kind == FP8_W && sw[1].l == 1 && sw[1].lin == LIN_WO &&
-          sw[1].kind == FP8_DY && sw[1].lost == 3.0 / 64,
-          "%d switched (want layer 0 w13 for its W, layer 1 wo for its dY at 3/64): first layer %d %s %s, second layer %d %s %s %.4f", n,
-          sw[0].l, LINEAR_NAMES[sw[0].lin], FP8_KIND_NAMES[sw[0].kind], sw[1].l, LINEAR_NAMES[sw[1].lin], FP8_KIND_NAMES[sw[1].kind],
-          sw[1].lost);
+    CHECK(n == 2 && sw[0].l == 0 && sw[0].lin == LIN_W13 && sw[0].kind == FP8_W && sw[1].l == 1 &&
+          sw[1].lin == LIN_WO && sw[1].kind == FP8_DY && sw[1].lost == 3.0 / 64,
+          "%d switched (want layer 0 w13 for its W, layer 1 wo for its dY at 3/64): first layer %d %s %s, second "
+          "layer %d %s %s %.4f", n, sw[0].l, LINEAR_NAMES[sw[0].lin], FP8_KIND_NAMES[sw[0].kind], sw[1].l,
+          LINEAR_NAMES[sw[1].lin], FP8_KIND_NAMES[sw[1].kind], sw[1].lost);
     free(counts); free(grain); free(over_steps);
 }
 
 static void run_fp8_fallback_tests(void) {
-    run_test("fp8 fallback: the values a step casts, 0 to 2 casts, with and without the weight cache, on 1, 3 and 8 ranks",
+    run_test("fp8 fallback: the values a step casts, 0 to 2 casts, with and without the weight cache, 1, 3, 8 ranks",
              test_fallback_values_cast);
-    run_test("fp8 fallback: the rule switches the reference's linears on 1, 3 and 8 ranks, with and without the weight cache",
+    run_test("fp8 fallback: the rule switches the reference's linears on 1, 3 and 8 ranks, with and without the cache",
              test_fallback_rule_ranks);
-    run_test("fp8 fallback: the rule by hand (the worst tensor reported, W counted once a step, exactly the threshold not over)",
+    run_test("fp8 fallback: the rule by hand (the worst tensor reported, W once a step, the threshold not over)",
              test_fallback_rule_by_hand);
 }
 
