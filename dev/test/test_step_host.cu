@@ -347,6 +347,7 @@ static void event_step_bf16(const RunLog *rl) {
 }
 static void event_val(const RunLog *rl) { run_log_val(rl, 20, 3.25f, 1.5, ""); }
 static void event_val_no_bpb(const RunLog *rl) { run_log_val(rl, 0, NAN, 0.0, " over 2 batches of 4 x 64 tokens"); }
+static void event_val_eval_only(const RunLog *rl) { run_log_val(rl, 0, 3.25f, 1.5, " over 1 batch of 16 x 1024 tokens"); }
 static void event_hellaswag(const RunLog *rl) { run_log_hellaswag(rl, 20, 0.25, 0.3125, 40); }
 static void event_fallback(const RunLog *rl) { run_log_fallback(rl, 4, 11, "w2", "block", "x", 0.125, 1.0, 3); }
 static void event_sample(const RunLog *rl) {
@@ -403,6 +404,9 @@ static const struct {
       "{\"step\": 20, \"val_loss\": 3.25, \"bpb\": 1.5}\n"}},
     {"a NaN val loss without bpb, -x 0's end of line", event_val_no_bpb,
      {"val loss nan over 2 batches of 4 x 64 tokens\n", "s:0 tel:nan\n", "{\"step\": 0, \"val_loss\": null}\n"}},
+    {"a val loss with bpb, -x 0's end of line", event_val_eval_only,
+     {"val loss 3.250000 | bpb 1.5000 over 1 batch of 16 x 1024 tokens\n", "s:0 tel:3.250000 bpb:1.500000\n",
+      "{\"step\": 0, \"val_loss\": 3.25, \"bpb\": 1.5}\n"}},
     {"a HellaSwag score", event_hellaswag,
      {"hellaswag: acc 0.2500 acc_norm 0.3125 (40 items)\n", "s:20 hs_acc:0.250000 hs_acc_norm:0.312500 hs_items:40\n",
       "{\"step\": 20, \"hellaswag_acc\": 0.25, \"hellaswag_acc_norm\": 0.3125, \"hellaswag_items\": 40}\n"}},
