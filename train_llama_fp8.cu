@@ -54,6 +54,7 @@ every rank casts with the same scales. With one GPU none of this runs: no NCCL c
 #include "llmc/linear.cuh"         // Linears: each linear in its fp8 recipe (llmc/recipe.cuh), the fp8 fallback
 #include "llmc/hellaswag.h"        // HellaSwag: the eval file, its rows, acc / acc_norm as lm-eval scores them
 #include "llmc/bpb.h"              // target_text_bytes: bits per byte of the val set
+#include "llmc/run_log.h"          // RunLog: an event's stdout line, main.log line and metrics.jsonl record in one call
 
 enum { PREC_BF16, PREC_FP8 };
 
@@ -1245,10 +1246,10 @@ static float evaluate(Model *m, DataLoader *val, int positions, float *host_loss
 // Sample gen_tokens tokens after the document-start token (row 0 of the batch; the model is causal,
 // so the rest of the batch does not matter). Each new token costs one full forward: simple, and
 // cheap next to training. Every rank samples (the same weights, the same rng), so the ranks stay in
-// step and keep equal rngs; only the one with print set prints.
-static void sample_text(Model *m, Tokenizer *tok, int have_tok, int bos, int gen_tokens, uint64_t *rng, FILE *log, int print,
-                        cudaStream_t stream) {
-    int N = m->opt.B * m->opt.T, V = m->cfg.V;
+// step and keep equal rngs; only the main rank prints and logs.
+static void sample_text(Model *m, Tokenizer *tok, int have_tok, int bos, int gen_tokens, uint64_t *rng,
+                        const RunLog *rl, cudaStream_t stream) {
+    int print = rl->main_rank, N = m->opt.B * m->opt.T, V = m->cfg.V;
     int *tokens = (int *)callocCheck(N, sizeof(int));
     floatX *row = (floatX *)mallocCheck(V * sizeof(floatX));
     float *probs = (float *)mallocCheck(V * sizeof(float));
@@ -1272,11 +1273,7 @@ static void sample_text(Model *m, Tokenizer *tok, int have_tok, int bos, int gen
         fflush(stdout);
     }
     if (print) printf("\n");
-    if (log) {
-        fprintf(log, "sample:");
-        for (int t = 1; t <= gen_tokens; t++) fprintf(log, " %d", tokens[t]);
-        fprintf(log, "\n");
-    }
+    run_log_sample(rl, tokens + 1, gen_tokens);
     free(tokens); free(row); free(probs);
 }
 
@@ -1891,32 +1888,13 @@ static void hellaswag_write_preds(const HellaSwag *hs, const float *preds, const
     if (rename(tmp, path) != 0) FATAL("cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
 }
 
-// A JSON number, or null for inf / NaN (JSON has neither).
-static void json_number(FILE *f, const char *key, double v) {
-    if (isfinite(v)) fprintf(f, ", \"%s\": %.8g", key, v);
-    else fprintf(f, ", \"%s\": null", key);
-}
-
-// A HellaSwag score: printed, in main.log and metrics.jsonl (either may be NULL).
-static void hellaswag_log(const HellaSwagScore *s, int step, FILE *logf, FILE *metricsf) {
-    printf("hellaswag: acc %.4f acc_norm %.4f (%d items)\n", s->acc, s->acc_norm, s->items);
-    if (logf) { fprintf(logf, "s:%d hs_acc:%.6f hs_acc_norm:%.6f hs_items:%d\n", step, s->acc, s->acc_norm, s->items); fflush(logf); }
-    if (metricsf) {
-        fprintf(metricsf, "{\"step\": %d", step);
-        json_number(metricsf, "hellaswag_acc", s->acc);
-        json_number(metricsf, "hellaswag_acc_norm", s->acc_norm);
-        fprintf(metricsf, ", \"hellaswag_items\": %d}\n", s->items);
-        fflush(metricsf);
-    }
-}
-
 // HellaSwag at an evaluation, logged by the main rank, and with -hs_preds at the last one.
 static void hellaswag_report(Model *m, const HellaSwag *hs, const Options *o, int step, int last, float *host_losses,
-                             FILE *logf, FILE *metricsf, cudaStream_t stream) {
+                             const RunLog *rl, cudaStream_t stream) {
     float *preds = last && o->hellaswag_preds[0] ? (float *)mallocCheck((size_t)hs->num_items * 6 * sizeof(float)) : NULL;
     HellaSwagScore s = hellaswag_evaluate(m, hs, host_losses, preds, stream);
     if (!mg_is_main(m->mg)) { free(preds); return; }
-    hellaswag_log(&s, step, logf, metricsf);
+    run_log_hellaswag(rl, step, s.acc, s.acc_norm, s.items);
     if (preds) {
         hellaswag_write_preds(hs, preds, o->hellaswag_preds);
         printf("HellaSwag predictions written: %s\n", o->hellaswag_preds);
@@ -1946,128 +1924,55 @@ static double bits_per_byte(float val_loss, ValText v) {
     return v.bytes > 0.0 ? val_loss * v.tokens / (M_LN2 * v.bytes) : 0.0;
 }
 
-// An evaluation's val loss: printed, in main.log and metrics.jsonl (either may be NULL), with bpb
-// when a decode table gave the val bytes.
-static void report_val(float val_loss, double bpb, int step, int main_rank, FILE *logf, FILE *metricsf) {
-    if (!main_rank) return;
-    if (bpb > 0.0) printf("val loss %.6f | bpb %.4f\n", val_loss, bpb);
-    else printf("val loss %.6f\n", val_loss);
-    if (logf) {
-        if (bpb <= 0.0) fprintf(logf, "s:%d tel:%.6f\n", step, val_loss);
-        else fprintf(logf, "s:%d tel:%.6f bpb:%.6f\n", step, val_loss, bpb);
-        fflush(logf);
-    }
-    if (metricsf) {
-        fprintf(metricsf, "{\"step\": %d", step);
-        json_number(metricsf, "val_loss", val_loss);
-        if (bpb > 0.0) json_number(metricsf, "bpb", bpb);
-        fprintf(metricsf, "}\n");
-        fflush(metricsf);
-    }
-}
-
-// One step's line of metrics.jsonl: what the step line prints, the device memory in use and, in
-// fp8, the step's health summary from `counts` (the step's fp8 health counts, every rank's summed, on
-// the host; NULL in bf16): the fractions of every value cast that underflowed and saturated, and the
-// tensor that lost most to underflow (its fraction and name, as fp8.log names it).
-static void metrics_line(FILE *f, const Model *m, const unsigned long long *counts, int step, float loss, float norm, float lr,
-                         float ms, double tok_per_s, double mfu_fraction, size_t mem_used, int grad_accum) {
-    fprintf(f, "{\"step\": %d", step);
-    json_number(f, "loss", loss);
-    json_number(f, "lr", lr);
-    json_number(f, "norm", norm);
-    json_number(f, "ms", ms);
-    json_number(f, "tokens_per_s", tok_per_s);
-    if (mfu_fraction > 0.0) json_number(f, "mfu", mfu_fraction);
-    json_number(f, "memory_gib", mem_used / 1073741824.0);
-    if (counts) {
-        double cast = 0.0, under = 0.0, sat = 0.0, worst = -1.0;
-        char worst_name[64] = "";
-        for (int l = 0; l < m->cfg.L; l++) {
-            for (int lin = 0; lin < LINS_PER_LAYER + (l == 0 ? m->fp8.lm_head : 0); lin++) {
-                for (int k = 0; k < FP8_KINDS; k++) {
-                    int t = fp8_tensor(&m->cfg, l, lin, k);
-                    double n = linear_values_cast(&m->linears, l, lin, k, grad_accum), u = (double)counts[FP8_COUNTS * t + FP8_UNDERFLOWS];
-                    if (n == 0.0) continue; // a linear fallen back to bf16 casts nothing
-                    cast += n;
-                    under += u;
-                    sat += (double)counts[FP8_COUNTS * t + FP8_SATURATIONS];
-                    if (u / n > worst) {
-                        worst = u / n;
-                        snprintf(worst_name, sizeof(worst_name), "layer %d %s %s", lin == LIN_LM_HEAD ? m->cfg.L : l, LINEAR_NAMES[lin], FP8_KIND_NAMES[k]);
-                    }
+// A step's fp8 health from `counts` (the step's fp8 health counts, every rank's summed, on the host):
+// every value cast is counted once (fp8_values_cast), and the tensors named as fp8.log names them.
+static Fp8Health fp8_health(const Model *m, const unsigned long long *counts, int grad_accum) {
+    double cast = 0.0, under = 0.0, sat = 0.0, worst = -1.0;
+    Fp8Health h;
+    h.worst_tensor[0] = '\0';
+    for (int l = 0; l < m->cfg.L; l++) {
+        for (int lin = 0; lin < LINS_PER_LAYER + (l == 0 ? m->fp8.lm_head : 0); lin++) {
+            for (int k = 0; k < FP8_KINDS; k++) {
+                int t = fp8_tensor(&m->cfg, l, lin, k);
+                double n = linear_values_cast(&m->linears, l, lin, k, grad_accum);
+                double u = (double)counts[FP8_COUNTS * t + FP8_UNDERFLOWS];
+                if (n == 0.0) continue; // a linear fallen back to bf16 casts nothing
+                cast += n;
+                under += u;
+                sat += (double)counts[FP8_COUNTS * t + FP8_SATURATIONS];
+                if (u / n > worst) {
+                    worst = u / n;
+                    snprintf(h.worst_tensor, sizeof(h.worst_tensor), "layer %d %s %s",
+                             lin == LIN_LM_HEAD ? m->cfg.L : l, LINEAR_NAMES[lin], FP8_KIND_NAMES[k]);
                 }
             }
         }
-        json_number(f, "fp8_underflow", under / cast);
-        json_number(f, "fp8_saturation", sat / cast);
-        json_number(f, "fp8_worst_underflow", worst);
-        fprintf(f, ", \"fp8_worst_underflow_tensor\": \"%s\"", worst_name);
     }
-    fprintf(f, "}\n");
-    fflush(f);
+    h.underflow = under / cast;
+    h.saturation = sat / cast;
+    h.worst_underflow = worst;
+    return h;
 }
 
-// metrics_line of a step, in fp8 with its health counts copied from the GPU.
-static void metrics_step(FILE *f, Model *m, int step, float loss, float norm, float lr, float ms, double tok_per_s,
-                         double mfu_fraction, size_t mem_used, int grad_accum) {
-    unsigned long long *counts = NULL;
-    if (m->fp8.on) {
-        size_t nc = (size_t)FP8_COUNTS * m->fp8_state.layout.num_tensors;
-        counts = (unsigned long long *)mallocCheck(nc * sizeof(unsigned long long));
-        cudaCheck(cudaMemcpy(counts, m->fp8_state.counts + nc, nc * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
-    }
-    metrics_line(f, m, counts, step, loss, norm, lr, ms, tok_per_s, mfu_fraction, mem_used, grad_accum);
+// The last step's fp8 health, its counts copied from the GPU, into *h; NULL in bf16.
+static const Fp8Health *fp8_step_health(Model *m, int grad_accum, Fp8Health *h) {
+    if (!m->fp8.on) return NULL;
+    size_t nc = (size_t)FP8_COUNTS * m->fp8_state.layout.num_tensors;
+    unsigned long long *counts = (unsigned long long *)mallocCheck(nc * sizeof(unsigned long long));
+    cudaCheck(cudaMemcpy(counts, m->fp8_state.counts + nc, nc * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+    *h = fp8_health(m, counts, grad_accum);
     free(counts);
+    return h;
 }
 
-// The linears the fallback switched after `step`: one line each on stdout, in main.log (an
-// `fp8_fallback:` line, which llama_fp8/trainer_log.py passes over) and in metrics.jsonl; either file
-// may be NULL.
-static void fp8_report_switches(const Model *m, int step, FILE *logf, FILE *metricsf) {
+// The linears the fallback switched after `step`, each an event of the run log.
+static void fp8_report_switches(const Model *m, int step, const RunLog *rl) {
     for (int k = 0; k < m->linears.num_switched; k++) {
         const Fp8Switch *w = &m->linears.switched[k];
-        int layer = w->lin == LIN_LM_HEAD ? m->cfg.L : w->l;
-        const char *grain = FP8_GRAIN_NAMES[m->opt.fp8_fallback], *lin = LINEAR_NAMES[w->lin], *kind = FP8_KIND_NAMES[w->kind];
-        printf("fp8 fallback: layer %d %s -> %s from step %d on (its %s lost %.2f%% of its values in step %d, over %g%% in %d steps in a row)\n",
-               layer, lin, grain, step + 1, kind, 100.0 * w->lost, step, m->opt.fp8_fallback_millionths / 1e4, m->opt.fp8_fallback_patience);
-        if (logf) {
-            fprintf(logf, "fp8_fallback: s:%d layer:%d linear:%s grain:%s tensor:%s lost:%.6e steps:%d\n", step, layer, lin, grain, kind, w->lost,
-                    m->opt.fp8_fallback_patience);
-            fflush(logf);
-        }
-        if (metricsf) {
-            fprintf(metricsf, "{\"step\": %d, \"fp8_fallback\": \"layer %d %s\", \"fp8_grain\": \"%s\", \"fp8_fallback_tensor\": \"%s\"", step, layer,
-                    lin, grain, kind);
-            json_number(metricsf, "fp8_fallback_lost", w->lost);
-            fprintf(metricsf, "}\n");
-            fflush(metricsf);
-        }
+        run_log_fallback(rl, step, w->lin == LIN_LM_HEAD ? m->cfg.L : w->l, LINEAR_NAMES[w->lin],
+                         FP8_GRAIN_NAMES[m->opt.fp8_fallback], FP8_KIND_NAMES[w->kind], w->lost,
+                         m->opt.fp8_fallback_millionths / 1e4, m->opt.fp8_fallback_patience);
     }
-}
-
-// The main rank's logs in the log directory: main.log, metrics.jsonl and, with fp8_log, fp8.log (else
-// *fp8f is NULL). A resumed run appends to them: its earlier steps' lines stay, and the readers
-// (llama_fp8/trainer_log.py, scripts/to_tensorboard.py) drop what the abandoned attempt logged after
-// the checkpoint. Any other run starts them empty.
-static void open_logs(const char *dir, int resumed, int fp8_log, FILE **logf, FILE **metricsf, FILE **fp8f) {
-    const char *mode = resumed ? "a" : "w";
-    char path[1100];
-    snprintf(path, sizeof(path), "%s/main.log", dir);
-    *logf = fopenCheck(path, mode);
-    snprintf(path, sizeof(path), "%s/metrics.jsonl", dir);
-    *metricsf = fopenCheck(path, mode);
-    *fp8f = NULL;
-    if (fp8_log) {
-        snprintf(path, sizeof(path), "%s/fp8.log", dir);
-        *fp8f = fopenCheck(path, mode);
-    }
-}
-
-// MFU of `flops_per_s` against `peak` TFLOP/s; "n/a" for a GPU whose peak is unknown.
-static void format_mfu(char *buf, size_t n, double flops_per_s, double peak_tflops) {
-    if (peak_tflops > 0) snprintf(buf, n, "%.1f%%", 100.0 * flops_per_s / (peak_tflops * 1e12));
-    else snprintf(buf, n, "n/a");
 }
 
 static int compare_floats(const void *a, const void *b) {
@@ -2153,21 +2058,20 @@ static ModelOptions checked_options(Options *o, const LlamaConfig *cfg, const To
 // The model's name as the run's description gives it: the model file, or the preset.
 static const char *run_model_name(const Options *o) { return o->init_from[0] ? o->init_from : o->model[0] ? o->model : "125m"; }
 
-// main.log's header of a (re)start: the run's description on the '#' line (scripts/trainer_log.py
-// reads it), then the options line, every row's flag with this run's value (-d and -x as filled in),
-// so the log says how its run was made.
-static void write_log_header(FILE *f, const char *gpu_name, const LlamaConfig *cfg, const Options *o, int world, int synthetic) {
-    fprintf(f, "# %s precision %s model %s V %d L %d C %d NH %d NKV %d FF %d B %d T %d total_batch %d adam_moments %s%s",
-            gpu_name, o->precision, run_model_name(o), cfg->V, cfg->L, cfg->C, cfg->NH, cfg->NKV, cfg->FF, o->B, o->T, o->total_batch, o->adam_moments,
-            synthetic ? " data synthetic" : "");
-    fprintf(f, world > 1 ? " gpus %d\n" : "\n", world);
-    fprintf(f, "options:");
+// main.log's options line: every row's flag with this run's value (-d and -x as filled in), so the log
+// says how its run was made. malloc'd: the caller frees it.
+static char *options_line(const Options *o) {
+    char *line = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&line, &n);
+    if (!f) FATAL("cannot make main.log's options line: %s", strerror(errno));
     for (int i = 0; i < NUM_OPTIONS; i++) {
         char value[2100];
         format_option(value, sizeof(value), &OPTION_SPECS[i], o);
         fprintf(f, " %s %s", OPTION_SPECS[i].flag, value);
     }
-    fprintf(f, "\n");
+    fcloseCheck(f);
+    return line;
 }
 
 static const char *batches_word(long long n) { return n == 1 ? "batch" : "batches"; }
@@ -2400,8 +2304,8 @@ static void fp8_ready_for_eval(Model *m, const int *tokens, cudaStream_t stream)
 // HellaSwag rows, else the sample's prompt (the document-start token, then zeros).
 static void evaluate_only(Model *m, DataLoader *val, int have_val, int val_batches, ValText vt, const HellaSwag *hs,
                           const Options *o, Tokenizer *tok, int have_tok, int bos, uint64_t *rng, float *host_losses,
-                          cudaStream_t stream) {
-    int main_rank = mg_is_main(m->mg), N = o->B * o->T;
+                          const RunLog *rl, cudaStream_t stream) {
+    int N = o->B * o->T;
     if (have_val) {
         dataloader_read_position(val, 0); // on every rank: the MAX over the ranks is one GPU's amax
         fp8_ready_for_eval(m, val->inputs, stream);
@@ -2420,14 +2324,15 @@ static void evaluate_only(Model *m, DataLoader *val, int have_val, int val_batch
     }
     if (val_batches > 0) {
         float vl = evaluate(m, val, val_batches, host_losses, stream);
-        double bpb = bits_per_byte(vl, vt);
-        if (main_rank && bpb > 0.0) printf("val loss %.6f | bpb %.4f over %d %s of %d x %d tokens\n", vl, bpb, val_batches, batches_word(val_batches), o->B, o->T);
-        else if (main_rank) printf("val loss %.6f over %d %s of %d x %d tokens\n", vl, val_batches, batches_word(val_batches), o->B, o->T);
-    } else if (main_rank) {
+        char over[96];
+        snprintf(over, sizeof(over), " over %d %s of %d x %d tokens", val_batches, batches_word(val_batches), o->B,
+                 o->T);
+        run_log_val(rl, 0, vl, bits_per_byte(vl, vt), over);
+    } else if (rl->main_rank) {
         printf("-x 0: no val data (-j) to evaluate\n");
     }
-    if (hs) hellaswag_report(m, hs, o, 0, 1, host_losses, NULL, NULL, stream);
-    if (o->sample_every > 0 && o->gen_tokens > 0) sample_text(m, tok, have_tok, bos, o->gen_tokens, rng, NULL, main_rank, stream);
+    if (hs) hellaswag_report(m, hs, o, 0, 1, host_losses, rl, stream);
+    if (o->sample_every > 0 && o->gen_tokens > 0) sample_text(m, tok, have_tok, bos, o->gen_tokens, rng, rl, stream);
 }
 
 #ifndef TESTING
@@ -2479,43 +2384,37 @@ static int start_model(Model *m, TrainState *ts, DataLoader *train, const Option
     return resumed_from;
 }
 
-// The run's description: on stdout (main rank) and as main.log's first line.
+// The run's description: on stdout (main rank) and as main.log's header; the fp8 grain and fallback.
 static void print_run(const Model *m, const Options *o, const MultiGpu *mg, const cudaDeviceProp *prop, int grad_accum,
-                      int resumed_from, int synthetic, FILE *logf) {
+                      int resumed_from, int synthetic, const RunLog *rl) {
+    if (!rl->main_rank) return;
     const LlamaConfig *cfg = &m->cfg;
-    if (mg_is_main(mg)) {
-        char gpus[320];
-        if (mg->world > 1) snprintf(gpus, sizeof(gpus), "%d x %s (%s)", mg->world, prop->name, MG_LAUNCH_NAMES[mg->launch]);
-        else snprintf(gpus, sizeof(gpus), "%s", prop->name);
-        char rope[96] = "";
-        if (cfg->rope_scaling == ROPE_LLAMA3)
-            snprintf(rope, sizeof(rope), " (llama3 scaling: factor %g, low %g, high %g, original %d)", cfg->rope_factor,
-                     cfg->rope_low_freq_factor, cfg->rope_high_freq_factor, cfg->rope_original_T);
-        printf("train_llama_fp8 | %s | %s%s | model %s: V %d L %d C %d NH %d NKV %d FF %d theta %g%s%s | %.1fM params\n",
-               gpus, o->precision, m->fp8.on ? (m->fp8.live_always ? " (current scaling)" : " (delayed scaling)") : "",
-               run_model_name(o), cfg->V, cfg->L, cfg->C, cfg->NH, cfg->NKV, cfg->FF, cfg->rope_theta, rope, cfg->tied_embeddings ? " | tied embeddings" : "",
-               m->num_params / 1e6);
-        // a document-masked call runs on cuDNN only given the bias model_init allocated
-        const int cudnn = attention_uses_cudnn(o->B, o->T, cfg->NH, cfg->NKV, cfg->C / cfg->NH, o->doc_mask) &&
-                          (!o->doc_mask || m->acts.doc_bias != NULL);
-        const char *attention = o->doc_mask ? (cudnn ? "document-masked cuDNN fused" : "document-masked plain") : cudnn ? "cuDNN fused" : "plain";
-        printf("B %d T %d | total batch %d tokens (grad accum %d) | %d steps | lr %g warmup %d final %g | wd %g clip %g | AdamW moments %s | %s attention\n",
-               o->B, o->T, o->total_batch, grad_accum, o->max_steps, o->lr, o->warmup, o->final_lr_frac, o->weight_decay, o->grad_clip, o->adam_moments,
-               attention);
-        printf("device memory allocated: %.2f GiB%s%s\n", m->bytes_allocated / 1073741824.0, mg->world > 1 ? " per GPU (ZeRO-1)" : "",
-               resumed_from >= 0 ? " | resumed" : "");
-        if (m->opt.fp8_grain == FP8_GRAIN_BLOCK) printf("fp8 grain: every fp8 linear block-scaled (X and dY in 1x128 blocks, W in 128x128)\n");
-        if (m->opt.fp8_fallback)
-            printf("fp8 fallback: a per-tensor linear whose X, W or dY loses more than %g%% of its values in %d steps in a row moves to %s\n",
-                   m->opt.fp8_fallback_millionths / 1e4, m->opt.fp8_fallback_patience, FP8_GRAIN_NAMES[m->opt.fp8_fallback]);
-        for (int l = 0; m->opt.fp8_fallback && l < cfg->L; l++) // a resumed run's switched linears
-            for (int lin = 0; lin < LINS_PER_LAYER + (l == 0 ? m->fp8.lm_head : 0); lin++)
-                if (linear_grain(&m->linears, l, lin) != FP8_GRAIN_TENSOR)
-                    printf("fp8 fallback: layer %d %s is %s (switched before the checkpoint)\n", lin == LIN_LM_HEAD ? cfg->L : l, LINEAR_NAMES[lin],
-                           FP8_GRAIN_NAMES[linear_grain(&m->linears, l, lin)]);
-        if (resumed_from >= 0) printf("resumed from step %d of '%s'\n", resumed_from, o->log_dir);
-    }
-    if (logf) write_log_header(logf, prop->name, cfg, o, mg->world, synthetic);
+    // a document-masked call runs on cuDNN only given the bias model_init allocated
+    const int cudnn = attention_uses_cudnn(o->B, o->T, cfg->NH, cfg->NKV, cfg->C / cfg->NH, o->doc_mask) &&
+                      (!o->doc_mask || m->acts.doc_bias != NULL);
+    const char *attention = o->doc_mask ? (cudnn ? "document-masked cuDNN fused" : "document-masked plain")
+                                        : cudnn ? "cuDNN fused" : "plain";
+    char *options = options_line(o);
+    RunHeader h = {prop->name, MG_LAUNCH_NAMES[mg->launch], mg->world, o->precision,
+                   m->fp8.on ? (m->fp8.live_always ? "current" : "delayed") : NULL, run_model_name(o), cfg,
+                   m->num_params, m->bytes_allocated,
+                   o->B, o->T, o->total_batch, grad_accum, o->max_steps, o->warmup, resumed_from >= 0, synthetic,
+                   o->lr, o->final_lr_frac, o->weight_decay, o->grad_clip,
+                   o->adam_moments, attention, options};
+    run_log_header(rl, &h);
+    free(options);
+    if (m->opt.fp8_grain == FP8_GRAIN_BLOCK)
+        printf("fp8 grain: every fp8 linear block-scaled (X and dY in 1x128 blocks, W in 128x128)\n");
+    if (m->opt.fp8_fallback)
+        printf("fp8 fallback: a per-tensor linear whose X, W or dY loses more than %g%% of its values in %d steps"
+               " in a row moves to %s\n", m->opt.fp8_fallback_millionths / 1e4, m->opt.fp8_fallback_patience,
+               FP8_GRAIN_NAMES[m->opt.fp8_fallback]);
+    for (int l = 0; m->opt.fp8_fallback && l < cfg->L; l++) // a resumed run's switched linears
+        for (int lin = 0; lin < LINS_PER_LAYER + (l == 0 ? m->fp8.lm_head : 0); lin++)
+            if (linear_grain(&m->linears, l, lin) != FP8_GRAIN_TENSOR)
+                printf("fp8 fallback: layer %d %s is %s (switched before the checkpoint)\n", lin == LIN_LM_HEAD ? cfg->L : l,
+                       LINEAR_NAMES[lin], FP8_GRAIN_NAMES[linear_grain(&m->linears, l, lin)]);
+    if (resumed_from >= 0) printf("resumed from step %d of '%s'\n", resumed_from, o->log_dir);
 }
 
 int main(int argc, char **argv) {
@@ -2611,9 +2510,8 @@ int main(int argc, char **argv) {
     mg_all_agree(&mg, agreed_id, NULL, &agreed_id);
     run_id = (uint64_t)agreed_id;
     int resumed_from = start_model(&m, &ts, &train, &o, &mg, run_id);
-    FILE *logf = NULL, *fp8f = NULL, *metricsf = NULL;
-    if (have_dir && main_rank) open_logs(o.log_dir, resumed_from >= 0, m.fp8.on && o.fp8_log > 0, &logf, &metricsf, &fp8f);
-    print_run(&m, &o, &mg, &prop, grad_accum, resumed_from, synthetic, logf);
+    RunLog rl = run_log_open(main_rank, have_dir ? o.log_dir : NULL, resumed_from >= 0, m.fp8.on && o.fp8_log > 0);
+    print_run(&m, &o, &mg, &prop, grad_accum, resumed_from, synthetic, &rl);
     if (main_rank && train.masked) printf("loss masks: the loss is the mean over the step's learned targets (mask byte 1), on every rank\n");
     if (main_rank && have_val && val.masked) printf("loss masks: the val loss (and bpb) is over the val data's learned targets\n");
     double flops_per_token = model_flops_per_token(&cfg, o.T);
@@ -2637,7 +2535,8 @@ int main(int argc, char **argv) {
     float *step_ms = (float *)mallocCheck((size_t)(o.max_steps > start_step ? o.max_steps - start_step : 1) * sizeof(float));
     size_t mem_used = 0;
     if (eval_only)
-        evaluate_only(&m, &val, have_val, val_batches, vt, have_hs ? &hs : NULL, &o, &tok, have_tok, bos, &ts.rng, host_losses, stream);
+        evaluate_only(&m, &val, have_val, val_batches, vt, have_hs ? &hs : NULL, &o, &tok, have_tok, bos, &ts.rng,
+                      host_losses, &rl, stream);
 
     for (int step = m.step; step < o.max_steps; step++) {
         hp.lr = lr_at_step(step, o.max_steps, o.lr, o.warmup, o.final_lr_frac);
@@ -2652,28 +2551,26 @@ int main(int argc, char **argv) {
         if (step == start_step) { size_t free_b, total_b; cudaCheck(cudaMemGetInfo(&free_b, &total_b)); mem_used = total_b - free_b; }
         if (step == start_step && !o.deterministic && main_rank) matmul_print_tuning(stdout);
         double tok_per_s = o.total_batch / (ms / 1000.0);
-        char mfu[32];
-        format_mfu(mfu, sizeof(mfu), flops_per_token * tok_per_s, peak);
-        if (main_rank) printf("step %5d/%d | loss %.6f | norm %.4f | lr %.3e | %.2f ms | %.0f tok/s | MFU %s%s\n", step + 1, o.max_steps,
-                              r.loss, r.norm, hp.lr, ms, tok_per_s, mfu, r.skipped ? " | update SKIPPED (non-finite gradient)" : "");
-        if (logf) { fprintf(logf, "s:%d trl:%.6f norm:%.4f lr:%.4e ms:%.2f tok/s:%.0f\n", step + 1, r.loss, r.norm, hp.lr, ms, tok_per_s); fflush(logf); }
-        if (metricsf) metrics_step(metricsf, &m, step + 1, r.loss, r.norm, hp.lr, ms, tok_per_s,
-                                   peak > 0 ? flops_per_token * tok_per_s / (peak * 1e12) : 0.0, mem_used, grad_accum);
-        if (main_rank) fp8_report_switches(&m, step + 1, logf, metricsf);
+        RunStep s = {step + 1, o.max_steps, r.loss, r.norm, hp.lr, ms, tok_per_s, flops_per_token * tok_per_s, peak,
+                     mem_used, r.skipped};
+        Fp8Health health; // metrics.jsonl's: only then are the counts copied from the GPU
+        run_log_step(&rl, &s, rl.metrics ? fp8_step_health(&m, grad_accum, &health) : NULL);
+        fp8_report_switches(&m, step + 1, &rl);
         // a stop signal may have reached any one rank (or all, at different steps): they agree on the
         // largest, so all stop after the same step. Loss and norm are reduced over the ranks too:
         // every rank takes the same branches from here on.
         long long stop = g_stop_signal;
         if (world > 1) mg_all_agree(&mg, stop, NULL, &stop);
-        int work = after_step(&o, step, isfinite(r.loss) && !r.skipped, stop, fp8f != NULL, have_val && val_batches > 0, have_dir, &bad_steps);
-        if (work & AFTER_FP8_LOG) write_fp8_log(&m, grad_accum, fp8f);
+        int work = after_step(&o, step, isfinite(r.loss) && !r.skipped, stop, rl.fp8 != NULL,
+                              have_val && val_batches > 0, have_dir, &bad_steps);
+        if (work & AFTER_FP8_LOG) write_fp8_log(&m, grad_accum, rl.fp8);
         if (work & AFTER_VAL) {
             float vl = evaluate(&m, &val, val_batches, host_losses, stream);
-            report_val(vl, bits_per_byte(vl, vt), step + 1, main_rank, logf, metricsf);
+            run_log_val(&rl, step + 1, vl, bits_per_byte(vl, vt), "");
         }
         if (have_hs && ((o.val_every > 0 && (step + 1) % o.val_every == 0) || step + 1 == o.max_steps))
-            hellaswag_report(&m, &hs, &o, step + 1, step + 1 == o.max_steps, host_losses, logf, metricsf, stream);
-        if (work & AFTER_SAMPLE) sample_text(&m, &tok, have_tok, bos, o.gen_tokens, &ts.rng, logf, main_rank, stream);
+            hellaswag_report(&m, &hs, &o, step + 1, step + 1 == o.max_steps, host_losses, &rl, stream);
+        if (work & AFTER_SAMPLE) sample_text(&m, &tok, have_tok, bos, o.gen_tokens, &ts.rng, &rl, stream);
         if (work & AFTER_CHECKPOINT) {
             data_state_save(&ts, &train);
             checkpoint_step(&m, &ts, o.log_dir, o.keep, run_id);
@@ -2687,26 +2584,21 @@ int main(int argc, char **argv) {
             break;
         }
     }
-    if (timed > 0 && main_rank) {
+    if (timed > 0) {
         qsort(step_ms, timed, sizeof(float), compare_floats);
         float ms = step_ms[timed / 2];
-        char mfu[32];
-        format_mfu(mfu, sizeof(mfu), flops_per_token * o.total_batch / (ms / 1000.0), peak);
-        printf("median step %.2f ms over %d steps after warm-up | %.0f tok/s | MFU %s | device memory in use %.2f GiB%s\n",
-               ms, timed, o.total_batch / (ms / 1000.0), mfu, mem_used / 1073741824.0, world > 1 ? " (rank 0)" : "");
+        run_log_median(&rl, ms, timed, o.total_batch / (ms / 1000.0), flops_per_token * o.total_batch / (ms / 1000.0),
+                       peak, mem_used, world);
     }
     if (train.num_sets && main_rank) {
         char report[4096];
         dataloader_mixture_report(&train, report, sizeof(report));
-        printf("data mixture realized: %s\n", report);
-        if (logf) fprintf(logf, "mixture: %s\n", report);
+        run_log_mixture(&rl, report);
     }
     if (o.fp8_dump) dump_fp8_state(&m, o.log_dir, rank);
     free(step_ms);
     free(ts.data);
-    if (logf) fcloseCheck(logf);
-    if (fp8f) fcloseCheck(fp8f);
-    if (metricsf) fcloseCheck(metricsf);
+    run_log_close(&rl);
     cudaCheck(cudaFreeHost(host_losses));
     cudaCheck(cudaFreeHost(host_inputs));
     cudaCheck(cudaFreeHost(host_targets));
