@@ -1,7 +1,7 @@
 # train_llama_fp8: build the trainer, the GPU test, the CPU test suite and the dev/cuda programs.
 #   make                   trainer (train_llama_fp8)
 #   make test              CPU test suite; then the GPU tests too when a GPU is present
-#   make venv              .venv/, the Python environment of requirements.txt (make test makes it too)
+#   make venv              .venv/, the Python environment of requirements.txt and llama_fp8 (make test makes it too)
 #   make test_llama_fp8    GPU test program
 #   make dev               every dev/cuda microbenchmark
 # Optional libraries (cuDNN, NCCL, MPI) are found by compiling and linking a tiny program against
@@ -113,10 +113,10 @@ dev/test/tools/fp8_forward_study: dev/test/tools/fp8_forward_study.c dev/test/ll
 test: train_llama_fp8 dev/test/test_cpu $(HOST_TESTS) .venv/requirements.stamp
 	@bash dev/test/run_tests.sh
 
-# the tools' and suites' Python packages, in the project's own environment (scripts/venv.sh): made
-# when missing, and installed again when requirements.txt changes
+# the tools' and suites' Python packages and the project's own, llama_fp8, in the project's own environment
+# (scripts/venv.sh): made when missing, and installed again when requirements.txt or pyproject.toml changes
 venv: .venv/requirements.stamp
-.venv/requirements.stamp: requirements.txt
+.venv/requirements.stamp: requirements.txt pyproject.toml
 	@bash scripts/venv.sh
 
 dev:

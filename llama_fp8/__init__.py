@@ -9,8 +9,8 @@ suites in dev/test/ have in common, each format read and written in one place.
     trainer_log  main.log, fp8.log and the trainer's standard output, read; fp8 health summaries
     model_flops  model FLOPs per token, as llmc/mfu.h counts them
 
-The package sits at the repository root; dev/data/, scripts/, dev/test/ and dev/reference/ each hold
-a symbolic link llama_fp8 -> it, so that a tool run by its path (python3 scripts/hf_import.py ...)
-imports it from its own folder with no path set-up. Importing the package imports nothing: each
-module is imported by name, and only formats may be imported before formats.required_packages().
+The package sits at the repository root (pyproject.toml); make venv installs it into .venv/, editable,
+so that a tool run by its path with that Python (.venv/bin/python3 scripts/hf_import.py ...) imports
+it with no path set-up. Importing the package imports nothing: each module is imported by name, and
+only formats may be imported before formats.required_packages().
 """

@@ -22,7 +22,7 @@ import os
 import sys
 import zlib
 
-# realpath: the package is also reached through the llama_fp8 links in dev/data/, scripts/, ...
+# the repository: the package is installed editable (pyproject.toml), so its files are the tree's own
 ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 
 

@@ -3,7 +3,7 @@ fp8.log (parse_fp8_log) and its standard output (parse_stdout). plot_log.py, plo
 compare_convergence.sh (through those two), test_multi_gpu.sh and benchmark.sh use it;
 dev/test/test_trainer_log.py checks it on sample logs in the trainer's formats. Standard library only.
 
-main.log (the trainer's fprintf(logf, ...) lines):
+main.log (written by llmc/run_log.h, one call per event, as are stdout's lines and metrics.jsonl):
     # <GPU> precision <p> model <name> V .. L .. C .. NH .. NKV .. FF .. B .. T .. total_batch .. adam_moments ..
       (a trainer before -adam_moments wrote no adam_moments field: its moments were fp32)
     s:<step> trl:<train loss> norm:<grad norm> lr:<lr> ms:<step ms> tok/s:<tokens per s>
@@ -16,7 +16,9 @@ goes back, everything already read from that step on is dropped, so the latest a
 Comment, sample, fp8_fallback (a linear the fallback switched: docs/fp8_recipe.md), blank and malformed
 (e.g. cut-off) lines are skipped; malformed ones are counted.
 
-Standard output (the trainer's printf lines this reads; others are left alone):
+Standard output (the lines this reads; others are left alone), for the runs that write no log:
+benchmark.sh's (-o '': no logs or checkpoints; its median line and device memory are on stdout only)
+and compare_convergence.sh --eval-bf16's -x 0 evaluations (-x 0 writes nothing into -o):
     train_llama_fp8 | <GPU> | <precision> | model <name>: V .. L .. C .. NH .. NKV .. FF .. theta ..[ | tied embeddings] | <n>M params
     B <B> T <T> | total batch ... | AdamW moments <fp32|bf16> | ... attention
     device memory allocated: <x> GiB[ per GPU (ZeRO-1)]

@@ -37,12 +37,13 @@
 #   --torch-args S    extra flags for bench_torch.py, e.g. '--no-compile' [BENCH_TORCH_ARGS]
 #   --hf-args S       extra flags for bench_hf.py, e.g. '--no-compile'  [BENCH_HF_ARGS]
 #   --table-only      run nothing; tabulate the existing logs of --systems
-#   PYTHON=...        the Python with PyTorch (and transformers for hf-*; default python3)
+#   PYTHON=...        the Python with PyTorch (and transformers for hf-*; default python3, .venv's when made)
 # Relative paths (--out, --logdir) are taken from the repository root. The table's speedup column is
 # against torch-bf16, or hf-bf16 where torch-bf16 gave no number.
 # Exit status: 0 when every system produced a number, 1 otherwise (the table is written either way).
 set -u
 cd "$(dirname "$0")/.." || exit 2
+[ -x .venv/bin/python3 ] && PATH="$PWD/.venv/bin:$PATH" # python3: .venv's, with llama_fp8 (make venv), when made
 
 MODEL=${BENCH_MODEL:-llama2-7b}
 BATCH=${BENCH_B:-2}

@@ -8,9 +8,13 @@ and written to OUT. Standard library only; benchmark.sh calls it with its settin
 Exit status 0 when every system produced a number, 1 otherwise (the table is written either way).
 """
 import datetime
+import importlib.util
 import os
 import re
 import sys
+
+if importlib.util.find_spec("llama_fp8") is None:  # pyproject.toml; make venv installs it into .venv/
+    sys.exit(f"error: {sys.executable} has no llama_fp8 package: run make venv, then use .venv/bin/python3")
 
 from llama_fp8 import trainer_log                    # the reader of the trainer's output
 from llama_fp8.model_flops import flops_per_token    # the trainer's formula (llmc/mfu.h)

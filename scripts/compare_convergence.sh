@@ -24,6 +24,8 @@ set -euo pipefail
 
 script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo_dir=$(dirname "$script_dir")
+# python3: .venv's, with llama_fp8 (make venv), when made
+[ -x "$repo_dir"/.venv/bin/python3 ] && PATH="$repo_dir/.venv/bin:$PATH"
 
 usage() {
     cat <<EOF
@@ -38,7 +40,7 @@ usage: $0 [options] -- [train_llama_fp8 flags]
                      (split at spaces, flag/value pairs)
   --smooth K         train-loss smoothing (trailing mean over K steps) in loss.png (default 20)
   --bin PATH         trainer binary (default: train_llama_fp8 in the repository; built with make if missing)
-  --python PATH      python with matplotlib for the plots (default: \$PYTHON or python3)
+  --python PATH      python with matplotlib for the plots (default: \$PYTHON or python3, .venv's when made)
   --eval-bf16        also evaluate each fp8 run's final weights in bf16 (-init_from its last checkpoint, -x 0)
   --quiet            trainer output only to OUT/<run>/console.log, not also to the terminal
   -h, --help         this help

@@ -9,7 +9,11 @@ Standard library only. A file that is not a predictions file prints `error: <fil
 exits 1.
 """
 import argparse
+import importlib.util
 import sys
+
+if importlib.util.find_spec("llama_fp8") is None:  # pyproject.toml; make venv installs it into .venv/
+    sys.exit(f"error: {sys.executable} has no llama_fp8 package: run make venv, then use .venv/bin/python3")
 
 from llama_fp8.trainer_log import hs_scores, read_hs_preds
 

@@ -37,8 +37,12 @@ checks it on sample logs.
 Prints one line (the largest relative differences, or the first failure) and exits 0 when the logs
 agree, 1 when they do not, 2 on bad arguments or an unreadable log.
 """
+import importlib.util
 import math
 import sys
+
+if importlib.util.find_spec("llama_fp8") is None:  # pyproject.toml; make venv installs it into .venv/
+    sys.exit(f"error: {sys.executable} has no llama_fp8 package: run make venv, then use .venv/bin/python3")
 
 from llama_fp8.trainer_log import FP8_KINDS, parse_fp8_log, parse_main_log
 

@@ -23,6 +23,7 @@ Standard library only. Errors: "error: <file>: <problem>" on stderr and exit sta
 still written when only some logs are bad (the problems are listed in it).
 """
 import argparse
+import importlib.util
 import math
 import os
 import re
@@ -30,6 +31,9 @@ import shlex
 import statistics
 import sys
 import tempfile
+
+if importlib.util.find_spec("llama_fp8") is None:  # pyproject.toml; make venv installs it into .venv/
+    sys.exit(f"error: {sys.executable} has no llama_fp8 package: run make venv, then use .venv/bin/python3")
 
 from llama_fp8.trainer_log import parse_main_log
 

@@ -19,6 +19,8 @@
 set -euo pipefail
 
 script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# python3: .venv's, with llama_fp8 (make venv), when made
+[ -x "$script_dir"/../.venv/bin/python3 ] && PATH="$script_dir/../.venv/bin:$PATH"
 
 usage() {
     cat <<EOF
@@ -33,7 +35,7 @@ usage: $0 [options] -- [train_llama_fp8 flags]
   --fp8-args 'FLAGS' trainer flags for the fp8 runs only (compare_convergence.sh's), e.g. '-fp8_lm_head 1';
                      kept in DIR/fp8_args.txt
   --bin PATH         trainer binary (compare_convergence.sh's --bin)
-  --python PATH      python for the plots and the tables (default: \$PYTHON or python3)
+  --python PATH      python for the plots and the tables (default: \$PYTHON or python3, .venv's when made)
   -h, --help         this help
 Not allowed after --: -seed (set per seed) and what compare_convergence.sh sets per run (-o,
 -precision, -fp8_recipe, -fp8_log, -y).

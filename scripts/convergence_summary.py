@@ -11,10 +11,14 @@ compare_convergence.sh calls it with its settings:
 FAILED is a space-separated list of the runs that crashed. Exit status: 0 when every fp8 run is
 within THRESHOLD, 4 when one is not, 5 when there is no finite bf16 val loss to check against.
 """
+import importlib.util
 import math
 import os
 import statistics
 import sys
+
+if importlib.util.find_spec("llama_fp8") is None:  # pyproject.toml; make venv installs it into .venv/
+    sys.exit(f"error: {sys.executable} has no llama_fp8 package: run make venv, then use .venv/bin/python3")
 
 from llama_fp8.trainer_log import has_health, health_summary, parse_fp8_log, parse_main_log, parse_stdout
 

@@ -8,6 +8,7 @@
 # Needs a GPU, torch, transformers, gguf, tokenizers, numpy; builds train_llama_fp8 if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+[ -x .venv/bin/python3 ] && PATH="$PWD/.venv/bin:$PATH" # python3: .venv's, with llama_fp8 (make venv), when made
 gguf=${1:?usage: bash scripts/hellaswag_check.sh GGUF [N] [WORK] [ITEMS]}
 n=${2:-1000}
 work=${3:-/tmp/hellaswag_check}

@@ -20,11 +20,15 @@ appears complete or not at all (it is written under a temporary name, then renam
 non-empty OUT_DIR is refused unless --force. Errors print `error: <file>: <problem>` and exit 1.
 """
 import argparse
+import importlib.util
 import json
 import os
 import re
 import shutil
 import sys
+
+if importlib.util.find_spec("llama_fp8") is None:  # pyproject.toml; make venv installs it into .venv/
+    sys.exit(f"error: {sys.executable} has no llama_fp8 package: run make venv, then use .venv/bin/python3")
 
 from llama_fp8 import formats  # first, so that a missing package is named
 

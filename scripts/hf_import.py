@@ -36,9 +36,13 @@ tensor. Errors print `error: <file>: <problem>`, exit 1 and leave no output.
 """
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import sys
+
+if importlib.util.find_spec("llama_fp8") is None:  # pyproject.toml; make venv installs it into .venv/
+    sys.exit(f"error: {sys.executable} has no llama_fp8 package: run make venv, then use .venv/bin/python3")
 
 from llama_fp8 import formats  # first, so that a missing package is named
 

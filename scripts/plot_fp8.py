@@ -31,9 +31,13 @@ Malformed (e.g. cut-off) lines are skipped; non-positive or non-finite values ca
 axis and are counted and left out.
 """
 import argparse
+import importlib.util
 import math
 import os
 import sys
+
+if importlib.util.find_spec("llama_fp8") is None:  # pyproject.toml; make venv installs it into .venv/
+    sys.exit(f"error: {sys.executable} has no llama_fp8 package: run make venv, then use .venv/bin/python3")
 
 from llama_fp8.trainer_log import (FP8_KINDS, HEALTH, KIND_NAMES, LINEARS, has_health, health_summary, parse_fp8_log,
                                    tensor_name, tensor_rows)

@@ -13,9 +13,13 @@ steps and cut-off lines are handled, are described there); it needs only the sta
 compare_convergence.sh imports it from here for its summary. matplotlib is imported only for plotting.
 """
 import argparse
+import importlib.util
 import math
 import os
 import sys
+
+if importlib.util.find_spec("llama_fp8") is None:  # pyproject.toml; make venv installs it into .venv/
+    sys.exit(f"error: {sys.executable} has no llama_fp8 package: run make venv, then use .venv/bin/python3")
 
 from llama_fp8.trainer_log import parse_main_log
 

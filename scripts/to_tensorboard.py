@@ -16,11 +16,15 @@ and renamed to OUT at the end; --force replaces only an OUT that is an event fol
 files and nothing else). Needs tensorboardX (requirements.txt).
 """
 import argparse
+import importlib.util
 import json
 import math
 import os
 import shutil
 import sys
+
+if importlib.util.find_spec("llama_fp8") is None:  # pyproject.toml; make venv installs it into .venv/
+    sys.exit(f"error: {sys.executable} has no llama_fp8 package: run make venv, then use .venv/bin/python3")
 
 from llama_fp8 import formats
 from llama_fp8.formats import FormatError

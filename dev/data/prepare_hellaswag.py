@@ -20,10 +20,14 @@ BOS/EOS; --bos adds the tokenizer's BOS before each context, as lm-eval's add_bo
 import argparse
 import bz2
 import gzip
+import importlib.util
 import json
 import os
 import re
 import sys
+
+if importlib.util.find_spec("llama_fp8") is None:  # pyproject.toml; make venv installs it into .venv/
+    sys.exit(f"error: {sys.executable} has no llama_fp8 package: run make venv, then use .venv/bin/python3")
 
 from llama_fp8 import formats
 from llama_fp8.formats import FormatError

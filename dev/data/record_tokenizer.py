@@ -12,7 +12,11 @@ written under a temporary name and renamed, its ids and their width unchanged (a
 stays valid); on an error the shards before the bad one are done and the rest untouched.
 """
 import argparse
+import importlib.util
 import sys
+
+if importlib.util.find_spec("llama_fp8") is None:  # pyproject.toml; make venv installs it into .venv/
+    sys.exit(f"error: {sys.executable} has no llama_fp8 package: run make venv, then use .venv/bin/python3")
 
 from llama_fp8 import formats
 from llama_fp8.formats import FormatError

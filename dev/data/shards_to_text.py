@@ -13,9 +13,13 @@ OUT is written under a temporary name and renamed when complete; an existing OUT
 --force, and OUT is never one of the inputs.
 """
 import argparse
+import importlib.util
 import json
 import os
 import sys
+
+if importlib.util.find_spec("llama_fp8") is None:  # pyproject.toml; make venv installs it into .venv/
+    sys.exit(f"error: {sys.executable} has no llama_fp8 package: run make venv, then use .venv/bin/python3")
 
 from llama_fp8 import formats
 from llama_fp8.formats import FormatError, shard_documents

@@ -10,8 +10,12 @@ training.
 dev/data/tinyshakespeare/llama2_tokenizer.bin (whose document-start id -doc_mask 1 reads).
 """
 import argparse
+import importlib.util
 import os
 import sys
+
+if importlib.util.find_spec("llama_fp8") is None:  # pyproject.toml; make venv installs it into .venv/
+    sys.exit(f"error: {sys.executable} has no llama_fp8 package: run make venv, then use .venv/bin/python3")
 
 from llama_fp8 import formats
 from llama_fp8.formats import FormatError

@@ -26,6 +26,7 @@ a template for which they are not is refused.
 import argparse
 import glob
 import gzip
+import importlib.util
 import io
 import json
 import os
@@ -34,6 +35,9 @@ import sys
 import time
 import zlib
 from collections import deque, namedtuple
+
+if importlib.util.find_spec("llama_fp8") is None:  # pyproject.toml; make venv installs it into .venv/
+    sys.exit(f"error: {sys.executable} has no llama_fp8 package: run make venv, then use .venv/bin/python3")
 
 # --workers is the one knob of parallelism: each worker process encodes on one thread, so N workers
 # use N cores and the tokenizers library's own thread pool does not oversubscribe them.

@@ -29,10 +29,14 @@ dev/reference/bench_hf.py (transformers' own model) uses this file's presets, ti
 (time_steps) and result line (run_and_report). No data is read: the batch is random tokens (speed does not depend on them).
 """
 import argparse
+import importlib.util
 import math
 import statistics
 import sys
 import time
+
+if importlib.util.find_spec("llama_fp8") is None:  # pyproject.toml; make venv installs it into .venv/
+    sys.exit(f"error: {sys.executable} has no llama_fp8 package: run make venv, then use .venv/bin/python3")
 
 import torch
 import torch.nn as nn

@@ -9,8 +9,12 @@ With --compare OURS it prints both runs' acc and acc_norm and the share of items
 Needs torch, transformers, numpy (CPU is enough: --threads).
 """
 import argparse
+import importlib.util
 import os
 import sys
+
+if importlib.util.find_spec("llama_fp8") is None:  # pyproject.toml; make venv installs it into .venv/
+    sys.exit(f"error: {sys.executable} has no llama_fp8 package: run make venv, then use .venv/bin/python3")
 
 import numpy as np
 

@@ -9,7 +9,11 @@ weights and arithmetic in bfloat16): their difference is the size of bf16 noise 
     python3 dev/reference/hf_loss.py MODEL_DIR VAL.bin -b 4 -t 1024 --batches 8 [--gguf FILE] [--generate 64] [--device cpu]
 """
 import argparse
+import importlib.util
 import sys
+
+if importlib.util.find_spec("llama_fp8") is None:  # pyproject.toml; make venv installs it into .venv/
+    sys.exit(f"error: {sys.executable} has no llama_fp8 package: run make venv, then use .venv/bin/python3")
 
 import numpy as np
 import torch

@@ -16,11 +16,16 @@ Needs numpy. Run once, commit the output (the same bytes on every run). Writes
   OUT/other_000.bin    a train shard of other_tok.bin
 """
 import argparse
+import importlib.util
 import os
+import sys
+
+if importlib.util.find_spec("llama_fp8") is None:  # pyproject.toml; make venv installs it into .venv/
+    sys.exit(f"error: {sys.executable} has no llama_fp8 package: run make venv, then use .venv/bin/python3")
 
 import numpy as np
 
-from llama_fp8 import formats  # dev/reference/llama_fp8 is the repository's package
+from llama_fp8 import formats  # the shard and decode table writers every tool shares
 
 VOCAB = 300
 

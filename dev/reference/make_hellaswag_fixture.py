@@ -18,10 +18,15 @@ loglikelihood computes them: log_softmax of the logits at the continuation's pos
                      last T_SMALL + 1 tokens, as lm-eval truncates a row longer than the model's context)
 """
 import argparse
+import importlib.util
 import json
 import os
 import random
 import re
+import sys
+
+if importlib.util.find_spec("llama_fp8") is None:  # pyproject.toml; make venv installs it into .venv/
+    sys.exit(f"error: {sys.executable} has no llama_fp8 package: run make venv, then use .venv/bin/python3")
 
 import numpy as np
 import torch

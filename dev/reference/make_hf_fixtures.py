@@ -35,9 +35,14 @@ flat (a wrong RoPE layout would hardly show): every matrix, the embedding includ
 N(0, 1/FF) (1/fan_in), norm weights 1 + 0.3 N(0, 1).
 """
 import argparse
+import importlib.util
 import math
 import os
 import shutil
+import sys
+
+if importlib.util.find_spec("llama_fp8") is None:  # pyproject.toml; make venv installs it into .venv/
+    sys.exit(f"error: {sys.executable} has no llama_fp8 package: run make venv, then use .venv/bin/python3")
 
 import gguf
 import numpy as np

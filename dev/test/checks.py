@@ -1,10 +1,15 @@
 """The Python suites' one check counter: check(ok, what) prints "ok   what" or "FAIL what" and counts
 it; summary() prints the "N passed, N failed" line dev/test/run_tests.sh reads and returns the exit
 status (1 if anything failed). Imported by every dev/test/test_*.py (run from dev/test/, so this
-folder is on the path). load_tool(path) gives a suite the module of a tool it checks from within.
+folder is on the path) first: a Python without the llama_fp8 package (make venv installs it into .venv/)
+stops here, saying what to run. load_tool(path) gives a suite the module of a tool it checks from within.
 """
 import importlib.util
 import os
+import sys
+
+if importlib.util.find_spec("llama_fp8") is None:  # pyproject.toml; make venv installs it into .venv/
+    sys.exit(f"error: {sys.executable} has no llama_fp8 package: run make venv, then use .venv/bin/python3")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 passed = failed = 0

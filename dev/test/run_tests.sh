@@ -7,8 +7,9 @@
 # trainer's tests do not reach). The GPU suites run in the background beside the CPU suites (on a GPU
 # machine make test takes the longer of the two, not their sum) and print after them.
 # Prints each suite's time and the combined "N passed, N failed" line last. Exit status is non-zero if anything failed.
-# Python runs from the project's environment, .venv/ (make test creates it from requirements.txt), put
-# first on PATH so that scripts calling python3 get it too.
+# Python runs from the project's environment, .venv/ (make test creates it from requirements.txt and
+# pyproject.toml), put first on PATH so that scripts calling python3 get it too, with this tree's root
+# first on PYTHONPATH: the llama_fp8 package the suites import is this tree's.
 # A suite counts one failure more when it crashes before its summary line, exits non-zero although
 # its summary says 0 failed, reports no test at all ("0 passed, 0 failed"), or runs past its time
 # limit: SUITE_TIMEOUT seconds (default 900) for a CPU suite, GPU_SUITE_TIMEOUT (default 1800) for a
@@ -92,6 +93,8 @@ gpu_suites() {
 
 cpu_limit=${SUITE_TIMEOUT:-900} gpu_limit=${GPU_SUITE_TIMEOUT:-1800}
 [ -x .venv/bin/python3 ] && PATH="$PWD/.venv/bin:$PATH"
+# (.venv's editable install may be another tree's: a .venv shared by worktrees)
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 gpu_pid= gpu_out=$(mktemp) gpu_counts=$(mktemp)
 trap 'rm -f "$log" "$gpu_out" "$gpu_counts"' EXIT
 if nvidia-smi -L >/dev/null 2>&1; then

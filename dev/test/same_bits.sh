@@ -11,7 +11,8 @@
 # delayed: the GPU is deterministic, so a difference below means something), bf16 (fp32 AdamW
 # moments), fp8 delayed (with fp8.log), fp8 current, fp8 -cuda_graph 1, fp8 grad accumulation 2
 # (-d 1024), fp8 -fp8_weight_cache 0 -r 1, fp8 tied embeddings (smollm2-135m's shape, 2 layers), fp8
-# -fp8_lm_head 1, a resume (the step-6 checkpoint removed, -y 1 from step 3, then -x 0 -y 1 of the
+# -fp8_lm_head 1, block grain, the fallback to bf16 and to block (threshold 0: a case where no linear
+# switched fails), a resume (the step-6 checkpoint removed, -y 1 from step 3, then -x 0 -y 1 of the
 # result), and -x 0 of a fresh fp8 model (the calibration forward, the val loss, a sample).
 # Compared per case: the printed step lines (loss, norm, lr; not the times), val losses, samples and
 # checkpoint lines; main.log's step and val lines and metrics.jsonl without the times and memory;
@@ -69,6 +70,15 @@ case_grad_accum() { run "$1" "$2" -d 1024 -fp8_dump 1; }
 case_no_cache_r1() { run "$1" "$2" -fp8_weight_cache 0 -r 1 -fp8_dump 1; }
 case_tied() { run "$1" "$2" -e smollm2-135m -fp8_dump 1; }
 case_lm_head() { run "$1" "$2" -fp8_lm_head 1 -fp8_dump 1; }
+case_block() { run "$1" "$2" -fp8_grain block -fp8_log 2 -fp8_dump 1; }
+# the fallback with threshold 0 and patience 1: linears that lose any value switch after step 1
+# (a case where none switched proves nothing, so it fails)
+fallback() {
+    run "$1" "$2" -fp8_fallback "$3" -fp8_fallback_threshold 0 -fp8_fallback_patience 1 -fp8_log 2 -fp8_dump 1 || return
+    grep -q '"fp8_fallback"' "$2/metrics.jsonl" || { echo "no linear switched to $3" >> "$2.out"; return 1; }
+}
+case_fallback_bf16() { fallback "$1" "$2" bf16; }
+case_fallback_block() { fallback "$1" "$2" block; }
 case_resume() {
     run "$1" "$2" || return
     rm "$2/model_00000006.bin" "$2/state_00000006_00000.bin" || return
@@ -131,7 +141,8 @@ if ! case_fp8_delayed "${bin[rev]}" "$work/control/run1" || ! case_fp8_delayed "
 else
     compare control "$work/control/run1" "$work/control/run2"
 fi
-for name in bf16 fp8_delayed fp8_current cuda_graph grad_accum no_cache_r1 tied lm_head resume eval_only; do
+for name in bf16 fp8_delayed fp8_current cuda_graph grad_accum no_cache_r1 tied lm_head block fallback_bf16 fallback_block \
+    resume eval_only; do
     ok=1
     for side in rev new; do
         "case_$name" "${bin[$side]}" "$work/$side/$name" || { rc=$?; ok=0; bad="$side: exit $rc (see $work/$side/$name.out)"; }

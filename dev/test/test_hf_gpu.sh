@@ -7,6 +7,7 @@
 # usage: bash dev/test/test_hf_gpu.sh
 set -u
 cd "$(dirname "$0")/../.."
+[ -x .venv/bin/python3 ] && PATH="$PWD/.venv/bin:$PATH" # scripts/*.py need llama_fp8, which make venv installs there
 work=$(mktemp -d /tmp/test_hf_gpu.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 passed=0 failed=0

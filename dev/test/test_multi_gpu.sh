@@ -51,6 +51,7 @@
 #      under the I/O deadline, so the checkpoint completes and the run exits 0
 set -u
 cd "$(dirname "$0")/../.." || exit 2
+[ -x .venv/bin/python3 ] && PATH="$PWD/.venv/bin:$PATH" # scripts/*.py need llama_fp8, which make venv installs there
 LOG=${LOG_DIR:-log_mgpu}
 mkdir -p "$LOG"
 pass=0

@@ -121,11 +121,13 @@ prepare() {
     (cd "$dir" && { [ -z "$targets" ] || make -s -B $targets; }) > "$dir.build.log" 2>&1 && touch "$dir.built"
 }
 
-# run_mutant CMD DIR: runs CMD in the mutant; its exit status goes to DIR.rc. SIGINT and SIGQUIT get
-# their default action back: started as a shell's background job, this script and all it starts have
-# them ignored, and suites send them (test_hf's Ctrl-C check)
+# run_mutant CMD DIR: runs CMD in the mutant; its exit status goes to DIR.rc. The mutant's root goes
+# first on PYTHONPATH: .venv's llama_fp8 is an editable install of this tree's, and a mutant's
+# llama_fp8/*.py must be the one its Python imports. SIGINT and SIGQUIT get their default action back:
+# started as a shell's background job, this script and all it starts have them ignored, and suites
+# send them (test_hf's Ctrl-C check)
 run_mutant() {
-    (cd "$2" && env --default-signal=INT,QUIT bash -c "$1") > "$2.run.log" 2>&1
+    (cd "$2" && PYTHONPATH="$2${PYTHONPATH:+:$PYTHONPATH}" env --default-signal=INT,QUIT bash -c "$1") > "$2.run.log" 2>&1
     echo $? > "$2.rc"
 }
 

@@ -14,10 +14,10 @@ import tempfile
 
 from checks import check, load_tool, summary  # dev/test/checks.py
 
+import numpy as np
+from llama_fp8 import formats
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, ROOT)
-import numpy as np  # noqa: E402
-from llama_fp8 import formats  # noqa: E402
 
 tool = load_tool("dev/data/record_tokenizer.py")
 TMP = tempfile.mkdtemp(prefix="test_record_tokenizer_")

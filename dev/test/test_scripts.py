@@ -29,7 +29,11 @@
   here and not first on the GPU.
 - dev/test/run_tests.sh: copied into a fake tree whose suites pass, fail, crash, print no summary or
   exit non-zero after a clean summary, with a fake nvidia-smi that answers (a "GPU") or not and a
-  fake make that builds or fails; the totals and the exit status must be what each case gives.
+  fake make that builds or fails; the totals and the exit status must be what each case gives. Its
+  Python suites must import the fake tree's llama_fp8, and test_mutations.sh's a mutant's.
+- The llama_fp8 package: every tool importing it and every Python suite, run by a Python without it,
+  exits 1 saying to run make venv and use .venv/bin/python3; scripts/venv.sh installs it editable
+  (with this pyproject.toml, in a tree of its own); make venv reinstalls when pyproject.toml changes.
 - The indexes: scripts/README.md has a row for every file of scripts/, dev/test/README.md for every
   test driver (dev/test/*.sh), dev/results/README.md for every folder and file of dev/results/.
 - dev/data/get_data.sh, offline from a local source folder: a source missing files (one of them cut
@@ -50,6 +54,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TABLE = os.path.join(ROOT, "scripts", "ncu_step_table.py")
@@ -421,7 +426,9 @@ cp {shlex_quote(src)}/${{seed}}_${{precision}}_$moments.main.log "$dir/main.log"
     os.makedirs(nompl)
     with open(os.path.join(nompl, "__init__.py"), "w") as f:
         f.write('raise ImportError("matplotlib left out by test_scripts.py")\n')
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(nompl))
+    # ahead of the PYTHONPATH this suite runs with, not instead of it (the mutation runner's names the mutant's llama_fp8)
+    pythonpath = os.pathsep.join(filter(None, [os.path.dirname(nompl), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, PYTHONPATH=pythonpath)
     flags = ["-x", "20", "-i", "data/x_*.bin", "-tok", "a b.bin"]
 
     def run(*args, trainer_flags=flags):
@@ -576,11 +583,13 @@ SUITE_ARGS = {"dev/cuda/fp8_block": "-validate"}
 def fake_tree(tmp, outcomes, gpu, build_ok=True, venv=True):
     """A copy of the runner beside fake suites; outcomes maps a suite to (stdout, exit status, signal),
     signal "HANG" for one that never ends. The Python suites pass only when run by .venv/bin/python3
-    (a wrapper that marks its children), the GPU shell scripts only when python3 on their PATH is it,
+    (a wrapper that marks its children) and import the fake tree's own llama_fp8 (that wrapper's is an
+    editable install of this repository's), the GPU shell scripts only when python3 on their PATH is it,
     the others only with their SUITE_ARGS."""
     root = tempfile.mkdtemp(dir=tmp)
-    for d in ("dev/test", "dev/cuda", "bin"):
+    for d in ("dev/test", "dev/cuda", "bin", "llama_fp8"):
         os.makedirs(os.path.join(root, d))
+    open(os.path.join(root, "llama_fp8", "__init__.py"), "w").close()
     shutil.copy(RUNNER, os.path.join(root, "dev", "test"))
     venv_python = os.path.join(root, ".venv", "bin", "python3")
     if venv:
@@ -596,6 +605,10 @@ def fake_tree(tmp, outcomes, gpu, build_ok=True, venv=True):
         if suite.endswith(".py"):
             body = "import os, signal, sys, time\n"
             body += "if os.environ.get('FAKE_VENV') != '1':\n    print('not the venv python')\n    print('0 passed, 1 failed')\n    sys.exit(1)\n"
+            body += "import llama_fp8\n"
+            body += f"if os.path.dirname(llama_fp8.__path__[0]) != {root!r}:\n"
+            body += "    print('llama_fp8 from', llama_fp8.__path__[0])\n"
+            body += "    print('0 passed, 1 failed')\n    sys.exit(1)\n"
             body += f"print({text!r})\nsys.stdout.flush()\n"
             body += ("time.sleep(60)\n" if sig == "HANG" else f"os.kill(os.getpid(), signal.{sig})\n" if sig else f"sys.exit({rc})\n")
         else:
@@ -824,6 +837,36 @@ def test_mutation_runner_cpu(tmp):
     check(f"seed {today} " in out, f"MUTATION_SAMPLE without MUTATION_SEED: the seed is today's date, {today}")
 
 
+FAKE_PKG_SUITE = """import sys
+import llama_fp8
+if llama_fp8.value == 2:
+    print("FAIL the package's value is 2 (its file: " + llama_fp8.__file__ + ")\\n0 passed, 1 failed")
+    sys.exit(1)
+print("ok   the package's value (its file: " + llama_fp8.__file__ + ")\\n1 passed, 0 failed")
+"""
+
+
+def test_mutation_runner_package(tmp):
+    """A patch of llama_fp8/*.py is caught in the mutant although the tree's own llama_fp8 is importable
+    from anywhere (as .venv's editable install of it makes it; here through PYTHONPATH, which outranks that
+    install): the mutant's Python must import the mutant's package."""
+    root = mutation_tree(tmp, [])
+    os.makedirs(os.path.join(root, "llama_fp8"))
+    patch = ("Mutation: the package's value 2\nCaught by: python3 dev/test/test_pkg.py\n\n"
+             "--- a/llama_fp8/__init__.py\n+++ b/llama_fp8/__init__.py\n@@ -1,3 +1,3 @@\n"
+             " # a fake source\n-value = 1\n+value = 2\n # end\n")
+    files = {"llama_fp8/__init__.py": FAKE_SRC.format(1), "dev/test/test_pkg.py": FAKE_PKG_SUITE,
+             "dev/test/mutations/pkg_value.patch": patch}
+    for name, text in files.items():
+        with open(os.path.join(root, name), "w") as f:
+            f.write(text)
+    rc, lines, out = run_mutations(root, "--cpu", PYTHONPATH=root)
+    got = verdicts(lines, ["pkg_value"])["pkg_value"]
+    check(got == "caught" and rc == 0, "test_mutations.sh --cpu, a patch of llama_fp8/__init__.py with the tree's own "
+                                       f"package on the path: {got!r}, exit {rc} (want 'caught', 0)"
+                                       + ("" if got == "caught" else f"\n{out[-800:]}"))
+
+
 def patch_applies(path, cwd):
     """Whether patch `path` applies to the tree at cwd as dev/test/test_mutations.sh applies it: exactly
     (no fuzz, as the runner refuses any other); (applies, patch's output)."""
@@ -852,9 +895,36 @@ def test_mutation_patches(tmp):
         check(named and ok, f"mutation {name}: names its bug and its test, applies to the tree exactly ({out[:200]})")
 
 
+NO_PACKAGE = "has no llama_fp8 package: run make venv, then use .venv/bin/python3"
+
+
+def test_no_package():
+    """Every tool that imports llama_fp8 (scripts/, dev/data/, dev/reference/) and every Python suite, run by
+    a Python without the package (this one with -S -E: no site-packages, so no .venv install, and no
+    PYTHONPATH), exits 1 saying what to run, with no traceback; the same Python with its site finds it."""
+    found = subprocess.run([sys.executable, "-c", "import llama_fp8"], capture_output=True, text=True)
+    check(found.returncode == 0, f"{sys.executable} imports llama_fp8 ({found.stderr.strip()[-200:]})")
+    uses = re.compile(r"^\s*(from llama_fp8[ .]|import llama_fp8\b)", re.M)
+    tools = [os.path.join(d, n) for d in ("scripts", "dev/data", "dev/reference")
+             for n in sorted(os.listdir(os.path.join(ROOT, d)))
+             if n.endswith(".py") and uses.search(open(os.path.join(ROOT, d, n)).read())]
+    suites = [os.path.join("dev/test", n) for n in sorted(os.listdir(os.path.join(ROOT, "dev", "test")))
+              if re.fullmatch(r"test_.*\.py", n)]
+    check(len(tools) > 10 and len(suites) > 10,
+          f"the tools importing llama_fp8 ({len(tools)}) and the Python suites ({len(suites)}) found")
+    wrong = []
+    for path in tools + suites:
+        r = subprocess.run([sys.executable, "-S", "-E", os.path.join(ROOT, path)], capture_output=True, text=True,
+                           cwd=tempfile.gettempdir())
+        if not (r.returncode == 1 and NO_PACKAGE in r.stderr and "Traceback" not in r.stderr):
+            wrong.append(f"{path}: exit {r.returncode}, {r.stderr.strip()[-300:]!r}")
+    check(not wrong, f"each of the {len(tools) + len(suites)}, run without llama_fp8: exit 1, '{NO_PACKAGE}', "
+                     "no traceback" + "".join(f"\n    {w}" for w in wrong))
+
+
 # (folder, its README, what the README's rows must name, the rows' format): every entry a table row of its own
 INDEXES = [
-    ("scripts", "scripts/README.md", lambda name: name not in ("README.md", "llama_fp8", "__pycache__"), "| `{}` |"),
+    ("scripts", "scripts/README.md", lambda name: name not in ("README.md", "__pycache__"), "| `{}` |"),
     ("dev/test", "dev/test/README.md", lambda name: name.endswith(".sh"), "| `{}` |"),
     ("dev/results", "dev/results/README.md", lambda name: name != "README.md", "| `{}` |"),
 ]
@@ -871,23 +941,64 @@ def test_indexes():
 
 def test_venv_in_venv(tmp):
     """scripts/venv.sh made from a python3 that is itself a virtual environment (the GPU image's torch
-    one): .venv sees that environment's packages, as --system-site-packages alone would not."""
+    one), in a tree of this pyproject.toml, an empty requirements.txt and a llama_fp8 of one module: .venv
+    sees that environment's packages, as --system-site-packages alone would not, and imports the tree's
+    llama_fp8 from anywhere, a module added to it since included (an editable install). pip's settings
+    are the environment's: building the package takes a setuptools wheel from PyPI or PIP_FIND_LINKS."""
     root = os.path.join(tmp, "venv_in_venv")
     os.makedirs(os.path.join(root, "scripts"))
+    os.makedirs(os.path.join(root, "llama_fp8"))
     shutil.copy(os.path.join(ROOT, "scripts", "venv.sh"), os.path.join(root, "scripts"))
+    shutil.copy(os.path.join(ROOT, "pyproject.toml"), root)
     open(os.path.join(root, "requirements.txt"), "w").close()
+    with open(os.path.join(root, "llama_fp8", "__init__.py"), "w") as f:
+        f.write("WHERE = 'tree'\n")
     parent = os.path.join(tmp, "parent_env")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", parent], check=True)
     site = subprocess.run([os.path.join(parent, "bin", "python3"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           capture_output=True, text=True, check=True).stdout.strip()
     with open(os.path.join(site, "parent_only_module.py"), "w") as f:
         f.write("WHERE = 'parent'\n")
-    r = subprocess.run(["bash", "scripts/venv.sh"], cwd=root, capture_output=True, text=True,
-                       env=dict(os.environ, PYTHON=os.path.join(parent, "bin", "python3"), PIP_NO_INDEX="1"))
-    got = subprocess.run([os.path.join(root, ".venv", "bin", "python3"), "-c", "import parent_only_module as m; print(m.WHERE)"],
-                         capture_output=True, text=True) if r.returncode == 0 else r
-    check(r.returncode == 0 and got.stdout.strip() == "parent",
-          f"venv.sh from a python3 in a virtual environment: .venv imports that environment's packages ({(r.stdout + r.stderr + got.stderr).strip()[-300:]})")
+    # PIP_TIMEOUT, PIP_RETRIES: offline with no PIP_FIND_LINKS, pip gives up on PyPI in seconds. No PYTHONPATH: the
+    # runners' (this repository's root, or a mutant's) would outrank .venv's install
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(PYTHON=os.path.join(parent, "bin", "python3"), PIP_TIMEOUT="10", PIP_RETRIES="1")
+    r = subprocess.run(["bash", "scripts/venv.sh"], cwd=root, capture_output=True, text=True, env=env)
+    offline = re.search(r"(No matching distribution|find a version that satisfies).*setuptools.*", r.stdout + r.stderr)
+    if r.returncode != 0 and offline:
+        print(f"not run: venv.sh's install of llama_fp8, offline without PIP_FIND_LINKS ({offline.group(0)})")
+        return
+    with open(os.path.join(root, "llama_fp8", "added.py"), "w") as f:
+        f.write("WHERE = 'added'\n")
+    code = ("import parent_only_module as m, llama_fp8, llama_fp8.added as a; "
+            "print(m.WHERE, llama_fp8.WHERE, a.WHERE, llama_fp8.__file__)")
+    got = subprocess.run([os.path.join(root, ".venv", "bin", "python3"), "-c", code],
+                         capture_output=True, text=True, cwd=tmp, env=env) if r.returncode == 0 else r
+    want = f"parent tree added {os.path.join(root, 'llama_fp8', '__init__.py')}"
+    check(r.returncode == 0 and got.stdout.strip() == want,
+          "venv.sh from a python3 in a virtual environment: .venv imports that environment's packages and the tree's "
+          f"llama_fp8, editable: {got.stdout.strip()!r} (want {want!r})"
+          f" ({(r.stdout + r.stderr + got.stderr).strip()[-300:]})")
+
+
+def test_venv_stamp(tmp):
+    """make venv (the Makefile's .venv/requirements.stamp) runs scripts/venv.sh again when requirements.txt or
+    pyproject.toml is newer than the stamp, and not when neither is (make -n, in a copy of the Makefile)."""
+    root = os.path.join(tmp, "venv_stamp")
+    os.makedirs(os.path.join(root, ".venv"))
+    shutil.copy(os.path.join(ROOT, "Makefile"), root)
+    for name, age in (("requirements.txt", 100), ("pyproject.toml", 100), (".venv/requirements.stamp", 0)):
+        open(os.path.join(root, name), "w").close()
+        os.utime(os.path.join(root, name), (time.time() - age, time.time() - age))
+    for newer, want in ((None, False), ("requirements.txt", True), ("pyproject.toml", True)):
+        # no nvcc needed: CUDA_HOME given, the library probes off
+        args = ["make", "-n", "CUDA_HOME=/nonexistent", "NO_CUDNN=1", "NO_NCCL=1", "NO_MPI=1"]
+        r = subprocess.run(args + (["-W", newer] if newer else []) + ["venv"], cwd=root, capture_output=True, text=True)
+        runs = "bash scripts/venv.sh" in r.stdout
+        check(r.returncode == 0 and runs == want,
+              f"make venv with {newer or 'nothing'} newer than .venv/requirements.stamp: "
+              f"{'runs' if runs else 'does not run'} scripts/venv.sh (want {'it' if want else 'not'}), "
+              f"exit {r.returncode} ({r.stdout.strip().splitlines()[-1:]})")
 
 
 def test_get_data(tmp):
@@ -949,13 +1060,16 @@ if __name__ == "__main__":
     # python3 dev/test/test_scripts.py [TEST ...]: only those (e.g. test_runner, as the mutations of
     # the runners name it: a mutant fails test_mutation_patches, its own patch being applied)
     tests = [test_scaling, test_refusals, test_benchmark_table, test_benchmark_table_hf, test_compare_convergence,
-             test_convergence_seeds, test_runner, test_mutation_runner, test_mutation_runner_cpu, test_venv_in_venv, test_get_data]
-    chosen = sys.argv[1:] or ["test_mutation_patches", "test_indexes"] + [t.__name__ for t in tests]
+             test_convergence_seeds, test_runner, test_mutation_runner, test_mutation_runner_cpu,
+             test_mutation_runner_package, test_venv_in_venv, test_venv_stamp, test_get_data]
+    chosen = sys.argv[1:] or ["test_mutation_patches", "test_indexes", "test_no_package"] + [t.__name__ for t in tests]
     unknown = [name for name in chosen if name not in globals() or not name.startswith("test_")]
     if unknown:
         sys.exit(f"error: no such test: {', '.join(unknown)}")
     if "test_indexes" in chosen:
         test_indexes()
+    if "test_no_package" in chosen:
+        test_no_package()
     with tempfile.TemporaryDirectory() as tmp:
         if "test_mutation_patches" in chosen:
             test_mutation_patches(tmp)

@@ -4,7 +4,7 @@ test_multi_gpu.sh), of plot_fp8.py's fp8 health modes and of scripts/compare_log
 (test_multi_gpu.sh's step-by-step comparison of two runs).
 
 The sample logs are written here with the trainer's own format strings, read out of
-train_llama_fp8.cu, so a change of format there shows up here: a main.log with a resumed run (the
+train_llama_fp8.cu and llmc/run_log.h, so a change of format there shows up here: a main.log with a resumed run (the
 repeated steps must replace the abandoned ones), sample lines, malformed and cut-off lines; one
 resumed from a checkpoint before its last logged step, whose abandoned val, bpb and HellaSwag
 records (the last at the last step) must all go; a
@@ -39,16 +39,20 @@ compare_logs = load_tool("scripts/compare_logs.py")  # its comparisons, called h
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-SRC = open(os.path.join(ROOT, "train_llama_fp8.cu")).read()
+SOURCES = ("train_llama_fp8.cu", "llmc/run_log.h")  # the trainer, and its run log's events
+SRC = "".join(open(os.path.join(ROOT, path)).read() for path in SOURCES)
 
 
 def fmt(prefix):
-    """The C string literal in train_llama_fp8.cu that starts with prefix, unescaped (printf formats
-    %d %s %g %.6f %.4e %5d mean the same in Python's % operator)."""
-    m = re.search(r'"(' + re.escape(prefix) + r'(?:[^"\\]|\\.)*)"', SRC)
+    """The C string literal in the trainer's SOURCES that starts with prefix, with the literals C joins
+    to it (adjacent ones, across line breaks), unescaped (printf formats %d %s %g %.6f %.4e %5d mean the
+    same in Python's % operator)."""
+    literal = r'"((?:[^"\\]|\\.)*)"'
+    m = re.search(r'"' + re.escape(prefix) + r'(?:[^"\\]|\\.)*"(?:\s*' + literal + ')*', SRC)
     if m is None:
-        raise SystemExit(f"test_trainer_log.py: no format string starting with {prefix!r} in train_llama_fp8.cu")
-    return m.group(1).replace("\\n", "\n").replace('\\"', '"')
+        raise SystemExit(f"test_trainer_log.py: no format string starting with {prefix!r} in {', '.join(SOURCES)}")
+    text = "".join(re.findall(literal, m.group(0)))
+    return text.replace("\\n", "\n").replace('\\"', '"')
 
 
 TRAIN = fmt("s:%d trl:")
@@ -57,7 +61,7 @@ VAL_BPB = fmt("s:%d tel:%.6f bpb:")
 HELLASWAG = fmt("s:%d hs_acc:")
 HEADER = fmt("# %s precision")
 STEP = fmt("step %5d/%d | loss")
-VAL_OUT = fmt("val loss %.6f\\n")
+VAL_OUT = fmt("val loss %.6f%s\\n")
 CONFIG = fmt("train_llama_fp8 | %s")
 ROPE = fmt(" (llama3 scaling")
 BATCH = fmt("B %d T %d | total batch")
@@ -155,7 +159,7 @@ def sample_stdout():
            MEMORY % (41.25, " per GPU (ZeRO-1)", ""),
            STEP % (1, 3, 11.9, 15.6847, 3e-5, 550.72, 29750, "2.1%", ""),
            STEP % (2, 3, 11.5, float("inf"), 6e-5, 22.5, 728165, "52.5%", " | update SKIPPED (non-finite gradient)"),
-           VAL_OUT % 11.25,
+           VAL_OUT % (11.25, ""),
            STEP % (3, 3, 10.5, 2.2, 9e-5, 22.96, 713564, "51.5%", ""),
            "checkpoint written: log/model_00000003.bin\n",
            STOPPED % ("SIGTERM", 3, 3, "log", 3),
