@@ -168,7 +168,7 @@ static void test_checkpoint_version1(void) {
     CHECK(f && fread(back, sizeof(int), 256, f) == 256, "cannot read back %s", path);
     if (f) fclose(f);
     uint64_t want = checksum_fnv1a(checksum_fnv1a(0, a, sizeof(a)), &b, sizeof(b));
-    CHECK(get64(back, MODEL_HDR_CHECKSUM) == want, "a version-1 file carries no FNV-1a checksum");
+    CHECK(header_checksum_word(back) == want, "a version-1 file carries no FNV-1a checksum");
     ReadArgs r = {path, 5, 2.0f};
     char err[2048];
     CHECK(run_expect_fatal(read_sample, &r, err, sizeof(err)) == 0, "a version-1 file was refused: %s", err);
@@ -250,8 +250,8 @@ static void test_model_file_header_checksum(void) {
     memcpy(zeroed, back, sizeof(zeroed));
     zeroed[254] = zeroed[255] = 0;
     uLong want = crc32(crc32(0, (const Bytef *)zeroed, sizeof(zeroed)), (const Bytef *)w, (uInt)(n * sizeof(float)));
-    CHECK(get64(back, MODEL_HDR_CHECKSUM) == (uint64_t)want, "stored checksum %#llx, zlib's CRC-32 of header and weights %#lx",
-          (unsigned long long)get64(back, MODEL_HDR_CHECKSUM), want);
+    CHECK(header_checksum_word(back) == (uint64_t)want, "stored checksum %#llx, zlib's CRC-32 of header and weights %#lx",
+          (unsigned long long)header_checksum_word(back), want);
 
     ModelReadArgs r = {good, w, n};
     char err[2048];
@@ -300,7 +300,7 @@ static void test_model_file_version2(void) {
     int h[256];
     model_header_put(h, &c, 7);
     h[1] = 2;
-    put64(h, MODEL_HDR_CHECKSUM, crc32(0, (const Bytef *)w, (uInt)(n * sizeof(float))));
+    header_set_checksum_word(h, crc32(0, (const Bytef *)w, (uInt)(n * sizeof(float))));
     FILE *f = fopen(path, "wb");
     CHECK(f && fwrite(h, sizeof(int), 256, f) == 256 && fwrite(w, sizeof(float), n, f) == n, "cannot write %s", path);
     if (f) fclose(f);
