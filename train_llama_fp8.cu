@@ -2651,9 +2651,11 @@ static int stop_after_checkpoint(int work, long long stop, int done, int max_ste
 // step ckpt_step), else 128 + the signal, as a shell reports a process the signal ended: nothing was
 // saved, so the stop is no success.
 static int stop_report(int sig, int done, int max_steps, const char *log_dir, int have_dir, int ckpt_step, int print) {
+    char model[1100];
+    checkpoint_path(model, sizeof(model), log_dir, CKPT_MODEL, ckpt_step, 0);
     if (print && have_dir)
-        printf("stopped by %s after step %d of %d. To continue, run the same command with -y 1 (resumes from %s/model_%08d.bin)\n",
-               stop_signal_name(sig), done, max_steps, log_dir, ckpt_step);
+        printf("stopped by %s after step %d of %d. To continue, run the same command with -y 1 (resumes from %s)\n",
+               stop_signal_name(sig), done, max_steps, model);
     else if (print)
         printf("stopped by %s after step %d of %d: no checkpoint written (no log directory, -o '')\n", stop_signal_name(sig), done, max_steps);
     return have_dir ? 0 : 128 + sig;
