@@ -11,8 +11,7 @@ file kept and no temporary file left.
 #define DEV_TEST_TEST_CHECKPOINT_FILE_H
 
 #define CKPT_CHUNK ((size_t)1024) // small: the sections below cross chunk edges
-#include <sys/stat.h>
-#include "harness.h"
+#include "harness.h" // CHECK, run_test, run_expect_fatal, file_size, copy_file
 #include "llmc/checkpoint_file.h"
 
 static char g_cf_dir[64];
@@ -73,18 +72,9 @@ static void cf_read_child(void *arg) {
     if (memcmp(&body, &want, sizeof(body)) != 0) { fprintf(stderr, "the sections read back differ\n"); exit(3); }
 }
 
-static void cf_copy(const char *from, const char *to) {
-    FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
-    char buf[4096];
-    size_t n;
-    while (a && b && (n = fread(buf, 1, sizeof(buf), a)) > 0) fwrite(buf, 1, n, b);
-    if (a) fclose(a);
-    if (b) fclose(b);
-}
-
 // Copies `from` to `to` with byte `at` XORed with 0x40 (at -1: a byte appended; cut >= 0: cut to that size).
 static void cf_damaged(const char *from, const char *to, long at, long cut) {
-    cf_copy(from, to);
+    copy_file(from, to);
     FILE *f = fopen(to, "r+b");
     if (f == NULL) return; // the check that follows fails
     if (at == -1) { fseek(f, 0, SEEK_END); fputc(0, f); }
@@ -157,7 +147,7 @@ static void test_checkpoint_file_refusals(void) {
         cf_damaged(good, bad, cases[i].at, cases[i].cut);
         cf_expect_refused(&r, cases[i].want, cases[i].what);
     }
-    cf_copy(good, bad);
+    copy_file(good, bad);
     CfRead other = {bad, 6, 0, 1.0f};
     cf_expect_refused(&other, "word 3 is 5 in the file, 6 here", "a checked word of another run");
     // a flag's word names the flag that resumes the file, for the file's 0 or 1; another value none

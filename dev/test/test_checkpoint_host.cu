@@ -19,7 +19,7 @@ Build and run: make dev/test/test_checkpoint_host && ./dev/test/test_checkpoint_
 #include <sys/resource.h>
 #include <sys/mman.h>
 #include <pthread.h>
-#include "dev/test/harness.h" // CHECK, run_test, run_expect_fatal
+#include "dev/test/harness.h" // CHECK, run_test, run_expect_fatal, copy_file
 
 static char g_dir[64];
 
@@ -60,16 +60,6 @@ static void patch_file(const char *path, long offset, const void *bytes, size_t 
     fseek(f, offset, SEEK_SET);
     fwrite(bytes, 1, n, f);
     fclose(f);
-}
-
-// Copies a file (a missing one copies as nothing: the check that follows fails, no crash).
-static void copy_file(const char *from, const char *to) {
-    FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
-    char buf[4096];
-    size_t n;
-    while (a && b && (n = fread(buf, 1, sizeof(buf), a)) > 0) fwrite(buf, 1, n, b);
-    if (a) fclose(a);
-    if (b) fclose(b);
 }
 
 // Runs read_sample on path in a child; the read must fail with a message containing `want`.
