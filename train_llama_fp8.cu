@@ -2515,15 +2515,6 @@ static void check_log_dir(const char *dir, int create) {
     }
 }
 
-// A model file read through, its checksum checked, its weights dropped.
-static void drop_chunk(void *ctx, const void *chunk, size_t offset, size_t n) { (void)ctx; (void)chunk; (void)offset; (void)n; }
-static void check_model_file(const char *path) {
-    LlamaConfig c = read_model_config(path);
-    size_t sizes[NUM_PARAM_TENSORS];
-    Section ms[] = {{NULL, param_sizes(&c, sizes) * sizeof(float), 0, drop_chunk, NULL}};
-    read_sections(path, MODEL_MAGIC, NULL, 0, ms, 1, NULL);
-}
-
 // Everything a run reads or writes that can be checked without a GPU, checked before any GPU work, so
 // a job that waited for its allocation does not die on a typo then: the data (every shard's header,
 // the mixture spec: the loaders opened as rank 0 of the planned GPUs, left open in train and val for

@@ -219,4 +219,15 @@ static LlamaConfig read_model_config(const char *path) {
     return c;
 }
 
+// A model file read through, its checksum checked, its weights dropped (-init_from, before the GPU).
+static void drop_chunk(void *ctx, const void *chunk, size_t offset, size_t n) {
+    (void)ctx; (void)chunk; (void)offset; (void)n;
+}
+static void check_model_file(const char *path) {
+    LlamaConfig c = read_model_config(path);
+    size_t sizes[NUM_PARAM_TENSORS];
+    Section ms[] = {{NULL, param_sizes(&c, sizes) * sizeof(float), 0, drop_chunk, NULL}};
+    read_sections(path, MODEL_MAGIC, NULL, 0, ms, 1, NULL);
+}
+
 #endif // LLMC_CHECKPOINT_FILE_H

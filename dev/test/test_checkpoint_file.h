@@ -2,10 +2,10 @@
 Tests of llmc/checkpoint_file.h, the checkpoint files' layout, built here as plain C without the
 trainer (dev/test/test_checkpoint_host.cu runs the same code inside it, with the checkpoint sequence):
 sections across chunk edges written and read back, the file's size and header; every refusal of
-read_sections and read_model_config naming the file (cut anywhere, a byte appended, a byte changed in
-any section or in an unchecked header word, another magic or version, a checked word of another run
-with and without the flag that resumes it); a GPU section in a build without CUDA refused, the old
-file kept and no temporary file left.
+read_sections, read_model_config and check_model_file naming the file (cut anywhere, a byte
+appended, a byte changed in any section or in an unchecked header word, another magic or version, a
+checked word of another run with and without the flag that resumes it); a GPU section in a build
+without CUDA refused, the old file kept and no temporary file left.
 */
 #ifndef DEV_TEST_TEST_CHECKPOINT_FILE_H
 #define DEV_TEST_TEST_CHECKPOINT_FILE_H
@@ -172,6 +172,8 @@ static void cf_model_config_child(void *arg) {
     (void)c;
 }
 
+static void cf_check_model_child(void *arg) { check_model_file((const char *)arg); }
+
 static void test_checkpoint_file_model_config(void) {
     char good[128], bad[128], err[2048];
     cf_path(good, sizeof(good), "model.bin");
@@ -202,6 +204,13 @@ static void test_checkpoint_file_model_config(void) {
         CHECK(status == 1 && strstr(err, bad) && strstr(err, cases[i].want), "%s: exit %d, want 1 naming the file and"
               " '%s': %s", cases[i].what, status, cases[i].want, err);
     }
+    // check_model_file (-init_from before the GPU) reads the weights through: a changed one is refused
+    status = run_expect_fatal(cf_check_model_child, good, err, sizeof(err));
+    CHECK(status == 0, "check_model_file refused the model file as written (exit %d): %s", status, err);
+    cf_damaged(good, bad, size - 1, -1);
+    status = run_expect_fatal(cf_check_model_child, bad, err, sizeof(err));
+    CHECK(status == 1 && strstr(err, bad) && strstr(err, "corrupt (checksum mismatch)"),
+          "check_model_file, the last weight changed: exit %d: %s", status, err);
     free(w);
 }
 
@@ -234,7 +243,7 @@ static void run_checkpoint_file_tests(void) {
              test_checkpoint_file_round_trip);
     run_test("checkpoint file: cut, grown, changed in any section or header word, of another run: refused naming it",
              test_checkpoint_file_refusals);
-    run_test("checkpoint file: a model file's config, refused naming the file when cut, grown or changed",
+    run_test("checkpoint file: a model file's config and checksum, refused naming the file when cut, grown or changed",
              test_checkpoint_file_model_config);
     run_test("checkpoint file: a GPU section without CUDA refused, the old file kept, no .tmp",
              test_checkpoint_file_gpu_section);
