@@ -30,7 +30,7 @@ every rank casts with the same scales. With one GPU none of this runs: no NCCL c
 #include "llmc/llama_config.h"     // LlamaConfig, presets, the parameter layout
 #include "llmc/fp8_layout.h"       // fp8 tensor kinds and indices (fp8_tensor), the fp8 state buffer's layout
 #include "llmc/model_file.h"       // the model file's header table and checksums
-#include "llmc/checkpoint.h"       // checkpoint names, the complete checkpoints of a directory, -keep
+#include "llmc/checkpoint.h"       // checkpoint names, -keep, the sequence; their files (write_sections, read_sections)
 #include "llmc/cuda_common.cuh"    // cudaCheck, floatX, fp8 types, Fp8Cast
 #include "llmc/fp8.h"              // fp8 format maxima, fp8_compute_scale
 #include "llmc/dataloader.h"       // DataLoader: token shards or the built-in synthetic corpus
@@ -1291,163 +1291,16 @@ static void sample_text(Model *m, Tokenizer *tok, int have_tok, int bos, int gen
 // weights (all of them: with several GPUs rank 0 gathers the shards and writes it);
 // state_SSSSSSSS_RRRRR.bin holds one rank's AdamW m and v (its shard), the fp8 state, the data loader
 // position and the sampling RNG. Both are written to a temporary name and renamed, carry a checksum
-// of their header and body and the run's id, and are refused on any mismatch. When a checkpoint is
-// complete, which one -y 1 takes and what -keep removes: llmc/checkpoint.h (this file supplies the
-// files' contents and the ranks' collectives).
+// of their header and body and the run's id, and are refused on any mismatch (llmc/checkpoint_file.h:
+// the layout, write_sections, read_sections). When a checkpoint is complete, which one -y 1 takes and
+// what -keep removes: llmc/checkpoint.h (this file supplies the files' contents and the ranks'
+// collectives).
 
 // Collectives that follow file I/O (the master gather after each rank's state write, the barriers
 // after loading weights and after a checkpoint) wait this long, not the usual collective timeout:
 // for a large model, reading or writing a file can take minutes, and the ranks need not take
 // equally long.
 #define IO_BARRIER_TIMEOUT_S 1800.0
-
-#define CKPT_VERSION MODEL_VERSION // both files; versions 1 and 2 still read (llmc/model_file.h)
-#ifndef CKPT_CHUNK // the host test sets a small one, so its small files cross chunk edges
-#define CKPT_CHUNK ((size_t)64 << 20)
-#endif
-
-// A file section: `bytes` at ptr, in host memory or (on_device) on the GPU. A section read with a
-// sink goes to sink(ctx, chunk, offset in the section, chunk bytes) a chunk at a time instead, so a
-// reader that keeps part of it never holds all of it.
-typedef void (*SectionSink)(void *ctx, const void *chunk, size_t offset, size_t n);
-typedef struct { const void *ptr; size_t bytes; int on_device; SectionSink sink; void *ctx; } Section;
-
-static void put64(int *h, int at, uint64_t v) { h[at] = (int)(uint32_t)v; h[at + 1] = (int)(uint32_t)(v >> 32); }
-static uint64_t get64(const int *h, int at) { return (uint64_t)(uint32_t)h[at] | ((uint64_t)(uint32_t)h[at + 1] << 32); }
-
-// Buffered writes with one fsync at the end ran at 0.2 GB/s on a disk that writes 0.9 GB/s
-// (dev/results/checkpoint_io.md): the dirty pages piled up and went out late. So the writeback of
-// each chunk starts as soon as it is written, and the chunk before is awaited and dropped from the
-// page cache. A file system without sync_file_range is left to the fsync at the end.
-typedef struct { int64_t awaited, started; int off; } WriteBehind;
-static void write_behind(FILE *f, WriteBehind *wb, const char *tmp) {
-    if (fflush(f) != 0) FATAL("writing checkpoint '%s' failed: %s (disk full?); the previous checkpoint is kept", tmp, strerror(errno));
-    if (wb->off) return;
-    int fd = fileno(f);
-    int64_t end = (int64_t)ftello(f);
-    int ok = sync_file_range(fd, wb->started, end - wb->started, SYNC_FILE_RANGE_WRITE) == 0 &&
-             sync_file_range(fd, wb->awaited, wb->started - wb->awaited, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER) == 0;
-    if (!ok && (errno == EINVAL || errno == ESPIPE || errno == ENOSYS || errno == EOPNOTSUPP)) { wb->off = 1; return; }
-    if (!ok) FATAL("writing checkpoint '%s' failed: %s (disk full?); the previous checkpoint is kept", tmp, strerror(errno));
-    posix_fadvise(fd, wb->awaited, wb->started - wb->awaited, POSIX_FADV_DONTNEED); // only advice: its result does not matter
-    wb->awaited = wb->started;
-    wb->started = end;
-}
-
-static void write_sections(const char *path, int *header, const Section *sec, int nsec) {
-    char tmp[1100];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    stop_signal_partial(tmp); // a second signal removes it
-    FILE *f = fopenCheck(tmp, "wb");
-    fwriteCheck(header, sizeof(int), 256, f);
-    char *buf = (char *)mallocCheck(CKPT_CHUNK);
-    uint64_t h = checksum_of_header(header);
-    WriteBehind wb = {0, 0, 0};
-    for (int s = 0; s < nsec; s++) {
-        for (size_t off = 0; off < sec[s].bytes; off += CKPT_CHUNK) {
-            size_t n = sec[s].bytes - off < CKPT_CHUNK ? sec[s].bytes - off : CKPT_CHUNK;
-            const char *src = (const char *)sec[s].ptr + off;
-            if (sec[s].on_device) { cudaCheck(cudaMemcpy(buf, src, n, cudaMemcpyDeviceToHost)); src = buf; }
-            h = checksum_of_version(header[1])(h, src, n);
-            fwriteCheck(src, 1, n, f);
-            write_behind(f, &wb, tmp);
-        }
-    }
-    free(buf);
-    if (fflush(f) != 0) FATAL("writing checkpoint '%s' failed: %s (disk full?); the previous checkpoint is kept", tmp, strerror(errno));
-    put64(header, MODEL_HDR_CHECKSUM, h);
-    fseekCheck(f, 0, SEEK_SET);
-    fwriteCheck(header, sizeof(int), 256, f);
-    if (fflush(f) != 0 || fsync(fileno(f)) != 0) FATAL("flushing checkpoint '%s' failed: %s", tmp, strerror(errno));
-    fcloseCheck(f);
-    renameCheck(tmp, path);
-    stop_signal_partial(NULL);
-}
-
-// Reads and verifies a file written by write_sections; `expect` gives the header words that must
-// match (index, value, name), so a mismatch says exactly what differs; a word set by a flag also
-// gives the flag that makes it 0 and 1 (pass[0], pass[1]; NULL for other words), so the message says
-// what resumes the file. header (256 words, or NULL) receives the file's header. Returns the file's
-// version (version2_notice).
-typedef struct { int at, value; const char *name; const char *pass[2]; } HeaderExpect;
-
-// read_sections' checks of what the header and the size say (header: the file's 256 words); returns
-// the file open after its header. A resume on another number of GPUs reads only parts of the old files
-// (load_resharded): their checksums were verified whole when the checkpoint was picked.
-static FILE *open_sections(const char *path, int magic, const HeaderExpect *expect, int nexpect, const Section *sec, int nsec,
-                           int header[256]) {
-    FILE *f = fopenCheck(path, "rb");
-    int64_t size = fileSizeCheck(f);
-    if (size < (int64_t)(256 * sizeof(int))) FATAL("checkpoint '%s' is truncated (%lld bytes)", path, (long long)size);
-    freadCheck(header, sizeof(int), 256, f, path);
-    if (header[0] != magic) FATAL("'%s' is not a train_llama_fp8 checkpoint of this kind (magic %d, expected %d)", path, header[0], magic);
-    if (header[1] < 1 || header[1] > CKPT_VERSION)
-        FATAL("checkpoint '%s' has version %d; this build reads versions 1 to %d", path, header[1], CKPT_VERSION);
-    for (int i = 0; i < nexpect; i++) {
-        int v = header[expect[i].at];
-        if (v == expect[i].value) continue;
-        const char *pass = v == 0 || v == 1 ? expect[i].pass[v] : NULL;
-        FATAL("checkpoint '%s' does not match this run: %s is %d in the file, %d here%s%s", path, expect[i].name, v, expect[i].value,
-              pass ? "; to resume it, pass " : "", pass ? pass : "");
-    }
-    int64_t want = 256 * sizeof(int);
-    for (int s = 0; s < nsec; s++) want += (int64_t)sec[s].bytes;
-    if (size != want) FATAL("checkpoint '%s' has %lld bytes, expected %lld: truncated or from another configuration", path, (long long)size, (long long)want);
-    return f;
-}
-
-static int read_sections(const char *path, int magic, const HeaderExpect *expect, int nexpect, const Section *sec, int nsec,
-                         int *header_out) {
-    int header[256];
-    FILE *f = open_sections(path, magic, expect, nexpect, sec, nsec, header);
-    char *buf = (char *)mallocCheck(CKPT_CHUNK);
-    uint64_t h = checksum_of_header(header);
-    for (int s = 0; s < nsec; s++) {
-        for (size_t off = 0; off < sec[s].bytes; off += CKPT_CHUNK) {
-            size_t n = sec[s].bytes - off < CKPT_CHUNK ? sec[s].bytes - off : CKPT_CHUNK;
-            char *dst = sec[s].on_device || sec[s].sink ? buf : (char *)sec[s].ptr + off;
-            freadCheck(dst, 1, n, f, path);
-            h = checksum_of_version(header[1])(h, dst, n);
-            if (sec[s].sink) sec[s].sink(sec[s].ctx, buf, off, n);
-            else if (sec[s].on_device) cudaCheck(cudaMemcpy((char *)sec[s].ptr + off, buf, n, cudaMemcpyHostToDevice));
-        }
-    }
-    free(buf);
-    fcloseCheck(f);
-    if (h != get64(header, MODEL_HDR_CHECKSUM)) FATAL("checkpoint '%s' is corrupt (checksum mismatch)", path);
-    if (header_out) memcpy(header_out, header, sizeof(header));
-    return header[1];
-}
-
-// A file of version 2 still loads, its header outside the checksum; the main rank alone says so, as
-// every rank reads the model file and the ranks' state files are of one checkpoint, like rank 0's.
-static void version2_notice(const char *path, int version, int main_rank) {
-    if (version == 2 && main_rank)
-        fprintf(stderr, "notice: '%s' is a version-2 file: its checksum covers the body, not the header (version 3, which this build writes,"
-               " covers both; dev/data/upgrade_model_file rewrites a model file)\n", path);
-}
-
-// The model config a model file holds (its header, llmc/model_file.h); exits naming the file if it
-// is not a model file or its size is not its config's (a shape word changed by corruption is refused
-// here, before a model of that shape is allocated; the checksum is checked when the weights load).
-// max_T is 0 when the file does not say.
-static LlamaConfig read_model_config(const char *path) {
-    FILE *f = fopenCheck(path, "rb");
-    int h[MODEL_HEADER_INTS];
-    int64_t size = fileSizeCheck(f);
-    if (size < (int64_t)sizeof(h)) FATAL("model file '%s' is truncated: shorter than its header", path);
-    freadCheck(h, sizeof(int), MODEL_HEADER_INTS, f, path);
-    fcloseCheck(f);
-    LlamaConfig c;
-    const char *bad = model_header_get(h, &c);
-    if (bad) FATAL("model file '%s': %s", path, bad);
-    size_t sizes[NUM_PARAM_TENSORS];
-    int64_t want = (int64_t)sizeof(h) + (int64_t)(param_sizes(&c, sizes) * sizeof(float));
-    if (size != want)
-        FATAL("model file '%s' has %lld bytes, but the config in its header needs %lld: truncated, or the header is corrupt", path,
-              (long long)size, (long long)want);
-    return c;
-}
 
 // data: the train loader's resume record (dataloader_save_state: its position and shards), data_bytes
 // of them, of a -i mixture of data_sets sets (0: one glob); a resume reads its size from the state
@@ -1550,11 +1403,8 @@ static void data_state_save(TrainState *ts, const DataLoader *train) {
 // Before a state file is read: ts->data sized as the file's record (header word 18, read back, not
 // compared), so that the loader compares the record with this run's data and names what differs.
 static void data_state_sized_from(TrainState *ts, const char *state_path) {
-    FILE *f = fopenCheck(state_path, "rb");
-    int64_t size = fileSizeCheck(f);
-    int h[256] = {0};
-    if (size >= (int64_t)sizeof(h)) freadCheck(h, sizeof(int), 256, f, state_path); // read_sections refuses a shorter one
-    fcloseCheck(f);
+    int h[256];
+    int64_t size = read_header(state_path, h);
     if (h[18] < 0 || h[18] > size) FATAL("checkpoint '%s' gives its data loader state %d bytes: the file is corrupt", state_path, h[18]);
     ts->data_bytes = h[18];
     free(ts->data);
@@ -1586,11 +1436,9 @@ static void gather_master(Model *m, float *host) {
 // The bytes of this step's whole checkpoint: the model file and every rank's state file (the ranks of
 // one node write to the same disk).
 static unsigned long long checkpoint_bytes(Model *m, TrainState *ts) {
-    Section st[NUM_STATE_SECTIONS];
+    Section st[NUM_STATE_SECTIONS], ms[] = {{m->master, m->num_params * sizeof(float), 1}};
     state_sections(m, ts, st);
-    unsigned long long state = 256 * sizeof(int);
-    for (int i = 0; i < NUM_STATE_SECTIONS; i++) state += st[i].bytes;
-    return 256 * sizeof(int) + (unsigned long long)m->num_params * sizeof(float) + (unsigned long long)m->mg->world * state;
+    return sections_file_bytes(ms, 1) + (unsigned long long)m->mg->world * sections_file_bytes(st, NUM_STATE_SECTIONS);
 }
 
 // The ranks as the checkpoint code (llmc/checkpoint.h) meets them: this rank's state file, the model
@@ -1652,17 +1500,10 @@ static void checkpoint_step(Model *m, TrainState *ts, const char *dir, int keep,
 static void load_model_file(Model *m, const char *path) {
     LlamaConfig file = read_model_config(path);
     const ModelHeaderField *f = model_config_mismatch(&file, &m->cfg);
-    if (f) {
-        char a[32], b[32];
-        if (f->is_float) {
-            snprintf(a, sizeof(a), "%g", *(const float *)((const char *)&file + f->offset));
-            snprintf(b, sizeof(b), "%g", *(const float *)((const char *)&m->cfg + f->offset));
-        } else {
-            snprintf(a, sizeof(a), "%d", *(const int *)((const char *)&file + f->offset));
-            snprintf(b, sizeof(b), "%d", *(const int *)((const char *)&m->cfg + f->offset));
-        }
-        FATAL("model file '%s' does not match this run: %s is %s in the file, %s here", path, f->name, a, b);
-    }
+    char a[32], b[32];
+    if (f)
+        FATAL("model file '%s' does not match this run: %s is %s in the file, %s here", path, f->name,
+              model_field_text(&file, f, a, sizeof(a)), model_field_text(&m->cfg, f, b, sizeof(b)));
     size_t pbytes = m->num_params * sizeof(float);
     m->w_fp8_stale = 1;
     if (m->mg->world == 1) { // straight into the master weights
@@ -1745,10 +1586,8 @@ static void load_resharded(Model *m, TrainState *ts, const char *dir, int step, 
 // where it is no state file (read_sections then says what is wrong with it). checkpoint_pick has
 // verified the file's checksum, header included.
 static int state_file_world(const char *path, int h[256]) {
-    FILE *f = fopenCheck(path, "rb");
-    int whole = fread(h, sizeof(int), 256, f) == 256;
-    fcloseCheck(f);
-    return whole && h[0] == STATE_MAGIC ? h[12] : 0;
+    read_header(path, h);
+    return h[0] == STATE_MAGIC ? h[12] : 0;
 }
 
 // -y 1: a checkpoint of this run's number of GPUs reads this rank's state file; one of another number
@@ -2166,15 +2005,6 @@ static void check_log_dir(const char *dir, int create) {
     }
 }
 
-// A model file read through, its checksum checked, its weights dropped.
-static void drop_chunk(void *ctx, const void *chunk, size_t offset, size_t n) { (void)ctx; (void)chunk; (void)offset; (void)n; }
-static void check_model_file(const char *path) {
-    LlamaConfig c = read_model_config(path);
-    size_t sizes[NUM_PARAM_TENSORS];
-    Section ms[] = {{NULL, param_sizes(&c, sizes) * sizeof(float), 0, drop_chunk, NULL}};
-    read_sections(path, MODEL_MAGIC, NULL, 0, ms, 1, NULL);
-}
-
 // Everything a run reads or writes that can be checked without a GPU, checked before any GPU work, so
 // a job that waited for its allocation does not die on a typo then: the data (every shard's header,
 // the mixture spec: the loaders opened as rank 0 of the planned GPUs, left open in train and val for
@@ -2304,9 +2134,11 @@ static int stop_after_checkpoint(int work, long long stop, int done, int max_ste
 // step ckpt_step), else 128 + the signal, as a shell reports a process the signal ended: nothing was
 // saved, so the stop is no success.
 static int stop_report(int sig, int done, int max_steps, const char *log_dir, int have_dir, int ckpt_step, int print) {
+    char model[1100];
+    checkpoint_path(model, sizeof(model), log_dir, CKPT_MODEL, ckpt_step, 0);
     if (print && have_dir)
-        printf("stopped by %s after step %d of %d. To continue, run the same command with -y 1 (resumes from %s/model_%08d.bin)\n",
-               stop_signal_name(sig), done, max_steps, log_dir, ckpt_step);
+        printf("stopped by %s after step %d of %d. To continue, run the same command with -y 1 (resumes from %s)\n",
+               stop_signal_name(sig), done, max_steps, model);
     else if (print)
         printf("stopped by %s after step %d of %d: no checkpoint written (no log directory, -o '')\n", stop_signal_name(sig), done, max_steps);
     return have_dir ? 0 : 128 + sig;

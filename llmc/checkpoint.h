@@ -12,9 +12,10 @@ and of the directory:
   train.lock                held (flock) by the run's main rank for its whole life; it names the
                             holder's host and pid, for the refusal a second run gets.
 Names are parsed from the directory's listing (readdir), never globbed from -o, which may hold glob
-characters. What the files hold is train_llama_fp8.cu's (write_sections, STATE_FIELDS); the ranks
-meet through CheckpointRanks, which the trainer fills with its collectives and the host test
-(dev/test/test_checkpoint_host.cu) with stand-in processes.
+characters. The files' layout, writer and reader: llmc/checkpoint_file.h; what they hold is
+train_llama_fp8.cu's (STATE_FIELDS, state_sections). The ranks meet through CheckpointRanks, which
+the trainer fills with its collectives and the host test (dev/test/test_checkpoint_host.cu) with
+stand-in processes.
 Plain C, header-only; also compiles as C++ under nvcc.
 */
 #ifndef LLMC_CHECKPOINT_H
@@ -34,9 +35,8 @@ Plain C, header-only; also compiles as C++ under nvcc.
 #include <sys/statvfs.h>
 #include "utils.h"         // FATAL, mallocCheck
 #include "model_file.h"    // MODEL_MAGIC, header_run_id, the checksums
+#include "checkpoint_file.h" // STATE_MAGIC, write_sections, read_sections: the files themselves
 #include "stop_signal.h"   // stop_signal_partial, stop_signal_unfinished
-
-#define STATE_MAGIC 20261202
 
 // ---- names: one format and one parser for every file of a checkpoint
 enum { CKPT_NONE, CKPT_MODEL, CKPT_STATE, CKPT_DONE };

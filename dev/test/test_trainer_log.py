@@ -162,7 +162,7 @@ def sample_stdout():
            VAL_OUT % (11.25, ""),
            STEP % (3, 3, 10.5, 2.2, 9e-5, 22.96, 713564, "51.5%", ""),
            "checkpoint written: log/model_00000003.bin\n",
-           STOPPED % ("SIGTERM", 3, 3, "log", 3),
+           STOPPED % ("SIGTERM", 3, 3, "log/model_00000003.bin"),
            MEDIAN % (22.96, 1, 713564, "51.5%", 7.99, " (rank 0)")]
     return "".join(out)
 
