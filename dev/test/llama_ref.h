@@ -326,18 +326,18 @@ static float ref_fp8_block_scale(float amax, float fmax, int pow2) {
     return pow2 ? ldexpf(1.0f, ilogbf(scale)) : scale;
 }
 
-// Casts the (rows, cols) row-major `in` with one scale per block of br rows (1 or FP8_BLOCK) x
-// FP8_BLOCK columns, the last blocks of a row or column partial: out gets the decoded codes (scaled
-// domain), sinv[(r / br) * ceil(cols / FP8_BLOCK) + c / FP8_BLOCK] the block's 1 / scale. Adds the
-// cast's underflows and saturations to counts; returns the largest |value| (NaN if there is one).
-static float ref_fp8_block_cast(const ref_real *in, size_t rows, size_t cols, int br, Fp8Format fmt, int pow2,
-                                int round_bf16, ref_real *out, float *sinv, uint64_t counts[FP8_COUNTS]) {
-    size_t nbc = ref_ceil_div(cols, FP8_BLOCK);
+// Casts the (rows, cols) row-major `in` with one scale per block of br rows x bc columns, the last
+// blocks of a row or column partial: out gets the decoded codes (scaled domain),
+// sinv[(r / br) * ceil(cols / bc) + c / bc] the block's 1 / scale. Adds the cast's underflows and
+// saturations to counts; returns the largest |value| (NaN if there is one).
+static float ref_fp8_tile_cast(const ref_real *in, size_t rows, size_t cols, size_t br, size_t bc, Fp8Format fmt, int pow2,
+                               int round_bf16, ref_real *out, float *sinv, uint64_t counts[FP8_COUNTS]) {
+    size_t nbc = ref_ceil_div(cols, bc);
     float tensor_amax = 0.0f;
     for (size_t r0 = 0; r0 < rows; r0 += br) {
         size_t r1 = r0 + br < rows ? r0 + br : rows;
-        for (size_t c0 = 0; c0 < cols; c0 += FP8_BLOCK) {
-            size_t c1 = c0 + FP8_BLOCK < cols ? c0 + FP8_BLOCK : cols;
+        for (size_t c0 = 0; c0 < cols; c0 += bc) {
+            size_t c1 = c0 + bc < cols ? c0 + bc : cols;
             float amax = 0.0f;
             for (size_t r = r0; r < r1 && !isnan(amax); r++) {
                 for (size_t c = c0; c < c1; c++) {
@@ -348,7 +348,7 @@ static float ref_fp8_block_cast(const ref_real *in, size_t rows, size_t cols, in
             }
             if (!isnan(tensor_amax) && (isnan(amax) || amax > tensor_amax)) tensor_amax = amax;
             float scale = ref_fp8_block_scale(amax, fp8_format_max(fmt), pow2);
-            sinv[(r0 / br) * nbc + c0 / FP8_BLOCK] = 1.0f / scale;
+            sinv[(r0 / br) * nbc + c0 / bc] = 1.0f / scale;
             for (size_t r = r0; r < r1; r++) {
                 for (size_t c = c0; c < c1; c++) {
                     float x = round_bf16 ? ref_round_bf16((float)in[r * cols + c]) : (float)in[r * cols + c];
@@ -362,25 +362,37 @@ static float ref_fp8_block_cast(const ref_real *in, size_t rows, size_t cols, in
     return tensor_amax;
 }
 
-// out (I, J) = (or += with accumulate) the sum over the reduction blocks kb of
+// The block cast: blocks of br rows (1 or FP8_BLOCK) x FP8_BLOCK columns.
+static float ref_fp8_block_cast(const ref_real *in, size_t rows, size_t cols, int br, Fp8Format fmt, int pow2,
+                                int round_bf16, ref_real *out, float *sinv, uint64_t counts[FP8_COUNTS]) {
+    return ref_fp8_tile_cast(in, rows, cols, br, FP8_BLOCK, fmt, pow2, round_bf16, out, sinv, counts);
+}
+
+// out (I, J) = (or += with accumulate) the sum over the reduction blocks kb of bk columns of
 // (sum over k in kb of a[i, k] b[j, k]) * sa[i / bra][kb] * sb[j / brb][kb], a (I, K) and b (J, K)
-// row-major with scales laid out as ref_fp8_block_cast writes them; the sums in double, rounded once
+// row-major with scales laid out as ref_fp8_tile_cast writes them; the sums in double, rounded once
 // before the accumulation, as ref_matmul_backward's weight gradient is.
-static void ref_fp8_block_gemm(ref_real *out, const ref_real *a, const float *sa, int bra, const ref_real *b,
-                               const float *sb, int brb, int I, int J, int K, int accumulate) {
-    size_t nkb = ref_ceil_div(K, FP8_BLOCK);
+static void ref_fp8_tile_gemm(ref_real *out, const ref_real *a, const float *sa, int bra, const ref_real *b,
+                              const float *sb, int brb, int I, int J, int K, size_t bk, int accumulate) {
+    size_t nkb = ref_ceil_div(K, bk);
     for (int i = 0; i < I; i++) {
         for (int j = 0; j < J; j++) {
             double acc = 0.0;
             for (size_t kb = 0; kb < nkb; kb++) {
-                size_t k1 = (kb + 1) * FP8_BLOCK < (size_t)K ? (kb + 1) * FP8_BLOCK : (size_t)K;
+                size_t k1 = (kb + 1) * bk < (size_t)K ? (kb + 1) * bk : (size_t)K;
                 double part = 0.0;
-                for (size_t k = kb * FP8_BLOCK; k < k1; k++) part += (double)a[(size_t)i * K + k] * b[(size_t)j * K + k];
+                for (size_t k = kb * bk; k < k1; k++) part += (double)a[(size_t)i * K + k] * b[(size_t)j * K + k];
                 acc += part * sa[(i / bra) * nkb + kb] * sb[(j / brb) * nkb + kb];
             }
             out[(size_t)i * J + j] = accumulate ? out[(size_t)i * J + j] + (ref_real)acc : (ref_real)acc;
         }
     }
+}
+
+// The block GEMM: 128-long reduction blocks.
+static void ref_fp8_block_gemm(ref_real *out, const ref_real *a, const float *sa, int bra, const ref_real *b,
+                               const float *sb, int brb, int I, int J, int K, int accumulate) {
+    ref_fp8_tile_gemm(out, a, sa, bra, b, sb, brb, I, J, K, FP8_BLOCK, accumulate);
 }
 
 static void ref_transpose(ref_real *out, const ref_real *in, size_t rows, size_t cols) {
@@ -530,6 +542,31 @@ static void ref_linear_backward_block(RefModel *model, int lin, ref_real *dinp, 
     ref_fp8_block_gemm(model->grads + w, dyq, sa, 1, tq, sb, 1, M, K, N, 1);
     ref_fp8_block_record(model, FP8_KINDS * lin + FP8_DY, isnan(amax_dyt) || amax_dyt > amax_dy ? amax_dyt : amax_dy, cdy);
     ref_fp8_block_record(model, FP8_KINDS * lin + FP8_X, amax_x, cx);
+}
+
+// ----------------------------------------------------------------------------------------------
+// fp8 row-wise scaling (issue 42; torchao's "rowwise" recipe)
+//
+// A row linear (grain FP8_GRAIN_ROW) casts every operand of its GEMMs with one scale per row along
+// that GEMM's reduction dimension: block scaling with a block as long as the reduction dimension.
+// fprop: X per token (over K), W per output row (over K); dgrad: dY per token (over M), W^T per row,
+// i.e. W per input column (over M); wgrad: dY^T and X^T per row, i.e. dY and X per column (over the
+// tokens). Every operand in E4M3, dY too, each scale from the row being cast (current scaling),
+// fp8_compute_scale(amax, 448, 0, 1) rounded down to a power of two (torchao's
+// round_scales_to_power_of_2), so x * scale and scale_inv are exact. The GEMM multiplies the sum of
+// element (i, j) by the scale_invs of A's row i and B's row j: cuBLASLt's OUTER_VEC_32F scale mode.
+
+// Casts the (rows, cols) row-major `in` with one scale per row: sinv[r] is row r's 1 / scale.
+static float ref_fp8_row_cast(const ref_real *in, size_t rows, size_t cols, int round_bf16, ref_real *out, float *sinv,
+                              uint64_t counts[FP8_COUNTS]) {
+    return ref_fp8_tile_cast(in, rows, cols, 1, cols > 0 ? cols : 1, FP8_E4M3, 1, round_bf16, out, sinv, counts);
+}
+
+// out (I, J) = (or += with accumulate) (sum over k of a[i, k] b[j, k]) * sa[i] * sb[j], a (I, K) and
+// b (J, K) row-major with their row scale_invs.
+static void ref_fp8_row_gemm(ref_real *out, const ref_real *a, const float *sa, const ref_real *b, const float *sb, int I,
+                             int J, int K, int accumulate) {
+    ref_fp8_tile_gemm(out, a, sa, 1, b, sb, 1, I, J, K, K > 0 ? K : 1, accumulate);
 }
 
 static float ref_fp8_scale_inv(const RefModel *model, int lin, int kind) {
