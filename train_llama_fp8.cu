@@ -1371,15 +1371,15 @@ static void gather_params(Model *m, cudaStream_t stream) {
 }
 
 // The values tensor `kind` of linear (l, lin) had cast in one optimizer step, over every rank: X and
-// dY once per micro-step (a block linear's twice: row-wise and transposed); W once per step from the
-// cache, else before each micro-step's forward; none for a linear fallen back to bf16.
+// dY once per micro-step (a block or row linear's twice: row-wise and transposed); W once per step from
+// the cache, else before each micro-step's forward; none for a linear fallen back to bf16.
 static double fp8_values_cast(const Model *m, int l, int lin, int kind, int grad_accum) {
     const LlamaConfig *c = &m->cfg;
     double N = (double)m->opt.B * m->opt.T, IN = linear_in(c, lin), OUT = linear_out(c, lin);
     double per_cast = kind == FP8_X ? N * IN : kind == FP8_W ? IN * OUT : N * OUT;
     int grain = linear_grain(m, l, lin), casts = kind == FP8_W && m->fp8.w_cache ? 1 : grad_accum;
     if (grain == FP8_GRAIN_BF16) return 0.0;
-    if (grain == FP8_GRAIN_BLOCK && kind != FP8_W) casts *= 2;
+    if ((grain == FP8_GRAIN_BLOCK || grain == FP8_GRAIN_ROW) && kind != FP8_W) casts *= 2;
     return per_cast * casts * m->mg->world;
 }
 

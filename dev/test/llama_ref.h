@@ -104,7 +104,7 @@ typedef struct {
     int *fp8_grain;       // (fp8 linears) FP8_GRAIN_* of each linear
     int *fp8_over_steps;  // (fp8 linears) consecutive steps over ref_fp8_auto_grain's threshold
     int fp8_block_pow2;   // block scales rounded down to a power of two
-    float *fp8_w_sinv;    // block scale_invs of every block linear's W, at fp8_w_sinv_off[lin]
+    float *fp8_w_sinv;    // block (or row) scale_invs of every block (row) linear's W, at fp8_w_sinv_off[lin]
     size_t *fp8_w_sinv_off;
     ref_real *fp8_tq, *fp8_tr; // block scratch: a transposed operand's codes, a transposed fp32 operand
     float *fp8_sinv_a, *fp8_sinv_b; // block scratch: the scale_invs of a GEMM's two operands
@@ -438,7 +438,7 @@ static void ref_fp8_grain_alloc(RefModel *model) {
         size_t off;
         ref_linear_shape(model, i, &M, &K, &off);
         model->fp8_w_sinv_off[i] = total;
-        total += ref_fp8_block_count(M, K, FP8_BLOCK);
+        total += ref_fp8_block_count(M, K, FP8_BLOCK) > (size_t)M ? ref_fp8_block_count(M, K, FP8_BLOCK) : (size_t)M; // block or row
         if ((size_t)(M > K ? M : K) > widest) widest = M > K ? M : K;
         if ((size_t)M * K > wmax) wmax = (size_t)M * K;
     }
@@ -458,7 +458,7 @@ static void ref_set_fp8_grain(RefModel *model, int lin, int grain, int pow2) {
     int nlin = fp8_num_linears(&model->cfg, model->fp8_lm_head);
     if (!model->fp8) FATAL("reference model: fp8 grains need fp8 emulation");
     if (lin < 0 || lin >= nlin) FATAL("reference model: fp8 linear %d is not in [0, %d)", lin, nlin);
-    if (grain != FP8_GRAIN_TENSOR && grain != FP8_GRAIN_BLOCK && grain != FP8_GRAIN_BF16) FATAL("reference model: unknown fp8 grain %d", grain);
+    if (grain < FP8_GRAIN_TENSOR || grain >= FP8_GRAINS) FATAL("reference model: unknown fp8 grain %d", grain);
     if (model->micro_step != -1 || model->w_fp8_step == model->step)
         FATAL("reference model: fp8 grains change between optimizer steps only (step %d has begun)", model->step);
     if (model->fp8_grain == NULL) ref_fp8_grain_alloc(model);
@@ -569,6 +569,52 @@ static void ref_fp8_row_gemm(ref_real *out, const ref_real *a, const float *sa, 
     ref_fp8_tile_gemm(out, a, sa, 1, b, sb, 1, I, J, K, K > 0 ? K : 1, accumulate);
 }
 
+static int ref_linear_is_row(const RefModel *model, int lin) {
+    return model->fp8_grain != NULL && model->fp8_grain[lin] == FP8_GRAIN_ROW;
+}
+
+// W of a row linear, cast per output row (with the other weights, once per optimizer step).
+static void ref_fp8_cast_weight_row(RefModel *model, int lin) {
+    int M, K;
+    size_t off;
+    ref_linear_shape(model, lin, &M, &K, &off);
+    uint64_t counts[FP8_COUNTS] = {0, 0};
+    float amax = ref_fp8_row_cast(model->params + off, M, K, model->fp8_bf16_inputs, model->params_fp8 + off,
+                                  model->fp8_w_sinv + model->fp8_w_sinv_off[lin], counts);
+    ref_fp8_block_record(model, FP8_KINDS * lin + FP8_W, amax, counts);
+}
+
+// Forward of a row linear: X (N, K) per token times W (M, K) per output row.
+static void ref_linear_forward_row(RefModel *model, int lin, ref_real *out, const ref_real *inp, ref_real *xq, size_t w, int N,
+                                   int K, int M) {
+    uint64_t counts[FP8_COUNTS] = {0, 0};
+    float amax = ref_fp8_row_cast(inp, N, K, model->fp8_bf16_inputs, xq, model->fp8_sinv_a, counts);
+    ref_fp8_block_record(model, FP8_KINDS * lin + FP8_X, amax, counts);
+    ref_fp8_row_gemm(out, xq, model->fp8_sinv_a, model->params_fp8 + w, model->fp8_w_sinv + model->fp8_w_sinv_off[lin], N, M, K, 0);
+}
+
+// Its backward. dgrad dX = dY W: dY (N, M) per token times W^T (K, M) per row, cast afresh from the
+// weights before each dgrad (its counts kept nowhere: W's are its row-wise cast's). wgrad dW += dY^T X:
+// dY^T (M, N) and X^T (K, N), each cast afresh per row, i.e. per column of dY and X over the tokens.
+static void ref_linear_backward_row(RefModel *model, int lin, ref_real *dinp, const ref_real *dout, const ref_real *inp, size_t w,
+                                    int N, int K, int M) {
+    int rb = model->fp8_bf16_inputs;
+    uint64_t cx[FP8_COUNTS] = {0, 0}, cdy[FP8_COUNTS] = {0, 0}, cwt[FP8_COUNTS] = {0, 0};
+    ref_real *dyq = model->acts.dyq, *tq = model->fp8_tq, *tr = model->fp8_tr;
+    float *sa = model->fp8_sinv_a, *sb = model->fp8_sinv_b;
+    float amax_dy = ref_fp8_row_cast(dout, N, M, rb, dyq, sa, cdy);
+    ref_transpose(tr, model->params + w, M, K);
+    ref_fp8_row_cast(tr, K, M, rb, tq, sb, cwt);
+    ref_fp8_row_gemm(dinp, dyq, sa, tq, sb, N, K, M, 0);
+    ref_transpose(tr, dout, N, M);
+    float amax_dyt = ref_fp8_row_cast(tr, M, N, rb, dyq, sa, cdy);
+    ref_transpose(tr, inp, N, K);
+    float amax_x = ref_fp8_row_cast(tr, K, N, rb, tq, sb, cx);
+    ref_fp8_row_gemm(model->grads + w, dyq, sa, tq, sb, M, K, N, 1);
+    ref_fp8_block_record(model, FP8_KINDS * lin + FP8_DY, isnan(amax_dyt) || amax_dyt > amax_dy ? amax_dyt : amax_dy, cdy);
+    ref_fp8_block_record(model, FP8_KINDS * lin + FP8_X, amax_x, cx);
+}
+
 static float ref_fp8_scale_inv(const RefModel *model, int lin, int kind) {
     return model->fp8_state[model->fp8_layout.scale_inv + FP8_KINDS * lin + kind];
 }
@@ -589,12 +635,18 @@ static void ref_fp8_cast_weights(RefModel *model) {
                 ref_fp8_cast_weight_block(model, LINS_PER_LAYER * l + k);
                 continue;
             }
+            if (ref_linear_is_row(model, LINS_PER_LAYER * l + k)) {
+                ref_fp8_cast_weight_row(model, LINS_PER_LAYER * l + k);
+                continue;
+            }
             ref_fp8_cast(model, fp8_tensor_index(l, k, FP8_W), model->params + off, model->params_fp8 + off,
                          per_layer[k], live);
         }
     }
     if (model->fp8_lm_head && ref_linear_is_block(model, LINS_PER_LAYER * c->L)) {
         ref_fp8_cast_weight_block(model, LINS_PER_LAYER * c->L);
+    } else if (model->fp8_lm_head && ref_linear_is_row(model, LINS_PER_LAYER * c->L)) {
+        ref_fp8_cast_weight_row(model, LINS_PER_LAYER * c->L);
     } else if (ref_linear_is_fp8(model, LINS_PER_LAYER * c->L)) {
         size_t off = model->param_ptr[P_LM_HEAD] - model->params;
         ref_fp8_cast(model, FP8_KINDS * LINS_PER_LAYER * c->L + FP8_W, model->params + off, model->params_fp8 + off,
@@ -655,6 +707,10 @@ static void ref_linear_forward(RefModel *model, int lin, ref_real *out, const re
         ref_linear_forward_block(model, lin, out, inp, xq, w, N, K, M);
         return;
     }
+    if (ref_linear_is_row(model, lin)) {
+        ref_linear_forward_row(model, lin, out, inp, xq, w, N, K, M);
+        return;
+    }
     ref_fp8_cast(model, FP8_KINDS * lin + FP8_X, inp, xq, (size_t)N * K, ref_fp8_live(model));
     float alpha = ref_fp8_scale_inv(model, lin, FP8_X) * ref_fp8_scale_inv(model, lin, FP8_W);
     ref_matmul_forward(out, xq, model->params_fp8 + w, N, K, M, alpha);
@@ -672,6 +728,10 @@ static void ref_linear_backward(RefModel *model, int lin, ref_real *dinp, const 
     }
     if (ref_linear_is_block(model, lin)) {
         ref_linear_backward_block(model, lin, dinp, dout, inp, w, N, K, M);
+        return;
+    }
+    if (ref_linear_is_row(model, lin)) {
+        ref_linear_backward_row(model, lin, dinp, dout, inp, w, N, K, M);
         return;
     }
     ref_real *dyq = model->acts.dyq;
