@@ -1920,7 +1920,7 @@ static void fallback_vs_cpu(int target) {
     float *st = download_f32(m.fp8_state.buffer, lay.total);
     int tx = fp8_tensor_index(0, LIN_W2, FP8_X);
     if (target == FP8_GRAIN_BLOCK) {
-        double cast = fp8_values_cast(&m, 0, LIN_W2, FP8_X, 1);
+        double cast = linear_values_cast(&m, 0, LIN_W2, FP8_X, 1);
         printf("    block: layer 0's w2 X lost %llu of %.0f values in the last step\n", (unsigned long long)counts[FP8_COUNTS * tx + FP8_UNDERFLOWS], cast);
         CHECK(cast == 2.0 * OUTLIER_N * c.FF && (double)counts[FP8_COUNTS * tx + FP8_UNDERFLOWS] < 0.01 * cast,
               "block: layer 0's w2 X lost %llu of %.0f values", (unsigned long long)counts[FP8_COUNTS * tx + FP8_UNDERFLOWS], cast);

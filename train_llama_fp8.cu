@@ -50,6 +50,7 @@ every rank casts with the same scales. With one GPU none of this runs: no NCCL c
 #include "llmc/zero_layout.h"      // ZeroLayout: the ZeRO-1 buckets and shards, backward_stage
 #include "llmc/reshard.h"          // reshard_plan, reshard_fill: a checkpoint's moments on another number of GPUs
 #include "llmc/multi_gpu.cuh"      // MultiGpu: launch, NCCL collectives with deadlines
+#include "llmc/fp8_fallback.h"    // Fp8Switch, fp8_fallback_rule: the fp8 fallback, plain host C
 #include "llmc/fp8_state.cuh"      // Fp8State, Fp8Pass: the fp8 scales and amaxes, the casts' site protocol, fp8_end_step
 #include "llmc/hellaswag.h"        // HellaSwag: the eval file, its rows, acc / acc_norm as lm-eval scores them
 #include "llmc/bpb.h"              // target_text_bytes: bits per byte of the val set
@@ -454,10 +455,6 @@ typedef struct {
     float *w_t_grid;            // (widest fp8_block_grid_count(IN, OUT)) W^T's grid, made right before each dgrad
 } Fp8BlockScratch;
 
-// A linear the fallback switched in the last update: its worst tensor and the fraction of its values
-// that tensor lost in that step.
-typedef struct { int l, lin, kind; double lost; } Fp8Switch;
-
 typedef struct {
     LlamaConfig cfg;
     ModelOptions opt;
@@ -499,11 +496,6 @@ typedef struct {
     int num_allocations;
 } Model;
 
-static int linear_in(const LlamaConfig *c, int lin) { return lin == LIN_W2 ? c->FF : c->C; }
-static int linear_out(const LlamaConfig *c, int lin) {
-    return lin == LIN_QKV ? config_qkv_width(c) : lin == LIN_W13 ? 2 * c->FF : lin == LIN_LM_HEAD ? c->V : c->C;
-}
-static const int LINEAR_PARAM[LINS_PER_LAYER + 1] = {P_WQKV, P_WO, P_W13, P_W2, P_LM_HEAD};
 // The fp8 linear whose weights parameter tensor p holds, or -1 (fp8 mode).
 static int fp8_linear_of_param(const Model *m, int p) {
     for (int lin = 0; lin < LINS_PER_LAYER + m->fp8.lm_head; lin++) if (LINEAR_PARAM[lin] == p) return lin;
@@ -529,14 +521,6 @@ static int linear_grain(const Model *m, int l, int lin) {
     return m->fp8_grain ? m->fp8_grain[fp8_linear(&m->cfg, l, lin)] : FP8_GRAIN_TENSOR;
 }
 static const Fp8LinearBuffers *linear_buffers(const Model *m, int l, int lin) { return &m->fp8_lin[fp8_linear(&m->cfg, l, lin)]; }
-
-
-// Whether a run of these options can have a linear of this grain: -fp8_grain block's are all
-// block-scaled, the fallback's per-tensor or of its grain, any other run's per-tensor.
-static int fp8_grain_allowed(const ModelOptions *o, int grain) {
-    if (o->fp8_grain == FP8_GRAIN_BLOCK) return grain == FP8_GRAIN_BLOCK;
-    return grain == FP8_GRAIN_TENSOR || (o->fp8_fallback != 0 && grain == o->fp8_fallback);
-}
 
 // The bytes of each buffer linear lin needs in `grain` (block or bf16), in Fp8LinearBuffers' order;
 // returns their total in one allocation, every buffer 256-byte aligned (cuBLASLt wants 16).
@@ -589,7 +573,7 @@ static void fp8_linear_buffers_make(Model *m, int l, int lin, int grain) {
 // before.
 static void fp8_set_grain(Model *m, int l, int lin, int grain) {
     int i = fp8_linear(&m->cfg, l, lin);
-    if (m->fp8_grain[i] != FP8_GRAIN_TENSOR || grain == FP8_GRAIN_TENSOR || !fp8_grain_allowed(&m->opt, grain))
+    if (m->fp8_grain[i] != FP8_GRAIN_TENSOR || grain == FP8_GRAIN_TENSOR || !fp8_grain_allowed(m->opt.fp8_grain, m->opt.fp8_fallback, grain))
         FATAL("fp8_set_grain: layer %d %s is of grain %s; a linear only ever leaves per-tensor scaling, for a grain its run allows (asked: %s)",
               l, LINEAR_NAMES[lin], FP8_GRAIN_NAMES[m->fp8_grain[i]], FP8_GRAIN_NAMES[grain]);
     fp8_linear_buffers_make(m, l, lin, grain);
@@ -604,7 +588,7 @@ static void fp8_grains_resumed(Model *m, const char *path) {
     const LlamaConfig *c = &m->cfg;
     for (int i = 0; m->fp8_grain && i < fp8_num_linears(c, m->fp8.lm_head); i++) {
         int grain = m->fp8_grain[i], l = i / LINS_PER_LAYER, lin = l < c->L ? i % LINS_PER_LAYER : LIN_LM_HEAD;
-        if (grain >= FP8_GRAINS || !fp8_grain_allowed(&m->opt, grain))
+        if (grain >= FP8_GRAINS || !fp8_grain_allowed(m->opt.fp8_grain, m->opt.fp8_fallback, grain))
             FATAL("checkpoint '%s': fp8 linear %d (layer %d %s) has grain %d, which a run of -fp8_grain %s -fp8_fallback %s cannot have", path,
                   i, l, LINEAR_NAMES[lin], grain, FP8_GRAIN_NAMES[m->opt.fp8_grain], m->opt.fp8_fallback ? FP8_GRAIN_NAMES[m->opt.fp8_fallback] : "off");
         if (grain == FP8_GRAIN_TENSOR || m->fp8_lin[i].memory) continue;
@@ -1370,44 +1354,13 @@ static void gather_params(Model *m, cudaStream_t stream) {
     mg_join(mg, stream);
 }
 
-// The values tensor `kind` of linear (l, lin) had cast in one optimizer step, over every rank: X and
-// dY once per micro-step (a block or row linear's twice: row-wise and transposed); W once per step from
-// the cache, else before each micro-step's forward; none for a linear fallen back to bf16.
-static double fp8_values_cast(const Model *m, int l, int lin, int kind, int grad_accum) {
-    const LlamaConfig *c = &m->cfg;
-    double N = (double)m->opt.B * m->opt.T, IN = linear_in(c, lin), OUT = linear_out(c, lin);
-    double per_cast = kind == FP8_X ? N * IN : kind == FP8_W ? IN * OUT : N * OUT;
-    int grain = linear_grain(m, l, lin), casts = kind == FP8_W && m->fp8.w_cache ? 1 : grad_accum;
-    if (grain == FP8_GRAIN_BF16) return 0.0;
-    if ((grain == FP8_GRAIN_BLOCK || grain == FP8_GRAIN_ROW) && kind != FP8_W) casts *= 2;
-    return per_cast * casts * m->mg->world;
-}
-
-// The fallback's rule (-fp8_fallback; dev/test/llama_ref.h: ref_fp8_auto_grain is the same): after a
-// step of grad_accum micro-steps whose health counts are `counts` (the last step's, every rank's
-// summed), a per-tensor linear whose X, W or dY lost (underflows + saturations) more than the
-// threshold of the values it cast has one more step over it in fp8_over_steps, any other linear's
-// count is reset; one at the patience is listed in `switched` with its worst tensor. Returns how many.
-static int fp8_fallback_rule(Model *m, const unsigned long long *counts, int grad_accum, Fp8Switch *switched) {
-    const LlamaConfig *c = &m->cfg;
-    double threshold = m->opt.fp8_fallback_millionths / 1e6;
-    int n = 0;
-    for (int l = 0; l < c->L; l++) {
-        for (int lin = 0; lin < LINS_PER_LAYER + (l == 0 ? m->fp8.lm_head : 0); lin++) {
-            int i = fp8_linear(c, l, lin), worst = -1;
-            if (m->fp8_grain[i] != FP8_GRAIN_TENSOR) continue;
-            double worst_lost = 0.0;
-            for (int k = 0; k < FP8_KINDS; k++) {
-                int t = fp8_tensor(c, l, lin, k);
-                unsigned long long lost = counts[FP8_COUNTS * t + FP8_UNDERFLOWS] + counts[FP8_COUNTS * t + FP8_SATURATIONS];
-                double values = fp8_values_cast(m, l, lin, k, grad_accum);
-                if ((double)lost > threshold * values && (worst < 0 || lost / values > worst_lost)) { worst = k; worst_lost = lost / values; }
-            }
-            m->fp8_over_steps[i] = worst >= 0 ? m->fp8_over_steps[i] + 1 : 0;
-            if (m->fp8_over_steps[i] >= m->opt.fp8_fallback_patience) switched[n++] = (Fp8Switch){l, lin, worst, worst_lost};
-        }
-    }
-    return n;
+// The values tensor `kind` of linear (l, lin) had cast in a step of grad_accum micro-steps, over every
+// rank (llmc/fp8_fallback.h): its X and dY cast once per micro-step per-tensor, twice block- or
+// row-scaled (row-wise and transposed), never in bf16.
+static double linear_values_cast(const Model *m, int l, int lin, int kind, int grad_accum) {
+    int grain = linear_grain(m, l, lin), casts = grain == FP8_GRAIN_BF16 ? 0 : grain == FP8_GRAIN_BLOCK || grain == FP8_GRAIN_ROW ? 2 : 1;
+    Fp8StepCasts s = {m->opt.B * m->opt.T, grad_accum, m->mg->world, m->fp8.w_cache};
+    return fp8_values_cast(&m->cfg, lin, kind, casts, s);
 }
 
 // The end of an optimizer step, its numbers those of docs/fp8_recipe.md "The end of an optimizer
@@ -1423,7 +1376,10 @@ static StepResult model_update(Model *m, const AdamWParams *h, int grad_accum, c
     r.skipped = !isfinite(r.norm);
     m->step++;
     // 4b: the fallback's switches take effect from the next step on, its weights (5, 6) included
-    m->fp8_num_switched = m->opt.fp8_fallback ? fp8_fallback_rule(m, m->fp8_counts_host, grad_accum, m->fp8_switched) : 0;
+    Fp8StepCasts casts = {m->opt.B * m->opt.T, grad_accum, m->mg->world, m->fp8.w_cache};
+    Fp8FallbackRule rule = {m->opt.fp8_fallback_millionths, m->opt.fp8_fallback_patience};
+    m->fp8_num_switched = m->opt.fp8_fallback ? fp8_fallback_rule(&m->cfg, m->fp8.lm_head, rule, casts, m->fp8_counts_host, m->fp8_grain,
+                                                                  m->fp8_over_steps, m->fp8_switched) : 0;
     for (int k = 0; k < m->fp8_num_switched; k++) fp8_set_grain(m, m->fp8_switched[k].l, m->fp8_switched[k].lin, m->opt.fp8_fallback);
     if (!r.skipped) {
         float clip = h->grad_clip > 0.0f && r.norm > h->grad_clip ? h->grad_clip / r.norm : 1.0f;
@@ -2224,7 +2180,7 @@ static void write_fp8_log(Model *m, int grad_accum, FILE *f) {
             for (int k = 0; k < FP8_KINDS; k++) {
                 int t = fp8_tensor(&m->cfg, l, lin, k);
                 const char *name = FP8_KIND_NAMES[k];
-                double cast = fp8_values_cast(m, l, lin, k, grad_accum);
+                double cast = linear_values_cast(m, l, lin, k, grad_accum);
                 double under = cast > 0.0 ? counts[FP8_COUNTS * t + FP8_UNDERFLOWS] / cast : 0.0; // a bf16 linear casts nothing
                 double sat = cast > 0.0 ? counts[FP8_COUNTS * t + FP8_SATURATIONS] / cast : 0.0;
                 fprintf(f, " %s_amax:%.6e %s_scale:%.6e %s_under:%.6e %s_sat:%.6e", name, h[lay.amax_history + (size_t)t * lay.history_len],
@@ -2426,7 +2382,7 @@ static void metrics_line(FILE *f, const Model *m, const unsigned long long *coun
             for (int lin = 0; lin < LINS_PER_LAYER + (l == 0 ? m->fp8.lm_head : 0); lin++) {
                 for (int k = 0; k < FP8_KINDS; k++) {
                     int t = fp8_tensor(&m->cfg, l, lin, k);
-                    double n = fp8_values_cast(m, l, lin, k, grad_accum), u = (double)counts[FP8_COUNTS * t + FP8_UNDERFLOWS];
+                    double n = linear_values_cast(m, l, lin, k, grad_accum), u = (double)counts[FP8_COUNTS * t + FP8_UNDERFLOWS];
                     if (n == 0.0) continue; // a linear fallen back to bf16 casts nothing
                     cast += n;
                     under += u;

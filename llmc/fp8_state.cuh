@@ -16,6 +16,7 @@ A model's fp8 scaling state on the GPU, and the protocol its casts follow (docs/
                      the same for a linear of block grain (-fp8_grain block, -fp8_fallback block): the
                      producer writes bf16, the finish casts it in 1x128 blocks (llmc/fp8_block.cuh),
                      row-wise and transposed, each block scaled from its own amax
+  fp8_forget_cast    a weight cast of this step forgotten (its counts, its amax), for one made again
   fp8_end_step       once per optimizer step, after its last backward: every amax slot MAX-reduced and
                      every health count summed over the ranks, every history rolled and every scale
                      updated, the step's counts made the last step's
@@ -87,6 +88,15 @@ static size_t fp8_state_create(Fp8State *f, Fp8StateLayout lay, int margin, Mult
     return fp8_state_bytes(lay);
 }
 
+// The caller's bf16 staging buffer for live casts whose producer's bf16 copy nobody keeps (live_bf16).
+static void fp8_state_stage(Fp8State *f, floatX *live_bf16) { f->live_bf16 = live_bf16; }
+
+// After the state buffer was loaded (a checkpoint): the GEMMs' scale_inv copies made from it, on the
+// default stream, before any step.
+static void fp8_state_loaded(Fp8State *f) {
+    fp8_publish_scale_inv(f->gemm_scale_inv, f->buffer + f->layout.scale_inv, f->layout.num_tensors, 0);
+}
+
 static void fp8_state_free(Fp8State *f) {
     if (f->buffer) {
         cudaCheck(cudaFree(f->buffer));
@@ -105,6 +115,10 @@ static float *fp8_gemm_scale_inv(const Fp8State *f, int t) { return f->gemm_scal
 static unsigned long long *fp8_counts(const Fp8State *f, int t) { return f->counts + (size_t)FP8_COUNTS * t; }
 // The same for a cast of pass p: NULL when it records nothing (evaluation).
 static unsigned long long *fp8_pass_counts(const Fp8State *f, Fp8Pass p, int t) { return p.recording ? fp8_counts(f, t) : NULL; }
+// The health counts of the last finished step (fp8_end_step made them so), every tensor's.
+static unsigned long long *fp8_last_counts(const Fp8State *f) {
+    return f->counts + (size_t)FP8_COUNTS * f->layout.num_tensors;
+}
 static int fp8_format_of(int t) { return fp8_kind_format(t % FP8_KINDS); }
 static float fp8_max_of(int t) { return fp8_format_max(fp8_kind_format(t % FP8_KINDS)); }
 
@@ -212,6 +226,13 @@ static void fp8_cast_existing(Fp8State *f, Fp8Pass p, int t, void *out, const fl
     } else {
         fp8_cast(out, fp8_format_of(t), in, n, p.recording ? fp8_amax(f, t) : NULL, fp8_pass_counts(f, p, t), fp8_scale(f, t), stream);
     }
+}
+
+// Tensor t's cast of this step forgotten: its counts, and with clear_amax its amax slot (a weight cast
+// made again in another grain, or by none).
+static void fp8_forget_cast(const Fp8State *f, int t, int clear_amax, cudaStream_t stream) {
+    cudaCheck(cudaMemsetAsync(fp8_counts(f, t), 0, FP8_COUNTS * sizeof(unsigned long long), stream));
+    if (clear_amax) cudaCheck(cudaMemsetAsync(fp8_amax(f, t), 0, sizeof(float), stream));
 }
 
 // The end of an optimizer step, after its last backward (docs/fp8_recipe.md "The end of an optimizer

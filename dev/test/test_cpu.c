@@ -1,12 +1,14 @@
 /*
 The CPU test suite (no GPU needed; CI runs it): fp8 codecs and the delayed-scaling state machine,
-the C reference model's gradients against finite differences and against the PyTorch fixtures,
+the fp8 fallback's rule (llmc/fp8_fallback.h) against the reference's, the C reference model's
+gradients against finite differences and against the PyTorch fixtures,
 the data loader and tokenizer on good and bad files, and the bf16 moments' stochastic rounding.
 Build and run from the repository root: make test
 */
 #include "harness.h"
 #include "test_fp8.h"     // run_fp8_tests: codecs, scale formula, history state machine
 #include "test_fp8_grain.h" // run_fp8_grain_tests: the reference's fp8 block scaling
+#include "test_fp8_fallback.h" // run_fp8_fallback_tests: llmc/fp8_fallback.h against the reference's fallback
 #include "test_ref.h"     // run_ref_tests: gradient checks, PyTorch fixture comparisons
 #include "test_data.h"    // run_data_tests: shard loader and tokenizer, every bad-input case
 #include "test_bf16_round.h" // run_bf16_round_tests: the bf16 AdamW moments' stochastic rounding
@@ -15,6 +17,7 @@ Build and run from the repository root: make test
 int main(void) {
     run_fp8_tests();
     run_fp8_grain_tests();
+    run_fp8_fallback_tests();
     run_ref_tests();
     run_data_tests();
     run_bf16_round_tests();

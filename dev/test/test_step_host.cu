@@ -4,9 +4,8 @@ the trainer's own functions, with stand-in ranks (a MultiGpu with only rank and 
 1, 3 and 8 where the code is sharded: train_step's count of the step's learned targets
 (step_learned_targets) and the loss scale it gives; the HellaSwag items of each rank
 (hellaswag_rank_items); bits per byte's targets and bytes (val_text) with every token id a target;
-the values a step's fp8 casts cast (fp8_values_cast) in every grain, with and without the weight
-cache, and the fallback's rule (fp8_fallback_rule) against dev/test/llama_ref.h's
-ref_fp8_auto_grain on several ranks and without the weight cache; a step's metrics.jsonl line
+the values a step's fp8 casts cast (linear_values_cast) in every grain, with and without the weight
+cache (the fallback's rule itself: dev/test/test_fp8_fallback.h, in test_cpu); a step's metrics.jsonl line
 (metrics_line, metrics_step) with fp8 counts and non-finite numbers, read back by a strict JSON
 parser and scripts/to_tensorboard.py's reader (python3); the logs of a resumed run appended to,
 a fresh run's started empty (open_logs).
@@ -15,7 +14,6 @@ Build and run from the repository root: make dev/test/test_step_host && ./dev/te
 #define TESTING
 #include "train_llama_fp8.cu"
 #include "dev/test/harness.h"   // CHECK, run_test
-#include "dev/test/llama_ref.h" // ref_fp8_auto_grain: the fallback's rule, which the trainer's must follow
 
 static char g_dir[64];
 static const int WORLDS[3] = {1, 3, 8};
@@ -170,7 +168,7 @@ static void test_val_text_every_id(void) {
     tokenizer_free(&tok);
 }
 
-// ---- fp8: the values a step casts, the fallback's rule
+// ---- fp8: the values a step casts
 
 static const LlamaConfig FP8_CFG = {64, 2, 128, 2, 1, 256, 32, 10000.0f, 1e-5f}; // V L C NH NKV FF max_T
 enum { FP8_B = 2, FP8_T = 32 };
@@ -194,7 +192,7 @@ static double spec_values_cast(int lin, int kind, int grain, int w_cache, int gr
     return tokens * (kind == FP8_X ? in : out) * (grain == FP8_GRAIN_BLOCK || grain == FP8_GRAIN_ROW ? 2 : 1) * world;
 }
 
-// A host-only fp8 model of FP8_CFG with what fp8_values_cast, the fallback's rule and the metrics read:
+// A host-only fp8 model of FP8_CFG with what linear_values_cast and the metrics read:
 // B x T, the weight cache or not, the lm_head in fp8 or not, the rank, the rule's options, every
 // linear's grain `grain`.
 static void fp8_model(Model *m, MultiGpu *mg, int w_cache, int lm_head, int grain, int patience) {
@@ -215,7 +213,7 @@ static void fp8_model_free(Model *m) {
     free(m->fp8_over_steps);
 }
 
-// fp8_values_cast against spec_values_cast for every tensor of every linear (the lm_head's too), in
+// linear_values_cast against spec_values_cast for every tensor of every linear (the lm_head's too), in
 // every grain, with the weight cache and without, grad accumulation 1 and 3, on 1, 3 and 8 ranks.
 static void test_fp8_values_cast(void) {
     for (int grain = 0; grain < FP8_GRAINS; grain++) {
@@ -229,7 +227,7 @@ static void test_fp8_values_cast(void) {
                     for (int l = 0; l < FP8_CFG.L; l++) {
                         for (int lin = 0; lin < LINS_PER_LAYER + (l == 0); lin++) {
                             for (int k = 0; k < FP8_KINDS; k++) {
-                                double got = fp8_values_cast(&m, l, lin, k, ga), want = spec_values_cast(lin, k, grain, w_cache, ga, WORLDS[w]);
+                                double got = linear_values_cast(&m, l, lin, k, ga), want = spec_values_cast(lin, k, grain, w_cache, ga, WORLDS[w]);
                                 if (got != want && !first_wrong[0])
                                     snprintf(first_wrong, sizeof(first_wrong), "layer %d %s %s cast %.0f values, want %.0f", l, LINEAR_NAMES[lin],
                                              FP8_KIND_NAMES[k], got, want);
@@ -242,69 +240,6 @@ static void test_fp8_values_cast(void) {
                 }
             }
         }
-    }
-}
-
-// The trainer's rule (fp8_fallback_rule) on rank 0 of 1, 3 and 8, with the weight cache and without,
-// against ref_fp8_auto_grain (threshold 1%) of one model whose batch is every rank's (B x world): the
-// same step cast on several GPUs. Each step half the linears (drawn) have one tensor over 1% of the
-// reference's values by 1 to 1% more, every other tensor loses 1% of them rounded down (not over) or
-// fewer, split between underflows and saturations. The trainer's counts are the GPUs': X's and dY's
-// the reference's (the ranks' tokens together), W's the reference's times the world (every rank casts
-// all of W) and, without the cache, times the micro-steps (W cast in each). Both must switch the same
-// linears after the same steps and count the same steps over, for 12 steps; and some per-tensor linear
-// that is not over must have a tensor exactly at the rounded-down threshold (where a count of the
-// values too small by the world or the micro-steps puts it over).
-static void test_fp8_fallback_rule_ranks(void) {
-    struct { int world, w_cache, grad_accum, lm_head, patience; } runs[] = {
-        {1, 0, 3, 1, 1}, {3, 0, 2, 0, 2}, {8, 0, 3, 1, 2}, {3, 1, 2, 1, 1}, {8, 1, 1, 0, 3},
-    };
-    for (size_t r = 0; r < sizeof(runs) / sizeof(runs[0]); r++) {
-        int world = runs[r].world, w_cache = runs[r].w_cache, ga = runs[r].grad_accum, lm_head = runs[r].lm_head, patience = runs[r].patience;
-        RefModel ref;
-        ref_init(&ref, &FP8_CFG, FP8_B * world, FP8_T, 1, 0, lm_head, 4, 0);
-        MultiGpu mg = stand_in_rank(0, world);
-        Model m;
-        fp8_model(&m, &mg, w_cache, lm_head, FP8_GRAIN_TENSOR, patience);
-        int nlin = fp8_num_linears(&FP8_CFG, lm_head), switched = 0, at_threshold = 0;
-        unsigned long long *counts = (unsigned long long *)callocCheck((size_t)FP8_COUNTS * FP8_KINDS * nlin, sizeof(unsigned long long));
-        Fp8Switch *sw = (Fp8Switch *)callocCheck(nlin, sizeof(Fp8Switch));
-        uint64_t rng = 41 + r;
-        for (int step = 0; step < 12; step++) {
-            for (int i = 0; i < nlin; i++) {
-                int lin = i < LINS_PER_LAYER * FP8_CFG.L ? i % LINS_PER_LAYER : LIN_LM_HEAD;
-                int over = random_u32(&rng) % 2 ? (int)(random_u32(&rng) % FP8_KINDS) : -1;
-                for (int k = 0; k < FP8_KINDS; k++) {
-                    double ref_values = spec_values_cast(lin, k, FP8_GRAIN_TENSOR, 1, ga, 1) * (k == FP8_W ? 1 : world);
-                    unsigned long long at = (unsigned long long)floor(0.01 * ref_values), lost;
-                    if (k == over) lost = at + 1 + random_u32(&rng) % at;
-                    else lost = random_u32(&rng) % 2 ? at : random_u32(&rng) % (at + 1);
-                    at_threshold += over < 0 && lost == at && m.fp8_grain[i] == FP8_GRAIN_TENSOR;
-                    unsigned long long under = lost ? random_u32(&rng) % (lost + 1) : 0;
-                    unsigned long long times = k == FP8_W ? (unsigned long long)world * (w_cache ? 1 : ga) : 1;
-                    size_t t = (size_t)FP8_KINDS * i + k;
-                    ref.fp8_counts[FP8_COUNTS * t + FP8_UNDERFLOWS] = under;
-                    ref.fp8_counts[FP8_COUNTS * t + FP8_SATURATIONS] = lost - under;
-                    counts[FP8_COUNTS * t + FP8_UNDERFLOWS] = under * times;
-                    counts[FP8_COUNTS * t + FP8_SATURATIONS] = (lost - under) * times;
-                }
-            }
-            int want = ref_fp8_auto_grain(&ref, ga, 0.01, patience, FP8_GRAIN_BLOCK);
-            int got = fp8_fallback_rule(&m, counts, ga, sw);
-            for (int k = 0; k < got; k++) m.fp8_grain[fp8_linear(&FP8_CFG, sw[k].l, sw[k].lin)] = FP8_GRAIN_BLOCK; // as fp8_set_grain
-            CHECK(got == want, "world %d, weight cache %d, grad accumulation %d, step %d: %d linears switched, the reference %d", world, w_cache,
-                  ga, step, got, want);
-            for (int i = 0; i < nlin; i++)
-                CHECK(m.fp8_grain[i] == ref.fp8_grain[i] && m.fp8_over_steps[i] == ref.fp8_over_steps[i],
-                      "world %d, weight cache %d, step %d, linear %d: grain %d after %d steps over, the reference's %d after %d", world, w_cache,
-                      step, i, m.fp8_grain[i], m.fp8_over_steps[i], ref.fp8_grain[i], ref.fp8_over_steps[i]);
-            switched += got;
-        }
-        CHECK(switched > 0 && at_threshold > 0, "world %d, weight cache %d: %d linears switched, %d tensors of per-tensor linears not over"
-              " exactly at the threshold: the draws miss a case", world, w_cache, switched, at_threshold);
-        free(counts); free(sw);
-        fp8_model_free(&m);
-        ref_free(&ref);
     }
 }
 
@@ -475,8 +410,6 @@ int main(int argc, char **argv) {
              test_hellaswag_rank_items);
     run_test("bits per byte: every token id 0 to V-1 a target (the first and the last), with and without a mask", test_val_text_every_id);
     run_test("fp8: the values a step casts, every grain, with and without the weight cache, on 1, 3 and 8 ranks", test_fp8_values_cast);
-    run_test("fp8 fallback: the rule on 1, 3 and 8 ranks, with and without the weight cache, switches what ref_fp8_auto_grain switches",
-             test_fp8_fallback_rule_ranks);
     run_test("metrics.jsonl: fp8 underflows and saturations of their own, non-finite numbers null; strict JSON, to_tensorboard's reader",
              test_metrics_lines);
     run_test("logs: a resumed run appends to main.log, metrics.jsonl and fp8.log; a fresh run starts them empty", test_open_logs);

@@ -22,7 +22,6 @@ Build and run: make dev/test/test_trainer_host && ./dev/test/test_trainer_host
 #include <pthread.h>
 #include <sys/resource.h>
 #include "dev/test/harness.h" // CHECK, run_test, run_expect_fatal
-#include "dev/test/llama_ref.h" // ref_fp8_auto_grain: the fallback's rule, which the trainer's must follow
 
 static char g_dir[64];
 
@@ -385,8 +384,7 @@ static void test_option_rules(void) {
           "-doc_mask 1 with the default decode table: %s", err);
 }
 
-// ---- fp8 grains (issue 34): what the options make of them, the fallback's rule against the C
-// reference's, the grains through the state file
+// ---- fp8 grains (issue 34): what the options make of them, the grains through the state file
 
 static void grain_options_in_child(void *arg) {
     char **argv = (char **)arg;
@@ -416,104 +414,6 @@ static void test_fp8_grain_options(void) {
         CHECK(status == 0 && strstr(err, cases[i].want), "'%s %s ...': exit %d, printed '%s' (want '%s')", cases[i].argv[1] ? cases[i].argv[1] : "",
               cases[i].argv[2] ? cases[i].argv[2] : "", status, err, cases[i].want);
     }
-}
-
-// A host-only model with what the fallback's rule reads: the shape, B x T, fp8 with the weight cache
-// (W cast once a step, as the reference casts it), one GPU, the rule's options and the linears' grains.
-static void rule_model(Model *m, const LlamaConfig *c, int B, int T, int lm_head, int patience) {
-    memset(m, 0, sizeof(*m));
-    m->cfg = *c;
-    m->opt.B = B; m->opt.T = T; m->opt.precision = PREC_FP8;
-    m->opt.fp8_fallback = FP8_GRAIN_BLOCK; m->opt.fp8_fallback_millionths = 10000; m->opt.fp8_fallback_patience = patience;
-    m->fp8.on = 1; m->fp8.w_cache = 1; m->fp8.lm_head = lm_head;
-    m->mg = mg_single_gpu();
-    m->fp8_grain = (unsigned char *)callocCheck(fp8_num_linears(c, lm_head), 1);
-    m->fp8_over_steps = (int *)callocCheck(fp8_num_linears(c, lm_head), sizeof(int));
-}
-
-// The trainer's rule (fp8_fallback_rule) and the reference's (ref_fp8_auto_grain, threshold 1%) fed the
-// same counts for 12 steps: in each step half the linears (drawn) have one tensor over 1% by 1 to 1%
-// more values, and every other tensor loses 1% of its values rounded down (not over: the rule is
-// strict) or fewer, the lost values split between underflows and saturations; both must switch the
-// same linears after the same steps and count the same steps over.
-// With the lm_head (patience 1) and without, and grad accumulation 1 and 3. Then by hand, with the
-// threshold 1/64 (exact, so that a tensor can lose exactly that): the worst tensor is the one
-// reported, W's values are counted once a step whatever the accumulation, and exactly the threshold
-// is not over it.
-static void test_fp8_fallback_rule(void) {
-    const LlamaConfig cfg = {64, 2, 128, 2, 1, 256, 32, 10000.0f, 1e-5f};
-    const int B = 2, T = 32;
-    struct { int lm_head, grad_accum, patience; } runs[] = {{0, 1, 2}, {1, 3, 1}, {0, 2, 3}};
-    for (size_t r = 0; r < sizeof(runs) / sizeof(runs[0]); r++) {
-        int lm_head = runs[r].lm_head, ga = runs[r].grad_accum, patience = runs[r].patience;
-        RefModel ref;
-        ref_init(&ref, &cfg, B, T, 1, 0, lm_head, 4, 0);
-        Model m;
-        rule_model(&m, &cfg, B, T, lm_head, patience);
-        int nlin = fp8_num_linears(&cfg, lm_head), switched = 0, resets = 0, waits = 0;
-        size_t nc = (size_t)FP8_COUNTS * FP8_KINDS * nlin;
-        unsigned long long *counts = (unsigned long long *)callocCheck(nc, sizeof(unsigned long long));
-        Fp8Switch *sw = (Fp8Switch *)callocCheck(nlin, sizeof(Fp8Switch));
-        uint64_t rng = 11 + r;
-        for (int step = 0; step < 12; step++) {
-            for (int i = 0; i < nlin; i++) {
-                int l = i / LINS_PER_LAYER, lin = l < cfg.L ? i % LINS_PER_LAYER : LIN_LM_HEAD;
-                int over = random_u32(&rng) % 2 ? (int)(random_u32(&rng) % FP8_KINDS) : -1;
-                for (int k = 0; k < FP8_KINDS; k++) {
-                    double values = fp8_values_cast(&m, l, lin, k, ga);
-                    unsigned long long at = (unsigned long long)floor(0.01 * values), lost;
-                    if (k == over) lost = at + 1 + random_u32(&rng) % at;
-                    else lost = random_u32(&rng) % 2 ? at : random_u32(&rng) % (at + 1);
-                    unsigned long long under = lost ? random_u32(&rng) % (lost + 1) : 0;
-                    size_t t = (size_t)FP8_KINDS * i + k;
-                    counts[FP8_COUNTS * t + FP8_UNDERFLOWS] = ref.fp8_counts[FP8_COUNTS * t + FP8_UNDERFLOWS] = under;
-                    counts[FP8_COUNTS * t + FP8_SATURATIONS] = ref.fp8_counts[FP8_COUNTS * t + FP8_SATURATIONS] = lost - under;
-                }
-            }
-            int before[64];
-            for (int i = 0; i < nlin; i++) before[i] = m.fp8_over_steps[i];
-            int want = ref_fp8_auto_grain(&ref, ga, 0.01, patience, FP8_GRAIN_BLOCK);
-            int got = fp8_fallback_rule(&m, counts, ga, sw);
-            for (int k = 0; k < got; k++) m.fp8_grain[fp8_linear(&cfg, sw[k].l, sw[k].lin)] = FP8_GRAIN_BLOCK; // as fp8_set_grain
-            CHECK(got == want, "lm_head %d, grad accumulation %d, patience %d, step %d: %d linears switched, the reference %d", lm_head, ga,
-                  patience, step, got, want);
-            for (int i = 0; i < nlin; i++) {
-                CHECK(m.fp8_grain[i] == ref.fp8_grain[i] && m.fp8_over_steps[i] == ref.fp8_over_steps[i],
-                      "lm_head %d, grad accumulation %d, step %d, linear %d: grain %d after %d steps over, the reference's %d after %d", lm_head, ga,
-                      step, i, m.fp8_grain[i], m.fp8_over_steps[i], ref.fp8_grain[i], ref.fp8_over_steps[i]);
-                resets += before[i] > 0 && m.fp8_over_steps[i] == 0 && m.fp8_grain[i] == FP8_GRAIN_TENSOR;
-                waits += m.fp8_over_steps[i] > 0 && m.fp8_grain[i] == FP8_GRAIN_TENSOR;
-            }
-            switched += got;
-        }
-        CHECK(switched > 0 && (patience == 1 || (resets > 0 && waits > 0)), "lm_head %d, grad accumulation %d, patience %d: %d switches, %d"
-              " linears over but waiting, %d counts reset in 12 steps: the draws miss a case", lm_head, ga, patience, switched, waits, resets);
-        free(counts); free(sw);
-        free(m.fp8_grain); free(m.fp8_over_steps);
-        ref_free(&ref);
-    }
-    // by hand, grad accumulation 4, patience 1: layer 1's wo loses 2/64 of its X and 3/64 of its dY (the
-    // worst, reported); layer 0's w13 2/64 of W's values cast once (IN x OUT), which would be 1/128 if W
-    // counted once per micro-step; layer 0's qkv exactly 1/64 of its X: not over
-    Model m;
-    rule_model(&m, &cfg, B, T, 0, 1);
-    m.opt.fp8_fallback_millionths = 15625;
-    const int ga = 4;
-    size_t nc = (size_t)FP8_COUNTS * FP8_KINDS * fp8_num_linears(&cfg, 0), N = (size_t)ga * B * T;
-    unsigned long long *counts = (unsigned long long *)callocCheck(nc, sizeof(unsigned long long));
-    counts[FP8_COUNTS * fp8_tensor_index(1, LIN_WO, FP8_X) + FP8_UNDERFLOWS] = 2 * N * cfg.C / 64;
-    counts[FP8_COUNTS * fp8_tensor_index(1, LIN_WO, FP8_DY) + FP8_SATURATIONS] = 3 * N * cfg.C / 64;
-    counts[FP8_COUNTS * fp8_tensor_index(0, LIN_W13, FP8_W) + FP8_UNDERFLOWS] = 2 * 2 * cfg.FF * cfg.C / 64;
-    counts[FP8_COUNTS * fp8_tensor_index(0, LIN_QKV, FP8_X) + FP8_UNDERFLOWS] = N * cfg.C / 64;
-    Fp8Switch sw[8];
-    memset(sw, 0, sizeof(sw)); // what the message prints of a switch that did not happen
-    int n = fp8_fallback_rule(&m, counts, ga, sw);
-    CHECK(n == 2 && sw[0].l == 0 && sw[0].lin == LIN_W13 && sw[0].kind == FP8_W && sw[1].l == 1 && sw[1].lin == LIN_WO &&
-          sw[1].kind == FP8_DY && sw[1].lost == 3.0 / 64,
-          "by hand: %d switched (want layer 0 w13 for its W, layer 1 wo for its dY at 3/64): first layer %d %s %s, second layer %d %s %s %.4f", n,
-          sw[0].l, LINEAR_NAMES[sw[0].lin], FP8_KIND_NAMES[sw[0].kind], sw[1].l, LINEAR_NAMES[sw[1].lin], FP8_KIND_NAMES[sw[1].kind], sw[1].lost);
-    free(counts);
-    free(m.fp8_grain); free(m.fp8_over_steps);
 }
 
 // A state file's grains and steps over the threshold as a fallback run of the tiny shape writes them
@@ -1368,8 +1268,6 @@ int main(int argc, char **argv) {
     run_test("options: main.log's header carries every row's value, -fp8_margin's too", test_log_header);
     run_test("options: the rules between options and with the model's shape refused by checked_options", test_option_rules);
     run_test("fp8 grains: the model's options of -fp8_grain and -fp8_fallback, and the flag the block GEMM check names", test_fp8_grain_options);
-    run_test("fp8 fallback: the trainer's rule switches the linears ref_fp8_auto_grain switches, after the same steps; the worst tensor reported",
-             test_fp8_fallback_rule);
     run_test("fp8 grains through the state file: read back into a new model; a grain the run cannot have refused naming the file and linear",
              test_fp8_grain_state_file);
     run_test("options: bf16 AdamW moments by default, fp32 with -adam_moments fp32, others refused", test_adam_moments_option);
