@@ -80,8 +80,8 @@ __device__ __forceinline__ void fp8_row_load_tile(uint4 raw[8], const void *in, 
 // max |x| of each row (into row_bits) and of each column (into col_bits) as float bits, each may be
 // NULL; the tile's max into the amax slot.
 template <bool FP32_IN>
-__global__ void __launch_bounds__(256) fp8_row_amax_kernel(unsigned *row_bits, unsigned *col_bits, const void *in, int rows,
-                                                           int cols, float *amax) {
+__global__ void __launch_bounds__(256)
+    fp8_row_amax_kernel(unsigned *row_bits, unsigned *col_bits, const void *in, int rows, int cols, float *amax) {
     __shared__ unsigned col_part[8][FP8_TILE]; // per warp: each column's max over the warp's 16 rows
     const int r0 = blockIdx.y * FP8_TILE, c0 = blockIdx.x * FP8_TILE, vc = threadIdx.x % 16, warp = threadIdx.x / 32;
     uint4 raw[8];
@@ -101,8 +101,10 @@ __global__ void __launch_bounds__(256) fp8_row_amax_kernel(unsigned *row_bits, u
             cm.x = __vmaxu2(cm.x, raw[i].x & 0x7fff7fffu); cm.y = __vmaxu2(cm.y, raw[i].y & 0x7fff7fffu);
             cm.z = __vmaxu2(cm.z, raw[i].z & 0x7fff7fffu); cm.w = __vmaxu2(cm.w, raw[i].w & 0x7fff7fffu);
         }
-        cm.x = __vmaxu2(cm.x, __shfl_xor_sync(0xffffffffu, cm.x, 16)); cm.y = __vmaxu2(cm.y, __shfl_xor_sync(0xffffffffu, cm.y, 16));
-        cm.z = __vmaxu2(cm.z, __shfl_xor_sync(0xffffffffu, cm.z, 16)); cm.w = __vmaxu2(cm.w, __shfl_xor_sync(0xffffffffu, cm.w, 16));
+        cm.x = __vmaxu2(cm.x, __shfl_xor_sync(0xffffffffu, cm.x, 16));
+        cm.y = __vmaxu2(cm.y, __shfl_xor_sync(0xffffffffu, cm.y, 16));
+        cm.z = __vmaxu2(cm.z, __shfl_xor_sync(0xffffffffu, cm.z, 16));
+        cm.w = __vmaxu2(cm.w, __shfl_xor_sync(0xffffffffu, cm.w, 16));
         if (threadIdx.x % 32 < 16) {
             const unsigned words[4] = {cm.x, cm.y, cm.z, cm.w};
 #pragma unroll
@@ -133,8 +135,9 @@ __global__ void fp8_row_scale_inv_kernel(unsigned *a, int n1, unsigned *b, int n
 // The cast: out (rows, cols) with row r's scale, out_t (cols, rows) with column c's (staged in the
 // byte tile, written as whole lines); either may be NULL. Counts every cast made.
 template <bool FP32_IN>
-__global__ void __launch_bounds__(256) fp8_row_cast_kernel(uint8_t *out, const float *sinv, uint8_t *out_t, const float *sinv_t,
-                                                           const void *in, int rows, int cols, unsigned long long *counts) {
+__global__ void __launch_bounds__(256)
+    fp8_row_cast_kernel(uint8_t *out, const float *sinv, uint8_t *out_t, const float *sinv_t, const void *in, int rows,
+                        int cols, unsigned long long *counts) {
     __shared__ __align__(16) uint8_t tile[FP8_TILE][FP8_TILE];
     __shared__ float col_scale[FP8_TILE];
     const int r0 = blockIdx.y * FP8_TILE, c0 = blockIdx.x * FP8_TILE, vc = threadIdx.x % 16, lr0 = threadIdx.x / 16;
@@ -153,14 +156,16 @@ __global__ void __launch_bounds__(256) fp8_row_cast_kernel(uint8_t *out, const f
         }
     }
     if (out_t != NULL) {
-        if (threadIdx.x < FP8_TILE) col_scale[threadIdx.x] = c0 + threadIdx.x < cols ? frcp_exact(sinv_t[c0 + threadIdx.x]) : 1.0f;
+        if (threadIdx.x < FP8_TILE)
+            col_scale[threadIdx.x] = c0 + threadIdx.x < cols ? frcp_exact(sinv_t[c0 + threadIdx.x]) : 1.0f;
         __syncthreads();
         float cs[8];
 #pragma unroll
         for (int j = 0; j < 8; j++) cs[j] = col_scale[vc * 8 + j];
         // the tile's padding is zeros: its codes are +0 and counted as nothing
 #pragma unroll
-        for (int i = 0; i < 8; i++) *(uint2 *)&tile[lr0 + 16 * i][vc * 8] = fp8_cast8_scales<__NV_E4M3>(raw[i], cs, tally);
+        for (int i = 0; i < 8; i++)
+            *(uint2 *)&tile[lr0 + 16 * i][vc * 8] = fp8_cast8_scales<__NV_E4M3>(raw[i], cs, tally);
         __syncthreads();
         store_tile_transposed(out_t, tile, r0, c0, rows, cols);
     }
@@ -180,13 +185,14 @@ void fp8_row_cast(void *out, float *sinv, void *out_t, float *sinv_t, const void
                   float *amax, unsigned long long *counts, cudaStream_t stream) {
     const char *fn = "fp8_row_cast";
     if (out == NULL && out_t == NULL) FATAL("%s: neither out nor out_t is set: nothing to cast", fn);
-    if ((out != NULL && sinv == NULL) || (out_t != NULL && sinv_t == NULL)) FATAL("%s: codes without their scale_inv vector", fn);
+    if ((out != NULL && sinv == NULL) || (out_t != NULL && sinv_t == NULL))
+        FATAL("%s: codes without their scale_inv vector", fn);
     if (rows < 0 || cols < 0 || rows % 16 != 0 || cols % 16 != 0)
         FATAL("%s: shape (%d, %d): rows and cols must be non-negative multiples of 16", fn, rows, cols);
-    if (!fp8_ptr_aligned(in, 16) || !fp8_ptr_aligned(out, 8) || !fp8_ptr_aligned(out_t, 16) || !fp8_ptr_aligned(sinv, 16) ||
-        !fp8_ptr_aligned(sinv_t, 16))
-        FATAL("%s: in, out_t and the scale_invs must be 16-byte aligned, out 8-byte (got %p %p %p %p %p)", fn, in, out, out_t,
-              (void *)sinv, (void *)sinv_t);
+    if (!fp8_ptr_aligned(in, 16) || !fp8_ptr_aligned(out, 8) || !fp8_ptr_aligned(out_t, 16) ||
+        !fp8_ptr_aligned(sinv, 16) || !fp8_ptr_aligned(sinv_t, 16))
+        FATAL("%s: in, out_t and the scale_invs must be 16-byte aligned, out 8-byte (got %p %p %p %p %p)", fn, in, out,
+              out_t, (void *)sinv, (void *)sinv_t);
     if (rows == 0 || cols == 0) return;
     fp8_check_grid(fn, rows, cols, FP8_TILE);
     unsigned *rb = out != NULL ? (unsigned *)sinv : NULL, *cb = out_t != NULL ? (unsigned *)sinv_t : NULL;
@@ -218,7 +224,8 @@ static int matmul_fp8_row_probe(int kind, int m, int n, int k, int accumulate, c
     snprintf(why, len, "ran");
     const size_t version = cublasLtGetVersion();
     if (version < 120900 || CUBLAS_VERSION < 120900) {
-        snprintf(why, len, "needs cuBLASLt 12.9+ (OUTER_VEC_32F scales); loaded %zu, built with %d", version, CUBLAS_VERSION);
+        snprintf(why, len, "needs cuBLASLt 12.9+ (OUTER_VEC_32F scales); loaded %zu, built with %d", version,
+                 CUBLAS_VERSION);
         return 0;
     }
     const size_t ab = (size_t)(m + n) * k, d = (size_t)m * n * sizeof(floatX), scales = (size_t)(m + n) * sizeof(float);
@@ -254,8 +261,9 @@ static void matmul_fp8_row_check(const char *fn) {
             cudaCheck(cudaGetDevice(&dev));
             cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
             cudaCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-            FATAL("%s: row-scaled fp8 GEMMs (cuBLASLt OUTER_VEC_32F scales) do not run on this GPU (sm_%d%d, cuBLASLt %zu):"
-                  " %s %s; use -fp8_grain tensor or block", fn, major, minor, cublasLtGetVersion(), MATMUL_KIND_NAMES[kinds[i]], why);
+            FATAL("%s: row-scaled fp8 GEMMs (cuBLASLt OUTER_VEC_32F scales) do not run on this GPU"
+                  " (sm_%d%d, cuBLASLt %zu): %s %s; use -fp8_grain tensor or block",
+                  fn, major, minor, cublasLtGetVersion(), MATMUL_KIND_NAMES[kinds[i]], why);
         }
     }
     checked = 1;
@@ -263,8 +271,8 @@ static void matmul_fp8_row_check(const char *fn) {
 
 // fprop: y (N,OUT) = X W^T, x (N,IN) E4M3 with x_sinv (N) its per-token scale_invs, w (OUT,IN) E4M3 with
 // w_sinv (OUT) its per-row ones (fp8_row_cast row-wise, both). Fast accumulation. Overwrites y.
-void matmul_fp8_row_fprop(floatX *y, const fp8e4 *x, const fp8e4 *w, const float *x_sinv, const float *w_sinv, int N, int IN,
-                          int OUT, cudaStream_t stream) {
+void matmul_fp8_row_fprop(floatX *y, const fp8e4 *x, const fp8e4 *w, const float *x_sinv, const float *w_sinv, int N,
+                          int IN, int OUT, cudaStream_t stream) {
     matmul_fp8_row_check("matmul_fp8_row_fprop");
     matmul_fp8_check("matmul_fp8_row_fprop", N, IN, OUT, x, w, y);
     matmul_fp8_check_scale("matmul_fp8_row_fprop", x_sinv, w_sinv);
@@ -273,8 +281,8 @@ void matmul_fp8_row_fprop(floatX *y, const fp8e4 *x, const fp8e4 *w, const float
 
 // dgrad: dx (N,IN) = dY W, dy (N,OUT) E4M3 with dy_sinv (N) per token (fp8_row_cast row-wise), w_t = W^T
 // (IN,OUT) E4M3 with w_t_sinv (IN) per input column of W (fp8_row_cast's out_t of W). Overwrites dx.
-void matmul_fp8_row_dgrad(floatX *dx, const fp8e4 *dy, const fp8e4 *w_t, const float *dy_sinv, const float *w_t_sinv, int N,
-                          int IN, int OUT, cudaStream_t stream) {
+void matmul_fp8_row_dgrad(floatX *dx, const fp8e4 *dy, const fp8e4 *w_t, const float *dy_sinv, const float *w_t_sinv,
+                          int N, int IN, int OUT, cudaStream_t stream) {
     matmul_fp8_row_check("matmul_fp8_row_dgrad");
     matmul_fp8_check("matmul_fp8_row_dgrad", N, IN, OUT, w_t, dy, dx);
     matmul_fp8_check_scale("matmul_fp8_row_dgrad", dy_sinv, w_t_sinv);
@@ -284,8 +292,8 @@ void matmul_fp8_row_dgrad(floatX *dx, const fp8e4 *dy, const fp8e4 *w_t, const f
 // wgrad: dw (OUT,IN) (+)= dY^T X, dy_t = dY^T (OUT,N) and x_t = X^T (IN,N) E4M3, with dy_t_sinv (OUT) and
 // x_t_sinv (IN) their per-column scale_invs over the tokens (fp8_row_cast's out_t of dY and X).
 // accumulate adds the old dw (beta = 1).
-void matmul_fp8_row_wgrad(floatX *dw, const fp8e4 *dy_t, const fp8e4 *x_t, const float *dy_t_sinv, const float *x_t_sinv,
-                          int N, int IN, int OUT, int accumulate, cudaStream_t stream) {
+void matmul_fp8_row_wgrad(floatX *dw, const fp8e4 *dy_t, const fp8e4 *x_t, const float *dy_t_sinv,
+                          const float *x_t_sinv, int N, int IN, int OUT, int accumulate, cudaStream_t stream) {
     matmul_fp8_row_check("matmul_fp8_row_wgrad");
     matmul_fp8_check("matmul_fp8_row_wgrad", N, IN, OUT, x_t, dy_t, dw);
     matmul_fp8_check_scale("matmul_fp8_row_wgrad", dy_t_sinv, x_t_sinv);

@@ -39,8 +39,8 @@ ref_fp8_row_gemm), then the 7B linears' GEMMs timed row-wise against per-tensor 
    copies rotated. Then the casts of one linear: row-wise X both ways and dY both ways (bf16), W both
    ways from the fp32 master, against block's (one read each, where row-wise reads twice).
 
-Build (from dev/cuda):  nvcc -O3 -arch=sm_90 -std=c++17 --use_fast_math -I../.. fp8_rowwise.cu -lcublasLt -lcublas -o fp8_rowwise
-                        (or: make -C dev/cuda fp8_rowwise)
+Build (from dev/cuda, or: make -C dev/cuda fp8_rowwise):
+  nvcc -O3 -arch=sm_90 -std=c++17 --use_fast_math -I../.. fp8_rowwise.cu -lcublasLt -lcublas -o fp8_rowwise
 Run:                    ./fp8_rowwise [-validate]      needs an sm_90 GPU and cuBLASLt 12.9+
 Prints the probe table, any failed check, the timing tables, and last "fp8_rowwise: N passed, N failed"
 (exit status 1 if any failed).
@@ -137,8 +137,8 @@ static void check_codes(const char *what, const uint8_t *d, const std::vector<ui
     size_t bad = 0, first = 0;
     for (size_t i = 0; i < want.size(); i++) if (got[i] != want[i] && bad++ == 0) first = i;
     char detail[160];
-    snprintf(detail, sizeof(detail), "%zu of %zu codes differ, first at %zu: 0x%02x, reference 0x%02x", bad, want.size(), first,
-             bad ? got[first] : 0, bad ? want[first] : 0);
+    snprintf(detail, sizeof(detail), "%zu of %zu codes differ, first at %zu: 0x%02x, reference 0x%02x", bad,
+             want.size(), first, bad ? got[first] : 0, bad ? want[first] : 0);
     check(what, bad == 0, detail);
 }
 static void check_sinv(const char *what, const float *d, const std::vector<float> &want) {
@@ -163,13 +163,15 @@ static DevOp check_cast(const char *name, const std::vector<float> &v, int rows,
     const size_t n = v.size();
     void *d_in = fp32 ? (void *)to_device(v) : (void *)to_device(bf16_bits(v));
     const RefOp ref = ref_op(v, rows, cols, 1), ref_t = ref_op(transposed(v, rows, cols), cols, rows, 1);
-    DevOp o = {device_alloc<uint8_t>(n), device_alloc<uint8_t>(n), device_alloc<float>(rows), device_alloc<float>(cols)};
+    DevOp o = {device_alloc<uint8_t>(n), device_alloc<uint8_t>(n), device_alloc<float>(rows),
+               device_alloc<float>(cols)};
     poison(o.q, n); poison(o.qt, n); poison(o.s, rows * sizeof(float)); poison(o.st, cols * sizeof(float));
     float *d_slot = device_alloc<float>(4);
     set_float(d_slot, 0.25f);
     unsigned long long *d_counts = counts_alloc(FP8_COUNTS);
     const bool rw = ways & 1, tw = ways & 2;
-    fp8_row_cast(rw ? o.q : NULL, rw ? o.s : NULL, tw ? o.qt : NULL, tw ? o.st : NULL, d_in, fp32, rows, cols, d_slot, d_counts, 0);
+    fp8_row_cast(rw ? o.q : NULL, rw ? o.s : NULL, tw ? o.qt : NULL, tw ? o.st : NULL, d_in, fp32, rows, cols, d_slot,
+                 d_counts, 0);
     cudaCheck(cudaDeviceSynchronize());
     char what[200];
     const char *how = ways == 3 ? "both" : ways == 1 ? "row-wise" : "transposed", *from = fp32 ? "fp32" : "bf16";
@@ -190,13 +192,19 @@ static DevOp check_cast(const char *name, const std::vector<float> &v, int rows,
     snprintf(detail, sizeof(detail), "slot %.9g, want %.9g", slot, want);
     snprintf(what, sizeof(what), "%s (%d,%d) %s %s: amax slot", name, rows, cols, from, how);
     check(what, isnan(want) ? isnan(slot) : float_bits(slot) == float_bits(want), detail);
-    const Fp8Counts wc = {(rw ? ref.counts[0] : 0) + (tw ? ref_t.counts[0] : 0), (rw ? ref.counts[1] : 0) + (tw ? ref_t.counts[1] : 0)};
+    const Fp8Counts wc = {(rw ? ref.counts[0] : 0) + (tw ? ref_t.counts[0] : 0),
+                          (rw ? ref.counts[1] : 0) + (tw ? ref_t.counts[1] : 0)};
     snprintf(what, sizeof(what), "%s (%d,%d) %s %s: counts", name, rows, cols, from, how);
     check(what, counts_match(d_counts, wc, detail, sizeof(detail)), detail);
     cudaCheck(cudaFree(d_in)); cudaCheck(cudaFree(d_slot)); cudaCheck(cudaFree(d_counts));
     return o;
 }
-static void free_op(DevOp &o) { cudaCheck(cudaFree(o.q)); cudaCheck(cudaFree(o.qt)); cudaCheck(cudaFree(o.s)); cudaCheck(cudaFree(o.st)); }
+static void free_op(DevOp &o) {
+    cudaCheck(cudaFree(o.q));
+    cudaCheck(cudaFree(o.qt));
+    cudaCheck(cudaFree(o.s));
+    cudaCheck(cudaFree(o.st));
+}
 
 // out (R, C) row-major, out[r][c] = L_r . Rt_c * sL[r] * sR[c] (+ the old acc0), against the bounds of
 // the header; c_acc the accumulation's share of S (2^-10, or K 2^-19 with fast accumulation).
@@ -218,7 +226,8 @@ static void check_gemm(const char *what, const floatX *d_out, const RefOp &L, co
             p += term;
             mag += fabs(term);
         }
-        const double sc = (double)L.sinv[r] * Rt.sinv[c], old = acc0 ? bf16_to_float((*acc0)[idx]) : 0.0, ref = p * sc + old;
+        const double sc = (double)L.sinv[r] * Rt.sinv[c], old = acc0 ? bf16_to_float((*acc0)[idx]) : 0.0,
+                     ref = p * sc + old;
         const double tol = ldexp(fabs(ref), -8) + (acc0 ? ldexp(fabs(p * sc), -8) : 0.0) + c_acc * mag * sc;
         const double g = bf16_to_float(got[idx]), ratio = isfinite(g) ? fabs(g - ref) / tol : INFINITY;
         if (!(ratio <= 1.0)) bad++;
@@ -228,8 +237,9 @@ static void check_gemm(const char *what, const floatX *d_out, const RefOp &L, co
     }
     const double rms = sqrt(ss_err / ss_ref);
     char detail[200];
-    snprintf(detail, sizeof(detail), "%zu of %zu outside the bound (worst err/tol %.3f); RMS error %.2e of RMS (limit 4e-3)", bad, n,
-             worst, rms);
+    snprintf(detail, sizeof(detail),
+             "%zu of %zu outside the bound (worst err/tol %.3f); RMS error %.2e of RMS (limit 4e-3)", bad, n, worst,
+             rms);
     check(what, bad == 0 && rms <= 4e-3 && ss_ref > 0.0, detail);
 }
 
@@ -267,14 +277,16 @@ static void probe(void) {
         if (!q.info_only) g_row_ok &= ok;
         printf("%-58s | %s\n", q.name, ok ? "runs" : why);
     }
-    if (!g_row_ok) printf("row-scaled GEMMs refused: the trainer refuses -fp8_grain row here; the fallback is measured instead\n");
+    if (!g_row_ok)
+        printf("row-scaled GEMMs refused: the trainer refuses -fp8_grain row here; the fallback is measured instead\n");
 }
 
 // ---------------------------------------------------------------------------------------------
 // 2. validation
 
 static void validate_linear(const char *name, int N, int IN, int OUT) {
-    const std::vector<float> x = bf16_rounded(row_test_tensor(N, IN, 1.0f, 1 + IN)), dy = bf16_rounded(row_test_tensor(N, OUT, 1e-4f, 2 + OUT));
+    const std::vector<float> x = bf16_rounded(row_test_tensor(N, IN, 1.0f, 1 + IN)),
+                             dy = bf16_rounded(row_test_tensor(N, OUT, 1e-4f, 2 + OUT));
     const std::vector<float> w = row_test_tensor(OUT, IN, 0.02f, 3 + N); // the fp32 master
     char what[200];
     snprintf(what, sizeof(what), "%s X", name);
@@ -286,7 +298,8 @@ static void validate_linear(const char *name, int N, int IN, int OUT) {
     const RefOp X = ref_op(x, N, IN, 1), Xt = ref_op(transposed(x, N, IN), IN, N, 1);
     const RefOp W = ref_op(w, OUT, IN, 1), Wt = ref_op(transposed(w, OUT, IN), IN, OUT, 1);
     const RefOp DY = ref_op(dy, N, OUT, 1), DYt = ref_op(transposed(dy, N, OUT), OUT, N, 1);
-    floatX *y = device_alloc<floatX>((size_t)N * OUT), *dx = device_alloc<floatX>((size_t)N * IN), *dw = device_alloc<floatX>((size_t)OUT * IN);
+    floatX *y = device_alloc<floatX>((size_t)N * OUT), *dx = device_alloc<floatX>((size_t)N * IN),
+           *dw = device_alloc<floatX>((size_t)OUT * IN);
     if (g_row_ok) {
         poison(y, (size_t)N * OUT * 2); poison(dx, (size_t)N * IN * 2); poison(dw, (size_t)OUT * IN * 2);
         matmul_fp8_row_fprop(y, (fp8e4 *)dx_op.q, (fp8e4 *)dw_op.q, dx_op.s, dw_op.s, N, IN, OUT, 0);
@@ -313,7 +326,8 @@ static void validate_linear(const char *name, int N, int IN, int OUT) {
     rescale_outer(y, N, OUT, dx_op.s, dw_op.s);
     cudaCheck(cudaDeviceSynchronize());
     snprintf(what, sizeof(what), "%s fallback fprop (unit-scale GEMM + rescale pass)", name);
-    check_gemm(what, y, X, W, ldexp((double)IN, -19) + ldexp(1.0, -8), NULL); // the unscaled sum's bf16 rounding: 2^-8 S more
+    check_gemm(what, y, X, W, ldexp((double)IN, -19) + ldexp(1.0, -8),
+               NULL); // the unscaled sum's bf16 rounding: 2^-8 S more
     for (DevOp *o : {&dx_op, &dw_op, &ddy_op}) free_op(*o);
     cudaCheck(cudaFree(y)); cudaCheck(cudaFree(dx)); cudaCheck(cudaFree(dw)); cudaCheck(cudaFree(one));
 }
@@ -354,9 +368,12 @@ static void bench_linear(int N, int IN, int OUT, float t[3][T_KINDS], float c[6]
         wqt[k] = device_alloc<uint8_t>(nw); dyq[k] = device_alloc<uint8_t>(ndy); dyqt[k] = device_alloc<uint8_t>(ndy);
         xs[k] = device_alloc<float>(N); xst[k] = device_alloc<float>(IN); ws[k] = device_alloc<float>(OUT);
         wst[k] = device_alloc<float>(IN); dys[k] = device_alloc<float>(N); dyst[k] = device_alloc<float>(OUT);
-        bxs[k] = device_alloc<float>(fp8_block_vec_count(N, IN)); bxst[k] = device_alloc<float>(fp8_block_vec_count(IN, N));
-        bdys[k] = device_alloc<float>(fp8_block_vec_count(N, OUT)); bdyst[k] = device_alloc<float>(fp8_block_vec_count(OUT, N));
-        bwg[k] = device_alloc<float>(fp8_block_grid_count(OUT, IN)); bwgt[k] = device_alloc<float>(fp8_block_grid_count(IN, OUT));
+        bxs[k] = device_alloc<float>(fp8_block_vec_count(N, IN));
+        bxst[k] = device_alloc<float>(fp8_block_vec_count(IN, N));
+        bdys[k] = device_alloc<float>(fp8_block_vec_count(N, OUT));
+        bdyst[k] = device_alloc<float>(fp8_block_vec_count(OUT, N));
+        bwg[k] = device_alloc<float>(fp8_block_grid_count(OUT, IN));
+        bwgt[k] = device_alloc<float>(fp8_block_grid_count(IN, OUT));
         fill_uniform(x[k], nx, 11u + k, 1.7f);
         fill_uniform(w32[k], nw, 29u + k, 0.035f);
         fill_uniform(dy[k], ndy, 37u + k, 1.7e-4f);
@@ -385,16 +402,34 @@ static void bench_linear(int N, int IN, int OUT, float t[3][T_KINDS], float c[6]
     }
     // the fallback: E4M3 x E4M3 unit-scale GEMMs (the fprop kind, fast-accumulated: a lower bound for
     // dgrad and wgrad), then the rescale pass over the output
-    t[0][T_FALLBACK] = time_median_ms_queued([&](int i) { int k = i % COPIES;
-        matmul_fp8_fprop(y, (fp8e4 *)xq[k], (fp8e4 *)wq[k], unit, unit, N, IN, OUT, 0); rescale_outer(y, N, OUT, xs[k], ws[k]); });
-    t[1][T_FALLBACK] = time_median_ms_queued([&](int i) { int k = i % COPIES;
-        matmul_fp8_fprop(dx, (fp8e4 *)dyq[k], (fp8e4 *)wqt[k], unit, unit, N, OUT, IN, 0); rescale_outer(dx, N, IN, dys[k], wst[k]); });
-    t[2][T_FALLBACK] = time_median_ms_queued([&](int i) { int k = i % COPIES;
-        matmul_fp8_fprop(dw, (fp8e4 *)dyqt[k], (fp8e4 *)xqt[k], unit, unit, OUT, N, IN, 0); rescale_outer(dw, OUT, IN, dyst[k], xst[k]); });
+    t[0][T_FALLBACK] = time_median_ms_queued([&](int i) {
+        int k = i % COPIES;
+        matmul_fp8_fprop(y, (fp8e4 *)xq[k], (fp8e4 *)wq[k], unit, unit, N, IN, OUT, 0);
+        rescale_outer(y, N, OUT, xs[k], ws[k]);
+    });
+    t[1][T_FALLBACK] = time_median_ms_queued([&](int i) {
+        int k = i % COPIES;
+        matmul_fp8_fprop(dx, (fp8e4 *)dyq[k], (fp8e4 *)wqt[k], unit, unit, N, OUT, IN, 0);
+        rescale_outer(dx, N, IN, dys[k], wst[k]);
+    });
+    t[2][T_FALLBACK] = time_median_ms_queued([&](int i) {
+        int k = i % COPIES;
+        matmul_fp8_fprop(dw, (fp8e4 *)dyqt[k], (fp8e4 *)xqt[k], unit, unit, OUT, N, IN, 0);
+        rescale_outer(dw, OUT, IN, dyst[k], xst[k]);
+    });
     // casts (row-wise first: their codes are what the GEMMs above read), then block's and its GEMMs
-    c[0] = time_median_ms_queued([&](int i) { int k = i % COPIES; fp8_row_cast(xq[k], xs[k], xqt[k], xst[k], x[k], 0, N, IN, amax, NULL, 0); });
-    c[1] = time_median_ms_queued([&](int i) { int k = i % COPIES; fp8_row_cast(dyq[k], dys[k], dyqt[k], dyst[k], dy[k], 0, N, OUT, amax, NULL, 0); });
-    c[2] = time_median_ms_queued([&](int i) { int k = i % COPIES; fp8_row_cast(wq[k], ws[k], wqt[k], wst[k], w32[k], 1, OUT, IN, amax, NULL, 0); });
+    c[0] = time_median_ms_queued([&](int i) {
+        int k = i % COPIES;
+        fp8_row_cast(xq[k], xs[k], xqt[k], xst[k], x[k], 0, N, IN, amax, NULL, 0);
+    });
+    c[1] = time_median_ms_queued([&](int i) {
+        int k = i % COPIES;
+        fp8_row_cast(dyq[k], dys[k], dyqt[k], dyst[k], dy[k], 0, N, OUT, amax, NULL, 0);
+    });
+    c[2] = time_median_ms_queued([&](int i) {
+        int k = i % COPIES;
+        fp8_row_cast(wq[k], ws[k], wqt[k], wst[k], w32[k], 1, OUT, IN, amax, NULL, 0);
+    });
     c[3] = time_median_ms_queued([&](int i) { int k = i % COPIES;
         fp8_block_cast(xq[k], bxs[k], xqt[k], bxst[k], FP8_E4M3, x[k], N, IN, amax, NULL, 0); });
     c[4] = time_median_ms_queued([&](int i) { int k = i % COPIES;
@@ -409,19 +444,27 @@ static void bench_linear(int N, int IN, int OUT, float t[3][T_KINDS], float c[6]
         matmul_fp8_block_wgrad(dw, (fp8e5 *)dyqt[k], (fp8e4 *)xqt[k], bdyst[k], bxst[k], N, IN, OUT, 0, 0); });
     cudaCheck(cudaDeviceSynchronize());
     for (int k = 0; k < COPIES; k++)
-        for (void *p : {(void *)x[k], (void *)dy[k], (void *)w32[k], (void *)xq[k], (void *)xqt[k], (void *)wq[k], (void *)wqt[k],
-                        (void *)dyq[k], (void *)dyqt[k], (void *)xs[k], (void *)xst[k], (void *)ws[k], (void *)wst[k], (void *)dys[k],
-                        (void *)dyst[k], (void *)bxs[k], (void *)bxst[k], (void *)bwg[k], (void *)bwgt[k], (void *)bdys[k], (void *)bdyst[k]})
+        for (void *p :
+             {(void *)x[k],    (void *)dy[k],   (void *)w32[k],  (void *)xq[k],  (void *)xqt[k],  (void *)wq[k],
+              (void *)wqt[k],  (void *)dyq[k],  (void *)dyqt[k], (void *)xs[k],  (void *)xst[k],  (void *)ws[k],
+              (void *)wst[k],  (void *)dys[k],  (void *)dyst[k], (void *)bxs[k], (void *)bxst[k], (void *)bwg[k],
+              (void *)bwgt[k], (void *)bdys[k], (void *)bdyst[k]})
             cudaCheck(cudaFree(p));
     for (void *p : {(void *)y, (void *)dx, (void *)dw, (void *)unit, (void *)amax}) cudaCheck(cudaFree(p));
 }
 
 static void bench(void) {
     const int N = 8192;
-    struct { const char *name; int IN, OUT; } lins[4] = {{"qkv", 4096, 12288}, {"wo", 4096, 4096}, {"w13", 4096, 22016}, {"w2", 11008, 4096}};
+    struct {
+        const char *name;
+        int IN, OUT;
+    } lins[4] = {{"qkv", 4096, 12288}, {"wo", 4096, 4096}, {"w13", 4096, 22016}, {"w2", 11008, 4096}};
     const char *gemm[3] = {"fprop", "dgrad", "wgrad"};
-    printf("\nLlama-2-7B linears, N = %d tokens: ms (TFLOP/s), median of 25; fallback = unit-scale GEMM + rescale pass\n", N);
-    printf("%-4s %-5s | %14s %14s %14s %14s | %8s %8s\n", "lin", "gemm", "per-tensor", "block", "row", "fallback", "row/tens", "row/blk");
+    printf(
+        "\nLlama-2-7B linears, N = %d tokens: ms (TFLOP/s), median of 25; fallback = unit-scale GEMM + rescale pass\n",
+        N);
+    printf("%-4s %-5s | %14s %14s %14s %14s | %8s %8s\n", "lin", "gemm", "per-tensor", "block", "row", "fallback",
+           "row/tens", "row/blk");
     float sum[T_KINDS] = {0}, csum[6] = {0};
     for (auto &l : lins) {
         float t[3][T_KINDS], c[6];
@@ -438,8 +481,10 @@ static void bench(void) {
     printf("%-10s |", "all 12");
     for (int k = 0; k < T_KINDS; k++) printf(" %6.3f %7s", sum[k], "");
     printf(" | %7.3fx %7.3fx\n", sum[T_ROW] / sum[T_TENSOR], sum[T_ROW] / sum[T_BLOCK]);
-    printf("casts of the 4 linears, ms: row X both %.3f, dY both %.3f, W both from fp32 %.3f | block X both %.3f, dY both %.3f,"
-           " W from fp32 %.3f\n", csum[0], csum[1], csum[2], csum[3], csum[4], csum[5]);
+    printf("casts of the 4 linears, ms: row X both %.3f, dY both %.3f, W both from fp32 %.3f | block X both %.3f, dY "
+           "both %.3f,"
+           " W from fp32 %.3f\n",
+           csum[0], csum[1], csum[2], csum[3], csum[4], csum[5]);
 }
 
 int main(int argc, char **argv) {

@@ -469,11 +469,12 @@ static void ref_set_fp8_grain(RefModel *model, int lin, int grain, int pow2) {
 // The fallback of issue 34, called after each optimizer step (ref_train_step) that ran grad_accum
 // micro-steps: a per-tensor fp8 linear whose X, W or dY lost more than `threshold` of the values its
 // casts cast in the step (underflows plus saturations: the step's fp8_counts) in each of `patience`
-// consecutive steps takes grain `target` (FP8_GRAIN_BLOCK or FP8_GRAIN_BF16) from the next step on,
+// consecutive steps takes grain `target` (FP8_GRAIN_BLOCK, FP8_GRAIN_BF16 or FP8_GRAIN_ROW) from the next step on,
 // for good. Returns the number of linears switched by this call.
 static int ref_fp8_auto_grain(RefModel *model, int grad_accum, double threshold, int patience, int target) {
     if (!model->fp8) FATAL("reference model: the fp8 fallback needs fp8 emulation");
-    if (target != FP8_GRAIN_BLOCK && target != FP8_GRAIN_BF16) FATAL("reference model: fp8 fallback grain must be block or bf16, got %d", target);
+    if (target != FP8_GRAIN_BLOCK && target != FP8_GRAIN_BF16 && target != FP8_GRAIN_ROW)
+        FATAL("reference model: fp8 fallback grain must be block, bf16 or row, got %d", target);
     if (patience < 1) FATAL("reference model: fp8 fallback patience must be >= 1, got %d", patience);
     if (model->fp8_grain == NULL) ref_fp8_grain_alloc(model);
     int nlin = fp8_num_linears(&model->cfg, model->fp8_lm_head), switched = 0;

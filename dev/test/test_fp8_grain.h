@@ -4,7 +4,8 @@ dev/results/fp8_outliers/design.md): the block cast on hand-computed tensors wit
 block-scaled GEMM against the product of the dequantized operands, a block linear's three GEMMs
 exact on values that every block holds exactly (where per-tensor scaling flushes a whole block), and
 training steps with block linears against the fp32 reference and the per-tensor emulation, and the
-fallback that moves a linear whose casts keep losing values to block scaling or to bf16.
+fallback that moves a linear whose casts keep losing values to block scaling, to bf16 or to row-wise
+scaling; and the row-wise casts, GEMM and linear (fp8 row-wise scaling, issue 42).
 */
 #ifndef DEV_TEST_TEST_FP8_GRAIN_H
 #define DEV_TEST_TEST_FP8_GRAIN_H
@@ -254,8 +255,9 @@ static void test_grain_training_step(void) {
 // those this test finds over 1% (underflows plus saturations over the values cast, from the step's
 // counts and the linears' shapes) in that step and the one before, layer 0's w2 among them, and none
 // after the first step. With target block the switched w2 then loses under 1% of its X (the
-// outlier's 1x128 block holds 127 of its 2 x 64 x 256 row-wise and transposed values); with target
-// bf16 it casts nothing at all.
+// outlier's 1x128 block holds 127 of its 2 x 64 x 256 row-wise and transposed values), with target
+// row too (the outlier's token holds 255; its channel is 0 at every other token); with target bf16 it
+// casts nothing at all.
 static void test_grain_auto_fallback(void) {
     const LlamaConfig cfg = {64, 2, 128, 2, 1, 256, 32, 10000.0f, 1e-5f};
     enum { B = 2, T = 32, NLIN = 8, TOK = 7, DIM = 5 };
@@ -268,7 +270,9 @@ static void test_grain_auto_fallback(void) {
     inputs[0] = TOK;
     const int rows[LINS_PER_LAYER] = {config_qkv_width(&cfg), cfg.C, 2 * cfg.FF, cfg.C};
     const int cols[LINS_PER_LAYER] = {cfg.C, cfg.C, cfg.C, cfg.FF};
-    for (int target = FP8_GRAIN_BLOCK; target <= FP8_GRAIN_BF16; target++) {
+    const int grains[3] = {FP8_GRAIN_BLOCK, FP8_GRAIN_BF16, FP8_GRAIN_ROW};
+    for (int ti = 0; ti < 3; ti++) {
+        const int target = grains[ti];
         RefModel m;
         ref_init(&m, &cfg, B, T, 1, 0, 0, 4, 0);
         ref_init_weights(&m, 3);
@@ -277,6 +281,7 @@ static void test_grain_auto_fallback(void) {
         for (int c = 0; c < cfg.C; c++) { wte[(size_t)TOK * cfg.C + c] = c == DIM ? 1.0f : 0.0f; up[c] = c == DIM ? 3000.0f : 0.0f; }
         for (int c = 0; c < cfg.C; c++) m.param_ptr[P_WO][(size_t)DIM * cfg.C + c] = 0.0f; // attention adds nothing to it
         int over_before[NLIN] = {0};
+        double x_lost_tensor = 0.0; // the fraction of w2's X per-tensor scaling lost in step 1, before its switch
         for (int step = 0; step < 3; step++) {
             int grain_before[NLIN];
             for (int lin = 0; lin < NLIN; lin++) grain_before[lin] = m.fp8_grain ? m.fp8_grain[lin] : FP8_GRAIN_TENSOR;
@@ -299,13 +304,23 @@ static void test_grain_auto_fallback(void) {
                       m.fp8_grain[lin], over[lin], over_before[lin]);
                 over_before[lin] = grain_before[lin] == FP8_GRAIN_TENSOR && over[lin];
             }
-            if (step == 1) CHECK(m.fp8_grain[LIN_W2] == target, "target %d: layer 0's w2 should have switched after step 1", target);
+            if (step == 1) {
+                const uint64_t *cx = m.fp8_counts + FP8_COUNTS * fp8_tensor_index(0, LIN_W2, FP8_X);
+                x_lost_tensor = (double)(cx[0] + cx[1]) / ((double)B * T * cfg.FF);
+                CHECK(m.fp8_grain[LIN_W2] == target, "target %d: layer 0's w2 should have switched after step 1", target);
+            }
             if (step == 2) {
                 const uint64_t *cx = m.fp8_counts + FP8_COUNTS * fp8_tensor_index(0, LIN_W2, FP8_X);
                 const uint64_t *cw = m.fp8_counts + FP8_COUNTS * fp8_tensor_index(0, LIN_W2, FP8_W);
                 if (target == FP8_GRAIN_BLOCK) {
                     // the block casts count X twice (rows, transposed): 2 B T FF values
                     CHECK((double)cx[FP8_UNDERFLOWS] < 0.01 * 2 * B * T * cfg.FF, "block: layer 0 w2 X lost %llu values", (unsigned long long)cx[FP8_UNDERFLOWS]);
+                } else if (target == FP8_GRAIN_ROW) {
+                    // the outlier's token loses most of its row in the per-token cast (and other tokens their
+                    // smallest values), but less of X than per-tensor scaling lost
+                    double lost = (double)(cx[0] + cx[1]) / (2.0 * B * T * cfg.FF);
+                    CHECK(lost < x_lost_tensor, "row: layer 0 w2 X lost %.4f of its values, per-tensor %.4f the step before", lost,
+                          x_lost_tensor);
                 } else {
                     CHECK(cx[0] + cx[1] + cw[0] + cw[1] == 0 && m.fp8_state[m.fp8_layout.amax_slot + fp8_tensor_index(0, LIN_W2, FP8_X)] == 0.0f,
                           "bf16: layer 0 w2 still casts (%llu %llu counts)", (unsigned long long)(cx[0] + cx[1]), (unsigned long long)(cw[0] + cw[1]));
@@ -491,7 +506,7 @@ static void run_fp8_grain_tests(void) {
     run_test("fp8 grain: row GEMM = double product of the dequantized operands", test_grain_row_gemm);
     run_test("fp8 grain: row linear's Y, dX, dW exact where every row and column holds its values; per-tensor loses some", test_grain_row_linear_exact);
     run_test("fp8 grain: training steps with block and row linears: gradient and losses vs fp32, no worse than per-tensor", test_grain_training_step);
-    run_test("fp8 grain: the fallback switches exactly the linears over 1% in 2 consecutive steps, to block or bf16", test_grain_auto_fallback);
+    run_test("fp8 grain: the fallback switches exactly the linears over 1% in 2 consecutive steps, to block, bf16 or row", test_grain_auto_fallback);
     run_test("fp8 grain: a grain change inside an optimizer step is refused", test_grain_refusals);
 }
 
