@@ -188,8 +188,8 @@ static void fp8_live_scale(Fp8State *f, int recording, int t, cudaStream_t strea
 // buffer), and fp8_site_finish casts it with grain_cast: row-wise to out with its scale_invs sinv and,
 // with out_t, transposed to out_t with sinv_t (either may be NULL, not both), recording the tensor's
 // amax and counting every cast made when the pass records.
-static Fp8Site fp8_site_grain(Fp8State *f, Fp8Pass p, int t, Fp8GrainCast grain_cast, void *out, float *sinv, void *out_t,
-                              float *sinv_t, floatX *bf16, int rows, int cols) {
+static Fp8Site fp8_site_grain(Fp8State *f, Fp8Pass p, int t, Fp8GrainCast grain_cast, void *out, float *sinv,
+                              void *out_t, float *sinv_t, floatX *bf16, int rows, int cols) {
     Fp8Site s = fp8_site(f, p, t, NULL, bf16 ? bf16 : f->live_bf16, (size_t)rows * cols);
     memset(&s.cast, 0, sizeof(s.cast));
     s.live = 0;
@@ -207,8 +207,8 @@ static void fp8_block_cast_existing(const Fp8State *f, Fp8Pass p, int t, void *o
 }
 
 // fp8_site_grain of a block-scaled linear: one scale per 1x128 block from that block's own amax.
-static Fp8Site fp8_site_block(Fp8State *f, Fp8Pass p, int t, void *out, float *sinv, void *out_t, float *sinv_t, floatX *bf16,
-                              int rows, int cols) {
+static Fp8Site fp8_site_block(Fp8State *f, Fp8Pass p, int t, void *out, float *sinv, void *out_t, float *sinv_t,
+                              floatX *bf16, int rows, int cols) {
     return fp8_site_grain(f, p, t, fp8_block_cast_existing, out, sinv, out_t, sinv_t, bf16, rows, cols);
 }
 

@@ -159,7 +159,10 @@ static MatmulKindInfo matmul_kind_info(int kind) {
     case MM_FP8B_WGRAD: k = matmul_kind_info(MM_FP8_WGRAD); k.a_scale = MATMUL_SCALE_VEC128; k.b_scale = MATMUL_SCALE_VEC128; break;
     case MM_FP8R_FPROP: k = matmul_kind_info(MM_FP8_FPROP); k.a_scale = k.b_scale = MATMUL_SCALE_OUTER; break;
     case MM_FP8R_DGRAD: case MM_FP8R_WGRAD: // dY is E4M3 too (torchao's row-wise recipe)
-        k = matmul_kind_info(MM_FP8_DGRAD); k.b_type = CUDA_R_8F_E4M3; k.a_scale = k.b_scale = MATMUL_SCALE_OUTER; break;
+        k = matmul_kind_info(MM_FP8_DGRAD);
+        k.b_type = CUDA_R_8F_E4M3;
+        k.a_scale = k.b_scale = MATMUL_SCALE_OUTER;
+        break;
     default: FATAL("matmul: unknown GEMM kind %d", kind);
     }
     return k;
@@ -247,7 +250,9 @@ static MatmulPlan *matmul_get_plan(int kind, int m, int n, int k, int accumulate
     if (p->num_algos == 0) {
         FATAL("matmul: cuBLASLt has no algorithm for %s m=%d n=%d k=%d (alignments A %d, B %d, D %d bytes)%s",
               MATMUL_KIND_NAMES[kind], m, n, k, align[0], align[1], align[2],
-              matmul_kind_info(kind).is_fp8 ? "; fp8 GEMMs need compute capability 8.9 or 9.0 (Ada/Hopper) and cuBLAS 12+" : "");
+              matmul_kind_info(kind).is_fp8
+                  ? "; fp8 GEMMs need compute capability 8.9 or 9.0 (Ada/Hopper) and cuBLAS 12+"
+                  : "");
     }
     g_matmul_num_plans++;
     return p;

@@ -330,8 +330,8 @@ static float ref_fp8_block_scale(float amax, float fmax, int pow2) {
 // blocks of a row or column partial: out gets the decoded codes (scaled domain),
 // sinv[(r / br) * ceil(cols / bc) + c / bc] the block's 1 / scale. Adds the cast's underflows and
 // saturations to counts; returns the largest |value| (NaN if there is one).
-static float ref_fp8_tile_cast(const ref_real *in, size_t rows, size_t cols, size_t br, size_t bc, Fp8Format fmt, int pow2,
-                               int round_bf16, ref_real *out, float *sinv, uint64_t counts[FP8_COUNTS]) {
+static float ref_fp8_tile_cast(const ref_real *in, size_t rows, size_t cols, size_t br, size_t bc, Fp8Format fmt,
+                               int pow2, int round_bf16, ref_real *out, float *sinv, uint64_t counts[FP8_COUNTS]) {
     size_t nbc = ref_ceil_div(cols, bc);
     float tensor_amax = 0.0f;
     for (size_t r0 = 0; r0 < rows; r0 += br) {
@@ -438,7 +438,8 @@ static void ref_fp8_grain_alloc(RefModel *model) {
         size_t off;
         ref_linear_shape(model, i, &M, &K, &off);
         model->fp8_w_sinv_off[i] = total;
-        total += ref_fp8_block_count(M, K, FP8_BLOCK) > (size_t)M ? ref_fp8_block_count(M, K, FP8_BLOCK) : (size_t)M; // block or row
+        size_t grid = ref_fp8_block_count(M, K, FP8_BLOCK);
+        total += grid > (size_t)M ? grid : (size_t)M; // a block linear's grid, or a row linear's M row scales
         if ((size_t)(M > K ? M : K) > widest) widest = M > K ? M : K;
         if ((size_t)M * K > wmax) wmax = (size_t)M * K;
     }
@@ -565,8 +566,8 @@ static float ref_fp8_row_cast(const ref_real *in, size_t rows, size_t cols, int 
 
 // out (I, J) = (or += with accumulate) (sum over k of a[i, k] b[j, k]) * sa[i] * sb[j], a (I, K) and
 // b (J, K) row-major with their row scale_invs.
-static void ref_fp8_row_gemm(ref_real *out, const ref_real *a, const float *sa, const ref_real *b, const float *sb, int I,
-                             int J, int K, int accumulate) {
+static void ref_fp8_row_gemm(ref_real *out, const ref_real *a, const float *sa, const ref_real *b, const float *sb,
+                             int I, int J, int K, int accumulate) {
     ref_fp8_tile_gemm(out, a, sa, 1, b, sb, 1, I, J, K, K > 0 ? K : 1, accumulate);
 }
 
@@ -586,19 +587,20 @@ static void ref_fp8_cast_weight_row(RefModel *model, int lin) {
 }
 
 // Forward of a row linear: X (N, K) per token times W (M, K) per output row.
-static void ref_linear_forward_row(RefModel *model, int lin, ref_real *out, const ref_real *inp, ref_real *xq, size_t w, int N,
-                                   int K, int M) {
+static void ref_linear_forward_row(RefModel *model, int lin, ref_real *out, const ref_real *inp, ref_real *xq, size_t w,
+                                   int N, int K, int M) {
     uint64_t counts[FP8_COUNTS] = {0, 0};
     float amax = ref_fp8_row_cast(inp, N, K, model->fp8_bf16_inputs, xq, model->fp8_sinv_a, counts);
     ref_fp8_block_record(model, FP8_KINDS * lin + FP8_X, amax, counts);
-    ref_fp8_row_gemm(out, xq, model->fp8_sinv_a, model->params_fp8 + w, model->fp8_w_sinv + model->fp8_w_sinv_off[lin], N, M, K, 0);
+    ref_fp8_row_gemm(out, xq, model->fp8_sinv_a, model->params_fp8 + w, model->fp8_w_sinv + model->fp8_w_sinv_off[lin],
+                     N, M, K, 0);
 }
 
 // Its backward. dgrad dX = dY W: dY (N, M) per token times W^T (K, M) per row, cast afresh from the
 // weights before each dgrad (its counts kept nowhere: W's are its row-wise cast's). wgrad dW += dY^T X:
 // dY^T (M, N) and X^T (K, N), each cast afresh per row, i.e. per column of dY and X over the tokens.
-static void ref_linear_backward_row(RefModel *model, int lin, ref_real *dinp, const ref_real *dout, const ref_real *inp, size_t w,
-                                    int N, int K, int M) {
+static void ref_linear_backward_row(RefModel *model, int lin, ref_real *dinp, const ref_real *dout, const ref_real *inp,
+                                    size_t w, int N, int K, int M) {
     int rb = model->fp8_bf16_inputs;
     uint64_t cx[FP8_COUNTS] = {0, 0}, cdy[FP8_COUNTS] = {0, 0}, cwt[FP8_COUNTS] = {0, 0};
     ref_real *dyq = model->acts.dyq, *tq = model->fp8_tq, *tr = model->fp8_tr;
@@ -612,7 +614,8 @@ static void ref_linear_backward_row(RefModel *model, int lin, ref_real *dinp, co
     ref_transpose(tr, inp, N, K);
     float amax_x = ref_fp8_row_cast(tr, K, N, rb, tq, sb, cx);
     ref_fp8_row_gemm(model->grads + w, dyq, sa, tq, sb, M, K, N, 1);
-    ref_fp8_block_record(model, FP8_KINDS * lin + FP8_DY, isnan(amax_dyt) || amax_dyt > amax_dy ? amax_dyt : amax_dy, cdy);
+    ref_fp8_block_record(model, FP8_KINDS * lin + FP8_DY, isnan(amax_dyt) || amax_dyt > amax_dy ? amax_dyt : amax_dy,
+                         cdy);
     ref_fp8_block_record(model, FP8_KINDS * lin + FP8_X, amax_x, cx);
 }
 

@@ -219,7 +219,8 @@ static void test_grain_training_step(void) {
         RefModel m;
         ref_init(&m, &cfg, B, T, mode >= 0, 0, 0, 4, 0);
         ref_init_weights(&m, 3);
-        for (int lin = 0; mode >= 1 && lin < LINS_PER_LAYER * cfg.L; lin++) ref_set_fp8_grain(&m, lin, mode == 3 ? FP8_GRAIN_ROW : FP8_GRAIN_BLOCK, mode == 2);
+        for (int lin = 0; mode >= 1 && lin < LINS_PER_LAYER * cfg.L; lin++)
+            ref_set_fp8_grain(&m, lin, mode == 3 ? FP8_GRAIN_ROW : FP8_GRAIN_BLOCK, mode == 2);
         ref_compute_grads(&m, inputs, targets, 1);
         if (mode < 0) {
             ref_grads = (float *)mallocCheck(m.num_params * sizeof(float));
@@ -237,11 +238,13 @@ static void test_grain_training_step(void) {
     }
     for (int k = 1; k < 4; k++) {
         const char *name = k == 1 ? "block, fp32 scales" : k == 2 ? "block, pow2 scales" : "row";
-        CHECK(err[k] < 0.1 && err[k] <= 1.25 * err[0], "%s: gradient error %.3e, per-tensor %.3e", name, err[k], err[0]);
+        CHECK(err[k] < 0.1 && err[k] <= 1.25 * err[0], "%s: gradient error %.3e, per-tensor %.3e", name, err[k],
+              err[0]);
         for (int s = 0; s < 3; s++) {
             float d = fabsf(losses[k + 1][s] - losses[0][s]), d_pt = fabsf(losses[1][s] - losses[0][s]);
-            CHECK(d <= 0.01f * losses[0][s] && losses[k + 1][2] < losses[k + 1][0], "%s step %d: loss %.6f, fp32 %.6f (per-tensor off by %.2e)",
-                  name, s, losses[k + 1][s], losses[0][s], d_pt);
+            CHECK(d <= 0.01f * losses[0][s] && losses[k + 1][2] < losses[k + 1][0],
+                  "%s step %d: loss %.6f, fp32 %.6f (per-tensor off by %.2e)", name, s, losses[k + 1][s], losses[0][s],
+                  d_pt);
         }
     }
     free(ref_grads);
@@ -307,7 +310,8 @@ static void test_grain_auto_fallback(void) {
             if (step == 1) {
                 const uint64_t *cx = m.fp8_counts + FP8_COUNTS * fp8_tensor_index(0, LIN_W2, FP8_X);
                 x_lost_tensor = (double)(cx[0] + cx[1]) / ((double)B * T * cfg.FF);
-                CHECK(m.fp8_grain[LIN_W2] == target, "target %d: layer 0's w2 should have switched after step 1", target);
+                CHECK(m.fp8_grain[LIN_W2] == target, "target %d: layer 0's w2 should have switched after step 1",
+                      target);
             }
             if (step == 2) {
                 const uint64_t *cx = m.fp8_counts + FP8_COUNTS * fp8_tensor_index(0, LIN_W2, FP8_X);
@@ -319,7 +323,8 @@ static void test_grain_auto_fallback(void) {
                     // the outlier's token loses most of its row in the per-token cast (and other tokens their
                     // smallest values), but less of X than per-tensor scaling lost
                     double lost = (double)(cx[0] + cx[1]) / (2.0 * B * T * cfg.FF);
-                    CHECK(lost < x_lost_tensor, "row: layer 0 w2 X lost %.4f of its values, per-tensor %.4f the step before", lost,
+                    CHECK(lost < x_lost_tensor,
+                          "row: layer 0 w2 X lost %.4f of its values, per-tensor %.4f the step before", lost,
                           x_lost_tensor);
                 } else {
                     CHECK(cx[0] + cx[1] + cw[0] + cw[1] == 0 && m.fp8_state[m.fp8_layout.amax_slot + fp8_tensor_index(0, LIN_W2, FP8_X)] == 0.0f,
@@ -344,28 +349,33 @@ static void test_grain_row_cast(void) {
     in[5] = 3000.0f;
     uint64_t c[FP8_COUNTS] = {0, 0};
     float amax = ref_fp8_row_cast(in, 2, 256, 0, out, sinv, c);
-    CHECK(amax == 3000.0f && sinv[0] == 8.0f && sinv[1] == ldexpf(1.0f, -18), "per row: amax %g, scale_invs %g %g, want 3000, 8, 2^-18",
-          amax, sinv[0], sinv[1]);
-    CHECK(c[FP8_UNDERFLOWS] == 255 && c[FP8_SATURATIONS] == 0, "per row: %llu underflows %llu saturations, want 255 and 0",
-          (unsigned long long)c[FP8_UNDERFLOWS], (unsigned long long)c[FP8_SATURATIONS]);
-    CHECK(out[5] == 384.0f && out[6] == 0.0f && out[256 + 1] == 256.0f && out[256 + 2] == -256.0f, "per row codes: %g %g %g %g",
-          out[5], out[6], out[256 + 1], out[256 + 2]);
+    CHECK(amax == 3000.0f && sinv[0] == 8.0f && sinv[1] == ldexpf(1.0f, -18),
+          "per row: amax %g, scale_invs %g %g, want 3000, 8, 2^-18", amax, sinv[0], sinv[1]);
+    CHECK(c[FP8_UNDERFLOWS] == 255 && c[FP8_SATURATIONS] == 0,
+          "per row: %llu underflows %llu saturations, want 255 and 0", (unsigned long long)c[FP8_UNDERFLOWS],
+          (unsigned long long)c[FP8_SATURATIONS]);
+    CHECK(out[5] == 384.0f && out[6] == 0.0f && out[256 + 1] == 256.0f && out[256 + 2] == -256.0f,
+          "per row codes: %g %g %g %g", out[5], out[6], out[256 + 1], out[256 + 2]);
     for (int r = 0; r < 2; r++)
         for (int k = 0; k < 256; k++) t[k * 2 + r] = in[r * 256 + k];
     uint64_t ct[FP8_COUNTS] = {0, 0};
     ref_fp8_row_cast(t, 256, 2, 0, out, sinv, ct);
     int others = 0;
     for (int k = 0; k < 256; k++) others += k != 5 && sinv[k] == ldexpf(1.0f, -18);
-    CHECK(ct[FP8_UNDERFLOWS] == 1 && sinv[5] == 8.0f && others == 255, "per column: %llu underflows (want 1), column 5's scale_inv %g"
-          " (want 8), %d others at 2^-18 (want 255)", (unsigned long long)ct[FP8_UNDERFLOWS], sinv[5], others);
+    CHECK(ct[FP8_UNDERFLOWS] == 1 && sinv[5] == 8.0f && others == 255,
+          "per column: %llu underflows (want 1), column 5's scale_inv %g"
+          " (want 8), %d others at 2^-18 (want 255)",
+          (unsigned long long)ct[FP8_UNDERFLOWS], sinv[5], others);
     float sp[3 * 16] = {0}, sq[3 * 16], ss[3];
     sp[16 + 3] = NAN;
     sp[16 + 4] = 1.0f;
     for (int k = 0; k < 16; k++) sp[32 + k] = ldexpf(1.0f, -130);
     uint64_t cs[FP8_COUNTS] = {0, 0};
     float sa = ref_fp8_row_cast(sp, 3, 16, 0, sq, ss, cs);
-    CHECK(ss[0] == 1.0f && ss[1] == 1.0f && ss[2] == ldexpf(1.0f, -127) && isnan(sa) && sq[16 + 4] == 1.0f && sq[32] == 0.125f,
-          "zero / NaN / tiny rows: scale_invs %g %g %g (want 1, 1, 2^-127), amax %g, codes %g %g", ss[0], ss[1], ss[2], sa, sq[16 + 4], sq[32]);
+    CHECK(ss[0] == 1.0f && ss[1] == 1.0f && ss[2] == ldexpf(1.0f, -127) && isnan(sa) && sq[16 + 4] == 1.0f &&
+              sq[32] == 0.125f,
+          "zero / NaN / tiny rows: scale_invs %g %g %g (want 1, 1, 2^-127), amax %g, codes %g %g", ss[0], ss[1], ss[2],
+          sa, sq[16 + 4], sq[32]);
 }
 
 // The row GEMM against its definition, the double product of the dequantized operands (code times its
@@ -430,11 +440,14 @@ static void test_grain_row_linear_exact(void) {
     float *w = model.param_ptr[P_W2];
     uint64_t rng = 13;
     for (int n = 0; n < N; n++) {
-        for (int k = 0; k < K; k++) x[n * K + k] = grain_row_value(&rng, n % 2 ? -13 : 0, k % 2 ? -3 : 0, n == 0 || k == 0);
-        for (int m = 0; m < M; m++) dy[n * M + m] = grain_row_value(&rng, n % 3 == 1 ? -8 : 0, m % 2 ? -3 : 0, n == 0 || m == 0);
+        for (int k = 0; k < K; k++)
+            x[n * K + k] = grain_row_value(&rng, n % 2 ? -13 : 0, k % 2 ? -3 : 0, n == 0 || k == 0);
+        for (int m = 0; m < M; m++)
+            dy[n * M + m] = grain_row_value(&rng, n % 3 == 1 ? -8 : 0, m % 2 ? -3 : 0, n == 0 || m == 0);
     }
     for (int m = 0; m < M; m++)
-        for (int k = 0; k < K; k++) w[m * K + k] = grain_row_value(&rng, m % 2 ? -3 : 0, k % 2 ? -3 : 0, m == 0 || k == 0);
+        for (int k = 0; k < K; k++)
+            w[m * K + k] = grain_row_value(&rng, m % 2 ? -3 : 0, k % 2 ? -3 : 0, m == 0 || k == 0);
     memcpy(pt.param_ptr[P_W2], w, M * K * sizeof(float));
     ref_fp8_cast_weights(&model);
     model.micro_step = 0;
@@ -450,7 +463,8 @@ static void test_grain_row_linear_exact(void) {
         for (int k = 0; k < K; k++) {
             double s = 0.0;
             for (int m = 0; m < M; m++) s += (double)dy[n * M + m] * w[m * K + k];
-            if (dx[n * K + k] != (float)s && bad_dx++ < 3) CHECK(0, "dX[%d][%d] = %.9g, want %.9g", n, k, dx[n * K + k], s);
+            if (dx[n * K + k] != (float)s && bad_dx++ < 3)
+                CHECK(0, "dX[%d][%d] = %.9g, want %.9g", n, k, dx[n * K + k], s);
         }
     }
     for (int m = 0; m < M; m++) {
@@ -463,13 +477,16 @@ static void test_grain_row_linear_exact(void) {
     }
     for (int kind = 0; kind < FP8_KINDS; kind++) {
         int t = fp8_tensor_index(0, LIN_W2, kind);
-        CHECK(model.fp8_counts[FP8_COUNTS * t + FP8_UNDERFLOWS] == 0 && model.fp8_counts[FP8_COUNTS * t + FP8_SATURATIONS] == 0,
+        CHECK(model.fp8_counts[FP8_COUNTS * t + FP8_UNDERFLOWS] == 0 &&
+                  model.fp8_counts[FP8_COUNTS * t + FP8_SATURATIONS] == 0,
               "row %s: %llu underflows %llu saturations, want none", FP8_KIND_NAMES[kind],
-              (unsigned long long)model.fp8_counts[FP8_COUNTS * t + FP8_UNDERFLOWS], (unsigned long long)model.fp8_counts[FP8_COUNTS * t + FP8_SATURATIONS]);
+              (unsigned long long)model.fp8_counts[FP8_COUNTS * t + FP8_UNDERFLOWS],
+              (unsigned long long)model.fp8_counts[FP8_COUNTS * t + FP8_SATURATIONS]);
     }
     const float *slot = model.fp8_state + model.fp8_layout.amax_slot;
     CHECK(slot[fp8_tensor_index(0, LIN_W2, FP8_X)] == 1.0f && slot[fp8_tensor_index(0, LIN_W2, FP8_W)] == 1.0f &&
-          slot[fp8_tensor_index(0, LIN_W2, FP8_DY)] == 1.0f, "row slots X %g W %g dY %g, want the amaxes 1", slot[fp8_tensor_index(0, LIN_W2, FP8_X)],
+              slot[fp8_tensor_index(0, LIN_W2, FP8_DY)] == 1.0f,
+          "row slots X %g W %g dY %g, want the amaxes 1", slot[fp8_tensor_index(0, LIN_W2, FP8_X)],
           slot[fp8_tensor_index(0, LIN_W2, FP8_W)], slot[fp8_tensor_index(0, LIN_W2, FP8_DY)]);
     ref_fp8_cast_weights(&pt);
     pt.micro_step = 0;
@@ -502,11 +519,19 @@ static void run_fp8_grain_tests(void) {
     run_test("fp8 grain: 128x128 cast of a weight with one outlier", test_grain_block_cast_weight);
     run_test("fp8 grain: block GEMM = double product of the dequantized operands", test_grain_block_gemm);
     run_test("fp8 grain: block linear's Y, dX, dW exact where every block holds its values; per-tensor flushes a block", test_grain_block_linear_exact);
-    run_test("fp8 grain: row casts per row and per column: pow2 scales, the outlier's row / column only loses, zero, NaN, tiny", test_grain_row_cast);
+    run_test("fp8 grain: row casts per row and per column: pow2 scales, the outlier's row / column only loses, zero, "
+             "NaN, tiny",
+             test_grain_row_cast);
     run_test("fp8 grain: row GEMM = double product of the dequantized operands", test_grain_row_gemm);
-    run_test("fp8 grain: row linear's Y, dX, dW exact where every row and column holds its values; per-tensor loses some", test_grain_row_linear_exact);
-    run_test("fp8 grain: training steps with block and row linears: gradient and losses vs fp32, no worse than per-tensor", test_grain_training_step);
-    run_test("fp8 grain: the fallback switches exactly the linears over 1% in 2 consecutive steps, to block, bf16 or row", test_grain_auto_fallback);
+    run_test(
+        "fp8 grain: row linear's Y, dX, dW exact where every row and column holds its values; per-tensor loses some",
+        test_grain_row_linear_exact);
+    run_test(
+        "fp8 grain: training steps with block and row linears: gradient and losses vs fp32, no worse than per-tensor",
+        test_grain_training_step);
+    run_test(
+        "fp8 grain: the fallback switches exactly the linears over 1% in 2 consecutive steps, to block, bf16 or row",
+        test_grain_auto_fallback);
     run_test("fp8 grain: a grain change inside an optimizer step is refused", test_grain_refusals);
 }
 
