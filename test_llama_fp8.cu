@@ -594,6 +594,7 @@ static void test_fp8_vs_pytorch_fixture(void) {
 
 #define PROBE_MAX_L 4
 typedef struct {
+    const Model *model;        // the model being probed (the probe sees only each GEMM's view)
     int live;                  // this step's casts scale live (the first step, or the current recipe)
     float *state0;             // (host) the fp8 state the step began with
     float *master;             // (host) the step's fp32 master weights
@@ -822,7 +823,8 @@ static void fp8_block_gemm_probe(const Model *m, const Fp8GemmView *v, const flo
     free(src); free(src_t); free(x_t); free(wt);
 }
 
-static void fp8_gemm_probe(const Model *m, const Fp8GemmView *v) {
+static void fp8_gemm_probe(const Fp8GemmView *v) {
+    const Model *m = g_probe.model;
     cudaCheck(cudaDeviceSynchronize());
     const LlamaConfig *c = &m->cfg;
     Fp8StateLayout lay = m->fp8_state.layout;
@@ -971,8 +973,8 @@ static void fp8_probed_steps(int current, int weight_cache, int margin, int lm_h
         mo.fp8_fallback_millionths = 1000000; mo.fp8_fallback_patience = 1;
     }
     model_init(&m, &c, &mo);
-    if (grains == PROBE_SOME_BLOCK) { fp8_set_grain(&m, 0, LIN_W2, FP8_GRAIN_BLOCK); fp8_set_grain(&m, 0, LIN_QKV, FP8_GRAIN_BLOCK); }
-    if (grains == PROBE_SOME_BF16) { fp8_set_grain(&m, 0, LIN_W2, FP8_GRAIN_BF16); fp8_set_grain(&m, 1, LIN_QKV, FP8_GRAIN_BF16); }
+    if (grains == PROBE_SOME_BLOCK) { linear_set_grain(&m.linears, 0, LIN_W2, FP8_GRAIN_BLOCK); linear_set_grain(&m.linears, 0, LIN_QKV, FP8_GRAIN_BLOCK); }
+    if (grains == PROBE_SOME_BF16) { linear_set_grain(&m.linears, 0, LIN_W2, FP8_GRAIN_BF16); linear_set_grain(&m.linears, 1, LIN_QKV, FP8_GRAIN_BF16); }
     float *w = (float *)mallocCheck(m.num_params * sizeof(float));
     model_init_weights(&m, 51, w);
     model_set_weights(&m, w);
@@ -988,11 +990,12 @@ static void fp8_probed_steps(int current, int weight_cache, int margin, int lm_h
     AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
     Fp8StateLayout lay = m.fp8_state.layout;
     memset(&g_probe, 0, sizeof(g_probe));
+    g_probe.model = &m;
     g_probe.counts = (uint64_t *)mallocCheck((size_t)FP8_COUNTS * lay.num_tensors * sizeof(uint64_t));
     g_fp8_gemm_probe = fp8_gemm_probe;
     int per_step = 0, rolled_out = 0, decided = 0;
     for (int l = 0; l < L; l++)
-        for (int lin = 0; lin < LINS_PER_LAYER + (l == 0 ? m.fp8.lm_head : 0); lin++) per_step += 2 * (linear_grain(&m, l, lin) != FP8_GRAIN_BF16);
+        for (int lin = 0; lin < LINS_PER_LAYER + (l == 0 ? m.fp8.lm_head : 0); lin++) per_step += 2 * (linear_grain(&m.linears, l, lin) != FP8_GRAIN_BF16);
     for (int step = 0; step < steps; step++) {
         random_tokens(in, N, c.V, 60 + step);
         random_tokens(tg, N, c.V, 70 + step);
@@ -1042,7 +1045,7 @@ static void fp8_probed_steps(int current, int weight_cache, int margin, int lm_h
         if (grains == PROBE_SOME_BLOCK || grains == PROBE_ALL_BLOCK) CHECK(g_probe.sinvs > 0, "step %d: no block-scaled GEMM was probed", step);
         for (int l = 0; l < L && g_probe.last_state; l++) { // a linear fallen back to bf16 records nothing
             for (int lin = 0; lin < LINS_PER_LAYER; lin++) {
-                if (linear_grain(&m, l, lin) != FP8_GRAIN_BF16) continue;
+                if (linear_grain(&m.linears, l, lin) != FP8_GRAIN_BF16) continue;
                 long recorded = 0;
                 for (int k = 0; k < FP8_KINDS; k++) {
                     int t = fp8_tensor_index(l, lin, k);
@@ -1460,7 +1463,7 @@ static void test_fp8_weights_made_by_adamw(void) {
     for (int lin = 0; lin < LINS_PER_LAYER; lin++) {
         size_t n = (size_t)linear_in(&c, lin) * linear_out(&c, lin), at = m.param[LINEAR_PARAM[lin]] - m.params_memory;
         uint8_t *codes = (uint8_t *)mallocCheck(c.L * n);
-        cudaCheck(cudaMemcpy(codes, m.w_fp8[lin], c.L * n, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(codes, linear_of(&m.linears, 0, lin)->w_fp8, c.L * n, cudaMemcpyDeviceToHost));
         for (int l = 0; l < c.L; l++) {
             int t = fp8_tensor(&c, l, lin, FP8_W);
             float scale = state[lay.scale + t], amax = 0.0f;
@@ -1795,7 +1798,7 @@ static void grains_first_step_vs_cpu(int grain) {
     if (grain == FP8_GRAIN_BLOCK) mo.fp8_grain = FP8_GRAIN_BLOCK;
     else { mo.fp8_fallback = FP8_GRAIN_BF16; mo.fp8_fallback_millionths = 1000000; mo.fp8_fallback_patience = 1; }
     model_init(&m, &c, &mo);
-    if (grain == FP8_GRAIN_BF16) { fp8_set_grain(&m, 0, LIN_W2, FP8_GRAIN_BF16); fp8_set_grain(&m, 1, LIN_QKV, FP8_GRAIN_BF16); }
+    if (grain == FP8_GRAIN_BF16) { linear_set_grain(&m.linears, 0, LIN_W2, FP8_GRAIN_BF16); linear_set_grain(&m.linears, 1, LIN_QKV, FP8_GRAIN_BF16); }
     model_set_weights(&m, ref.params);
     StepZero g = gpu_step_zero(&m, in, tg);
     size_t nl = (size_t)N * c.V;
@@ -1897,12 +1900,12 @@ static void fallback_vs_cpu(int target) {
         ref_fp8_auto_grain(&ref, 1, 0.01, 2, target);
         ref_fp8_auto_grain(&refb, 1, 0.01, 2, target);
         StepResult r = train_step_on(&m, in, tg, 1, &h, losses);
-        note_switches(m.fp8_grain, ref.fp8_grain, nlin, step, gpu_at, ref_at);
+        note_switches(m.linears.grain, ref.fp8_grain, nlin, step, gpu_at, ref_at);
         note_switches(NULL, refb.fp8_grain, nlin, step, NULL, refb_at);
         double tol = fp8_tolerance(fabs(lb - lref) / lref, BF16_STEPS_TOL);
         printf("    step %d loss gpu %.5f cpu %.5f (bf16-input cpu %.5f, tolerance %.2e); switched now: %d on the GPU, grains", step, r.loss,
-               lref, lb, tol, m.fp8_num_switched);
-        for (int i = 0; i < nlin; i++) printf(" %d/%d", m.fp8_grain[i], ref.fp8_grain[i]);
+               lref, lb, tol, m.linears.num_switched);
+        for (int i = 0; i < nlin; i++) printf(" %d/%d", m.linears.grain[i], ref.fp8_grain[i]);
         printf(" (gpu/cpu)\n");
         CHECK(!r.skipped && fabs(r.loss - lref) / lref < tol, "step %d loss %.5f vs %.5f", step, r.loss, lref);
     }
@@ -1920,7 +1923,7 @@ static void fallback_vs_cpu(int target) {
     float *st = download_f32(m.fp8_state.buffer, lay.total);
     int tx = fp8_tensor_index(0, LIN_W2, FP8_X);
     if (target == FP8_GRAIN_BLOCK) {
-        double cast = linear_values_cast(&m, 0, LIN_W2, FP8_X, 1);
+        double cast = linear_values_cast(&m.linears, 0, LIN_W2, FP8_X, 1);
         printf("    block: layer 0's w2 X lost %llu of %.0f values in the last step\n", (unsigned long long)counts[FP8_COUNTS * tx + FP8_UNDERFLOWS], cast);
         CHECK(cast == 2.0 * OUTLIER_N * c.FF && (double)counts[FP8_COUNTS * tx + FP8_UNDERFLOWS] < 0.01 * cast,
               "block: layer 0's w2 X lost %llu of %.0f values", (unsigned long long)counts[FP8_COUNTS * tx + FP8_UNDERFLOWS], cast);
@@ -1977,12 +1980,12 @@ static void fallback_resume_check(int target, int patience) {
                 outlier_model(&m, &ref, target, patience, 1);
                 load_checkpoint(&m, &ts, dir, half);
                 loaded_switched = 0;
-                for (int i = 0; i < nlin; i++) loaded_switched += m.fp8_grain[i] != FP8_GRAIN_TENSOR;
+                for (int i = 0; i < nlin; i++) loaded_switched += m.linears.grain[i] != FP8_GRAIN_TENSOR;
             }
             (run == 0 ? straight : resumed)[s] = train_step_on(&m, in, tg, 1, &OUTLIER_ADAMW, losses).loss;
         }
-        memcpy(grains[run], m.fp8_grain, nlin);
-        memcpy(over[run], m.fp8_over_steps, nlin * sizeof(int));
+        memcpy(grains[run], m.linears.grain, nlin);
+        memcpy(over[run], m.linears.over_steps, nlin * sizeof(int));
         model_free(&m);
     }
     for (int s = half; s < steps; s++) {

@@ -50,8 +50,8 @@ every rank casts with the same scales. With one GPU none of this runs: no NCCL c
 #include "llmc/zero_layout.h"      // ZeroLayout: the ZeRO-1 buckets and shards, backward_stage
 #include "llmc/reshard.h"          // reshard_plan, reshard_fill: a checkpoint's moments on another number of GPUs
 #include "llmc/multi_gpu.cuh"      // MultiGpu: launch, NCCL collectives with deadlines
-#include "llmc/fp8_fallback.h"    // Fp8Switch, fp8_fallback_rule: the fp8 fallback, plain host C
 #include "llmc/fp8_state.cuh"      // Fp8State, Fp8Pass: the fp8 scales and amaxes, the casts' site protocol, fp8_end_step
+#include "llmc/linear.cuh"         // Linears: each linear in its fp8 recipe (llmc/recipe.cuh), the fp8 fallback
 #include "llmc/hellaswag.h"        // HellaSwag: the eval file, its rows, acc / acc_norm as lm-eval scores them
 #include "llmc/bpb.h"              // target_text_bytes: bits per byte of the val set
 
@@ -416,6 +416,13 @@ static Fp8Mode fp8_mode(const ModelOptions *o, int world) {
     return f;
 }
 
+// What the linears read of the options and the fp8 mode (llmc/recipe.cuh), on `world` GPUs.
+static LinearOptions linear_options(const ModelOptions *o, Fp8Mode f, int world) {
+    LinearOptions lo = {f.on, f.lm_head, o->B * o->T, o->recompute, f.w_cache, f.w_by_adamw, world, o->fp8_grain,
+                        o->fp8_fallback, {o->fp8_fallback_millionths, o->fp8_fallback_patience}};
+    return lo;
+}
+
 // What a captured step graph (train_step) was captured with: a graph keeps every pointer, so it is
 // captured again when one of these moves.
 typedef struct {
@@ -424,7 +431,7 @@ typedef struct {
     int grad_accum;
     float dloss;                 // the loss scale, a kernel argument
     const void *token_lists, *cudnn_workspace; // the embedding backward's device lists, cuDNN's workspace
-    int fp8_grain_changes;       // the linears' fp8 grains (they only change one way, each change counted: fp8_set_grain)
+    int fp8_grain_changes;       // the linears' fp8 grains (they only change one way, each change counted)
 } StepGraphKey;
 
 typedef struct {
@@ -434,26 +441,6 @@ typedef struct {
     int captures, replays;
     int grains_run;       // the fp8_grain_changes of the last step it was asked to run
 } StepGraph;
-
-// The device buffers of an fp8 linear that left per-tensor scaling (fp8_set_grain makes them, in one
-// allocation at the switch); what per-tensor scaling keeps for it elsewhere is reused: a block
-// linear's row-wise X codes go to acts.x_fp8, and the buffer that keeps its fp8 X for the backward
-// (ln1_fp8, ln2_fp8, lnf_fp8; swiglu_fp8, X^T already) keeps X^T instead, the layout wgrad reads.
-typedef struct {
-    float *w_grid;   // block: W's BLK128x128 scale_invs (fp8_block_grid_count(OUT, IN)), made with W
-    float *x_t_sinv; // block, where X^T is kept (qkv, w13, lm_head; w2 with -r 0): its VEC128 scale_invs
-    floatX *x_bf16;  // bf16, where fp8 mode keeps no bf16 X (qkv, w13; w2 with -r 0): X (N, IN) for the bf16 GEMMs
-    floatX *w_bf16;  // bf16 with fp8.w_by_adamw, whose bf16 parameters hold the E4M3 cache: W (OUT, IN) in bf16
-    void *memory;
-} Fp8LinearBuffers;
-
-// The block scale_invs of the linear being run (one at a time), when a linear may be block-scaled.
-typedef struct {
-    float *x_sinv;              // (fp8_block_vec_count(N, widest IN)) X row-wise, for fprop
-    float *x_t_sinv;            // (fp8_block_vec_count(widest IN, N)) X^T where the backward recasts it (wo; w2 with -r 1)
-    float *dy_sinv, *dy_t_sinv; // (fp8_block_vec_count(N, widest OUT), (widest OUT, N)) dY row-wise and transposed
-    float *w_t_grid;            // (widest fp8_block_grid_count(IN, OUT)) W^T's grid, made right before each dgrad
-} Fp8BlockScratch;
 
 typedef struct {
     LlamaConfig cfg;
@@ -470,20 +457,7 @@ typedef struct {
     float *norm_device, *norm_host;  // the gradient norm, and its pinned copy (reading it never blocks outside mg_wait)
     Fp8State fp8_state;                    // scales, amax histories, health counts (llmc/fp8_state.cuh); fp8 mode only
     int w_fp8_stale;                       // the weights changed outside AdamW: recast before the next step
-    fp8e4 *w_fp8[LINS_PER_LAYER + 1];      // (L or 1, OUT, IN) E4M3 weights (fp8.w_cache; else one layer's);
-                                           // [LIN_LM_HEAD] (V, C) with fp8.lm_head
-    fp8e4 *w_fp8_t;                        // (max IN*OUT) one layer's W^T (IN, OUT) for its dgrad; made
-                                           // right before it, not kept for all layers: that would cost
-                                           // 1 byte/param (6.5 GB at 7B) to save ~1 ms of transposes
-    // fp8 grains, per fp8 linear (index fp8_linear; fp8 mode only): -fp8_grain, -fp8_fallback
-    unsigned char *fp8_grain;              // (host) FP8_GRAIN_* of each linear; checkpointed
-    int *fp8_over_steps;                   // (host) steps in a row over the fallback's threshold; checkpointed
-    Fp8LinearBuffers *fp8_lin;             // (host) the device buffers of the linears off per-tensor scaling
-    int fp8_grain_changes;                 // grains changed so far: a captured step graph is captured again after one
-    Fp8BlockScratch fp8_block;             // with block scaling possible (-fp8_grain block, -fp8_fallback block)
-    unsigned long long *fp8_counts_host;   // (pinned, with the fallback) the last step's health counts, read with the norm
-    Fp8Switch *fp8_switched;               // (host) the linears the last update switched (fp8_num_switched of them)
-    int fp8_num_switched;
+    Linears linears;                       // every linear in its fp8 recipe (or bf16), their scratch (llmc/linear.cuh)
     float *rope_freqs;
     Activations acts;
     EncoderBackward enc_bwd;
@@ -496,11 +470,6 @@ typedef struct {
     int num_allocations;
 } Model;
 
-// The fp8 linear whose weights parameter tensor p holds, or -1 (fp8 mode).
-static int fp8_linear_of_param(const Model *m, int p) {
-    for (int lin = 0; lin < LINS_PER_LAYER + m->fp8.lm_head; lin++) if (LINEAR_PARAM[lin] == p) return lin;
-    return -1;
-}
 // 1 if a GEMM writes the gradient (the block linears and the lm_head), 0 if kernels add into it
 static int param_grad_from_gemm(int p) {
     for (int lin = 0; lin < LINS_PER_LAYER + 1; lin++) if (LINEAR_PARAM[lin] == p) return 1;
@@ -515,87 +484,6 @@ static void *model_alloc(Model *m, size_t bytes, const char *what) {
 
 // Bytes of each AdamW moment (m, v) of this rank's shard.
 static size_t moments_size(const Model *m) { return m->zero.shard * (m->opt.moments_bf16 ? sizeof(floatX) : sizeof(float)); }
-
-// The fp8 grain of linear `lin` of layer l (FP8_GRAIN_TENSOR in bf16 mode, where no linear has one).
-static int linear_grain(const Model *m, int l, int lin) {
-    return m->fp8_grain ? m->fp8_grain[fp8_linear(&m->cfg, l, lin)] : FP8_GRAIN_TENSOR;
-}
-static const Fp8LinearBuffers *linear_buffers(const Model *m, int l, int lin) { return &m->fp8_lin[fp8_linear(&m->cfg, l, lin)]; }
-
-// The bytes of each buffer linear lin needs in `grain` (block or bf16), in Fp8LinearBuffers' order;
-// returns their total in one allocation, every buffer 256-byte aligned (cuBLASLt wants 16).
-static size_t fp8_linear_buffer_bytes(const LlamaConfig *c, const ModelOptions *o, Fp8Mode f, int lin, int grain, size_t bytes[4]) {
-    int IN = linear_in(c, lin), OUT = linear_out(c, lin), N = o->B * o->T;
-    // keeps: the backward finds X kept in fp8 (qkv's and w13's norm outputs, the lm_head's; w2's X^T with
-    // -r 0), not recast from a bf16 X that is kept anyway (wo's attention output) or recomputed (w2's with -r 1)
-    int block = grain == FP8_GRAIN_BLOCK, keeps = lin != LIN_WO && !(lin == LIN_W2 && o->recompute >= 1);
-    bytes[0] = block ? fp8_block_grid_count(OUT, IN) * sizeof(float) : 0;
-    bytes[1] = block && keeps ? fp8_block_vec_count(IN, N) * sizeof(float) : 0;
-    bytes[2] = !block && keeps && lin != LIN_LM_HEAD ? (size_t)N * IN * sizeof(floatX) : 0; // the lm_head's bf16 X is kept
-    bytes[3] = !block && f.w_by_adamw ? (size_t)IN * OUT * sizeof(floatX) : 0;
-    size_t total = 0;
-    for (int k = 0; k < 4; k++) total += CEIL_DIV(bytes[k], 256) * 256;
-    return total;
-}
-
-// The floats of Fp8BlockScratch's buffers (n, in its order) for N tokens; returns their total, each
-// rounded up to 64 floats (256 bytes).
-static size_t fp8_block_scratch_floats(const LlamaConfig *c, int N, int lm_head, size_t n[5]) {
-    size_t wide_in = c->C > c->FF ? c->C : c->FF, wide_out = 0, grid_t = 0, total = 0;
-    for (int lin = 0; lin < LINS_PER_LAYER + lm_head; lin++) {
-        size_t out = linear_out(c, lin), g = fp8_block_grid_count(linear_in(c, lin), (int)out);
-        if (out > wide_out) wide_out = out;
-        if (g > grid_t) grid_t = g;
-    }
-    n[0] = fp8_block_vec_count(N, (int)wide_in); n[1] = fp8_block_vec_count((int)wide_in, N);
-    n[2] = fp8_block_vec_count(N, (int)wide_out); n[3] = fp8_block_vec_count((int)wide_out, N); n[4] = grid_t;
-    for (int k = 0; k < 5; k++) total += CEIL_DIV(n[k], 64) * 64;
-    return total;
-}
-
-// The buffers linear (l, lin) needs in `grain` (block or bf16), in one allocation.
-static void fp8_linear_buffers_make(Model *m, int l, int lin, int grain) {
-    size_t bytes[4], total = fp8_linear_buffer_bytes(&m->cfg, &m->opt, m->fp8, lin, grain, bytes);
-    if (total == 0) return; // a bf16 wo whose bf16 X and W are there anyway
-    Fp8LinearBuffers *b = &m->fp8_lin[fp8_linear(&m->cfg, l, lin)];
-    char *at = (char *)(b->memory = cudaMallocCheck(total, "fp8 block scales / bf16 copies of a linear off per-tensor scaling"));
-    m->bytes_allocated += total;
-    void **ptr[4] = {(void **)&b->w_grid, (void **)&b->x_t_sinv, (void **)&b->x_bf16, (void **)&b->w_bf16};
-    for (int k = 0; k < 4; k++) {
-        *ptr[k] = bytes[k] ? at : NULL;
-        at += CEIL_DIV(bytes[k], 256) * 256;
-    }
-}
-
-// Linear (l, lin) leaves per-tensor scaling for `grain` from the next pass on, for good (only between
-// optimizer steps): the buffers that grain needs are made, and the step graph is captured again
-// (StepGraphKey). Its per-tensor state (slots, histories, scales) carries on, so the logs read it as
-// before.
-static void fp8_set_grain(Model *m, int l, int lin, int grain) {
-    int i = fp8_linear(&m->cfg, l, lin);
-    if (m->fp8_grain[i] != FP8_GRAIN_TENSOR || grain == FP8_GRAIN_TENSOR || !fp8_grain_allowed(m->opt.fp8_grain, m->opt.fp8_fallback, grain))
-        FATAL("fp8_set_grain: layer %d %s is of grain %s; a linear only ever leaves per-tensor scaling, for a grain its run allows (asked: %s)",
-              l, LINEAR_NAMES[lin], FP8_GRAIN_NAMES[m->fp8_grain[i]], FP8_GRAIN_NAMES[grain]);
-    fp8_linear_buffers_make(m, l, lin, grain);
-    m->fp8_grain[i] = (unsigned char)grain;
-    m->fp8_grain_changes++;
-}
-
-// After a resume, whose state file set every linear's grain (a linear the fallback switched resumes
-// switched): each one this run's options allow, or the file is refused; the buffers of those that
-// need them made.
-static void fp8_grains_resumed(Model *m, const char *path) {
-    const LlamaConfig *c = &m->cfg;
-    for (int i = 0; m->fp8_grain && i < fp8_num_linears(c, m->fp8.lm_head); i++) {
-        int grain = m->fp8_grain[i], l = i / LINS_PER_LAYER, lin = l < c->L ? i % LINS_PER_LAYER : LIN_LM_HEAD;
-        if (grain >= FP8_GRAINS || !fp8_grain_allowed(m->opt.fp8_grain, m->opt.fp8_fallback, grain))
-            FATAL("checkpoint '%s': fp8 linear %d (layer %d %s) has grain %d, which a run of -fp8_grain %s -fp8_fallback %s cannot have", path,
-                  i, l, LINEAR_NAMES[lin], grain, FP8_GRAIN_NAMES[m->opt.fp8_grain], m->opt.fp8_fallback ? FP8_GRAIN_NAMES[m->opt.fp8_fallback] : "off");
-        if (grain == FP8_GRAIN_TENSOR || m->fp8_lin[i].memory) continue;
-        fp8_linear_buffers_make(m, l, lin, grain);
-        m->fp8_grain_changes++;
-    }
-}
 
 // mg: the data-parallel ranks; NULL (the tests) for one GPU.
 static void model_init(Model *m, const LlamaConfig *cfg, const ModelOptions *opt, MultiGpu *mg = NULL) {
@@ -643,34 +531,11 @@ static void model_init(Model *m, const LlamaConfig *cfg, const ModelOptions *opt
     if (fp8) {
         Fp8StateLayout lay = fp8_state_layout(fp8_num_tensors(c, m->fp8.lm_head), opt->fp8_history);
         m->bytes_allocated += fp8_state_create(&m->fp8_state, lay, opt->fp8_margin, m->mg);
-        // fp8.w_by_adamw: the first half of the linears' bf16 parameters holds the E4M3 copy. Several
-        // GPUs all-gather bf16 parameters and cast after the gather.
         m->w_fp8_stale = 1;
-        size_t widest_w = 0;
-        for (int lin = 0; lin < LINS_PER_LAYER + m->fp8.lm_head; lin++) {
-            size_t n = (size_t)linear_in(c, lin) * linear_out(c, lin);
-            if (m->fp8.w_by_adamw) m->w_fp8[lin] = (fp8e4 *)m->param[LINEAR_PARAM[lin]];
-            else if (m->fp8.w_cache) m->w_fp8[lin] = (fp8e4 *)model_alloc(m, (lin == LIN_LM_HEAD ? 1 : L) * n, "fp8 weights");
-            if (n > widest_w) widest_w = n;
-        }
-        if (!m->fp8.w_cache) {
-            fp8e4 *layer_w = (fp8e4 *)model_alloc(m, widest_w, "fp8 weight (one layer)");
-            for (int lin = 0; lin < LINS_PER_LAYER + m->fp8.lm_head; lin++) m->w_fp8[lin] = layer_w;
-        }
-        m->w_fp8_t = (fp8e4 *)model_alloc(m, widest_w, "fp8 transposed weight (one layer)");
-        int nlin = fp8_num_linears(c, m->fp8.lm_head);
-        m->fp8_grain = (unsigned char *)callocCheck(nlin, 1);
-        m->fp8_over_steps = (int *)callocCheck(nlin, sizeof(int));
-        m->fp8_lin = (Fp8LinearBuffers *)callocCheck(nlin, sizeof(Fp8LinearBuffers));
-        m->fp8_switched = (Fp8Switch *)callocCheck(nlin, sizeof(Fp8Switch));
-        if (opt->fp8_fallback) cudaCheck(cudaMallocHost(&m->fp8_counts_host, (size_t)FP8_COUNTS * lay.num_tensors * sizeof(unsigned long long)));
-        if (fp8_block_flag(opt)) { // the block scale_invs of one linear at a time, each 256-byte aligned
-            size_t n[5], total = fp8_block_scratch_floats(c, (int)N, m->fp8.lm_head, n);
-            float *at = (float *)model_alloc(m, total * sizeof(float), "scratch: fp8 block scales");
-            float **ptr[5] = {&m->fp8_block.x_sinv, &m->fp8_block.x_t_sinv, &m->fp8_block.dy_sinv, &m->fp8_block.dy_t_sinv, &m->fp8_block.w_t_grid};
-            for (int k = 0; k < 5; k++) { *ptr[k] = at; at += CEIL_DIV(n[k], 64) * 64; }
-        }
     }
+    LinearOptions lo = linear_options(opt, m->fp8, m->mg->world);
+    linears_init(&m->linears, c, &lo, &m->fp8_state, m->param, m->grad, m->params_memory, m->master,
+                 &m->bytes_allocated);
 
     m->rope_freqs = (float *)model_alloc(m, (size_t)opt->T * (c->C / c->NH) * sizeof(float), "RoPE table");
     rope_freqs(m->rope_freqs, c, opt->T);
@@ -695,12 +560,13 @@ static void model_init(Model *m, const LlamaConfig *cfg, const ModelOptions *opt
         a->atty_fp8 = (fp8e4 *)model_alloc(m, N * C, "scratch: fp8 attention output");
         if (opt->recompute == 0) a->swiglu_fp8 = (fp8e4 *)model_alloc(m, L * N * FF, "activations: fp8 SwiGLU output (X^T)");
         a->live_bf16 = (floatX *)model_alloc(m, N * widest * sizeof(floatX), "scratch: live-scaling staging");
-        m->fp8_state.live_bf16 = a->live_bf16;
+        fp8_state_stage(&m->fp8_state, a->live_bf16);
         a->dy_fp8 = (fp8e5 *)model_alloc(m, N * widest_dy, "scratch: fp8 dY");
         a->dy_fp8_t = (fp8e5 *)model_alloc(m, N * widest_dy, "scratch: fp8 dY^T");
         if (m->fp8.lm_head) a->lnf_fp8 = (fp8e4 *)model_alloc(m, N * C, "activations: fp8 final norm");
         a->x_fp8_t = (fp8e4 *)model_alloc(m, N * (C > FF ? C : FF), "scratch: fp8 X^T");
         a->x_fp8 = a->x_fp8_t;
+        linears_use_scratch(&m->linears, a->x_fp8, a->x_fp8_t, a->dy_fp8, a->dy_fp8_t);
     } else {
         a->ln1 = (floatX *)model_alloc(m, L * N * C * sizeof(floatX), "activations: norm outputs");
         a->ln2 = (floatX *)model_alloc(m, L * N * C * sizeof(floatX), "activations: norm outputs");
@@ -724,15 +590,13 @@ static void model_init(Model *m, const LlamaConfig *cfg, const ModelOptions *opt
         a->doc_bias = (floatX *)model_alloc(m, N * opt->T * sizeof(floatX), "document mask bias (cuDNN)");
     encoder_backward_init(&m->enc_bwd, (int)N, (int)C);
     m->norm_device = (float *)model_alloc(m, sizeof(float), "gradient norm");
-    if (fp8 && opt->fp8_grain == FP8_GRAIN_BLOCK) // every fp8 linear block-scaled from step 0
-        for (int l = 0; l < c->L; l++)
-            for (int lin = 0; lin < LINS_PER_LAYER + (l == 0 ? m->fp8.lm_head : 0); lin++) fp8_set_grain(m, l, lin, FP8_GRAIN_BLOCK);
+    linears_start(&m->linears); // every fp8 linear of -fp8_grain's grain from step 0
 }
 
 // The device memory model_init allocates (its bytes_allocated) for this config and these options on
 // `world` GPUs, computed without a GPU: -check 1 prints it, and the GPU test holds it to model_init's
 // count. Not in it: the CUDA context, cuBLAS's and cuDNN's workspaces, the embedding backward's token
-// lists, and the buffers of linears the fp8 fallback switches later (fp8_linear_buffer_bytes each).
+// lists, and the buffers of linears the fp8 fallback switches later (linear_buffer_bytes each).
 static size_t model_memory_plan(const LlamaConfig *c, const ModelOptions *o, int world) {
     size_t sizes[NUM_PARAM_TENSORS];
     param_sizes(c, sizes);
@@ -744,16 +608,8 @@ static size_t model_memory_plan(const LlamaConfig *c, const ModelOptions *o, int
     zero_layout_free(&z);
     if (f.on) {
         b += fp8_state_bytes(fp8_state_layout(fp8_num_tensors(c, f.lm_head), o->fp8_history));
-        size_t widest_w = 0, scratch[5], lin_bytes[4];
-        for (int lin = 0; lin < LINS_PER_LAYER + f.lm_head; lin++) {
-            size_t n = (size_t)linear_in(c, lin) * linear_out(c, lin);
-            if (!f.w_by_adamw && f.w_cache) b += (lin == LIN_LM_HEAD ? 1 : L) * n;
-            if (n > widest_w) widest_w = n;
-        }
-        b += (f.w_cache ? 0 : widest_w) + widest_w; // without the cache one layer's W; W^T
-        if (fp8_block_flag(o)) b += fp8_block_scratch_floats(c, (int)N, f.lm_head, scratch) * sizeof(float);
-        for (int l = 0; o->fp8_grain == FP8_GRAIN_BLOCK && l < c->L; l++)
-            for (int lin = 0; lin < LINS_PER_LAYER + (l == 0 ? f.lm_head : 0); lin++) b += fp8_linear_buffer_bytes(c, o, f, lin, FP8_GRAIN_BLOCK, lin_bytes);
+        LinearOptions lo = linear_options(o, f, world);
+        b += linears_memory_plan(c, &lo);
     }
     b += (size_t)o->T * (C / c->NH) * sizeof(float); // RoPE table
     size_t widest = C > 2 * FF ? C : 2 * FF;
@@ -771,10 +627,7 @@ static size_t model_memory_plan(const LlamaConfig *c, const ModelOptions *o, int
 
 static void model_free(Model *m) {
     for (int i = 0; i < m->num_allocations; i++) cudaCheck(cudaFree(m->allocations[i]));
-    for (int i = 0; m->fp8_lin && i < fp8_num_linears(&m->cfg, m->fp8.lm_head); i++)
-        if (m->fp8_lin[i].memory) cudaCheck(cudaFree(m->fp8_lin[i].memory));
-    if (m->fp8_counts_host) cudaCheck(cudaFreeHost(m->fp8_counts_host));
-    free(m->fp8_grain); free(m->fp8_over_steps); free(m->fp8_lin); free(m->fp8_switched);
+    linears_free(&m->linears);
     encoder_backward_free(&m->enc_bwd);
     fp8_state_free(&m->fp8_state);
     if (m->graph.exec) cudaCheck(cudaGraphExecDestroy(m->graph.exec));
@@ -880,34 +733,13 @@ static Pass eval_pass(const Model *m) {
     return p;
 }
 
-// The weight of linear (l, lin) when its grain is not per-tensor, from w (its bf16 weights, or with
-// w_fp32 the fp32 master's, whose bf16 rounding gives the same codes): block, E4M3 in 128x128 blocks
-// with their grid, recorded and counted as a weight cast of pass p; bf16, its own bf16 copy where the
-// bf16 parameters hold the E4M3 cache (fp8.w_by_adamw), else nothing (the GEMMs read the parameters).
-static void fp8_cast_grain_weight(Model *m, Fp8Pass p, int l, int lin, const void *w, int w_fp32, cudaStream_t stream) {
-    const LlamaConfig *c = &m->cfg;
-    const Fp8State *fs = &m->fp8_state;
-    int IN = linear_in(c, lin), OUT = linear_out(c, lin), t = fp8_tensor(c, l, lin, FP8_W);
-    size_t n = (size_t)IN * OUT;
-    const Fp8LinearBuffers *b = linear_buffers(m, l, lin);
-    if (linear_grain(m, l, lin) == FP8_GRAIN_BLOCK) {
-        fp8e4 *out = m->w_fp8[lin] + (m->fp8.w_cache ? l * n : 0);
-        fp8_block_cast_weight(out, b->w_grid, NULL, NULL, w, w_fp32, OUT, IN, p.recording ? fp8_amax(fs, t) : NULL, fp8_pass_counts(fs, p, t),
-                              stream);
-    } else if (b->w_bf16) {
-        if (w_fp32) init_from_master(b->w_bf16, (const float *)w, n, stream);
-        else cudaCheck(cudaMemcpyAsync(b->w_bf16, w, n * sizeof(floatX), cudaMemcpyDeviceToDevice, stream));
-    }
-}
-
-// E4M3 copies of every block weight, each layer's W its own tensor with its own scale, for the next
-// step: right after the update (multi-GPU: after the gather; one GPU: AdamW makes them itself, see
-// model_update), and when weights were set or the update skipped. The weights' amaxes go to the
-// next step's slots. With the cache in the bf16 parameters, bf16(master) is staged in the gradient
-// buffer, which holds nothing between steps: the cast is the same as AdamW's, byte for byte. A
-// linear of another grain gets its W in that grain (fp8_cast_grain_weight).
+// E4M3 copies of every block weight, each layer's W its own tensor with its own scale (a linear of
+// another grain: in its grain; llmc/linear.cuh), for the next step: right after the update (multi-GPU:
+// after the gather; one GPU: AdamW makes them itself, see model_update), and when weights were set or
+// the update skipped. The weights' amaxes go to the next step's slots. With the cache in the bf16
+// parameters, bf16(master) is staged in the gradient buffer, which holds nothing between steps: the
+// cast is the same as AdamW's, byte for byte.
 static void fp8_cast_weights(Model *m, cudaStream_t stream) {
-    const LlamaConfig *c = &m->cfg;
     m->w_fp8_stale = 0;
     if (!m->fp8.w_cache) return; // linear_forward casts each layer's W when it needs it
     Fp8Pass p = fp8_train_pass(m, 0); // as the next step's first micro-step casts: recorded, live in the first step
@@ -916,206 +748,7 @@ static void fp8_cast_weights(Model *m, cudaStream_t stream) {
         init_from_master(m->grads_memory, m->master, m->num_params, stream);
         src = m->grads_memory;
     }
-    for (int lin = 0; lin < LINS_PER_LAYER + m->fp8.lm_head; lin++) {
-        int IN = linear_in(c, lin), OUT = linear_out(c, lin);
-        size_t n = (size_t)IN * OUT, at = m->param[LINEAR_PARAM[lin]] - m->params_memory;
-        for (int l = 0; l < (lin == LIN_LM_HEAD ? 1 : c->L); l++) {
-            int t = fp8_tensor(c, l, lin, FP8_W);
-            if (linear_grain(m, l, lin) == FP8_GRAIN_TENSOR) fp8_cast_existing(&m->fp8_state, p, t, m->w_fp8[lin] + l * n, src + at + l * n, n, stream);
-            else fp8_cast_grain_weight(m, p, l, lin, src + at + l * n, 0, stream);
-        }
-    }
-}
-
-// After AdamW wrote every linear's per-tensor E4M3 W from the master (fp8.w_by_adamw): the linears of
-// another grain made again from the fp32 master. AdamW's cast counted their W and put max |W| in its
-// slot: the counts are cleared first (a block cast counts its own, of the same max |W|), and so is a
-// bf16 linear's slot, which records nothing, as its casts do not exist.
-static void fp8_regrain_weights(Model *m, cudaStream_t stream) {
-    const LlamaConfig *c = &m->cfg;
-    const Fp8State *fs = &m->fp8_state;
-    for (int lin = 0; lin < LINS_PER_LAYER + m->fp8.lm_head; lin++) {
-        size_t n = (size_t)linear_in(c, lin) * linear_out(c, lin), at = m->param[LINEAR_PARAM[lin]] - m->params_memory;
-        for (int l = 0; l < (lin == LIN_LM_HEAD ? 1 : c->L); l++) {
-            int grain = linear_grain(m, l, lin), t = fp8_tensor(c, l, lin, FP8_W);
-            if (grain == FP8_GRAIN_TENSOR) continue;
-            cudaCheck(cudaMemsetAsync(fp8_counts(fs, t), 0, FP8_COUNTS * sizeof(unsigned long long), stream));
-            if (grain == FP8_GRAIN_BF16) cudaCheck(cudaMemsetAsync(fp8_amax(fs, t), 0, sizeof(float), stream));
-            fp8_cast_grain_weight(m, fp8_train_pass(m, 0), l, lin, m->master + at + l * n, 1, stream);
-        }
-    }
-}
-
-// ----------------------------------------------------------------------------------------------
-// Linear layers: y = x w^T for block linear `lin` of layer l, in bf16 or fp8.
-
-#ifdef TESTING
-// What test_llama_fp8.cu sees of each fp8 GEMM right after it is queued: its operands' codes, the
-// bf16 tensor the cast read, and the outputs, to check against the host codec on the GPU's own
-// inputs. Training builds have no probe.
-typedef struct {
-    int l, lin, backward, N, IN, OUT;
-    const floatX *src;      // the bf16 tensor the fp8 operand was cast from (forward X, backward dY); NULL where none is kept
-    const void *a, *b;      // forward: X (N, IN) and W (OUT, IN) in E4M3; backward: dY (N, OUT) in E5M2 and W^T (IN, OUT)
-    const void *a_t, *x_t;  // backward: dY^T (OUT, N) and X^T (IN, N)
-    const floatX *out, *dw; // forward: Y (N, OUT); backward: dX (N, IN) and dW (OUT, IN)
-    // a block linear's: the block scale_invs of a, b, a_t and x_t, in cuBLASLt's layouts (llmc/fp8_block.cuh); NULL per-tensor
-    const float *a_sinv, *b_sinv, *a_t_sinv, *x_t_sinv;
-} Fp8GemmView;
-static void (*g_fp8_gemm_probe)(const Model *m, const Fp8GemmView *v);
-#define FP8_GEMM_PROBE(...) do { if (g_fp8_gemm_probe) { Fp8GemmView view = {__VA_ARGS__}; g_fp8_gemm_probe(m, &view); } } while (0)
-#else
-#define FP8_GEMM_PROBE(...) do {} while (0)
-#endif
-
-// The bf16 W of linear (l, lin), for a bf16 GEMM: the bf16 parameters, or for a linear fallen back to
-// bf16 while they hold the E4M3 cache (fp8.w_by_adamw) its own copy.
-static const floatX *linear_weight_bf16(const Model *m, int l, int lin) {
-    size_t wn = (size_t)linear_in(&m->cfg, lin) * linear_out(&m->cfg, lin);
-    if (linear_grain(m, l, lin) == FP8_GRAIN_BF16 && m->fp8.w_by_adamw) return linear_buffers(m, l, lin)->w_bf16;
-    return m->param[LINEAR_PARAM[lin]] + l * wn;
-}
-
-// The site of X (N, IN) of fp8 linear (l, lin), whose producer is about to write it, by the linear's
-// grain. Per-tensor: the codes to x_fp8, and for w2 X^T to x_t too (fp8_site, fp8_site_t). Block: the
-// row-wise codes to acts.x_fp8 with the block scratch's scale_invs, for fprop, and X^T to where the
-// backward finds X kept (x_fp8; w2's x_t, NULL with -r 1) with the linear's scale_invs. bf16: no fp8
-// at all: the bf16 X to `bf16`, or where fp8 mode keeps none, to the linear's own copy (w2 with -r 1:
-// the staging buffer, for its fprop alone).
-static Fp8Site linear_x_site(Model *m, Pass p, int l, int lin, fp8e4 *x_fp8, fp8e4 *x_t, floatX *bf16) {
-    Fp8State *fs = &m->fp8_state;
-    int N = m->opt.B * m->opt.T, IN = linear_in(&m->cfg, lin), t = fp8_tensor(&m->cfg, l, lin, FP8_X);
-    int grain = linear_grain(m, l, lin);
-    if (grain == FP8_GRAIN_BLOCK) {
-        fp8e4 *kept = lin == LIN_W2 ? x_t : x_fp8;
-        return fp8_site_block(fs, p.fp8, t, m->acts.x_fp8, m->fp8_block.x_sinv, kept, kept ? linear_buffers(m, l, lin)->x_t_sinv : NULL, bf16,
-                              N, IN);
-    }
-    if (grain == FP8_GRAIN_BF16) {
-        floatX *own = linear_buffers(m, l, lin)->x_bf16;
-        return fp8_site(fs, p.fp8, -1, NULL, bf16 ? bf16 : own ? own : fs->live_bf16, (size_t)N * IN);
-    }
-    if (lin == LIN_W2) return fp8_site_t(fs, p.fp8, t, x_fp8, x_t, bf16, N, IN);
-    return fp8_site(fs, p.fp8, t, x_fp8, bf16, (size_t)N * IN);
-}
-
-// The fp8 X of linear (l, lin) from its bf16 X, which exists already (wo's: the attention output):
-// per-tensor to x_fp8; block row-wise to acts.x_fp8, as linear_x_site's; bf16: none.
-static void linear_x_existing(Model *m, Pass p, int l, int lin, fp8e4 *x_fp8, const floatX *x, cudaStream_t stream) {
-    Fp8State *fs = &m->fp8_state;
-    int N = m->opt.B * m->opt.T, IN = linear_in(&m->cfg, lin), t = fp8_tensor(&m->cfg, l, lin, FP8_X);
-    int grain = linear_grain(m, l, lin);
-    if (grain == FP8_GRAIN_TENSOR) fp8_cast_existing(fs, p.fp8, t, x_fp8, x, (size_t)N * IN, stream);
-    else if (grain == FP8_GRAIN_BLOCK) fp8_block_cast_existing(fs, p.fp8, t, m->acts.x_fp8, m->fp8_block.x_sinv, NULL, NULL, x, N, IN, stream);
-}
-
-// The site of dY (N, OUT) of fp8 linear (l, lin), whose producer is about to write it (its bf16 dY to
-// `bf16`, NULL where nothing keeps one), by the linear's grain: per-tensor, the codes to acts.dy_fp8;
-// block, to acts.dy_fp8 and transposed to acts.dy_fp8_t, each with the block scratch's scale_invs
-// (dgrad's and wgrad's operands); bf16, only the bf16 dY (to the staging buffer where nothing keeps one).
-static Fp8Site linear_dy_site(Model *m, Pass p, int l, int lin, floatX *bf16) {
-    Fp8State *fs = &m->fp8_state;
-    Activations *a = &m->acts;
-    int N = m->opt.B * m->opt.T, OUT = linear_out(&m->cfg, lin), t = fp8_tensor(&m->cfg, l, lin, FP8_DY);
-    int grain = linear_grain(m, l, lin);
-    if (grain == FP8_GRAIN_BLOCK)
-        return fp8_site_block(fs, p.fp8, t, a->dy_fp8, m->fp8_block.dy_sinv, a->dy_fp8_t, m->fp8_block.dy_t_sinv, bf16, N, OUT);
-    if (grain == FP8_GRAIN_BF16) return fp8_site(fs, p.fp8, -1, NULL, bf16 ? bf16 : fs->live_bf16, (size_t)N * OUT);
-    return fp8_site(fs, p.fp8, t, a->dy_fp8, bf16, (size_t)N * OUT);
-}
-
-// The fp8 dY of linear (l, lin) from its bf16 dY, which exists already (the lm_head's: the dlogits),
-// as linear_dy_site's.
-static void linear_dy_existing(Model *m, Pass p, int l, int lin, const floatX *dy, cudaStream_t stream) {
-    Fp8State *fs = &m->fp8_state;
-    Activations *a = &m->acts;
-    int N = m->opt.B * m->opt.T, OUT = linear_out(&m->cfg, lin), t = fp8_tensor(&m->cfg, l, lin, FP8_DY);
-    int grain = linear_grain(m, l, lin);
-    if (grain == FP8_GRAIN_TENSOR) fp8_cast_existing(fs, p.fp8, t, a->dy_fp8, dy, (size_t)N * OUT, stream);
-    else if (grain == FP8_GRAIN_BLOCK)
-        fp8_block_cast_existing(fs, p.fp8, t, a->dy_fp8, m->fp8_block.dy_sinv, a->dy_fp8_t, m->fp8_block.dy_t_sinv, dy, N, OUT, stream);
-}
-
-static void linear_forward(Model *m, Pass p, int l, int lin, floatX *y, const floatX *x, const fp8e4 *x_fp8, cudaStream_t stream) {
-    Fp8State *fs = &m->fp8_state;
-    fp8_no_open_site(fs, "linear_forward");
-    const LlamaConfig *c = &m->cfg;
-    int N = m->opt.B * m->opt.T, IN = linear_in(c, lin), OUT = linear_out(c, lin), grain = linear_grain(m, l, lin);
-    size_t wn = (size_t)IN * OUT;
-    if (m->fp8.on && grain == FP8_GRAIN_BLOCK) { // X's row-wise codes are in acts.x_fp8 (linear_x_site)
-        const Fp8LinearBuffers *b = linear_buffers(m, l, lin);
-        const fp8e4 *w = m->w_fp8[lin] + (m->fp8.w_cache ? l * wn : 0);
-        if (!m->fp8.w_cache) fp8_cast_grain_weight(m, p.fp8, l, lin, m->param[LINEAR_PARAM[lin]] + l * wn, 0, stream);
-        matmul_fp8_block_fprop(y, m->acts.x_fp8, w, m->fp8_block.x_sinv, b->w_grid, N, IN, OUT, stream);
-        FP8_GEMM_PROBE(l, lin, 0, N, IN, OUT, x, m->acts.x_fp8, w, NULL, NULL, y, NULL, m->fp8_block.x_sinv, b->w_grid);
-    } else if (m->fp8.on && grain == FP8_GRAIN_TENSOR) {
-        const fp8e4 *w = m->w_fp8[lin] + (m->fp8.w_cache ? l * wn : 0);
-        if (!m->fp8.w_cache) // the same cast the cache would have made: live in the first step, amax recorded
-            fp8_cast_existing(fs, p.fp8, fp8_tensor(c, l, lin, FP8_W), m->w_fp8[lin], m->param[LINEAR_PARAM[lin]] + l * wn, wn, stream);
-        matmul_fp8_fprop(y, x_fp8, w, fp8_gemm_scale_inv(fs, fp8_tensor(c, l, lin, FP8_X)),
-                         fp8_gemm_scale_inv(fs, fp8_tensor(c, l, lin, FP8_W)), N, IN, OUT, stream);
-        FP8_GEMM_PROBE(l, lin, 0, N, IN, OUT, x, x_fp8, w, NULL, NULL, y, NULL);
-    } else { // bf16, the precision or a linear's grain
-        matmul_forward(y, x ? x : linear_buffers(m, l, lin)->x_bf16, linear_weight_bf16(m, l, lin), N, IN, OUT, stream);
-    }
-}
-
-// dx = dy w; dw = dy^T x in micro-step 0, dw += dy^T x after it (so the step need not zero dw).
-// In fp8 mode dy is in acts.dy_fp8 (written by the producer of dY), and with dy_t_ready its
-// transpose in acts.dy_fp8_t too; x_t is X^T (IN, N) where its producer wrote it (w2's: SwiGLU),
-// else NULL: made here from the saved fp8 X (x_fp8) or the bf16 X. A block linear finds dY and dY^T
-// with their scale_invs where linear_dy_site put them, and X^T kept in x_fp8 (w2: x_t) where
-// linear_x_site kept it; a bf16 one multiplies the bf16 dy and x (NULL: its own copy of X).
-static void linear_backward(Model *m, Pass p, int l, int lin, floatX *dx, const floatX *dy, const floatX *x,
-                            const fp8e4 *x_fp8, const fp8e4 *x_t, int dy_t_ready, cudaStream_t stream) {
-    const Fp8State *fs = &m->fp8_state;
-    fp8_no_open_site(fs, "linear_backward");
-    const LlamaConfig *c = &m->cfg;
-    int N = m->opt.B * m->opt.T, IN = linear_in(c, lin), OUT = linear_out(c, lin), grain = linear_grain(m, l, lin);
-    size_t wn = (size_t)IN * OUT;
-    floatX *dw = m->grad[LINEAR_PARAM[lin]] + l * wn;
-    if (m->fp8.on && grain == FP8_GRAIN_BLOCK) {
-        Activations *a = &m->acts;
-        const Fp8BlockScratch *bs = &m->fp8_block;
-        const fp8e4 *xt = lin == LIN_W2 ? x_t : x_fp8;
-        const float *xt_sinv = linear_buffers(m, l, lin)->x_t_sinv;
-        if (xt == NULL) { // cast afresh from the bf16 X: a cast of its own, recorded and counted (the forward's was row-wise)
-            fp8_block_cast_existing(fs, p.fp8, fp8_tensor(c, l, lin, FP8_X), NULL, NULL, a->x_fp8_t, bs->x_t_sinv, x, N, IN, stream);
-            xt = a->x_fp8_t;
-            xt_sinv = bs->x_t_sinv;
-        }
-        // W^T: cast again from the weights W was cast from, the same 128x128 blocks transposed, so W's
-        // codes and grid transposed; a recast, recording and counting nothing (as per-tensor W^T's)
-        size_t at = m->param[LINEAR_PARAM[lin]] - m->params_memory + l * wn;
-        const void *w = m->fp8.w_by_adamw ? (const void *)(m->master + at) : (const void *)(m->params_memory + at);
-        fp8_block_cast_weight(NULL, NULL, m->w_fp8_t, bs->w_t_grid, w, m->fp8.w_by_adamw, OUT, IN, NULL, NULL, stream);
-        matmul_fp8_block_dgrad(dx, a->dy_fp8, m->w_fp8_t, bs->dy_sinv, bs->w_t_grid, N, IN, OUT, stream);
-        matmul_fp8_block_wgrad(dw, a->dy_fp8_t, xt, bs->dy_t_sinv, xt_sinv, N, IN, OUT, p.micro > 0, stream);
-        FP8_GEMM_PROBE(l, lin, 1, N, IN, OUT, dy, a->dy_fp8, m->w_fp8_t, a->dy_fp8_t, xt, dx, dw, bs->dy_sinv, bs->w_t_grid, bs->dy_t_sinv,
-                       xt_sinv);
-    } else if (m->fp8.on && grain == FP8_GRAIN_TENSOR) {
-        Activations *a = &m->acts;
-        const float *dy_sinv = fp8_gemm_scale_inv(fs, fp8_tensor(c, l, lin, FP8_DY));
-        if (!dy_t_ready) fp8_transpose(a->dy_fp8_t, a->dy_fp8, N, OUT, stream);
-        // X^T for wgrad: from the saved fp8 X, or (x_fp8 NULL) recast from the saved bf16 X with the
-        // forward's scale, which gives the forward's codes (so it records and counts nothing again).
-        if (x_t == NULL) {
-            if (x_fp8) fp8_transpose(a->x_fp8_t, x_fp8, N, IN, stream);
-            else fp8_cast_transpose(NULL, a->x_fp8_t, FP8_E4M3, x, N, IN, NULL, NULL, fp8_scale(fs, fp8_tensor(c, l, lin, FP8_X)), stream);
-            x_t = a->x_fp8_t;
-        }
-        // dgrad needs W^T (fp8 GEMMs are TN only): from the cached fp8 W, or cast from bf16 W directly
-        if (m->fp8.w_cache) fp8_transpose(m->w_fp8_t, m->w_fp8[lin] + l * wn, OUT, IN, stream);
-        else fp8_cast_transpose(NULL, m->w_fp8_t, FP8_E4M3, m->param[LINEAR_PARAM[lin]] + l * wn, OUT, IN, NULL, NULL,
-                                fp8_scale(fs, fp8_tensor(c, l, lin, FP8_W)), stream);
-        matmul_fp8_dgrad(dx, a->dy_fp8, m->w_fp8_t, dy_sinv,
-                         fp8_gemm_scale_inv(fs, fp8_tensor(c, l, lin, FP8_W)), N, IN, OUT, stream);
-        matmul_fp8_wgrad(dw, a->dy_fp8_t, x_t, dy_sinv, fp8_gemm_scale_inv(fs, fp8_tensor(c, l, lin, FP8_X)),
-                         N, IN, OUT, p.micro > 0, stream);
-        FP8_GEMM_PROBE(l, lin, 1, N, IN, OUT, dy, a->dy_fp8, m->w_fp8_t, a->dy_fp8_t, x_t, dx, dw);
-    } else { // bf16, the precision or a linear's grain
-        matmul_backward(dx, dw, dy, x ? x : linear_buffers(m, l, lin)->x_bf16, linear_weight_bf16(m, l, lin), N, IN, OUT, p.micro > 0, stream);
-    }
+    linears_cast_weights(&m->linears, p, src, stream);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -1129,6 +762,7 @@ static void model_forward(Model *m, Pass p, int with_targets, float dloss, cudaS
     const LlamaConfig *c = &m->cfg;
     Activations *a = &m->acts;
     Fp8State *fs = &m->fp8_state;
+    Linears *lins = &m->linears;
     int B = m->opt.B, T = m->opt.T, N = B * T, C = c->C, FF = c->FF, NH = c->NH, NKV = c->NKV, HS = C / NH;
     size_t NC = (size_t)N * C, NQKV = (size_t)N * config_qkv_width(c), NFF = (size_t)N * FF;
     size_t swiglu_stride = m->opt.recompute >= 1 ? 0 : NFF;
@@ -1136,7 +770,7 @@ static void model_forward(Model *m, Pass p, int with_targets, float dloss, cudaS
     encoder_forward(a->encoded, a->inputs, m->param[P_WTE], N, C, stream);
     if (a->doc_pos) doc_positions(a->doc_pos, a->inputs, B, T, m->opt.doc_start_id, stream); // the backward reads them too
     if (a->doc_bias) doc_bias_forward(a->doc_bias, a->doc_pos, B, T, stream); // the same mask as cuDNN's bias, for both passes
-    Fp8Site s = linear_x_site(m, p, 0, LIN_QKV, a->ln1_fp8, NULL, a->ln1);
+    Fp8Site s = linear_x_site(lins, 0, LIN_QKV, p.fp8, a->ln1_fp8, NULL, a->ln1);
     rmsnorm_forward(s.bf16, a->ln1_rstd, a->encoded, m->param[P_LN1W], N, C, c->norm_eps, s.cast, stream);
     fp8_site_finish(fs, &s, stream);
 
@@ -1146,40 +780,41 @@ static void model_forward(Model *m, Pass p, int with_targets, float dloss, cudaS
         floatX *res2 = a->res2 + l * NC, *res3 = a->res3 + l * NC;
         float *stats = a->att_stats + (size_t)l * N * NH;
 
-        linear_forward(m, p, l, LIN_QKV, qkv, layer_ptr(a->ln1, l, NC), layer_ptr8(a->ln1_fp8, l, NC), stream);
+        linear_forward(lins, l, LIN_QKV, p.fp8, qkv, layer_ptr(a->ln1, l, NC), layer_ptr8(a->ln1_fp8, l, NC), stream);
         rope_forward(qkv, m->rope_freqs, a->doc_pos, B, T, NH, NKV, HS, stream);
         attention_forward(atty, stats, qkv, a->doc_pos, a->doc_bias, B, T, NH, NKV, HS, stream);
-        if (m->fp8.on) linear_x_existing(m, p, l, LIN_WO, a->atty_fp8, atty, stream);
-        linear_forward(m, p, l, LIN_WO, a->proj, atty, a->atty_fp8, stream);
+        linear_x_existing(lins, l, LIN_WO, p.fp8, a->atty_fp8, atty, stream);
+        linear_forward(lins, l, LIN_WO, p.fp8, a->proj, atty, a->atty_fp8, stream);
 
-        s = linear_x_site(m, p, l, LIN_W13, layer_ptr8(a->ln2_fp8, l, NC), NULL, layer_ptr(a->ln2, l, NC));
+        s = linear_x_site(lins, l, LIN_W13, p.fp8, layer_ptr8(a->ln2_fp8, l, NC), NULL, layer_ptr(a->ln2, l, NC));
         fused_residual_rmsnorm_forward(res2, s.bf16, a->ln2_rstd + (size_t)l * N, res_in, a->proj,
                                        m->param[P_LN2W] + (size_t)l * C, N, C, c->norm_eps, s.cast, stream);
         fp8_site_finish(fs, &s, stream);
-        linear_forward(m, p, l, LIN_W13, fch, layer_ptr(a->ln2, l, NC), layer_ptr8(a->ln2_fp8, l, NC), stream);
+        linear_forward(lins, l, LIN_W13, p.fp8, fch, layer_ptr(a->ln2, l, NC), layer_ptr8(a->ln2_fp8, l, NC), stream);
 
         // w2's X: fprop reads it row-major (N, FF), wgrad as X^T (FF, N) (fp8 GEMMs are TN only).
         // SwiGLU writes the row-major codes to one layer's scratch (x_fp8) and, with -r 0, X^T straight
         // into the saved buffer, so the backward has no transpose of X to do; -r 1 saves nothing.
-        s = linear_x_site(m, p, l, LIN_W2, a->x_fp8, layer_ptr8(a->swiglu_fp8, l, NFF), layer_ptr(a->swiglu, l, swiglu_stride));
+        s = linear_x_site(lins, l, LIN_W2, p.fp8, a->x_fp8, layer_ptr8(a->swiglu_fp8, l, NFF),
+                          layer_ptr(a->swiglu, l, swiglu_stride));
         swiglu_forward(s.bf16, fch, N, FF, s.cast, s.cast_t, stream);
         fp8_site_finish(fs, &s, stream);
-        linear_forward(m, p, l, LIN_W2, a->proj, s.bf16, a->x_fp8, stream); // s.bf16: where a bf16 w2 finds its X
+        linear_forward(lins, l, LIN_W2, p.fp8, a->proj, s.bf16, a->x_fp8, stream); // s.bf16: a bf16 w2's X
 
         if (l + 1 < c->L) { // the next layer's attention norm, fused with this layer's residual add
-            s = linear_x_site(m, p, l + 1, LIN_QKV, layer_ptr8(a->ln1_fp8, l + 1, NC), NULL, layer_ptr(a->ln1, l + 1, NC));
+            s = linear_x_site(lins, l + 1, LIN_QKV, p.fp8, layer_ptr8(a->ln1_fp8, l + 1, NC), NULL,
+                              layer_ptr(a->ln1, l + 1, NC));
             fused_residual_rmsnorm_forward(res3, s.bf16, a->ln1_rstd + (size_t)(l + 1) * N, res2, a->proj,
                                            m->param[P_LN1W] + (size_t)(l + 1) * C, N, C, c->norm_eps, s.cast, stream);
             fp8_site_finish(fs, &s, stream);
         } else { // the final norm: with -fp8_lm_head 1 it also writes the lm_head's E4M3 X
-            s = m->fp8.lm_head ? linear_x_site(m, p, 0, LIN_LM_HEAD, a->lnf_fp8, NULL, a->lnf) : fp8_site(fs, p.fp8, -1, NULL, a->lnf, NC);
+            s = linear_x_site(lins, 0, LIN_LM_HEAD, p.fp8, a->lnf_fp8, NULL, a->lnf);
             fused_residual_rmsnorm_forward(res3, s.bf16, a->lnf_rstd, res2, a->proj, m->param[P_LNFW], N, C,
                                            c->norm_eps, s.cast, stream);
             fp8_site_finish(fs, &s, stream);
         }
     }
-    if (m->fp8.lm_head) linear_forward(m, p, 0, LIN_LM_HEAD, a->logits, a->lnf, a->lnf_fp8, stream);
-    else matmul_forward(a->logits, a->lnf, m->param[P_LM_HEAD], N, C, c->V, stream);
+    linear_forward(lins, 0, LIN_LM_HEAD, p.fp8, a->logits, a->lnf, a->lnf_fp8, stream); // bf16 without -fp8_lm_head 1
     if (with_targets) fused_classifier(a->logits, a->losses, a->targets, N, c->V, dloss, 1, stream);
 }
 
@@ -1215,19 +850,16 @@ static void model_backward(Model *m, Pass p, cudaStream_t stream) {
     const LlamaConfig *c = &m->cfg;
     Activations *a = &m->acts;
     Fp8State *fs = &m->fp8_state;
+    Linears *lins = &m->linears;
     int B = m->opt.B, T = m->opt.T, N = B * T, C = c->C, FF = c->FF, NH = c->NH, NKV = c->NKV, HS = C / NH;
     size_t NC = (size_t)N * C, NQKV = (size_t)N * config_qkv_width(c), NFF = (size_t)N * FF;
     size_t swiglu_stride = m->opt.recompute >= 1 ? 0 : NFF;
-    Fp8Cast none = {NULL, NULL, NULL, NULL};
 
-    if (m->fp8.lm_head) { // dlogits (in place of the logits) are the lm_head's dY
-        linear_dy_existing(m, p, 0, LIN_LM_HEAD, a->logits, stream);
-        linear_backward(m, p, 0, LIN_LM_HEAD, a->dbtc, a->logits, a->lnf, a->lnf_fp8, NULL, 0, stream);
-    } else {
-        matmul_backward(a->dbtc, m->grad[P_LM_HEAD], a->logits, a->lnf, m->param[P_LM_HEAD], N, C, c->V, p.micro > 0, stream);
-    }
+    // dlogits (in place of the logits) are the lm_head's dY; a bf16 GEMM without -fp8_lm_head 1
+    linear_dy_existing(lins, 0, LIN_LM_HEAD, p.fp8, a->logits, stream);
+    linear_backward(lins, 0, LIN_LM_HEAD, p.fp8, p.micro > 0, a->dbtc, a->logits, a->lnf, a->lnf_fp8, NULL, 0, stream);
     cudaCheck(cudaMemsetAsync(a->dres, 0, NC * sizeof(floatX), stream));
-    Fp8Site s = linear_dy_site(m, p, c->L - 1, LIN_W2, a->dres);
+    Fp8Site s = linear_dy_site(lins, c->L - 1, LIN_W2, p.fp8, a->dres);
     rmsnorm_backward(a->dres, m->grad[P_LNFW], a->rmsnorm_scratch, a->dbtc, a->res3 + (c->L - 1) * NC,
                      m->param[P_LNFW], a->lnf_rstd, N, C, s.cast, stream);
     fp8_site_finish(fs, &s, stream);
@@ -1242,41 +874,37 @@ static void model_backward(Model *m, Pass p, cudaStream_t stream) {
         // forward; -r 1 recomputes it here, X^T only (nothing reads the row-major codes now)
         const fp8e4 *w2_x_t = layer_ptr8(a->swiglu_fp8, l, NFF);
         floatX *w2_x = layer_ptr(a->swiglu, l, swiglu_stride);
-        if (m->opt.recompute >= 1) { // the same scale as the forward's cast, so the same fp8 values; no amax or count again
-            Fp8Cast cast = none;
+        if (m->opt.recompute >= 1) { // per-tensor: the forward's scale, so the same fp8 values; no amax or count again
             fp8e4 *x_t = NULL;
-            if (m->fp8.on && linear_grain(m, l, LIN_W2) == FP8_GRAIN_TENSOR) {
-                cast.scale = fp8_scale(fs, fp8_tensor_index(l, LIN_W2, FP8_X));
-                x_t = a->x_fp8_t;
-            } else if (m->fp8.on) {
-                w2_x = a->live_bf16; // block or bf16 grain: the bf16 X, cast afresh or multiplied as it is
-            }
+            Fp8Cast cast = linear_recompute_x(lins, l, &x_t, &w2_x);
             swiglu_forward(w2_x, fch, N, FF, cast, x_t, stream);
             w2_x_t = x_t;
         }
-        linear_backward(m, p, l, LIN_W2, a->dswiglu, a->dres, w2_x, NULL, w2_x_t, 0, stream);
+        linear_backward(lins, l, LIN_W2, p.fp8, p.micro > 0, a->dswiglu, a->dres, w2_x, NULL, w2_x_t, 0, stream);
         // fp8 mode reads only the E5M2 dY of w13 (dfch is not allocated): no bf16 copy unless live
         // scaling needs one to cast from
-        s = linear_dy_site(m, p, l, LIN_W13, a->dfch);
+        s = linear_dy_site(lins, l, LIN_W13, p.fp8, a->dfch);
         // with delayed scaling SwiGLU's backward also writes dY^T, so w13's wgrad needs no transpose pass
         void *dy_t = s.cast.out != NULL ? a->dy_fp8_t : NULL;
         swiglu_backward(s.bf16, a->dswiglu, fch, N, FF, s.cast, dy_t, stream);
         fp8_site_finish(fs, &s, stream);
-        linear_backward(m, p, l, LIN_W13, a->dbtc, s.bf16, layer_ptr(a->ln2, l, NC), layer_ptr8(a->ln2_fp8, l, NC), NULL,
-                        dy_t != NULL, stream);
-        s = linear_dy_site(m, p, l, LIN_WO, a->dres);
+        linear_backward(lins, l, LIN_W13, p.fp8, p.micro > 0, a->dbtc, s.bf16, layer_ptr(a->ln2, l, NC),
+                        layer_ptr8(a->ln2_fp8, l, NC), NULL, dy_t != NULL, stream);
+        s = linear_dy_site(lins, l, LIN_WO, p.fp8, a->dres);
         rmsnorm_backward(a->dres, m->grad[P_LN2W] + (size_t)l * C, a->rmsnorm_scratch, a->dbtc, a->res2 + l * NC,
                          m->param[P_LN2W] + (size_t)l * C, a->ln2_rstd + (size_t)l * N, N, C, s.cast, stream);
         fp8_site_finish(fs, &s, stream);
 
         // attention: wo, the fused attention, RoPE, qkv, then the norm that fed it
-        linear_backward(m, p, l, LIN_WO, a->dbtc, a->dres, atty, NULL, NULL, 0, stream); // X^T recast from the bf16 output
+        // X^T recast from the bf16 output
+        linear_backward(lins, l, LIN_WO, p.fp8, p.micro > 0, a->dbtc, a->dres, atty, NULL, NULL, 0, stream);
         attention_backward(a->dqkv, a->dbtc, qkv, atty, stats, a->doc_pos, a->doc_bias, B, T, NH, NKV, HS, stream);
-        s = linear_dy_site(m, p, l, LIN_QKV, a->dqkv);
+        s = linear_dy_site(lins, l, LIN_QKV, p.fp8, a->dqkv);
         rope_backward(a->dqkv, m->rope_freqs, a->doc_pos, B, T, NH, NKV, HS, s.cast, stream);
         fp8_site_finish(fs, &s, stream);
-        linear_backward(m, p, l, LIN_QKV, a->dbtc, a->dqkv, layer_ptr(a->ln1, l, NC), layer_ptr8(a->ln1_fp8, l, NC), NULL, 0, stream);
-        s = l > 0 ? linear_dy_site(m, p, l - 1, LIN_W2, a->dres) : fp8_site(fs, p.fp8, -1, NULL, a->dres, NC);
+        linear_backward(lins, l, LIN_QKV, p.fp8, p.micro > 0, a->dbtc, a->dqkv, layer_ptr(a->ln1, l, NC),
+                        layer_ptr8(a->ln1_fp8, l, NC), NULL, 0, stream);
+        s = l > 0 ? linear_dy_site(lins, l - 1, LIN_W2, p.fp8, a->dres) : fp8_site(fs, p.fp8, -1, NULL, a->dres, NC);
         rmsnorm_backward(a->dres, m->grad[P_LN1W] + (size_t)l * C, a->rmsnorm_scratch, a->dbtc, res_in,
                          m->param[P_LN1W] + (size_t)l * C, a->ln1_rstd + (size_t)l * N, N, C, s.cast, stream);
         fp8_site_finish(fs, &s, stream);
@@ -1314,22 +942,13 @@ static float gradient_norm(Model *m, cudaStream_t stream) {
 // fp8.w_by_adamw an fp8 linear's piece is its whole tensor, and AdamW writes every layer's E4M3 W
 // instead of the bf16 weights, recording its amax and counts for the next step's scales.
 static void optimizer_step(Model *m, const AdamWParams *h, float clip, cudaStream_t stream) {
-    const Fp8State *fs = &m->fp8_state;
     size_t mb = m->opt.moments_bf16 ? sizeof(floatX) : sizeof(float);
     m->adam_t++;
     for (int i = 0; i < m->zero.num_pieces; i++) {
         const ShardPiece *p = &m->zero.pieces[i];
         AdamWSlice s = {m->master + p->local, m->params_memory + p->flat, m->grad_shard + p->local, (char *)m->adam_m + p->local * mb,
                         (char *)m->adam_v + p->local * mb, m->opt.moments_bf16, p->count, p->flat};
-        int lin = fp8_linear_of_param(m, p->tensor);
-        if (m->fp8.w_by_adamw && lin >= 0) { // one piece = the whole tensor: every layer's E4M3 W and its amax
-            int t0 = fp8_tensor(&m->cfg, 0, lin, FP8_W);
-            s.wcast.out = m->w_fp8[lin]; s.wcast.amax = fp8_amax(fs, t0); s.wcast.scale = fp8_scale(fs, t0); s.wcast.counts = fp8_counts(fs, t0);
-            s.fp8_layers = lin == LIN_LM_HEAD ? 1 : m->cfg.L;
-            s.layer_numel = p->count / s.fp8_layers;
-            s.fp8_tensor_stride = FP8_KINDS * LINS_PER_LAYER;
-            s.param = NULL;
-        }
+        linears_adamw_cast(&m->linears, p->tensor, &s); // fp8.w_by_adamw: one piece = the whole tensor, its E4M3 W
         AdamWStep step = {h->lr, h->beta1, h->beta2, h->eps, param_is_decayed(p->tensor) ? h->weight_decay : 0.0f, clip, m->adam_t};
         adamw_update(&s, &step, stream);
     }
@@ -1354,38 +973,24 @@ static void gather_params(Model *m, cudaStream_t stream) {
     mg_join(mg, stream);
 }
 
-// The values tensor `kind` of linear (l, lin) had cast in a step of grad_accum micro-steps, over every
-// rank (llmc/fp8_fallback.h): its X and dY cast once per micro-step per-tensor, twice block- or
-// row-scaled (row-wise and transposed), never in bf16.
-static double linear_values_cast(const Model *m, int l, int lin, int kind, int grad_accum) {
-    int grain = linear_grain(m, l, lin), casts = grain == FP8_GRAIN_BF16 ? 0 : grain == FP8_GRAIN_BLOCK || grain == FP8_GRAIN_ROW ? 2 : 1;
-    Fp8StepCasts s = {m->opt.B * m->opt.T, grad_accum, m->mg->world, m->fp8.w_cache};
-    return fp8_values_cast(&m->cfg, lin, kind, casts, s);
-}
-
 // The end of an optimizer step, its numbers those of docs/fp8_recipe.md "The end of an optimizer
 // step". Every rank reads the same reduced norm, so all skip or none; and the same health counts,
 // so the fallback switches the same linears on every rank.
 static StepResult model_update(Model *m, const AdamWParams *h, int grad_accum, cudaStream_t stream) {
     fp8_no_open_site(&m->fp8_state, "model_update");
     if (m->fp8.on) fp8_end_step(&m->fp8_state, stream); // 1-3: amaxes and counts reduced, histories rolled, new scales
-    size_t nc = (size_t)FP8_COUNTS * m->fp8_state.layout.num_tensors;
-    if (m->opt.fp8_fallback) // the step's counts, on the host with the norm
-        cudaCheck(cudaMemcpyAsync(m->fp8_counts_host, m->fp8_state.counts + nc, nc * sizeof(unsigned long long), cudaMemcpyDeviceToHost, stream));
+    linears_counts_to_host(&m->linears, stream); // the fallback's: the step's counts, on the host with the norm
     StepResult r = {NAN, gradient_norm(m, stream), 0};  // 4 (the loss is train_step's)
     r.skipped = !isfinite(r.norm);
     m->step++;
     // 4b: the fallback's switches take effect from the next step on, its weights (5, 6) included
-    Fp8StepCasts casts = {m->opt.B * m->opt.T, grad_accum, m->mg->world, m->fp8.w_cache};
-    Fp8FallbackRule rule = {m->opt.fp8_fallback_millionths, m->opt.fp8_fallback_patience};
-    m->fp8_num_switched = m->opt.fp8_fallback ? fp8_fallback_rule(&m->cfg, m->fp8.lm_head, rule, casts, m->fp8_counts_host, m->fp8_grain,
-                                                                  m->fp8_over_steps, m->fp8_switched) : 0;
-    for (int k = 0; k < m->fp8_num_switched; k++) fp8_set_grain(m, m->fp8_switched[k].l, m->fp8_switched[k].lin, m->opt.fp8_fallback);
+    linears_fallback_step(&m->linears, grad_accum);
     if (!r.skipped) {
         float clip = h->grad_clip > 0.0f && r.norm > h->grad_clip ? h->grad_clip / r.norm : 1.0f;
         optimizer_step(m, h, clip, stream); // 5
         gather_params(m, stream);           // 6: several GPUs
-        if (m->fp8.w_by_adamw) fp8_regrain_weights(m, stream); // AdamW cast every linear per-tensor
+        // AdamW cast every linear per-tensor: the others again in their grain
+        if (m->fp8.w_by_adamw) linears_regrain(&m->linears, fp8_train_pass(m, 0), stream);
     }
     // 6: the next step's E4M3 weights where AdamW did not write them; after a skipped update too
     // (the same weights, but the scales moved on)
@@ -1449,8 +1054,8 @@ static int step_passes_graph(Model *m, const StepBuffers *b, float dloss, cudaSt
     StepGraph *g = &m->graph;
     // the first step after a grain changed (a fallback's switch) may build and tune GEMM plans of new
     // kinds and shapes, which synchronizes: it runs kernel by kernel, and the next one is captured
-    int new_grains = m->fp8_grain_changes != g->grains_run;
-    g->grains_run = m->fp8_grain_changes;
+    int new_grains = m->linears.grain_changes != g->grains_run;
+    g->grains_run = m->linears.grain_changes;
     if (!m->opt.cuda_graph || m->mg->world > 1 || g->steps < 2 || new_grains) return 0;
     if (!is_pinned(b->inputs) || !is_pinned(b->targets) || !is_pinned(b->losses)) return 0;
 #ifdef TESTING
@@ -1460,7 +1065,7 @@ static int step_passes_graph(Model *m, const StepBuffers *b, float dloss, cudaSt
     memset(&key, 0, sizeof(key)); // compared with memcmp
     key.inputs = b->inputs; key.targets = b->targets; key.losses = b->losses; key.grad_accum = b->grad_accum; key.dloss = dloss;
     key.token_lists = m->enc_bwd.device_list; key.cudnn_workspace = attention_workspace();
-    key.fp8_grain_changes = m->fp8_grain_changes;
+    key.fp8_grain_changes = m->linears.grain_changes;
     if (g->exec == NULL || memcmp(&key, &g->key, sizeof(key)) != 0) {
         if (g->exec) cudaCheck(cudaGraphExecDestroy(g->exec));
         cudaGraph_t graph;
@@ -1912,7 +1517,8 @@ static void state_sections(Model *m, TrainState *ts, Section sec[NUM_STATE_SECTI
     size_t shard_bytes = moments_size(m), fp8_bytes = fs->buffer ? fs->layout.total * sizeof(float) : 0;
     size_t nlin = m->opt.fp8_grain || m->opt.fp8_fallback ? (size_t)fp8_num_linears(&m->cfg, m->fp8.lm_head) : 0;
     const Section all[NUM_STATE_SECTIONS] = {{m->adam_m, shard_bytes, 1}, {m->adam_v, shard_bytes, 1}, {fs->buffer, fp8_bytes, 1},
-                                              {m->fp8_grain, nlin, 0}, {m->fp8_over_steps, nlin * sizeof(int), 0},
+                                              {m->linears.grain, nlin, 0},
+                                              {m->linears.over_steps, nlin * sizeof(int), 0},
                                               {&ts->rng, sizeof(ts->rng), 0},
                                               {ts->data, (size_t)ts->data_bytes, 0}};
     memcpy(sec, all, sizeof(all));
@@ -2146,7 +1752,7 @@ static int load_checkpoint(Model *m, TrainState *ts, const char *dir, int step) 
     if (world > 0 && world != ts->world) {
         data_state_sized_from(ts, first_path);
         load_resharded(m, ts, dir, step, h);
-        fp8_grains_resumed(m, first_path);
+        linears_resumed(&m->linears, first_path);
         from = 0;
     } else {
         HeaderExpect ex[NUM_STATE_FIELDS];
@@ -2156,10 +1762,9 @@ static int load_checkpoint(Model *m, TrainState *ts, const char *dir, int step) 
         state_sections(m, ts, st);
         version2_notice(state_path, read_sections(state_path, STATE_MAGIC, ex, nex, st, NUM_STATE_SECTIONS, h), mg_is_main(m->mg));
         state_read_back(m, ts, h);
-        fp8_grains_resumed(m, state_path);
+        linears_resumed(&m->linears, state_path);
     }
-    const Fp8State *fs = &m->fp8_state;
-    if (m->fp8.on) fp8_publish_scale_inv(fs->gemm_scale_inv, fs->buffer + fs->layout.scale_inv, fs->layout.num_tensors, 0);
+    if (m->fp8.on) fp8_state_loaded(&m->fp8_state);
     return from;
 }
 
@@ -2180,13 +1785,13 @@ static void write_fp8_log(Model *m, int grad_accum, FILE *f) {
             for (int k = 0; k < FP8_KINDS; k++) {
                 int t = fp8_tensor(&m->cfg, l, lin, k);
                 const char *name = FP8_KIND_NAMES[k];
-                double cast = linear_values_cast(m, l, lin, k, grad_accum);
+                double cast = linear_values_cast(&m->linears, l, lin, k, grad_accum);
                 double under = cast > 0.0 ? counts[FP8_COUNTS * t + FP8_UNDERFLOWS] / cast : 0.0; // a bf16 linear casts nothing
                 double sat = cast > 0.0 ? counts[FP8_COUNTS * t + FP8_SATURATIONS] / cast : 0.0;
                 fprintf(f, " %s_amax:%.6e %s_scale:%.6e %s_under:%.6e %s_sat:%.6e", name, h[lay.amax_history + (size_t)t * lay.history_len],
                         name, h[lay.scale + t], name, under, name, sat);
             }
-            int grain = linear_grain(m, l, lin);
+            int grain = linear_grain(&m->linears, l, lin);
             fprintf(f, grain == FP8_GRAIN_TENSOR ? "\n" : " grain:%s\n", FP8_GRAIN_NAMES[grain]);
         }
     }
@@ -2382,7 +1987,7 @@ static void metrics_line(FILE *f, const Model *m, const unsigned long long *coun
             for (int lin = 0; lin < LINS_PER_LAYER + (l == 0 ? m->fp8.lm_head : 0); lin++) {
                 for (int k = 0; k < FP8_KINDS; k++) {
                     int t = fp8_tensor(&m->cfg, l, lin, k);
-                    double n = linear_values_cast(m, l, lin, k, grad_accum), u = (double)counts[FP8_COUNTS * t + FP8_UNDERFLOWS];
+                    double n = linear_values_cast(&m->linears, l, lin, k, grad_accum), u = (double)counts[FP8_COUNTS * t + FP8_UNDERFLOWS];
                     if (n == 0.0) continue; // a linear fallen back to bf16 casts nothing
                     cast += n;
                     under += u;
@@ -2420,8 +2025,8 @@ static void metrics_step(FILE *f, Model *m, int step, float loss, float norm, fl
 // `fp8_fallback:` line, which llama_fp8/trainer_log.py passes over) and in metrics.jsonl; either file
 // may be NULL.
 static void fp8_report_switches(const Model *m, int step, FILE *logf, FILE *metricsf) {
-    for (int k = 0; k < m->fp8_num_switched; k++) {
-        const Fp8Switch *w = &m->fp8_switched[k];
+    for (int k = 0; k < m->linears.num_switched; k++) {
+        const Fp8Switch *w = &m->linears.switched[k];
         int layer = w->lin == LIN_LM_HEAD ? m->cfg.L : w->l;
         const char *grain = FP8_GRAIN_NAMES[m->opt.fp8_fallback], *lin = LINEAR_NAMES[w->lin], *kind = FP8_KIND_NAMES[w->kind];
         printf("fp8 fallback: layer %d %s -> %s from step %d on (its %s lost %.2f%% of its values in step %d, over %g%% in %d steps in a row)\n",
@@ -2905,9 +2510,9 @@ static void print_run(const Model *m, const Options *o, const MultiGpu *mg, cons
                    m->opt.fp8_fallback_millionths / 1e4, m->opt.fp8_fallback_patience, FP8_GRAIN_NAMES[m->opt.fp8_fallback]);
         for (int l = 0; m->opt.fp8_fallback && l < cfg->L; l++) // a resumed run's switched linears
             for (int lin = 0; lin < LINS_PER_LAYER + (l == 0 ? m->fp8.lm_head : 0); lin++)
-                if (linear_grain(m, l, lin) != FP8_GRAIN_TENSOR)
+                if (linear_grain(&m->linears, l, lin) != FP8_GRAIN_TENSOR)
                     printf("fp8 fallback: layer %d %s is %s (switched before the checkpoint)\n", lin == LIN_LM_HEAD ? cfg->L : l, LINEAR_NAMES[lin],
-                           FP8_GRAIN_NAMES[linear_grain(m, l, lin)]);
+                           FP8_GRAIN_NAMES[linear_grain(&m->linears, l, lin)]);
         if (resumed_from >= 0) printf("resumed from step %d of '%s'\n", resumed_from, o->log_dir);
     }
     if (logf) write_log_header(logf, prop->name, cfg, o, mg->world, synthetic);

@@ -192,25 +192,25 @@ static double spec_values_cast(int lin, int kind, int grain, int w_cache, int gr
     return tokens * (kind == FP8_X ? in : out) * (grain == FP8_GRAIN_BLOCK || grain == FP8_GRAIN_ROW ? 2 : 1) * world;
 }
 
-// A host-only fp8 model of FP8_CFG with what linear_values_cast and the metrics read:
-// B x T, the weight cache or not, the lm_head in fp8 or not, the rank, the rule's options, every
-// linear's grain `grain`.
-static void fp8_model(Model *m, MultiGpu *mg, int w_cache, int lm_head, int grain, int patience) {
+// The host part of FP8_CFG's linears that linear_values_cast reads: B x T, on `world` ranks, the weight
+// cache or not, the lm_head in fp8 or not, every fp8 linear's grain `grain`.
+static void fp8_linears(Linears *L, int world, int w_cache, int lm_head, int grain) {
+    memset(L, 0, sizeof(*L));
+    L->cfg = FP8_CFG;
+    L->sh.o.fp8 = 1; L->sh.o.lm_head = lm_head; L->sh.o.N = FP8_B * FP8_T; L->sh.o.w_cache = w_cache; L->sh.o.world = world;
+    L->count = fp8_num_linears(&FP8_CFG, lm_head);
+    L->grain = (unsigned char *)mallocCheck(L->count);
+    memset(L->grain, grain, L->count);
+}
+
+// A host-only fp8 model of FP8_CFG with what the metrics read: those linears, on rank mg.
+static void fp8_model(Model *m, MultiGpu *mg, int w_cache, int lm_head, int grain) {
     memset(m, 0, sizeof(*m));
     m->cfg = FP8_CFG;
     m->opt.B = FP8_B; m->opt.T = FP8_T; m->opt.precision = PREC_FP8;
-    m->opt.fp8_fallback = FP8_GRAIN_BLOCK; m->opt.fp8_fallback_millionths = 10000; m->opt.fp8_fallback_patience = patience;
     m->fp8.on = 1; m->fp8.w_cache = w_cache; m->fp8.lm_head = lm_head;
     m->mg = mg;
-    int nlin = fp8_num_linears(&FP8_CFG, lm_head);
-    m->fp8_grain = (unsigned char *)mallocCheck(nlin);
-    memset(m->fp8_grain, grain, nlin);
-    m->fp8_over_steps = (int *)callocCheck(nlin, sizeof(int));
-}
-
-static void fp8_model_free(Model *m) {
-    free(m->fp8_grain);
-    free(m->fp8_over_steps);
+    fp8_linears(&m->linears, mg->world, w_cache, lm_head, grain);
 }
 
 // linear_values_cast against spec_values_cast for every tensor of every linear (the lm_head's too), in
@@ -220,14 +220,14 @@ static void test_fp8_values_cast(void) {
         for (int w_cache = 0; w_cache <= 1; w_cache++) {
             for (int ga = 1; ga <= 3; ga += 2) {
                 for (int w = 0; w < 3; w++) {
-                    MultiGpu mg = stand_in_rank(WORLDS[w] - 1, WORLDS[w]);
-                    Model m;
-                    fp8_model(&m, &mg, w_cache, 1, grain, 1);
+                    Linears L;
+                    fp8_linears(&L, WORLDS[w], w_cache, 1, grain);
                     char first_wrong[200] = "";
                     for (int l = 0; l < FP8_CFG.L; l++) {
                         for (int lin = 0; lin < LINS_PER_LAYER + (l == 0); lin++) {
                             for (int k = 0; k < FP8_KINDS; k++) {
-                                double got = linear_values_cast(&m, l, lin, k, ga), want = spec_values_cast(lin, k, grain, w_cache, ga, WORLDS[w]);
+                                double got = linear_values_cast(&L, l, lin, k, ga);
+                                double want = spec_values_cast(lin, k, grain, w_cache, ga, WORLDS[w]);
                                 if (got != want && !first_wrong[0])
                                     snprintf(first_wrong, sizeof(first_wrong), "layer %d %s %s cast %.0f values, want %.0f", l, LINEAR_NAMES[lin],
                                              FP8_KIND_NAMES[k], got, want);
@@ -236,7 +236,7 @@ static void test_fp8_values_cast(void) {
                     }
                     CHECK(!first_wrong[0], "grain %s, weight cache %d, grad accumulation %d, world %d: %s", FP8_GRAIN_NAMES[grain], w_cache, ga,
                           WORLDS[w], first_wrong);
-                    fp8_model_free(&m);
+                    free(L.grain);
                 }
             }
         }
@@ -270,15 +270,15 @@ static int same_8_digits(double v, double want) { return fabs(v - want) <= 1e-7 
 static void test_metrics_lines(void) {
     MultiGpu mg = stand_in_rank(0, 3);
     Model m;
-    fp8_model(&m, &mg, 0, 1, FP8_GRAIN_TENSOR, 1);
-    m.fp8_grain[fp8_linear(&FP8_CFG, 0, LIN_W13)] = FP8_GRAIN_BLOCK;
-    m.fp8_grain[fp8_linear(&FP8_CFG, 1, LIN_WO)] = FP8_GRAIN_BF16;
+    fp8_model(&m, &mg, 0, 1, FP8_GRAIN_TENSOR);
+    m.linears.grain[fp8_linear(&FP8_CFG, 0, LIN_W13)] = FP8_GRAIN_BLOCK;
+    m.linears.grain[fp8_linear(&FP8_CFG, 1, LIN_WO)] = FP8_GRAIN_BF16;
     const int ga = 2, nt = fp8_num_tensors(&FP8_CFG, 1);
     unsigned long long *counts = (unsigned long long *)callocCheck((size_t)FP8_COUNTS * nt, sizeof(unsigned long long));
     double cast = 0.0, under = 0.0, sat = 0.0;
     for (int t = 0; t < nt; t++) {
         int i = t / FP8_KINDS, k = t % FP8_KINDS, lin = i < LINS_PER_LAYER * FP8_CFG.L ? i % LINS_PER_LAYER : LIN_LM_HEAD;
-        double values = spec_values_cast(lin, k, m.fp8_grain[i], 0, ga, 3);
+        double values = spec_values_cast(lin, k, m.linears.grain[i], 0, ga, 3);
         if (values == 0.0) continue;
         counts[FP8_COUNTS * t + FP8_UNDERFLOWS] = t == nt - 1 ? (unsigned long long)(0.25 * values) : 100 + 7 * t;
         counts[FP8_COUNTS * t + FP8_SATURATIONS] = 3 + 11 * t;
@@ -295,7 +295,7 @@ static void test_metrics_lines(void) {
     m.fp8.on = 0;
     metrics_step(f, &m, 9, NAN, 1.0f, 2e-4f, 21.0f, 48000.0, 0.0, 3 * gib, ga);
     fcloseCheck(f);
-    fp8_model_free(&m);
+    free(m.linears.grain);
     free(counts);
 
     char lines[3][1024];

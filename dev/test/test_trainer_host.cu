@@ -430,10 +430,14 @@ static void grain_model(Model *m, TrainState *ts) {
     m->opt.B = 2; m->opt.T = 32; m->opt.precision = PREC_FP8;
     m->opt.fp8_fallback = FP8_GRAIN_BF16; m->opt.fp8_fallback_millionths = 10000; m->opt.fp8_fallback_patience = 3;
     m->fp8.on = 1; m->fp8.w_cache = 1;
-    int nlin = fp8_num_linears(&m->cfg, 0);
-    m->fp8_grain = (unsigned char *)callocCheck(nlin, 1);
-    m->fp8_over_steps = (int *)callocCheck(nlin, sizeof(int));
-    m->fp8_lin = (Fp8LinearBuffers *)callocCheck(nlin, sizeof(Fp8LinearBuffers));
+    Linears *L = &m->linears; // the host part linears_resumed reads: shapes, grains, no device buffers
+    L->cfg = m->cfg;
+    L->sh.o = linear_options(&m->opt, m->fp8, 1);
+    L->count = fp8_num_linears(&m->cfg, 0);
+    L->grain = (unsigned char *)callocCheck(L->count, 1);
+    L->over_steps = (int *)callocCheck(L->count, sizeof(int));
+    L->all = (Linear *)callocCheck(L->count, sizeof(Linear));
+    for (int i = 0; i < L->count; i++) L->all[i] = linear_shape(&m->cfg, &L->sh.o, i / LINS_PER_LAYER, i % LINS_PER_LAYER);
 }
 
 static void read_grains(void *arg) {
@@ -446,18 +450,18 @@ static void read_grains(void *arg) {
     Section sec[NUM_STATE_SECTIONS];
     state_sections(&m, &ts, sec);
     read_sections(a->path, STATE_MAGIC, ex, n, sec, NUM_STATE_SECTIONS, NULL);
-    fp8_grains_resumed(&m, a->path);
+    linears_resumed(&m.linears, a->path);
     int nlin = fp8_num_linears(&m.cfg, 0), bad = 0;
     for (int i = 0; i < nlin; i++) {
         int want_grain = i == fp8_linear(&m.cfg, 0, LIN_WO) ? FP8_GRAIN_BF16 : FP8_GRAIN_TENSOR;
         int want_over = i == fp8_linear(&m.cfg, 0, LIN_WO) ? 3 : i == fp8_linear(&m.cfg, 1, LIN_W13) ? 2 : 0;
-        if (m.fp8_grain[i] != want_grain || m.fp8_over_steps[i] != want_over) {
-            fprintf(stderr, "linear %d read back as grain %d after %d steps over, want %d after %d\n", i, m.fp8_grain[i], m.fp8_over_steps[i],
+        if (m.linears.grain[i] != want_grain || m.linears.over_steps[i] != want_over) {
+            fprintf(stderr, "linear %d read back as grain %d after %d steps over, want %d after %d\n", i, m.linears.grain[i], m.linears.over_steps[i],
                     want_grain, want_over);
             bad = 1;
         }
     }
-    if (m.fp8_grain_changes != a->expect_change) { fprintf(stderr, "%d grain changes, want %d\n", m.fp8_grain_changes, a->expect_change); bad = 1; }
+    if (m.linears.grain_changes != a->expect_change) { fprintf(stderr, "%d grain changes, want %d\n", m.linears.grain_changes, a->expect_change); bad = 1; }
     if (bad) exit(3);
 }
 
@@ -468,9 +472,9 @@ static void test_fp8_grain_state_file(void) {
     TrainState ts;
     grain_model(&m, &ts);
     int nlin = fp8_num_linears(&m.cfg, 0), wo = fp8_linear(&m.cfg, 0, LIN_WO), w13 = fp8_linear(&m.cfg, 1, LIN_W13);
-    m.fp8_grain[wo] = FP8_GRAIN_BF16;
-    m.fp8_over_steps[wo] = 3;
-    m.fp8_over_steps[w13] = 2;
+    m.linears.grain[wo] = FP8_GRAIN_BF16;
+    m.linears.over_steps[wo] = 3;
+    m.linears.over_steps[w13] = 2;
     int h[256];
     Section sec[NUM_STATE_SECTIONS];
     state_header(&m, &ts, h);
@@ -487,14 +491,14 @@ static void test_fp8_grain_state_file(void) {
         {fp8_linear(&m.cfg, 0, LIN_QKV), 7, "fp8 linear 0 (layer 0 qkv) has grain 7, which a run of -fp8_grain tensor -fp8_fallback bf16 cannot have"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        m.fp8_grain[bad[i].linear] = (unsigned char)bad[i].grain;
+        m.linears.grain[bad[i].linear] = (unsigned char)bad[i].grain;
         write_sections(path, h, sec, NUM_STATE_SECTIONS);
-        m.fp8_grain[bad[i].linear] = FP8_GRAIN_TENSOR;
+        m.linears.grain[bad[i].linear] = FP8_GRAIN_TENSOR;
         status = run_expect_fatal(read_grains, &same, err, sizeof(err));
         CHECK(status != 0 && strstr(err, path) && strstr(err, bad[i].want), "grain %d of linear %d: exit %d, message lacks '%s': %s", bad[i].grain,
               bad[i].linear, status, bad[i].want, err);
     }
-    free(m.fp8_grain); free(m.fp8_over_steps); free(m.fp8_lin);
+    free(m.linears.grain); free(m.linears.over_steps); free(m.linears.all);
 }
 
 typedef struct { const char *init_from, *flag, *value, *tok; } ConfigArgs;

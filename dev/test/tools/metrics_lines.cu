@@ -41,8 +41,8 @@ int main(int argc, char **argv) {
     Fp8Switch sw = {11, LIN_W2, FP8_X, 0.1123};
     m.cfg.L = 30;
     m.opt.fp8_fallback = FP8_GRAIN_BLOCK; m.opt.fp8_fallback_millionths = 10000; m.opt.fp8_fallback_patience = 3;
-    m.fp8_switched = &sw;
-    m.fp8_num_switched = 1;
+    m.linears.switched = &sw;
+    m.linears.num_switched = 1;
     fp8_report_switches(&m, 4, logf, metricsf);
     fcloseCheck(logf);
     fcloseCheck(metricsf);
