@@ -742,13 +742,12 @@ static float probe_block_operand(const void *codes_d, const float *sinv_d, const
     return amax;
 }
 
-// out (I, J) bf16 on the GPU against ref_fp8_block_gemm of the GPU's operands (a (I, K) in blocks of
-// bra rows, b (J, K) of brb): max |gpu - ref| / max |ref| into worst[0], the RMS relative error into worst[1].
-static void probe_block_gemm(double worst[2], const floatX *out_d, int I, int J, int K, BlockOperand a, int bra, BlockOperand b, int brb) {
-    float *want = (float *)mallocCheck((size_t)I * J * sizeof(float)), *out = download_bf16(out_d, (size_t)I * J);
-    ref_fp8_block_gemm(want, a.dec, a.sinv, bra, b.dec, b.sinv, brb, I, J, K, 0);
+// The GPU's n bf16 outputs at out_d against the reference's `want`: max |gpu - ref| / max |ref| into
+// worst[0], the RMS relative error into worst[1].
+static void probe_out_error(double worst[2], const floatX *out_d, const float *want, size_t n) {
+    float *out = download_bf16(out_d, n);
     double maxdiff = 0.0, maxref = 0.0, sqdiff = 0.0, sqref = 0.0;
-    for (size_t i = 0; i < (size_t)I * J; i++) {
+    for (size_t i = 0; i < n; i++) {
         double d = (double)out[i] - want[i];
         maxdiff = fmax(maxdiff, fabs(d));
         maxref = fmax(maxref, fabs((double)want[i]));
@@ -757,7 +756,16 @@ static void probe_block_gemm(double worst[2], const floatX *out_d, int I, int J,
     }
     worst[0] = fmax(worst[0], maxref > 0.0 ? maxdiff / maxref : maxdiff);
     worst[1] = fmax(worst[1], sqref > 0.0 ? sqrt(sqdiff / sqref) : sqrt(sqdiff));
-    free(want); free(out);
+    free(out);
+}
+
+// out (I, J) bf16 on the GPU against ref_fp8_block_gemm of the GPU's operands (a (I, K) in blocks of
+// bra rows, b (J, K) of brb), into worst as probe_out_error.
+static void probe_block_gemm(double worst[2], const floatX *out_d, int I, int J, int K, BlockOperand a, int bra, BlockOperand b, int brb) {
+    float *want = (float *)mallocCheck((size_t)I * J * sizeof(float));
+    ref_fp8_block_gemm(want, a.dec, a.sinv, bra, b.dec, b.sinv, brb, I, J, K, 0);
+    probe_out_error(worst, out_d, want, (size_t)I * J);
+    free(want);
 }
 
 static float *transposed(const float *in, int rows, int cols) {
@@ -852,28 +860,18 @@ static float probe_row_operand(const void *codes_d, const float *sinv_d, const f
 }
 
 // out (I, J) bf16 on the GPU against ref_fp8_row_gemm of the GPU's operands, a (I, K) and b (J, K) E4M3
-// codes with their row scale_invs: max |gpu - ref| / max |ref| into worst[0], the RMS relative error
-// into worst[1].
+// codes with their row scale_invs, into worst as probe_out_error.
 static void probe_row_gemm(double worst[2], const floatX *out_d, int I, int J, int K, const void *a_d, const float *sa_d,
                            const void *b_d, const float *sb_d) {
     uint8_t *a = download_u8(a_d, (size_t)I * K), *b = download_u8(b_d, (size_t)J * K);
-    float *sa = download_f32(sa_d, I), *sb = download_f32(sb_d, J), *out = download_bf16(out_d, (size_t)I * J);
+    float *sa = download_f32(sa_d, I), *sb = download_f32(sb_d, J);
     float *da = (float *)mallocCheck((size_t)I * K * sizeof(float)), *db = (float *)mallocCheck((size_t)J * K * sizeof(float));
     float *want = (float *)mallocCheck((size_t)I * J * sizeof(float));
     for (size_t i = 0; i < (size_t)I * K; i++) da[i] = fp8_decode(a[i], FP8_E4M3);
     for (size_t i = 0; i < (size_t)J * K; i++) db[i] = fp8_decode(b[i], FP8_E4M3);
     ref_fp8_row_gemm(want, da, sa, db, sb, I, J, K, 0);
-    double maxdiff = 0.0, maxref = 0.0, sqdiff = 0.0, sqref = 0.0;
-    for (size_t i = 0; i < (size_t)I * J; i++) {
-        double d = (double)out[i] - want[i];
-        maxdiff = fmax(maxdiff, fabs(d));
-        maxref = fmax(maxref, fabs((double)want[i]));
-        sqdiff += d * d;
-        sqref += (double)want[i] * want[i];
-    }
-    worst[0] = fmax(worst[0], maxref > 0.0 ? maxdiff / maxref : maxdiff);
-    worst[1] = fmax(worst[1], sqref > 0.0 ? sqrt(sqdiff / sqref) : sqrt(sqdiff));
-    free(a); free(b); free(sa); free(sb); free(out); free(da); free(db); free(want);
+    probe_out_error(worst, out_d, want, (size_t)I * J);
+    free(a); free(b); free(sa); free(sb); free(da); free(db); free(want);
 }
 
 // A row-scaled linear's GEMM: forward X per token and W per output row (W from bf16(master), as the

@@ -39,7 +39,7 @@ order-free, so deterministic), then each amax turned in place into its scale_inv
 #include "packed.cuh"       // Fp8Tally, fp8_fmax, float_to_bf16x8, block_commit_fp8
 #include "fp8_scaling.cuh"  // fp8_cast8, frcp_exact, fp8_scale_rule_device, FP8_TILE, store_tile_transposed,
                             // fp8_check_grid, fp8_ptr_aligned
-#include "fp8_block.cuh"    // bf16x8_amax_bits, half_warp_max, fp8_cast8_scales (the same tile layout)
+#include "fp8_block.cuh"    // bf16x8_amax_bits, half_warp_max, tile_col_amax_bits, fp8_cast8_scales (its tile layout)
 #include "matmul.cuh"       // matmul_run, matmul_plan_build, matmul_launch, MM_FP8R_*, matmul_fp8_check
 
 // ---------------------------------------------------------------------------------------------
@@ -83,7 +83,7 @@ template <bool FP32_IN>
 __global__ void __launch_bounds__(256)
     fp8_row_amax_kernel(unsigned *row_bits, unsigned *col_bits, const void *in, int rows, int cols, float *amax) {
     __shared__ unsigned col_part[8][FP8_TILE]; // per warp: each column's max over the warp's 16 rows
-    const int r0 = blockIdx.y * FP8_TILE, c0 = blockIdx.x * FP8_TILE, vc = threadIdx.x % 16, warp = threadIdx.x / 32;
+    const int r0 = blockIdx.y * FP8_TILE, c0 = blockIdx.x * FP8_TILE, vc = threadIdx.x % 16;
     uint4 raw[8];
     fp8_row_load_tile<FP32_IN>(raw, in, r0, c0, rows, cols);
     unsigned tile_bits = 0;
@@ -95,32 +95,9 @@ __global__ void __launch_bounds__(256)
         if (row_bits != NULL && vc == 0 && r < rows && bits != 0) atomicMax(&row_bits[r], bits);
     }
     if (col_bits != NULL) {
-        uint4 cm = make_uint4(0, 0, 0, 0);
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            cm.x = __vmaxu2(cm.x, raw[i].x & 0x7fff7fffu); cm.y = __vmaxu2(cm.y, raw[i].y & 0x7fff7fffu);
-            cm.z = __vmaxu2(cm.z, raw[i].z & 0x7fff7fffu); cm.w = __vmaxu2(cm.w, raw[i].w & 0x7fff7fffu);
-        }
-        cm.x = __vmaxu2(cm.x, __shfl_xor_sync(0xffffffffu, cm.x, 16));
-        cm.y = __vmaxu2(cm.y, __shfl_xor_sync(0xffffffffu, cm.y, 16));
-        cm.z = __vmaxu2(cm.z, __shfl_xor_sync(0xffffffffu, cm.z, 16));
-        cm.w = __vmaxu2(cm.w, __shfl_xor_sync(0xffffffffu, cm.w, 16));
-        if (threadIdx.x % 32 < 16) {
-            const unsigned words[4] = {cm.x, cm.y, cm.z, cm.w};
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                col_part[warp][vc * 8 + 2 * k] = words[k] << 16;
-                col_part[warp][vc * 8 + 2 * k + 1] = words[k] & 0xffff0000u;
-            }
-        }
-        __syncthreads();
-        if (threadIdx.x < FP8_TILE) {
-            unsigned bits = 0;
-#pragma unroll
-            for (int w = 0; w < 8; w++) bits = max(bits, col_part[w][threadIdx.x]);
-            const int c = c0 + threadIdx.x;
-            if (c < cols && bits != 0) atomicMax(&col_bits[c], bits);
-        }
+        const unsigned bits = tile_col_amax_bits(raw, col_part);
+        const int c = c0 + threadIdx.x;
+        if (threadIdx.x < FP8_TILE && c < cols && bits != 0) atomicMax(&col_bits[c], bits);
     }
     if (amax != NULL) block_commit_fp8(amax, tile_bits, NULL, Fp8Tally{0, 0});
 }

@@ -130,38 +130,16 @@ static float grain_exact_value(uint64_t *rng, int e, int bits, int top) {
     return ldexpf((random_u32(rng) & 1) ? (float)-m : (float)m, e - bits);
 }
 
-// Layer 0's w2 (K = FF = 320, M = C = 160, N = 16 tokens) as a block linear with power-of-two scales,
-// on X, W and dY built so that every block of every cast (X and dY in 1x128 blocks along K and M and,
-// transposed, along the tokens; W in 128x128 blocks) holds its values exactly: the first 128
-// columns sit near 2^6 and the rest near 2^-16 (X), W's blocks near 2^0 and 2^-6, dY's near 2^2 and
-// 2^-12. Every product and partial sum is then exact in double, so Y, dX and dW must equal the
-// double products of the fp32 operands rounded once to fp32. Per-tensor scaling of the same X
-// (scale 448/2^6 = 7) flushes every non-zero value of its small block.
-static void test_grain_block_linear_exact(void) {
-    const LlamaConfig cfg = {32, 1, 160, 2, 1, 320, 8, 10000.0f, 1e-5f};
-    enum { N = 16, K = 320, M = 160 };
-    RefModel model, pt;
-    ref_init(&model, &cfg, 2, 8, 1, 0, 0, 1, 0);
-    ref_init(&pt, &cfg, 2, 8, 1, 0, 0, 1, 0);
-    ref_set_fp8_grain(&model, LIN_W2, FP8_GRAIN_BLOCK, 1);
-    float *x = (float *)mallocCheck(N * K * sizeof(float)), *dy = (float *)mallocCheck(N * M * sizeof(float));
-    float *y = (float *)mallocCheck(N * M * sizeof(float)), *dx = (float *)mallocCheck(N * K * sizeof(float));
-    float *w = model.param_ptr[P_W2];
-    uint64_t rng = 11, small_nonzero = 0;
-    for (int n = 0; n < N; n++) {
-        for (int k = 0; k < K; k++) {
-            x[n * K + k] = grain_exact_value(&rng, k < 128 ? 6 : -16, 4, n == 0 || k % 128 == 0);
-            small_nonzero += k >= 128 && x[n * K + k] != 0.0f;
-        }
-        for (int m = 0; m < M; m++) dy[n * M + m] = grain_exact_value(&rng, m < 128 ? 2 : -12, 3, n == 0 || m % 128 == 0);
-    }
-    for (int m = 0; m < M; m++)
-        for (int k = 0; k < K; k++) w[m * K + k] = grain_exact_value(&rng, (m < 128) == (k < 128 || k >= 256) ? 0 : -6, 4, m % 128 == 0 && k % 128 == 0);
-    memcpy(pt.param_ptr[P_W2], w, M * K * sizeof(float));
-    ref_fp8_cast_weights(&model);
-    model.micro_step = 0;
-    ref_linear_forward(&model, LIN_W2, y, x, model.acts.xq_w2, P_W2, 0, N, K, M);
-    ref_linear_backward(&model, LIN_W2, dx, dy, x, model.acts.xq_w2, P_W2, 0, N, K, M);
+// Layer 0's w2 of `model` (its weights set, its grain block or row) run forward and backward on x (N, K)
+// and dy (N, M), built so that every block or row of every cast holds its values exactly: Y, dX and dW
+// must equal the double products of the fp32 operands rounded once to fp32, and no cast may lose a value.
+static void grain_check_exact_w2(RefModel *model, const float *x, const float *dy, int N, int K, int M, const char *grain) {
+    float *y = (float *)mallocCheck((size_t)N * M * sizeof(float)), *dx = (float *)mallocCheck((size_t)N * K * sizeof(float));
+    const float *w = model->param_ptr[P_W2];
+    ref_fp8_cast_weights(model);
+    model->micro_step = 0;
+    ref_linear_forward(model, LIN_W2, y, x, model->acts.xq_w2, P_W2, 0, N, K, M);
+    ref_linear_backward(model, LIN_W2, dx, dy, x, model->acts.xq_w2, P_W2, 0, N, K, M);
     int bad_y = 0, bad_dx = 0, bad_dw = 0;
     for (int n = 0; n < N; n++) {
         for (int m = 0; m < M; m++) {
@@ -179,23 +157,55 @@ static void test_grain_block_linear_exact(void) {
         for (int k = 0; k < K; k++) {
             double s = 0.0;
             for (int n = 0; n < N; n++) s += (double)dy[n * M + m] * x[n * K + k];
-            float got = model.grad_ptr[P_W2][m * K + k];
+            float got = model->grad_ptr[P_W2][m * K + k];
             if (got != (float)s && bad_dw++ < 3) CHECK(0, "dW[%d][%d] = %.9g, want %.9g", m, k, got, s);
         }
     }
     for (int kind = 0; kind < FP8_KINDS; kind++) {
-        int t = fp8_tensor_index(0, LIN_W2, kind);
-        CHECK(model.fp8_counts[FP8_COUNTS * t + FP8_UNDERFLOWS] == 0 && model.fp8_counts[FP8_COUNTS * t + FP8_SATURATIONS] == 0,
-              "block %s: %llu underflows %llu saturations, want none", FP8_KIND_NAMES[kind],
-              (unsigned long long)model.fp8_counts[FP8_COUNTS * t + FP8_UNDERFLOWS], (unsigned long long)model.fp8_counts[FP8_COUNTS * t + FP8_SATURATIONS]);
+        const uint64_t *c = model->fp8_counts + FP8_COUNTS * fp8_tensor_index(0, LIN_W2, kind);
+        CHECK(c[FP8_UNDERFLOWS] == 0 && c[FP8_SATURATIONS] == 0, "%s %s: %llu underflows %llu saturations, want none", grain,
+              FP8_KIND_NAMES[kind], (unsigned long long)c[FP8_UNDERFLOWS], (unsigned long long)c[FP8_SATURATIONS]);
     }
+    free(y);
+    free(dx);
+}
+
+// Layer 0's w2 (K = FF = 320, M = C = 160, N = 16 tokens) as a block linear with power-of-two scales,
+// on X, W and dY built so that every block of every cast (X and dY in 1x128 blocks along K and M and,
+// transposed, along the tokens; W in 128x128 blocks) holds its values exactly: the first 128
+// columns sit near 2^6 and the rest near 2^-16 (X), W's blocks near 2^0 and 2^-6, dY's near 2^2 and
+// 2^-12. Every product and partial sum is then exact in double, so Y, dX and dW must equal the
+// double products of the fp32 operands rounded once to fp32. Per-tensor scaling of the same X
+// (scale 448/2^6 = 7) flushes every non-zero value of its small block.
+static void test_grain_block_linear_exact(void) {
+    const LlamaConfig cfg = {32, 1, 160, 2, 1, 320, 8, 10000.0f, 1e-5f};
+    enum { N = 16, K = 320, M = 160 };
+    RefModel model, pt;
+    ref_init(&model, &cfg, 2, 8, 1, 0, 0, 1, 0);
+    ref_init(&pt, &cfg, 2, 8, 1, 0, 0, 1, 0);
+    ref_set_fp8_grain(&model, LIN_W2, FP8_GRAIN_BLOCK, 1);
+    float *x = (float *)mallocCheck(N * K * sizeof(float)), *dy = (float *)mallocCheck(N * M * sizeof(float));
+    float *y = (float *)mallocCheck(N * M * sizeof(float));
+    float *w = model.param_ptr[P_W2];
+    uint64_t rng = 11, small_nonzero = 0;
+    for (int n = 0; n < N; n++) {
+        for (int k = 0; k < K; k++) {
+            x[n * K + k] = grain_exact_value(&rng, k < 128 ? 6 : -16, 4, n == 0 || k % 128 == 0);
+            small_nonzero += k >= 128 && x[n * K + k] != 0.0f;
+        }
+        for (int m = 0; m < M; m++) dy[n * M + m] = grain_exact_value(&rng, m < 128 ? 2 : -12, 3, n == 0 || m % 128 == 0);
+    }
+    for (int m = 0; m < M; m++)
+        for (int k = 0; k < K; k++) w[m * K + k] = grain_exact_value(&rng, (m < 128) == (k < 128 || k >= 256) ? 0 : -6, 4, m % 128 == 0 && k % 128 == 0);
+    memcpy(pt.param_ptr[P_W2], w, M * K * sizeof(float));
+    grain_check_exact_w2(&model, x, dy, N, K, M, "block");
     ref_fp8_cast_weights(&pt);
     pt.micro_step = 0;
     ref_linear_forward(&pt, LIN_W2, y, x, pt.acts.xq_w2, P_W2, 0, N, K, M);
     uint64_t under = pt.fp8_counts[FP8_COUNTS * fp8_tensor_index(0, LIN_W2, FP8_X) + FP8_UNDERFLOWS];
     CHECK(under == small_nonzero && small_nonzero > 0, "per-tensor X: %llu underflows, want the small block's %llu non-zero values",
           (unsigned long long)under, (unsigned long long)small_nonzero);
-    free(x); free(dy); free(y); free(dx);
+    free(x); free(dy); free(y);
     ref_free(&model);
     ref_free(&pt);
 }
@@ -436,7 +446,7 @@ static void test_grain_row_linear_exact(void) {
     ref_init(&pt, &cfg, 2, 8, 1, 0, 0, 1, 0);
     ref_set_fp8_grain(&model, LIN_W2, FP8_GRAIN_ROW, 0);
     float *x = (float *)mallocCheck(N * K * sizeof(float)), *dy = (float *)mallocCheck(N * M * sizeof(float));
-    float *y = (float *)mallocCheck(N * M * sizeof(float)), *dx = (float *)mallocCheck(N * K * sizeof(float));
+    float *y = (float *)mallocCheck(N * M * sizeof(float));
     float *w = model.param_ptr[P_W2];
     uint64_t rng = 13;
     for (int n = 0; n < N; n++) {
@@ -449,40 +459,7 @@ static void test_grain_row_linear_exact(void) {
         for (int k = 0; k < K; k++)
             w[m * K + k] = grain_row_value(&rng, m % 2 ? -3 : 0, k % 2 ? -3 : 0, m == 0 || k == 0);
     memcpy(pt.param_ptr[P_W2], w, M * K * sizeof(float));
-    ref_fp8_cast_weights(&model);
-    model.micro_step = 0;
-    ref_linear_forward(&model, LIN_W2, y, x, model.acts.xq_w2, P_W2, 0, N, K, M);
-    ref_linear_backward(&model, LIN_W2, dx, dy, x, model.acts.xq_w2, P_W2, 0, N, K, M);
-    int bad_y = 0, bad_dx = 0, bad_dw = 0;
-    for (int n = 0; n < N; n++) {
-        for (int m = 0; m < M; m++) {
-            double s = 0.0;
-            for (int k = 0; k < K; k++) s += (double)x[n * K + k] * w[m * K + k];
-            if (y[n * M + m] != (float)s && bad_y++ < 3) CHECK(0, "Y[%d][%d] = %.9g, want %.9g", n, m, y[n * M + m], s);
-        }
-        for (int k = 0; k < K; k++) {
-            double s = 0.0;
-            for (int m = 0; m < M; m++) s += (double)dy[n * M + m] * w[m * K + k];
-            if (dx[n * K + k] != (float)s && bad_dx++ < 3)
-                CHECK(0, "dX[%d][%d] = %.9g, want %.9g", n, k, dx[n * K + k], s);
-        }
-    }
-    for (int m = 0; m < M; m++) {
-        for (int k = 0; k < K; k++) {
-            double s = 0.0;
-            for (int n = 0; n < N; n++) s += (double)dy[n * M + m] * x[n * K + k];
-            float got = model.grad_ptr[P_W2][m * K + k];
-            if (got != (float)s && bad_dw++ < 3) CHECK(0, "dW[%d][%d] = %.9g, want %.9g", m, k, got, s);
-        }
-    }
-    for (int kind = 0; kind < FP8_KINDS; kind++) {
-        int t = fp8_tensor_index(0, LIN_W2, kind);
-        CHECK(model.fp8_counts[FP8_COUNTS * t + FP8_UNDERFLOWS] == 0 &&
-                  model.fp8_counts[FP8_COUNTS * t + FP8_SATURATIONS] == 0,
-              "row %s: %llu underflows %llu saturations, want none", FP8_KIND_NAMES[kind],
-              (unsigned long long)model.fp8_counts[FP8_COUNTS * t + FP8_UNDERFLOWS],
-              (unsigned long long)model.fp8_counts[FP8_COUNTS * t + FP8_SATURATIONS]);
-    }
+    grain_check_exact_w2(&model, x, dy, N, K, M, "row");
     const float *slot = model.fp8_state + model.fp8_layout.amax_slot;
     CHECK(slot[fp8_tensor_index(0, LIN_W2, FP8_X)] == 1.0f && slot[fp8_tensor_index(0, LIN_W2, FP8_W)] == 1.0f &&
               slot[fp8_tensor_index(0, LIN_W2, FP8_DY)] == 1.0f,
@@ -493,7 +470,7 @@ static void test_grain_row_linear_exact(void) {
     ref_linear_forward(&pt, LIN_W2, y, x, pt.acts.xq_w2, P_W2, 0, N, K, M);
     uint64_t under = pt.fp8_counts[FP8_COUNTS * fp8_tensor_index(0, LIN_W2, FP8_X) + FP8_UNDERFLOWS];
     CHECK(under > 0, "per-tensor X: no value lost, so the test's X does not need row scales");
-    free(x); free(dy); free(y); free(dx);
+    free(x); free(dy); free(y);
     ref_free(&model);
     ref_free(&pt);
 }
