@@ -195,9 +195,10 @@ void fp8_row_cast(void *out, float *sinv, void *out_t, float *sinv_t, const void
 // Whether cuBLASLt runs row-scaled GEMM `kind` (MM_FP8R_*) for D (m, n) = A (m rows of k) . B (n rows
 // of k)^T on this GPU: each candidate of the heuristic is launched on zeroed operands until one runs
 // (an offered algorithm can still refuse at launch). 1 if one ran; else 0, with cuBLASLt's answer
-// in why. Uses its own plan, not the cached ones, and waits for its launch.
+// in why. Uses its own plan, not the cached ones, and waits for its launch; initializes matmul.cuh
+// (matmul_init does nothing the second time), as the trainer's start-up check runs before its GEMMs do.
 static int matmul_fp8_row_probe(int kind, int m, int n, int k, int accumulate, char *why, size_t len) {
-    if (g_cublaslt == NULL) FATAL("matmul_fp8_row_probe: call matmul_init() first");
+    matmul_init();
     snprintf(why, len, "ran");
     const size_t version = cublasLtGetVersion();
     if (version < 120900 || CUBLAS_VERSION < 120900) {
