@@ -186,8 +186,8 @@ static void bf16_first_step_vs_cpu(LlamaConfig c, const char *model_file, Bf16Bu
     ref_free(&ref);
 }
 // -check 1's memory plan is what model_init allocates, for every option that changes a buffer: bf16,
-// fp8 delayed and current, without the weight cache, -r 1, fp8 lm_head, block grain, the block
-// fallback, bf16 moments, document masking, tied embeddings.
+// fp8 delayed and current, without the weight cache, -r 1, fp8 lm_head, block and row grains, the block
+// and row fallbacks, bf16 moments, document masking, tied embeddings.
 static void test_memory_plan_is_model_init(void) {
     struct { const char *what; int precision; void (*set)(ModelOptions *); } cases[] = {
         {"bf16", PREC_BF16, NULL}, {"fp8 delayed", PREC_FP8, NULL},
@@ -198,6 +198,9 @@ static void test_memory_plan_is_model_init(void) {
         {"fp8 lm_head", PREC_FP8, [](ModelOptions *o) { o->fp8_lm_head = 1; }},
         {"fp8 block grain", PREC_FP8, [](ModelOptions *o) { o->fp8_grain = FP8_GRAIN_BLOCK; }},
         {"fp8 block fallback", PREC_FP8, [](ModelOptions *o) { o->fp8_fallback = FP8_GRAIN_BLOCK; }},
+        {"fp8 row grain", PREC_FP8, [](ModelOptions *o) { o->fp8_grain = FP8_GRAIN_ROW; }},
+        {"fp8 row grain without the weight cache", PREC_FP8, [](ModelOptions *o) { o->fp8_grain = FP8_GRAIN_ROW; o->fp8_weight_cache = 0; }},
+        {"fp8 row fallback", PREC_FP8, [](ModelOptions *o) { o->fp8_fallback = FP8_GRAIN_ROW; }},
         {"bf16 moments", PREC_FP8, [](ModelOptions *o) { o->moments_bf16 = 1; }},
         {"document masks", PREC_FP8, [](ModelOptions *o) { o->doc_mask = 1; o->doc_start_id = 1; }},
     };
@@ -739,13 +742,12 @@ static float probe_block_operand(const void *codes_d, const float *sinv_d, const
     return amax;
 }
 
-// out (I, J) bf16 on the GPU against ref_fp8_block_gemm of the GPU's operands (a (I, K) in blocks of
-// bra rows, b (J, K) of brb): max |gpu - ref| / max |ref| into worst[0], the RMS relative error into worst[1].
-static void probe_block_gemm(double worst[2], const floatX *out_d, int I, int J, int K, BlockOperand a, int bra, BlockOperand b, int brb) {
-    float *want = (float *)mallocCheck((size_t)I * J * sizeof(float)), *out = download_bf16(out_d, (size_t)I * J);
-    ref_fp8_block_gemm(want, a.dec, a.sinv, bra, b.dec, b.sinv, brb, I, J, K, 0);
+// The GPU's n bf16 outputs at out_d against the reference's `want`: max |gpu - ref| / max |ref| into
+// worst[0], the RMS relative error into worst[1].
+static void probe_out_error(double worst[2], const floatX *out_d, const float *want, size_t n) {
+    float *out = download_bf16(out_d, n);
     double maxdiff = 0.0, maxref = 0.0, sqdiff = 0.0, sqref = 0.0;
-    for (size_t i = 0; i < (size_t)I * J; i++) {
+    for (size_t i = 0; i < n; i++) {
         double d = (double)out[i] - want[i];
         maxdiff = fmax(maxdiff, fabs(d));
         maxref = fmax(maxref, fabs((double)want[i]));
@@ -754,7 +756,16 @@ static void probe_block_gemm(double worst[2], const floatX *out_d, int I, int J,
     }
     worst[0] = fmax(worst[0], maxref > 0.0 ? maxdiff / maxref : maxdiff);
     worst[1] = fmax(worst[1], sqref > 0.0 ? sqrt(sqdiff / sqref) : sqrt(sqdiff));
-    free(want); free(out);
+    free(out);
+}
+
+// out (I, J) bf16 on the GPU against ref_fp8_block_gemm of the GPU's operands (a (I, K) in blocks of
+// bra rows, b (J, K) of brb), into worst as probe_out_error.
+static void probe_block_gemm(double worst[2], const floatX *out_d, int I, int J, int K, BlockOperand a, int bra, BlockOperand b, int brb) {
+    float *want = (float *)mallocCheck((size_t)I * J * sizeof(float));
+    ref_fp8_block_gemm(want, a.dec, a.sinv, bra, b.dec, b.sinv, brb, I, J, K, 0);
+    probe_out_error(worst, out_d, want, (size_t)I * J);
+    free(want);
 }
 
 static float *transposed(const float *in, int rows, int cols) {
@@ -823,6 +834,83 @@ static void fp8_block_gemm_probe(const Model *m, const Fp8GemmView *v, const flo
     free(src); free(src_t); free(x_t); free(wt);
 }
 
+// ---- the row-scaled linears' GEMMs (llmc/recipe_row.cuh): every operand E4M3 with one scale_inv per row
+
+// The GPU's codes and per-row scale_invs of a (rows, cols) operand against the reference's row cast of
+// src (ref_fp8_row_cast), bit for bit; the cast's counts into tensor t's (t < 0: a recast that counts
+// nothing, W^T's). Returns max |src|.
+static float probe_row_operand(const void *codes_d, const float *sinv_d, const float *src, int rows, int cols, int t,
+                               const char *what) {
+    size_t n = (size_t)rows * cols;
+    float *dec = (float *)mallocCheck(n * sizeof(float)), *sinv = (float *)mallocCheck(rows * sizeof(float));
+    uint64_t counts[FP8_COUNTS] = {0, 0};
+    float amax = ref_fp8_row_cast(src, rows, cols, 0, dec, sinv, counts);
+    uint8_t *got = download_u8(codes_d, n);
+    float *gs = download_f32(sinv_d, rows);
+    long bad = 0, bad_s = 0;
+    for (size_t i = 0; i < n; i++) bad += got[i] != fp8_encode(dec[i], FP8_E4M3);
+    for (int r = 0; r < rows; r++) bad_s += memcmp(&gs[r], &sinv[r], sizeof(float)) != 0;
+    if ((bad || bad_s) && g_probe.bad_codes + g_probe.bad_sinv < 5)
+        printf("    %s: %ld of %zu codes and %ld of %d row scale_invs differ from the reference's\n", what, bad, n, bad_s, rows);
+    g_probe.bad_codes += bad; g_probe.codes += n;
+    g_probe.bad_sinv += bad_s; g_probe.sinvs += rows;
+    for (int k = 0; t >= 0 && k < FP8_COUNTS; k++) g_probe.counts[FP8_COUNTS * t + k] += counts[k];
+    free(dec); free(sinv); free(got); free(gs);
+    return amax;
+}
+
+// out (I, J) bf16 on the GPU against ref_fp8_row_gemm of the GPU's operands, a (I, K) and b (J, K) E4M3
+// codes with their row scale_invs, into worst as probe_out_error.
+static void probe_row_gemm(double worst[2], const floatX *out_d, int I, int J, int K, const void *a_d, const float *sa_d,
+                           const void *b_d, const float *sb_d) {
+    uint8_t *a = download_u8(a_d, (size_t)I * K), *b = download_u8(b_d, (size_t)J * K);
+    float *sa = download_f32(sa_d, I), *sb = download_f32(sb_d, J);
+    float *da = (float *)mallocCheck((size_t)I * K * sizeof(float)), *db = (float *)mallocCheck((size_t)J * K * sizeof(float));
+    float *want = (float *)mallocCheck((size_t)I * J * sizeof(float));
+    for (size_t i = 0; i < (size_t)I * K; i++) da[i] = fp8_decode(a[i], FP8_E4M3);
+    for (size_t i = 0; i < (size_t)J * K; i++) db[i] = fp8_decode(b[i], FP8_E4M3);
+    ref_fp8_row_gemm(want, da, sa, db, sb, I, J, K, 0);
+    probe_out_error(worst, out_d, want, (size_t)I * J);
+    free(a); free(b); free(sa); free(sb); free(da); free(db); free(want);
+}
+
+// A row-scaled linear's GEMM: forward X per token and W per output row (W from bf16(master), as the
+// weight cast or AdamW's master makes it), Y; backward dY per token and dY^T, X^T per column of the
+// forward's X, W^T per input column of W (a recast, counted nowhere), dX and dW. Slots and scales as a
+// block tensor's (current scaling: the per-tensor scale never moves).
+static void fp8_row_gemm_probe(const Model *m, const Fp8GemmView *v, const float *st, const char *what) {
+    const LlamaConfig *c = &m->cfg;
+    int l = v->l, lin = v->lin, N = v->N, IN = v->IN, OUT = v->OUT;
+    int tx = fp8_tensor(c, l, lin, FP8_X), tw = fp8_tensor(c, l, lin, FP8_W), tdy = fp8_tensor(c, l, lin, FP8_DY);
+    size_t wn = (size_t)IN * OUT, at = m->param[LINEAR_PARAM[lin]] - m->params_memory + (size_t)l * wn;
+    float *wsrc = (float *)mallocCheck(wn * sizeof(float));
+    for (size_t i = 0; i < wn; i++) wsrc[i] = __bfloat162float(__float2bfloat16_rn(g_probe.master[at + i]));
+    if (!v->backward) {
+        CHECK(v->src != NULL, "%s: the probe needs the bf16 X", what);
+        if (v->src == NULL) { free(wsrc); return; }
+        float *src = download_bf16(v->src, (size_t)N * IN);
+        probe_block_slot(m, st, tx, probe_row_operand(v->a, v->a_sinv, src, N, IN, tx, what), what);
+        probe_block_slot(m, st, tw, probe_row_operand(v->b, v->b_sinv, wsrc, OUT, IN, tw, what), what);
+        probe_row_gemm(g_probe.worst[0], v->out, N, OUT, IN, v->a, v->a_sinv, v->b, v->b_sinv);
+        free(g_probe.x_src[lin][l]);
+        g_probe.x_src[lin][l] = src;
+        free(wsrc);
+        return;
+    }
+    CHECK(v->src != NULL && g_probe.x_src[lin][l] != NULL, "%s: the probe needs the bf16 dY and the forward's X", what);
+    if (v->src == NULL || g_probe.x_src[lin][l] == NULL) { free(wsrc); return; }
+    float *src = download_bf16(v->src, (size_t)N * OUT), *src_t = transposed(src, N, OUT);
+    float *x_t = transposed(g_probe.x_src[lin][l], N, IN), *w_t = transposed(wsrc, OUT, IN);
+    float amax = probe_row_operand(v->a, v->a_sinv, src, N, OUT, tdy, what);
+    probe_row_operand(v->a_t, v->a_t_sinv, src_t, OUT, N, tdy, what);
+    probe_block_slot(m, st, tdy, amax, what);
+    probe_block_slot(m, st, tx, probe_row_operand(v->x_t, v->x_t_sinv, x_t, IN, N, tx, what), what);
+    probe_row_operand(v->b, v->b_sinv, w_t, IN, OUT, -1, what);
+    probe_row_gemm(g_probe.worst[1], v->out, N, IN, OUT, v->a, v->a_sinv, v->b, v->b_sinv);     // dX = dY W, W^T in the TN form
+    probe_row_gemm(g_probe.worst[2], v->dw, OUT, IN, N, v->a_t, v->a_t_sinv, v->x_t, v->x_t_sinv); // dW = dY^T X over the tokens
+    free(src); free(src_t); free(x_t); free(w_t); free(wsrc);
+}
+
 static void fp8_gemm_probe(const Fp8GemmView *v) {
     const Model *m = g_probe.model;
     cudaCheck(cudaDeviceSynchronize());
@@ -835,8 +923,9 @@ static void fp8_gemm_probe(const Fp8GemmView *v) {
     snprintf(what, sizeof(what), "layer %d %s %s", l, LINEAR_NAMES[lin < LINS_PER_LAYER ? lin : 0], v->backward ? "backward" : "forward");
     if (lin == LIN_LM_HEAD) snprintf(what, sizeof(what), "lm_head %s", v->backward ? "backward" : "forward");
     int tx = fp8_tensor(c, l, lin, FP8_X), tw = fp8_tensor(c, l, lin, FP8_W), tdy = fp8_tensor(c, l, lin, FP8_DY);
-    if (v->a_sinv != NULL) { // a block-scaled linear
-        fp8_block_gemm_probe(m, v, st, what);
+    if (v->a_sinv != NULL) { // a block- or row-scaled linear
+        if (linear_grain(&m->linears, l, lin) == FP8_GRAIN_ROW) fp8_row_gemm_probe(m, v, st, what);
+        else fp8_block_gemm_probe(m, v, st, what);
         if (v->backward) { free(g_probe.last_state); g_probe.last_state = st; st = NULL; }
     } else if (!v->backward) {
         CHECK(v->src != NULL, "%s: the probe needs the bf16 X", what);
@@ -951,8 +1040,9 @@ static int probe_drops_deciding(const float *st, Fp8StateLayout lay) {
 
 // The linears' grains of a probed run: all per-tensor; layer 0's w2 and qkv block-scaled, the rest
 // per-tensor (set as the fallback sets them; its threshold 100% switches nothing else); every linear
-// block-scaled (-fp8_grain block); layer 0's w2 and layer 1's qkv fallen back to bf16.
-enum { PROBE_PER_TENSOR, PROBE_SOME_BLOCK, PROBE_ALL_BLOCK, PROBE_SOME_BF16 };
+// block-scaled (-fp8_grain block); layer 0's w2 and layer 1's qkv fallen back to bf16; the same two
+// row-scaled (-fp8_fallback row); every linear row-scaled (-fp8_grain row).
+enum { PROBE_PER_TENSOR, PROBE_SOME_BLOCK, PROBE_ALL_BLOCK, PROBE_SOME_BF16, PROBE_SOME_ROW, PROBE_ALL_ROW };
 
 // `steps` steps (the first live, then delayed unless current) with every fp8 GEMM probed, amax
 // history length `history`; with push_off, the last step runs with push_scales_off's scales. More
@@ -968,13 +1058,15 @@ static void fp8_probed_steps(int current, int weight_cache, int margin, int lm_h
     mo.fp8_current = current; mo.fp8_history = history; mo.fp8_margin = margin; mo.recompute = recompute;
     mo.fp8_weight_cache = weight_cache; mo.fp8_lm_head = lm_head;
     if (grains == PROBE_ALL_BLOCK) mo.fp8_grain = FP8_GRAIN_BLOCK;
-    if (grains == PROBE_SOME_BLOCK || grains == PROBE_SOME_BF16) {
-        mo.fp8_fallback = grains == PROBE_SOME_BLOCK ? FP8_GRAIN_BLOCK : FP8_GRAIN_BF16;
+    if (grains == PROBE_ALL_ROW) mo.fp8_grain = FP8_GRAIN_ROW;
+    const int some = grains == PROBE_SOME_BLOCK ? FP8_GRAIN_BLOCK : grains == PROBE_SOME_BF16 ? FP8_GRAIN_BF16
+                   : grains == PROBE_SOME_ROW ? FP8_GRAIN_ROW : 0;
+    if (some) {
+        mo.fp8_fallback = some;
         mo.fp8_fallback_millionths = 1000000; mo.fp8_fallback_patience = 1;
     }
     model_init(&m, &c, &mo, NULL);
-    if (grains == PROBE_SOME_BLOCK) { linear_set_grain(&m.linears, 0, LIN_W2, FP8_GRAIN_BLOCK); linear_set_grain(&m.linears, 0, LIN_QKV, FP8_GRAIN_BLOCK); }
-    if (grains == PROBE_SOME_BF16) { linear_set_grain(&m.linears, 0, LIN_W2, FP8_GRAIN_BF16); linear_set_grain(&m.linears, 1, LIN_QKV, FP8_GRAIN_BF16); }
+    if (some) { linear_set_grain(&m.linears, 0, LIN_W2, some); linear_set_grain(&m.linears, some == FP8_GRAIN_BF16 ? 1 : 0, LIN_QKV, some); }
     float *w = (float *)mallocCheck(m.num_params * sizeof(float));
     model_init_weights(&m, 51, w);
     model_set_weights(&m, w);
@@ -1042,7 +1134,8 @@ static void fp8_probed_steps(int current, int weight_cache, int margin, int lm_h
         CHECK(g_probe.bad_slots == 0, "step %d: %ld amax slots differ from max |bf16 value|", step, g_probe.bad_slots);
         CHECK(g_probe.bad_scales == 0, "step %d: %ld casts used another scale than the recipe's", step, g_probe.bad_scales);
         CHECK(g_probe.bad_sinv == 0, "step %d: %ld block scale_invs differ from the reference's", step, g_probe.bad_sinv);
-        if (grains == PROBE_SOME_BLOCK || grains == PROBE_ALL_BLOCK) CHECK(g_probe.sinvs > 0, "step %d: no block-scaled GEMM was probed", step);
+        if (grains != PROBE_PER_TENSOR && grains != PROBE_SOME_BF16)
+            CHECK(g_probe.sinvs > 0, "step %d: no block- or row-scaled GEMM was probed", step);
         for (int l = 0; l < L && g_probe.last_state; l++) { // a linear fallen back to bf16 records nothing
             for (int lin = 0; lin < LINS_PER_LAYER; lin++) {
                 if (linear_grain(&m.linears, l, lin) != FP8_GRAIN_BF16) continue;
@@ -1091,6 +1184,11 @@ static void test_fp8_probed_pushed_scales(void) { fp8_probed_steps(0, 1, 0, 0, 0
 static void test_fp8_probed_block_some(void) { fp8_probed_steps(0, 1, 0, 0, 0, 0, 4, 3, PROBE_SOME_BLOCK); }
 static void test_fp8_probed_block_all(void) { fp8_probed_steps(0, 0, 0, 1, 1, 0, 4, 3, PROBE_ALL_BLOCK); }
 static void test_fp8_probed_bf16_fallback(void) { fp8_probed_steps(0, 1, 0, 0, 0, 0, 4, 3, PROBE_SOME_BF16); }
+// Row-wise scaling, as block's two: layer 0's w2 and qkv row-scaled among per-tensor linears (W cast by
+// AdamW, then made again per row from the master); every linear row-scaled with the fp8 lm_head, W cast
+// per use and -r 1 (wo's and w2's X^T cast afresh in the backward, the lm_head's kept).
+static void test_fp8_probed_row_some(void) { fp8_probed_steps(0, 1, 0, 0, 0, 0, 4, 3, PROBE_SOME_ROW); }
+static void test_fp8_probed_row_all(void) { fp8_probed_steps(0, 0, 0, 1, 1, 0, 4, 3, PROBE_ALL_ROW); }
 
 // A small fp8 model with the trainer's own random init.
 static void small_fp8_model(Model *m, int history, uint64_t seed) {
@@ -1769,9 +1867,9 @@ static void test_resume_bitexact_fp8_bf16_moments(void) { resume_check(PREC_FP8,
 // fp8 block scaling and the fallback (issue 34) against the C reference's emulation
 
 // The first step with linears off per-tensor scaling against the reference with the same grains
-// (ref_set_fp8_grain): every linear block-scaled (-fp8_grain block), or layer 0's w2 and layer 1's
-// qkv fallen back to bf16. The budgets are fp8_first_step_vs_cpu's: twice the flip floor of the
-// bf16-input reference, plus bf16's.
+// (ref_set_fp8_grain): every linear block-scaled (-fp8_grain block) or row-scaled (-fp8_grain row), or
+// layer 0's w2 and layer 1's qkv fallen back to bf16. The budgets are fp8_first_step_vs_cpu's: twice
+// the flip floor of the bf16-input reference, plus bf16's.
 static void grains_first_step_vs_cpu(int grain) {
     LlamaConfig c = small_config();
     int B = 2, T = 128, N = B * T;
@@ -1783,7 +1881,7 @@ static void grains_first_step_vs_cpu(int grain) {
     refb.fp8_bf16_inputs = 1;
     const int bf16_lin[2] = {fp8_linear(&c, 0, LIN_W2), fp8_linear(&c, 1, LIN_QKV)};
     for (int i = 0; i < fp8_num_linears(&c, 0); i++) {
-        int g = grain == FP8_GRAIN_BLOCK ? FP8_GRAIN_BLOCK : i == bf16_lin[0] || i == bf16_lin[1] ? FP8_GRAIN_BF16 : FP8_GRAIN_TENSOR;
+        int g = grain != FP8_GRAIN_BF16 ? grain : i == bf16_lin[0] || i == bf16_lin[1] ? FP8_GRAIN_BF16 : FP8_GRAIN_TENSOR;
         ref_set_fp8_grain(&ref, i, g, 0);
         ref_set_fp8_grain(&refb, i, g, 0);
     }
@@ -1795,7 +1893,7 @@ static void grains_first_step_vs_cpu(int grain) {
 
     Model m;
     ModelOptions mo = model_options(B, T, PREC_FP8);
-    if (grain == FP8_GRAIN_BLOCK) mo.fp8_grain = FP8_GRAIN_BLOCK;
+    if (grain != FP8_GRAIN_BF16) mo.fp8_grain = grain;
     else { mo.fp8_fallback = FP8_GRAIN_BF16; mo.fp8_fallback_millionths = 1000000; mo.fp8_fallback_patience = 1; }
     model_init(&m, &c, &mo, NULL);
     if (grain == FP8_GRAIN_BF16) { linear_set_grain(&m.linears, 0, LIN_W2, FP8_GRAIN_BF16); linear_set_grain(&m.linears, 1, LIN_QKV, FP8_GRAIN_BF16); }
@@ -1816,6 +1914,54 @@ static void grains_first_step_vs_cpu(int grain) {
 }
 static void test_fp8_block_first_step_vs_cpu(void) { grains_first_step_vs_cpu(FP8_GRAIN_BLOCK); }
 static void test_fp8_bf16_fallback_first_step_vs_cpu(void) { grains_first_step_vs_cpu(FP8_GRAIN_BF16); }
+static void test_fp8_row_first_step_vs_cpu(void) { grains_first_step_vs_cpu(FP8_GRAIN_ROW); }
+
+// Training with every linear row-scaled (-fp8_grain row): 6 steps of 2 micro-steps against the C
+// reference's row emulation (fp8_state_check's loss budget: twice the flip floor of the bf16-input
+// emulation, plus bf16's), and against the same training in bf16 on the GPU: within 1% of its loss,
+// the bound the CPU suite holds the emulations to against fp32 (test_fp8_grain.h's training steps:
+// E4M3's relative rounding is at most 2^-4 per value, and every logit and loss averages many of them).
+static void test_fp8_row_training_vs_cpu_and_bf16(void) {
+    LlamaConfig c = small_config();
+    int B = 2, T = 128, N = B * T, grad_accum = 2;
+    RefModel ref, refb;
+    ref_init(&ref, &c, B, T, 1, 0, 0, 16, 0);
+    ref_init(&refb, &c, B, T, 1, 0, 0, 16, 0);
+    ref_init_weights(&ref, 11);
+    ref_init_weights(&refb, 11);
+    refb.fp8_bf16_inputs = 1;
+    for (int i = 0; i < fp8_num_linears(&c, 0); i++) {
+        ref_set_fp8_grain(&ref, i, FP8_GRAIN_ROW, 0);
+        ref_set_fp8_grain(&refb, i, FP8_GRAIN_ROW, 0);
+    }
+    int *in = (int *)mallocCheck(grad_accum * N * sizeof(int)), *tg = (int *)mallocCheck(grad_accum * N * sizeof(int));
+    random_tokens(in, grad_accum * N, c.V, 12);
+    random_tokens(tg, grad_accum * N, c.V, 13);
+    Model row, bf16;
+    ModelOptions mo = model_options(B, T, PREC_FP8), mb = model_options(B, T, PREC_BF16);
+    mo.fp8_grain = FP8_GRAIN_ROW;
+    model_init(&row, &c, &mo, NULL);
+    model_init(&bf16, &c, &mb, NULL);
+    model_set_weights(&row, ref.params);
+    model_set_weights(&bf16, ref.params);
+    AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    float *losses = (float *)mallocCheck(grad_accum * N * sizeof(float));
+    for (int step = 0; step < 6; step++) {
+        float gn;
+        float lref = ref_train_step(&ref, in, tg, grad_accum, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.grad_clip, &gn);
+        float lb = ref_train_step(&refb, in, tg, grad_accum, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.grad_clip, &gn);
+        float l = train_step_on(&row, in, tg, grad_accum, &h, losses).loss;
+        float l16 = train_step_on(&bf16, in, tg, grad_accum, &h, losses).loss;
+        double tol = fp8_tolerance(fabs(lb - lref) / lref, BF16_STEPS_TOL);
+        printf("    step %d loss row gpu %.5f cpu %.5f (bf16-input cpu %.5f, tolerance %.2e) | bf16 gpu %.5f (row off by %.2e)\n", step,
+               l, lref, lb, tol, l16, fabs(l - l16) / l16);
+        CHECK(fabs(l - lref) / lref < tol, "step %d: row loss %.5f vs the reference's %.5f", step, l, lref);
+        CHECK(fabs(l - l16) / l16 < 1e-2, "step %d: row loss %.5f vs bf16's %.5f", step, l, l16);
+    }
+    free(losses); free(in); free(tg);
+    model_free(&row); model_free(&bf16);
+    ref_free(&ref); ref_free(&refb);
+}
 
 // The fallback's fixture, dev/test/test_fp8_grain.h's test_grain_auto_fallback at T 128: token 7,
 // only at position 0, is the one token with embedding dimension 5 (1 there, 0 elsewhere in its row),
@@ -2673,6 +2819,12 @@ int main(int argc, char **argv) {
     run_test("fp8 linears GEMM by GEMM: two linears fallen back to bf16 (no fp8 GEMM; nothing recorded or counted for them)",
              test_fp8_probed_bf16_fallback);
     run_test("fp8 block scaling: first step with every linear block-scaled vs C reference emulation", test_fp8_block_first_step_vs_cpu);
+    run_test("fp8 row linears GEMM by GEMM: layer 0 w2 and qkv row-scaled among per-tensor ones (codes, row scale_invs, slots, counts,"
+             " outputs vs the reference's row casts)", test_fp8_probed_row_some);
+    run_test("fp8 row linears GEMM by GEMM: every linear row-scaled, fp8 lm_head, W cast per use, -r 1", test_fp8_probed_row_all);
+    run_test("fp8 row scaling: first step with every linear row-scaled vs C reference emulation", test_fp8_row_first_step_vs_cpu);
+    run_test("fp8 row scaling: 6 steps of -fp8_grain row vs C reference emulation and within 1% of bf16's loss",
+             test_fp8_row_training_vs_cpu_and_bf16);
     run_test("fp8 fallback: first step with two linears in bf16 vs C reference emulation", test_fp8_bf16_fallback_first_step_vs_cpu);
     run_test("fp8 fallback to block: the planted outlier: its linears switch after the step ref_fp8_auto_grain switches them", test_fp8_fallback_block_vs_cpu);
     run_test("fp8 fallback to bf16: the planted outlier: its linears switch after the step ref_fp8_auto_grain switches them; nothing cast after",

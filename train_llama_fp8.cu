@@ -104,8 +104,10 @@ static const OptWord PRECISION_WORDS[] = {{"fp8", PREC_FP8}, {"bf16", PREC_BF16}
 static const OptWord MOMENTS_WORDS[] = {{"fp32", 0}, {"bf16", 1}, {NULL, 0}};
 static const OptWord DATA_CHANGED_WORDS[] = {{"refuse", 0}, {"continue", 1}, {NULL, 0}};
 static const OptWord RECIPE_WORDS[] = {{"delayed", 0}, {"current", 1}, {NULL, 0}};
-static const OptWord GRAIN_WORDS[] = {{"tensor", FP8_GRAIN_TENSOR}, {"block", FP8_GRAIN_BLOCK}, {NULL, 0}};
-static const OptWord FALLBACK_WORDS[] = {{"off", 0}, {"block", FP8_GRAIN_BLOCK}, {"bf16", FP8_GRAIN_BF16}, {NULL, 0}};
+static const OptWord GRAIN_WORDS[] = {{"tensor", FP8_GRAIN_TENSOR}, {"block", FP8_GRAIN_BLOCK}, {"row", FP8_GRAIN_ROW},
+                                      {NULL, 0}};
+static const OptWord FALLBACK_WORDS[] = {{"off", 0}, {"block", FP8_GRAIN_BLOCK}, {"bf16", FP8_GRAIN_BF16}, {"row", FP8_GRAIN_ROW},
+                                         {NULL, 0}};
 
 // The word that stores `value` (a choice field holds only its words' values: set_option).
 static const char *choice_word(const OptWord *words, int value) {
@@ -205,12 +207,14 @@ static const OptSpec OPTION_SPECS[] = {
           " saves 1 byte/param)"),
     OPT_B("-fp8_lm_head", model.fp8_lm_head, "0", "1: lm_head as an fp8 linear too (the recipe keeps it bf16)"),
     OPT_C("-fp8_grain", model.fp8_grain, "tensor", GRAIN_WORDS,
-          "fp8 scales of the linears: tensor (one per tensor, -fp8_recipe's), or block (every linear from step 0: one per 1x128 block of X"
-          " and dY, per 128x128 of W, from its own amax; block-scaled GEMMs, ~1.25x the time of per-tensor ones; cuBLASLt 12.9+ on Hopper)"),
+          "fp8 scales of the linears: tensor (one per tensor, -fp8_recipe's), block (every linear from step 0: one per 1x128 block of X"
+          " and dY, per 128x128 of W, from its own amax; block-scaled GEMMs, ~1.25x the time of per-tensor ones; cuBLASLt 12.9+ on Hopper)"
+          " or row (every linear from step 0: one power-of-two scale per row of each GEMM operand along its reduction dimension,"
+          " E4M3 throughout, torchao's rowwise; cuBLASLt's outer-vector scaled GEMMs, probed at start-up)"),
     OPT_C("-fp8_fallback", model.fp8_fallback, "off", FALLBACK_WORDS,
           "a per-tensor linear whose X, W or dY loses (underflow + saturation) more than -fp8_fallback_threshold of its values in"
-          " -fp8_fallback_patience steps in a row leaves per-tensor scaling for good, to block scaling or to bf16 (for fine-tuning a"
-          " pretrained model: docs/fp8_recipe.md); off: never"),
+          " -fp8_fallback_patience steps in a row leaves per-tensor scaling for good, to block scaling, to bf16 or to row-wise scaling"
+          " (for fine-tuning a pretrained model: docs/fp8_recipe.md); off: never"),
     OPT_F("-fp8_fallback_threshold", fp8_fallback_threshold, "0.01", 0, 1,
           "the fallback's threshold: the fraction of a tensor's values cast in a step that it may lose (rounded to millionths)"),
     OPT_I("-fp8_fallback_patience", model.fp8_fallback_patience, "3", 1, INT_MAX,
@@ -378,12 +382,14 @@ typedef struct {
     floatX *doc_bias;      // (B, 1, T, T) the same mask as cuDNN's additive bias, from doc_pos (-doc_mask 1 on a shape cuDNN takes; else NULL)
 } Activations;
 
-// The flag that asks for block-scaled GEMMs, which need cuBLASLt 12.9+ on Hopper (matmul_fp8_block_check
-// refuses anything else, naming it, before any step), or NULL when no linear can become block-scaled.
-static const char *fp8_block_flag(const ModelOptions *mo) {
-    if (mo->precision != PREC_FP8) return NULL;
-    if (mo->fp8_grain == FP8_GRAIN_BLOCK) return "-fp8_grain block";
-    return mo->fp8_fallback == FP8_GRAIN_BLOCK ? "-fp8_fallback block" : NULL;
+// The flag that gives linears `grain` (into buf), or NULL when no linear can take it: main's start-up
+// check of the GEMMs a grain needs names it (block: cuBLASLt 12.9+ on Hopper, matmul_fp8_block_check; row:
+// a cuBLASLt that runs outer-vector scales on this GPU, matmul_fp8_row_check), before any step.
+static const char *fp8_grain_flag(const ModelOptions *mo, int grain, char buf[32]) {
+    const char *flag = mo->fp8_grain == grain ? "-fp8_grain" : mo->fp8_fallback == grain ? "-fp8_fallback" : NULL;
+    if (mo->precision != PREC_FP8 || flag == NULL) return NULL;
+    snprintf(buf, 32, "%s %s", flag, FP8_GRAIN_NAMES[grain]);
+    return buf;
 }
 
 #ifdef TESTING
@@ -1338,8 +1344,8 @@ static const StateField STATE_FIELDS[] = {
     {20, "-fp8_lm_head", IN_MODEL(fp8.lm_head), 1, {"-fp8_lm_head 0", "-fp8_lm_head 1"}},
     {21, "-adam_moments (0 fp32, 1 bf16)", IN_MODEL(opt.moments_bf16), 1,
      {"-adam_moments fp32 (the file's moments are fp32, the default before bf16)", "-adam_moments bf16"}},
-    {23, "-fp8_grain (0 tensor, 1 block)", IN_MODEL(opt.fp8_grain), 1, {"-fp8_grain tensor", "-fp8_grain block"}},
-    {24, "-fp8_fallback (0 off, 1 block, 2 bf16)", IN_MODEL(opt.fp8_fallback), 1,
+    {23, "-fp8_grain (0 tensor, 1 block, 3 row)", IN_MODEL(opt.fp8_grain), 1, {"-fp8_grain tensor", "-fp8_grain block"}},
+    {24, "-fp8_fallback (0 off, 1 block, 2 bf16, 3 row)", IN_MODEL(opt.fp8_fallback), 1,
      {"-fp8_fallback off", "-fp8_fallback block"}},
     {25, "-fp8_fallback_threshold in millionths (0 without -fp8_fallback)", IN_MODEL(opt.fp8_fallback_millionths), 1},
     {26, "-fp8_fallback_patience (0 without -fp8_fallback)", IN_MODEL(opt.fp8_fallback_patience), 1},
@@ -1889,13 +1895,13 @@ static ModelOptions checked_options(Options *o, const LlamaConfig *cfg, const To
     const char *fallback = choice_word(FALLBACK_WORDS, mo.fp8_fallback);
     if (mo.fp8_grain != FP8_GRAIN_TENSOR && !fp8) FATAL("-fp8_grain %s needs -precision fp8", grain);
     if (mo.fp8_fallback && !fp8) FATAL("-fp8_fallback %s needs -precision fp8", fallback);
-    if (mo.fp8_fallback && mo.fp8_grain == FP8_GRAIN_BLOCK)
-        FATAL("-fp8_fallback %s moves per-tensor linears, and -fp8_grain block leaves none: use one of them", fallback);
+    if (mo.fp8_fallback && mo.fp8_grain != FP8_GRAIN_TENSOR)
+        FATAL("-fp8_fallback %s moves per-tensor linears, and -fp8_grain %s leaves none: use one of them", fallback, grain);
     Options d = default_options(); // the fallback's settings, given without it, would do nothing
     if (!mo.fp8_fallback && o->fp8_fallback_threshold != d.fp8_fallback_threshold)
-        FATAL("-fp8_fallback_threshold %g needs -fp8_fallback block or bf16", o->fp8_fallback_threshold);
+        FATAL("-fp8_fallback_threshold %g needs -fp8_fallback block, bf16 or row", o->fp8_fallback_threshold);
     if (!mo.fp8_fallback && o->model.fp8_fallback_patience != d.model.fp8_fallback_patience)
-        FATAL("-fp8_fallback_patience %d needs -fp8_fallback block or bf16", o->model.fp8_fallback_patience);
+        FATAL("-fp8_fallback_patience %d needs -fp8_fallback block, bf16 or row", o->model.fp8_fallback_patience);
     if (o->resume && o->log_dir[0] == '\0') FATAL("-y 1 needs a log directory (-o) to resume from");
     if (o->hellaswag_preds[0] && o->hellaswag_path[0] == '\0') FATAL("-hs_preds '%s' needs a HellaSwag file (-hs)", o->hellaswag_preds);
     // the total batch must split over the ranks: refused here, before -ngpu starts any
@@ -2266,6 +2272,9 @@ static void print_run(const Model *m, const Options *o, const MultiGpu *mg, cons
     free(options);
     if (m->opt.fp8_grain == FP8_GRAIN_BLOCK)
         printf("fp8 grain: every fp8 linear block-scaled (X and dY in 1x128 blocks, W in 128x128)\n");
+    if (m->opt.fp8_grain == FP8_GRAIN_ROW)
+        printf("fp8 grain: every fp8 linear row-scaled (X, W and dY in E4M3, one power-of-two scale per row along each GEMM's"
+               " reduction dimension)\n");
     if (m->opt.fp8_fallback)
         printf("fp8 fallback: a per-tensor linear whose X, W or dY loses more than %g%% of its values in %d steps"
                " in a row moves to %s\n", m->opt.fp8_fallback_millionths / 1e4, m->opt.fp8_fallback_patience,
@@ -2327,8 +2336,9 @@ int main(int argc, char **argv) {
     g_num_sms = prop.multiProcessorCount;
     if (mo.precision == PREC_FP8 && prop.major * 10 + prop.minor < 89)
         FATAL("fp8 GEMMs need compute capability 8.9+ (Ada/Hopper); %s is %d.%d. Use -precision bf16.", prop.name, prop.major, prop.minor);
-    const char *block_flag = fp8_block_flag(&mo);
-    if (block_flag) matmul_fp8_block_check(block_flag); // an old cuBLASLt or a GPU other than Hopper refused here, naming the flag
+    char flag[32]; // a GPU or cuBLASLt that cannot run a grain's GEMMs refused here, naming the flag that asks for them
+    if (fp8_grain_flag(&mo, FP8_GRAIN_BLOCK, flag)) matmul_fp8_block_check(flag);
+    if (fp8_grain_flag(&mo, FP8_GRAIN_ROW, flag)) matmul_fp8_row_check(flag);
 
     int have_val = o.val_pattern[0] != '\0', synthetic = strcmp(o.train_pattern, "synthetic") == 0;
     if (!checked) {

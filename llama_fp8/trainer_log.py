@@ -10,7 +10,7 @@ main.log (written by llmc/run_log.h, one call per event, as are stdout's lines a
     s:<step> tel:<val loss>[ bpb:<bits per byte>]
     s:<step> hs_acc:<HellaSwag acc> hs_acc_norm:<acc_norm> hs_items:<items>
     sample: <token ids>
-    fp8_fallback: s:<step> layer:<l> linear:<name> grain:<block|bf16> tensor:<x|w|dy> lost:<fraction> steps:<patience>
+    fp8_fallback: s:<step> layer:<l> linear:<name> grain:<block|bf16|row> tensor:<x|w|dy> lost:<fraction> steps:<patience>
 A resumed run appends to the same file and repeats steps after its checkpoint: when a train step
 goes back, everything already read from that step on is dropped, so the latest attempt wins.
 Comment, sample, fp8_fallback (a linear the fallback switched: docs/fp8_recipe.md), blank and malformed

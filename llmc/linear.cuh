@@ -20,11 +20,12 @@ knows the model: the trainer hands in its parameters, gradients, fp8 state and s
 #include "recipe_tensor.cuh" // RECIPE_TENSOR
 #include "recipe_block.cuh"  // RECIPE_BLOCK, block_scratch_floats, block_scratch_carve
 #include "recipe_bf16.cuh"   // RECIPE_BF16
+#include "recipe_row.cuh"    // RECIPE_ROW
 #include "adamw.cuh"         // AdamWSlice: AdamW's fused E4M3 weight cast
 #include "fp8_fallback.h"    // Fp8Switch, fp8_fallback_rule, fp8_values_cast, fp8_grain_allowed
 
 // The recipe of each grain (FP8_GRAIN_*, the checkpoint's byte).
-static const Recipe *const RECIPES[FP8_GRAINS] = {&RECIPE_TENSOR, &RECIPE_BLOCK, &RECIPE_BF16};
+static const Recipe *const RECIPES[FP8_GRAINS] = {&RECIPE_TENSOR, &RECIPE_BLOCK, &RECIPE_BF16, &RECIPE_ROW};
 
 enum { LINEARS_ALLOCATIONS = 8 };
 

@@ -51,10 +51,12 @@ static void read_recorded_run(const char *path) {
             have |= 2;
         } else if (sscanf(line, "device memory allocated: %lf GiB", &r.gib) == 1) {
             have |= 4;
-        } else if (strncmp(line, "fp8 fallback: a per-tensor linear", 33) == 0) {
-            r.mo.fp8_fallback = strstr(line, "moves to block") ? FP8_GRAIN_BLOCK : FP8_GRAIN_BF16;
-        } else if (strncmp(line, "fp8 grain: every fp8 linear block-scaled", 40) == 0) {
-            r.mo.fp8_grain = FP8_GRAIN_BLOCK;
+        } else if (strncmp(line, "fp8 fallback: a per-tensor linear", 33) == 0 && strstr(line, "moves to ")) {
+            for (int g = 1; g < FP8_GRAINS; g++)
+                if (strncmp(strstr(line, "moves to ") + 9, FP8_GRAIN_NAMES[g], strlen(FP8_GRAIN_NAMES[g])) == 0) r.mo.fp8_fallback = g;
+        } else if (strncmp(line, "fp8 grain: every fp8 linear ", 28) == 0) { // "block-scaled", "row-scaled"
+            for (int g = 1; g < FP8_GRAINS; g++)
+                if (strncmp(line + 28, FP8_GRAIN_NAMES[g], strlen(FP8_GRAIN_NAMES[g])) == 0) r.mo.fp8_grain = g;
         }
     }
     fclose(f);

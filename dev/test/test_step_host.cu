@@ -184,14 +184,14 @@ static void fp8_cfg_linear(int lin, double *in, double *out) {
 }
 
 // The values tensor `kind` of a linear of this grain casts in a step, by docs/fp8_recipe.md: every rank
-// casts X and dY in each micro-step (block: twice, row-wise and transposed), W once a step from the
+// casts X and dY in each micro-step (block and row: twice, row-wise and transposed), W once a step from the
 // weight cache, without it before each micro-step's forward (any grain), and a bf16 linear nothing.
 static double spec_values_cast(int lin, int kind, int grain, int w_cache, int grad_accum, int world) {
     double in, out, tokens = (double)grad_accum * FP8_B * FP8_T;
     fp8_cfg_linear(lin, &in, &out);
     if (grain == FP8_GRAIN_BF16) return 0.0;
     if (kind == FP8_W) return in * out * (w_cache ? 1 : grad_accum) * world;
-    return tokens * (kind == FP8_X ? in : out) * (grain == FP8_GRAIN_BLOCK ? 2 : 1) * world;
+    return tokens * (kind == FP8_X ? in : out) * (grain == FP8_GRAIN_BLOCK || grain == FP8_GRAIN_ROW ? 2 : 1) * world;
 }
 
 // The host part of FP8_CFG's linears that linear_values_cast reads: B x T, on `world` ranks, the weight

@@ -91,11 +91,11 @@ static void test_checkpoint_other_run(void) {
          "fp8 in the file, bf16 here"},
         {{1, PREC_FP8, 4}, {1, PREC_FP8, 8}, "micro-batch B is 4 in the file, 8 here\n", "another B (no flag to name)"},
         {{1, PREC_FP8, 4, FP8_GRAIN_BLOCK}, {1, PREC_FP8, 4, 0},
-         "-fp8_fallback (0 off, 1 block, 2 bf16) is 1 in the file, 0 here; to resume it, pass -fp8_fallback block\n",
+         "-fp8_fallback (0 off, 1 block, 2 bf16, 3 row) is 1 in the file, 0 here; to resume it, pass -fp8_fallback block\n",
          "a run of -fp8_fallback block resumed without it"},
-        {{1, PREC_FP8, 4, 0}, {1, PREC_FP8, 4, FP8_GRAIN_BF16}, "-fp8_fallback (0 off, 1 block, 2 bf16) is 0 in the file, 2 here; to resume it, pass -fp8_fallback off\n",
+        {{1, PREC_FP8, 4, 0}, {1, PREC_FP8, 4, FP8_GRAIN_BF16}, "-fp8_fallback (0 off, 1 block, 2 bf16, 3 row) is 0 in the file, 2 here; to resume it, pass -fp8_fallback off\n",
          "a run without the fallback resumed with -fp8_fallback bf16"},
-        {{1, PREC_FP8, 4, FP8_GRAIN_BF16}, {1, PREC_FP8, 4, FP8_GRAIN_BLOCK}, "-fp8_fallback (0 off, 1 block, 2 bf16) is 2 in the file, 1 here\n",
+        {{1, PREC_FP8, 4, FP8_GRAIN_BF16}, {1, PREC_FP8, 4, FP8_GRAIN_BLOCK}, "-fp8_fallback (0 off, 1 block, 2 bf16, 3 row) is 2 in the file, 1 here\n",
          "a run of -fp8_fallback bf16 resumed with -fp8_fallback block"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -170,8 +170,9 @@ static void test_option_words(void) {
         {"-adam_moments", "fp32", 0}, {"-adam_moments", "bf16", 1},
         {"-data_changed", "refuse", 0}, {"-data_changed", "continue", 1},
         {"-fp8_recipe", "delayed", 0}, {"-fp8_recipe", "current", 1},
-        {"-fp8_grain", "tensor", FP8_GRAIN_TENSOR}, {"-fp8_grain", "block", FP8_GRAIN_BLOCK},
+        {"-fp8_grain", "tensor", FP8_GRAIN_TENSOR}, {"-fp8_grain", "block", FP8_GRAIN_BLOCK}, {"-fp8_grain", "row", FP8_GRAIN_ROW},
         {"-fp8_fallback", "off", 0}, {"-fp8_fallback", "block", FP8_GRAIN_BLOCK}, {"-fp8_fallback", "bf16", FP8_GRAIN_BF16},
+        {"-fp8_fallback", "row", FP8_GRAIN_ROW},
     };
     const int n = (int)(sizeof(WORDS) / sizeof(WORDS[0]));
     int words_in_rows = 0;
@@ -387,8 +388,10 @@ static void test_option_rules(void) {
         {"-fp8_fallback block needs -precision fp8", "-fp8_fallback", "block", "-precision", "bf16"},
         {"-fp8_fallback bf16 needs -precision fp8", "-fp8_fallback", "bf16", "-precision", "bf16"},
         {"-fp8_fallback bf16 moves per-tensor linears, and -fp8_grain block leaves none", "-fp8_fallback", "bf16", "-fp8_grain", "block"},
-        {"-fp8_fallback_threshold 0.05 needs -fp8_fallback block or bf16", "-fp8_fallback_threshold", "0.05"},
-        {"-fp8_fallback_patience 5 needs -fp8_fallback block or bf16", "-fp8_fallback_patience", "5"},
+        {"-fp8_fallback_threshold 0.05 needs -fp8_fallback block, bf16 or row", "-fp8_fallback_threshold", "0.05"},
+        {"-fp8_fallback_patience 5 needs -fp8_fallback block, bf16 or row", "-fp8_fallback_patience", "5"},
+        {"-fp8_fallback block moves per-tensor linears, and -fp8_grain row leaves none", "-fp8_fallback", "block", "-fp8_grain", "row"},
+        {"-fp8_grain row needs -precision fp8", "-fp8_grain", "row", "-precision", "bf16"},
     };
     char err[2048];
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -421,21 +424,27 @@ static void grain_options_in_child(void *arg) {
     while (argv[argc]) argc++;
     Options o = parse_options(argc, argv);
     ModelOptions mo = checked_options_of(&o, &grad_accum);
-    const char *flag = fp8_block_flag(&mo);
-    fprintf(stderr, "grain %d fallback %d millionths %d patience %d block check %s\n", mo.fp8_grain, mo.fp8_fallback,
-            mo.fp8_fallback_millionths, mo.fp8_fallback_patience, flag ? flag : "none");
+    char block[32], row[32];
+    const char *b = fp8_grain_flag(&mo, FP8_GRAIN_BLOCK, block), *r = fp8_grain_flag(&mo, FP8_GRAIN_ROW, row);
+    fprintf(stderr, "grain %d fallback %d millionths %d patience %d block check %s row check %s\n", mo.fp8_grain,
+            mo.fp8_fallback, mo.fp8_fallback_millionths, mo.fp8_fallback_patience, b ? b : "none", r ? r : "none");
 }
 
 // The model's options of the grain flags (0 where no fallback runs, as the state file's words are), and
-// the flag that main's block GEMM check names: the one that asks for block scaling, none for bf16.
+// the flags that main's block and row GEMM checks name: the one that asks for that grain, none for bf16.
 static void test_fp8_grain_options(void) {
     struct { const char *argv[10]; const char *want; } cases[] = {
-        {{"train_llama_fp8"}, "grain 0 fallback 0 millionths 0 patience 0 block check none\n"},
-        {{"train_llama_fp8", "-fp8_grain", "block"}, "grain 1 fallback 0 millionths 0 patience 0 block check -fp8_grain block\n"},
-        {{"train_llama_fp8", "-fp8_fallback", "block"}, "grain 0 fallback 1 millionths 10000 patience 3 block check -fp8_fallback block\n"},
+        {{"train_llama_fp8"}, "grain 0 fallback 0 millionths 0 patience 0 block check none row check none\n"},
+        {{"train_llama_fp8", "-fp8_grain", "block"},
+         "grain 1 fallback 0 millionths 0 patience 0 block check -fp8_grain block row check none\n"},
+        {{"train_llama_fp8", "-fp8_fallback", "block"},
+         "grain 0 fallback 1 millionths 10000 patience 3 block check -fp8_fallback block row check none\n"},
         {{"train_llama_fp8", "-fp8_fallback", "bf16", "-fp8_fallback_threshold", "0.0025", "-fp8_fallback_patience", "1"},
-         "grain 0 fallback 2 millionths 2500 patience 1 block check none\n"},
-        {{"train_llama_fp8", "-precision", "bf16"}, "grain 0 fallback 0 millionths 0 patience 0 block check none\n"},
+         "grain 0 fallback 2 millionths 2500 patience 1 block check none row check none\n"},
+        {{"train_llama_fp8", "-precision", "bf16"}, "grain 0 fallback 0 millionths 0 patience 0 block check none row check none\n"},
+        {{"train_llama_fp8", "-fp8_grain", "row"}, "grain 3 fallback 0 millionths 0 patience 0 block check none row check -fp8_grain row\n"},
+        {{"train_llama_fp8", "-fp8_fallback", "row"},
+         "grain 0 fallback 3 millionths 10000 patience 3 block check none row check -fp8_fallback row\n"},
     };
     char err[2048];
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -812,8 +821,8 @@ static const HeaderField HEADER_FIELDS[] = {
     {20, "-fp8_lm_head", +[](Model *m, TrainState *) { return &m->fp8.lm_head; }, 1},
     {21, "-adam_moments (0 fp32, 1 bf16)", +[](Model *m, TrainState *) { return &m->opt.moments_bf16; }, 1},
     {22, "data sets of the -i mixture (0: one glob)", +[](Model *, TrainState *t) { return &t->data_sets; }, 0}, // read back
-    {23, "-fp8_grain (0 tensor, 1 block)", +[](Model *m, TrainState *) { return &m->opt.fp8_grain; }, 1},
-    {24, "-fp8_fallback (0 off, 1 block, 2 bf16)", +[](Model *m, TrainState *) { return &m->opt.fp8_fallback; }, 1},
+    {23, "-fp8_grain (0 tensor, 1 block, 3 row)", +[](Model *m, TrainState *) { return &m->opt.fp8_grain; }, 1},
+    {24, "-fp8_fallback (0 off, 1 block, 2 bf16, 3 row)", +[](Model *m, TrainState *) { return &m->opt.fp8_fallback; }, 1},
     {25, "-fp8_fallback_threshold in millionths (0 without -fp8_fallback)", +[](Model *m, TrainState *) { return &m->opt.fp8_fallback_millionths; }, 0},
     {26, "-fp8_fallback_patience (0 without -fp8_fallback)", +[](Model *m, TrainState *) { return &m->opt.fp8_fallback_patience; }, 0},
 };
