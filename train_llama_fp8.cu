@@ -26,6 +26,7 @@ every rank casts with the same scales. With one GPU none of this runs: no NCCL c
 #include <unistd.h>
 #include <fcntl.h>
 #include "llmc/utils.h"            // FATAL, checked file I/O, random numbers
+#include "llmc/options.h"          // OptSpec: the option table's rows; parsing, defaults, usage, the options line
 #include "llmc/stop_signal.h"      // stop on SIGTERM/SIGINT/SIGHUP/SIGUSR1 after the step in flight, with a checkpoint
 #include "llmc/llama_config.h"     // LlamaConfig, presets, the parameter layout
 #include "llmc/fp8_layout.h"       // fp8 tensor kinds and indices (fp8_tensor), the fp8 state buffer's layout
@@ -80,9 +81,9 @@ typedef struct {
 // ----------------------------------------------------------------------------------------------
 // Options: one row per flag (OPTION_SPECS) holds its field, type, default, range or choices and
 // help. The parser, the defaults (default_options parses every row's default as if it were typed),
-// the range checks (naming the flag), the usage text and main.log's options line all read the rows,
-// so a new option is its field here (or in ModelOptions, for the model's) and one row. Rules between
-// options, and the model's options derived from several: checked_options.
+// the range checks (naming the flag), the usage text and main.log's options line (llmc/options.h)
+// all read the rows, so a new option is its field here (or in ModelOptions, for the model's) and one
+// row. Rules between options, and the model's options derived from several: checked_options.
 
 typedef struct {
     char train_pattern[2048], val_pattern[512], tokenizer_path[512], log_dir[512], preset[64], init_from[512];
@@ -98,8 +99,7 @@ typedef struct {
     int hellaswag_items;                            // -hs_items
 } Options;
 
-// A choice row's words, each with the value it stores in the row's int field; the list ends at a NULL word.
-typedef struct { const char *word; int value; } OptWord;
+// A choice row's words, each with the value it stores in the row's int field; each list ends at a NULL word.
 static const OptWord PRECISION_WORDS[] = {{"fp8", PREC_FP8}, {"bf16", PREC_BF16}, {NULL, 0}};
 static const OptWord MOMENTS_WORDS[] = {{"fp32", 0}, {"bf16", 1}, {NULL, 0}};
 static const OptWord DATA_CHANGED_WORDS[] = {{"refuse", 0}, {"continue", 1}, {NULL, 0}};
@@ -107,28 +107,7 @@ static const OptWord RECIPE_WORDS[] = {{"delayed", 0}, {"current", 1}, {NULL, 0}
 static const OptWord GRAIN_WORDS[] = {{"tensor", FP8_GRAIN_TENSOR}, {"block", FP8_GRAIN_BLOCK}, {NULL, 0}};
 static const OptWord FALLBACK_WORDS[] = {{"off", 0}, {"block", FP8_GRAIN_BLOCK}, {"bf16", FP8_GRAIN_BF16}, {NULL, 0}};
 
-// The word that stores `value` (a choice field holds only its words' values: set_option).
-static const char *choice_word(const OptWord *words, int value) {
-    while (words->word && words->value != value) words++;
-    return words->word;
-}
-
-typedef enum { OPT_INT, OPT_FLOAT, OPT_STR, OPT_CHOICE } OptType;
-typedef struct {
-    const char *flag;
-    OptType type;
-    size_t offset, size;  // the field in Options
-    const char *def;      // the default, as it would be typed
-    double min, max;      // OPT_INT, OPT_FLOAT: the values accepted, both ends included
-    const OptWord *words; // OPT_CHOICE: the words accepted (the field, an int, holds the chosen word's value)
-    const char *help;
-} OptSpec;
-#define OPT_FIELD(field) offsetof(Options, field), sizeof(((Options *)0)->field)
-#define OPT_I(flag, field, def, min, max, help) {flag, OPT_INT, OPT_FIELD(field), def, min, max, NULL, help}
-#define OPT_B(flag, field, def, help) OPT_I(flag, field, def, 0, 1, help) // an on/off flag: 0 or 1
-#define OPT_F(flag, field, def, min, max, help) {flag, OPT_FLOAT, OPT_FIELD(field), def, min, max, NULL, help}
-#define OPT_S(flag, field, def, help) {flag, OPT_STR, OPT_FIELD(field), def, 0, 0, NULL, help}
-#define OPT_C(flag, field, def, words, help) {flag, OPT_CHOICE, OPT_FIELD(field), def, 0, 0, words, help}
+#define OPT_FIELD(field) offsetof(Options, field), sizeof(((Options *)0)->field) // a row's field (llmc/options.h)
 
 // TE's default history length, the longest in use: the scale update rolls each tensor's history in
 // one thread (llmc/fp8_scaling.cuh), and the state file holds NT * H floats of it.
@@ -228,100 +207,18 @@ static const OptSpec OPTION_SPECS[] = {
 };
 #define NUM_OPTIONS ((int)(sizeof(OPTION_SPECS) / sizeof(OPTION_SPECS[0])))
 
-// The values a row accepts, as the usage text and a refusal say them: "fp8 or bf16", "0 or 1",
-// "in [0, 100]", ">= 1" (no upper end but the type's); "" for any text.
-static void option_range_text(const OptSpec *s, char *out, size_t n) {
-    out[0] = '\0';
-    if (s->type == OPT_STR) return;
-    if (s->type == OPT_CHOICE) {
-        size_t len = 0;
-        for (const OptWord *w = s->words; w->word; w++) {
-            const char *sep = w == s->words ? "" : w[1].word ? ", " : " or ";
-            len += snprintf(out + len, len < n ? n - len : 0, "%s%s", sep, w->word);
-        }
-        return;
-    }
-    int unbounded = s->max == (s->type == OPT_INT ? (double)INT_MAX : (double)FLT_MAX);
-    if (s->type == OPT_INT && s->min == 0 && s->max == 1) snprintf(out, n, "0 or 1");
-    else if (unbounded) snprintf(out, n, ">= %g", s->min);
-    else snprintf(out, n, "in [%g, %g]", s->min, s->max);
-}
-
-// Parses val (the text after s->flag) into its field of o: text of another type, and a value outside
-// the row's range or choices, are refused naming the flag.
-static void set_option(Options *o, const OptSpec *s, const char *val) {
-    char *p = (char *)o + s->offset, *end = NULL, range[256];
-    option_range_text(s, range, sizeof(range));
-    if (s->type == OPT_INT) {
-        errno = 0;
-        long v = strtol(val, &end, 10);
-        if (*val == '\0' || *end != '\0') FATAL("option %s wants an integer, got '%s'", s->flag, val);
-        if (errno == ERANGE || v < INT_MIN || v > INT_MAX) FATAL("option %s wants a 32-bit integer, got '%s'", s->flag, val);
-        if (v < s->min || v > s->max) FATAL("option %s must be %s, got %s", s->flag, range, val);
-        *(int *)p = (int)v;
-    } else if (s->type == OPT_FLOAT) {
-        float v = strtof(val, &end);
-        if (*val == '\0' || *end != '\0' || !isfinite(v)) FATAL("option %s wants a number, got '%s'", s->flag, val);
-        if (v < s->min || v > s->max) FATAL("option %s must be %s, got %s", s->flag, range, val);
-        *(float *)p = v;
-    } else if (s->type == OPT_CHOICE) {
-        const OptWord *w = s->words;
-        while (w->word && strcmp(w->word, val) != 0) w++;
-        if (!w->word) FATAL("option %s must be %s, got '%s'", s->flag, range, val);
-        *(int *)p = w->value;
-    } else {
-        if (strlen(val) >= s->size) FATAL("option %s: value longer than %zu characters", s->flag, s->size - 1);
-        strcpy(p, val);
-    }
-}
-
-// A field's value as the command line would give it: floats in the fewest digits that read back the
-// same float, text and a choice's word in quotes ('' for none).
-static void format_option(char *out, size_t n, const OptSpec *s, const Options *o) {
-    const char *p = (const char *)o + s->offset;
-    if (s->type == OPT_INT) {
-        snprintf(out, n, "%d", *(const int *)p);
-    } else if (s->type == OPT_FLOAT) {
-        float v = *(const float *)p;
-        for (int digits = 6; digits <= 9; digits++) {
-            snprintf(out, n, "%.*g", digits, v);
-            if (strtof(out, NULL) == v) break;
-        }
-    } else {
-        snprintf(out, n, "'%s'", s->type == OPT_CHOICE ? choice_word(s->words, *(const int *)p) : p);
-    }
-}
+// -h's first line, after "usage: <program> [options]"
+static const char OPTIONS_ABOUT[] = "(fp8 training by default; -precision bf16 for the baseline)";
 
 static Options default_options(void) {
     Options o;
-    memset(&o, 0, sizeof(o));
-    for (int i = 0; i < NUM_OPTIONS; i++) set_option(&o, &OPTION_SPECS[i], OPTION_SPECS[i].def);
+    options_default(&o, sizeof(o), OPTION_SPECS, NUM_OPTIONS);
     return o;
-}
-
-static void print_usage(const char *prog) {
-    printf("usage: %s [options]   (fp8 training by default; -precision bf16 for the baseline)\n", prog);
-    for (int i = 0; i < NUM_OPTIONS; i++) {
-        const OptSpec *s = &OPTION_SPECS[i];
-        char range[256];
-        option_range_text(s, range, sizeof(range));
-        const char *quote = s->type == OPT_STR || s->type == OPT_CHOICE ? "'" : "";
-        printf("  %-13s %s (default %s%s%s%s%s)\n", s->flag, s->help, quote, s->def, quote, range[0] ? "; " : "",
-               range);
-    }
-    printf("  -h            this help\n");
 }
 
 static Options parse_options(int argc, char **argv) {
     Options o = default_options();
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) { print_usage(argv[0]); exit(EXIT_SUCCESS); }
-        const OptSpec *s = NULL;
-        for (int k = 0; k < NUM_OPTIONS; k++) if (strcmp(argv[i], OPTION_SPECS[k].flag) == 0) s = &OPTION_SPECS[k];
-        if (s == NULL) { print_usage(argv[0]); FATAL("unknown option '%s' (see the list above)", argv[i]); }
-        if (i + 1 >= argc) FATAL("option %s needs a value", argv[i]);
-        set_option(&o, s, argv[++i]);
-    }
+    options_parse(&o, OPTION_SPECS, NUM_OPTIONS, OPTIONS_ABOUT, argc, argv);
     return o;
 }
 
@@ -1920,22 +1817,6 @@ static ModelOptions checked_options(Options *o, const LlamaConfig *cfg, const To
 // The model's name as the run's description gives it: the model file, or the preset.
 static const char *run_model_name(const Options *o) { return o->init_from[0] ? o->init_from : run_preset(o); }
 
-// main.log's options line: every row's flag with this run's value (-d and -x as filled in), so the log
-// says how its run was made. malloc'd: the caller frees it.
-static char *options_line(const Options *o) {
-    char *line = NULL;
-    size_t n = 0;
-    FILE *f = open_memstream(&line, &n);
-    if (!f) FATAL("cannot make main.log's options line: %s", strerror(errno));
-    for (int i = 0; i < NUM_OPTIONS; i++) {
-        char value[2100];
-        format_option(value, sizeof(value), &OPTION_SPECS[i], o);
-        fprintf(f, " %s %s", OPTION_SPECS[i].flag, value);
-    }
-    fcloseCheck(f);
-    return line;
-}
-
 static const char *batches_word(long long n) { return n == 1 ? "batch" : "batches"; }
 
 // The training and (have_val) val loaders of this rank; returns the val batch positions an
@@ -2255,7 +2136,7 @@ static void print_run(const Model *m, const Options *o, const MultiGpu *mg, cons
                       (!mo->doc_mask || m->acts.doc_bias != NULL);
     const char *attention = mo->doc_mask ? (cudnn ? "document-masked cuDNN fused" : "document-masked plain")
                                          : cudnn ? "cuDNN fused" : "plain";
-    char *options = options_line(o);
+    char *options = options_line(OPTION_SPECS, NUM_OPTIONS, o); // main.log's: -d and -x as filled in
     RunHeader h = {prop->name, MG_LAUNCH_NAMES[mg->launch], mg->world, choice_word(PRECISION_WORDS, mo->precision),
                    m->fp8.on ? (m->fp8.live_always ? "current" : "delayed") : NULL, run_model_name(o), cfg,
                    m->num_params, m->bytes_allocated,
