@@ -53,7 +53,7 @@ every rank casts with the same scales. With one GPU none of this runs: no NCCL c
 #include "llmc/multi_gpu.cuh"      // MultiGpu: launch, NCCL collectives with deadlines
 #include "llmc/fp8_state.cuh"      // Fp8State, Fp8Pass: the fp8 scales and amaxes, the casts' site protocol, fp8_end_step
 #include "llmc/linear.cuh"         // Linears: each linear in its fp8 recipe (llmc/recipe.cuh), the fp8 fallback
-#include "llmc/hellaswag.h"        // HellaSwag: the eval file, its rows, acc / acc_norm as lm-eval scores them
+#include "llmc/hellaswag.h"        // HellaSwag: the eval file, its rows, acc / acc_norm as lm-eval scores them, -hs_preds
 #include "llmc/bpb.h"              // target_text_bytes: bits per byte of the val set
 #include "llmc/run_log.h"          // RunLog: an event's stdout line, main.log line and metrics.jsonl record in one call
 
@@ -1556,17 +1556,10 @@ static void write_fp8_log(Model *m, int grad_accum, FILE *f) {
 
 typedef struct { float acc, acc_norm; int items; } HellaSwagScore;
 
-// The items [*item0, *item1) of rank `rank` of `world`: contiguous ranges, in rank order, that cover
-// all num_items items once, their sizes within one of each other (a rank may have none).
-static void hellaswag_rank_items(int num_items, int rank, int world, int *item0, int *item1) {
-    *item0 = (int)((long long)num_items * rank / world);
-    *item1 = (int)((long long)num_items * (rank + 1) / world);
-}
-
 // acc and acc_norm over hs's items, shared out to the ranks in contiguous ranges (every rank must
 // call it: the sums across ranks are collectives). The rows go through the ordinary forward, B at a
 // time, so an item's 4 rows may straddle two batches. Records no amax, as evaluate(). preds, if not
-// NULL, gets per item (num_items, 6): the 4 endings' log-probabilities, pred, pred_norm, on every rank.
+// NULL, gets every item's predictions (hellaswag_score's), on every rank.
 static HellaSwagScore hellaswag_evaluate(Model *m, const HellaSwag *hs, float *host_losses, float *preds, cudaStream_t stream) {
     int B = m->opt.B, T = m->opt.T, rank = m->mg->rank, world = m->mg->world;
     size_t N = (size_t)B * T;
@@ -1585,20 +1578,10 @@ static HellaSwagScore hellaswag_evaluate(Model *m, const HellaSwag *hs, float *h
         mg_wait(m->mg, stream, "a HellaSwag batch");
         for (int b = 0; b < B && r + b < row1; b++) logprob[r + b - row0] = hellaswag_logprob(host_losses + (size_t)b * T, first[b], count[b]);
     }
-    size_t preds_n = (size_t)hs->num_items * 6;
+    size_t preds_n = (size_t)hs->num_items * HELLASWAG_PRED_FLOATS;
     if (preds) memset(preds, 0, preds_n * sizeof(float));
-    int acc = 0, acc_norm = 0;
-    for (int i = item0; i < item1; i++) {
-        const double *lp = logprob + HELLASWAG_ENDINGS * (i - item0);
-        int pred, pred_norm;
-        hellaswag_predict(hs, i, lp, &pred, &pred_norm);
-        acc += pred == hs->label[i];
-        acc_norm += pred_norm == hs->label[i];
-        if (!preds) continue;
-        for (int k = 0; k < HELLASWAG_ENDINGS; k++) preds[6 * i + k] = (float)lp[k];
-        preds[6 * i + 4] = (float)pred;
-        preds[6 * i + 5] = (float)pred_norm;
-    }
+    int acc, acc_norm;
+    hellaswag_score(hs, item0, item1, logprob, preds, &acc, &acc_norm);
     if (preds && world > 1) { // each rank filled its own items and zeros elsewhere: the sum is all of them
         float *d = (float *)cudaMallocCheck(preds_n * sizeof(float), "HellaSwag predictions");
         cudaCheck(cudaMemcpy(d, preds, preds_n * sizeof(float), cudaMemcpyHostToDevice));
@@ -1625,25 +1608,11 @@ static int hellaswag_open(HellaSwag *hs, const Options *o, const LlamaConfig *cf
     return 1;
 }
 
-// Writes the predictions of hellaswag_evaluate (temporary name, then renamed): per item its index,
-// label, pred, pred_norm and the 4 log-probabilities.
-static void hellaswag_write_preds(const HellaSwag *hs, const float *preds, const char *path) {
-    char tmp[600];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *f = fopenCheck(tmp, "w");
-    fprintf(f, "# item label pred pred_norm logprob0 logprob1 logprob2 logprob3\n");
-    for (int i = 0; i < hs->num_items; i++) {
-        const float *p = preds + 6 * i;
-        fprintf(f, "%d %d %d %d %.6f %.6f %.6f %.6f\n", i, hs->label[i], (int)p[4], (int)p[5], p[0], p[1], p[2], p[3]);
-    }
-    fcloseCheck(f);
-    if (rename(tmp, path) != 0) FATAL("cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
-}
-
 // HellaSwag at an evaluation, logged by the main rank, and with -hs_preds at the last one.
 static void hellaswag_report(Model *m, const HellaSwag *hs, const Options *o, int step, int last, float *host_losses,
                              const RunLog *rl, cudaStream_t stream) {
-    float *preds = last && o->hellaswag_preds[0] ? (float *)mallocCheck((size_t)hs->num_items * 6 * sizeof(float)) : NULL;
+    size_t preds_bytes = (size_t)hs->num_items * HELLASWAG_PRED_FLOATS * sizeof(float);
+    float *preds = last && o->hellaswag_preds[0] ? (float *)mallocCheck(preds_bytes) : NULL;
     HellaSwagScore s = hellaswag_evaluate(m, hs, host_losses, preds, stream);
     if (!mg_is_main(m->mg)) { free(preds); return; }
     run_log_hellaswag(rl, step, s.acc, s.acc_norm, s.items);
