@@ -31,7 +31,7 @@ every rank casts with the same scales. With one GPU none of this runs: no NCCL c
 #include "llmc/llama_config.h"     // LlamaConfig, presets, the parameter layout
 #include "llmc/fp8_layout.h"       // fp8 tensor kinds and indices (fp8_tensor), the fp8 state buffer's layout
 #include "llmc/model_file.h"       // the model file's header table and checksums
-#include "llmc/checkpoint.h"       // checkpoint names, -keep, the sequence; their files (write_sections, read_sections)
+#include "llmc/checkpoint.h"       // checkpoint names, -keep, the sequence, -check 1's plan of -o; their files
 #include "llmc/cuda_common.cuh"    // cudaCheck, floatX, fp8 types, Fp8Cast
 #include "llmc/fp8.h"              // fp8 format maxima, fp8_compute_scale
 #include "llmc/dataloader.h"       // DataLoader: token shards or the built-in synthetic corpus
@@ -55,7 +55,7 @@ every rank casts with the same scales. With one GPU none of this runs: no NCCL c
 #include "llmc/linear.cuh"         // Linears: each linear in its fp8 recipe (llmc/recipe.cuh), the fp8 fallback
 #include "llmc/hellaswag.h"        // HellaSwag: the eval file, its rows, acc / acc_norm as lm-eval scores them, -hs_preds
 #include "llmc/bpb.h"              // target_text_bytes: bits per byte of the val set
-#include "llmc/run_log.h"          // RunLog: an event's stdout line, main.log line and metrics.jsonl record in one call
+#include "llmc/run_log.h"          // RunLog: an event to stdout, main.log and metrics.jsonl in one call; -o checked
 
 enum { PREC_BF16, PREC_FP8 };
 
@@ -1819,42 +1819,6 @@ static int open_data(const Options *o, const LlamaConfig *cfg, const MultiGpu *m
     return o->val_batches;
 }
 
-// -o can be written: made if missing (create: 0 for -check 1, which writes nothing: then its parent
-// must take it), a file created and removed there, and the logs a resumed run appends to open for
-// appending. Refused naming the path.
-static void check_log_dir(const char *dir, int create) {
-    char probe[1100], parent[1024];
-    struct stat st;
-    const char *where = dir;
-    if (stat(dir, &st) != 0) {
-        if (create && mkdir(dir, 0755) != 0) FATAL("cannot create log directory '%s' (-o): %s", dir, strerror(errno));
-        if (!create) { // the folder it would be made in
-            snprintf(parent, sizeof(parent), "%s", dir);
-            char *slash = strrchr(parent, '/');
-            if (slash == parent) slash[1] = '\0';
-            else if (slash) *slash = '\0';
-            else snprintf(parent, sizeof(parent), ".");
-            if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode)) FATAL("cannot create log directory '%s' (-o): '%s' is no directory", dir, parent);
-            where = parent;
-        }
-    } else if (!S_ISDIR(st.st_mode)) {
-        FATAL("log directory '%s' (-o) exists and is not a directory", dir);
-    }
-    snprintf(probe, sizeof(probe), "%s/.write_check_%d", where, (int)getpid());
-    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0644);
-    if (fd < 0) FATAL("cannot write in %s '%s' (-o %s): %s", where == dir ? "log directory" : "the log directory's parent", where, dir, strerror(errno));
-    close(fd);
-    unlink(probe);
-    const char *logs[] = {"main.log", "metrics.jsonl", "fp8.log"};
-    for (int i = 0; where == dir && i < 3; i++) {
-        snprintf(probe, sizeof(probe), "%s/%s", dir, logs[i]);
-        if (access(probe, F_OK) != 0) continue;
-        fd = open(probe, O_WRONLY | O_APPEND);
-        if (fd < 0) FATAL("'%s' cannot be appended to: %s", probe, strerror(errno));
-        close(fd);
-    }
-}
-
 // Everything a run reads or writes that can be checked without a GPU, checked before any GPU work, so
 // a job that waited for its allocation does not die on a typo then: the data (every shard's header,
 // the mixture spec: the loaders opened as rank 0 of the planned GPUs, left open in train and val for
@@ -1878,35 +1842,8 @@ static CheckedInputs check_inputs(const Options *o, const LlamaConfig *cfg, cons
         if (slash) *slash = '\0';
         if (access(slash ? (dir[0] ? dir : "/") : ".", W_OK) != 0) FATAL("-hs_preds '%s': cannot write in its folder: %s", o->hellaswag_preds, strerror(errno));
     }
-    if (o->log_dir[0] && o->max_steps != 0) check_log_dir(o->log_dir, !check_only);
+    if (o->log_dir[0] && o->max_steps != 0) run_log_dir_check(o->log_dir, !check_only);
     return in;
-}
-
-// -check 1: the run -o gets, with checkpoint_dir_start's refusals and the lock's, nothing written.
-static void print_plan_run(const Options *o) {
-    struct stat st;
-    char lock[1100], holder[300] = "";
-    if (stat(o->log_dir, &st) != 0) { printf("plan: a new run in '%s' (made at the start)\n", o->log_dir); return; }
-    snprintf(lock, sizeof(lock), "%s/train.lock", o->log_dir);
-    int fd = open(lock, O_RDONLY);
-    if (fd >= 0 && flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
-        ssize_t got = read(fd, holder, sizeof(holder) - 1);
-        holder[got > 0 ? got : 0] = '\0';
-        holder[strcspn(holder, "\n")] = '\0';
-        FATAL("the log directory '%s' is in use by another run now (%s holds '%s'): this run would be refused", o->log_dir, holder, lock);
-    }
-    if (fd >= 0) close(fd); // and its shared lock with it
-    uint64_t run;
-    if (!checkpoint_dir_check(o->log_dir, o->resume, o->overwrite, o->init_from[0] != '\0', &run)) {
-        printf("plan: a new run in '%s'%s\n", o->log_dir, o->overwrite ? " beside another run's checkpoints (-overwrite 1)" : "");
-        return;
-    }
-    int *steps, n = checkpoint_complete_steps(o->log_dir, run, &steps);
-    if (n > 0) printf("plan: -y 1 resumes run %016llx of '%s' from step %d, its newest complete checkpoint (verified at the start; a damaged one"
-                      " gives way to the one before)\n", (unsigned long long)run, o->log_dir, steps[0]);
-    else printf("plan: -y 1: run %016llx of '%s' has no complete checkpoint yet: it starts over%s\n", (unsigned long long)run, o->log_dir,
-                o->init_from[0] ? " from -init_from" : "");
-    free(steps);
 }
 
 // -check 1: what the run will be, as far as it is known without a GPU.
@@ -1936,7 +1873,7 @@ static void print_plan(const Options *o, const LlamaConfig *cfg, const ModelOpti
     printf("plan: device memory per GPU: %.2f GiB allocated up front (the CUDA context and cuBLAS/cuDNN workspaces come on top)\n",
            model_memory_plan(cfg, mo, world) / 1073741824.0);
     if (o->log_dir[0] == '\0' || o->max_steps == 0) { printf("plan: no checkpoints (%s)\n", o->max_steps == 0 ? "-x 0" : "-o ''"); return; }
-    print_plan_run(o);
+    checkpoint_dir_plan(o->log_dir, o->resume, o->overwrite, o->init_from[0] != '\0');
     ZeroLayout z = zero_layout(cfg, sizes, 0, world);
     double model_gb = (1024.0 + params * 4.0) / 1e9;
     double state_gb = (1024.0 + 2.0 * z.shard * (mo->moments_bf16 ? 2 : 4) +
