@@ -2065,199 +2065,275 @@ static void print_run(const Model *m, const Options *o, const MultiGpu *mg, cons
     if (resumed_from >= 0) printf("resumed from step %d of '%s'\n", resumed_from, o->log_dir);
 }
 
+// A run's pieces besides its model, from the command line to the end: what main sets up, and what the
+// work after each step (after_update), -x 0 (evaluate_only) and the end of the run (end_run) read.
+typedef struct {
+    Options o;
+    Tokenizer tok;
+    int have_tok, bos;          // bos: the first token of a sample
+    LlamaConfig cfg;
+    ModelOptions mo;
+    int grad_accum;
+    int start, planned_world;   // how this process starts (mg_start_of) and the GPUs the run plans
+    int checked;                // this process checks every input before its GPU start (check_inputs)
+    int eval_only, have_dir;    // -x 0; a log directory the run writes into (-x 0 writes nothing)
+    int have_val, synthetic;    // val data (-j not ''), the built-in synthetic corpus (-i synthetic)
+    uint64_t run_id;
+    MultiGpu mg;
+    cudaDeviceProp prop;
+    DataLoader train, val;
+    HellaSwag hs;
+    CheckedInputs in;           // the val batches an evaluation covers, whether there is -hs, the val text
+    TrainState ts;
+    RunLog rl;
+    float *host_losses;         // pinned, like the batches: the per-micro-step uploads run asynchronously
+    int *host_inputs, *host_targets;
+    double flops_per_token, peak; // peak: the bf16 TFLOP/s of all the GPUs together, for MFU
+    size_t mem_used;            // device memory in use after the first step
+    float *step_ms;             // the timed steps' times (not the first 3: they build GEMM and attention plans)
+    int timed, bad_steps, exit_status;
+} Run;
+
+// The run the command line asks for, before any GPU work: the options, then the decode table (it
+// decides a new model's vocabulary, and some option rules need the shape), the model's shape, the
+// options checked against both, and how this process starts.
+static void run_config(Run *r, int argc, char **argv) {
+    r->o = parse_options(argc, argv);
+    r->have_tok = tokenizer_init_flag(&r->tok, r->o.tokenizer_path, default_options().tokenizer_path);
+    r->cfg = run_model_config(&r->o, r->have_tok ? &r->tok : NULL);
+    const char *bad = config_check(&r->cfg);
+    if (bad) FATAL("bad model config: %s", bad);
+    r->mo = checked_options(&r->o, &r->cfg, r->have_tok ? &r->tok : NULL, &r->grad_accum);
+    r->start = mg_start_of(r->o.ngpu, &r->planned_world);
+    r->checked = r->start == MG_START_SINGLE || r->start == MG_START_LAUNCHER;
+    r->eval_only = r->o.max_steps == 0;
+    r->have_dir = r->o.log_dir[0] != '\0' && !r->eval_only;
+    r->have_val = r->o.val_pattern[0] != '\0';
+    r->synthetic = strcmp(r->o.train_pattern, "synthetic") == 0;
+}
+
+// This process's GPU, or with -ngpu N > 1 the N ranks it starts (it watches them and never returns).
+// The stop signals are installed first, before anything starts a thread (CUDA, NCCL, OpenMP), so every
+// thread inherits the block; the launcher passes them on instead (llmc/launcher.h). A GPU the run's fp8
+// GEMMs cannot run on is refused here, naming the flag.
+static void start_gpu(Run *r, char **argv) {
+    if (r->start != MG_START_LAUNCHER) stop_signal_install();
+    int ndev = 0;
+    cudaError_t derr = cudaGetDeviceCount(&ndev);
+    if (derr != cudaSuccess || ndev == 0)
+        FATAL("no CUDA GPU found (%s): this trainer needs an NVIDIA GPU", cudaGetErrorString(derr));
+    multi_gpu_init(&r->mg, argv, r->o.ngpu);
+    cudaDeviceProp *prop = &r->prop;
+    cudaCheck(cudaGetDeviceProperties(prop, r->mg.local_device));
+    g_num_sms = prop->multiProcessorCount;
+    if (r->mo.precision == PREC_FP8 && prop->major * 10 + prop->minor < 89)
+        FATAL("fp8 GEMMs need compute capability 8.9+ (Ada/Hopper); %s is %d.%d. Use -precision bf16.", prop->name,
+              prop->major, prop->minor);
+    const char *block_flag = fp8_block_flag(&r->mo);
+    if (block_flag) matmul_fp8_block_check(block_flag); // an old cuBLASLt or a GPU other than Hopper refused here
+}
+
+// This rank's data: what check_inputs opened, where this process checked the inputs (as rank 0 of the
+// planned GPUs), else opened now as its own rank; then -x -1's steps, one epoch of the training data.
+static void open_run_data(Run *r) {
+    if (!r->checked) {
+        r->in.val_batches = open_data(&r->o, &r->cfg, &r->mg, &r->train, &r->val);
+        r->in.have_hs = hellaswag_open(&r->hs, &r->o, &r->cfg, mg_is_main(&r->mg));
+        if (r->have_tok && r->in.val_batches > 0) r->in.vt = val_text(&r->val, r->in.val_batches, &r->tok);
+    }
+    if (r->o.max_steps < 0) {
+        r->o.max_steps = (int)(dataloader_num_tokens(&r->train) / r->o.total_batch);
+        if (r->o.max_steps < 1) r->o.max_steps = 1;
+    }
+}
+
+// The model on this rank's GPU (its weights: start_model), checked to be the same on every rank, the
+// GEMMs' and attention's set-up, and the training state a checkpoint records.
+static void setup_model(Run *r, Model *m) {
+    attention_init(1, r->o.deterministic); // before model_init: -doc_mask 1 allocates cuDNN's bias only if cuDNN runs
+    model_init(m, &r->cfg, &r->mo, &r->mg);
+    mg_check_agree(&r->mg, (long long)m->num_params, "the number of parameters");
+    mg_check_agree(&r->mg, r->grad_accum, "the gradient accumulation steps");
+    matmul_init();
+    matmul_set_tuning(!r->o.deterministic);
+    TrainState *ts = &r->ts;
+    memset(ts, 0, sizeof(*ts));
+    ts->grad_accum = r->grad_accum; ts->world = r->mg.world; ts->rank = r->mg.rank;
+    ts->rng = (uint64_t)r->o.seed * 0x2545F4914F6CDD1Dull + 7;
+    data_state_save(ts, &r->train);
+    m->loss_masked = r->train.masked;
+}
+
+// -o made on every rank that writes into it, and the run's id on every rank. mpirun's main rank starts
+// the run as the one GPU did before its GPU start; -ngpu's ranks take the id their launcher wrote (it
+// holds the lock), as -x 0 -y 1 takes the directory's. Every rank gets it: the largest of the ranks'
+// values, the others' the least.
+static void agree_run_id(Run *r) {
+    const Options *o = &r->o;
+    int main_rank = mg_is_main(&r->mg);
+    if (r->have_dir && mkdir(o->log_dir, 0755) != 0 && errno != EEXIST)
+        FATAL("cannot create log directory '%s': %s", o->log_dir, strerror(errno));
+    if (r->have_dir && main_rank && r->start == MG_START_MPI) {
+        checkpoint_lock(o->log_dir);
+        r->run_id = checkpoint_dir_start(o->log_dir, o->resume, o->overwrite, o->init_from[0] != '\0');
+    } else if (main_rank && (r->start == MG_START_FORK_RANK ? r->have_dir : r->eval_only && o->resume)) {
+        checkpoint_run_id_read(o->log_dir, &r->run_id);
+    }
+    long long agreed_id = main_rank ? (long long)r->run_id : LLONG_MIN;
+    mg_all_agree(&r->mg, agreed_id, NULL, &agreed_id);
+    r->run_id = (uint64_t)agreed_id;
+}
+
+// The work after the update of step `step` (0-based; s: its numbers): its log line and the fallback's
+// switches, then what after_step asks for: fp8.log, the val loss, a sample, a checkpoint, the stop; and
+// HellaSwag with the val loss. Returns 1 when the run stops here, its exit status in r->exit_status.
+static int after_update(Run *r, Model *m, int step, StepResult res, const RunStep *s, cudaStream_t stream) {
+    const Options *o = &r->o;
+    MultiGpu *mg = &r->mg;
+    Fp8Health health; // metrics.jsonl's: only then are the counts copied from the GPU
+    run_log_step(&r->rl, s, r->rl.metrics ? fp8_step_health(m, r->grad_accum, &health) : NULL);
+    fp8_report_switches(m, step + 1, &r->rl);
+    // a stop signal may have reached any one rank (or all, at different steps): they agree on the
+    // largest, so all stop after the same step. Loss and norm are reduced over the ranks too:
+    // every rank takes the same branches from here on.
+    long long stop = g_stop_signal;
+    if (mg->world > 1) mg_all_agree(mg, stop, NULL, &stop);
+    int work = after_step(o, step, isfinite(res.loss) && !res.skipped, stop, r->rl.fp8 != NULL,
+                          r->have_val && r->in.val_batches > 0, r->have_dir, &r->bad_steps);
+    if (work & AFTER_FP8_LOG) write_fp8_log(m, r->grad_accum, r->rl.fp8);
+    if (work & AFTER_VAL) {
+        float vl = evaluate(m, &r->val, r->in.val_batches, r->host_losses, stream);
+        run_log_val(&r->rl, step + 1, vl, bits_per_byte(vl, r->in.vt), "");
+    }
+    if (r->in.have_hs && ((o->val_every > 0 && (step + 1) % o->val_every == 0) || step + 1 == o->max_steps))
+        hellaswag_report(m, &r->hs, o, step + 1, step + 1 == o->max_steps, r->host_losses, &r->rl, stream);
+    if (work & AFTER_SAMPLE) sample_text(m, &r->tok, r->have_tok, r->bos, o->gen_tokens, &r->ts.rng, &r->rl, stream);
+    if (work & AFTER_CHECKPOINT) {
+        data_state_save(&r->ts, &r->train);
+        checkpoint_step(m, &r->ts, o->log_dir, o->keep, r->run_id);
+        if (mg_is_main(mg)) printf("checkpoint written: %s/model_%08d.bin\n", o->log_dir, m->step);
+        long long late = g_stop_signal; // a stop that came while the checkpoint was written
+        if (mg->world > 1) mg_all_agree(mg, late, NULL, &late);
+        if (stop_after_checkpoint(work, late, step + 1, o->max_steps)) { work |= AFTER_STOP; stop = late; }
+    }
+    if (!(work & AFTER_STOP)) return 0;
+    r->exit_status = stop_report((int)stop, step + 1, o->max_steps, o->log_dir, r->have_dir, m->step, mg_is_main(mg));
+    return 1;
+}
+
+// The end of the run, whether it stopped early or not: the median step, the data mixture's report,
+// -fp8_dump, then everything freed.
+static void end_run(Run *r, Model *m) {
+    const Options *o = &r->o;
+    if (r->timed > 0) {
+        qsort(r->step_ms, r->timed, sizeof(float), compare_floats);
+        float ms = r->step_ms[r->timed / 2];
+        run_log_median(&r->rl, ms, r->timed, o->total_batch / (ms / 1000.0),
+                       r->flops_per_token * o->total_batch / (ms / 1000.0), r->peak, r->mem_used, r->mg.world);
+    }
+    if (r->train.num_sets && mg_is_main(&r->mg)) {
+        char report[4096];
+        dataloader_mixture_report(&r->train, report, sizeof(report));
+        run_log_mixture(&r->rl, report);
+    }
+    if (o->fp8_dump) dump_fp8_state(m, o->log_dir, r->mg.rank);
+    free(r->step_ms);
+    free(r->ts.data);
+    run_log_close(&r->rl);
+    cudaCheck(cudaFreeHost(r->host_losses));
+    cudaCheck(cudaFreeHost(r->host_inputs));
+    cudaCheck(cudaFreeHost(r->host_targets));
+    model_free(m);
+    matmul_destroy();
+    attention_destroy();
+    dataloader_free(&r->train);
+    if (r->have_val) dataloader_free(&r->val);
+    if (r->have_tok) tokenizer_free(&r->tok);
+    if (r->in.have_hs) hellaswag_free(&r->hs);
+    multi_gpu_free(&r->mg); // also the sign of a clean exit: a rank that leaves without it aborts the communicator
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); // progress lines reach a log file or pipe as they are printed
-    Options o = parse_options(argc, argv);
-    // data first: the tokenizer decides the vocabulary size (of a new model), and some option rules need the shape
-    Tokenizer tok;
-    int have_tok = tokenizer_init_flag(&tok, o.tokenizer_path, default_options().tokenizer_path);
-    LlamaConfig cfg = run_model_config(&o, have_tok ? &tok : NULL);
-    const char *bad = config_check(&cfg);
-    if (bad) FATAL("bad model config: %s", bad);
-    int grad_accum;
-    ModelOptions mo = checked_options(&o, &cfg, have_tok ? &tok : NULL, &grad_accum);
-
-    int planned_world, start = mg_start_of(o.ngpu, &planned_world);
+    Run r;
+    memset(&r, 0, sizeof(r));
+    run_config(&r, argc, argv);
     // Every input checked before any GPU work, by the one process that starts the run (one GPU, or
     // -ngpu's launcher): its loaders, opened as rank 0, are this process's if it trains. The ranks
     // it starts, and mpirun's (each of which would check alike), open their data after the GPU start.
-    DataLoader train, val;
-    HellaSwag hs;
-    int checked = start == MG_START_SINGLE || start == MG_START_LAUNCHER;
-    CheckedInputs in = {0, 0, {0.0, 0.0}};
-    if (checked || o.check_only) in = check_inputs(&o, &cfg, have_tok ? &tok : NULL, planned_world, o.check_only, &train, &val, &hs);
-    if (o.check_only) {
-        print_plan(&o, &cfg, &mo, planned_world, grad_accum, &train);
+    if (r.checked || r.o.check_only)
+        r.in = check_inputs(&r.o, &r.cfg, r.have_tok ? &r.tok : NULL, r.planned_world, r.o.check_only, &r.train,
+                            &r.val, &r.hs);
+    if (r.o.check_only) {
+        print_plan(&r.o, &r.cfg, &r.mo, r.planned_world, r.grad_accum, &r.train);
         printf("-check 1: every input is good: the run can start\n");
         return 0;
     }
     // The run's identity in its checkpoints, before the GPU start too: the process that writes into -o
     // for the run's life (one GPU, -ngpu's launcher; mpirun's rank 0 after its GPU start) locks it, takes
     // the run id (-y 1: the directory's; else a new one) and removes what killed writers left there.
-    int eval_only = o.max_steps == 0, have_dir = o.log_dir[0] != '\0' && !eval_only; // -x 0 writes nothing
-    uint64_t run_id = 0;
-    if (checked && have_dir) {
-        checkpoint_lock(o.log_dir);
-        run_id = checkpoint_dir_start(o.log_dir, o.resume, o.overwrite, o.init_from[0] != '\0');
+    if (r.checked && r.have_dir) {
+        checkpoint_lock(r.o.log_dir);
+        r.run_id = checkpoint_dir_start(r.o.log_dir, r.o.resume, r.o.overwrite, r.o.init_from[0] != '\0');
     }
-    // before anything starts a thread (CUDA, NCCL, OpenMP), so every thread inherits the block; the
-    // launcher passes the signals on instead (llmc/launcher.h)
-    if (start != MG_START_LAUNCHER) stop_signal_install();
-    int ndev = 0;
-    cudaError_t derr = cudaGetDeviceCount(&ndev);
-    if (derr != cudaSuccess || ndev == 0) FATAL("no CUDA GPU found (%s): this trainer needs an NVIDIA GPU", cudaGetErrorString(derr));
-    MultiGpu mg;
-    multi_gpu_init(&mg, argv, o.ngpu); // with -ngpu N > 1 this process starts N ranks, watches them and never returns
-    int rank = mg.rank, world = mg.world, main_rank = mg_is_main(&mg); // only the main rank prints and logs
-    cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, mg.local_device));
-    g_num_sms = prop.multiProcessorCount;
-    if (mo.precision == PREC_FP8 && prop.major * 10 + prop.minor < 89)
-        FATAL("fp8 GEMMs need compute capability 8.9+ (Ada/Hopper); %s is %d.%d. Use -precision bf16.", prop.name, prop.major, prop.minor);
-    const char *block_flag = fp8_block_flag(&mo);
-    if (block_flag) matmul_fp8_block_check(block_flag); // an old cuBLASLt or a GPU other than Hopper refused here, naming the flag
-
-    int have_val = o.val_pattern[0] != '\0', synthetic = strcmp(o.train_pattern, "synthetic") == 0;
-    if (!checked) {
-        in.val_batches = open_data(&o, &cfg, &mg, &train, &val);
-        in.have_hs = hellaswag_open(&hs, &o, &cfg, main_rank);
-        in.vt = have_tok && in.val_batches > 0 ? val_text(&val, in.val_batches, &tok) : (ValText){0.0, 0.0};
-    }
-    int val_batches = in.val_batches, have_hs = in.have_hs;
-    ValText vt = in.vt;
-    if (o.max_steps < 0) {
-        o.max_steps = (int)(dataloader_num_tokens(&train) / o.total_batch);
-        if (o.max_steps < 1) o.max_steps = 1;
-    }
-
-    attention_init(1, o.deterministic); // before model_init: -doc_mask 1 allocates cuDNN's bias only if cuDNN runs
+    start_gpu(&r, argv);
+    int main_rank = mg_is_main(&r.mg); // only the main rank prints and logs
+    open_run_data(&r);
     Model m;
-    model_init(&m, &cfg, &mo, &mg);
-    mg_check_agree(&mg, (long long)m.num_params, "the number of parameters");
-    mg_check_agree(&mg, grad_accum, "the gradient accumulation steps");
-    matmul_init();
-    matmul_set_tuning(!o.deterministic);
-    TrainState ts;
-    memset(&ts, 0, sizeof(ts));
-    ts.grad_accum = grad_accum; ts.world = world; ts.rank = rank;
-    ts.rng = (uint64_t)o.seed * 0x2545F4914F6CDD1Dull + 7;
-    data_state_save(&ts, &train);
-    m.loss_masked = train.masked;
+    setup_model(&r, &m);
+    agree_run_id(&r);
+    int resumed_from = start_model(&m, &r.ts, &r.train, &r.o, &r.mg, r.run_id);
+    r.rl = run_log_open(main_rank, r.have_dir ? r.o.log_dir : NULL, resumed_from >= 0, m.fp8.on && r.o.fp8_log > 0);
+    print_run(&m, &r.o, &r.mg, &r.prop, r.grad_accum, resumed_from, r.synthetic, &r.rl);
+    if (main_rank && r.train.masked)
+        printf("loss masks: the loss is the mean over the step's learned targets (mask byte 1), on every rank\n");
+    if (main_rank && r.have_val && r.val.masked)
+        printf("loss masks: the val loss (and bpb) is over the val data's learned targets\n");
+    r.flops_per_token = model_flops_per_token(&r.cfg, r.o.model.T);
+    r.peak = gpu_bf16_peak_tflops(r.prop.name) * r.mg.world;
 
-    if (have_dir && mkdir(o.log_dir, 0755) != 0 && errno != EEXIST) FATAL("cannot create log directory '%s': %s", o.log_dir, strerror(errno));
-    // mpirun's main rank starts the run as the one GPU above; -ngpu's ranks take the id their launcher
-    // wrote (it holds the lock), as -x 0 -y 1 takes the directory's. Every rank gets it: the largest of
-    // the ranks' values, the others' the least.
-    if (have_dir && main_rank && start == MG_START_MPI) {
-        checkpoint_lock(o.log_dir);
-        run_id = checkpoint_dir_start(o.log_dir, o.resume, o.overwrite, o.init_from[0] != '\0');
-    } else if (main_rank && (start == MG_START_FORK_RANK ? have_dir : eval_only && o.resume)) {
-        checkpoint_run_id_read(o.log_dir, &run_id);
-    }
-    long long agreed_id = main_rank ? (long long)run_id : LLONG_MIN;
-    mg_all_agree(&mg, agreed_id, NULL, &agreed_id);
-    run_id = (uint64_t)agreed_id;
-    int resumed_from = start_model(&m, &ts, &train, &o, &mg, run_id);
-    RunLog rl = run_log_open(main_rank, have_dir ? o.log_dir : NULL, resumed_from >= 0, m.fp8.on && o.fp8_log > 0);
-    print_run(&m, &o, &mg, &prop, grad_accum, resumed_from, synthetic, &rl);
-    if (main_rank && train.masked) printf("loss masks: the loss is the mean over the step's learned targets (mask byte 1), on every rank\n");
-    if (main_rank && have_val && val.masked) printf("loss masks: the val loss (and bpb) is over the val data's learned targets\n");
-    double flops_per_token = model_flops_per_token(&cfg, o.model.T);
-    double peak = gpu_bf16_peak_tflops(prop.name) * world; // MFU of all the GPUs together
-
-    AdamWParams hp = {o.lr, o.beta1, o.beta2, 1e-8f, o.weight_decay, o.grad_clip};
-    size_t N = (size_t)o.model.B * o.model.T;
-    float *host_losses;
-    int *host_inputs, *host_targets; // pinned: the per-micro-step uploads run asynchronously
-    cudaCheck(cudaMallocHost(&host_losses, (size_t)grad_accum * N * sizeof(float)));
-    cudaCheck(cudaMallocHost(&host_inputs, (size_t)grad_accum * N * sizeof(int)));
-    cudaCheck(cudaMallocHost(&host_targets, (size_t)grad_accum * N * sizeof(int)));
-    StepBuffers step_buffers = {host_inputs, host_targets, host_losses, grad_accum};
+    const Options *o = &r.o;
+    AdamWParams hp = {o->lr, o->beta1, o->beta2, 1e-8f, o->weight_decay, o->grad_clip};
+    size_t N = (size_t)o->model.B * o->model.T;
+    cudaCheck(cudaMallocHost(&r.host_losses, (size_t)r.grad_accum * N * sizeof(float)));
+    cudaCheck(cudaMallocHost(&r.host_inputs, (size_t)r.grad_accum * N * sizeof(int)));
+    cudaCheck(cudaMallocHost(&r.host_targets, (size_t)r.grad_accum * N * sizeof(int)));
+    StepBuffers step_buffers = {r.host_inputs, r.host_targets, r.host_losses, r.grad_accum};
     cudaStream_t stream;
     cudaCheck(cudaStreamCreate(&stream));
     cudaEvent_t ev0, ev1;
     cudaCheck(cudaEventCreate(&ev0));
     cudaCheck(cudaEventCreate(&ev1));
-    int bos = have_tok ? tok.doc_start_id : 1;
-    int bad_steps = 0, start_step = m.step, timed = 0, exit_status = 0;
-    float *step_ms = (float *)mallocCheck((size_t)(o.max_steps > start_step ? o.max_steps - start_step : 1) * sizeof(float));
-    size_t mem_used = 0;
-    if (eval_only)
-        evaluate_only(&m, &val, have_val, val_batches, vt, have_hs ? &hs : NULL, &o, &tok, have_tok, bos, &ts.rng,
-                      host_losses, &rl, stream);
+    r.bos = r.have_tok ? r.tok.doc_start_id : 1;
+    int start_step = m.step;
+    size_t steps_here = o->max_steps > start_step ? o->max_steps - start_step : 1;
+    r.step_ms = (float *)mallocCheck(steps_here * sizeof(float));
+    if (r.eval_only)
+        evaluate_only(&m, &r.val, r.have_val, r.in.val_batches, r.in.vt, r.in.have_hs ? &r.hs : NULL, o, &r.tok,
+                      r.have_tok, r.bos, &r.ts.rng, r.host_losses, &r.rl, stream);
 
-    for (int step = m.step; step < o.max_steps; step++) {
-        hp.lr = lr_at_step(step, o.max_steps, o.lr, o.warmup, o.final_lr_frac);
+    for (int step = m.step; step < o->max_steps; step++) {
+        hp.lr = lr_at_step(step, o->max_steps, o->lr, o->warmup, o->final_lr_frac);
         cudaCheck(cudaEventRecord(ev0, stream));
-        next_batches(&train, grad_accum, host_inputs, host_targets);
-        StepResult r = train_step(&m, &step_buffers, &hp, stream);
+        next_batches(&r.train, r.grad_accum, r.host_inputs, r.host_targets);
+        StepResult res = train_step(&m, &step_buffers, &hp, stream);
         cudaCheck(cudaEventRecord(ev1, stream));
-        mg_wait(&mg, stream, "the training step"); // bounded: the stream may wait on a collective with a dead rank
+        mg_wait(&r.mg, stream, "the training step"); // bounded: the stream may wait on a collective with a dead rank
         float ms;
         cudaCheck(cudaEventElapsedTime(&ms, ev0, ev1));
-        if (step >= start_step + 3) step_ms[timed++] = ms; // the first steps build GEMM and attention plans
-        if (step == start_step) { size_t free_b, total_b; cudaCheck(cudaMemGetInfo(&free_b, &total_b)); mem_used = total_b - free_b; }
-        if (step == start_step && !o.deterministic && main_rank) matmul_print_tuning(stdout);
-        double tok_per_s = o.total_batch / (ms / 1000.0);
-        RunStep s = {step + 1, o.max_steps, r.loss, r.norm, hp.lr, ms, tok_per_s, flops_per_token * tok_per_s, peak,
-                     mem_used, r.skipped};
-        Fp8Health health; // metrics.jsonl's: only then are the counts copied from the GPU
-        run_log_step(&rl, &s, rl.metrics ? fp8_step_health(&m, grad_accum, &health) : NULL);
-        fp8_report_switches(&m, step + 1, &rl);
-        // a stop signal may have reached any one rank (or all, at different steps): they agree on the
-        // largest, so all stop after the same step. Loss and norm are reduced over the ranks too:
-        // every rank takes the same branches from here on.
-        long long stop = g_stop_signal;
-        if (world > 1) mg_all_agree(&mg, stop, NULL, &stop);
-        int work = after_step(&o, step, isfinite(r.loss) && !r.skipped, stop, rl.fp8 != NULL,
-                              have_val && val_batches > 0, have_dir, &bad_steps);
-        if (work & AFTER_FP8_LOG) write_fp8_log(&m, grad_accum, rl.fp8);
-        if (work & AFTER_VAL) {
-            float vl = evaluate(&m, &val, val_batches, host_losses, stream);
-            run_log_val(&rl, step + 1, vl, bits_per_byte(vl, vt), "");
+        if (step >= start_step + 3) r.step_ms[r.timed++] = ms; // the first steps build GEMM and attention plans
+        if (step == start_step) {
+            size_t free_b, total_b;
+            cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+            r.mem_used = total_b - free_b;
         }
-        if (have_hs && ((o.val_every > 0 && (step + 1) % o.val_every == 0) || step + 1 == o.max_steps))
-            hellaswag_report(&m, &hs, &o, step + 1, step + 1 == o.max_steps, host_losses, &rl, stream);
-        if (work & AFTER_SAMPLE) sample_text(&m, &tok, have_tok, bos, o.gen_tokens, &ts.rng, &rl, stream);
-        if (work & AFTER_CHECKPOINT) {
-            data_state_save(&ts, &train);
-            checkpoint_step(&m, &ts, o.log_dir, o.keep, run_id);
-            if (main_rank) printf("checkpoint written: %s/model_%08d.bin\n", o.log_dir, m.step);
-            long long late = g_stop_signal; // a stop that came while the checkpoint was written
-            if (world > 1) mg_all_agree(&mg, late, NULL, &late);
-            if (stop_after_checkpoint(work, late, step + 1, o.max_steps)) { work |= AFTER_STOP; stop = late; }
-        }
-        if (work & AFTER_STOP) {
-            exit_status = stop_report((int)stop, step + 1, o.max_steps, o.log_dir, have_dir, m.step, main_rank);
-            break;
-        }
+        if (step == start_step && !o->deterministic && main_rank) matmul_print_tuning(stdout);
+        double tok_per_s = o->total_batch / (ms / 1000.0);
+        RunStep s = {step + 1, o->max_steps, res.loss, res.norm, hp.lr, ms, tok_per_s, r.flops_per_token * tok_per_s,
+                     r.peak, r.mem_used, res.skipped};
+        if (after_update(&r, &m, step, res, &s, stream)) break;
     }
-    if (timed > 0) {
-        qsort(step_ms, timed, sizeof(float), compare_floats);
-        float ms = step_ms[timed / 2];
-        run_log_median(&rl, ms, timed, o.total_batch / (ms / 1000.0), flops_per_token * o.total_batch / (ms / 1000.0),
-                       peak, mem_used, world);
-    }
-    if (train.num_sets && main_rank) {
-        char report[4096];
-        dataloader_mixture_report(&train, report, sizeof(report));
-        run_log_mixture(&rl, report);
-    }
-    if (o.fp8_dump) dump_fp8_state(&m, o.log_dir, rank);
-    free(step_ms);
-    free(ts.data);
-    run_log_close(&rl);
-    cudaCheck(cudaFreeHost(host_losses));
-    cudaCheck(cudaFreeHost(host_inputs));
-    cudaCheck(cudaFreeHost(host_targets));
-    model_free(&m);
-    matmul_destroy();
-    attention_destroy();
-    dataloader_free(&train);
-    if (have_val) dataloader_free(&val);
-    if (have_tok) tokenizer_free(&tok);
-    if (have_hs) hellaswag_free(&hs);
-    multi_gpu_free(&mg); // also the sign of a clean exit: a rank that leaves without it aborts the communicator
-    return exit_status;
+    end_run(&r, &m);
+    return r.exit_status;
 }
 #endif
