@@ -53,7 +53,7 @@ every rank casts with the same scales. With one GPU none of this runs: no NCCL c
 #include "llmc/multi_gpu.cuh"      // MultiGpu: launch, NCCL collectives with deadlines
 #include "llmc/fp8_state.cuh"      // Fp8State, Fp8Pass: the fp8 scales and amaxes, the casts' site protocol, fp8_end_step
 #include "llmc/linear.cuh"         // Linears: each linear in its fp8 recipe (llmc/recipe.cuh), the fp8 fallback
-#include "llmc/hellaswag.h"        // HellaSwag: the eval file, its rows, acc / acc_norm as lm-eval scores them, -hs_preds
+#include "llmc/hellaswag.h"        // HellaSwag: the eval file, its rows, acc / acc_norm as lm-eval scores them
 #include "llmc/bpb.h"              // target_text_bytes: bits per byte of the val set
 #include "llmc/run_log.h"          // RunLog: an event to stdout, main.log and metrics.jsonl in one call; -o checked
 
@@ -1560,7 +1560,8 @@ typedef struct { float acc, acc_norm; int items; } HellaSwagScore;
 // call it: the sums across ranks are collectives). The rows go through the ordinary forward, B at a
 // time, so an item's 4 rows may straddle two batches. Records no amax, as evaluate(). preds, if not
 // NULL, gets every item's predictions (hellaswag_score's), on every rank.
-static HellaSwagScore hellaswag_evaluate(Model *m, const HellaSwag *hs, float *host_losses, float *preds, cudaStream_t stream) {
+static HellaSwagScore hellaswag_evaluate(Model *m, const HellaSwag *hs, float *host_losses, float *preds,
+                                         cudaStream_t stream) {
     int B = m->opt.B, T = m->opt.T, rank = m->mg->rank, world = m->mg->world;
     size_t N = (size_t)B * T;
     int item0, item1;
@@ -1576,7 +1577,8 @@ static HellaSwagScore hellaswag_evaluate(Model *m, const HellaSwag *hs, float *h
         model_forward(m, eval_pass(m), 1, 0.0f, stream);
         cudaCheck(cudaMemcpyAsync(host_losses, m->acts.losses, N * sizeof(float), cudaMemcpyDeviceToHost, stream));
         mg_wait(m->mg, stream, "a HellaSwag batch");
-        for (int b = 0; b < B && r + b < row1; b++) logprob[r + b - row0] = hellaswag_logprob(host_losses + (size_t)b * T, first[b], count[b]);
+        for (int b = 0; b < B && r + b < row1; b++)
+            logprob[r + b - row0] = hellaswag_logprob(host_losses + (size_t)b * T, first[b], count[b]);
     }
     size_t preds_n = (size_t)hs->num_items * HELLASWAG_PRED_FLOATS;
     if (preds) memset(preds, 0, preds_n * sizeof(float));
@@ -1825,8 +1827,8 @@ static int open_data(const Options *o, const LlamaConfig *cfg, const MultiGpu *m
 // main to keep or reopen as its rank), the HellaSwag file (left open in hs; returns whether there is
 // one), -init_from's checksum, -hs_preds' folder and -o (made if missing unless check_only).
 typedef struct { int val_batches, have_hs; ValText vt; } CheckedInputs;
-static CheckedInputs check_inputs(const Options *o, const LlamaConfig *cfg, const Tokenizer *tok, int planned_world, int check_only,
-                                  DataLoader *train, DataLoader *val, HellaSwag *hs) {
+static CheckedInputs check_inputs(const Options *o, const LlamaConfig *cfg, const Tokenizer *tok, int planned_world,
+                                  int check_only, DataLoader *train, DataLoader *val, HellaSwag *hs) {
     MultiGpu rank0;
     memset(&rank0, 0, sizeof(rank0));
     rank0.world = planned_world;
@@ -1840,7 +1842,8 @@ static CheckedInputs check_inputs(const Options *o, const LlamaConfig *cfg, cons
         snprintf(dir, sizeof(dir), "%s", o->hellaswag_preds);
         char *slash = strrchr(dir, '/');
         if (slash) *slash = '\0';
-        if (access(slash ? (dir[0] ? dir : "/") : ".", W_OK) != 0) FATAL("-hs_preds '%s': cannot write in its folder: %s", o->hellaswag_preds, strerror(errno));
+        if (access(slash ? (dir[0] ? dir : "/") : ".", W_OK) != 0)
+            FATAL("-hs_preds '%s': cannot write in its folder: %s", o->hellaswag_preds, strerror(errno));
     }
     if (o->log_dir[0] && o->max_steps != 0) run_log_dir_check(o->log_dir, !check_only);
     return in;

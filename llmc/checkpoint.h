@@ -325,12 +325,13 @@ static void checkpoint_dir_plan(const char *dir, int resume, int overwrite, int 
         return;
     }
     int *steps, n = checkpoint_complete_steps(dir, run, &steps);
+    unsigned long long id = run;
     if (n > 0)
-        printf("plan: -y 1 resumes run %016llx of '%s' from step %d, its newest complete checkpoint (verified at the start;"
-               " a damaged one gives way to the one before)\n", (unsigned long long)run, dir, steps[0]);
+        printf("plan: -y 1 resumes run %016llx of '%s' from step %d, its newest complete checkpoint (verified at the"
+               " start; a damaged one gives way to the one before)\n", id, dir, steps[0]);
     else
-        printf("plan: -y 1: run %016llx of '%s' has no complete checkpoint yet: it starts over%s\n", (unsigned long long)run,
-               dir, may_start_fresh ? " from -init_from" : "");
+        printf("plan: -y 1: run %016llx of '%s' has no complete checkpoint yet: it starts over%s\n", id, dir,
+               may_start_fresh ? " from -init_from" : "");
     free(steps);
 }
 

@@ -74,8 +74,8 @@ static void run_log_dir_check(const char *dir, int create) {
     snprintf(probe, sizeof(probe), "%s/.write_check_%d", where, (int)getpid());
     int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0644);
     if (fd < 0)
-        FATAL("cannot write in %s '%s' (-o %s): %s", where == dir ? "log directory" : "the log directory's parent", where,
-              dir, strerror(errno));
+        FATAL("cannot write in %s '%s' (-o %s): %s", where == dir ? "log directory" : "the log directory's parent",
+              where, dir, strerror(errno));
     close(fd);
     unlink(probe);
     const char *logs[] = {"main.log", "metrics.jsonl", "fp8.log"};
