@@ -26,11 +26,12 @@ every rank casts with the same scales. With one GPU none of this runs: no NCCL c
 #include <unistd.h>
 #include <fcntl.h>
 #include "llmc/utils.h"            // FATAL, checked file I/O, random numbers
+#include "llmc/options.h"          // OptSpec: the option table's rows; parsing, defaults, usage, the options line
 #include "llmc/stop_signal.h"      // stop on SIGTERM/SIGINT/SIGHUP/SIGUSR1 after the step in flight, with a checkpoint
 #include "llmc/llama_config.h"     // LlamaConfig, presets, the parameter layout
 #include "llmc/fp8_layout.h"       // fp8 tensor kinds and indices (fp8_tensor), the fp8 state buffer's layout
 #include "llmc/model_file.h"       // the model file's header table and checksums
-#include "llmc/checkpoint.h"       // checkpoint names, -keep, the sequence; their files (write_sections, read_sections)
+#include "llmc/checkpoint.h"       // checkpoint names, -keep, the sequence, -check 1's plan of -o; their files
 #include "llmc/cuda_common.cuh"    // cudaCheck, floatX, fp8 types, Fp8Cast
 #include "llmc/fp8.h"              // fp8 format maxima, fp8_compute_scale
 #include "llmc/dataloader.h"       // DataLoader: token shards or the built-in synthetic corpus
@@ -54,7 +55,7 @@ every rank casts with the same scales. With one GPU none of this runs: no NCCL c
 #include "llmc/linear.cuh"         // Linears: each linear in its fp8 recipe (llmc/recipe.cuh), the fp8 fallback
 #include "llmc/hellaswag.h"        // HellaSwag: the eval file, its rows, acc / acc_norm as lm-eval scores them
 #include "llmc/bpb.h"              // target_text_bytes: bits per byte of the val set
-#include "llmc/run_log.h"          // RunLog: an event's stdout line, main.log line and metrics.jsonl record in one call
+#include "llmc/run_log.h"          // RunLog: an event to stdout, main.log and metrics.jsonl in one call; -o checked
 
 enum { PREC_BF16, PREC_FP8 };
 
@@ -80,9 +81,9 @@ typedef struct {
 // ----------------------------------------------------------------------------------------------
 // Options: one row per flag (OPTION_SPECS) holds its field, type, default, range or choices and
 // help. The parser, the defaults (default_options parses every row's default as if it were typed),
-// the range checks (naming the flag), the usage text and main.log's options line all read the rows,
-// so a new option is its field here (or in ModelOptions, for the model's) and one row. Rules between
-// options, and the model's options derived from several: checked_options.
+// the range checks (naming the flag), the usage text and main.log's options line (llmc/options.h)
+// all read the rows, so a new option is its field here (or in ModelOptions, for the model's) and one
+// row. Rules between options, and the model's options derived from several: checked_options.
 
 typedef struct {
     char train_pattern[2048], val_pattern[512], tokenizer_path[512], log_dir[512], preset[64], init_from[512];
@@ -98,8 +99,7 @@ typedef struct {
     int hellaswag_items;                            // -hs_items
 } Options;
 
-// A choice row's words, each with the value it stores in the row's int field; the list ends at a NULL word.
-typedef struct { const char *word; int value; } OptWord;
+// A choice row's words, each with the value it stores in the row's int field; each list ends at a NULL word.
 static const OptWord PRECISION_WORDS[] = {{"fp8", PREC_FP8}, {"bf16", PREC_BF16}, {NULL, 0}};
 static const OptWord MOMENTS_WORDS[] = {{"fp32", 0}, {"bf16", 1}, {NULL, 0}};
 static const OptWord DATA_CHANGED_WORDS[] = {{"refuse", 0}, {"continue", 1}, {NULL, 0}};
@@ -109,28 +109,7 @@ static const OptWord GRAIN_WORDS[] = {{"tensor", FP8_GRAIN_TENSOR}, {"block", FP
 static const OptWord FALLBACK_WORDS[] = {{"off", 0}, {"block", FP8_GRAIN_BLOCK}, {"bf16", FP8_GRAIN_BF16}, {"row", FP8_GRAIN_ROW},
                                          {NULL, 0}};
 
-// The word that stores `value` (a choice field holds only its words' values: set_option).
-static const char *choice_word(const OptWord *words, int value) {
-    while (words->word && words->value != value) words++;
-    return words->word;
-}
-
-typedef enum { OPT_INT, OPT_FLOAT, OPT_STR, OPT_CHOICE } OptType;
-typedef struct {
-    const char *flag;
-    OptType type;
-    size_t offset, size;  // the field in Options
-    const char *def;      // the default, as it would be typed
-    double min, max;      // OPT_INT, OPT_FLOAT: the values accepted, both ends included
-    const OptWord *words; // OPT_CHOICE: the words accepted (the field, an int, holds the chosen word's value)
-    const char *help;
-} OptSpec;
-#define OPT_FIELD(field) offsetof(Options, field), sizeof(((Options *)0)->field)
-#define OPT_I(flag, field, def, min, max, help) {flag, OPT_INT, OPT_FIELD(field), def, min, max, NULL, help}
-#define OPT_B(flag, field, def, help) OPT_I(flag, field, def, 0, 1, help) // an on/off flag: 0 or 1
-#define OPT_F(flag, field, def, min, max, help) {flag, OPT_FLOAT, OPT_FIELD(field), def, min, max, NULL, help}
-#define OPT_S(flag, field, def, help) {flag, OPT_STR, OPT_FIELD(field), def, 0, 0, NULL, help}
-#define OPT_C(flag, field, def, words, help) {flag, OPT_CHOICE, OPT_FIELD(field), def, 0, 0, words, help}
+#define OPT_FIELD(field) offsetof(Options, field), sizeof(((Options *)0)->field) // a row's field (llmc/options.h)
 
 // TE's default history length, the longest in use: the scale update rolls each tensor's history in
 // one thread (llmc/fp8_scaling.cuh), and the state file holds NT * H floats of it.
@@ -232,100 +211,18 @@ static const OptSpec OPTION_SPECS[] = {
 };
 #define NUM_OPTIONS ((int)(sizeof(OPTION_SPECS) / sizeof(OPTION_SPECS[0])))
 
-// The values a row accepts, as the usage text and a refusal say them: "fp8 or bf16", "0 or 1",
-// "in [0, 100]", ">= 1" (no upper end but the type's); "" for any text.
-static void option_range_text(const OptSpec *s, char *out, size_t n) {
-    out[0] = '\0';
-    if (s->type == OPT_STR) return;
-    if (s->type == OPT_CHOICE) {
-        size_t len = 0;
-        for (const OptWord *w = s->words; w->word; w++) {
-            const char *sep = w == s->words ? "" : w[1].word ? ", " : " or ";
-            len += snprintf(out + len, len < n ? n - len : 0, "%s%s", sep, w->word);
-        }
-        return;
-    }
-    int unbounded = s->max == (s->type == OPT_INT ? (double)INT_MAX : (double)FLT_MAX);
-    if (s->type == OPT_INT && s->min == 0 && s->max == 1) snprintf(out, n, "0 or 1");
-    else if (unbounded) snprintf(out, n, ">= %g", s->min);
-    else snprintf(out, n, "in [%g, %g]", s->min, s->max);
-}
-
-// Parses val (the text after s->flag) into its field of o: text of another type, and a value outside
-// the row's range or choices, are refused naming the flag.
-static void set_option(Options *o, const OptSpec *s, const char *val) {
-    char *p = (char *)o + s->offset, *end = NULL, range[256];
-    option_range_text(s, range, sizeof(range));
-    if (s->type == OPT_INT) {
-        errno = 0;
-        long v = strtol(val, &end, 10);
-        if (*val == '\0' || *end != '\0') FATAL("option %s wants an integer, got '%s'", s->flag, val);
-        if (errno == ERANGE || v < INT_MIN || v > INT_MAX) FATAL("option %s wants a 32-bit integer, got '%s'", s->flag, val);
-        if (v < s->min || v > s->max) FATAL("option %s must be %s, got %s", s->flag, range, val);
-        *(int *)p = (int)v;
-    } else if (s->type == OPT_FLOAT) {
-        float v = strtof(val, &end);
-        if (*val == '\0' || *end != '\0' || !isfinite(v)) FATAL("option %s wants a number, got '%s'", s->flag, val);
-        if (v < s->min || v > s->max) FATAL("option %s must be %s, got %s", s->flag, range, val);
-        *(float *)p = v;
-    } else if (s->type == OPT_CHOICE) {
-        const OptWord *w = s->words;
-        while (w->word && strcmp(w->word, val) != 0) w++;
-        if (!w->word) FATAL("option %s must be %s, got '%s'", s->flag, range, val);
-        *(int *)p = w->value;
-    } else {
-        if (strlen(val) >= s->size) FATAL("option %s: value longer than %zu characters", s->flag, s->size - 1);
-        strcpy(p, val);
-    }
-}
-
-// A field's value as the command line would give it: floats in the fewest digits that read back the
-// same float, text and a choice's word in quotes ('' for none).
-static void format_option(char *out, size_t n, const OptSpec *s, const Options *o) {
-    const char *p = (const char *)o + s->offset;
-    if (s->type == OPT_INT) {
-        snprintf(out, n, "%d", *(const int *)p);
-    } else if (s->type == OPT_FLOAT) {
-        float v = *(const float *)p;
-        for (int digits = 6; digits <= 9; digits++) {
-            snprintf(out, n, "%.*g", digits, v);
-            if (strtof(out, NULL) == v) break;
-        }
-    } else {
-        snprintf(out, n, "'%s'", s->type == OPT_CHOICE ? choice_word(s->words, *(const int *)p) : p);
-    }
-}
+// -h's first line, after "usage: <program> [options]"
+static const char OPTIONS_ABOUT[] = "(fp8 training by default; -precision bf16 for the baseline)";
 
 static Options default_options(void) {
     Options o;
-    memset(&o, 0, sizeof(o));
-    for (int i = 0; i < NUM_OPTIONS; i++) set_option(&o, &OPTION_SPECS[i], OPTION_SPECS[i].def);
+    options_default(&o, sizeof(o), OPTION_SPECS, NUM_OPTIONS);
     return o;
-}
-
-static void print_usage(const char *prog) {
-    printf("usage: %s [options]   (fp8 training by default; -precision bf16 for the baseline)\n", prog);
-    for (int i = 0; i < NUM_OPTIONS; i++) {
-        const OptSpec *s = &OPTION_SPECS[i];
-        char range[256];
-        option_range_text(s, range, sizeof(range));
-        const char *quote = s->type == OPT_STR || s->type == OPT_CHOICE ? "'" : "";
-        printf("  %-13s %s (default %s%s%s%s%s)\n", s->flag, s->help, quote, s->def, quote, range[0] ? "; " : "",
-               range);
-    }
-    printf("  -h            this help\n");
 }
 
 static Options parse_options(int argc, char **argv) {
     Options o = default_options();
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) { print_usage(argv[0]); exit(EXIT_SUCCESS); }
-        const OptSpec *s = NULL;
-        for (int k = 0; k < NUM_OPTIONS; k++) if (strcmp(argv[i], OPTION_SPECS[k].flag) == 0) s = &OPTION_SPECS[k];
-        if (s == NULL) { print_usage(argv[0]); FATAL("unknown option '%s' (see the list above)", argv[i]); }
-        if (i + 1 >= argc) FATAL("option %s needs a value", argv[i]);
-        set_option(&o, s, argv[++i]);
-    }
+    options_parse(&o, OPTION_SPECS, NUM_OPTIONS, OPTIONS_ABOUT, argc, argv);
     return o;
 }
 
@@ -1665,18 +1562,12 @@ static void write_fp8_log(Model *m, int grad_accum, FILE *f) {
 
 typedef struct { float acc, acc_norm; int items; } HellaSwagScore;
 
-// The items [*item0, *item1) of rank `rank` of `world`: contiguous ranges, in rank order, that cover
-// all num_items items once, their sizes within one of each other (a rank may have none).
-static void hellaswag_rank_items(int num_items, int rank, int world, int *item0, int *item1) {
-    *item0 = (int)((long long)num_items * rank / world);
-    *item1 = (int)((long long)num_items * (rank + 1) / world);
-}
-
 // acc and acc_norm over hs's items, shared out to the ranks in contiguous ranges (every rank must
 // call it: the sums across ranks are collectives). The rows go through the ordinary forward, B at a
 // time, so an item's 4 rows may straddle two batches. Records no amax, as evaluate(). preds, if not
-// NULL, gets per item (num_items, 6): the 4 endings' log-probabilities, pred, pred_norm, on every rank.
-static HellaSwagScore hellaswag_evaluate(Model *m, const HellaSwag *hs, float *host_losses, float *preds, cudaStream_t stream) {
+// NULL, gets every item's predictions (hellaswag_score's), on every rank.
+static HellaSwagScore hellaswag_evaluate(Model *m, const HellaSwag *hs, float *host_losses, float *preds,
+                                         cudaStream_t stream) {
     int B = m->opt.B, T = m->opt.T, rank = m->mg->rank, world = m->mg->world;
     size_t N = (size_t)B * T;
     int item0, item1;
@@ -1692,22 +1583,13 @@ static HellaSwagScore hellaswag_evaluate(Model *m, const HellaSwag *hs, float *h
         model_forward(m, eval_pass(m), 1, 0.0f, stream);
         cudaCheck(cudaMemcpyAsync(host_losses, m->acts.losses, N * sizeof(float), cudaMemcpyDeviceToHost, stream));
         mg_wait(m->mg, stream, "a HellaSwag batch");
-        for (int b = 0; b < B && r + b < row1; b++) logprob[r + b - row0] = hellaswag_logprob(host_losses + (size_t)b * T, first[b], count[b]);
+        for (int b = 0; b < B && r + b < row1; b++)
+            logprob[r + b - row0] = hellaswag_logprob(host_losses + (size_t)b * T, first[b], count[b]);
     }
-    size_t preds_n = (size_t)hs->num_items * 6;
+    size_t preds_n = (size_t)hs->num_items * HELLASWAG_PRED_FLOATS;
     if (preds) memset(preds, 0, preds_n * sizeof(float));
-    int acc = 0, acc_norm = 0;
-    for (int i = item0; i < item1; i++) {
-        const double *lp = logprob + HELLASWAG_ENDINGS * (i - item0);
-        int pred, pred_norm;
-        hellaswag_predict(hs, i, lp, &pred, &pred_norm);
-        acc += pred == hs->label[i];
-        acc_norm += pred_norm == hs->label[i];
-        if (!preds) continue;
-        for (int k = 0; k < HELLASWAG_ENDINGS; k++) preds[6 * i + k] = (float)lp[k];
-        preds[6 * i + 4] = (float)pred;
-        preds[6 * i + 5] = (float)pred_norm;
-    }
+    int acc, acc_norm;
+    hellaswag_score(hs, item0, item1, logprob, preds, &acc, &acc_norm);
     if (preds && world > 1) { // each rank filled its own items and zeros elsewhere: the sum is all of them
         float *d = (float *)cudaMallocCheck(preds_n * sizeof(float), "HellaSwag predictions");
         cudaCheck(cudaMemcpy(d, preds, preds_n * sizeof(float), cudaMemcpyHostToDevice));
@@ -1734,25 +1616,11 @@ static int hellaswag_open(HellaSwag *hs, const Options *o, const LlamaConfig *cf
     return 1;
 }
 
-// Writes the predictions of hellaswag_evaluate (temporary name, then renamed): per item its index,
-// label, pred, pred_norm and the 4 log-probabilities.
-static void hellaswag_write_preds(const HellaSwag *hs, const float *preds, const char *path) {
-    char tmp[600];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *f = fopenCheck(tmp, "w");
-    fprintf(f, "# item label pred pred_norm logprob0 logprob1 logprob2 logprob3\n");
-    for (int i = 0; i < hs->num_items; i++) {
-        const float *p = preds + 6 * i;
-        fprintf(f, "%d %d %d %d %.6f %.6f %.6f %.6f\n", i, hs->label[i], (int)p[4], (int)p[5], p[0], p[1], p[2], p[3]);
-    }
-    fcloseCheck(f);
-    if (rename(tmp, path) != 0) FATAL("cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
-}
-
 // HellaSwag at an evaluation, logged by the main rank, and with -hs_preds at the last one.
 static void hellaswag_report(Model *m, const HellaSwag *hs, const Options *o, int step, int last, float *host_losses,
                              const RunLog *rl, cudaStream_t stream) {
-    float *preds = last && o->hellaswag_preds[0] ? (float *)mallocCheck((size_t)hs->num_items * 6 * sizeof(float)) : NULL;
+    size_t preds_bytes = (size_t)hs->num_items * HELLASWAG_PRED_FLOATS * sizeof(float);
+    float *preds = last && o->hellaswag_preds[0] ? (float *)mallocCheck(preds_bytes) : NULL;
     HellaSwagScore s = hellaswag_evaluate(m, hs, host_losses, preds, stream);
     if (!mg_is_main(m->mg)) { free(preds); return; }
     run_log_hellaswag(rl, step, s.acc, s.acc_norm, s.items);
@@ -1926,22 +1794,6 @@ static ModelOptions checked_options(Options *o, const LlamaConfig *cfg, const To
 // The model's name as the run's description gives it: the model file, or the preset.
 static const char *run_model_name(const Options *o) { return o->init_from[0] ? o->init_from : run_preset(o); }
 
-// main.log's options line: every row's flag with this run's value (-d and -x as filled in), so the log
-// says how its run was made. malloc'd: the caller frees it.
-static char *options_line(const Options *o) {
-    char *line = NULL;
-    size_t n = 0;
-    FILE *f = open_memstream(&line, &n);
-    if (!f) FATAL("cannot make main.log's options line: %s", strerror(errno));
-    for (int i = 0; i < NUM_OPTIONS; i++) {
-        char value[2100];
-        format_option(value, sizeof(value), &OPTION_SPECS[i], o);
-        fprintf(f, " %s %s", OPTION_SPECS[i].flag, value);
-    }
-    fcloseCheck(f);
-    return line;
-}
-
 static const char *batches_word(long long n) { return n == 1 ? "batch" : "batches"; }
 
 // The training and (have_val) val loaders of this rank; returns the val batch positions an
@@ -1975,50 +1827,14 @@ static int open_data(const Options *o, const LlamaConfig *cfg, const MultiGpu *m
     return o->val_batches;
 }
 
-// -o can be written: made if missing (create: 0 for -check 1, which writes nothing: then its parent
-// must take it), a file created and removed there, and the logs a resumed run appends to open for
-// appending. Refused naming the path.
-static void check_log_dir(const char *dir, int create) {
-    char probe[1100], parent[1024];
-    struct stat st;
-    const char *where = dir;
-    if (stat(dir, &st) != 0) {
-        if (create && mkdir(dir, 0755) != 0) FATAL("cannot create log directory '%s' (-o): %s", dir, strerror(errno));
-        if (!create) { // the folder it would be made in
-            snprintf(parent, sizeof(parent), "%s", dir);
-            char *slash = strrchr(parent, '/');
-            if (slash == parent) slash[1] = '\0';
-            else if (slash) *slash = '\0';
-            else snprintf(parent, sizeof(parent), ".");
-            if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode)) FATAL("cannot create log directory '%s' (-o): '%s' is no directory", dir, parent);
-            where = parent;
-        }
-    } else if (!S_ISDIR(st.st_mode)) {
-        FATAL("log directory '%s' (-o) exists and is not a directory", dir);
-    }
-    snprintf(probe, sizeof(probe), "%s/.write_check_%d", where, (int)getpid());
-    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0644);
-    if (fd < 0) FATAL("cannot write in %s '%s' (-o %s): %s", where == dir ? "log directory" : "the log directory's parent", where, dir, strerror(errno));
-    close(fd);
-    unlink(probe);
-    const char *logs[] = {"main.log", "metrics.jsonl", "fp8.log"};
-    for (int i = 0; where == dir && i < 3; i++) {
-        snprintf(probe, sizeof(probe), "%s/%s", dir, logs[i]);
-        if (access(probe, F_OK) != 0) continue;
-        fd = open(probe, O_WRONLY | O_APPEND);
-        if (fd < 0) FATAL("'%s' cannot be appended to: %s", probe, strerror(errno));
-        close(fd);
-    }
-}
-
 // Everything a run reads or writes that can be checked without a GPU, checked before any GPU work, so
 // a job that waited for its allocation does not die on a typo then: the data (every shard's header,
 // the mixture spec: the loaders opened as rank 0 of the planned GPUs, left open in train and val for
 // main to keep or reopen as its rank), the HellaSwag file (left open in hs; returns whether there is
 // one), -init_from's checksum, -hs_preds' folder and -o (made if missing unless check_only).
 typedef struct { int val_batches, have_hs; ValText vt; } CheckedInputs;
-static CheckedInputs check_inputs(const Options *o, const LlamaConfig *cfg, const Tokenizer *tok, int planned_world, int check_only,
-                                  DataLoader *train, DataLoader *val, HellaSwag *hs) {
+static CheckedInputs check_inputs(const Options *o, const LlamaConfig *cfg, const Tokenizer *tok, int planned_world,
+                                  int check_only, DataLoader *train, DataLoader *val, HellaSwag *hs) {
     MultiGpu rank0;
     memset(&rank0, 0, sizeof(rank0));
     rank0.world = planned_world;
@@ -2032,37 +1848,11 @@ static CheckedInputs check_inputs(const Options *o, const LlamaConfig *cfg, cons
         snprintf(dir, sizeof(dir), "%s", o->hellaswag_preds);
         char *slash = strrchr(dir, '/');
         if (slash) *slash = '\0';
-        if (access(slash ? (dir[0] ? dir : "/") : ".", W_OK) != 0) FATAL("-hs_preds '%s': cannot write in its folder: %s", o->hellaswag_preds, strerror(errno));
+        if (access(slash ? (dir[0] ? dir : "/") : ".", W_OK) != 0)
+            FATAL("-hs_preds '%s': cannot write in its folder: %s", o->hellaswag_preds, strerror(errno));
     }
-    if (o->log_dir[0] && o->max_steps != 0) check_log_dir(o->log_dir, !check_only);
+    if (o->log_dir[0] && o->max_steps != 0) run_log_dir_check(o->log_dir, !check_only);
     return in;
-}
-
-// -check 1: the run -o gets, with checkpoint_dir_start's refusals and the lock's, nothing written.
-static void print_plan_run(const Options *o) {
-    struct stat st;
-    char lock[1100], holder[300] = "";
-    if (stat(o->log_dir, &st) != 0) { printf("plan: a new run in '%s' (made at the start)\n", o->log_dir); return; }
-    snprintf(lock, sizeof(lock), "%s/train.lock", o->log_dir);
-    int fd = open(lock, O_RDONLY);
-    if (fd >= 0 && flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
-        ssize_t got = read(fd, holder, sizeof(holder) - 1);
-        holder[got > 0 ? got : 0] = '\0';
-        holder[strcspn(holder, "\n")] = '\0';
-        FATAL("the log directory '%s' is in use by another run now (%s holds '%s'): this run would be refused", o->log_dir, holder, lock);
-    }
-    if (fd >= 0) close(fd); // and its shared lock with it
-    uint64_t run;
-    if (!checkpoint_dir_check(o->log_dir, o->resume, o->overwrite, o->init_from[0] != '\0', &run)) {
-        printf("plan: a new run in '%s'%s\n", o->log_dir, o->overwrite ? " beside another run's checkpoints (-overwrite 1)" : "");
-        return;
-    }
-    int *steps, n = checkpoint_complete_steps(o->log_dir, run, &steps);
-    if (n > 0) printf("plan: -y 1 resumes run %016llx of '%s' from step %d, its newest complete checkpoint (verified at the start; a damaged one"
-                      " gives way to the one before)\n", (unsigned long long)run, o->log_dir, steps[0]);
-    else printf("plan: -y 1: run %016llx of '%s' has no complete checkpoint yet: it starts over%s\n", (unsigned long long)run, o->log_dir,
-                o->init_from[0] ? " from -init_from" : "");
-    free(steps);
 }
 
 // -check 1: what the run will be, as far as it is known without a GPU.
@@ -2092,7 +1882,7 @@ static void print_plan(const Options *o, const LlamaConfig *cfg, const ModelOpti
     printf("plan: device memory per GPU: %.2f GiB allocated up front (the CUDA context and cuBLAS/cuDNN workspaces come on top)\n",
            model_memory_plan(cfg, mo, world) / 1073741824.0);
     if (o->log_dir[0] == '\0' || o->max_steps == 0) { printf("plan: no checkpoints (%s)\n", o->max_steps == 0 ? "-x 0" : "-o ''"); return; }
-    print_plan_run(o);
+    checkpoint_dir_plan(o->log_dir, o->resume, o->overwrite, o->init_from[0] != '\0');
     ZeroLayout z = zero_layout(cfg, sizes, 0, world);
     double model_gb = (1024.0 + params * 4.0) / 1e9;
     double state_gb = (1024.0 + 2.0 * z.shard * (mo->moments_bf16 ? 2 : 4) +
@@ -2261,7 +2051,7 @@ static void print_run(const Model *m, const Options *o, const MultiGpu *mg, cons
                       (!mo->doc_mask || m->acts.doc_bias != NULL);
     const char *attention = mo->doc_mask ? (cudnn ? "document-masked cuDNN fused" : "document-masked plain")
                                          : cudnn ? "cuDNN fused" : "plain";
-    char *options = options_line(o);
+    char *options = options_line(OPTION_SPECS, NUM_OPTIONS, o); // main.log's: -d and -x as filled in
     RunHeader h = {prop->name, MG_LAUNCH_NAMES[mg->launch], mg->world, choice_word(PRECISION_WORDS, mo->precision),
                    m->fp8.on ? (m->fp8.live_always ? "current" : "delayed") : NULL, run_model_name(o), cfg,
                    m->num_params, m->bytes_allocated,
@@ -2287,200 +2077,276 @@ static void print_run(const Model *m, const Options *o, const MultiGpu *mg, cons
     if (resumed_from >= 0) printf("resumed from step %d of '%s'\n", resumed_from, o->log_dir);
 }
 
+// A run's pieces besides its model, from the command line to the end: what main sets up, and what the
+// work after each step (after_update), -x 0 (evaluate_only) and the end of the run (end_run) read.
+typedef struct {
+    Options o;
+    Tokenizer tok;
+    int have_tok, bos;          // bos: the first token of a sample
+    LlamaConfig cfg;
+    ModelOptions mo;
+    int grad_accum;
+    int start, planned_world;   // how this process starts (mg_start_of) and the GPUs the run plans
+    int checked;                // this process checks every input before its GPU start (check_inputs)
+    int eval_only, have_dir;    // -x 0; a log directory the run writes into (-x 0 writes nothing)
+    int have_val, synthetic;    // val data (-j not ''), the built-in synthetic corpus (-i synthetic)
+    uint64_t run_id;
+    MultiGpu mg;
+    cudaDeviceProp prop;
+    DataLoader train, val;
+    HellaSwag hs;
+    CheckedInputs in;           // the val batches an evaluation covers, whether there is -hs, the val text
+    TrainState ts;
+    RunLog rl;
+    float *host_losses;         // pinned, like the batches: the per-micro-step uploads run asynchronously
+    int *host_inputs, *host_targets;
+    double flops_per_token, peak; // peak: the bf16 TFLOP/s of all the GPUs together, for MFU
+    size_t mem_used;            // device memory in use after the first step
+    float *step_ms;             // the timed steps' times (not the first 3: they build GEMM and attention plans)
+    int timed, bad_steps, exit_status;
+} Run;
+
+// The run the command line asks for, before any GPU work: the options, then the decode table (it
+// decides a new model's vocabulary, and some option rules need the shape), the model's shape, the
+// options checked against both, and how this process starts.
+static void run_config(Run *r, int argc, char **argv) {
+    r->o = parse_options(argc, argv);
+    r->have_tok = tokenizer_init_flag(&r->tok, r->o.tokenizer_path, default_options().tokenizer_path);
+    r->cfg = run_model_config(&r->o, r->have_tok ? &r->tok : NULL);
+    const char *bad = config_check(&r->cfg);
+    if (bad) FATAL("bad model config: %s", bad);
+    r->mo = checked_options(&r->o, &r->cfg, r->have_tok ? &r->tok : NULL, &r->grad_accum);
+    r->start = mg_start_of(r->o.ngpu, &r->planned_world);
+    r->checked = r->start == MG_START_SINGLE || r->start == MG_START_LAUNCHER;
+    r->eval_only = r->o.max_steps == 0;
+    r->have_dir = r->o.log_dir[0] != '\0' && !r->eval_only;
+    r->have_val = r->o.val_pattern[0] != '\0';
+    r->synthetic = strcmp(r->o.train_pattern, "synthetic") == 0;
+}
+
+// This process's GPU, or with -ngpu N > 1 the N ranks it starts (it watches them and never returns).
+// The stop signals are installed first, before anything starts a thread (CUDA, NCCL, OpenMP), so every
+// thread inherits the block; the launcher passes them on instead (llmc/launcher.h). A GPU the run's fp8
+// GEMMs cannot run on is refused here, naming the flag.
+static void start_gpu(Run *r, char **argv) {
+    if (r->start != MG_START_LAUNCHER) stop_signal_install();
+    int ndev = 0;
+    cudaError_t derr = cudaGetDeviceCount(&ndev);
+    if (derr != cudaSuccess || ndev == 0)
+        FATAL("no CUDA GPU found (%s): this trainer needs an NVIDIA GPU", cudaGetErrorString(derr));
+    multi_gpu_init(&r->mg, argv, r->o.ngpu);
+    cudaDeviceProp *prop = &r->prop;
+    cudaCheck(cudaGetDeviceProperties(prop, r->mg.local_device));
+    g_num_sms = prop->multiProcessorCount;
+    if (r->mo.precision == PREC_FP8 && prop->major * 10 + prop->minor < 89)
+        FATAL("fp8 GEMMs need compute capability 8.9+ (Ada/Hopper); %s is %d.%d. Use -precision bf16.", prop->name,
+              prop->major, prop->minor);
+    char flag[32]; // a GPU or cuBLASLt that cannot run a grain's GEMMs refused here, naming the flag that asks for them
+    if (fp8_grain_flag(&r->mo, FP8_GRAIN_BLOCK, flag)) matmul_fp8_block_check(flag);
+    if (fp8_grain_flag(&r->mo, FP8_GRAIN_ROW, flag)) matmul_fp8_row_check(flag);
+}
+
+// This rank's data: what check_inputs opened, where this process checked the inputs (as rank 0 of the
+// planned GPUs), else opened now as its own rank; then -x -1's steps, one epoch of the training data.
+static void open_run_data(Run *r) {
+    if (!r->checked) {
+        r->in.val_batches = open_data(&r->o, &r->cfg, &r->mg, &r->train, &r->val);
+        r->in.have_hs = hellaswag_open(&r->hs, &r->o, &r->cfg, mg_is_main(&r->mg));
+        if (r->have_tok && r->in.val_batches > 0) r->in.vt = val_text(&r->val, r->in.val_batches, &r->tok);
+    }
+    if (r->o.max_steps < 0) {
+        r->o.max_steps = (int)(dataloader_num_tokens(&r->train) / r->o.total_batch);
+        if (r->o.max_steps < 1) r->o.max_steps = 1;
+    }
+}
+
+// The model on this rank's GPU (its weights: start_model), checked to be the same on every rank, the
+// GEMMs' and attention's set-up, and the training state a checkpoint records.
+static void setup_model(Run *r, Model *m) {
+    attention_init(1, r->o.deterministic); // before model_init: -doc_mask 1 allocates cuDNN's bias only if cuDNN runs
+    model_init(m, &r->cfg, &r->mo, &r->mg);
+    mg_check_agree(&r->mg, (long long)m->num_params, "the number of parameters");
+    mg_check_agree(&r->mg, r->grad_accum, "the gradient accumulation steps");
+    matmul_init();
+    matmul_set_tuning(!r->o.deterministic);
+    TrainState *ts = &r->ts;
+    memset(ts, 0, sizeof(*ts));
+    ts->grad_accum = r->grad_accum; ts->world = r->mg.world; ts->rank = r->mg.rank;
+    ts->rng = (uint64_t)r->o.seed * 0x2545F4914F6CDD1Dull + 7;
+    data_state_save(ts, &r->train);
+    m->loss_masked = r->train.masked;
+}
+
+// -o made on every rank that writes into it, and the run's id on every rank. mpirun's main rank starts
+// the run as the one GPU did before its GPU start; -ngpu's ranks take the id their launcher wrote (it
+// holds the lock), as -x 0 -y 1 takes the directory's. Every rank gets it: the largest of the ranks'
+// values, the others' the least.
+static void agree_run_id(Run *r) {
+    const Options *o = &r->o;
+    int main_rank = mg_is_main(&r->mg);
+    if (r->have_dir && mkdir(o->log_dir, 0755) != 0 && errno != EEXIST)
+        FATAL("cannot create log directory '%s': %s", o->log_dir, strerror(errno));
+    if (r->have_dir && main_rank && r->start == MG_START_MPI) {
+        checkpoint_lock(o->log_dir);
+        r->run_id = checkpoint_dir_start(o->log_dir, o->resume, o->overwrite, o->init_from[0] != '\0');
+    } else if (main_rank && (r->start == MG_START_FORK_RANK ? r->have_dir : r->eval_only && o->resume)) {
+        checkpoint_run_id_read(o->log_dir, &r->run_id);
+    }
+    long long agreed_id = main_rank ? (long long)r->run_id : LLONG_MIN;
+    mg_all_agree(&r->mg, agreed_id, NULL, &agreed_id);
+    r->run_id = (uint64_t)agreed_id;
+}
+
+// The work after the update of step `step` (0-based; s: its numbers): its log line and the fallback's
+// switches, then what after_step asks for: fp8.log, the val loss, a sample, a checkpoint, the stop; and
+// HellaSwag with the val loss. Returns 1 when the run stops here, its exit status in r->exit_status.
+static int after_update(Run *r, Model *m, int step, StepResult res, const RunStep *s, cudaStream_t stream) {
+    const Options *o = &r->o;
+    MultiGpu *mg = &r->mg;
+    Fp8Health health; // metrics.jsonl's: only then are the counts copied from the GPU
+    run_log_step(&r->rl, s, r->rl.metrics ? fp8_step_health(m, r->grad_accum, &health) : NULL);
+    fp8_report_switches(m, step + 1, &r->rl);
+    // a stop signal may have reached any one rank (or all, at different steps): they agree on the
+    // largest, so all stop after the same step. Loss and norm are reduced over the ranks too:
+    // every rank takes the same branches from here on.
+    long long stop = g_stop_signal;
+    if (mg->world > 1) mg_all_agree(mg, stop, NULL, &stop);
+    int work = after_step(o, step, isfinite(res.loss) && !res.skipped, stop, r->rl.fp8 != NULL,
+                          r->have_val && r->in.val_batches > 0, r->have_dir, &r->bad_steps);
+    if (work & AFTER_FP8_LOG) write_fp8_log(m, r->grad_accum, r->rl.fp8);
+    if (work & AFTER_VAL) {
+        float vl = evaluate(m, &r->val, r->in.val_batches, r->host_losses, stream);
+        run_log_val(&r->rl, step + 1, vl, bits_per_byte(vl, r->in.vt), "");
+    }
+    if (r->in.have_hs && ((o->val_every > 0 && (step + 1) % o->val_every == 0) || step + 1 == o->max_steps))
+        hellaswag_report(m, &r->hs, o, step + 1, step + 1 == o->max_steps, r->host_losses, &r->rl, stream);
+    if (work & AFTER_SAMPLE) sample_text(m, &r->tok, r->have_tok, r->bos, o->gen_tokens, &r->ts.rng, &r->rl, stream);
+    if (work & AFTER_CHECKPOINT) {
+        data_state_save(&r->ts, &r->train);
+        checkpoint_step(m, &r->ts, o->log_dir, o->keep, r->run_id);
+        if (mg_is_main(mg)) printf("checkpoint written: %s/model_%08d.bin\n", o->log_dir, m->step);
+        long long late = g_stop_signal; // a stop that came while the checkpoint was written
+        if (mg->world > 1) mg_all_agree(mg, late, NULL, &late);
+        if (stop_after_checkpoint(work, late, step + 1, o->max_steps)) { work |= AFTER_STOP; stop = late; }
+    }
+    if (!(work & AFTER_STOP)) return 0;
+    r->exit_status = stop_report((int)stop, step + 1, o->max_steps, o->log_dir, r->have_dir, m->step, mg_is_main(mg));
+    return 1;
+}
+
+// The end of the run, whether it stopped early or not: the median step, the data mixture's report,
+// -fp8_dump, then everything freed.
+static void end_run(Run *r, Model *m) {
+    const Options *o = &r->o;
+    if (r->timed > 0) {
+        qsort(r->step_ms, r->timed, sizeof(float), compare_floats);
+        float ms = r->step_ms[r->timed / 2];
+        run_log_median(&r->rl, ms, r->timed, o->total_batch / (ms / 1000.0),
+                       r->flops_per_token * o->total_batch / (ms / 1000.0), r->peak, r->mem_used, r->mg.world);
+    }
+    if (r->train.num_sets && mg_is_main(&r->mg)) {
+        char report[4096];
+        dataloader_mixture_report(&r->train, report, sizeof(report));
+        run_log_mixture(&r->rl, report);
+    }
+    if (o->fp8_dump) dump_fp8_state(m, o->log_dir, r->mg.rank);
+    free(r->step_ms);
+    free(r->ts.data);
+    run_log_close(&r->rl);
+    cudaCheck(cudaFreeHost(r->host_losses));
+    cudaCheck(cudaFreeHost(r->host_inputs));
+    cudaCheck(cudaFreeHost(r->host_targets));
+    model_free(m);
+    matmul_destroy();
+    attention_destroy();
+    dataloader_free(&r->train);
+    if (r->have_val) dataloader_free(&r->val);
+    if (r->have_tok) tokenizer_free(&r->tok);
+    if (r->in.have_hs) hellaswag_free(&r->hs);
+    multi_gpu_free(&r->mg); // also the sign of a clean exit: a rank that leaves without it aborts the communicator
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); // progress lines reach a log file or pipe as they are printed
-    Options o = parse_options(argc, argv);
-    // data first: the tokenizer decides the vocabulary size (of a new model), and some option rules need the shape
-    Tokenizer tok;
-    int have_tok = tokenizer_init_flag(&tok, o.tokenizer_path, default_options().tokenizer_path);
-    LlamaConfig cfg = run_model_config(&o, have_tok ? &tok : NULL);
-    const char *bad = config_check(&cfg);
-    if (bad) FATAL("bad model config: %s", bad);
-    int grad_accum;
-    ModelOptions mo = checked_options(&o, &cfg, have_tok ? &tok : NULL, &grad_accum);
-
-    int planned_world, start = mg_start_of(o.ngpu, &planned_world);
+    Run r;
+    memset(&r, 0, sizeof(r));
+    run_config(&r, argc, argv);
     // Every input checked before any GPU work, by the one process that starts the run (one GPU, or
     // -ngpu's launcher): its loaders, opened as rank 0, are this process's if it trains. The ranks
     // it starts, and mpirun's (each of which would check alike), open their data after the GPU start.
-    DataLoader train, val;
-    HellaSwag hs;
-    int checked = start == MG_START_SINGLE || start == MG_START_LAUNCHER;
-    CheckedInputs in = {0, 0, {0.0, 0.0}};
-    if (checked || o.check_only) in = check_inputs(&o, &cfg, have_tok ? &tok : NULL, planned_world, o.check_only, &train, &val, &hs);
-    if (o.check_only) {
-        print_plan(&o, &cfg, &mo, planned_world, grad_accum, &train);
+    if (r.checked || r.o.check_only)
+        r.in = check_inputs(&r.o, &r.cfg, r.have_tok ? &r.tok : NULL, r.planned_world, r.o.check_only, &r.train,
+                            &r.val, &r.hs);
+    if (r.o.check_only) {
+        print_plan(&r.o, &r.cfg, &r.mo, r.planned_world, r.grad_accum, &r.train);
         printf("-check 1: every input is good: the run can start\n");
         return 0;
     }
     // The run's identity in its checkpoints, before the GPU start too: the process that writes into -o
     // for the run's life (one GPU, -ngpu's launcher; mpirun's rank 0 after its GPU start) locks it, takes
     // the run id (-y 1: the directory's; else a new one) and removes what killed writers left there.
-    int eval_only = o.max_steps == 0, have_dir = o.log_dir[0] != '\0' && !eval_only; // -x 0 writes nothing
-    uint64_t run_id = 0;
-    if (checked && have_dir) {
-        checkpoint_lock(o.log_dir);
-        run_id = checkpoint_dir_start(o.log_dir, o.resume, o.overwrite, o.init_from[0] != '\0');
+    if (r.checked && r.have_dir) {
+        checkpoint_lock(r.o.log_dir);
+        r.run_id = checkpoint_dir_start(r.o.log_dir, r.o.resume, r.o.overwrite, r.o.init_from[0] != '\0');
     }
-    // before anything starts a thread (CUDA, NCCL, OpenMP), so every thread inherits the block; the
-    // launcher passes the signals on instead (llmc/launcher.h)
-    if (start != MG_START_LAUNCHER) stop_signal_install();
-    int ndev = 0;
-    cudaError_t derr = cudaGetDeviceCount(&ndev);
-    if (derr != cudaSuccess || ndev == 0) FATAL("no CUDA GPU found (%s): this trainer needs an NVIDIA GPU", cudaGetErrorString(derr));
-    MultiGpu mg;
-    multi_gpu_init(&mg, argv, o.ngpu); // with -ngpu N > 1 this process starts N ranks, watches them and never returns
-    int rank = mg.rank, world = mg.world, main_rank = mg_is_main(&mg); // only the main rank prints and logs
-    cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, mg.local_device));
-    g_num_sms = prop.multiProcessorCount;
-    if (mo.precision == PREC_FP8 && prop.major * 10 + prop.minor < 89)
-        FATAL("fp8 GEMMs need compute capability 8.9+ (Ada/Hopper); %s is %d.%d. Use -precision bf16.", prop.name, prop.major, prop.minor);
-    char flag[32]; // a GPU or cuBLASLt that cannot run a grain's GEMMs refused here, naming the flag that asks for them
-    if (fp8_grain_flag(&mo, FP8_GRAIN_BLOCK, flag)) matmul_fp8_block_check(flag);
-    if (fp8_grain_flag(&mo, FP8_GRAIN_ROW, flag)) matmul_fp8_row_check(flag);
-
-    int have_val = o.val_pattern[0] != '\0', synthetic = strcmp(o.train_pattern, "synthetic") == 0;
-    if (!checked) {
-        in.val_batches = open_data(&o, &cfg, &mg, &train, &val);
-        in.have_hs = hellaswag_open(&hs, &o, &cfg, main_rank);
-        in.vt = have_tok && in.val_batches > 0 ? val_text(&val, in.val_batches, &tok) : (ValText){0.0, 0.0};
-    }
-    int val_batches = in.val_batches, have_hs = in.have_hs;
-    ValText vt = in.vt;
-    if (o.max_steps < 0) {
-        o.max_steps = (int)(dataloader_num_tokens(&train) / o.total_batch);
-        if (o.max_steps < 1) o.max_steps = 1;
-    }
-
-    attention_init(1, o.deterministic); // before model_init: -doc_mask 1 allocates cuDNN's bias only if cuDNN runs
+    start_gpu(&r, argv);
+    int main_rank = mg_is_main(&r.mg); // only the main rank prints and logs
+    open_run_data(&r);
     Model m;
-    model_init(&m, &cfg, &mo, &mg);
-    mg_check_agree(&mg, (long long)m.num_params, "the number of parameters");
-    mg_check_agree(&mg, grad_accum, "the gradient accumulation steps");
-    matmul_init();
-    matmul_set_tuning(!o.deterministic);
-    TrainState ts;
-    memset(&ts, 0, sizeof(ts));
-    ts.grad_accum = grad_accum; ts.world = world; ts.rank = rank;
-    ts.rng = (uint64_t)o.seed * 0x2545F4914F6CDD1Dull + 7;
-    data_state_save(&ts, &train);
-    m.loss_masked = train.masked;
+    setup_model(&r, &m);
+    agree_run_id(&r);
+    int resumed_from = start_model(&m, &r.ts, &r.train, &r.o, &r.mg, r.run_id);
+    r.rl = run_log_open(main_rank, r.have_dir ? r.o.log_dir : NULL, resumed_from >= 0, m.fp8.on && r.o.fp8_log > 0);
+    print_run(&m, &r.o, &r.mg, &r.prop, r.grad_accum, resumed_from, r.synthetic, &r.rl);
+    if (main_rank && r.train.masked)
+        printf("loss masks: the loss is the mean over the step's learned targets (mask byte 1), on every rank\n");
+    if (main_rank && r.have_val && r.val.masked)
+        printf("loss masks: the val loss (and bpb) is over the val data's learned targets\n");
+    r.flops_per_token = model_flops_per_token(&r.cfg, r.o.model.T);
+    r.peak = gpu_bf16_peak_tflops(r.prop.name) * r.mg.world;
 
-    if (have_dir && mkdir(o.log_dir, 0755) != 0 && errno != EEXIST) FATAL("cannot create log directory '%s': %s", o.log_dir, strerror(errno));
-    // mpirun's main rank starts the run as the one GPU above; -ngpu's ranks take the id their launcher
-    // wrote (it holds the lock), as -x 0 -y 1 takes the directory's. Every rank gets it: the largest of
-    // the ranks' values, the others' the least.
-    if (have_dir && main_rank && start == MG_START_MPI) {
-        checkpoint_lock(o.log_dir);
-        run_id = checkpoint_dir_start(o.log_dir, o.resume, o.overwrite, o.init_from[0] != '\0');
-    } else if (main_rank && (start == MG_START_FORK_RANK ? have_dir : eval_only && o.resume)) {
-        checkpoint_run_id_read(o.log_dir, &run_id);
-    }
-    long long agreed_id = main_rank ? (long long)run_id : LLONG_MIN;
-    mg_all_agree(&mg, agreed_id, NULL, &agreed_id);
-    run_id = (uint64_t)agreed_id;
-    int resumed_from = start_model(&m, &ts, &train, &o, &mg, run_id);
-    RunLog rl = run_log_open(main_rank, have_dir ? o.log_dir : NULL, resumed_from >= 0, m.fp8.on && o.fp8_log > 0);
-    print_run(&m, &o, &mg, &prop, grad_accum, resumed_from, synthetic, &rl);
-    if (main_rank && train.masked) printf("loss masks: the loss is the mean over the step's learned targets (mask byte 1), on every rank\n");
-    if (main_rank && have_val && val.masked) printf("loss masks: the val loss (and bpb) is over the val data's learned targets\n");
-    double flops_per_token = model_flops_per_token(&cfg, o.model.T);
-    double peak = gpu_bf16_peak_tflops(prop.name) * world; // MFU of all the GPUs together
-
-    AdamWParams hp = {o.lr, o.beta1, o.beta2, 1e-8f, o.weight_decay, o.grad_clip};
-    size_t N = (size_t)o.model.B * o.model.T;
-    float *host_losses;
-    int *host_inputs, *host_targets; // pinned: the per-micro-step uploads run asynchronously
-    cudaCheck(cudaMallocHost(&host_losses, (size_t)grad_accum * N * sizeof(float)));
-    cudaCheck(cudaMallocHost(&host_inputs, (size_t)grad_accum * N * sizeof(int)));
-    cudaCheck(cudaMallocHost(&host_targets, (size_t)grad_accum * N * sizeof(int)));
-    StepBuffers step_buffers = {host_inputs, host_targets, host_losses, grad_accum};
+    const Options *o = &r.o;
+    AdamWParams hp = {o->lr, o->beta1, o->beta2, 1e-8f, o->weight_decay, o->grad_clip};
+    size_t N = (size_t)o->model.B * o->model.T;
+    cudaCheck(cudaMallocHost(&r.host_losses, (size_t)r.grad_accum * N * sizeof(float)));
+    cudaCheck(cudaMallocHost(&r.host_inputs, (size_t)r.grad_accum * N * sizeof(int)));
+    cudaCheck(cudaMallocHost(&r.host_targets, (size_t)r.grad_accum * N * sizeof(int)));
+    StepBuffers step_buffers = {r.host_inputs, r.host_targets, r.host_losses, r.grad_accum};
     cudaStream_t stream;
     cudaCheck(cudaStreamCreate(&stream));
     cudaEvent_t ev0, ev1;
     cudaCheck(cudaEventCreate(&ev0));
     cudaCheck(cudaEventCreate(&ev1));
-    int bos = have_tok ? tok.doc_start_id : 1;
-    int bad_steps = 0, start_step = m.step, timed = 0, exit_status = 0;
-    float *step_ms = (float *)mallocCheck((size_t)(o.max_steps > start_step ? o.max_steps - start_step : 1) * sizeof(float));
-    size_t mem_used = 0;
-    if (eval_only)
-        evaluate_only(&m, &val, have_val, val_batches, vt, have_hs ? &hs : NULL, &o, &tok, have_tok, bos, &ts.rng,
-                      host_losses, &rl, stream);
+    r.bos = r.have_tok ? r.tok.doc_start_id : 1;
+    int start_step = m.step;
+    size_t steps_here = o->max_steps > start_step ? o->max_steps - start_step : 1;
+    r.step_ms = (float *)mallocCheck(steps_here * sizeof(float));
+    if (r.eval_only)
+        evaluate_only(&m, &r.val, r.have_val, r.in.val_batches, r.in.vt, r.in.have_hs ? &r.hs : NULL, o, &r.tok,
+                      r.have_tok, r.bos, &r.ts.rng, r.host_losses, &r.rl, stream);
 
-    for (int step = m.step; step < o.max_steps; step++) {
-        hp.lr = lr_at_step(step, o.max_steps, o.lr, o.warmup, o.final_lr_frac);
+    for (int step = m.step; step < o->max_steps; step++) {
+        hp.lr = lr_at_step(step, o->max_steps, o->lr, o->warmup, o->final_lr_frac);
         cudaCheck(cudaEventRecord(ev0, stream));
-        next_batches(&train, grad_accum, host_inputs, host_targets);
-        StepResult r = train_step(&m, &step_buffers, &hp, stream);
+        next_batches(&r.train, r.grad_accum, r.host_inputs, r.host_targets);
+        StepResult res = train_step(&m, &step_buffers, &hp, stream);
         cudaCheck(cudaEventRecord(ev1, stream));
-        mg_wait(&mg, stream, "the training step"); // bounded: the stream may wait on a collective with a dead rank
+        mg_wait(&r.mg, stream, "the training step"); // bounded: the stream may wait on a collective with a dead rank
         float ms;
         cudaCheck(cudaEventElapsedTime(&ms, ev0, ev1));
-        if (step >= start_step + 3) step_ms[timed++] = ms; // the first steps build GEMM and attention plans
-        if (step == start_step) { size_t free_b, total_b; cudaCheck(cudaMemGetInfo(&free_b, &total_b)); mem_used = total_b - free_b; }
-        if (step == start_step && !o.deterministic && main_rank) matmul_print_tuning(stdout);
-        double tok_per_s = o.total_batch / (ms / 1000.0);
-        RunStep s = {step + 1, o.max_steps, r.loss, r.norm, hp.lr, ms, tok_per_s, flops_per_token * tok_per_s, peak,
-                     mem_used, r.skipped};
-        Fp8Health health; // metrics.jsonl's: only then are the counts copied from the GPU
-        run_log_step(&rl, &s, rl.metrics ? fp8_step_health(&m, grad_accum, &health) : NULL);
-        fp8_report_switches(&m, step + 1, &rl);
-        // a stop signal may have reached any one rank (or all, at different steps): they agree on the
-        // largest, so all stop after the same step. Loss and norm are reduced over the ranks too:
-        // every rank takes the same branches from here on.
-        long long stop = g_stop_signal;
-        if (world > 1) mg_all_agree(&mg, stop, NULL, &stop);
-        int work = after_step(&o, step, isfinite(r.loss) && !r.skipped, stop, rl.fp8 != NULL,
-                              have_val && val_batches > 0, have_dir, &bad_steps);
-        if (work & AFTER_FP8_LOG) write_fp8_log(&m, grad_accum, rl.fp8);
-        if (work & AFTER_VAL) {
-            float vl = evaluate(&m, &val, val_batches, host_losses, stream);
-            run_log_val(&rl, step + 1, vl, bits_per_byte(vl, vt), "");
+        if (step >= start_step + 3) r.step_ms[r.timed++] = ms; // the first steps build GEMM and attention plans
+        if (step == start_step) {
+            size_t free_b, total_b;
+            cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+            r.mem_used = total_b - free_b;
         }
-        if (have_hs && ((o.val_every > 0 && (step + 1) % o.val_every == 0) || step + 1 == o.max_steps))
-            hellaswag_report(&m, &hs, &o, step + 1, step + 1 == o.max_steps, host_losses, &rl, stream);
-        if (work & AFTER_SAMPLE) sample_text(&m, &tok, have_tok, bos, o.gen_tokens, &ts.rng, &rl, stream);
-        if (work & AFTER_CHECKPOINT) {
-            data_state_save(&ts, &train);
-            checkpoint_step(&m, &ts, o.log_dir, o.keep, run_id);
-            if (main_rank) printf("checkpoint written: %s/model_%08d.bin\n", o.log_dir, m.step);
-            long long late = g_stop_signal; // a stop that came while the checkpoint was written
-            if (world > 1) mg_all_agree(&mg, late, NULL, &late);
-            if (stop_after_checkpoint(work, late, step + 1, o.max_steps)) { work |= AFTER_STOP; stop = late; }
-        }
-        if (work & AFTER_STOP) {
-            exit_status = stop_report((int)stop, step + 1, o.max_steps, o.log_dir, have_dir, m.step, main_rank);
-            break;
-        }
+        if (step == start_step && !o->deterministic && main_rank) matmul_print_tuning(stdout);
+        double tok_per_s = o->total_batch / (ms / 1000.0);
+        RunStep s = {step + 1, o->max_steps, res.loss, res.norm, hp.lr, ms, tok_per_s, r.flops_per_token * tok_per_s,
+                     r.peak, r.mem_used, res.skipped};
+        if (after_update(&r, &m, step, res, &s, stream)) break;
     }
-    if (timed > 0) {
-        qsort(step_ms, timed, sizeof(float), compare_floats);
-        float ms = step_ms[timed / 2];
-        run_log_median(&rl, ms, timed, o.total_batch / (ms / 1000.0), flops_per_token * o.total_batch / (ms / 1000.0),
-                       peak, mem_used, world);
-    }
-    if (train.num_sets && main_rank) {
-        char report[4096];
-        dataloader_mixture_report(&train, report, sizeof(report));
-        run_log_mixture(&rl, report);
-    }
-    if (o.fp8_dump) dump_fp8_state(&m, o.log_dir, rank);
-    free(step_ms);
-    free(ts.data);
-    run_log_close(&rl);
-    cudaCheck(cudaFreeHost(host_losses));
-    cudaCheck(cudaFreeHost(host_inputs));
-    cudaCheck(cudaFreeHost(host_targets));
-    model_free(&m);
-    matmul_destroy();
-    attention_destroy();
-    dataloader_free(&train);
-    if (have_val) dataloader_free(&val);
-    if (have_tok) tokenizer_free(&tok);
-    if (have_hs) hellaswag_free(&hs);
-    multi_gpu_free(&mg); // also the sign of a clean exit: a rank that leaves without it aborts the communicator
-    return exit_status;
+    end_run(&r, &m);
+    return r.exit_status;
 }
 #endif

@@ -32,6 +32,7 @@ Plain C, header-only; also compiles as C++ under nvcc.
 #include <signal.h>        // kill(pid, 0): whether a lock file names a live process
 #include <sys/file.h>      // flock
 #include <sys/random.h>    // getrandom
+#include <sys/stat.h>      // stat: whether -o exists (-check 1)
 #include <sys/statvfs.h>
 #include "utils.h"         // FATAL, mallocCheck
 #include "model_file.h"    // MODEL_MAGIC, header_run_id, the checksums
@@ -300,6 +301,38 @@ static uint64_t checkpoint_dir_start(const char *dir, int resume, int overwrite,
     }
     closedir(d);
     return run;
+}
+
+// -check 1: the run dir gets, said on stdout, with checkpoint_dir_start's refusals and the lock's,
+// nothing written (dir absent: a new run there).
+static void checkpoint_dir_plan(const char *dir, int resume, int overwrite, int may_start_fresh) {
+    struct stat st;
+    char lock[1100], holder[300] = "";
+    if (stat(dir, &st) != 0) { printf("plan: a new run in '%s' (made at the start)\n", dir); return; }
+    snprintf(lock, sizeof(lock), "%s/train.lock", dir);
+    int fd = open(lock, O_RDONLY);
+    if (fd >= 0 && flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+        ssize_t got = read(fd, holder, sizeof(holder) - 1);
+        holder[got > 0 ? got : 0] = '\0';
+        holder[strcspn(holder, "\n")] = '\0';
+        FATAL("the log directory '%s' is in use by another run now (%s holds '%s'): this run would be refused", dir,
+              holder, lock);
+    }
+    if (fd >= 0) close(fd); // and its shared lock with it
+    uint64_t run;
+    if (!checkpoint_dir_check(dir, resume, overwrite, may_start_fresh, &run)) {
+        printf("plan: a new run in '%s'%s\n", dir, overwrite ? " beside another run's checkpoints (-overwrite 1)" : "");
+        return;
+    }
+    int *steps, n = checkpoint_complete_steps(dir, run, &steps);
+    unsigned long long id = run;
+    if (n > 0)
+        printf("plan: -y 1 resumes run %016llx of '%s' from step %d, its newest complete checkpoint (verified at the"
+               " start; a damaged one gives way to the one before)\n", id, dir, steps[0]);
+    else
+        printf("plan: -y 1: run %016llx of '%s' has no complete checkpoint yet: it starts over%s\n", id, dir,
+               may_start_fresh ? " from -init_from" : "");
+    free(steps);
 }
 
 // ---- the checkpoint sequence across the ranks

@@ -6,13 +6,17 @@ metrics.jsonl record. Only the main rank prints and logs. The formats are read b
 llama_fp8/trainer_log.py (main.log; stdout where a run writes no log: -o '', -x 0) and
 scripts/to_tensorboard.py (metrics.jsonl); docs/formats.md and README.md describe them. Plain C: it
 takes the numbers it writes (the trainer works them out of the model); fp8.log's lines, one per
-linear, are the trainer's write_fp8_log.
+linear, are the trainer's write_fp8_log. Before any of it, run_log_dir_check: the log directory
+can be written, and its logs appended to.
 */
 #ifndef LLMC_RUN_LOG_H
 #define LLMC_RUN_LOG_H
 
+#include <fcntl.h>     // open: the log directory's write check
 #include <math.h>
 #include <stdio.h>
+#include <sys/stat.h>  // stat, mkdir
+#include <unistd.h>    // access, unlink, getpid
 #include "utils.h"        // fopenCheck, fcloseCheck
 #include "llama_config.h" // LlamaConfig, ROPE_LLAMA3
 
@@ -42,6 +46,46 @@ static RunLog run_log_open(int main_rank, const char *dir, int resumed, int fp8_
         rl.fp8 = fopenCheck(path, mode);
     }
     return rl;
+}
+
+// Before the run starts: the log directory `dir` (-o) can be written, made if missing (create: 0 for
+// -check 1, which writes nothing: then the folder it would be made in must take it), a file created
+// and removed there, and the logs a resumed run appends to (run_log_open's) open for appending.
+// Refused naming the path.
+static void run_log_dir_check(const char *dir, int create) {
+    char probe[1100], parent[1024];
+    struct stat st;
+    const char *where = dir;
+    if (stat(dir, &st) != 0) {
+        if (create && mkdir(dir, 0755) != 0) FATAL("cannot create log directory '%s' (-o): %s", dir, strerror(errno));
+        if (!create) { // the folder it would be made in
+            snprintf(parent, sizeof(parent), "%s", dir);
+            char *slash = strrchr(parent, '/');
+            if (slash == parent) slash[1] = '\0';
+            else if (slash) *slash = '\0';
+            else snprintf(parent, sizeof(parent), ".");
+            if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode))
+                FATAL("cannot create log directory '%s' (-o): '%s' is no directory", dir, parent);
+            where = parent;
+        }
+    } else if (!S_ISDIR(st.st_mode)) {
+        FATAL("log directory '%s' (-o) exists and is not a directory", dir);
+    }
+    snprintf(probe, sizeof(probe), "%s/.write_check_%d", where, (int)getpid());
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd < 0)
+        FATAL("cannot write in %s '%s' (-o %s): %s", where == dir ? "log directory" : "the log directory's parent",
+              where, dir, strerror(errno));
+    close(fd);
+    unlink(probe);
+    const char *logs[] = {"main.log", "metrics.jsonl", "fp8.log"};
+    for (int i = 0; where == dir && i < 3; i++) {
+        snprintf(probe, sizeof(probe), "%s/%s", dir, logs[i]);
+        if (access(probe, F_OK) != 0) continue;
+        fd = open(probe, O_WRONLY | O_APPEND);
+        if (fd < 0) FATAL("'%s' cannot be appended to: %s", probe, strerror(errno));
+        close(fd);
+    }
 }
 
 static void run_log_close(RunLog *rl) {

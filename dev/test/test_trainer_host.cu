@@ -305,7 +305,7 @@ static void test_option_ranges(void) {
 
 static void usage_in_child(void *arg) {
     if (!freopen((const char *)arg, "w", stdout)) exit(4);
-    print_usage("train_llama_fp8");
+    options_usage("train_llama_fp8", OPTIONS_ABOUT, OPTION_SPECS, NUM_OPTIONS);
     fflush(stdout); // the child leaves by _exit
 }
 
@@ -313,7 +313,7 @@ static void usage_in_child(void *arg) {
 static void test_usage(void) {
     char path[128], err[1024];
     path_in_dir(path, sizeof(path), "usage.txt");
-    CHECK(run_expect_fatal(usage_in_child, path, err, sizeof(err)) == 0, "print_usage: %s", err);
+    CHECK(run_expect_fatal(usage_in_child, path, err, sizeof(err)) == 0, "options_usage: %s", err);
     FILE *f = fopen(path, "r");
     static char text[65536];
     size_t n = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
@@ -356,7 +356,7 @@ static void test_log_header(void) {
         other_value(&OPTION_SPECS[i], typed[i], sizeof(typed[i]));
         set_option(&o, &OPTION_SPECS[i], typed[i]);
     }
-    char *line = options_line(&o);
+    char *line = options_line(OPTION_SPECS, NUM_OPTIONS, &o);
     for (int i = 0; i < NUM_OPTIONS; i++) {
         const OptSpec *s = &OPTION_SPECS[i];
         char want[128];
