@@ -128,6 +128,24 @@ struct Recipe {
     Fp8Cast (*recompute_x)(const Linear *x, const LinearShared *s, fp8e4 **x_t, floatX **x_bf16);
 };
 
+// recompute_x of the recipes that cast X afresh in the backward (block, row, bf16): fp8 mode keeps no
+// bf16 X of w2, so it is recomputed into the staging buffer (bf16 mode: the caller's); no cast.
+static Fp8Cast recipe_recompute_x_staged(const Linear *x, const LinearShared *s, fp8e4 **x_t, floatX **x_bf16) {
+    Fp8Cast none;
+    memset(&none, 0, sizeof(none));
+    if (s->o.fp8) *x_bf16 = s->fs->live_bf16;
+    return none;
+}
+
+// after_adamw of the recipes with a W of their own (block, row, bf16): AdamW's counts of its cast of W
+// forgotten and W made again from the fp32 master by the recipe's cast_weight, which counts its own
+// cast of the same max |W| (AdamW's amax stays); a recipe that casts nothing (bf16) records nothing,
+// so AdamW's amax goes too.
+static void recipe_recast_w(const Linear *x, const LinearShared *s, Fp8Pass p, cudaStream_t stream) {
+    fp8_forget_cast(s->fs, x->t_w, x->recipe->casts == 0, stream);
+    x->recipe->cast_weight(x, s, p, s->master + x->w_at, 1, stream);
+}
+
 #ifdef TESTING
 // What test_llama_fp8.cu sees of each fp8 GEMM right after it is queued: its operands' codes, the
 // bf16 tensor the cast read, and the outputs, to check against the host codec on the GPU's own

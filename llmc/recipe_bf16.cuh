@@ -60,33 +60,9 @@ static void bf16_backward(const Linear *x, const LinearShared *s, Fp8Pass p, int
     matmul_backward(dx, x->dw, dy, in ? in : bf16_own_x(x), bf16_weight(x), s->o.N, x->IN, x->OUT, accumulate, stream);
 }
 
-// AdamW's cast wrote the W no GEMM reads and put max |W| in the slot: its amax and counts forgotten
-// (a bf16 linear records nothing, as its casts do not exist), its own bf16 W made from the master.
-static void bf16_after_adamw(const Linear *x, const LinearShared *s, Fp8Pass p, cudaStream_t stream) {
-    fp8_forget_cast(s->fs, x->t_w, 1, stream);
-    bf16_cast_weight(x, s, p, s->master + x->w_at, 1, stream);
-}
-
-// fp8 mode keeps no bf16 X of w2: recomputed into the staging buffer (bf16 mode: the caller's).
-static Fp8Cast bf16_recompute_x(const Linear *x, const LinearShared *s, fp8e4 **x_t, floatX **x_bf16) {
-    Fp8Cast none;
-    memset(&none, 0, sizeof(none));
-    if (s->o.fp8) *x_bf16 = s->fs->live_bf16;
-    return none;
-}
-
 static const Recipe RECIPE_BF16 = {
-    0,
-    bf16_buffer_bytes,
-    bf16_x_site,
-    NULL,
-    bf16_dy_site,
-    NULL,
-    bf16_forward,
-    bf16_backward,
-    bf16_cast_weight,
-    bf16_after_adamw,
-    bf16_recompute_x,
+    0, bf16_buffer_bytes, bf16_x_site, NULL, bf16_dy_site, NULL,
+    bf16_forward, bf16_backward, bf16_cast_weight, recipe_recast_w, recipe_recompute_x_staged,
 };
 
 #endif

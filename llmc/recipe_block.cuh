@@ -117,32 +117,9 @@ static void block_backward(const Linear *x, const LinearShared *s, Fp8Pass p, in
                    bs->w_t_grid, bs->dy_t_sinv, xt_sinv);
 }
 
-// AdamW's cast counted W; a block cast counts its own, of the same max |W|.
-static void block_after_adamw(const Linear *x, const LinearShared *s, Fp8Pass p, cudaStream_t stream) {
-    fp8_forget_cast(s->fs, x->t_w, 0, stream);
-    block_cast_weight(x, s, p, s->master + x->w_at, 1, stream);
-}
-
-// The bf16 X to the staging buffer, cast afresh by the backward.
-static Fp8Cast block_recompute_x(const Linear *x, const LinearShared *s, fp8e4 **x_t, floatX **x_bf16) {
-    Fp8Cast none;
-    memset(&none, 0, sizeof(none));
-    *x_bf16 = s->fs->live_bf16;
-    return none;
-}
-
 static const Recipe RECIPE_BLOCK = {
-    2,
-    block_buffer_bytes,
-    block_x_site,
-    block_x_existing,
-    block_dy_site,
-    block_dy_existing,
-    block_forward,
-    block_backward,
-    block_cast_weight,
-    block_after_adamw,
-    block_recompute_x,
+    2, block_buffer_bytes, block_x_site, block_x_existing, block_dy_site, block_dy_existing,
+    block_forward, block_backward, block_cast_weight, recipe_recast_w, recipe_recompute_x_staged,
 };
 
 #endif

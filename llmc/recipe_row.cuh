@@ -100,32 +100,9 @@ static void row_backward(const Linear *x, const LinearShared *s, Fp8Pass p, int 
     FP8_GEMM_PROBE(x->l, x->lin, 1, N, IN, OUT, dy, dyq, s->w_fp8_t, dyq_t, xt, dx, x->dw, ds, wts, ds + N, xts);
 }
 
-// AdamW's cast counted W per-tensor; the row cast counts its own, of the same max |W|.
-static void row_after_adamw(const Linear *x, const LinearShared *s, Fp8Pass p, cudaStream_t stream) {
-    fp8_forget_cast(s->fs, x->t_w, 0, stream);
-    row_cast_weight(x, s, p, s->master + x->w_at, 1, stream);
-}
-
-// The bf16 X to the staging buffer, cast afresh by the backward.
-static Fp8Cast row_recompute_x(const Linear *x, const LinearShared *s, fp8e4 **x_t, floatX **x_bf16) {
-    Fp8Cast none;
-    memset(&none, 0, sizeof(none));
-    *x_bf16 = s->fs->live_bf16;
-    return none;
-}
-
 static const Recipe RECIPE_ROW = {
-    2,
-    row_buffer_bytes,
-    row_x_site,
-    row_x_existing,
-    row_dy_site,
-    row_dy_existing,
-    row_forward,
-    row_backward,
-    row_cast_weight,
-    row_after_adamw,
-    row_recompute_x,
+    2, row_buffer_bytes, row_x_site, row_x_existing, row_dy_site, row_dy_existing,
+    row_forward, row_backward, row_cast_weight, recipe_recast_w, recipe_recompute_x_staged,
 };
 
 #endif
