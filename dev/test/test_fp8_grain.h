@@ -130,12 +130,57 @@ static float grain_exact_value(uint64_t *rng, int e, int bits, int top) {
     return ldexpf((random_u32(rng) & 1) ? (float)-m : (float)m, e - bits);
 }
 
-// Layer 0's w2 of `model` (its weights set, its grain block or row) run forward and backward on x (N, K)
-// and dy (N, M), built so that every block or row of every cast holds its values exactly: Y, dX and dW
-// must equal the double products of the fp32 operands rounded once to fp32, and no cast may lose a value.
-static void grain_check_exact_w2(RefModel *model, const float *x, const float *dy, int N, int K, int M, const char *grain) {
+// The exact-linear tests' linear: layer 0's w2 (K = FF = 320, M = C = 160) of a one-layer model, on
+// N = 16 tokens; the test sets its grain, fills X, dY and W, and checks it with grain_w2_check_exact.
+enum { W2_N = 16, W2_K = 320, W2_M = 160 };
+typedef struct {
+    RefModel model;
+    float *x, *dy, *w; // X (W2_N, W2_K), dY (W2_N, W2_M), W (W2_M, W2_K): the model's weights
+} GrainW2;
+
+static void grain_w2_model(RefModel *model) {
+    const LlamaConfig cfg = {32, 1, W2_M, 2, 1, W2_K, 8, 10000.0f, 1e-5f};
+    ref_init(model, &cfg, 2, 8, 1, 0, 0, 1, 0); // B * T = W2_N
+}
+
+static void grain_w2_init(GrainW2 *g, int grain, int pow2) {
+    grain_w2_model(&g->model);
+    ref_set_fp8_grain(&g->model, LIN_W2, grain, pow2);
+    g->x = (float *)mallocCheck(W2_N * W2_K * sizeof(float));
+    g->dy = (float *)mallocCheck(W2_N * W2_M * sizeof(float));
+    g->w = g->model.param_ptr[P_W2];
+}
+
+static void grain_w2_free(GrainW2 *g) {
+    free(g->x);
+    free(g->dy);
+    ref_free(&g->model);
+}
+
+// How many of X's values a per-tensor linear with the same W flushes to zero in its forward: what the
+// grain under test keeps.
+static uint64_t grain_w2_per_tensor_x_underflows(const GrainW2 *g) {
+    RefModel pt;
+    grain_w2_model(&pt);
+    float *y = (float *)mallocCheck(W2_N * W2_M * sizeof(float));
+    memcpy(pt.param_ptr[P_W2], g->w, W2_M * W2_K * sizeof(float));
+    ref_fp8_cast_weights(&pt);
+    pt.micro_step = 0;
+    ref_linear_forward(&pt, LIN_W2, y, g->x, pt.acts.xq_w2, P_W2, 0, W2_N, W2_K, W2_M);
+    uint64_t under = pt.fp8_counts[FP8_COUNTS * fp8_tensor_index(0, LIN_W2, FP8_X) + FP8_UNDERFLOWS];
+    free(y);
+    ref_free(&pt);
+    return under;
+}
+
+// The linear (its grain block or row) run forward and backward on X and dY built so that every block or
+// row of every cast holds its values exactly: Y, dX and dW must equal the double products of the fp32
+// operands rounded once to fp32, and no cast may lose a value.
+static void grain_w2_check_exact(GrainW2 *g, const char *grain) {
+    RefModel *model = &g->model;
+    const int N = W2_N, K = W2_K, M = W2_M;
+    const float *x = g->x, *dy = g->dy, *w = g->w;
     float *y = (float *)mallocCheck((size_t)N * M * sizeof(float)), *dx = (float *)mallocCheck((size_t)N * K * sizeof(float));
-    const float *w = model->param_ptr[P_W2];
     ref_fp8_cast_weights(model);
     model->micro_step = 0;
     ref_linear_forward(model, LIN_W2, y, x, model->acts.xq_w2, P_W2, 0, N, K, M);
@@ -178,36 +223,26 @@ static void grain_check_exact_w2(RefModel *model, const float *x, const float *d
 // double products of the fp32 operands rounded once to fp32. Per-tensor scaling of the same X
 // (scale 448/2^6 = 7) flushes every non-zero value of its small block.
 static void test_grain_block_linear_exact(void) {
-    const LlamaConfig cfg = {32, 1, 160, 2, 1, 320, 8, 10000.0f, 1e-5f};
-    enum { N = 16, K = 320, M = 160 };
-    RefModel model, pt;
-    ref_init(&model, &cfg, 2, 8, 1, 0, 0, 1, 0);
-    ref_init(&pt, &cfg, 2, 8, 1, 0, 0, 1, 0);
-    ref_set_fp8_grain(&model, LIN_W2, FP8_GRAIN_BLOCK, 1);
-    float *x = (float *)mallocCheck(N * K * sizeof(float)), *dy = (float *)mallocCheck(N * M * sizeof(float));
-    float *y = (float *)mallocCheck(N * M * sizeof(float));
-    float *w = model.param_ptr[P_W2];
+    GrainW2 g;
+    grain_w2_init(&g, FP8_GRAIN_BLOCK, 1);
     uint64_t rng = 11, small_nonzero = 0;
-    for (int n = 0; n < N; n++) {
-        for (int k = 0; k < K; k++) {
-            x[n * K + k] = grain_exact_value(&rng, k < 128 ? 6 : -16, 4, n == 0 || k % 128 == 0);
-            small_nonzero += k >= 128 && x[n * K + k] != 0.0f;
+    for (int n = 0; n < W2_N; n++) {
+        for (int k = 0; k < W2_K; k++) {
+            g.x[n * W2_K + k] = grain_exact_value(&rng, k < 128 ? 6 : -16, 4, n == 0 || k % 128 == 0);
+            small_nonzero += k >= 128 && g.x[n * W2_K + k] != 0.0f;
         }
-        for (int m = 0; m < M; m++) dy[n * M + m] = grain_exact_value(&rng, m < 128 ? 2 : -12, 3, n == 0 || m % 128 == 0);
+        for (int m = 0; m < W2_M; m++)
+            g.dy[n * W2_M + m] = grain_exact_value(&rng, m < 128 ? 2 : -12, 3, n == 0 || m % 128 == 0);
     }
-    for (int m = 0; m < M; m++)
-        for (int k = 0; k < K; k++) w[m * K + k] = grain_exact_value(&rng, (m < 128) == (k < 128 || k >= 256) ? 0 : -6, 4, m % 128 == 0 && k % 128 == 0);
-    memcpy(pt.param_ptr[P_W2], w, M * K * sizeof(float));
-    grain_check_exact_w2(&model, x, dy, N, K, M, "block");
-    ref_fp8_cast_weights(&pt);
-    pt.micro_step = 0;
-    ref_linear_forward(&pt, LIN_W2, y, x, pt.acts.xq_w2, P_W2, 0, N, K, M);
-    uint64_t under = pt.fp8_counts[FP8_COUNTS * fp8_tensor_index(0, LIN_W2, FP8_X) + FP8_UNDERFLOWS];
+    for (int m = 0; m < W2_M; m++)
+        for (int k = 0; k < W2_K; k++)
+            g.w[m * W2_K + k] = grain_exact_value(&rng, (m < 128) == (k < 128 || k >= 256) ? 0 : -6, 4,
+                                                  m % 128 == 0 && k % 128 == 0);
+    grain_w2_check_exact(&g, "block");
+    uint64_t under = grain_w2_per_tensor_x_underflows(&g);
     CHECK(under == small_nonzero && small_nonzero > 0, "per-tensor X: %llu underflows, want the small block's %llu non-zero values",
           (unsigned long long)under, (unsigned long long)small_nonzero);
-    free(x); free(dy); free(y);
-    ref_free(&model);
-    ref_free(&pt);
+    grain_w2_free(&g);
 }
 
 // The training step with every block linear in fp8 (block with fp32 and power-of-two scales, row-wise)
@@ -439,40 +474,26 @@ static float grain_row_value(uint64_t *rng, int er, int ec, int top) {
 // must equal the double products of the fp32 operands rounded once to fp32, with no value lost. Per-
 // tensor scaling of the same X (448 / 1) loses its smallest values (2^-20 448 < 2^-10).
 static void test_grain_row_linear_exact(void) {
-    const LlamaConfig cfg = {32, 1, 160, 2, 1, 320, 8, 10000.0f, 1e-5f};
-    enum { N = 16, K = 320, M = 160 };
-    RefModel model, pt;
-    ref_init(&model, &cfg, 2, 8, 1, 0, 0, 1, 0);
-    ref_init(&pt, &cfg, 2, 8, 1, 0, 0, 1, 0);
-    ref_set_fp8_grain(&model, LIN_W2, FP8_GRAIN_ROW, 0);
-    float *x = (float *)mallocCheck(N * K * sizeof(float)), *dy = (float *)mallocCheck(N * M * sizeof(float));
-    float *y = (float *)mallocCheck(N * M * sizeof(float));
-    float *w = model.param_ptr[P_W2];
+    GrainW2 g;
+    grain_w2_init(&g, FP8_GRAIN_ROW, 0);
     uint64_t rng = 13;
-    for (int n = 0; n < N; n++) {
-        for (int k = 0; k < K; k++)
-            x[n * K + k] = grain_row_value(&rng, n % 2 ? -13 : 0, k % 2 ? -3 : 0, n == 0 || k == 0);
-        for (int m = 0; m < M; m++)
-            dy[n * M + m] = grain_row_value(&rng, n % 3 == 1 ? -8 : 0, m % 2 ? -3 : 0, n == 0 || m == 0);
+    for (int n = 0; n < W2_N; n++) {
+        for (int k = 0; k < W2_K; k++)
+            g.x[n * W2_K + k] = grain_row_value(&rng, n % 2 ? -13 : 0, k % 2 ? -3 : 0, n == 0 || k == 0);
+        for (int m = 0; m < W2_M; m++)
+            g.dy[n * W2_M + m] = grain_row_value(&rng, n % 3 == 1 ? -8 : 0, m % 2 ? -3 : 0, n == 0 || m == 0);
     }
-    for (int m = 0; m < M; m++)
-        for (int k = 0; k < K; k++)
-            w[m * K + k] = grain_row_value(&rng, m % 2 ? -3 : 0, k % 2 ? -3 : 0, m == 0 || k == 0);
-    memcpy(pt.param_ptr[P_W2], w, M * K * sizeof(float));
-    grain_check_exact_w2(&model, x, dy, N, K, M, "row");
-    const float *slot = model.fp8_state + model.fp8_layout.amax_slot;
+    for (int m = 0; m < W2_M; m++)
+        for (int k = 0; k < W2_K; k++)
+            g.w[m * W2_K + k] = grain_row_value(&rng, m % 2 ? -3 : 0, k % 2 ? -3 : 0, m == 0 || k == 0);
+    grain_w2_check_exact(&g, "row");
+    const float *slot = g.model.fp8_state + g.model.fp8_layout.amax_slot;
     CHECK(slot[fp8_tensor_index(0, LIN_W2, FP8_X)] == 1.0f && slot[fp8_tensor_index(0, LIN_W2, FP8_W)] == 1.0f &&
               slot[fp8_tensor_index(0, LIN_W2, FP8_DY)] == 1.0f,
           "row slots X %g W %g dY %g, want the amaxes 1", slot[fp8_tensor_index(0, LIN_W2, FP8_X)],
           slot[fp8_tensor_index(0, LIN_W2, FP8_W)], slot[fp8_tensor_index(0, LIN_W2, FP8_DY)]);
-    ref_fp8_cast_weights(&pt);
-    pt.micro_step = 0;
-    ref_linear_forward(&pt, LIN_W2, y, x, pt.acts.xq_w2, P_W2, 0, N, K, M);
-    uint64_t under = pt.fp8_counts[FP8_COUNTS * fp8_tensor_index(0, LIN_W2, FP8_X) + FP8_UNDERFLOWS];
-    CHECK(under > 0, "per-tensor X: no value lost, so the test's X does not need row scales");
-    free(x); free(dy); free(y);
-    ref_free(&model);
-    ref_free(&pt);
+    CHECK(grain_w2_per_tensor_x_underflows(&g) > 0, "per-tensor X: no value lost, so the test's X does not need row scales");
+    grain_w2_free(&g);
 }
 
 static void grain_set_mid_step(void *arg) {
