@@ -106,27 +106,37 @@ static void gradcheck_compare(const size_t sizes[NUM_PARAM_TENSORS], const doubl
     printf("    worst tensor: backward vs finite differences %.2g, fp32 vs double %.2g\n", worst_fd, worst_fp32);
 }
 
+// The gradient check of the model cfg with weights params on grad_accum micro-batches of inputs and
+// targets (B x T each), document masking at doc_start_id (< 0: off): the double backward against finite
+// differences and the fp32 reference's backward against the double one (gradcheck_compare).
+static void gradcheck_run(const LlamaConfig *cfg, int B, int T, int grad_accum, int doc_start_id, const float *params,
+                          const int *inputs, const int *targets) {
+    size_t sizes[NUM_PARAM_TENSORS], num_params = param_sizes(cfg, sizes);
+    double *grads = (double *)mallocCheck(num_params * sizeof(double)), *fd = (double *)mallocCheck(num_params * sizeof(double));
+    ref_gradcheck_double(cfg, B, T, grad_accum, doc_start_id, params, inputs, targets, grads, fd);
+
+    RefModel model;
+    ref_init(&model, cfg, B, T, 0, 0, 0, 0, 0);
+    for (size_t i = 0; i < num_params; i++) model.params[i] = params[i];
+    if (doc_start_id >= 0) ref_set_doc_mask(&model, doc_start_id);
+    ref_compute_grads(&model, inputs, targets, grad_accum);
+
+    gradcheck_compare(sizes, grads, fd, model.grads);
+    ref_free(&model);
+    free(grads);
+    free(fd);
+}
+
 static void gradcheck_config(const LlamaConfig *cfg, int B, int T, int grad_accum, uint64_t seed) {
     size_t sizes[NUM_PARAM_TENSORS], num_params = param_sizes(cfg, sizes);
     int n_tokens = grad_accum * B * T;
     float *params = (float *)mallocCheck(num_params * sizeof(float));
     int *inputs = (int *)mallocCheck(n_tokens * sizeof(int)), *targets = (int *)mallocCheck(n_tokens * sizeof(int));
-    double *grads = (double *)mallocCheck(num_params * sizeof(double)), *fd = (double *)mallocCheck(num_params * sizeof(double));
     gradcheck_data(cfg, n_tokens, params, inputs, targets, seed);
-    ref_gradcheck_double(cfg, B, T, grad_accum, params, inputs, targets, grads, fd);
-
-    RefModel model;
-    ref_init(&model, cfg, B, T, 0, 0, 0, 0, 0);
-    for (size_t i = 0; i < num_params; i++) model.params[i] = params[i];
-    ref_compute_grads(&model, inputs, targets, grad_accum);
-
-    gradcheck_compare(sizes, grads, fd, model.grads);
-    ref_free(&model);
+    gradcheck_run(cfg, B, T, grad_accum, -1, params, inputs, targets);
     free(params);
     free(inputs);
     free(targets);
-    free(grads);
-    free(fd);
 }
 
 static void test_ref_gradcheck_gqa(void) {
