@@ -341,13 +341,16 @@ static void test_synthetic(void) {
 
 typedef struct {
     const char *pattern;
-    int B, T, world, vocab, batches;
-} TdLoadArgs;
+    int B, T, rank, world, vocab, batches, eval;
+} TdLoaderArgs;
 
-static void td_load_child(void *arg) {
-    const TdLoadArgs *a = (const TdLoadArgs *)arg;
+// A loader made in a child (its warnings go to the parent's err; eval: an evaluation loader, warning)
+// that reads `batches` batches.
+static void td_loader_child(void *arg) {
+    const TdLoaderArgs *a = (const TdLoaderArgs *)arg;
     DataLoader dl;
-    dataloader_init(&dl, a->pattern, a->B, a->T, 0, a->world, 0, 0, a->vocab);
+    if (a->eval) dataloader_init_eval(&dl, a->pattern, a->B, a->T, a->vocab, 1);
+    else dataloader_init(&dl, a->pattern, a->B, a->T, a->rank, a->world, 0, 0, a->vocab);
     for (int i = 0; i < a->batches; i++) dataloader_next_batch(&dl);
     dataloader_free(&dl);
 }
@@ -366,10 +369,9 @@ static void td_expect_fatal(const char *label, void (*fn)(void *), void *arg, co
 static void td_expect_load_fatal(const char *label, const char *name, int B, int T, int world, int vocab,
                                  int batches, const char *phrase1, const char *phrase2) {
     char path[512];
-    TdLoadArgs a;
-    a.pattern = td_path(path, name);
-    a.B = B; a.T = T; a.world = world; a.vocab = vocab; a.batches = batches;
-    td_expect_fatal(label, td_load_child, &a, path, phrase1, phrase2);
+    TdLoaderArgs a = {.pattern = td_path(path, name), .B = B, .T = T, .world = world, .vocab = vocab,
+                      .batches = batches};
+    td_expect_fatal(label, td_loader_child, &a, path, phrase1, phrase2);
 }
 
 static void test_bad_shards(void) {
@@ -408,29 +410,12 @@ static void test_bad_shards(void) {
     // a bad shard among good ones is named
     td_write_shard("mix_a.bin", 2, 0, 50);
     td_write_shard_raw("mix_b.bin", SHARD_MAGIC_U16, 1, 50, 2, 0, 49);
-    char path[512];
-    TdLoadArgs a;
-    a.pattern = td_path(path, "mix_*.bin");
-    a.B = 2; a.T = 4; a.world = 1; a.vocab = 1000; a.batches = 0;
-    char bad[512];
-    td_expect_fatal("one bad shard of two", td_load_child, &a, td_path(bad, "mix_b.bin"), "truncated", NULL);
+    char path[512], bad[512];
+    TdLoaderArgs a = {.pattern = td_path(path, "mix_*.bin"), .B = 2, .T = 4, .world = 1, .vocab = 1000};
+    td_expect_fatal("one bad shard of two", td_loader_child, &a, td_path(bad, "mix_b.bin"), "truncated", NULL);
 }
 
 // ---- shards too small for one step; evaluation positions; the vocabulary's edge
-
-typedef struct {
-    const char *pattern;
-    int B, T, rank, world, eval;
-} TdInitArgs;
-
-// A loader made in a child (its warnings go to the parent's err); eval: an evaluation loader, warning.
-static void td_init_child(void *arg) {
-    const TdInitArgs *a = (const TdInitArgs *)arg;
-    DataLoader dl;
-    if (a->eval) dataloader_init_eval(&dl, a->pattern, a->B, a->T, 4000, 1);
-    else dataloader_init(&dl, a->pattern, a->B, a->T, a->rank, a->world, 0, 0, 4000);
-    dataloader_free(&dl);
-}
 
 static void test_small_train_shard_left_out(void) {
     char pattern[512], small[512], err[4096];
@@ -440,15 +425,16 @@ static void test_small_train_shard_left_out(void) {
     td_write_shard("small_2.bin", 2, 2000, 33); // 4 positions: 2 steps
     td_path(pattern, "small_*.bin");
     td_path(small, "small_1.bin");
-    TdInitArgs a = {pattern, 2, 4, 0, 2, 0};
-    int status = run_expect_fatal(td_init_child, &a, err, sizeof(err));
+    TdLoaderArgs a = {.pattern = pattern, .B = 2, .T = 4, .world = 2, .vocab = 4000};
+    int status = run_expect_fatal(td_loader_child, &a, err, sizeof(err));
     CHECK(status == 0, "a run with a too-small shard among good ones refused: %s", err);
     if (status != 0) return; // the loaders below would exit this process
     CHECK(strstr(err, "warning: data shard") && strstr(err, small) && strstr(err, "has 16 tokens") &&
           strstr(err, "B*T*world + 1 = 2*4*2 + 1 = 17") && strstr(err, "left out"), "rank 0's warning: '%s'", err);
     CHECK(strstr(err, "small_0.bin") == NULL && strstr(err, "small_2.bin") == NULL, "a good shard named: '%s'", err);
     a.rank = 1;
-    CHECK(run_expect_fatal(td_init_child, &a, err, sizeof(err)) == 0 && err[0] == '\0', "rank 1 must warn about nothing: '%s'", err);
+    CHECK(run_expect_fatal(td_loader_child, &a, err, sizeof(err)) == 0 && err[0] == '\0',
+          "rank 1 must warn about nothing: '%s'", err);
     // rank 1 reads positions 1 and 3 of small_0, then of small_2, then epoch 1 again
     DataLoader dl;
     dataloader_init(&dl, pattern, 2, 4, 1, 2, 0, 0, 4000);
@@ -464,13 +450,13 @@ static void test_small_train_shard_left_out(void) {
     dataloader_free(&dl);
     // one GPU: 16 tokens hold a batch (9 needed), nothing is left out
     a.rank = 0; a.world = 1;
-    CHECK(run_expect_fatal(td_init_child, &a, err, sizeof(err)) == 0 && err[0] == '\0', "world 1 warned: '%s'", err);
+    CHECK(run_expect_fatal(td_loader_child, &a, err, sizeof(err)) == 0 && err[0] == '\0', "world 1 warned: '%s'", err);
     // 8 GPUs need 65 tokens: no shard gives a step, refused naming the data, the largest shard and the need
     char largest[512];
     a.world = 8;
-    td_expect_fatal("no shard gives a step", td_init_child, &a, pattern, "none of the 3 data shards matching",
+    td_expect_fatal("no shard gives a step", td_loader_child, &a, pattern, "none of the 3 data shards matching",
                     "B*T*world + 1 = 2*4*8 + 1 = 65");
-    td_expect_fatal("no shard gives a step: the largest named", td_init_child, &a, td_path(largest, "small_0.bin"),
+    td_expect_fatal("no shard gives a step: the largest named", td_loader_child, &a, td_path(largest, "small_0.bin"),
                     "has 41", NULL);
 }
 
@@ -519,8 +505,8 @@ static void test_eval_read_position(void) {
     td_write_shard("eval_1.bin", 2, 1000, 8);  // shorter than one batch (9 tokens): left out
     td_write_shard("eval_2.bin", 4, 2000, 25); // positions 5-7
     td_path(pattern, "eval_*.bin");
-    TdInitArgs a = {pattern, 2, 4, 0, 1, 1};
-    int status = run_expect_fatal(td_init_child, &a, err, sizeof(err));
+    TdLoaderArgs a = {.pattern = pattern, .B = 2, .T = 4, .world = 1, .vocab = 4000, .eval = 1};
+    int status = run_expect_fatal(td_loader_child, &a, err, sizeof(err));
     CHECK(status == 0, "evaluation loader refused: %s", err);
     if (status != 0) return; // the loader below would exit this process
     CHECK(strstr(err, td_path(small, "eval_1.bin")) && strstr(err, "has 8 tokens, fewer than one batch needs: B*T + 1 = 2*4 + 1 = 9 tokens; left out"),
@@ -554,10 +540,8 @@ static void test_token_at_vocab_edge(void) {
     td_write_shard("edge16.bin", 2, 0, 101); // B*T = 10: 10 batches
     td_poke_token("edge16.bin", 2, 57, 999);
     td_poke_token("edge16.bin", 2, 100, 999); // the last target
-    TdLoadArgs a;
-    a.pattern = td_path(path, "edge16.bin");
-    a.B = 2; a.T = 5; a.world = 1; a.vocab = 1000; a.batches = 10;
-    CHECK(run_expect_fatal(td_load_child, &a, err, sizeof(err)) == 0, "id V-1 = 999 refused: %s", err);
+    TdLoaderArgs a = {.pattern = td_path(path, "edge16.bin"), .B = 2, .T = 5, .world = 1, .vocab = 1000, .batches = 10};
+    CHECK(run_expect_fatal(td_loader_child, &a, err, sizeof(err)) == 0, "id V-1 = 999 refused: %s", err);
     td_write_shard("edge16_v.bin", 2, 0, 101);
     td_poke_token("edge16_v.bin", 2, 57, 1000);
     td_expect_load_fatal("token id V, 16-bit", "edge16_v.bin", 2, 5, 1, 1000, 10, "token id 1000 at token 57",
@@ -568,7 +552,7 @@ static void test_token_at_vocab_edge(void) {
     td_write_shard("edge32.bin", 4, 128155, 101);
     a.pattern = td_path(path, "edge32.bin");
     a.vocab = 128256;
-    CHECK(run_expect_fatal(td_load_child, &a, err, sizeof(err)) == 0, "id V-1 = 128255 refused: %s", err);
+    CHECK(run_expect_fatal(td_loader_child, &a, err, sizeof(err)) == 0, "id V-1 = 128255 refused: %s", err);
     td_write_shard("edge32_v.bin", 4, 128156, 101);
     td_expect_load_fatal("token id V, 32-bit", "edge32_v.bin", 2, 5, 1, 128256, 10, "token id 128256 at token 100",
                          "vocabulary size 128256");
