@@ -207,8 +207,10 @@ static void read_model_in_child(void *arg) {
     free(w);
 }
 
-static float *small_weights(size_t *n) {
+// The small model's model-file header at `step` (h) and its weights (*n floats, a fixed pattern).
+static float *small_model(int h[256], int step, size_t *n) {
     LlamaConfig c = small_config();
+    model_header_put(h, &c, step);
     size_t sizes[NUM_PARAM_TENSORS];
     *n = param_sizes(&c, sizes);
     float *w = (float *)mallocCheck(*n * sizeof(float));
@@ -223,11 +225,9 @@ static void test_model_file_header_checksum(void) {
     char good[128], bad[128];
     path_in_dir(good, sizeof(good), "model_v3.bin");
     path_in_dir(bad, sizeof(bad), "model_v3_bad.bin");
-    LlamaConfig c = small_config();
-    size_t n;
-    float *w = small_weights(&n);
     int h[256];
-    model_header_put(h, &c, 1234);
+    size_t n;
+    float *w = small_model(h, 1234, &n);
     Section ms[] = {{w, n * sizeof(float), 0}};
     write_sections(good, h, ms, 1);
 
@@ -284,11 +284,9 @@ static void test_model_file_header_checksum(void) {
 static void test_model_file_version2(void) {
     char path[128];
     path_in_dir(path, sizeof(path), "model_v2.bin");
-    LlamaConfig c = small_config();
-    size_t n;
-    float *w = small_weights(&n);
     int h[256];
-    model_header_put(h, &c, 7);
+    size_t n;
+    float *w = small_model(h, 7, &n);
     h[1] = 2;
     header_set_checksum_word(h, crc32(0, (const Bytef *)w, (uInt)(n * sizeof(float))));
     FILE *f = fopen(path, "wb");
