@@ -19,7 +19,7 @@ Build and run: make dev/test/test_checkpoint_host && ./dev/test/test_checkpoint_
 #include <sys/resource.h>
 #include <sys/mman.h>
 #include <pthread.h>
-#include "dev/test/harness.h" // CHECK, run_test, run_expect_fatal, copy_file
+#include "dev/test/harness.h" // CHECK, run_test, run_expect_fatal, copy_file, write_sparse_model_file
 
 static char g_dir[64];
 
@@ -983,13 +983,7 @@ static void test_model_config_every_word(void) {
     for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
         LlamaConfig file = run;
         words[i].change(&file);
-        int h[256];
-        model_header_put(h, &file, 0);
-        FILE *f = fopen(path, "wb");
-        fwrite(h, sizeof(int), 256, f);
-        fclose(f);
-        size_t sizes[NUM_PARAM_TENSORS];
-        CHECK(truncate(path, (off_t)(sizeof(h) + param_sizes(&file, sizes) * sizeof(float))) == 0, "truncate"); // the weights' size, sparse
+        write_sparse_model_file(path, &file);
         LoadArgs a = {path, run};
         int status = run_expect_fatal(load_in_child, &a, err, sizeof(err));
         CHECK(status != 0 && strstr(err, path) && strstr(err, words[i].want), "a model file whose %s: exit %d: %s", words[i].want, status, err);

@@ -21,7 +21,7 @@ Build and run: make dev/test/test_trainer_host && ./dev/test/test_trainer_host
 #include <signal.h>
 #include <pthread.h>
 #include <sys/resource.h>
-#include "dev/test/harness.h" // CHECK, run_test, run_expect_fatal
+#include "dev/test/harness.h" // CHECK, run_test, run_expect_fatal, write_sparse_model_file
 
 static char g_dir[64];
 
@@ -558,13 +558,7 @@ static void test_init_from_config(void) {
     path_in_dir(model, sizeof(model), "init.bin");
     LlamaConfig c;
     config_from_preset("tiny", &c);
-    int h[256];
-    model_header_put(h, &c, 0);
-    FILE *f = fopen(model, "wb");
-    fwrite(h, sizeof(int), 256, f);
-    fclose(f);
-    size_t sizes[NUM_PARAM_TENSORS];
-    CHECK(truncate(model, (off_t)(sizeof(h) + param_sizes(&c, sizes) * sizeof(float))) == 0, "truncate"); // the weights' size, sparse
+    write_sparse_model_file(model, &c);
     const char *flags[][2] = {{"-e", "125m"}, {"-L", "2"}, {"-V", "100"}, {"-rope_theta", "500000"}};
     for (int i = 0; i < 4; i++) {
         ConfigArgs a = {model, flags[i][0], flags[i][1], NULL};
