@@ -24,6 +24,11 @@ starting at the document-start id (the BOS the shards carry; a row's first posit
 one). A query attends only to the keys of its own document, causally, and RoPE counts positions from
 0 at each document start, so each document computes what it would alone in a row of its own.
 
+bf16 master weights (ref_set_master_bf16, off by default; -master_weights bf16): the params are bf16
+values and AdamW stores each update as the GPU's does, the fp32 value rounded stochastically with
+the element's hashed bits (llmc/bf16_round.h). The moments stay exact, as they do here with either
+-adam_moments.
+
 Usage: ref_init, ref_init_weights (or write params), then ref_train_step per optimizer step; or
 ref_compute_grads for one step's gradient without an update; ref_forward/ref_backward are the
 micro-steps of the current optimizer step. ref_free at the end.
@@ -37,6 +42,7 @@ micro-steps of the current optimizer step. ref_free at the end.
 #include "llmc/fp8_layout.h"   // fp8 state layout, tensor kinds and indices
 #include "llmc/utils.h"        // FATAL, mallocCheck, callocCheck, random_normal
 #include "llmc/fp8.h"          // fp8_quantize, fp8_compute_scale, fp8_update_state
+#include "llmc/bf16_round.h"   // bf16_round_stochastic, bf16_round_weight_bits: bf16 master weights' rounding
 
 #ifdef LLAMA_REF_DOUBLE
 typedef double ref_real;
@@ -86,6 +92,7 @@ typedef struct {
     size_t num_params;
     size_t param_sizes[NUM_PARAM_TENSORS];
     ref_real *params, *grads, *m, *v; // (num_params) each; m and v are AdamW's moments
+    int master_bf16;   // the params are bf16 master weights (-master_weights bf16; ref_set_master_bf16)
     ref_real *param_ptr[NUM_PARAM_TENSORS], *grad_ptr[NUM_PARAM_TENSORS];
     ref_real *logits;  // (B, T, V) of the last forward
     // fp8 emulation of the block linears (and of lm_head with fp8_lm_head)
@@ -265,6 +272,20 @@ static float ref_round_bf16(float x) {
     u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
     memcpy(&x, &u, 4);
     return x;
+}
+
+// From now on the params are bf16 master weights: each rounded to the nearest bf16 (as the trainer
+// loads fp32 weights into them), and AdamW stores its updates as bf16 (ref_master_store).
+static void ref_set_master_bf16(RefModel *model) {
+    model->master_bf16 = 1;
+    for (size_t i = 0; i < model->num_params; i++) model->params[i] = ref_round_bf16((float)model->params[i]);
+}
+
+// The weight AdamW stores for element i (the model-wide index) at the 1-based step t: w itself, or with
+// bf16 master weights w in fp32 rounded stochastically to bf16 with the element's bits, as the GPU does.
+static ref_real ref_master_store(const RefModel *model, double w, size_t i, int t) {
+    if (!model->master_bf16) return (ref_real)w;
+    return (ref_real)bf16_bits_to_float(bf16_round_stochastic((float)w, bf16_round_weight_bits(i, t) & 0xffffu));
 }
 
 // Casts n values of fp8 tensor t into out (decoded, in the scaled domain), recording their amax in
@@ -1116,7 +1137,7 @@ static ref_real ref_train_step(RefModel *model, const int *inputs, const int *ta
             model->m[i] = (ref_real)m;
             model->v[i] = (ref_real)v;
             double p_old = model->params[i];
-            model->params[i] = (ref_real)(p_old - lr * ((m / bc1) / (sqrt(v / bc2) + eps) + wd * p_old));
+            model->params[i] = ref_master_store(model, p_old - lr * ((m / bc1) / (sqrt(v / bc2) + eps) + wd * p_old), i, t);
         }
     }
     model->step++;
