@@ -76,6 +76,7 @@ typedef struct {
     int fp8_fallback;      // -fp8_fallback: 0 off, else the grain a linear over the threshold takes (FP8_GRAIN_*)
     // the fallback's threshold (millionths of the values cast) and patience; both 0 when it is off (model_options_of)
     int fp8_fallback_millionths, fp8_fallback_patience;
+    int master_bf16;       // -master_weights bf16: no fp32 master, AdamW updates the bf16 weights (llmc/adamw.cuh)
 } ModelOptions;
 
 // ----------------------------------------------------------------------------------------------
@@ -102,6 +103,7 @@ typedef struct {
 // A choice row's words, each with the value it stores in the row's int field; each list ends at a NULL word.
 static const OptWord PRECISION_WORDS[] = {{"fp8", PREC_FP8}, {"bf16", PREC_BF16}, {NULL, 0}};
 static const OptWord MOMENTS_WORDS[] = {{"fp32", 0}, {"bf16", 1}, {NULL, 0}};
+static const OptWord MASTER_WORDS[] = {{"fp32", 0}, {"bf16", 1}, {NULL, 0}};
 static const OptWord DATA_CHANGED_WORDS[] = {{"refuse", 0}, {"continue", 1}, {NULL, 0}};
 static const OptWord RECIPE_WORDS[] = {{"delayed", 0}, {"current", 1}, {NULL, 0}};
 static const OptWord GRAIN_WORDS[] = {{"tensor", FP8_GRAIN_TENSOR}, {"block", FP8_GRAIN_BLOCK}, {"row", FP8_GRAIN_ROW},
@@ -150,6 +152,11 @@ static const OptSpec OPTION_SPECS[] = {
     OPT_F("-beta2", beta2, "0.95", 0, 0.999999, "AdamW beta2"),
     OPT_C("-adam_moments", model.moments_bf16, "bf16", MOMENTS_WORDS,
           "AdamW m and v in bf16 (stochastically rounded; against fp32: 4 bytes/param less memory, 8 less optimizer traffic, 7B fp8 +2.5% tokens/s, val loss unchanged within seed spread) or fp32 (needed to resume a checkpoint written with fp32 moments)"),
+    OPT_C("-master_weights", model.master_bf16, "fp32", MASTER_WORDS,
+          "AdamW's master weights: fp32 (the most accurate) or bf16 (no fp32 copy: AdamW updates the bf16 weights"
+          " in place, rounding stochastically, as llm.q does; 4 bytes/param less memory, 3 in fp8 on one GPU with"
+          " delayed scaling, whose fp8 weight cache then needs its own byte; a checkpoint resumes only with the"
+          " setting it was written with)"),
     OPT_I("-v", val_every, "20", 0, INT_MAX, "evaluate val loss every N steps (0: never; always at the end)"),
     OPT_I("-m", val_batches, "20", 0, INT_MAX, "val batches per evaluation (shared out over the GPUs)"),
     OPT_S("-hs", hellaswag_path, "", "HellaSwag eval file (dev/data/prepare_hellaswag.py): acc and acc_norm at every val step, at the end and with -x 0 ('' for none)"),
@@ -291,7 +298,7 @@ static const char *fp8_grain_flag(const ModelOptions *mo, int grain, char buf[32
 
 #ifdef TESTING
 // The tests' model: the command line's defaults for a B x T model of one precision, except fp32 AdamW
-// moments (the C reference's; a test sets moments_bf16).
+// moments (the C reference's; a test sets moments_bf16). The master weights are the default's, fp32.
 static ModelOptions model_options(int B, int T, int precision) {
     Options o = default_options();
     o.model.B = B; o.model.T = T; o.model.precision = precision;
@@ -313,8 +320,9 @@ typedef struct {
     int live_always; // every cast measures its amax first (-fp8_recipe current); else only step 0's first
     int lm_head;     // the lm_head is an fp8 linear too (-fp8_lm_head 1)
     int w_cache;     // 1: every layer's E4M3 W made once per step (w_fp8); 0: one layer's, cast right before each use
-    int w_by_adamw;  // the cache on one GPU with delayed scaling: AdamW writes it from the fp32 master into
-                     // the linears' bf16 parameters, which fp8 mode then never holds (the cache costs no memory)
+    int w_by_adamw;  // the cache on one GPU with delayed scaling and fp32 master weights: AdamW writes it from the
+                     // fp32 master into the linears' bf16 parameters, which fp8 mode then never holds (the cache
+                     // costs no memory); bf16 master weights are those parameters, so the cache has its own bytes
 } Fp8Mode;
 
 static Fp8Mode fp8_mode(const ModelOptions *o, int world) {
@@ -325,7 +333,7 @@ static Fp8Mode fp8_mode(const ModelOptions *o, int world) {
     f.live_always = o->fp8_current;
     f.lm_head = o->fp8_lm_head;
     f.w_cache = o->fp8_weight_cache;
-    f.w_by_adamw = o->fp8_weight_cache && world == 1 && !o->fp8_current;
+    f.w_by_adamw = o->fp8_weight_cache && world == 1 && !o->fp8_current && !o->master_bf16;
     return f;
 }
 
@@ -365,7 +373,8 @@ typedef struct {
     floatX *params_memory, *param[NUM_PARAM_TENSORS]; // zero.padded: the whole model on every rank
     floatX *grads_memory, *grad[NUM_PARAM_TENSORS];   // zero.padded: this rank's gradients
     floatX *grad_shard;              // (zero.shard) the reduced gradients of this rank's shard (one GPU: grads_memory)
-    float *master;                   // (zero.shard) fp32: this rank's shard (ZeRO-1)
+    float *master;                   // (zero.shard) fp32: this rank's shard (ZeRO-1); NULL with -master_weights bf16
+                                     // (the bf16 parameters are the master, each rank updating its shard of them)
     void *adam_m, *adam_v;           // (zero.shard) each, fp32 or (opt.moments_bf16) bf16: AdamW's moments of the shard
     float *norm_device, *norm_host;  // the gradient norm, and its pinned copy (reading it never blocks outside mg_wait)
     Fp8State fp8_state;                    // scales, amax histories, health counts (llmc/fp8_state.cuh); fp8 mode only
@@ -416,7 +425,7 @@ static void model_init(Model *m, const LlamaConfig *cfg, const ModelOptions *opt
     m->params_memory = (floatX *)model_alloc(m, m->zero.padded * sizeof(floatX), "bf16 parameters");
     m->grads_memory = (floatX *)model_alloc(m, m->zero.padded * sizeof(floatX), "bf16 gradients");
     cudaCheck(cudaMemset(m->grads_memory, 0, m->zero.padded * sizeof(floatX))); // the padding stays zero
-    m->master = (float *)model_alloc(m, m->zero.shard * sizeof(float), "fp32 master weights");
+    if (!opt->master_bf16) m->master = (float *)model_alloc(m, m->zero.shard * sizeof(float), "fp32 master weights");
     size_t moments_bytes = moments_size(m);
     m->adam_m = model_alloc(m, moments_bytes, "AdamW m");
     m->adam_v = model_alloc(m, moments_bytes, "AdamW v");
@@ -427,7 +436,7 @@ static void model_init(Model *m, const LlamaConfig *cfg, const ModelOptions *opt
         m->grad_shard = (floatX *)model_alloc(m, m->zero.shard * sizeof(floatX), "bf16 gradient shard");
         // no AdamW piece covers the padding: zero once, it travels in the all-gathers as zeros
         cudaCheck(cudaMemset(m->params_memory, 0, m->zero.padded * sizeof(floatX)));
-        cudaCheck(cudaMemset(m->master, 0, m->zero.shard * sizeof(float)));
+        if (m->master) cudaCheck(cudaMemset(m->master, 0, m->zero.shard * sizeof(float)));
     }
     cudaCheck(cudaMallocHost(&m->norm_host, sizeof(float)));
     size_t off = 0;
@@ -517,7 +526,9 @@ static size_t model_memory_plan(const LlamaConfig *c, const ModelOptions *o, int
     Fp8Mode f = fp8_mode(o, world);
     size_t N = (size_t)o->B * o->T, L = c->L, C = c->C, FF = c->FF, V = c->V, QKV = config_qkv_width(c), X = sizeof(floatX);
     size_t moments = z.shard * (o->moments_bf16 ? X : sizeof(float));
-    size_t b = 2 * z.padded * X + z.shard * sizeof(float) + 2 * moments + (world > 1 ? z.shard * X : 0); // params, grads, master, m, v, grad shard
+    size_t master = o->master_bf16 ? 0 : z.shard * sizeof(float); // bf16: the parameters are the master
+    // params, grads, master, m, v, grad shard
+    size_t b = 2 * z.padded * X + master + 2 * moments + (world > 1 ? z.shard * X : 0);
     zero_layout_free(&z);
     if (f.on) {
         b += fp8_state_bytes(fp8_state_layout(fp8_num_tensors(c, f.lm_head), o->fp8_history));
@@ -573,11 +584,11 @@ static void model_init_weights(Model *m, uint64_t seed, float *host_out) {
     }
 }
 
-// Several GPUs: the fp32 weights [first, first + n) of the flat vector (host) into the part of this
-// rank's master shard they overlap and into the bf16 parameters (every rank holds all of those),
-// through `staging`, a device buffer of n floats or more.
+// Several GPUs or bf16 master weights: the fp32 weights [first, first + n) of the flat vector (host)
+// into the part of this rank's fp32 master shard they overlap (if there is one) and into the bf16
+// parameters (every rank holds all of those), through `staging`, a device buffer of n floats or more.
 static void model_set_weight_range(Model *m, const float *host, size_t first, size_t n, float *staging) {
-    for (int i = 0; i < m->zero.num_pieces; i++) {
+    for (int i = 0; m->master && i < m->zero.num_pieces; i++) {
         const ShardPiece *p = &m->zero.pieces[i];
         size_t a = p->flat > first ? p->flat : first, e = p->flat + p->count < first + n ? p->flat + p->count : first + n;
         if (a < e) cudaCheck(cudaMemcpy(m->master + p->local + (a - p->flat), host + (a - first), (e - a) * sizeof(float), cudaMemcpyHostToDevice));
@@ -586,7 +597,7 @@ static void model_set_weight_range(Model *m, const float *host, size_t first, si
     init_from_master(m->params_memory + first, staging, n, 0);
 }
 
-// read_sections' sink of a model file's weights on several GPUs (load_model_file).
+// read_sections' sink of a model file's weights on several GPUs or into bf16 master weights (load_model_file).
 typedef struct { Model *m; float *staging; } WeightSink;
 static void weight_sink(void *ctx, const void *chunk, size_t offset, size_t n) {
     WeightSink *w = (WeightSink *)ctx;
@@ -594,10 +605,11 @@ static void weight_sink(void *ctx, const void *chunk, size_t offset, size_t n) {
 }
 
 // Load fp32 weights (host, num_params) into the master copy and the bf16 parameters. With several
-// GPUs each rank keeps its shard of the fp32 copy and the whole model in bf16.
+// GPUs each rank keeps its shard of the fp32 copy and the whole model in bf16; with bf16 master
+// weights the bf16 parameters (round to nearest) are all there is.
 static void model_set_weights(Model *m, const float *host) {
     m->w_fp8_stale = 1;
-    if (m->mg->world == 1) {
+    if (m->mg->world == 1 && m->master) {
         cudaCheck(cudaMemcpy(m->master, host, m->num_params * sizeof(float), cudaMemcpyHostToDevice));
         init_from_master(m->params_memory, m->master, m->num_params, 0);
         cudaCheck(cudaDeviceSynchronize());
@@ -853,14 +865,16 @@ static float gradient_norm(Model *m, cudaStream_t stream) {
 
 // AdamW on this rank's shard, piece by piece (llmc/zero_layout.h), the gradient scaled by clip. With
 // fp8.w_by_adamw an fp8 linear's piece is its whole tensor, and AdamW writes every layer's E4M3 W
-// instead of the bf16 weights, recording its amax and counts for the next step's scales.
+// instead of the bf16 weights, recording its amax and counts for the next step's scales. With bf16
+// master weights (no m->master) AdamW updates the shard's bf16 parameters in place.
 static void optimizer_step(Model *m, const AdamWParams *h, float clip, cudaStream_t stream) {
     size_t mb = m->opt.moments_bf16 ? sizeof(floatX) : sizeof(float);
     m->adam_t++;
     for (int i = 0; i < m->zero.num_pieces; i++) {
         const ShardPiece *p = &m->zero.pieces[i];
-        AdamWSlice s = {m->master + p->local, m->params_memory + p->flat, m->grad_shard + p->local, (char *)m->adam_m + p->local * mb,
-                        (char *)m->adam_v + p->local * mb, m->opt.moments_bf16, p->count, p->flat};
+        AdamWSlice s = {m->master ? m->master + p->local : NULL, m->params_memory + p->flat, m->grad_shard + p->local,
+                        (char *)m->adam_m + p->local * mb, (char *)m->adam_v + p->local * mb, m->opt.moments_bf16,
+                        p->count, p->flat};
         linears_adamw_cast(&m->linears, p->tensor, &s); // fp8.w_by_adamw: one piece = the whole tensor, its E4M3 W
         AdamWStep step = {h->lr, h->beta1, h->beta2, h->eps, param_is_decayed(p->tensor) ? h->weight_decay : 0.0f, clip, m->adam_t};
         adamw_update(&s, &step, stream);
@@ -1191,7 +1205,8 @@ static void sample_text(Model *m, Tokenizer *tok, int have_tok, int bos, int gen
 
 // ----------------------------------------------------------------------------------------------
 // Checkpoints (format in README.md): model_SSSSSSSS.bin holds the config and the fp32 master
-// weights (all of them: with several GPUs rank 0 gathers the shards and writes it);
+// weights (all of them: with several GPUs rank 0 gathers the shards and writes it; bf16 master
+// weights widened to fp32, exactly);
 // state_SSSSSSSS_RRRRR.bin holds one rank's AdamW m and v (its shard), the fp8 state, the data loader
 // position and the sampling RNG. Both are written to a temporary name and renamed, carry a checksum
 // of their header and body and the run's id, and are refused on any mismatch (llmc/checkpoint_file.h:
@@ -1210,11 +1225,11 @@ static void sample_text(Model *m, Tokenizer *tok, int have_tok, int bos, int gen
 // file (word 18) first.
 typedef struct { int step, grad_accum, world, rank; uint64_t rng; unsigned char *data; int data_bytes, data_sets; } TrainState;
 
-// The state file's header words 2..26, the one list its writer and its reader use: on resume every
+// The state file's header words 2..27, the one list its writer and its reader use: on resume every
 // checked word must equal this run's value (a mismatch names the field, and for a flag's word the
 // flag that resumes the file: pass[0] for the value 0, pass[1] for 1), the others are read back.
 // A word a trainer before its flag never wrote is 0 there: fp32 moments, no fp8 lm_head, per-tensor
-// grains and no fallback. Each word is an int of the Model or of the TrainState (state_field).
+// grains, no fallback and fp32 master weights. Each word is an int of the Model or of the TrainState (state_field).
 typedef struct {
     int word;
     const char *name;
@@ -1246,6 +1261,8 @@ static const StateField STATE_FIELDS[] = {
      {"-fp8_fallback off", "-fp8_fallback block"}},
     {25, "-fp8_fallback_threshold in millionths (0 without -fp8_fallback)", IN_MODEL(opt.fp8_fallback_millionths), 1},
     {26, "-fp8_fallback_patience (0 without -fp8_fallback)", IN_MODEL(opt.fp8_fallback_patience), 1},
+    {27, "-master_weights (0 fp32, 1 bf16)", IN_MODEL(opt.master_bf16), 1,
+     {"-master_weights fp32", "-master_weights bf16"}},
 };
 #define NUM_STATE_FIELDS ((int)(sizeof(STATE_FIELDS) / sizeof(STATE_FIELDS[0])))
 
@@ -1336,6 +1353,19 @@ static void gather_master(Model *m, float *host) {
     cudaCheck(cudaFree(bucket));
 }
 
+// bf16 master weights: the whole model, num_params bf16 parameters (every rank holds them all after the
+// step's gather), widened into `host` as fp32 (exact), a chunk at a time. The compute stream must be idle.
+static void params_to_host(const Model *m, float *host) {
+    const size_t chunk = CKPT_CHUNK / sizeof(floatX);
+    uint16_t *bits = (uint16_t *)mallocCheck(chunk * sizeof(floatX));
+    for (size_t off = 0; off < m->num_params; off += chunk) {
+        size_t n = m->num_params - off < chunk ? m->num_params - off : chunk;
+        cudaCheck(cudaMemcpy(bits, m->params_memory + off, n * sizeof(floatX), cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < n; i++) host[off + i] = bf16_bits_to_float(bits[i]);
+    }
+    free(bits);
+}
+
 // The bytes of this step's whole checkpoint: the model file and every rank's state file (the ranks of
 // one node write to the same disk).
 static unsigned long long checkpoint_bytes(Model *m, TrainState *ts) {
@@ -1362,8 +1392,10 @@ static void write_model_file(void *ctx, const char *path) {
     CheckpointCtx *c = (CheckpointCtx *)ctx;
     Model *m = c->m;
     size_t pbytes = m->num_params * sizeof(float);
-    float *whole = NULL; // several GPUs: the gathered master, on rank 0
-    if (m->mg->world > 1) {
+    float *whole = NULL; // on rank 0: the gathered fp32 master (several GPUs) or the widened bf16 master
+    if (m->master == NULL) {
+        if (mg_is_main(m->mg)) params_to_host(m, whole = (float *)mallocCheck(pbytes));
+    } else if (m->mg->world > 1) {
         if (mg_is_main(m->mg)) whole = (float *)mallocCheck(pbytes);
         gather_master(m, whole);
     }
@@ -1409,7 +1441,7 @@ static void load_model_file(Model *m, const char *path) {
               model_field_text(&file, f, a, sizeof(a)), model_field_text(&m->cfg, f, b, sizeof(b)));
     size_t pbytes = m->num_params * sizeof(float);
     m->w_fp8_stale = 1;
-    if (m->mg->world == 1) { // straight into the master weights
+    if (m->mg->world == 1 && m->master) { // straight into the fp32 master weights
         Section ms[] = {{m->master, pbytes, 1}};
         // the config was compared above; any step loads
         version2_notice(path, read_sections(path, MODEL_MAGIC, NULL, 0, ms, 1, NULL), mg_is_main(m->mg));
@@ -1417,8 +1449,8 @@ static void load_model_file(Model *m, const char *path) {
         cudaCheck(cudaDeviceSynchronize());
         return;
     }
-    // several GPUs: a chunk at a time into this rank's shard of the master and the bf16 weights, so a
-    // rank holds one chunk of the file in host memory, not the whole fp32 model
+    // several GPUs or bf16 master weights: a chunk at a time into this rank's shard of the fp32 master (if
+    // any) and the bf16 weights, so a rank holds one chunk of the file in host memory, not the whole model
     WeightSink ws = {m, (float *)cudaMallocCheck(CKPT_CHUNK, "weight upload staging")};
     Section ms[] = {{NULL, pbytes, 0, weight_sink, &ws}};
     version2_notice(path, read_sections(path, MODEL_MAGIC, NULL, 0, ms, 1, NULL), mg_is_main(m->mg));
@@ -2057,7 +2089,8 @@ static void print_run(const Model *m, const Options *o, const MultiGpu *mg, cons
                    m->num_params, m->bytes_allocated,
                    mo->B, mo->T, o->total_batch, grad_accum, o->max_steps, o->warmup, resumed_from >= 0, synthetic,
                    o->lr, o->final_lr_frac, o->weight_decay, o->grad_clip,
-                   choice_word(MOMENTS_WORDS, mo->moments_bf16), attention, options};
+                   choice_word(MOMENTS_WORDS, mo->moments_bf16), choice_word(MASTER_WORDS, mo->master_bf16), attention,
+                   options};
     run_log_header(rl, &h);
     free(options);
     if (m->opt.fp8_grain == FP8_GRAIN_BLOCK)

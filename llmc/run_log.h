@@ -118,7 +118,7 @@ typedef struct {
     size_t params, bytes_allocated; // bytes_allocated: of one GPU
     int B, T, total_batch, grad_accum, max_steps, warmup, resumed, synthetic;
     float lr, final_lr_frac, weight_decay, grad_clip;
-    const char *adam_moments, *attention;
+    const char *adam_moments, *master_weights, *attention; // -adam_moments, -master_weights: fp32 or bf16
     const char *options;       // main.log's options line after "options:": " -flag value" for every option
 } RunHeader;
 
@@ -138,9 +138,9 @@ static void run_log_header(const RunLog *rl, const RunHeader *h) {
             " | %.1fM params\n", gpus, h->precision, scaling, h->model, cfg->V, cfg->L, cfg->C, cfg->NH, cfg->NKV,
             cfg->FF, cfg->rope_theta, rope, cfg->tied_embeddings ? " | tied embeddings" : "", h->params / 1e6);
     fprintf(rl->out, "B %d T %d | total batch %d tokens (grad accum %d) | %d steps | lr %g warmup %d final %g"
-            " | wd %g clip %g | AdamW moments %s | %s attention\n", h->B, h->T, h->total_batch, h->grad_accum,
-            h->max_steps, h->lr, h->warmup, h->final_lr_frac, h->weight_decay, h->grad_clip, h->adam_moments,
-            h->attention);
+            " | wd %g clip %g | AdamW moments %s | master weights %s | %s attention\n", h->B, h->T, h->total_batch,
+            h->grad_accum, h->max_steps, h->lr, h->warmup, h->final_lr_frac, h->weight_decay, h->grad_clip,
+            h->adam_moments, h->master_weights, h->attention);
     fprintf(rl->out, "device memory allocated: %.2f GiB%s%s\n", h->bytes_allocated / 1073741824.0,
             h->world > 1 ? " per GPU (ZeRO-1)" : "", h->resumed ? " | resumed" : "");
     if (!rl->log) return;

@@ -6,7 +6,8 @@ over OPTION_SPECS (its errors; every row parsed into its own field and every fie
 row's ends accepted, a value below and above them or another choice refused naming the flag, the
 default inside; the usage line of every row; main.log's options line with every row's value; the rules
 between options in checked_options; the README's commands parsed and checked to the Options and
-ModelOptions written out, model_options the defaults; the AdamW moments' default), the main loop's work after a
+ModelOptions written out, model_options the defaults; the AdamW moments' and master weights' defaults), the main
+loop's work after a
 step (a non-finite step included) (the launch decision and the stop signals: test_launcher_host.cu),
 the learning-rate schedule, the MFU text, and the data loaders as open_data makes them on 1-8
 stand-in ranks (the shipped shards at the README's B x T: val positions shared once, the val loss
@@ -48,13 +49,14 @@ static void expect_option_error(const char *a1, const char *a2, const char *want
 // The state file's header of a run (state_header, as save_checkpoint writes it) and the refusal of
 // one written by another run (state_expect, as load_checkpoint reads it): a mismatch in a word set
 // by a flag names the flag that resumes the file. Only the fields set here differ from zero.
-typedef struct { int moments_bf16, precision, B, fp8_fallback; } StateRun;
+typedef struct { int moments_bf16, precision, B, fp8_fallback, master_bf16; } StateRun;
 typedef struct { const char *path; StateRun run; } StateReadArgs;
 
 static void state_run(Model *m, TrainState *ts, StateRun r) {
     memset(m, 0, sizeof(*m));
     memset(ts, 0, sizeof(*ts));
     m->opt.moments_bf16 = r.moments_bf16; m->opt.precision = r.precision; m->opt.B = r.B; m->opt.fp8_fallback = r.fp8_fallback;
+    m->opt.master_bf16 = r.master_bf16;
 }
 
 static void write_state_header(const char *path, StateRun r) {
@@ -97,6 +99,13 @@ static void test_checkpoint_other_run(void) {
          "a run without the fallback resumed with -fp8_fallback bf16"},
         {{1, PREC_FP8, 4, FP8_GRAIN_BF16}, {1, PREC_FP8, 4, FP8_GRAIN_BLOCK}, "-fp8_fallback (0 off, 1 block, 2 bf16, 3 row) is 2 in the file, 1 here\n",
          "a run of -fp8_fallback bf16 resumed with -fp8_fallback block"},
+        // fp32 master weights (every checkpoint from before the flag) resumed with bf16 ones, and the other way round
+        {{1, PREC_FP8, 4, 0, 0}, {1, PREC_FP8, 4, 0, 1},
+         "-master_weights (0 fp32, 1 bf16) is 0 in the file, 1 here; to resume it, pass -master_weights fp32\n",
+         "fp32 master weights in the file, bf16 here"},
+        {{1, PREC_FP8, 4, 0, 1}, {1, PREC_FP8, 4, 0, 0},
+         "-master_weights (0 fp32, 1 bf16) is 1 in the file, 0 here; to resume it, pass -master_weights bf16\n",
+         "bf16 master weights in the file, fp32 (the default) here"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         write_state_header(path, cases[i].file);
@@ -132,7 +141,8 @@ static void options_in_child(void *arg) {
     while (argv[argc]) argc++;
     Options o = parse_options(argc, argv);
     ModelOptions mo = checked_options_of(&o, &grad_accum);
-    fprintf(stderr, "moments_bf16 %d doc_mask %d doc_start_id %d\n", mo.moments_bf16, mo.doc_mask, mo.doc_start_id);
+    fprintf(stderr, "moments_bf16 %d master_bf16 %d doc_mask %d doc_start_id %d\n", mo.moments_bf16, mo.master_bf16,
+            mo.doc_mask, mo.doc_start_id);
 }
 
 // bf16 AdamW moments by default (the usage text says so), fp32 by -adam_moments fp32, anything else refused.
@@ -152,6 +162,29 @@ static void test_adam_moments_option(void) {
     CHECK(help && strncmp(help, "AdamW m and v in bf16", 21) == 0 && strstr(help, "or fp32"), "the usage text: '%s'", help ? help : "(none)");
 }
 
+// fp32 master weights by default (the most accurate recipe), bf16 by -master_weights bf16, anything else
+// refused naming the choices.
+static void test_master_weights_option(void) {
+    const char *none[] = {"train_llama_fp8", NULL}, *fp32[] = {"train_llama_fp8", "-master_weights", "fp32", NULL},
+               *bf16[] = {"train_llama_fp8", "-master_weights", "bf16", NULL},
+               *fp16[] = {"train_llama_fp8", "-master_weights", "fp16", NULL};
+    char err[2048];
+    CHECK(run_expect_fatal(options_in_child, (void *)none, err, sizeof(err)) == 0 && strstr(err, "master_bf16 0 "),
+          "the default: %s", err);
+    CHECK(run_expect_fatal(options_in_child, (void *)fp32, err, sizeof(err)) == 0 && strstr(err, "master_bf16 0 "),
+          "-master_weights fp32: %s", err);
+    CHECK(run_expect_fatal(options_in_child, (void *)bf16, err, sizeof(err)) == 0 && strstr(err, "master_bf16 1 "),
+          "-master_weights bf16: %s", err);
+    CHECK(run_expect_fatal(options_in_child, (void *)fp16, err, sizeof(err)) != 0 &&
+          strstr(err, "-master_weights must be fp32 or bf16, got 'fp16'"), "-master_weights fp16: %s", err);
+    Options d = default_options();
+    CHECK(d.model.master_bf16 == 0, "default_options: master_bf16 %d", d.model.master_bf16);
+    const char *help = NULL;
+    for (int i = 0; i < NUM_OPTIONS; i++)
+        if (strcmp(OPTION_SPECS[i].flag, "-master_weights") == 0) help = OPTION_SPECS[i].help;
+    CHECK(help && strstr(help, "fp32 (the most accurate) or bf16"), "the usage text: '%s'", help ? help : "(none)");
+}
+
 // The value a choice row's word stores (-1: no such word).
 static int word_value(const OptWord *words, const char *word) {
     for (; words->word; words++) if (strcmp(words->word, word) == 0) return words->value;
@@ -168,6 +201,7 @@ static void test_option_words(void) {
     const struct { const char *flag, *word; int value; } WORDS[] = {
         {"-precision", "fp8", PREC_FP8}, {"-precision", "bf16", PREC_BF16},
         {"-adam_moments", "fp32", 0}, {"-adam_moments", "bf16", 1},
+        {"-master_weights", "fp32", 0}, {"-master_weights", "bf16", 1},
         {"-data_changed", "refuse", 0}, {"-data_changed", "continue", 1},
         {"-fp8_recipe", "delayed", 0}, {"-fp8_recipe", "current", 1},
         {"-fp8_grain", "tensor", FP8_GRAIN_TENSOR}, {"-fp8_grain", "block", FP8_GRAIN_BLOCK}, {"-fp8_grain", "row", FP8_GRAIN_ROW},
@@ -819,6 +853,7 @@ static const HeaderField HEADER_FIELDS[] = {
     {24, "-fp8_fallback (0 off, 1 block, 2 bf16, 3 row)", +[](Model *m, TrainState *) { return &m->opt.fp8_fallback; }, 1},
     {25, "-fp8_fallback_threshold in millionths (0 without -fp8_fallback)", +[](Model *m, TrainState *) { return &m->opt.fp8_fallback_millionths; }, 0},
     {26, "-fp8_fallback_patience (0 without -fp8_fallback)", +[](Model *m, TrainState *) { return &m->opt.fp8_fallback_patience; }, 0},
+    {27, "-master_weights (0 fp32, 1 bf16)", +[](Model *m, TrainState *) { return &m->opt.master_bf16; }, 1},
 };
 #define NUM_HEADER_FIELDS ((int)(sizeof(HEADER_FIELDS) / sizeof(HEADER_FIELDS[0])))
 // The words read back, not checked: AdamW updates applied, and the data loader record's size and sets
@@ -1307,7 +1342,8 @@ static void test_loss_scale(void) {
 int main(int argc, char **argv) {
     snprintf(g_dir, sizeof(g_dir), "/tmp/llama_fp8_host_XXXXXX");
     if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
-    run_test("checkpoint: a state file of other AdamW moments or precision refused, naming the flag that resumes it", test_checkpoint_other_run);
+    run_test("checkpoint: a state file of other AdamW moments, master weights or precision refused, naming the flag"
+             " that resumes it", test_checkpoint_other_run);
     run_test("checkpoint: every state-header field, changed in the run or the file, refused naming it (the read-back one read back)",
              test_state_header_every_field);
     run_test("-init_from: shape flags and a decode table of another vocabulary refused", test_init_from_config);
@@ -1320,6 +1356,8 @@ int main(int argc, char **argv) {
     run_test("fp8 grains through the state file: read back into a new model; a grain the run cannot have refused naming the file and linear",
              test_fp8_grain_state_file);
     run_test("options: bf16 AdamW moments by default, fp32 with -adam_moments fp32, others refused", test_adam_moments_option);
+    run_test("options: fp32 master weights by default, bf16 with -master_weights bf16, others refused",
+             test_master_weights_option);
     run_test("options: every choice row's words store their values, and main.log gives the words back", test_option_words);
     run_test("options: -x 0 -y 1 -o DIR evaluates the checkpoint; -y 1 without -o and -keep < 0 refused", test_resume_options);
     run_test("options: the README's commands parse and check to the Options and ModelOptions written out; model_options the defaults", test_options_unchanged);
