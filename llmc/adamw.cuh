@@ -5,7 +5,7 @@ AdamW on fp32 master weights (dev/test/README.md): t = step + 1 (1-based here),
   master -= lr * ( (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + wd * master )
 then param = bf16(master) for the GEMMs (param may be NULL: fp8 mode needs no bf16 copy of a linear's
 weights, only the fp8 one). Or on bf16 master weights (master NULL, -master_weights bf16: 4 bytes per
-parameter less memory, 4 less moved): param is the master, read as fp32, updated in fp32 and stored
+parameter less memory): param is the master, read as fp32, updated in fp32 and stored
 rounded stochastically (llmc/bf16_round.h; the bits: bf16_round_weight_bits of the element's index and
 t, independent of the moments'), so updates under half a bf16 ulp still move it in expectation.
 The moments m and v are bf16 (MT = floatX, the trainer's default, DeepSeek-V3's
@@ -19,7 +19,8 @@ atomic-maxes |param| into wcast.amax[l*fp8_tensor_stride] (and, unless wcast.cou
 underflows and saturations to wcast.counts[FP8_COUNTS*l*fp8_tensor_stride + k]). The cast reads the bf16 value just written,
 so the fused cast equals a separate fp8_cast of the bf16 param (the live-scaling path) byte for byte.
 One pass, memory bound: 28 bytes per element with fp32 moments, 20 with bf16 (each 1 more with the
-fp8 byte, 2 less without the bf16 param; the cast rereads nothing); bf16 master weights: 4 less.
+fp8 byte, 2 less without the bf16 param; the cast rereads nothing); with bf16 master weights 6 less
+than with an fp32 master that writes the bf16 param (the bf16 param read and written, not the master).
 Deterministic: element-wise, plain round-to-nearest bf16 params from an fp32 master, hashed rounding
 bits for the moments and a bf16 master, integer atomic max for amax.
 */
