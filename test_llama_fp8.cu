@@ -187,7 +187,8 @@ static void bf16_first_step_vs_cpu(LlamaConfig c, const char *model_file, Bf16Bu
 }
 // -check 1's memory plan is what model_init allocates, for every option that changes a buffer: bf16,
 // fp8 delayed and current, without the weight cache, -r 1, fp8 lm_head, block and row grains, the block
-// and row fallbacks, bf16 moments, document masking, tied embeddings.
+// and row fallbacks, bf16 moments, bf16 master weights (fp8: the weight cache then its own bytes; bf16),
+// document masking, tied embeddings.
 static void test_memory_plan_is_model_init(void) {
     struct { const char *what; int precision; void (*set)(ModelOptions *); } cases[] = {
         {"bf16", PREC_BF16, NULL}, {"fp8 delayed", PREC_FP8, NULL},
@@ -202,6 +203,8 @@ static void test_memory_plan_is_model_init(void) {
         {"fp8 row grain without the weight cache", PREC_FP8, [](ModelOptions *o) { o->fp8_grain = FP8_GRAIN_ROW; o->fp8_weight_cache = 0; }},
         {"fp8 row fallback", PREC_FP8, [](ModelOptions *o) { o->fp8_fallback = FP8_GRAIN_ROW; }},
         {"bf16 moments", PREC_FP8, [](ModelOptions *o) { o->moments_bf16 = 1; }},
+        {"fp8 bf16 master weights", PREC_FP8, [](ModelOptions *o) { o->master_bf16 = 1; }},
+        {"bf16 bf16 master weights", PREC_BF16, [](ModelOptions *o) { o->master_bf16 = 1; }},
         {"document masks", PREC_FP8, [](ModelOptions *o) { o->doc_mask = 1; o->doc_start_id = 1; }},
     };
     for (int tied = 0; tied < 2; tied++) {
@@ -224,20 +227,47 @@ static void test_memory_plan_is_model_init(void) {
 static void test_bf16_first_step_vs_cpu(void) { bf16_first_step_vs_cpu(small_config(), NULL, BF16_SMALL); }
 static void test_bf16_first_step_llama32_vs_cpu(void) { bf16_first_step_vs_cpu(small_llama32_config(), NULL, BF16_SMALL); }
 
+// -master_weights bf16 after the first step, the GPU's bf16 weights against the reference's (both from
+// the same bf16 weights, each update stochastically rounded with the weight's bits): at t = 1 AdamW
+// moves every weight by lr (sign(g) + wd w) whatever the gradient's size (m / sqrt(v) = g / |g| but for
+// eps), so where the GPU's gradient and the reference's have the same sign the two fp32 updates differ
+// by a few fp32 ulps and their roundings agree but for ~1e-4 of them (a random threshold between the
+// two); 1 in 1000 is allowed, as in dev/cuda/adamw. Round-to-nearest, or other rounding bits, would put
+// about a quarter or a third of them on the other bf16 neighbour.
+static void bf16_master_first_step(const Model *m, const RefModel *ref) {
+    float *w = download_bf16(m->params_memory, m->num_params), *g = download_bf16(m->grads_memory, m->num_params);
+    size_t n = m->num_params, same_sign = 0, differ = 0;
+    for (size_t i = 0; i < n; i++) {
+        // another sign: the two updates differ by 2 lr
+        if ((g[i] > 0) != (ref->grads[i] > 0) || (g[i] < 0) != (ref->grads[i] < 0)) continue;
+        same_sign++;
+        differ += w[i] != ref->params[i];
+    }
+    printf("    first step: %zu of %zu gradients of the reference's sign, %zu of their bf16 weights differ\n", same_sign, n,
+           differ);
+    CHECK(same_sign > n / 2, "only %zu of %zu gradients have the reference's sign", same_sign, n);
+    CHECK(differ <= same_sign / 1000, "%zu of %zu bf16 master weights differ from the reference's (at most 1 in 1000)",
+          differ, same_sign);
+    free(w); free(g);
+}
+
 // moments_bf16: AdamW's m and v in bf16 on the GPU (the reference keeps them in double); their
 // stochastic rounding (2^-9 relative, unbiased) is small next to the bf16 weights' own rounding.
-static void ten_steps_vs_cpu(int moments_bf16) {
+// master_bf16: -master_weights bf16 on the GPU and in the reference (ref_set_master_bf16: the same rule
+// and bits), and after the first step the weights bit for bit (bf16_master_first_step).
+static void ten_steps_vs_cpu(int moments_bf16, int master_bf16) {
     LlamaConfig c = small_config();
     int B = 2, T = 128, N = B * T, grad_accum = 2;
     RefModel ref;
     ref_init(&ref, &c, B, T, 0, 0, 0, 16, 0);
     ref_init_weights(&ref, 7);
+    if (master_bf16) ref_set_master_bf16(&ref);
     int *in = (int *)mallocCheck(grad_accum * N * sizeof(int)), *tg = (int *)mallocCheck(grad_accum * N * sizeof(int));
     random_tokens(in, grad_accum * N, c.V, 3);
     random_tokens(tg, grad_accum * N, c.V, 4);
     Model m;
     ModelOptions mo = model_options(B, T, PREC_BF16);
-    mo.moments_bf16 = moments_bf16;
+    mo.moments_bf16 = moments_bf16; mo.master_bf16 = master_bf16;
     model_init(&m, &c, &mo, NULL);
     model_set_weights(&m, ref.params);
     AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
@@ -247,13 +277,15 @@ static void ten_steps_vs_cpu(int moments_bf16) {
         StepResult r = train_step_on(&m, in, tg, grad_accum, &h, losses);
         printf("    step %d loss gpu %.5f cpu %.5f | norm gpu %.4f cpu %.4f\n", step, r.loss, lref, r.norm, gn_ref);
         CHECK(!r.skipped && fabsf(r.loss - lref) / lref < BF16_STEPS_TOL, "step %d loss %.5f vs %.5f", step, r.loss, lref);
+        if (master_bf16 && step == 0) bf16_master_first_step(&m, &ref);
     }
     free(losses); free(in); free(tg);
     model_free(&m);
     ref_free(&ref);
 }
-static void test_bf16_ten_steps_vs_cpu(void) { ten_steps_vs_cpu(0); }
-static void test_bf16_moments_ten_steps_vs_cpu(void) { ten_steps_vs_cpu(1); }
+static void test_bf16_ten_steps_vs_cpu(void) { ten_steps_vs_cpu(0, 0); }
+static void test_bf16_moments_ten_steps_vs_cpu(void) { ten_steps_vs_cpu(1, 0); }
+static void test_bf16_master_ten_steps_vs_cpu(void) { ten_steps_vs_cpu(0, 1); }
 
 static void test_bf16_vs_pytorch_fixture(void) {
     Fixture fx;
@@ -1808,7 +1840,21 @@ static void test_attention_paths(void) {
 // ----------------------------------------------------------------------------------------------
 // Resume: 6 steps straight == 3 steps, checkpoint, fresh process state, load, 3 steps (bit-exact).
 
-static void resume_check(int precision, int moments_bf16, int recompute) {
+// bf16 master weights: the checkpoint's model file must hold the bf16 weights widened to fp32, exactly.
+static void check_model_file_is_bf16_weights(const Model *m, const char *dir, int step) {
+    char model_path[1024], state_path[1024];
+    checkpoint_paths(dir, step, 0, model_path, state_path);
+    float *file = (float *)mallocCheck(m->num_params * sizeof(float));
+    float *w = download_bf16(m->params_memory, m->num_params);
+    Section ms[] = {{file, m->num_params * sizeof(float), 0}};
+    read_sections(model_path, MODEL_MAGIC, NULL, 0, ms, 1, NULL);
+    size_t differ = 0;
+    for (size_t i = 0; i < m->num_params; i++) differ += memcmp(&file[i], &w[i], sizeof(float)) != 0;
+    CHECK(differ == 0, "%s: %zu of %zu weights are not the bf16 weights'", model_path, differ, m->num_params);
+    free(file); free(w);
+}
+
+static void resume_check(int precision, int moments_bf16, int recompute, int master_bf16) {
     LlamaConfig c = small_config();
     int B = 2, T = 128, N = B * T, grad_accum = 2, steps = 6, half = 3;
     AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
@@ -1824,7 +1870,7 @@ static void resume_check(int precision, int moments_bf16, int recompute) {
     for (int run = 0; run < 2; run++) {
         Model m;
         ModelOptions mo = model_options(B, T, precision);
-        mo.fp8_history = 4; mo.moments_bf16 = moments_bf16; mo.recompute = recompute;
+        mo.fp8_history = 4; mo.moments_bf16 = moments_bf16; mo.recompute = recompute; mo.master_bf16 = master_bf16;
         model_init(&m, &c, &mo, NULL);
         if (!w) { w = (float *)mallocCheck(m.num_params * sizeof(float)); model_init_weights(&m, 11, w); }
         model_set_weights(&m, w);
@@ -1837,6 +1883,7 @@ static void resume_check(int precision, int moments_bf16, int recompute) {
             if (run == 1 && s == half) { // save, then continue in a brand-new model and loader
                 data_state_save(&ts, &dl);
                 checkpoint_step(&m, &ts, dir, 0, 1); // run id 1
+                if (master_bf16) check_model_file_is_bf16_weights(&m, dir, half);
                 dataloader_free(&dl);
                 model_free(&m);
                 model_init(&m, &c, &mo, NULL);
@@ -1857,10 +1904,11 @@ static void resume_check(int precision, int moments_bf16, int recompute) {
     free(w);
     cudaCheck(cudaFreeHost(in)); cudaCheck(cudaFreeHost(tg)); cudaCheck(cudaFreeHost(losses));
 }
-static void test_resume_bitexact_bf16(void) { resume_check(PREC_BF16, 0, 0); }
-static void test_resume_bitexact_fp8(void) { resume_check(PREC_FP8, 0, 0); }
-static void test_resume_bitexact_fp8_recompute(void) { resume_check(PREC_FP8, 0, 1); }
-static void test_resume_bitexact_fp8_bf16_moments(void) { resume_check(PREC_FP8, 1, 0); }
+static void test_resume_bitexact_bf16(void) { resume_check(PREC_BF16, 0, 0, 0); }
+static void test_resume_bitexact_fp8(void) { resume_check(PREC_FP8, 0, 0, 0); }
+static void test_resume_bitexact_fp8_recompute(void) { resume_check(PREC_FP8, 0, 1, 0); }
+static void test_resume_bitexact_fp8_bf16_moments(void) { resume_check(PREC_FP8, 1, 0, 0); }
+static void test_resume_bitexact_fp8_bf16_master(void) { resume_check(PREC_FP8, 1, 0, 1); }
 
 
 // ----------------------------------------------------------------------------------------------
@@ -2788,6 +2836,8 @@ int main(int argc, char **argv) {
     run_test("bf16 first step vs PyTorch fixture", test_bf16_vs_pytorch_fixture);
     run_test("bf16 10 steps vs C reference", test_bf16_ten_steps_vs_cpu);
     run_test("bf16 10 steps with bf16 AdamW moments vs C reference", test_bf16_moments_ten_steps_vs_cpu);
+    run_test("bf16 10 steps with bf16 master weights vs C reference (the first update bit for bit)",
+             test_bf16_master_ten_steps_vs_cpu);
     run_test("fp8 first step vs C reference emulation", test_fp8_first_step_vs_cpu);
     run_test("bf16 first step, tied embeddings + llama3 RoPE scaling, vs C reference", test_bf16_first_step_llama32_vs_cpu);
     run_test("fp8 first step, tied embeddings + llama3 RoPE scaling, vs C reference emulation", test_fp8_first_step_llama32_vs_cpu);
@@ -2838,6 +2888,8 @@ int main(int argc, char **argv) {
     run_test("resume is bit-exact (fp8)", test_resume_bitexact_fp8);
     run_test("resume is bit-exact (fp8, -r 1)", test_resume_bitexact_fp8_recompute);
     run_test("resume is bit-exact (fp8, bf16 AdamW moments)", test_resume_bitexact_fp8_bf16_moments);
+    run_test("resume is bit-exact (fp8, bf16 AdamW moments, bf16 master weights; the model file the bf16 weights)",
+             test_resume_bitexact_fp8_bf16_master);
     run_test("a non-finite last step still writes the end-of-run checkpoint (bf16, fp8)", test_nonfinite_last_step_checkpoint);
     run_test("-x 0 in fp8: evaluation logits are the first training step's (delayed recipe; prompt and val batch)", test_eval_only_fp8_delayed);
     run_test("-x 0 in fp8: evaluation logits are the first training step's (current recipe: live in evaluation)", test_eval_only_fp8_current);
