@@ -243,8 +243,8 @@ static void bf16_master_first_step(const Model *m, const RefModel *ref) {
         same_sign++;
         differ += w[i] != ref->params[i];
     }
-    printf("    first step: %zu of %zu gradients of the reference's sign, %zu of their bf16 weights differ\n", same_sign,
-           n, differ);
+    printf("    first step: %zu of %zu gradients of the reference's sign, %zu of their bf16 weights differ\n",
+           same_sign, n, differ);
     CHECK(same_sign > n / 2, "only %zu of %zu gradients have the reference's sign", same_sign, n);
     CHECK(differ <= same_sign / 1000, "%zu of %zu bf16 master weights differ from the reference's (at most 1 in 1000)",
           differ, same_sign);
