@@ -13,7 +13,8 @@ under -fp8_recipe current) instead measures the amax first and scales from it ("
 Several GPUs (-ngpu N, or mpirun -np N): data parallel over NCCL with ZeRO-1 (llmc/multi_gpu.cuh;
 the layout: llmc/zero_layout.h). Each rank reads its own batches, reduce-scatters the
 gradients of each layer while the backward pass goes on with the layer below, updates its shard of
-the fp32 master weights and AdamW state, and all-gathers the bf16 weights. Once per optimizer step
+the fp32 master weights (-master_weights bf16: of the bf16 weights, in place) and AdamW state, and
+all-gathers the bf16 weights. Once per optimizer step
 every amax slot is MAX-reduced across the ranks (one NCCL call) before the scales are updated, so
 every rank casts with the same scales. With one GPU none of this runs: no NCCL call is made.
 */
@@ -189,8 +190,8 @@ static const OptSpec OPTION_SPECS[] = {
     OPT_I("-fp8_history", model.fp8_history, "16", 1, FP8_HISTORY_MAX, "amax history length"),
     OPT_I("-fp8_margin", model.fp8_margin, "0", 0, FP8_MARGIN_MAX, "scale margin: scale = fp8_max / (amax * 2^margin)"),
     OPT_B("-fp8_weight_cache", model.fp8_weight_cache, "1",
-          "1: fp8 weights made once per step (by AdamW on one GPU); 0: cast per layer when used (several GPUs:"
-          " saves 1 byte/param)"),
+          "1: fp8 weights made once per step (by AdamW on one GPU); 0: cast per layer when used (several GPUs or"
+          " -master_weights bf16: saves 1 byte/param)"),
     OPT_B("-fp8_lm_head", model.fp8_lm_head, "0", "1: lm_head as an fp8 linear too (the recipe keeps it bf16)"),
     OPT_C("-fp8_grain", model.fp8_grain, "tensor", GRAIN_WORDS,
           "fp8 scales of the linears: tensor (one per tensor, -fp8_recipe's), block (every linear from step 0: one per 1x128 block of X"

@@ -1036,7 +1036,7 @@ static void test_options_unchanged(void) {
     for (int i = 0; i < 5; i++) unsetenv(vars[i]);
     //                      B   T  prec      r  mom fp8cur hist margin wcache lm_head graph
     const ModelOptions mo_default = {16, 1024, PREC_FP8, 0, 1, 0, 16, 0, 1, 0, 1};
-    static SameCase c[10];
+    static SameCase c[11];
     int n = 0;
     // Quick start: ./train_llama_fp8
     c[n] = (SameCase){{"train_llama_fp8"}, written_defaults(), mo_default, 1};
@@ -1125,6 +1125,17 @@ static void test_options_unchanged(void) {
         w->beta1 = 0.8f; w->beta2 = 0.99f;
         w->total_batch = 16384;
         c[n].want_mo = (ModelOptions){16, 1024, PREC_FP8, 0, 0, 1, 32, 1, 0, 1, 0};
+        n++;
+    }
+    // the 7B fine-tune that -check 1 plans under 80 GiB (Model, "Memory: what fits 80 GB")
+    c[n] = (SameCase){{"train_llama_fp8", "-init_from", "llama2_7b.bin", "-tok", "llama2_tokenizer.bin", "-b", "1", "-t",
+                       "4096", "-r", "1", "-master_weights", "bf16", "-check", "1"}, written_defaults(), mo_default, 1};
+    {
+        Options *w = &c[n].want;
+        strcpy(w->init_from, "llama2_7b.bin"); strcpy(w->tokenizer_path, "llama2_tokenizer.bin");
+        w->model.B = 1; w->model.T = 4096;
+        w->model.recompute = 1; w->model.master_bf16 = 1; w->check_only = 1; w->total_batch = 4096;
+        c[n].want_mo.B = 1; c[n].want_mo.T = 4096; c[n].want_mo.recompute = 1; c[n].want_mo.master_bf16 = 1;
         n++;
     }
     char err[4096];
