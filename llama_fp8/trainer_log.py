@@ -20,7 +20,7 @@ Standard output (the lines this reads; others are left alone), for the runs that
 benchmark.sh's (-o '': no logs or checkpoints; its median line and device memory are on stdout only)
 and compare_convergence.sh --eval-bf16's -x 0 evaluations (-x 0 writes nothing into -o):
     train_llama_fp8 | <GPU> | <precision> | model <name>: V .. L .. C .. NH .. NKV .. FF .. theta ..[ | tied embeddings] | <n>M params
-    B <B> T <T> | total batch ... | AdamW moments <fp32|bf16> | ... attention
+    B <B> T <T> | total batch ... | AdamW moments <fp32|bf16> | master weights <fp32|bf16> | ... attention
     device memory allocated: <x> GiB[ per GPU (ZeRO-1)]
     step <s>/<n> | loss <l> | norm <g> | lr <lr> | <ms> ms | <tok/s> tok/s | MFU <m>[ | update SKIPPED ...]
     val loss <l>[ | bpb <bits per byte>][ over ...]
@@ -265,6 +265,7 @@ class TrainerOutput:
         self.tied = None            # True with tied embeddings
         self.B = self.T = None
         self.adam_moments = None    # 'fp32' or 'bf16'; None also when the batch line lacks it (a trainer before -adam_moments: fp32)
+        self.master_weights = None  # 'fp32' or 'bf16'; None also without it in the batch line (before -master_weights: fp32)
         self.allocated_gib = None   # 'device memory allocated' (per GPU with ZeRO-1)
         self.steps = {}             # step -> {'loss':, 'norm':, 'lr':, 'ms':, 'tok/s':, 'mfu': str, 'skipped': bool}
         self.val = {}               # the step after which it was measured (0 before any) -> val loss
@@ -291,6 +292,8 @@ def parse_stdout(text):
         out.B, out.T = int(m.group(1)), int(m.group(2))
         am = re.search(r"\| AdamW moments (\S+) \|", m.group(3) + " |")
         out.adam_moments = am.group(1) if am else None
+        mw = re.search(r"\| master weights (\S+) \|", m.group(3) + " |")
+        out.master_weights = mw.group(1) if mw else None
     m = _ALLOCATED.search(text)
     if m:
         out.allocated_gib = float(m.group(1))
