@@ -86,7 +86,7 @@ test_llama_fp8: test_llama_fp8.cu train_llama_fp8.cu $(HEADERS) $(wildcard dev/t
 dev/test/test_%: dev/test/test_%.cu train_llama_fp8.cu $(HEADERS) dev/test/harness.h
 	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDFLAGS) $(NVCC_LDLIBS) -o $@
 
-# decodes token shards back to text through llmc/tokenizer.h (dev/data/README.md)
+# decodes token shards back to text through llmc/tokenizer.h (README.md, "Your own data")
 dev/data/decode_shard: dev/data/decode_shard.c llmc/tokenizer.h llmc/utils.h
 	$(CC) $(CPU_CFLAGS) $< -o $@
 

@@ -172,7 +172,7 @@ static void bf16_first_step_vs_cpu(LlamaConfig c, const char *model_file, Bf16Bu
 
     Model m;
     ModelOptions mo = model_options(B, T, PREC_BF16);
-    model_init(&m, &c, &mo);
+    model_init(&m, &c, &mo, NULL);
     gpu_weights(&m, &ref, model_file);
     StepZero g = gpu_step_zero(&m, in, tg);
     double el = rel_err(g.logits, ref.logits, (size_t)N * c.V);
@@ -186,8 +186,9 @@ static void bf16_first_step_vs_cpu(LlamaConfig c, const char *model_file, Bf16Bu
     ref_free(&ref);
 }
 // -check 1's memory plan is what model_init allocates, for every option that changes a buffer: bf16,
-// fp8 delayed and current, without the weight cache, -r 1, fp8 lm_head, block grain, the block
-// fallback, bf16 moments, document masking, tied embeddings.
+// fp8 delayed and current, without the weight cache, -r 1, fp8 lm_head, block and row grains, the block
+// and row fallbacks, bf16 moments, bf16 master weights (fp8: the weight cache then its own bytes; bf16),
+// document masking, tied embeddings.
 static void test_memory_plan_is_model_init(void) {
     struct { const char *what; int precision; void (*set)(ModelOptions *); } cases[] = {
         {"bf16", PREC_BF16, NULL}, {"fp8 delayed", PREC_FP8, NULL},
@@ -198,7 +199,12 @@ static void test_memory_plan_is_model_init(void) {
         {"fp8 lm_head", PREC_FP8, [](ModelOptions *o) { o->fp8_lm_head = 1; }},
         {"fp8 block grain", PREC_FP8, [](ModelOptions *o) { o->fp8_grain = FP8_GRAIN_BLOCK; }},
         {"fp8 block fallback", PREC_FP8, [](ModelOptions *o) { o->fp8_fallback = FP8_GRAIN_BLOCK; }},
+        {"fp8 row grain", PREC_FP8, [](ModelOptions *o) { o->fp8_grain = FP8_GRAIN_ROW; }},
+        {"fp8 row grain without the weight cache", PREC_FP8, [](ModelOptions *o) { o->fp8_grain = FP8_GRAIN_ROW; o->fp8_weight_cache = 0; }},
+        {"fp8 row fallback", PREC_FP8, [](ModelOptions *o) { o->fp8_fallback = FP8_GRAIN_ROW; }},
         {"bf16 moments", PREC_FP8, [](ModelOptions *o) { o->moments_bf16 = 1; }},
+        {"fp8 bf16 master weights", PREC_FP8, [](ModelOptions *o) { o->master_bf16 = 1; }},
+        {"bf16 bf16 master weights", PREC_BF16, [](ModelOptions *o) { o->master_bf16 = 1; }},
         {"document masks", PREC_FP8, [](ModelOptions *o) { o->doc_mask = 1; o->doc_start_id = 1; }},
     };
     for (int tied = 0; tied < 2; tied++) {
@@ -209,7 +215,7 @@ static void test_memory_plan_is_model_init(void) {
             if (cases[i].set) cases[i].set(&mo);
             if (tied && mo.fp8_lm_head) continue; // refused: a tied lm_head is the embedding
             Model m;
-            model_init(&m, &c, &mo);
+            model_init(&m, &c, &mo, NULL);
             size_t plan = model_memory_plan(&c, &mo, 1);
             CHECK(plan == m.bytes_allocated, "%s%s: the plan says %zu bytes, model_init allocated %zu", cases[i].what, tied ? " (tied)" : "",
                   plan, m.bytes_allocated);
@@ -221,21 +227,59 @@ static void test_memory_plan_is_model_init(void) {
 static void test_bf16_first_step_vs_cpu(void) { bf16_first_step_vs_cpu(small_config(), NULL, BF16_SMALL); }
 static void test_bf16_first_step_llama32_vs_cpu(void) { bf16_first_step_vs_cpu(small_llama32_config(), NULL, BF16_SMALL); }
 
+// -master_weights bf16 after the first step, the GPU's bf16 weights against the reference's (both from
+// the same bf16 weights, each update stochastically rounded with the weight's bits). At t = 1 AdamW
+// moves weight i by lr (sign(g) x / (x + eps) + wd w), x = |g| times the clip factor, whatever
+// the gradient's size. Where the GPU's gradient has the reference's sign the two fp32 updates differ
+// by lr |x/(x + eps) - x'/(x' + eps)| (the two gradients' difference, seen through eps) and a few fp32
+// ulps of arithmetic (8 allowed: a 2^-16 part of a bf16 ulp each), so the same random threshold
+// separates them with probability that difference over the weight's bf16 ulp. The weights that differ
+// may number the sum of those probabilities plus 5 of its standard deviations (and 1). Round-to-nearest,
+// or other rounding bits, put about a quarter or a third of all weights on the other bf16 neighbour.
+// norm: the GPU's gradient norm before clipping.
+static void bf16_master_first_step(const Model *m, const RefModel *ref, float norm, const AdamWParams *h) {
+    const double clip = h->grad_clip > 0.0f && norm > h->grad_clip ? h->grad_clip / norm : 1.0;
+    float *w = download_bf16(m->params_memory, m->num_params), *g = download_bf16(m->grads_memory, m->num_params);
+    size_t n = m->num_params, same_sign = 0, differ = 0;
+    double expected = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        // another sign: the two updates differ by 2 lr
+        if ((g[i] > 0) != (ref->grads[i] > 0) || (g[i] < 0) != (ref->grads[i] < 0)) continue;
+        same_sign++;
+        differ += w[i] != ref->params[i];
+        const double x = fabs(g[i]) * clip, xr = fabs(ref->grads[i]); // the reference's gradient is clipped already
+        const double apart = h->lr * fabs(x / (x + h->eps) - xr / (xr + h->eps));
+        const double ulp = ldexp(1.0, ilogbf(w[i] == 0.0f ? FLT_MIN : w[i]) - 7);
+        const double p = apart / ulp + 8.0 / 65536.0;
+        expected += p < 1.0 ? p : 1.0;
+    }
+    const double allowed = expected + 5.0 * sqrt(expected) + 1.0;
+    printf("    first step: %zu of %zu gradients of the reference's sign, %zu of their bf16 weights differ"
+           " (%.1f expected, %.1f allowed)\n", same_sign, n, differ, expected, allowed);
+    CHECK(same_sign > n / 2, "only %zu of %zu gradients have the reference's sign", same_sign, n);
+    CHECK(differ <= allowed, "%zu of %zu bf16 master weights differ from the reference's (%.1f allowed)", differ,
+          same_sign, allowed);
+    free(w); free(g);
+}
+
 // moments_bf16: AdamW's m and v in bf16 on the GPU (the reference keeps them in double); their
 // stochastic rounding (2^-9 relative, unbiased) is small next to the bf16 weights' own rounding.
-static void ten_steps_vs_cpu(int moments_bf16) {
+// master_bf16: -master_weights bf16 on the GPU and in the reference (ref_set_master_bf16: the same rule
+// and bits), and after the first step the weights bit for bit (bf16_master_first_step).
+static void ten_steps_vs_cpu(int moments_bf16, int master_bf16) {
     LlamaConfig c = small_config();
     int B = 2, T = 128, N = B * T, grad_accum = 2;
     RefModel ref;
     ref_init(&ref, &c, B, T, 0, 0, 0, 16, 0);
     ref_init_weights(&ref, 7);
+    if (master_bf16) ref_set_master_bf16(&ref);
     int *in = (int *)mallocCheck(grad_accum * N * sizeof(int)), *tg = (int *)mallocCheck(grad_accum * N * sizeof(int));
     random_tokens(in, grad_accum * N, c.V, 3);
     random_tokens(tg, grad_accum * N, c.V, 4);
     Model m;
     ModelOptions mo = model_options(B, T, PREC_BF16);
-    mo.moments_bf16 = moments_bf16;
-    model_init(&m, &c, &mo);
+    mo.moments_bf16 = moments_bf16; mo.master_bf16 = master_bf16;
+    model_init(&m, &c, &mo, NULL);
     model_set_weights(&m, ref.params);
     AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
     float *losses = (float *)mallocCheck(grad_accum * N * sizeof(float));
@@ -244,13 +288,15 @@ static void ten_steps_vs_cpu(int moments_bf16) {
         StepResult r = train_step_on(&m, in, tg, grad_accum, &h, losses);
         printf("    step %d loss gpu %.5f cpu %.5f | norm gpu %.4f cpu %.4f\n", step, r.loss, lref, r.norm, gn_ref);
         CHECK(!r.skipped && fabsf(r.loss - lref) / lref < BF16_STEPS_TOL, "step %d loss %.5f vs %.5f", step, r.loss, lref);
+        if (master_bf16 && step == 0) bf16_master_first_step(&m, &ref, r.norm, &h);
     }
     free(losses); free(in); free(tg);
     model_free(&m);
     ref_free(&ref);
 }
-static void test_bf16_ten_steps_vs_cpu(void) { ten_steps_vs_cpu(0); }
-static void test_bf16_moments_ten_steps_vs_cpu(void) { ten_steps_vs_cpu(1); }
+static void test_bf16_ten_steps_vs_cpu(void) { ten_steps_vs_cpu(0, 0); }
+static void test_bf16_moments_ten_steps_vs_cpu(void) { ten_steps_vs_cpu(1, 0); }
+static void test_bf16_master_ten_steps_vs_cpu(void) { ten_steps_vs_cpu(0, 1); }
 
 static void test_bf16_vs_pytorch_fixture(void) {
     Fixture fx;
@@ -258,7 +304,7 @@ static void test_bf16_vs_pytorch_fixture(void) {
     int N = fx.B * fx.T;
     Model m;
     ModelOptions mo = model_options(fx.B, fx.T, PREC_BF16);
-    model_init(&m, &fx.cfg, &mo);
+    model_init(&m, &fx.cfg, &mo, NULL);
     model_set_weights(&m, fx.params);
     StepZero g = gpu_step_zero(&m, fx.inputs, fx.targets);
     double el = rel_err(g.logits, fx.logits, (size_t)N * fx.cfg.V);
@@ -329,7 +375,7 @@ static void fp8_first_step_vs_cpu(LlamaConfig c, const char *model_file, Bf16Bud
 
     Model m;
     ModelOptions mo = model_options(B, T, PREC_FP8);
-    model_init(&m, &c, &mo);
+    model_init(&m, &c, &mo, NULL);
     gpu_weights(&m, &ref, model_file);
     StepZero g = gpu_step_zero(&m, in, tg);
     size_t nl = (size_t)N * c.V;
@@ -454,7 +500,7 @@ static void fp8_state_check(int current, int lm_head, int margin) {
     Model m;
     ModelOptions mo = model_options(B, T, PREC_FP8);
     mo.fp8_current = current; mo.fp8_history = H; mo.fp8_margin = margin; mo.fp8_lm_head = lm_head;
-    model_init(&m, &c, &mo);
+    model_init(&m, &c, &mo, NULL);
     model_set_weights(&m, ref.params);
     AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
     float *losses = (float *)mallocCheck(grad_accum * N * sizeof(float));
@@ -527,7 +573,7 @@ static void test_fp8_vs_pytorch_fixture(void) {
     Model m;
     ModelOptions mo = model_options(fx.B, fx.T, PREC_FP8);
     mo.fp8_history = fx.fp8_history; mo.fp8_margin = fx.fp8_margin;
-    model_init(&m, &fx.cfg, &mo);
+    model_init(&m, &fx.cfg, &mo, NULL);
     model_set_weights(&m, fx.params);
     StepZero g = gpu_step_zero(&m, fx.inputs, fx.targets);
     double el = rel_err(g.logits, fx.logits, nl), tol_l = fp8_tolerance(floor_l, BF16_SMALL.logits);
@@ -536,7 +582,7 @@ static void test_fp8_vs_pytorch_fixture(void) {
     free_step_zero(&g);
     model_free(&m);
 
-    model_init(&m, &fx.cfg, &mo);
+    model_init(&m, &fx.cfg, &mo, NULL);
     model_set_weights(&m, fx.params);
     AdamWParams h = {fx.lr, fx.beta1, fx.beta2, fx.adam_eps, fx.weight_decay, fx.grad_clip};
     float *losses = (float *)mallocCheck((size_t)fx.grad_accum * N * sizeof(float));
@@ -594,6 +640,7 @@ static void test_fp8_vs_pytorch_fixture(void) {
 
 #define PROBE_MAX_L 4
 typedef struct {
+    const Model *model;        // the model being probed (the probe sees only each GEMM's view)
     int live;                  // this step's casts scale live (the first step, or the current recipe)
     float *state0;             // (host) the fp8 state the step began with
     float *master;             // (host) the step's fp32 master weights
@@ -738,13 +785,12 @@ static float probe_block_operand(const void *codes_d, const float *sinv_d, const
     return amax;
 }
 
-// out (I, J) bf16 on the GPU against ref_fp8_block_gemm of the GPU's operands (a (I, K) in blocks of
-// bra rows, b (J, K) of brb): max |gpu - ref| / max |ref| into worst[0], the RMS relative error into worst[1].
-static void probe_block_gemm(double worst[2], const floatX *out_d, int I, int J, int K, BlockOperand a, int bra, BlockOperand b, int brb) {
-    float *want = (float *)mallocCheck((size_t)I * J * sizeof(float)), *out = download_bf16(out_d, (size_t)I * J);
-    ref_fp8_block_gemm(want, a.dec, a.sinv, bra, b.dec, b.sinv, brb, I, J, K, 0);
+// The GPU's n bf16 outputs at out_d against the reference's `want`: max |gpu - ref| / max |ref| into
+// worst[0], the RMS relative error into worst[1].
+static void probe_out_error(double worst[2], const floatX *out_d, const float *want, size_t n) {
+    float *out = download_bf16(out_d, n);
     double maxdiff = 0.0, maxref = 0.0, sqdiff = 0.0, sqref = 0.0;
-    for (size_t i = 0; i < (size_t)I * J; i++) {
+    for (size_t i = 0; i < n; i++) {
         double d = (double)out[i] - want[i];
         maxdiff = fmax(maxdiff, fabs(d));
         maxref = fmax(maxref, fabs((double)want[i]));
@@ -753,7 +799,16 @@ static void probe_block_gemm(double worst[2], const floatX *out_d, int I, int J,
     }
     worst[0] = fmax(worst[0], maxref > 0.0 ? maxdiff / maxref : maxdiff);
     worst[1] = fmax(worst[1], sqref > 0.0 ? sqrt(sqdiff / sqref) : sqrt(sqdiff));
-    free(want); free(out);
+    free(out);
+}
+
+// out (I, J) bf16 on the GPU against ref_fp8_block_gemm of the GPU's operands (a (I, K) in blocks of
+// bra rows, b (J, K) of brb), into worst as probe_out_error.
+static void probe_block_gemm(double worst[2], const floatX *out_d, int I, int J, int K, BlockOperand a, int bra, BlockOperand b, int brb) {
+    float *want = (float *)mallocCheck((size_t)I * J * sizeof(float));
+    ref_fp8_block_gemm(want, a.dec, a.sinv, bra, b.dec, b.sinv, brb, I, J, K, 0);
+    probe_out_error(worst, out_d, want, (size_t)I * J);
+    free(want);
 }
 
 static float *transposed(const float *in, int rows, int cols) {
@@ -822,7 +877,85 @@ static void fp8_block_gemm_probe(const Model *m, const Fp8GemmView *v, const flo
     free(src); free(src_t); free(x_t); free(wt);
 }
 
-static void fp8_gemm_probe(const Model *m, const Fp8GemmView *v) {
+// ---- the row-scaled linears' GEMMs (llmc/recipe_row.cuh): every operand E4M3 with one scale_inv per row
+
+// The GPU's codes and per-row scale_invs of a (rows, cols) operand against the reference's row cast of
+// src (ref_fp8_row_cast), bit for bit; the cast's counts into tensor t's (t < 0: a recast that counts
+// nothing, W^T's). Returns max |src|.
+static float probe_row_operand(const void *codes_d, const float *sinv_d, const float *src, int rows, int cols, int t,
+                               const char *what) {
+    size_t n = (size_t)rows * cols;
+    float *dec = (float *)mallocCheck(n * sizeof(float)), *sinv = (float *)mallocCheck(rows * sizeof(float));
+    uint64_t counts[FP8_COUNTS] = {0, 0};
+    float amax = ref_fp8_row_cast(src, rows, cols, 0, dec, sinv, counts);
+    uint8_t *got = download_u8(codes_d, n);
+    float *gs = download_f32(sinv_d, rows);
+    long bad = 0, bad_s = 0;
+    for (size_t i = 0; i < n; i++) bad += got[i] != fp8_encode(dec[i], FP8_E4M3);
+    for (int r = 0; r < rows; r++) bad_s += memcmp(&gs[r], &sinv[r], sizeof(float)) != 0;
+    if ((bad || bad_s) && g_probe.bad_codes + g_probe.bad_sinv < 5)
+        printf("    %s: %ld of %zu codes and %ld of %d row scale_invs differ from the reference's\n", what, bad, n, bad_s, rows);
+    g_probe.bad_codes += bad; g_probe.codes += n;
+    g_probe.bad_sinv += bad_s; g_probe.sinvs += rows;
+    for (int k = 0; t >= 0 && k < FP8_COUNTS; k++) g_probe.counts[FP8_COUNTS * t + k] += counts[k];
+    free(dec); free(sinv); free(got); free(gs);
+    return amax;
+}
+
+// out (I, J) bf16 on the GPU against ref_fp8_row_gemm of the GPU's operands, a (I, K) and b (J, K) E4M3
+// codes with their row scale_invs, into worst as probe_out_error.
+static void probe_row_gemm(double worst[2], const floatX *out_d, int I, int J, int K, const void *a_d, const float *sa_d,
+                           const void *b_d, const float *sb_d) {
+    uint8_t *a = download_u8(a_d, (size_t)I * K), *b = download_u8(b_d, (size_t)J * K);
+    float *sa = download_f32(sa_d, I), *sb = download_f32(sb_d, J);
+    float *da = (float *)mallocCheck((size_t)I * K * sizeof(float)), *db = (float *)mallocCheck((size_t)J * K * sizeof(float));
+    float *want = (float *)mallocCheck((size_t)I * J * sizeof(float));
+    for (size_t i = 0; i < (size_t)I * K; i++) da[i] = fp8_decode(a[i], FP8_E4M3);
+    for (size_t i = 0; i < (size_t)J * K; i++) db[i] = fp8_decode(b[i], FP8_E4M3);
+    ref_fp8_row_gemm(want, da, sa, db, sb, I, J, K, 0);
+    probe_out_error(worst, out_d, want, (size_t)I * J);
+    free(a); free(b); free(sa); free(sb); free(da); free(db); free(want);
+}
+
+// A row-scaled linear's GEMM: forward X per token and W per output row (W from bf16(master), as the
+// weight cast or AdamW's master makes it), Y; backward dY per token and dY^T, X^T per column of the
+// forward's X, W^T per input column of W (a recast, counted nowhere), dX and dW. Slots and scales as a
+// block tensor's (current scaling: the per-tensor scale never moves).
+static void fp8_row_gemm_probe(const Model *m, const Fp8GemmView *v, const float *st, const char *what) {
+    const LlamaConfig *c = &m->cfg;
+    int l = v->l, lin = v->lin, N = v->N, IN = v->IN, OUT = v->OUT;
+    int tx = fp8_tensor(c, l, lin, FP8_X), tw = fp8_tensor(c, l, lin, FP8_W), tdy = fp8_tensor(c, l, lin, FP8_DY);
+    size_t wn = (size_t)IN * OUT, at = m->param[LINEAR_PARAM[lin]] - m->params_memory + (size_t)l * wn;
+    float *wsrc = (float *)mallocCheck(wn * sizeof(float));
+    for (size_t i = 0; i < wn; i++) wsrc[i] = __bfloat162float(__float2bfloat16_rn(g_probe.master[at + i]));
+    if (!v->backward) {
+        CHECK(v->src != NULL, "%s: the probe needs the bf16 X", what);
+        if (v->src == NULL) { free(wsrc); return; }
+        float *src = download_bf16(v->src, (size_t)N * IN);
+        probe_block_slot(m, st, tx, probe_row_operand(v->a, v->a_sinv, src, N, IN, tx, what), what);
+        probe_block_slot(m, st, tw, probe_row_operand(v->b, v->b_sinv, wsrc, OUT, IN, tw, what), what);
+        probe_row_gemm(g_probe.worst[0], v->out, N, OUT, IN, v->a, v->a_sinv, v->b, v->b_sinv);
+        free(g_probe.x_src[lin][l]);
+        g_probe.x_src[lin][l] = src;
+        free(wsrc);
+        return;
+    }
+    CHECK(v->src != NULL && g_probe.x_src[lin][l] != NULL, "%s: the probe needs the bf16 dY and the forward's X", what);
+    if (v->src == NULL || g_probe.x_src[lin][l] == NULL) { free(wsrc); return; }
+    float *src = download_bf16(v->src, (size_t)N * OUT), *src_t = transposed(src, N, OUT);
+    float *x_t = transposed(g_probe.x_src[lin][l], N, IN), *w_t = transposed(wsrc, OUT, IN);
+    float amax = probe_row_operand(v->a, v->a_sinv, src, N, OUT, tdy, what);
+    probe_row_operand(v->a_t, v->a_t_sinv, src_t, OUT, N, tdy, what);
+    probe_block_slot(m, st, tdy, amax, what);
+    probe_block_slot(m, st, tx, probe_row_operand(v->x_t, v->x_t_sinv, x_t, IN, N, tx, what), what);
+    probe_row_operand(v->b, v->b_sinv, w_t, IN, OUT, -1, what);
+    probe_row_gemm(g_probe.worst[1], v->out, N, IN, OUT, v->a, v->a_sinv, v->b, v->b_sinv);     // dX = dY W, W^T in the TN form
+    probe_row_gemm(g_probe.worst[2], v->dw, OUT, IN, N, v->a_t, v->a_t_sinv, v->x_t, v->x_t_sinv); // dW = dY^T X over the tokens
+    free(src); free(src_t); free(x_t); free(w_t); free(wsrc);
+}
+
+static void fp8_gemm_probe(const Fp8GemmView *v) {
+    const Model *m = g_probe.model;
     cudaCheck(cudaDeviceSynchronize());
     const LlamaConfig *c = &m->cfg;
     Fp8StateLayout lay = m->fp8_state.layout;
@@ -833,8 +966,9 @@ static void fp8_gemm_probe(const Model *m, const Fp8GemmView *v) {
     snprintf(what, sizeof(what), "layer %d %s %s", l, LINEAR_NAMES[lin < LINS_PER_LAYER ? lin : 0], v->backward ? "backward" : "forward");
     if (lin == LIN_LM_HEAD) snprintf(what, sizeof(what), "lm_head %s", v->backward ? "backward" : "forward");
     int tx = fp8_tensor(c, l, lin, FP8_X), tw = fp8_tensor(c, l, lin, FP8_W), tdy = fp8_tensor(c, l, lin, FP8_DY);
-    if (v->a_sinv != NULL) { // a block-scaled linear
-        fp8_block_gemm_probe(m, v, st, what);
+    if (v->a_sinv != NULL) { // a block- or row-scaled linear
+        if (linear_grain(&m->linears, l, lin) == FP8_GRAIN_ROW) fp8_row_gemm_probe(m, v, st, what);
+        else fp8_block_gemm_probe(m, v, st, what);
         if (v->backward) { free(g_probe.last_state); g_probe.last_state = st; st = NULL; }
     } else if (!v->backward) {
         CHECK(v->src != NULL, "%s: the probe needs the bf16 X", what);
@@ -949,8 +1083,9 @@ static int probe_drops_deciding(const float *st, Fp8StateLayout lay) {
 
 // The linears' grains of a probed run: all per-tensor; layer 0's w2 and qkv block-scaled, the rest
 // per-tensor (set as the fallback sets them; its threshold 100% switches nothing else); every linear
-// block-scaled (-fp8_grain block); layer 0's w2 and layer 1's qkv fallen back to bf16.
-enum { PROBE_PER_TENSOR, PROBE_SOME_BLOCK, PROBE_ALL_BLOCK, PROBE_SOME_BF16 };
+// block-scaled (-fp8_grain block); layer 0's w2 and layer 1's qkv fallen back to bf16; the same two
+// row-scaled (-fp8_fallback row); every linear row-scaled (-fp8_grain row).
+enum { PROBE_PER_TENSOR, PROBE_SOME_BLOCK, PROBE_ALL_BLOCK, PROBE_SOME_BF16, PROBE_SOME_ROW, PROBE_ALL_ROW };
 
 // `steps` steps (the first live, then delayed unless current) with every fp8 GEMM probed, amax
 // history length `history`; with push_off, the last step runs with push_scales_off's scales. More
@@ -966,13 +1101,15 @@ static void fp8_probed_steps(int current, int weight_cache, int margin, int lm_h
     mo.fp8_current = current; mo.fp8_history = history; mo.fp8_margin = margin; mo.recompute = recompute;
     mo.fp8_weight_cache = weight_cache; mo.fp8_lm_head = lm_head;
     if (grains == PROBE_ALL_BLOCK) mo.fp8_grain = FP8_GRAIN_BLOCK;
-    if (grains == PROBE_SOME_BLOCK || grains == PROBE_SOME_BF16) {
-        mo.fp8_fallback = grains == PROBE_SOME_BLOCK ? FP8_GRAIN_BLOCK : FP8_GRAIN_BF16;
+    if (grains == PROBE_ALL_ROW) mo.fp8_grain = FP8_GRAIN_ROW;
+    const int some = grains == PROBE_SOME_BLOCK ? FP8_GRAIN_BLOCK : grains == PROBE_SOME_BF16 ? FP8_GRAIN_BF16
+                   : grains == PROBE_SOME_ROW ? FP8_GRAIN_ROW : 0;
+    if (some) {
+        mo.fp8_fallback = some;
         mo.fp8_fallback_millionths = 1000000; mo.fp8_fallback_patience = 1;
     }
-    model_init(&m, &c, &mo);
-    if (grains == PROBE_SOME_BLOCK) { fp8_set_grain(&m, 0, LIN_W2, FP8_GRAIN_BLOCK); fp8_set_grain(&m, 0, LIN_QKV, FP8_GRAIN_BLOCK); }
-    if (grains == PROBE_SOME_BF16) { fp8_set_grain(&m, 0, LIN_W2, FP8_GRAIN_BF16); fp8_set_grain(&m, 1, LIN_QKV, FP8_GRAIN_BF16); }
+    model_init(&m, &c, &mo, NULL);
+    if (some) { linear_set_grain(&m.linears, 0, LIN_W2, some); linear_set_grain(&m.linears, some == FP8_GRAIN_BF16 ? 1 : 0, LIN_QKV, some); }
     float *w = (float *)mallocCheck(m.num_params * sizeof(float));
     model_init_weights(&m, 51, w);
     model_set_weights(&m, w);
@@ -988,11 +1125,12 @@ static void fp8_probed_steps(int current, int weight_cache, int margin, int lm_h
     AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
     Fp8StateLayout lay = m.fp8_state.layout;
     memset(&g_probe, 0, sizeof(g_probe));
+    g_probe.model = &m;
     g_probe.counts = (uint64_t *)mallocCheck((size_t)FP8_COUNTS * lay.num_tensors * sizeof(uint64_t));
     g_fp8_gemm_probe = fp8_gemm_probe;
     int per_step = 0, rolled_out = 0, decided = 0;
     for (int l = 0; l < L; l++)
-        for (int lin = 0; lin < LINS_PER_LAYER + (l == 0 ? m.fp8.lm_head : 0); lin++) per_step += 2 * (linear_grain(&m, l, lin) != FP8_GRAIN_BF16);
+        for (int lin = 0; lin < LINS_PER_LAYER + (l == 0 ? m.fp8.lm_head : 0); lin++) per_step += 2 * (linear_grain(&m.linears, l, lin) != FP8_GRAIN_BF16);
     for (int step = 0; step < steps; step++) {
         random_tokens(in, N, c.V, 60 + step);
         random_tokens(tg, N, c.V, 70 + step);
@@ -1039,10 +1177,11 @@ static void fp8_probed_steps(int current, int weight_cache, int margin, int lm_h
         CHECK(g_probe.bad_slots == 0, "step %d: %ld amax slots differ from max |bf16 value|", step, g_probe.bad_slots);
         CHECK(g_probe.bad_scales == 0, "step %d: %ld casts used another scale than the recipe's", step, g_probe.bad_scales);
         CHECK(g_probe.bad_sinv == 0, "step %d: %ld block scale_invs differ from the reference's", step, g_probe.bad_sinv);
-        if (grains == PROBE_SOME_BLOCK || grains == PROBE_ALL_BLOCK) CHECK(g_probe.sinvs > 0, "step %d: no block-scaled GEMM was probed", step);
+        if (grains != PROBE_PER_TENSOR && grains != PROBE_SOME_BF16)
+            CHECK(g_probe.sinvs > 0, "step %d: no block- or row-scaled GEMM was probed", step);
         for (int l = 0; l < L && g_probe.last_state; l++) { // a linear fallen back to bf16 records nothing
             for (int lin = 0; lin < LINS_PER_LAYER; lin++) {
-                if (linear_grain(&m, l, lin) != FP8_GRAIN_BF16) continue;
+                if (linear_grain(&m.linears, l, lin) != FP8_GRAIN_BF16) continue;
                 long recorded = 0;
                 for (int k = 0; k < FP8_KINDS; k++) {
                     int t = fp8_tensor_index(l, lin, k);
@@ -1088,13 +1227,18 @@ static void test_fp8_probed_pushed_scales(void) { fp8_probed_steps(0, 1, 0, 0, 0
 static void test_fp8_probed_block_some(void) { fp8_probed_steps(0, 1, 0, 0, 0, 0, 4, 3, PROBE_SOME_BLOCK); }
 static void test_fp8_probed_block_all(void) { fp8_probed_steps(0, 0, 0, 1, 1, 0, 4, 3, PROBE_ALL_BLOCK); }
 static void test_fp8_probed_bf16_fallback(void) { fp8_probed_steps(0, 1, 0, 0, 0, 0, 4, 3, PROBE_SOME_BF16); }
+// Row-wise scaling, as block's two: layer 0's w2 and qkv row-scaled among per-tensor linears (W cast by
+// AdamW, then made again per row from the master); every linear row-scaled with the fp8 lm_head, W cast
+// per use and -r 1 (wo's and w2's X^T cast afresh in the backward, the lm_head's kept).
+static void test_fp8_probed_row_some(void) { fp8_probed_steps(0, 1, 0, 0, 0, 0, 4, 3, PROBE_SOME_ROW); }
+static void test_fp8_probed_row_all(void) { fp8_probed_steps(0, 0, 0, 1, 1, 0, 4, 3, PROBE_ALL_ROW); }
 
 // A small fp8 model with the trainer's own random init.
 static void small_fp8_model(Model *m, int history, uint64_t seed) {
     LlamaConfig c = small_config();
     ModelOptions mo = model_options(2, 128, PREC_FP8);
     mo.fp8_history = history;
-    model_init(m, &c, &mo);
+    model_init(m, &c, &mo, NULL);
     float *w = (float *)mallocCheck(m->num_params * sizeof(float));
     model_init_weights(m, seed, w);
     model_set_weights(m, w);
@@ -1292,7 +1436,7 @@ static Trained train_small(SmallRun run) {
     mo.fp8_history = 4; mo.recompute = run.recompute; mo.fp8_weight_cache = run.weight_cache;
     mo.fp8_current = run.current; mo.cuda_graph = run.cuda_graph; mo.fp8_lm_head = run.lm_head;
     mo.doc_mask = run.doc_mask; mo.doc_start_id = DOC_START; mo.fp8_grain = run.fp8_grain;
-    model_init(&m, &c, &mo);
+    model_init(&m, &c, &mo, NULL);
     float *w = (float *)mallocCheck(m.num_params * sizeof(float));
     model_init_weights(&m, 13, w);
     model_set_weights(&m, w);
@@ -1460,7 +1604,7 @@ static void test_fp8_weights_made_by_adamw(void) {
     for (int lin = 0; lin < LINS_PER_LAYER; lin++) {
         size_t n = (size_t)linear_in(&c, lin) * linear_out(&c, lin), at = m.param[LINEAR_PARAM[lin]] - m.params_memory;
         uint8_t *codes = (uint8_t *)mallocCheck(c.L * n);
-        cudaCheck(cudaMemcpy(codes, m.w_fp8[lin], c.L * n, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(codes, linear_of(&m.linears, 0, lin)->w_fp8, c.L * n, cudaMemcpyDeviceToHost));
         for (int l = 0; l < c.L; l++) {
             int t = fp8_tensor(&c, l, lin, FP8_W);
             float scale = state[lay.scale + t], amax = 0.0f;
@@ -1522,7 +1666,7 @@ static float ref_step_pair(RefModel *ref, RefModel *refb, const LlamaConfig *c, 
 static float *gpu_step_grads(Model *m, const LlamaConfig *c, int B, int T, int precision, const float *params, const int *in,
                              const int *tg, int grad_accum, float *losses, float *loss, int *skipped) {
     ModelOptions mo = model_options(B, T, precision);
-    model_init(m, c, &mo);
+    model_init(m, c, &mo, NULL);
     model_set_weights(m, params);
     AdamWParams h = {0.0f, 0.9f, 0.95f, 1e-8f, 0.0f, 0.0f};
     StepResult r = train_step_on(m, in, tg, grad_accum, &h, losses);
@@ -1707,7 +1851,21 @@ static void test_attention_paths(void) {
 // ----------------------------------------------------------------------------------------------
 // Resume: 6 steps straight == 3 steps, checkpoint, fresh process state, load, 3 steps (bit-exact).
 
-static void resume_check(int precision, int moments_bf16, int recompute) {
+// bf16 master weights: the checkpoint's model file must hold the bf16 weights widened to fp32, exactly.
+static void check_model_file_is_bf16_weights(const Model *m, const char *dir, int step) {
+    char model_path[1024], state_path[1024];
+    checkpoint_paths(dir, step, 0, model_path, state_path);
+    float *file = (float *)mallocCheck(m->num_params * sizeof(float));
+    float *w = download_bf16(m->params_memory, m->num_params);
+    Section ms[] = {{file, m->num_params * sizeof(float), 0}};
+    read_sections(model_path, MODEL_MAGIC, NULL, 0, ms, 1, NULL);
+    size_t differ = 0;
+    for (size_t i = 0; i < m->num_params; i++) differ += memcmp(&file[i], &w[i], sizeof(float)) != 0;
+    CHECK(differ == 0, "%s: %zu of %zu weights are not the bf16 weights'", model_path, differ, m->num_params);
+    free(file); free(w);
+}
+
+static void resume_check(int precision, int moments_bf16, int recompute, int master_bf16) {
     LlamaConfig c = small_config();
     int B = 2, T = 128, N = B * T, grad_accum = 2, steps = 6, half = 3;
     AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
@@ -1723,8 +1881,8 @@ static void resume_check(int precision, int moments_bf16, int recompute) {
     for (int run = 0; run < 2; run++) {
         Model m;
         ModelOptions mo = model_options(B, T, precision);
-        mo.fp8_history = 4; mo.moments_bf16 = moments_bf16; mo.recompute = recompute;
-        model_init(&m, &c, &mo);
+        mo.fp8_history = 4; mo.moments_bf16 = moments_bf16; mo.recompute = recompute; mo.master_bf16 = master_bf16;
+        model_init(&m, &c, &mo, NULL);
         if (!w) { w = (float *)mallocCheck(m.num_params * sizeof(float)); model_init_weights(&m, 11, w); }
         model_set_weights(&m, w);
         DataLoader dl;
@@ -1736,9 +1894,10 @@ static void resume_check(int precision, int moments_bf16, int recompute) {
             if (run == 1 && s == half) { // save, then continue in a brand-new model and loader
                 data_state_save(&ts, &dl);
                 checkpoint_step(&m, &ts, dir, 0, 1); // run id 1
+                if (master_bf16) check_model_file_is_bf16_weights(&m, dir, half);
                 dataloader_free(&dl);
                 model_free(&m);
-                model_init(&m, &c, &mo);
+                model_init(&m, &c, &mo, NULL);
                 dataloader_init_synthetic(&dl, B, T, 0, 1, c.V, 5);
                 load_checkpoint(&m, &ts, dir, half);
                 dataloader_load_state(&dl, ts.data, (size_t)ts.data_bytes, dir, 0);
@@ -1756,19 +1915,20 @@ static void resume_check(int precision, int moments_bf16, int recompute) {
     free(w);
     cudaCheck(cudaFreeHost(in)); cudaCheck(cudaFreeHost(tg)); cudaCheck(cudaFreeHost(losses));
 }
-static void test_resume_bitexact_bf16(void) { resume_check(PREC_BF16, 0, 0); }
-static void test_resume_bitexact_fp8(void) { resume_check(PREC_FP8, 0, 0); }
-static void test_resume_bitexact_fp8_recompute(void) { resume_check(PREC_FP8, 0, 1); }
-static void test_resume_bitexact_fp8_bf16_moments(void) { resume_check(PREC_FP8, 1, 0); }
+static void test_resume_bitexact_bf16(void) { resume_check(PREC_BF16, 0, 0, 0); }
+static void test_resume_bitexact_fp8(void) { resume_check(PREC_FP8, 0, 0, 0); }
+static void test_resume_bitexact_fp8_recompute(void) { resume_check(PREC_FP8, 0, 1, 0); }
+static void test_resume_bitexact_fp8_bf16_moments(void) { resume_check(PREC_FP8, 1, 0, 0); }
+static void test_resume_bitexact_fp8_bf16_master(void) { resume_check(PREC_FP8, 1, 0, 1); }
 
 
 // ----------------------------------------------------------------------------------------------
 // fp8 block scaling and the fallback (issue 34) against the C reference's emulation
 
 // The first step with linears off per-tensor scaling against the reference with the same grains
-// (ref_set_fp8_grain): every linear block-scaled (-fp8_grain block), or layer 0's w2 and layer 1's
-// qkv fallen back to bf16. The budgets are fp8_first_step_vs_cpu's: twice the flip floor of the
-// bf16-input reference, plus bf16's.
+// (ref_set_fp8_grain): every linear block-scaled (-fp8_grain block) or row-scaled (-fp8_grain row), or
+// layer 0's w2 and layer 1's qkv fallen back to bf16. The budgets are fp8_first_step_vs_cpu's: twice
+// the flip floor of the bf16-input reference, plus bf16's.
 static void grains_first_step_vs_cpu(int grain) {
     LlamaConfig c = small_config();
     int B = 2, T = 128, N = B * T;
@@ -1780,7 +1940,7 @@ static void grains_first_step_vs_cpu(int grain) {
     refb.fp8_bf16_inputs = 1;
     const int bf16_lin[2] = {fp8_linear(&c, 0, LIN_W2), fp8_linear(&c, 1, LIN_QKV)};
     for (int i = 0; i < fp8_num_linears(&c, 0); i++) {
-        int g = grain == FP8_GRAIN_BLOCK ? FP8_GRAIN_BLOCK : i == bf16_lin[0] || i == bf16_lin[1] ? FP8_GRAIN_BF16 : FP8_GRAIN_TENSOR;
+        int g = grain != FP8_GRAIN_BF16 ? grain : i == bf16_lin[0] || i == bf16_lin[1] ? FP8_GRAIN_BF16 : FP8_GRAIN_TENSOR;
         ref_set_fp8_grain(&ref, i, g, 0);
         ref_set_fp8_grain(&refb, i, g, 0);
     }
@@ -1792,10 +1952,10 @@ static void grains_first_step_vs_cpu(int grain) {
 
     Model m;
     ModelOptions mo = model_options(B, T, PREC_FP8);
-    if (grain == FP8_GRAIN_BLOCK) mo.fp8_grain = FP8_GRAIN_BLOCK;
+    if (grain != FP8_GRAIN_BF16) mo.fp8_grain = grain;
     else { mo.fp8_fallback = FP8_GRAIN_BF16; mo.fp8_fallback_millionths = 1000000; mo.fp8_fallback_patience = 1; }
-    model_init(&m, &c, &mo);
-    if (grain == FP8_GRAIN_BF16) { fp8_set_grain(&m, 0, LIN_W2, FP8_GRAIN_BF16); fp8_set_grain(&m, 1, LIN_QKV, FP8_GRAIN_BF16); }
+    model_init(&m, &c, &mo, NULL);
+    if (grain == FP8_GRAIN_BF16) { linear_set_grain(&m.linears, 0, LIN_W2, FP8_GRAIN_BF16); linear_set_grain(&m.linears, 1, LIN_QKV, FP8_GRAIN_BF16); }
     model_set_weights(&m, ref.params);
     StepZero g = gpu_step_zero(&m, in, tg);
     size_t nl = (size_t)N * c.V;
@@ -1813,6 +1973,54 @@ static void grains_first_step_vs_cpu(int grain) {
 }
 static void test_fp8_block_first_step_vs_cpu(void) { grains_first_step_vs_cpu(FP8_GRAIN_BLOCK); }
 static void test_fp8_bf16_fallback_first_step_vs_cpu(void) { grains_first_step_vs_cpu(FP8_GRAIN_BF16); }
+static void test_fp8_row_first_step_vs_cpu(void) { grains_first_step_vs_cpu(FP8_GRAIN_ROW); }
+
+// Training with every linear row-scaled (-fp8_grain row): 6 steps of 2 micro-steps against the C
+// reference's row emulation (fp8_state_check's loss budget: twice the flip floor of the bf16-input
+// emulation, plus bf16's), and against the same training in bf16 on the GPU: within 1% of its loss,
+// the bound the CPU suite holds the emulations to against fp32 (test_fp8_grain.h's training steps:
+// E4M3's relative rounding is at most 2^-4 per value, and every logit and loss averages many of them).
+static void test_fp8_row_training_vs_cpu_and_bf16(void) {
+    LlamaConfig c = small_config();
+    int B = 2, T = 128, N = B * T, grad_accum = 2;
+    RefModel ref, refb;
+    ref_init(&ref, &c, B, T, 1, 0, 0, 16, 0);
+    ref_init(&refb, &c, B, T, 1, 0, 0, 16, 0);
+    ref_init_weights(&ref, 11);
+    ref_init_weights(&refb, 11);
+    refb.fp8_bf16_inputs = 1;
+    for (int i = 0; i < fp8_num_linears(&c, 0); i++) {
+        ref_set_fp8_grain(&ref, i, FP8_GRAIN_ROW, 0);
+        ref_set_fp8_grain(&refb, i, FP8_GRAIN_ROW, 0);
+    }
+    int *in = (int *)mallocCheck(grad_accum * N * sizeof(int)), *tg = (int *)mallocCheck(grad_accum * N * sizeof(int));
+    random_tokens(in, grad_accum * N, c.V, 12);
+    random_tokens(tg, grad_accum * N, c.V, 13);
+    Model row, bf16;
+    ModelOptions mo = model_options(B, T, PREC_FP8), mb = model_options(B, T, PREC_BF16);
+    mo.fp8_grain = FP8_GRAIN_ROW;
+    model_init(&row, &c, &mo, NULL);
+    model_init(&bf16, &c, &mb, NULL);
+    model_set_weights(&row, ref.params);
+    model_set_weights(&bf16, ref.params);
+    AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    float *losses = (float *)mallocCheck(grad_accum * N * sizeof(float));
+    for (int step = 0; step < 6; step++) {
+        float gn;
+        float lref = ref_train_step(&ref, in, tg, grad_accum, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.grad_clip, &gn);
+        float lb = ref_train_step(&refb, in, tg, grad_accum, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.grad_clip, &gn);
+        float l = train_step_on(&row, in, tg, grad_accum, &h, losses).loss;
+        float l16 = train_step_on(&bf16, in, tg, grad_accum, &h, losses).loss;
+        double tol = fp8_tolerance(fabs(lb - lref) / lref, BF16_STEPS_TOL);
+        printf("    step %d loss row gpu %.5f cpu %.5f (bf16-input cpu %.5f, tolerance %.2e) | bf16 gpu %.5f (row off by %.2e)\n", step,
+               l, lref, lb, tol, l16, fabs(l - l16) / l16);
+        CHECK(fabs(l - lref) / lref < tol, "step %d: row loss %.5f vs the reference's %.5f", step, l, lref);
+        CHECK(fabs(l - l16) / l16 < 1e-2, "step %d: row loss %.5f vs bf16's %.5f", step, l, l16);
+    }
+    free(losses); free(in); free(tg);
+    model_free(&row); model_free(&bf16);
+    ref_free(&ref); ref_free(&refb);
+}
 
 // The fallback's fixture, dev/test/test_fp8_grain.h's test_grain_auto_fallback at T 128: token 7,
 // only at position 0, is the one token with embedding dimension 5 (1 there, 0 elsewhere in its row),
@@ -1860,7 +2068,7 @@ static void outlier_model(Model *m, const RefModel *ref, int target, int patienc
     ModelOptions mo = model_options(OUTLIER_B, OUTLIER_T, PREC_FP8);
     mo.fp8_history = 4; mo.cuda_graph = cuda_graph;
     mo.fp8_fallback = target; mo.fp8_fallback_millionths = 10000; mo.fp8_fallback_patience = patience;
-    model_init(m, &cfg, &mo);
+    model_init(m, &cfg, &mo, NULL);
     model_set_weights(m, ref->params);
 }
 
@@ -1897,12 +2105,12 @@ static void fallback_vs_cpu(int target) {
         ref_fp8_auto_grain(&ref, 1, 0.01, 2, target);
         ref_fp8_auto_grain(&refb, 1, 0.01, 2, target);
         StepResult r = train_step_on(&m, in, tg, 1, &h, losses);
-        note_switches(m.fp8_grain, ref.fp8_grain, nlin, step, gpu_at, ref_at);
+        note_switches(m.linears.grain, ref.fp8_grain, nlin, step, gpu_at, ref_at);
         note_switches(NULL, refb.fp8_grain, nlin, step, NULL, refb_at);
         double tol = fp8_tolerance(fabs(lb - lref) / lref, BF16_STEPS_TOL);
         printf("    step %d loss gpu %.5f cpu %.5f (bf16-input cpu %.5f, tolerance %.2e); switched now: %d on the GPU, grains", step, r.loss,
-               lref, lb, tol, m.fp8_num_switched);
-        for (int i = 0; i < nlin; i++) printf(" %d/%d", m.fp8_grain[i], ref.fp8_grain[i]);
+               lref, lb, tol, m.linears.num_switched);
+        for (int i = 0; i < nlin; i++) printf(" %d/%d", m.linears.grain[i], ref.fp8_grain[i]);
         printf(" (gpu/cpu)\n");
         CHECK(!r.skipped && fabs(r.loss - lref) / lref < tol, "step %d loss %.5f vs %.5f", step, r.loss, lref);
     }
@@ -1920,7 +2128,7 @@ static void fallback_vs_cpu(int target) {
     float *st = download_f32(m.fp8_state.buffer, lay.total);
     int tx = fp8_tensor_index(0, LIN_W2, FP8_X);
     if (target == FP8_GRAIN_BLOCK) {
-        double cast = fp8_values_cast(&m, 0, LIN_W2, FP8_X, 1);
+        double cast = linear_values_cast(&m.linears, 0, LIN_W2, FP8_X, 1);
         printf("    block: layer 0's w2 X lost %llu of %.0f values in the last step\n", (unsigned long long)counts[FP8_COUNTS * tx + FP8_UNDERFLOWS], cast);
         CHECK(cast == 2.0 * OUTLIER_N * c.FF && (double)counts[FP8_COUNTS * tx + FP8_UNDERFLOWS] < 0.01 * cast,
               "block: layer 0's w2 X lost %llu of %.0f values", (unsigned long long)counts[FP8_COUNTS * tx + FP8_UNDERFLOWS], cast);
@@ -1977,12 +2185,12 @@ static void fallback_resume_check(int target, int patience) {
                 outlier_model(&m, &ref, target, patience, 1);
                 load_checkpoint(&m, &ts, dir, half);
                 loaded_switched = 0;
-                for (int i = 0; i < nlin; i++) loaded_switched += m.fp8_grain[i] != FP8_GRAIN_TENSOR;
+                for (int i = 0; i < nlin; i++) loaded_switched += m.linears.grain[i] != FP8_GRAIN_TENSOR;
             }
             (run == 0 ? straight : resumed)[s] = train_step_on(&m, in, tg, 1, &OUTLIER_ADAMW, losses).loss;
         }
-        memcpy(grains[run], m.fp8_grain, nlin);
-        memcpy(over[run], m.fp8_over_steps, nlin * sizeof(int));
+        memcpy(grains[run], m.linears.grain, nlin);
+        memcpy(over[run], m.linears.over_steps, nlin * sizeof(int));
         model_free(&m);
     }
     for (int s = half; s < steps; s++) {
@@ -2072,7 +2280,7 @@ static void nonfinite_last_step_checkpoint(int precision) {
     Model m;
     ModelOptions mo = model_options(B, T, precision);
     mo.fp8_history = 4;
-    model_init(&m, &c, &mo);
+    model_init(&m, &c, &mo, NULL);
     float *w = (float *)mallocCheck(m.num_params * sizeof(float));
     model_init_weights(&m, 17, w);
     model_set_weights(&m, w);
@@ -2103,7 +2311,7 @@ static void nonfinite_last_step_checkpoint(int precision) {
     CHECK(picked == o.max_steps, "-y 1 would resume from step %d, not %d", picked, o.max_steps);
     model_free(&m);
     Model back;
-    model_init(&back, &c, &mo);
+    model_init(&back, &c, &mo, NULL);
     if (wrote) {
         load_checkpoint(&back, &ts, dir, o.max_steps);
         float *master = download_f32(back.master, back.num_params);
@@ -2153,9 +2361,9 @@ static void eval_only_fp8(int current) {
     size_t nl = (size_t)N * c.V;
     for (int k = 0; k < 2; k++) {
         Model trained, evaluated, bf16;
-        model_init(&trained, &c, &mo);
-        model_init(&evaluated, &c, &mo);
-        model_init(&bf16, &c, &mb);
+        model_init(&trained, &c, &mo, NULL);
+        model_init(&evaluated, &c, &mo, NULL);
+        model_init(&bf16, &c, &mb, NULL);
         float *w = (float *)mallocCheck(trained.num_params * sizeof(float));
         model_init_weights(&trained, 23, w);
         model_set_weights(&trained, w);
@@ -2292,7 +2500,7 @@ static void test_masked_val_loss_vs_cpu(void) {
     double want = sum / learned;
     Model m;
     ModelOptions mo = model_options(B, T, PREC_BF16);
-    model_init(&m, &c, &mo);
+    model_init(&m, &c, &mo, NULL);
     model_set_weights(&m, ref.params);
     float *host_losses;
     cudaCheck(cudaMallocHost(&host_losses, N * sizeof(float)));
@@ -2522,7 +2730,7 @@ static void test_doc_mask_step_vs_cpu(void) {
         Model m;
         ModelOptions mo = model_options(B, T, PREC_BF16);
         mo.doc_mask = 1; mo.doc_start_id = DOC_START;
-        model_init(&m, &c, &mo);
+        model_init(&m, &c, &mo, NULL);
         model_set_weights(&m, ref.params);
 #ifdef ENABLE_CUDNN
         CHECK((m.acts.doc_bias != NULL) == use_cudnn, "cuDNN %s: the document bias is %s", use_cudnn ? "on" : "off",
@@ -2589,7 +2797,7 @@ static void test_doc_mask_no_start_inside_is_unmasked(void) {
         for (int doc_mask = 0; doc_mask < 2; doc_mask++) {
             ModelOptions mo = model_options(B, T, PREC_BF16);
             mo.doc_mask = doc_mask; mo.doc_start_id = DOC_START;
-            model_init(&m[doc_mask], &c, &mo);
+            model_init(&m[doc_mask], &c, &mo, NULL);
             float *w = (float *)mallocCheck(m[doc_mask].num_params * sizeof(float));
             model_init_weights(&m[doc_mask], 19, w);
             model_set_weights(&m[doc_mask], w);
@@ -2639,6 +2847,8 @@ int main(int argc, char **argv) {
     run_test("bf16 first step vs PyTorch fixture", test_bf16_vs_pytorch_fixture);
     run_test("bf16 10 steps vs C reference", test_bf16_ten_steps_vs_cpu);
     run_test("bf16 10 steps with bf16 AdamW moments vs C reference", test_bf16_moments_ten_steps_vs_cpu);
+    run_test("bf16 10 steps with bf16 master weights vs C reference (the first update bit for bit)",
+             test_bf16_master_ten_steps_vs_cpu);
     run_test("fp8 first step vs C reference emulation", test_fp8_first_step_vs_cpu);
     run_test("bf16 first step, tied embeddings + llama3 RoPE scaling, vs C reference", test_bf16_first_step_llama32_vs_cpu);
     run_test("fp8 first step, tied embeddings + llama3 RoPE scaling, vs C reference emulation", test_fp8_first_step_llama32_vs_cpu);
@@ -2670,6 +2880,12 @@ int main(int argc, char **argv) {
     run_test("fp8 linears GEMM by GEMM: two linears fallen back to bf16 (no fp8 GEMM; nothing recorded or counted for them)",
              test_fp8_probed_bf16_fallback);
     run_test("fp8 block scaling: first step with every linear block-scaled vs C reference emulation", test_fp8_block_first_step_vs_cpu);
+    run_test("fp8 row linears GEMM by GEMM: layer 0 w2 and qkv row-scaled among per-tensor ones (codes, row scale_invs, slots, counts,"
+             " outputs vs the reference's row casts)", test_fp8_probed_row_some);
+    run_test("fp8 row linears GEMM by GEMM: every linear row-scaled, fp8 lm_head, W cast per use, -r 1", test_fp8_probed_row_all);
+    run_test("fp8 row scaling: first step with every linear row-scaled vs C reference emulation", test_fp8_row_first_step_vs_cpu);
+    run_test("fp8 row scaling: 6 steps of -fp8_grain row vs C reference emulation and within 1% of bf16's loss",
+             test_fp8_row_training_vs_cpu_and_bf16);
     run_test("fp8 fallback: first step with two linears in bf16 vs C reference emulation", test_fp8_bf16_fallback_first_step_vs_cpu);
     run_test("fp8 fallback to block: the planted outlier: its linears switch after the step ref_fp8_auto_grain switches them", test_fp8_fallback_block_vs_cpu);
     run_test("fp8 fallback to bf16: the planted outlier: its linears switch after the step ref_fp8_auto_grain switches them; nothing cast after",
@@ -2683,6 +2899,8 @@ int main(int argc, char **argv) {
     run_test("resume is bit-exact (fp8)", test_resume_bitexact_fp8);
     run_test("resume is bit-exact (fp8, -r 1)", test_resume_bitexact_fp8_recompute);
     run_test("resume is bit-exact (fp8, bf16 AdamW moments)", test_resume_bitexact_fp8_bf16_moments);
+    run_test("resume is bit-exact (fp8, bf16 AdamW moments, bf16 master weights; the model file the bf16 weights)",
+             test_resume_bitexact_fp8_bf16_master);
     run_test("a non-finite last step still writes the end-of-run checkpoint (bf16, fp8)", test_nonfinite_last_step_checkpoint);
     run_test("-x 0 in fp8: evaluation logits are the first training step's (delayed recipe; prompt and val batch)", test_eval_only_fp8_delayed);
     run_test("-x 0 in fp8: evaluation logits are the first training step's (current recipe: live in evaluation)", test_eval_only_fp8_current);

@@ -13,7 +13,8 @@ under -fp8_recipe current) instead measures the amax first and scales from it ("
 Several GPUs (-ngpu N, or mpirun -np N): data parallel over NCCL with ZeRO-1 (llmc/multi_gpu.cuh;
 the layout: llmc/zero_layout.h). Each rank reads its own batches, reduce-scatters the
 gradients of each layer while the backward pass goes on with the layer below, updates its shard of
-the fp32 master weights and AdamW state, and all-gathers the bf16 weights. Once per optimizer step
+the fp32 master weights (-master_weights bf16: of the bf16 weights, in place) and AdamW state, and
+all-gathers the bf16 weights. Once per optimizer step
 every amax slot is MAX-reduced across the ranks (one NCCL call) before the scales are updated, so
 every rank casts with the same scales. With one GPU none of this runs: no NCCL call is made.
 */
@@ -26,11 +27,12 @@ every rank casts with the same scales. With one GPU none of this runs: no NCCL c
 #include <unistd.h>
 #include <fcntl.h>
 #include "llmc/utils.h"            // FATAL, checked file I/O, random numbers
+#include "llmc/options.h"          // OptSpec: the option table's rows; parsing, defaults, usage, the options line
 #include "llmc/stop_signal.h"      // stop on SIGTERM/SIGINT/SIGHUP/SIGUSR1 after the step in flight, with a checkpoint
 #include "llmc/llama_config.h"     // LlamaConfig, presets, the parameter layout
 #include "llmc/fp8_layout.h"       // fp8 tensor kinds and indices (fp8_tensor), the fp8 state buffer's layout
 #include "llmc/model_file.h"       // the model file's header table and checksums
-#include "llmc/checkpoint.h"       // checkpoint names, the complete checkpoints of a directory, -keep
+#include "llmc/checkpoint.h"       // checkpoint names, -keep, the sequence, -check 1's plan of -o; their files
 #include "llmc/cuda_common.cuh"    // cudaCheck, floatX, fp8 types, Fp8Cast
 #include "llmc/fp8.h"              // fp8 format maxima, fp8_compute_scale
 #include "llmc/dataloader.h"       // DataLoader: token shards or the built-in synthetic corpus
@@ -51,23 +53,46 @@ every rank casts with the same scales. With one GPU none of this runs: no NCCL c
 #include "llmc/reshard.h"          // reshard_plan, reshard_fill: a checkpoint's moments on another number of GPUs
 #include "llmc/multi_gpu.cuh"      // MultiGpu: launch, NCCL collectives with deadlines
 #include "llmc/fp8_state.cuh"      // Fp8State, Fp8Pass: the fp8 scales and amaxes, the casts' site protocol, fp8_end_step
+#include "llmc/linear.cuh"         // Linears: each linear in its fp8 recipe (llmc/recipe.cuh), the fp8 fallback
 #include "llmc/hellaswag.h"        // HellaSwag: the eval file, its rows, acc / acc_norm as lm-eval scores them
 #include "llmc/bpb.h"              // target_text_bytes: bits per byte of the val set
+#include "llmc/run_log.h"          // RunLog: an event to stdout, main.log and metrics.jsonl in one call; -o checked
 
 enum { PREC_BF16, PREC_FP8 };
+
+// How the model trains, besides its shape: the command line's choices (their rows in OPTION_SPECS
+// point here), read by model_init, the checkpoint header and the tests.
+typedef struct {
+    int B, T;              // micro-batch (sequences per GPU), sequence length
+    int precision;         // PREC_BF16 or PREC_FP8
+    int recompute;         // -r: 1 recomputes SwiGLU in backward
+    int moments_bf16;      // -adam_moments bf16: m and v stored in bf16 (stochastic rounding, llmc/adamw.cuh)
+    int fp8_current;       // -fp8_recipe current
+    int fp8_history, fp8_margin; // -fp8_history, -fp8_margin
+    int fp8_weight_cache, fp8_lm_head; // -fp8_weight_cache, -fp8_lm_head
+    int cuda_graph;        // -cuda_graph: forward and backward replayed as a CUDA graph (StepGraph)
+    int doc_mask;          // -doc_mask 1: attention within documents, RoPE positions from each document's start
+    int doc_start_id;      // with doc_mask: the token that starts a document (the decode table's; checked_options)
+    int fp8_grain;         // -fp8_grain: FP8_GRAIN_TENSOR, or FP8_GRAIN_BLOCK (block-scaled linears from step 0)
+    int fp8_fallback;      // -fp8_fallback: 0 off, else the grain a linear over the threshold takes (FP8_GRAIN_*)
+    // the fallback's threshold (millionths of the values cast) and patience; both 0 when it is off (model_options_of)
+    int fp8_fallback_millionths, fp8_fallback_patience;
+    int master_bf16;       // -master_weights bf16: no fp32 master, AdamW updates the bf16 weights (llmc/adamw.cuh)
+} ModelOptions;
 
 // ----------------------------------------------------------------------------------------------
 // Options: one row per flag (OPTION_SPECS) holds its field, type, default, range or choices and
 // help. The parser, the defaults (default_options parses every row's default as if it were typed),
-// the range checks (naming the flag), the usage text and main.log's options line all read the rows,
-// so a new option is its field here and one row. Rules between options: checked_options.
+// the range checks (naming the flag), the usage text and main.log's options line (llmc/options.h)
+// all read the rows, so a new option is its field here (or in ModelOptions, for the model's) and one
+// row. Rules between options, and the model's options derived from several: checked_options.
 
 typedef struct {
-    char train_pattern[2048], val_pattern[512], tokenizer_path[512], log_dir[512], model[64], init_from[512], data_changed[16];
-    char precision[16], fp8_recipe[16], adam_moments[16], fp8_grain[16], fp8_fallback[16];
-    int B, T, total_batch, max_steps, warmup, val_every, val_batches, sample_every, gen_tokens;
-    int ckpt_every, resume, overwrite, recompute, seed, shuffle, fp8_history, fp8_margin, fp8_lm_head, fp8_log, fp8_dump, ngpu, fp8_weight_cache, deterministic;
-    int cuda_graph, keep, doc_mask, fp8_fallback_patience, check_only;
+    char train_pattern[2048], val_pattern[512], tokenizer_path[512], log_dir[512], preset[64], init_from[512];
+    ModelOptions model;    // the model's options as their rows set them (doc_start_id, fp8_fallback_millionths: no row)
+    int total_batch, max_steps, warmup, val_every, val_batches, sample_every, gen_tokens;
+    int ckpt_every, resume, overwrite, seed, shuffle, fp8_log, fp8_dump, ngpu, deterministic;
+    int keep, check_only, data_changed_continue;
     float lr, final_lr_frac, weight_decay, grad_clip, beta1, beta2, fp8_fallback_threshold;
     // model overrides (0: keep the preset's)
     int V, L, C, NH, NKV, FF;
@@ -76,22 +101,18 @@ typedef struct {
     int hellaswag_items;                            // -hs_items
 } Options;
 
-typedef enum { OPT_INT, OPT_FLOAT, OPT_STR } OptType;
-typedef struct {
-    const char *flag;
-    OptType type;
-    size_t offset, size; // the field in Options
-    const char *def;     // the default, as it would be typed
-    double min, max;     // OPT_INT, OPT_FLOAT: the values accepted, both ends included
-    const char *choices; // OPT_STR: the values accepted, separated by spaces (NULL: any text that fits)
-    const char *help;
-} OptSpec;
-#define OPT_FIELD(field) offsetof(Options, field), sizeof(((Options *)0)->field)
-#define OPT_I(flag, field, def, min, max, help) {flag, OPT_INT, OPT_FIELD(field), def, min, max, NULL, help}
-#define OPT_B(flag, field, def, help) OPT_I(flag, field, def, 0, 1, help) // an on/off flag: 0 or 1
-#define OPT_F(flag, field, def, min, max, help) {flag, OPT_FLOAT, OPT_FIELD(field), def, min, max, NULL, help}
-#define OPT_S(flag, field, def, help) {flag, OPT_STR, OPT_FIELD(field), def, 0, 0, NULL, help}
-#define OPT_C(flag, field, def, choices, help) {flag, OPT_STR, OPT_FIELD(field), def, 0, 0, choices, help}
+// A choice row's words, each with the value it stores in the row's int field; each list ends at a NULL word.
+static const OptWord PRECISION_WORDS[] = {{"fp8", PREC_FP8}, {"bf16", PREC_BF16}, {NULL, 0}};
+static const OptWord MOMENTS_WORDS[] = {{"fp32", 0}, {"bf16", 1}, {NULL, 0}};
+static const OptWord MASTER_WORDS[] = {{"fp32", 0}, {"bf16", 1}, {NULL, 0}};
+static const OptWord DATA_CHANGED_WORDS[] = {{"refuse", 0}, {"continue", 1}, {NULL, 0}};
+static const OptWord RECIPE_WORDS[] = {{"delayed", 0}, {"current", 1}, {NULL, 0}};
+static const OptWord GRAIN_WORDS[] = {{"tensor", FP8_GRAIN_TENSOR}, {"block", FP8_GRAIN_BLOCK}, {"row", FP8_GRAIN_ROW},
+                                      {NULL, 0}};
+static const OptWord FALLBACK_WORDS[] = {{"off", 0}, {"block", FP8_GRAIN_BLOCK}, {"bf16", FP8_GRAIN_BF16}, {"row", FP8_GRAIN_ROW},
+                                         {NULL, 0}};
+
+#define OPT_FIELD(field) offsetof(Options, field), sizeof(((Options *)0)->field) // a row's field (llmc/options.h)
 
 // TE's default history length, the longest in use: the scale update rolls each tensor's history in
 // one thread (llmc/fp8_scaling.cuh), and the state file holds NT * H floats of it.
@@ -99,6 +120,8 @@ typedef struct {
 // fp8_scaling.cuh's own bound (fp8_check_margin). Within it every scale_inv = amax * 2^margin / fmax
 // stays finite for any amax up to 2^36 (E4M3: 2^36 * 2^100 / 448 < 2^128), and 2^margin is exact.
 #define FP8_MARGIN_MAX 100
+// The model a run builds without -e or -init_from
+#define DEFAULT_PRESET "125m"
 
 // The defaults make the first run: TinyShakespeare (Llama 2 tokenizer, shipped in the repository),
 // 160 steps of 125m (~8 epochs, about 30 s of training on an H200): val loss still falls there; it
@@ -109,12 +132,15 @@ static const OptSpec OPTION_SPECS[] = {
     OPT_S("-j", val_pattern, "dev/data/tinyshakespeare/tinyshakespeare_llama2_val.bin", "val token shards (glob); '' for none"),
     OPT_S("-tok", tokenizer_path, "dev/data/tinyshakespeare/llama2_tokenizer.bin", "tokenizer decode table (samples print ids without it)"),
     OPT_S("-o", log_dir, "log", "log directory: main.log, fp8.log, checkpoints ('' for none)"),
-    OPT_S("-e", model, "", "model preset: tiny, 125m, 1b, llama2-7b, llama3-8b, llama3.1-8b, llama3.2-1b, smollm2-135m ('': 125m)"),
+    OPT_S("-e", preset, "",
+          "model preset: tiny, 125m, 1b, llama2-7b, llama3-8b, llama3.1-8b, llama3.2-1b, smollm2-135m ("
+          "'': " DEFAULT_PRESET ")"),
     OPT_S("-init_from", init_from, "", "start from this model file's weights and shape (scripts/hf_import.py makes one); fresh optimizer, step 0"),
-    OPT_C("-precision", precision, "fp8", "fp8 bf16", "fp8 GEMMs in the block linears, or the bf16 baseline"),
+    OPT_C("-precision", model.precision, "fp8", PRECISION_WORDS,
+          "fp8 GEMMs in the block linears, or the bf16 baseline"),
     OPT_I("-ngpu", ngpu, "0", 0, INT_MAX, "GPUs of this node to train on (data parallel); under mpirun leave it out"),
-    OPT_I("-b", B, "16", 1, INT_MAX, "micro-batch size (sequences per GPU)"),
-    OPT_I("-t", T, "1024", 2, INT_MAX, "sequence length"),
+    OPT_I("-b", model.B, "16", 1, INT_MAX, "micro-batch size (sequences per GPU)"),
+    OPT_I("-t", model.T, "1024", 2, INT_MAX, "sequence length"),
     OPT_I("-d", total_batch, "0", 0, INT_MAX, "total batch in tokens (gradient accumulation fills it); 0 = B*T*ngpu"),
     OPT_I("-x", max_steps, "160", -1, INT_MAX, "optimizer steps; -1 = one epoch of the training data; 0 = evaluate only (val loss, a sample with -s > 0), writing nothing"),
     OPT_F("-l", lr, "6e-4", 0, FLT_MAX, "peak learning rate"),
@@ -125,8 +151,13 @@ static const OptSpec OPTION_SPECS[] = {
     // below 1: AdamW's bias correction divides by 1 - beta^t
     OPT_F("-beta1", beta1, "0.9", 0, 0.999999, "AdamW beta1"),
     OPT_F("-beta2", beta2, "0.95", 0, 0.999999, "AdamW beta2"),
-    OPT_C("-adam_moments", adam_moments, "bf16", "fp32 bf16",
+    OPT_C("-adam_moments", model.moments_bf16, "bf16", MOMENTS_WORDS,
           "AdamW m and v in bf16 (stochastically rounded; against fp32: 4 bytes/param less memory, 8 less optimizer traffic, 7B fp8 +2.5% tokens/s, val loss unchanged within seed spread) or fp32 (needed to resume a checkpoint written with fp32 moments)"),
+    OPT_C("-master_weights", model.master_bf16, "fp32", MASTER_WORDS,
+          "AdamW's master weights: fp32 (the most accurate) or bf16 (no fp32 copy: AdamW updates the bf16 weights"
+          " in place, rounding stochastically, as llm.q does; 4 bytes/param less memory, 3 in fp8 on one GPU with"
+          " delayed scaling, whose fp8 weight cache then needs its own byte; a checkpoint resumes only with the"
+          " setting it was written with)"),
     OPT_I("-v", val_every, "20", 0, INT_MAX, "evaluate val loss every N steps (0: never; always at the end)"),
     OPT_I("-m", val_batches, "20", 0, INT_MAX, "val batches per evaluation (shared out over the GPUs)"),
     OPT_S("-hs", hellaswag_path, "", "HellaSwag eval file (dev/data/prepare_hellaswag.py): acc and acc_norm at every val step, at the end and with -x 0 ('' for none)"),
@@ -140,30 +171,41 @@ static const OptSpec OPTION_SPECS[] = {
           " (model, device memory per GPU, tokens per step, steps per pass over each data set, checkpoints), then exit; needs no GPU"),
     OPT_B("-y", resume, "0", "1: resume from the latest checkpoint in the log directory (with -x 0: evaluate it)"),
     OPT_B("-overwrite", overwrite, "0", "1: start a new run in a log directory that holds another run's checkpoints (kept, never resumed or removed by -keep; one at a step the new run writes is replaced)"),
-    OPT_B("-r", recompute, "0", "recompute in backward: 0 none, 1 SwiGLU output (saves memory)"),
-    OPT_B("-cuda_graph", cuda_graph, "1", "1: one GPU replays each step's forward and backward as one CUDA graph (from the second step; the same results, fewer launches); 0: launch kernel by kernel"),
+    OPT_B("-r", model.recompute, "0", "recompute in backward: 0 none, 1 SwiGLU output (saves memory)"),
+    OPT_B("-cuda_graph", model.cuda_graph, "1",
+          "1: one GPU replays each step's forward and backward as one CUDA graph (from the second step; the same"
+          " results, fewer launches); 0: launch kernel by kernel"),
     OPT_B("-deterministic", deterministic, "0", "1: bit-reproducible runs and resumes (deterministic attention backward, heuristic GEMM algorithms); 0: faster"),
-    OPT_B("-doc_mask", doc_mask, "0", "1: a token attends only to its own document (each starts at the decode table's document-start id, -tok) and RoPE positions restart there; on cuDNN with an additive (B, 1, T, T) mask where it takes the shape, else the plain kernels (slower: docs/attention.md)"),
+    OPT_B("-doc_mask", model.doc_mask, "0",
+          "1: a token attends only to its own document (each starts at the decode table's document-start id, -tok)"
+          " and RoPE positions restart there; on cuDNN with an additive (B, 1, T, T) mask where it takes the shape,"
+          " else the plain kernels (slower: docs/attention.md)"),
     OPT_I("-seed", seed, "1337", 0, INT_MAX, "seed for init, data shuffling and sampling"),
     OPT_B("-shuffle", shuffle, "0", "1: shuffle batch order each epoch"),
-    OPT_C("-data_changed", data_changed, "refuse", "refuse continue",
+    OPT_C("-data_changed", data_changed_continue, "refuse", DATA_CHANGED_WORDS,
           "a resume whose data differs from the checkpoint's record (shards added, removed or changed; other mixture sets or weights):"
           " refuse, naming the file, or continue (each changed set starts its next epoch at its first shard)"),
-    OPT_C("-fp8_recipe", fp8_recipe, "delayed", "delayed current", "delayed (amax history) or current (amax of this tensor now)"),
-    OPT_I("-fp8_history", fp8_history, "16", 1, FP8_HISTORY_MAX, "amax history length"),
-    OPT_I("-fp8_margin", fp8_margin, "0", 0, FP8_MARGIN_MAX, "scale margin: scale = fp8_max / (amax * 2^margin)"),
-    OPT_B("-fp8_weight_cache", fp8_weight_cache, "1", "1: fp8 weights made once per step (by AdamW on one GPU); 0: cast per layer when used (several GPUs: saves 1 byte/param)"),
-    OPT_B("-fp8_lm_head", fp8_lm_head, "0", "1: lm_head as an fp8 linear too (the recipe keeps it bf16)"),
-    OPT_C("-fp8_grain", fp8_grain, "tensor", "tensor block",
-          "fp8 scales of the linears: tensor (one per tensor, -fp8_recipe's), or block (every linear from step 0: one per 1x128 block of X"
-          " and dY, per 128x128 of W, from its own amax; block-scaled GEMMs, ~1.25x the time of per-tensor ones; cuBLASLt 12.9+ on Hopper)"),
-    OPT_C("-fp8_fallback", fp8_fallback, "off", "off block bf16",
+    OPT_C("-fp8_recipe", model.fp8_current, "delayed", RECIPE_WORDS,
+          "delayed (amax history) or current (amax of this tensor now)"),
+    OPT_I("-fp8_history", model.fp8_history, "16", 1, FP8_HISTORY_MAX, "amax history length"),
+    OPT_I("-fp8_margin", model.fp8_margin, "0", 0, FP8_MARGIN_MAX, "scale margin: scale = fp8_max / (amax * 2^margin)"),
+    OPT_B("-fp8_weight_cache", model.fp8_weight_cache, "1",
+          "1: fp8 weights made once per step (by AdamW on one GPU); 0: cast per layer when used (several GPUs or"
+          " -master_weights bf16: saves 1 byte/param)"),
+    OPT_B("-fp8_lm_head", model.fp8_lm_head, "0", "1: lm_head as an fp8 linear too (the recipe keeps it bf16)"),
+    OPT_C("-fp8_grain", model.fp8_grain, "tensor", GRAIN_WORDS,
+          "fp8 scales of the linears: tensor (one per tensor, -fp8_recipe's), block (every linear from step 0: one per 1x128 block of X"
+          " and dY, per 128x128 of W, from its own amax; block-scaled GEMMs, ~1.25x the time of per-tensor ones; cuBLASLt 12.9+ on Hopper)"
+          " or row (every linear from step 0: one power-of-two scale per row of each GEMM operand along its reduction dimension,"
+          " E4M3 throughout, torchao's rowwise; cuBLASLt's outer-vector scaled GEMMs, probed at start-up)"),
+    OPT_C("-fp8_fallback", model.fp8_fallback, "off", FALLBACK_WORDS,
           "a per-tensor linear whose X, W or dY loses (underflow + saturation) more than -fp8_fallback_threshold of its values in"
-          " -fp8_fallback_patience steps in a row leaves per-tensor scaling for good, to block scaling or to bf16 (for fine-tuning a"
-          " pretrained model: docs/fp8_recipe.md); off: never"),
+          " -fp8_fallback_patience steps in a row leaves per-tensor scaling for good, to block scaling, to bf16 or to row-wise scaling"
+          " (for fine-tuning a pretrained model: docs/fp8_recipe.md); off: never"),
     OPT_F("-fp8_fallback_threshold", fp8_fallback_threshold, "0.01", 0, 1,
           "the fallback's threshold: the fraction of a tensor's values cast in a step that it may lose (rounded to millionths)"),
-    OPT_I("-fp8_fallback_patience", fp8_fallback_patience, "3", 1, INT_MAX, "the fallback's patience: steps in a row over the threshold before a linear switches"),
+    OPT_I("-fp8_fallback_patience", model.fp8_fallback_patience, "3", 1, INT_MAX,
+          "the fallback's patience: steps in a row over the threshold before a linear switches"),
     OPT_I("-fp8_log", fp8_log, "0", 0, INT_MAX, "write every linear's amaxes, scales and fp8 health (underflow, saturation) to fp8.log every N steps (0: never)"),
     OPT_B("-fp8_dump", fp8_dump, "0", "1: at the end each GPU writes its whole fp8 state to fp8_state_rank<r>.bin in -o (ranks must agree)"),
     // config_check refuses a shape that cannot be built
@@ -177,110 +219,29 @@ static const OptSpec OPTION_SPECS[] = {
 };
 #define NUM_OPTIONS ((int)(sizeof(OPTION_SPECS) / sizeof(OPTION_SPECS[0])))
 
-// The values a row accepts, as the usage text and a refusal say them: "fp8 or bf16", "0 or 1",
-// "in [0, 100]", ">= 1" (no upper end but the type's); "" for any text.
-static void option_range_text(const OptSpec *s, char *out, size_t n) {
-    out[0] = '\0';
-    if (s->type == OPT_STR) {
-        if (!s->choices) return;
-        size_t len = 0;
-        int count = 0;
-        for (const char *c = s->choices; *c; count++) {
-            size_t k = strcspn(c, " ");
-            const char *next = c + k + strspn(c + k, " ");
-            const char *sep = count == 0 ? "" : *next ? ", " : " or ";
-            len += snprintf(out + len, len < n ? n - len : 0, "%s%.*s", sep, (int)k, c);
-            c = next;
-        }
-        return;
-    }
-    int unbounded = s->max == (s->type == OPT_INT ? (double)INT_MAX : (double)FLT_MAX);
-    if (s->type == OPT_INT && s->min == 0 && s->max == 1) snprintf(out, n, "0 or 1");
-    else if (unbounded) snprintf(out, n, ">= %g", s->min);
-    else snprintf(out, n, "in [%g, %g]", s->min, s->max);
-}
-
-static int option_is_choice(const char *choices, const char *val) {
-    size_t n = strlen(val);
-    for (const char *c = choices; *c;) {
-        size_t k = strcspn(c, " ");
-        if (k == n && strncmp(c, val, n) == 0) return 1;
-        c += k + strspn(c + k, " ");
-    }
-    return 0;
-}
-
-// Parses val (the text after s->flag) into its field of o: text of another type, and a value outside
-// the row's range or choices, are refused naming the flag.
-static void set_option(Options *o, const OptSpec *s, const char *val) {
-    char *p = (char *)o + s->offset, *end = NULL, range[256];
-    option_range_text(s, range, sizeof(range));
-    if (s->type == OPT_INT) {
-        errno = 0;
-        long v = strtol(val, &end, 10);
-        if (*val == '\0' || *end != '\0') FATAL("option %s wants an integer, got '%s'", s->flag, val);
-        if (errno == ERANGE || v < INT_MIN || v > INT_MAX) FATAL("option %s wants a 32-bit integer, got '%s'", s->flag, val);
-        if (v < s->min || v > s->max) FATAL("option %s must be %s, got %s", s->flag, range, val);
-        *(int *)p = (int)v;
-    } else if (s->type == OPT_FLOAT) {
-        float v = strtof(val, &end);
-        if (*val == '\0' || *end != '\0' || !isfinite(v)) FATAL("option %s wants a number, got '%s'", s->flag, val);
-        if (v < s->min || v > s->max) FATAL("option %s must be %s, got %s", s->flag, range, val);
-        *(float *)p = v;
-    } else {
-        if (strlen(val) >= s->size) FATAL("option %s: value longer than %zu characters", s->flag, s->size - 1);
-        if (s->choices && !option_is_choice(s->choices, val)) FATAL("option %s must be %s, got '%s'", s->flag, range, val);
-        strcpy(p, val);
-    }
-}
-
-// A field's value as the command line would give it: floats in the fewest digits that read back the
-// same float, text in quotes ('' for none).
-static void format_option(char *out, size_t n, const OptSpec *s, const Options *o) {
-    const char *p = (const char *)o + s->offset;
-    if (s->type == OPT_INT) {
-        snprintf(out, n, "%d", *(const int *)p);
-    } else if (s->type == OPT_FLOAT) {
-        float v = *(const float *)p;
-        for (int digits = 6; digits <= 9; digits++) {
-            snprintf(out, n, "%.*g", digits, v);
-            if (strtof(out, NULL) == v) break;
-        }
-    } else {
-        snprintf(out, n, "'%s'", p);
-    }
-}
+// -h's first line, after "usage: <program> [options]"
+static const char OPTIONS_ABOUT[] = "(fp8 training by default; -precision bf16 for the baseline)";
 
 static Options default_options(void) {
     Options o;
-    memset(&o, 0, sizeof(o));
-    for (int i = 0; i < NUM_OPTIONS; i++) set_option(&o, &OPTION_SPECS[i], OPTION_SPECS[i].def);
+    options_default(&o, sizeof(o), OPTION_SPECS, NUM_OPTIONS);
     return o;
-}
-
-static void print_usage(const char *prog) {
-    printf("usage: %s [options]   (fp8 training by default; -precision bf16 for the baseline)\n", prog);
-    for (int i = 0; i < NUM_OPTIONS; i++) {
-        const OptSpec *s = &OPTION_SPECS[i];
-        char range[256];
-        option_range_text(s, range, sizeof(range));
-        printf("  %-13s %s (default %s%s%s%s%s)\n", s->flag, s->help, s->type == OPT_STR ? "'" : "", s->def, s->type == OPT_STR ? "'" : "",
-               range[0] ? "; " : "", range);
-    }
-    printf("  -h            this help\n");
 }
 
 static Options parse_options(int argc, char **argv) {
     Options o = default_options();
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) { print_usage(argv[0]); exit(EXIT_SUCCESS); }
-        const OptSpec *s = NULL;
-        for (int k = 0; k < NUM_OPTIONS; k++) if (strcmp(argv[i], OPTION_SPECS[k].flag) == 0) s = &OPTION_SPECS[k];
-        if (s == NULL) { print_usage(argv[0]); FATAL("unknown option '%s' (see the list above)", argv[i]); }
-        if (i + 1 >= argc) FATAL("option %s needs a value", argv[i]);
-        set_option(&o, s, argv[++i]);
-    }
+    options_parse(&o, OPTION_SPECS, NUM_OPTIONS, OPTIONS_ABOUT, argc, argv);
     return o;
+}
+
+// The model's options as the run takes them: the rows' (o->model), with the fallback's threshold in
+// millionths and its patience, both 0 when the fallback is off (so a checkpoint records them).
+// checked_options adds the document-start id, from the decode table.
+static ModelOptions model_options_of(const Options *o) {
+    ModelOptions mo = o->model;
+    mo.fp8_fallback_millionths = mo.fp8_fallback ? (int)lround(o->fp8_fallback_threshold * 1e6) : 0;
+    if (!mo.fp8_fallback) mo.fp8_fallback_patience = 0;
+    return mo;
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -326,62 +287,23 @@ typedef struct {
     floatX *doc_bias;      // (B, 1, T, T) the same mask as cuDNN's additive bias, from doc_pos (-doc_mask 1 on a shape cuDNN takes; else NULL)
 } Activations;
 
-
-// How the model trains, besides its shape: the command line's choices (model_options_of takes them
-// from the options), read by model_init, the checkpoint header and the tests.
-typedef struct {
-    int B, T;              // micro-batch (sequences per GPU), sequence length
-    int precision;         // PREC_BF16 or PREC_FP8
-    int recompute;         // -r: 1 recomputes SwiGLU in backward
-    int moments_bf16;      // -adam_moments bf16: m and v stored in bf16 (stochastic rounding, llmc/adamw.cuh)
-    int fp8_current;       // -fp8_recipe current
-    int fp8_history, fp8_margin, fp8_weight_cache, fp8_lm_head; // -fp8_history, -fp8_margin, -fp8_weight_cache, -fp8_lm_head
-    int cuda_graph;        // -cuda_graph: forward and backward replayed as a CUDA graph (StepGraph)
-    int doc_mask;          // -doc_mask 1: attention within documents, RoPE positions from each document's start
-    int doc_start_id;      // with doc_mask: the token that starts a document (the decode table's; checked_options)
-    int fp8_grain;         // -fp8_grain: FP8_GRAIN_TENSOR, or FP8_GRAIN_BLOCK (every fp8 linear block-scaled from step 0)
-    int fp8_fallback;      // -fp8_fallback: 0 off, else the grain a linear over the threshold takes (FP8_GRAIN_BLOCK or _BF16)
-    int fp8_fallback_millionths, fp8_fallback_patience; // its threshold (millionths of the values cast) and patience; 0 when off
-} ModelOptions;
-
-// The model's part of options whose values their rows accepted (parse_options, default_options).
-static ModelOptions model_options_of(const Options *o) {
-    ModelOptions mo;
-    memset(&mo, 0, sizeof(mo));
-    mo.B = o->B; mo.T = o->T;
-    mo.precision = strcmp(o->precision, "fp8") == 0 ? PREC_FP8 : PREC_BF16;
-    mo.recompute = o->recompute;
-    mo.moments_bf16 = strcmp(o->adam_moments, "bf16") == 0;
-    mo.fp8_current = strcmp(o->fp8_recipe, "current") == 0;
-    mo.fp8_history = o->fp8_history; mo.fp8_margin = o->fp8_margin;
-    mo.fp8_weight_cache = o->fp8_weight_cache; mo.fp8_lm_head = o->fp8_lm_head;
-    mo.cuda_graph = o->cuda_graph;
-    mo.doc_mask = o->doc_mask;
-    mo.fp8_grain = strcmp(o->fp8_grain, "block") == 0 ? FP8_GRAIN_BLOCK : FP8_GRAIN_TENSOR;
-    mo.fp8_fallback = strcmp(o->fp8_fallback, "block") == 0 ? FP8_GRAIN_BLOCK : strcmp(o->fp8_fallback, "bf16") == 0 ? FP8_GRAIN_BF16 : 0;
-    if (mo.fp8_fallback) {
-        mo.fp8_fallback_millionths = (int)lround(o->fp8_fallback_threshold * 1e6);
-        mo.fp8_fallback_patience = o->fp8_fallback_patience;
-    }
-    return mo;
-}
-
-// The flag that asks for block-scaled GEMMs, which need cuBLASLt 12.9+ on Hopper (matmul_fp8_block_check
-// refuses anything else, naming it, before any step), or NULL when no linear can become block-scaled.
-static const char *fp8_block_flag(const ModelOptions *mo) {
-    if (mo->precision != PREC_FP8) return NULL;
-    if (mo->fp8_grain == FP8_GRAIN_BLOCK) return "-fp8_grain block";
-    return mo->fp8_fallback == FP8_GRAIN_BLOCK ? "-fp8_fallback block" : NULL;
+// The flag that gives linears `grain` (into buf), or NULL when no linear can take it: main's start-up
+// check of the GEMMs a grain needs names it (block: cuBLASLt 12.9+ on Hopper, matmul_fp8_block_check; row:
+// a cuBLASLt that runs outer-vector scales on this GPU, matmul_fp8_row_check), before any step.
+static const char *fp8_grain_flag(const ModelOptions *mo, int grain, char buf[32]) {
+    const char *flag = mo->fp8_grain == grain ? "-fp8_grain" : mo->fp8_fallback == grain ? "-fp8_fallback" : NULL;
+    if (mo->precision != PREC_FP8 || flag == NULL) return NULL;
+    snprintf(buf, 32, "%s %s", flag, FP8_GRAIN_NAMES[grain]);
+    return buf;
 }
 
 #ifdef TESTING
 // The tests' model: the command line's defaults for a B x T model of one precision, except fp32 AdamW
-// moments (the C reference's; a test sets moments_bf16).
+// moments (the C reference's; a test sets moments_bf16). The master weights are the default's, fp32.
 static ModelOptions model_options(int B, int T, int precision) {
     Options o = default_options();
-    o.B = B; o.T = T;
-    strcpy(o.precision, precision == PREC_FP8 ? "fp8" : "bf16");
-    strcpy(o.adam_moments, "fp32");
+    o.model.B = B; o.model.T = T; o.model.precision = precision;
+    o.model.moments_bf16 = 0;
     return model_options_of(&o);
 }
 #endif
@@ -399,8 +321,9 @@ typedef struct {
     int live_always; // every cast measures its amax first (-fp8_recipe current); else only step 0's first
     int lm_head;     // the lm_head is an fp8 linear too (-fp8_lm_head 1)
     int w_cache;     // 1: every layer's E4M3 W made once per step (w_fp8); 0: one layer's, cast right before each use
-    int w_by_adamw;  // the cache on one GPU with delayed scaling: AdamW writes it from the fp32 master into
-                     // the linears' bf16 parameters, which fp8 mode then never holds (the cache costs no memory)
+    int w_by_adamw;  // the cache on one GPU with delayed scaling and fp32 master weights: AdamW writes it from the
+                     // fp32 master into the linears' bf16 parameters, which fp8 mode then never holds (the cache
+                     // costs no memory); bf16 master weights are those parameters, so the cache has its own bytes
 } Fp8Mode;
 
 static Fp8Mode fp8_mode(const ModelOptions *o, int world) {
@@ -411,8 +334,15 @@ static Fp8Mode fp8_mode(const ModelOptions *o, int world) {
     f.live_always = o->fp8_current;
     f.lm_head = o->fp8_lm_head;
     f.w_cache = o->fp8_weight_cache;
-    f.w_by_adamw = o->fp8_weight_cache && world == 1 && !o->fp8_current;
+    f.w_by_adamw = o->fp8_weight_cache && world == 1 && !o->fp8_current && !o->master_bf16;
     return f;
+}
+
+// What the linears read of the options and the fp8 mode (llmc/recipe.cuh), on `world` GPUs.
+static LinearOptions linear_options(const ModelOptions *o, Fp8Mode f, int world) {
+    LinearOptions lo = {f.on, f.lm_head, o->B * o->T, o->recompute, f.w_cache, f.w_by_adamw, world, o->fp8_grain,
+                        o->fp8_fallback, {o->fp8_fallback_millionths, o->fp8_fallback_patience}};
+    return lo;
 }
 
 // What a captured step graph (train_step) was captured with: a graph keeps every pointer, so it is
@@ -423,7 +353,7 @@ typedef struct {
     int grad_accum;
     float dloss;                 // the loss scale, a kernel argument
     const void *token_lists, *cudnn_workspace; // the embedding backward's device lists, cuDNN's workspace
-    int fp8_grain_changes;       // the linears' fp8 grains (they only change one way, each change counted: fp8_set_grain)
+    int fp8_grain_changes;       // the linears' fp8 grains (they only change one way, each change counted)
 } StepGraphKey;
 
 typedef struct {
@@ -433,30 +363,6 @@ typedef struct {
     int captures, replays;
     int grains_run;       // the fp8_grain_changes of the last step it was asked to run
 } StepGraph;
-
-// The device buffers of an fp8 linear that left per-tensor scaling (fp8_set_grain makes them, in one
-// allocation at the switch); what per-tensor scaling keeps for it elsewhere is reused: a block
-// linear's row-wise X codes go to acts.x_fp8, and the buffer that keeps its fp8 X for the backward
-// (ln1_fp8, ln2_fp8, lnf_fp8; swiglu_fp8, X^T already) keeps X^T instead, the layout wgrad reads.
-typedef struct {
-    float *w_grid;   // block: W's BLK128x128 scale_invs (fp8_block_grid_count(OUT, IN)), made with W
-    float *x_t_sinv; // block, where X^T is kept (qkv, w13, lm_head; w2 with -r 0): its VEC128 scale_invs
-    floatX *x_bf16;  // bf16, where fp8 mode keeps no bf16 X (qkv, w13; w2 with -r 0): X (N, IN) for the bf16 GEMMs
-    floatX *w_bf16;  // bf16 with fp8.w_by_adamw, whose bf16 parameters hold the E4M3 cache: W (OUT, IN) in bf16
-    void *memory;
-} Fp8LinearBuffers;
-
-// The block scale_invs of the linear being run (one at a time), when a linear may be block-scaled.
-typedef struct {
-    float *x_sinv;              // (fp8_block_vec_count(N, widest IN)) X row-wise, for fprop
-    float *x_t_sinv;            // (fp8_block_vec_count(widest IN, N)) X^T where the backward recasts it (wo; w2 with -r 1)
-    float *dy_sinv, *dy_t_sinv; // (fp8_block_vec_count(N, widest OUT), (widest OUT, N)) dY row-wise and transposed
-    float *w_t_grid;            // (widest fp8_block_grid_count(IN, OUT)) W^T's grid, made right before each dgrad
-} Fp8BlockScratch;
-
-// A linear the fallback switched in the last update: its worst tensor and the fraction of its values
-// that tensor lost in that step.
-typedef struct { int l, lin, kind; double lost; } Fp8Switch;
 
 typedef struct {
     LlamaConfig cfg;
@@ -468,25 +374,13 @@ typedef struct {
     floatX *params_memory, *param[NUM_PARAM_TENSORS]; // zero.padded: the whole model on every rank
     floatX *grads_memory, *grad[NUM_PARAM_TENSORS];   // zero.padded: this rank's gradients
     floatX *grad_shard;              // (zero.shard) the reduced gradients of this rank's shard (one GPU: grads_memory)
-    float *master;                   // (zero.shard) fp32: this rank's shard (ZeRO-1)
+    float *master;                   // (zero.shard) fp32: this rank's shard (ZeRO-1); NULL with -master_weights bf16
+                                     // (the bf16 parameters are the master, each rank updating its shard of them)
     void *adam_m, *adam_v;           // (zero.shard) each, fp32 or (opt.moments_bf16) bf16: AdamW's moments of the shard
     float *norm_device, *norm_host;  // the gradient norm, and its pinned copy (reading it never blocks outside mg_wait)
     Fp8State fp8_state;                    // scales, amax histories, health counts (llmc/fp8_state.cuh); fp8 mode only
     int w_fp8_stale;                       // the weights changed outside AdamW: recast before the next step
-    fp8e4 *w_fp8[LINS_PER_LAYER + 1];      // (L or 1, OUT, IN) E4M3 weights (fp8.w_cache; else one layer's);
-                                           // [LIN_LM_HEAD] (V, C) with fp8.lm_head
-    fp8e4 *w_fp8_t;                        // (max IN*OUT) one layer's W^T (IN, OUT) for its dgrad; made
-                                           // right before it, not kept for all layers: that would cost
-                                           // 1 byte/param (6.5 GB at 7B) to save ~1 ms of transposes
-    // fp8 grains, per fp8 linear (index fp8_linear; fp8 mode only): -fp8_grain, -fp8_fallback
-    unsigned char *fp8_grain;              // (host) FP8_GRAIN_* of each linear; checkpointed
-    int *fp8_over_steps;                   // (host) steps in a row over the fallback's threshold; checkpointed
-    Fp8LinearBuffers *fp8_lin;             // (host) the device buffers of the linears off per-tensor scaling
-    int fp8_grain_changes;                 // grains changed so far: a captured step graph is captured again after one
-    Fp8BlockScratch fp8_block;             // with block scaling possible (-fp8_grain block, -fp8_fallback block)
-    unsigned long long *fp8_counts_host;   // (pinned, with the fallback) the last step's health counts, read with the norm
-    Fp8Switch *fp8_switched;               // (host) the linears the last update switched (fp8_num_switched of them)
-    int fp8_num_switched;
+    Linears linears;                       // every linear in its fp8 recipe (or bf16), their scratch (llmc/linear.cuh)
     float *rope_freqs;
     Activations acts;
     EncoderBackward enc_bwd;
@@ -499,16 +393,6 @@ typedef struct {
     int num_allocations;
 } Model;
 
-static int linear_in(const LlamaConfig *c, int lin) { return lin == LIN_W2 ? c->FF : c->C; }
-static int linear_out(const LlamaConfig *c, int lin) {
-    return lin == LIN_QKV ? config_qkv_width(c) : lin == LIN_W13 ? 2 * c->FF : lin == LIN_LM_HEAD ? c->V : c->C;
-}
-static const int LINEAR_PARAM[LINS_PER_LAYER + 1] = {P_WQKV, P_WO, P_W13, P_W2, P_LM_HEAD};
-// The fp8 linear whose weights parameter tensor p holds, or -1 (fp8 mode).
-static int fp8_linear_of_param(const Model *m, int p) {
-    for (int lin = 0; lin < LINS_PER_LAYER + m->fp8.lm_head; lin++) if (LINEAR_PARAM[lin] == p) return lin;
-    return -1;
-}
 // 1 if a GEMM writes the gradient (the block linears and the lm_head), 0 if kernels add into it
 static int param_grad_from_gemm(int p) {
     for (int lin = 0; lin < LINS_PER_LAYER + 1; lin++) if (LINEAR_PARAM[lin] == p) return 1;
@@ -524,97 +408,8 @@ static void *model_alloc(Model *m, size_t bytes, const char *what) {
 // Bytes of each AdamW moment (m, v) of this rank's shard.
 static size_t moments_size(const Model *m) { return m->zero.shard * (m->opt.moments_bf16 ? sizeof(floatX) : sizeof(float)); }
 
-// The fp8 grain of linear `lin` of layer l (FP8_GRAIN_TENSOR in bf16 mode, where no linear has one).
-static int linear_grain(const Model *m, int l, int lin) {
-    return m->fp8_grain ? m->fp8_grain[fp8_linear(&m->cfg, l, lin)] : FP8_GRAIN_TENSOR;
-}
-static const Fp8LinearBuffers *linear_buffers(const Model *m, int l, int lin) { return &m->fp8_lin[fp8_linear(&m->cfg, l, lin)]; }
-
-
-// Whether a run of these options can have a linear of this grain: -fp8_grain block's are all
-// block-scaled, the fallback's per-tensor or of its grain, any other run's per-tensor.
-static int fp8_grain_allowed(const ModelOptions *o, int grain) {
-    if (o->fp8_grain == FP8_GRAIN_BLOCK) return grain == FP8_GRAIN_BLOCK;
-    return grain == FP8_GRAIN_TENSOR || (o->fp8_fallback != 0 && grain == o->fp8_fallback);
-}
-
-// The bytes of each buffer linear lin needs in `grain` (block or bf16), in Fp8LinearBuffers' order;
-// returns their total in one allocation, every buffer 256-byte aligned (cuBLASLt wants 16).
-static size_t fp8_linear_buffer_bytes(const LlamaConfig *c, const ModelOptions *o, Fp8Mode f, int lin, int grain, size_t bytes[4]) {
-    int IN = linear_in(c, lin), OUT = linear_out(c, lin), N = o->B * o->T;
-    // keeps: the backward finds X kept in fp8 (qkv's and w13's norm outputs, the lm_head's; w2's X^T with
-    // -r 0), not recast from a bf16 X that is kept anyway (wo's attention output) or recomputed (w2's with -r 1)
-    int block = grain == FP8_GRAIN_BLOCK, keeps = lin != LIN_WO && !(lin == LIN_W2 && o->recompute >= 1);
-    bytes[0] = block ? fp8_block_grid_count(OUT, IN) * sizeof(float) : 0;
-    bytes[1] = block && keeps ? fp8_block_vec_count(IN, N) * sizeof(float) : 0;
-    bytes[2] = !block && keeps && lin != LIN_LM_HEAD ? (size_t)N * IN * sizeof(floatX) : 0; // the lm_head's bf16 X is kept
-    bytes[3] = !block && f.w_by_adamw ? (size_t)IN * OUT * sizeof(floatX) : 0;
-    size_t total = 0;
-    for (int k = 0; k < 4; k++) total += CEIL_DIV(bytes[k], 256) * 256;
-    return total;
-}
-
-// The floats of Fp8BlockScratch's buffers (n, in its order) for N tokens; returns their total, each
-// rounded up to 64 floats (256 bytes).
-static size_t fp8_block_scratch_floats(const LlamaConfig *c, int N, int lm_head, size_t n[5]) {
-    size_t wide_in = c->C > c->FF ? c->C : c->FF, wide_out = 0, grid_t = 0, total = 0;
-    for (int lin = 0; lin < LINS_PER_LAYER + lm_head; lin++) {
-        size_t out = linear_out(c, lin), g = fp8_block_grid_count(linear_in(c, lin), (int)out);
-        if (out > wide_out) wide_out = out;
-        if (g > grid_t) grid_t = g;
-    }
-    n[0] = fp8_block_vec_count(N, (int)wide_in); n[1] = fp8_block_vec_count((int)wide_in, N);
-    n[2] = fp8_block_vec_count(N, (int)wide_out); n[3] = fp8_block_vec_count((int)wide_out, N); n[4] = grid_t;
-    for (int k = 0; k < 5; k++) total += CEIL_DIV(n[k], 64) * 64;
-    return total;
-}
-
-// The buffers linear (l, lin) needs in `grain` (block or bf16), in one allocation.
-static void fp8_linear_buffers_make(Model *m, int l, int lin, int grain) {
-    size_t bytes[4], total = fp8_linear_buffer_bytes(&m->cfg, &m->opt, m->fp8, lin, grain, bytes);
-    if (total == 0) return; // a bf16 wo whose bf16 X and W are there anyway
-    Fp8LinearBuffers *b = &m->fp8_lin[fp8_linear(&m->cfg, l, lin)];
-    char *at = (char *)(b->memory = cudaMallocCheck(total, "fp8 block scales / bf16 copies of a linear off per-tensor scaling"));
-    m->bytes_allocated += total;
-    void **ptr[4] = {(void **)&b->w_grid, (void **)&b->x_t_sinv, (void **)&b->x_bf16, (void **)&b->w_bf16};
-    for (int k = 0; k < 4; k++) {
-        *ptr[k] = bytes[k] ? at : NULL;
-        at += CEIL_DIV(bytes[k], 256) * 256;
-    }
-}
-
-// Linear (l, lin) leaves per-tensor scaling for `grain` from the next pass on, for good (only between
-// optimizer steps): the buffers that grain needs are made, and the step graph is captured again
-// (StepGraphKey). Its per-tensor state (slots, histories, scales) carries on, so the logs read it as
-// before.
-static void fp8_set_grain(Model *m, int l, int lin, int grain) {
-    int i = fp8_linear(&m->cfg, l, lin);
-    if (m->fp8_grain[i] != FP8_GRAIN_TENSOR || grain == FP8_GRAIN_TENSOR || !fp8_grain_allowed(&m->opt, grain))
-        FATAL("fp8_set_grain: layer %d %s is of grain %s; a linear only ever leaves per-tensor scaling, for a grain its run allows (asked: %s)",
-              l, LINEAR_NAMES[lin], FP8_GRAIN_NAMES[m->fp8_grain[i]], FP8_GRAIN_NAMES[grain]);
-    fp8_linear_buffers_make(m, l, lin, grain);
-    m->fp8_grain[i] = (unsigned char)grain;
-    m->fp8_grain_changes++;
-}
-
-// After a resume, whose state file set every linear's grain (a linear the fallback switched resumes
-// switched): each one this run's options allow, or the file is refused; the buffers of those that
-// need them made.
-static void fp8_grains_resumed(Model *m, const char *path) {
-    const LlamaConfig *c = &m->cfg;
-    for (int i = 0; m->fp8_grain && i < fp8_num_linears(c, m->fp8.lm_head); i++) {
-        int grain = m->fp8_grain[i], l = i / LINS_PER_LAYER, lin = l < c->L ? i % LINS_PER_LAYER : LIN_LM_HEAD;
-        if (grain >= FP8_GRAINS || !fp8_grain_allowed(&m->opt, grain))
-            FATAL("checkpoint '%s': fp8 linear %d (layer %d %s) has grain %d, which a run of -fp8_grain %s -fp8_fallback %s cannot have", path,
-                  i, l, LINEAR_NAMES[lin], grain, FP8_GRAIN_NAMES[m->opt.fp8_grain], m->opt.fp8_fallback ? FP8_GRAIN_NAMES[m->opt.fp8_fallback] : "off");
-        if (grain == FP8_GRAIN_TENSOR || m->fp8_lin[i].memory) continue;
-        fp8_linear_buffers_make(m, l, lin, grain);
-        m->fp8_grain_changes++;
-    }
-}
-
 // mg: the data-parallel ranks; NULL (the tests) for one GPU.
-static void model_init(Model *m, const LlamaConfig *cfg, const ModelOptions *opt, MultiGpu *mg = NULL) {
+static void model_init(Model *m, const LlamaConfig *cfg, const ModelOptions *opt, MultiGpu *mg) {
     memset(m, 0, sizeof(*m));
     // AdamW writes an fp8 linear's E4M3 weights into its bf16 parameters: a tied lm_head is the embedding
     if (cfg->tied_embeddings && opt->precision == PREC_FP8 && opt->fp8_lm_head) FATAL("-fp8_lm_head 1 cannot be used with tied embeddings");
@@ -631,7 +426,7 @@ static void model_init(Model *m, const LlamaConfig *cfg, const ModelOptions *opt
     m->params_memory = (floatX *)model_alloc(m, m->zero.padded * sizeof(floatX), "bf16 parameters");
     m->grads_memory = (floatX *)model_alloc(m, m->zero.padded * sizeof(floatX), "bf16 gradients");
     cudaCheck(cudaMemset(m->grads_memory, 0, m->zero.padded * sizeof(floatX))); // the padding stays zero
-    m->master = (float *)model_alloc(m, m->zero.shard * sizeof(float), "fp32 master weights");
+    if (!opt->master_bf16) m->master = (float *)model_alloc(m, m->zero.shard * sizeof(float), "fp32 master weights");
     size_t moments_bytes = moments_size(m);
     m->adam_m = model_alloc(m, moments_bytes, "AdamW m");
     m->adam_v = model_alloc(m, moments_bytes, "AdamW v");
@@ -642,7 +437,7 @@ static void model_init(Model *m, const LlamaConfig *cfg, const ModelOptions *opt
         m->grad_shard = (floatX *)model_alloc(m, m->zero.shard * sizeof(floatX), "bf16 gradient shard");
         // no AdamW piece covers the padding: zero once, it travels in the all-gathers as zeros
         cudaCheck(cudaMemset(m->params_memory, 0, m->zero.padded * sizeof(floatX)));
-        cudaCheck(cudaMemset(m->master, 0, m->zero.shard * sizeof(float)));
+        if (m->master) cudaCheck(cudaMemset(m->master, 0, m->zero.shard * sizeof(float)));
     }
     cudaCheck(cudaMallocHost(&m->norm_host, sizeof(float)));
     size_t off = 0;
@@ -659,34 +454,11 @@ static void model_init(Model *m, const LlamaConfig *cfg, const ModelOptions *opt
     if (fp8) {
         Fp8StateLayout lay = fp8_state_layout(fp8_num_tensors(c, m->fp8.lm_head), opt->fp8_history);
         m->bytes_allocated += fp8_state_create(&m->fp8_state, lay, opt->fp8_margin, m->mg);
-        // fp8.w_by_adamw: the first half of the linears' bf16 parameters holds the E4M3 copy. Several
-        // GPUs all-gather bf16 parameters and cast after the gather.
         m->w_fp8_stale = 1;
-        size_t widest_w = 0;
-        for (int lin = 0; lin < LINS_PER_LAYER + m->fp8.lm_head; lin++) {
-            size_t n = (size_t)linear_in(c, lin) * linear_out(c, lin);
-            if (m->fp8.w_by_adamw) m->w_fp8[lin] = (fp8e4 *)m->param[LINEAR_PARAM[lin]];
-            else if (m->fp8.w_cache) m->w_fp8[lin] = (fp8e4 *)model_alloc(m, (lin == LIN_LM_HEAD ? 1 : L) * n, "fp8 weights");
-            if (n > widest_w) widest_w = n;
-        }
-        if (!m->fp8.w_cache) {
-            fp8e4 *layer_w = (fp8e4 *)model_alloc(m, widest_w, "fp8 weight (one layer)");
-            for (int lin = 0; lin < LINS_PER_LAYER + m->fp8.lm_head; lin++) m->w_fp8[lin] = layer_w;
-        }
-        m->w_fp8_t = (fp8e4 *)model_alloc(m, widest_w, "fp8 transposed weight (one layer)");
-        int nlin = fp8_num_linears(c, m->fp8.lm_head);
-        m->fp8_grain = (unsigned char *)callocCheck(nlin, 1);
-        m->fp8_over_steps = (int *)callocCheck(nlin, sizeof(int));
-        m->fp8_lin = (Fp8LinearBuffers *)callocCheck(nlin, sizeof(Fp8LinearBuffers));
-        m->fp8_switched = (Fp8Switch *)callocCheck(nlin, sizeof(Fp8Switch));
-        if (opt->fp8_fallback) cudaCheck(cudaMallocHost(&m->fp8_counts_host, (size_t)FP8_COUNTS * lay.num_tensors * sizeof(unsigned long long)));
-        if (fp8_block_flag(opt)) { // the block scale_invs of one linear at a time, each 256-byte aligned
-            size_t n[5], total = fp8_block_scratch_floats(c, (int)N, m->fp8.lm_head, n);
-            float *at = (float *)model_alloc(m, total * sizeof(float), "scratch: fp8 block scales");
-            float **ptr[5] = {&m->fp8_block.x_sinv, &m->fp8_block.x_t_sinv, &m->fp8_block.dy_sinv, &m->fp8_block.dy_t_sinv, &m->fp8_block.w_t_grid};
-            for (int k = 0; k < 5; k++) { *ptr[k] = at; at += CEIL_DIV(n[k], 64) * 64; }
-        }
     }
+    LinearOptions lo = linear_options(opt, m->fp8, m->mg->world);
+    linears_init(&m->linears, c, &lo, &m->fp8_state, m->param, m->grad, m->params_memory, m->master,
+                 &m->bytes_allocated);
 
     m->rope_freqs = (float *)model_alloc(m, (size_t)opt->T * (c->C / c->NH) * sizeof(float), "RoPE table");
     rope_freqs(m->rope_freqs, c, opt->T);
@@ -711,12 +483,13 @@ static void model_init(Model *m, const LlamaConfig *cfg, const ModelOptions *opt
         a->atty_fp8 = (fp8e4 *)model_alloc(m, N * C, "scratch: fp8 attention output");
         if (opt->recompute == 0) a->swiglu_fp8 = (fp8e4 *)model_alloc(m, L * N * FF, "activations: fp8 SwiGLU output (X^T)");
         a->live_bf16 = (floatX *)model_alloc(m, N * widest * sizeof(floatX), "scratch: live-scaling staging");
-        m->fp8_state.live_bf16 = a->live_bf16;
+        fp8_state_stage(&m->fp8_state, a->live_bf16);
         a->dy_fp8 = (fp8e5 *)model_alloc(m, N * widest_dy, "scratch: fp8 dY");
         a->dy_fp8_t = (fp8e5 *)model_alloc(m, N * widest_dy, "scratch: fp8 dY^T");
         if (m->fp8.lm_head) a->lnf_fp8 = (fp8e4 *)model_alloc(m, N * C, "activations: fp8 final norm");
         a->x_fp8_t = (fp8e4 *)model_alloc(m, N * (C > FF ? C : FF), "scratch: fp8 X^T");
         a->x_fp8 = a->x_fp8_t;
+        linears_use_scratch(&m->linears, a->x_fp8, a->x_fp8_t, a->dy_fp8, a->dy_fp8_t);
     } else {
         a->ln1 = (floatX *)model_alloc(m, L * N * C * sizeof(floatX), "activations: norm outputs");
         a->ln2 = (floatX *)model_alloc(m, L * N * C * sizeof(floatX), "activations: norm outputs");
@@ -740,15 +513,13 @@ static void model_init(Model *m, const LlamaConfig *cfg, const ModelOptions *opt
         a->doc_bias = (floatX *)model_alloc(m, N * opt->T * sizeof(floatX), "document mask bias (cuDNN)");
     encoder_backward_init(&m->enc_bwd, (int)N, (int)C);
     m->norm_device = (float *)model_alloc(m, sizeof(float), "gradient norm");
-    if (fp8 && opt->fp8_grain == FP8_GRAIN_BLOCK) // every fp8 linear block-scaled from step 0
-        for (int l = 0; l < c->L; l++)
-            for (int lin = 0; lin < LINS_PER_LAYER + (l == 0 ? m->fp8.lm_head : 0); lin++) fp8_set_grain(m, l, lin, FP8_GRAIN_BLOCK);
+    linears_start(&m->linears); // every fp8 linear of -fp8_grain's grain from step 0
 }
 
 // The device memory model_init allocates (its bytes_allocated) for this config and these options on
 // `world` GPUs, computed without a GPU: -check 1 prints it, and the GPU test holds it to model_init's
 // count. Not in it: the CUDA context, cuBLAS's and cuDNN's workspaces, the embedding backward's token
-// lists, and the buffers of linears the fp8 fallback switches later (fp8_linear_buffer_bytes each).
+// lists, and the buffers of linears the fp8 fallback switches later (linear_buffer_bytes each).
 static size_t model_memory_plan(const LlamaConfig *c, const ModelOptions *o, int world) {
     size_t sizes[NUM_PARAM_TENSORS];
     param_sizes(c, sizes);
@@ -756,20 +527,14 @@ static size_t model_memory_plan(const LlamaConfig *c, const ModelOptions *o, int
     Fp8Mode f = fp8_mode(o, world);
     size_t N = (size_t)o->B * o->T, L = c->L, C = c->C, FF = c->FF, V = c->V, QKV = config_qkv_width(c), X = sizeof(floatX);
     size_t moments = z.shard * (o->moments_bf16 ? X : sizeof(float));
-    size_t b = 2 * z.padded * X + z.shard * sizeof(float) + 2 * moments + (world > 1 ? z.shard * X : 0); // params, grads, master, m, v, grad shard
+    size_t master = o->master_bf16 ? 0 : z.shard * sizeof(float); // bf16: the parameters are the master
+    // params, grads, master, m, v, grad shard
+    size_t b = 2 * z.padded * X + master + 2 * moments + (world > 1 ? z.shard * X : 0);
     zero_layout_free(&z);
     if (f.on) {
         b += fp8_state_bytes(fp8_state_layout(fp8_num_tensors(c, f.lm_head), o->fp8_history));
-        size_t widest_w = 0, scratch[5], lin_bytes[4];
-        for (int lin = 0; lin < LINS_PER_LAYER + f.lm_head; lin++) {
-            size_t n = (size_t)linear_in(c, lin) * linear_out(c, lin);
-            if (!f.w_by_adamw && f.w_cache) b += (lin == LIN_LM_HEAD ? 1 : L) * n;
-            if (n > widest_w) widest_w = n;
-        }
-        b += (f.w_cache ? 0 : widest_w) + widest_w; // without the cache one layer's W; W^T
-        if (fp8_block_flag(o)) b += fp8_block_scratch_floats(c, (int)N, f.lm_head, scratch) * sizeof(float);
-        for (int l = 0; o->fp8_grain == FP8_GRAIN_BLOCK && l < c->L; l++)
-            for (int lin = 0; lin < LINS_PER_LAYER + (l == 0 ? f.lm_head : 0); lin++) b += fp8_linear_buffer_bytes(c, o, f, lin, FP8_GRAIN_BLOCK, lin_bytes);
+        LinearOptions lo = linear_options(o, f, world);
+        b += linears_memory_plan(c, &lo);
     }
     b += (size_t)o->T * (C / c->NH) * sizeof(float); // RoPE table
     size_t widest = C > 2 * FF ? C : 2 * FF;
@@ -787,10 +552,7 @@ static size_t model_memory_plan(const LlamaConfig *c, const ModelOptions *o, int
 
 static void model_free(Model *m) {
     for (int i = 0; i < m->num_allocations; i++) cudaCheck(cudaFree(m->allocations[i]));
-    for (int i = 0; m->fp8_lin && i < fp8_num_linears(&m->cfg, m->fp8.lm_head); i++)
-        if (m->fp8_lin[i].memory) cudaCheck(cudaFree(m->fp8_lin[i].memory));
-    if (m->fp8_counts_host) cudaCheck(cudaFreeHost(m->fp8_counts_host));
-    free(m->fp8_grain); free(m->fp8_over_steps); free(m->fp8_lin); free(m->fp8_switched);
+    linears_free(&m->linears);
     encoder_backward_free(&m->enc_bwd);
     fp8_state_free(&m->fp8_state);
     if (m->graph.exec) cudaCheck(cudaGraphExecDestroy(m->graph.exec));
@@ -823,11 +585,11 @@ static void model_init_weights(Model *m, uint64_t seed, float *host_out) {
     }
 }
 
-// Several GPUs: the fp32 weights [first, first + n) of the flat vector (host) into the part of this
-// rank's master shard they overlap and into the bf16 parameters (every rank holds all of those),
-// through `staging`, a device buffer of n floats or more.
+// Several GPUs or bf16 master weights: the fp32 weights [first, first + n) of the flat vector (host)
+// into the part of this rank's fp32 master shard they overlap (if there is one) and into the bf16
+// parameters (every rank holds all of those), through `staging`, a device buffer of n floats or more.
 static void model_set_weight_range(Model *m, const float *host, size_t first, size_t n, float *staging) {
-    for (int i = 0; i < m->zero.num_pieces; i++) {
+    for (int i = 0; m->master && i < m->zero.num_pieces; i++) {
         const ShardPiece *p = &m->zero.pieces[i];
         size_t a = p->flat > first ? p->flat : first, e = p->flat + p->count < first + n ? p->flat + p->count : first + n;
         if (a < e) cudaCheck(cudaMemcpy(m->master + p->local + (a - p->flat), host + (a - first), (e - a) * sizeof(float), cudaMemcpyHostToDevice));
@@ -836,7 +598,7 @@ static void model_set_weight_range(Model *m, const float *host, size_t first, si
     init_from_master(m->params_memory + first, staging, n, 0);
 }
 
-// read_sections' sink of a model file's weights on several GPUs (load_model_file).
+// read_sections' sink of a model file's weights on several GPUs or into bf16 master weights (load_model_file).
 typedef struct { Model *m; float *staging; } WeightSink;
 static void weight_sink(void *ctx, const void *chunk, size_t offset, size_t n) {
     WeightSink *w = (WeightSink *)ctx;
@@ -844,10 +606,11 @@ static void weight_sink(void *ctx, const void *chunk, size_t offset, size_t n) {
 }
 
 // Load fp32 weights (host, num_params) into the master copy and the bf16 parameters. With several
-// GPUs each rank keeps its shard of the fp32 copy and the whole model in bf16.
+// GPUs each rank keeps its shard of the fp32 copy and the whole model in bf16; with bf16 master
+// weights the bf16 parameters (round to nearest) are all there is.
 static void model_set_weights(Model *m, const float *host) {
     m->w_fp8_stale = 1;
-    if (m->mg->world == 1) {
+    if (m->mg->world == 1 && m->master) {
         cudaCheck(cudaMemcpy(m->master, host, m->num_params * sizeof(float), cudaMemcpyHostToDevice));
         init_from_master(m->params_memory, m->master, m->num_params, 0);
         cudaCheck(cudaDeviceSynchronize());
@@ -896,34 +659,13 @@ static Pass eval_pass(const Model *m) {
     return p;
 }
 
-// The weight of linear (l, lin) when its grain is not per-tensor, from w (its bf16 weights, or with
-// w_fp32 the fp32 master's, whose bf16 rounding gives the same codes): block, E4M3 in 128x128 blocks
-// with their grid, recorded and counted as a weight cast of pass p; bf16, its own bf16 copy where the
-// bf16 parameters hold the E4M3 cache (fp8.w_by_adamw), else nothing (the GEMMs read the parameters).
-static void fp8_cast_grain_weight(Model *m, Fp8Pass p, int l, int lin, const void *w, int w_fp32, cudaStream_t stream) {
-    const LlamaConfig *c = &m->cfg;
-    const Fp8State *fs = &m->fp8_state;
-    int IN = linear_in(c, lin), OUT = linear_out(c, lin), t = fp8_tensor(c, l, lin, FP8_W);
-    size_t n = (size_t)IN * OUT;
-    const Fp8LinearBuffers *b = linear_buffers(m, l, lin);
-    if (linear_grain(m, l, lin) == FP8_GRAIN_BLOCK) {
-        fp8e4 *out = m->w_fp8[lin] + (m->fp8.w_cache ? l * n : 0);
-        fp8_block_cast_weight(out, b->w_grid, NULL, NULL, w, w_fp32, OUT, IN, p.recording ? fp8_amax(fs, t) : NULL, fp8_pass_counts(fs, p, t),
-                              stream);
-    } else if (b->w_bf16) {
-        if (w_fp32) init_from_master(b->w_bf16, (const float *)w, n, stream);
-        else cudaCheck(cudaMemcpyAsync(b->w_bf16, w, n * sizeof(floatX), cudaMemcpyDeviceToDevice, stream));
-    }
-}
-
-// E4M3 copies of every block weight, each layer's W its own tensor with its own scale, for the next
-// step: right after the update (multi-GPU: after the gather; one GPU: AdamW makes them itself, see
-// model_update), and when weights were set or the update skipped. The weights' amaxes go to the
-// next step's slots. With the cache in the bf16 parameters, bf16(master) is staged in the gradient
-// buffer, which holds nothing between steps: the cast is the same as AdamW's, byte for byte. A
-// linear of another grain gets its W in that grain (fp8_cast_grain_weight).
+// E4M3 copies of every block weight, each layer's W its own tensor with its own scale (a linear of
+// another grain: in its grain; llmc/linear.cuh), for the next step: right after the update (multi-GPU:
+// after the gather; one GPU: AdamW makes them itself, see model_update), and when weights were set or
+// the update skipped. The weights' amaxes go to the next step's slots. With the cache in the bf16
+// parameters, bf16(master) is staged in the gradient buffer, which holds nothing between steps: the
+// cast is the same as AdamW's, byte for byte.
 static void fp8_cast_weights(Model *m, cudaStream_t stream) {
-    const LlamaConfig *c = &m->cfg;
     m->w_fp8_stale = 0;
     if (!m->fp8.w_cache) return; // linear_forward casts each layer's W when it needs it
     Fp8Pass p = fp8_train_pass(m, 0); // as the next step's first micro-step casts: recorded, live in the first step
@@ -932,206 +674,7 @@ static void fp8_cast_weights(Model *m, cudaStream_t stream) {
         init_from_master(m->grads_memory, m->master, m->num_params, stream);
         src = m->grads_memory;
     }
-    for (int lin = 0; lin < LINS_PER_LAYER + m->fp8.lm_head; lin++) {
-        int IN = linear_in(c, lin), OUT = linear_out(c, lin);
-        size_t n = (size_t)IN * OUT, at = m->param[LINEAR_PARAM[lin]] - m->params_memory;
-        for (int l = 0; l < (lin == LIN_LM_HEAD ? 1 : c->L); l++) {
-            int t = fp8_tensor(c, l, lin, FP8_W);
-            if (linear_grain(m, l, lin) == FP8_GRAIN_TENSOR) fp8_cast_existing(&m->fp8_state, p, t, m->w_fp8[lin] + l * n, src + at + l * n, n, stream);
-            else fp8_cast_grain_weight(m, p, l, lin, src + at + l * n, 0, stream);
-        }
-    }
-}
-
-// After AdamW wrote every linear's per-tensor E4M3 W from the master (fp8.w_by_adamw): the linears of
-// another grain made again from the fp32 master. AdamW's cast counted their W and put max |W| in its
-// slot: the counts are cleared first (a block cast counts its own, of the same max |W|), and so is a
-// bf16 linear's slot, which records nothing, as its casts do not exist.
-static void fp8_regrain_weights(Model *m, cudaStream_t stream) {
-    const LlamaConfig *c = &m->cfg;
-    const Fp8State *fs = &m->fp8_state;
-    for (int lin = 0; lin < LINS_PER_LAYER + m->fp8.lm_head; lin++) {
-        size_t n = (size_t)linear_in(c, lin) * linear_out(c, lin), at = m->param[LINEAR_PARAM[lin]] - m->params_memory;
-        for (int l = 0; l < (lin == LIN_LM_HEAD ? 1 : c->L); l++) {
-            int grain = linear_grain(m, l, lin), t = fp8_tensor(c, l, lin, FP8_W);
-            if (grain == FP8_GRAIN_TENSOR) continue;
-            cudaCheck(cudaMemsetAsync(fp8_counts(fs, t), 0, FP8_COUNTS * sizeof(unsigned long long), stream));
-            if (grain == FP8_GRAIN_BF16) cudaCheck(cudaMemsetAsync(fp8_amax(fs, t), 0, sizeof(float), stream));
-            fp8_cast_grain_weight(m, fp8_train_pass(m, 0), l, lin, m->master + at + l * n, 1, stream);
-        }
-    }
-}
-
-// ----------------------------------------------------------------------------------------------
-// Linear layers: y = x w^T for block linear `lin` of layer l, in bf16 or fp8.
-
-#ifdef TESTING
-// What test_llama_fp8.cu sees of each fp8 GEMM right after it is queued: its operands' codes, the
-// bf16 tensor the cast read, and the outputs, to check against the host codec on the GPU's own
-// inputs. Training builds have no probe.
-typedef struct {
-    int l, lin, backward, N, IN, OUT;
-    const floatX *src;      // the bf16 tensor the fp8 operand was cast from (forward X, backward dY); NULL where none is kept
-    const void *a, *b;      // forward: X (N, IN) and W (OUT, IN) in E4M3; backward: dY (N, OUT) in E5M2 and W^T (IN, OUT)
-    const void *a_t, *x_t;  // backward: dY^T (OUT, N) and X^T (IN, N)
-    const floatX *out, *dw; // forward: Y (N, OUT); backward: dX (N, IN) and dW (OUT, IN)
-    // a block linear's: the block scale_invs of a, b, a_t and x_t, in cuBLASLt's layouts (llmc/fp8_block.cuh); NULL per-tensor
-    const float *a_sinv, *b_sinv, *a_t_sinv, *x_t_sinv;
-} Fp8GemmView;
-static void (*g_fp8_gemm_probe)(const Model *m, const Fp8GemmView *v);
-#define FP8_GEMM_PROBE(...) do { if (g_fp8_gemm_probe) { Fp8GemmView view = {__VA_ARGS__}; g_fp8_gemm_probe(m, &view); } } while (0)
-#else
-#define FP8_GEMM_PROBE(...) do {} while (0)
-#endif
-
-// The bf16 W of linear (l, lin), for a bf16 GEMM: the bf16 parameters, or for a linear fallen back to
-// bf16 while they hold the E4M3 cache (fp8.w_by_adamw) its own copy.
-static const floatX *linear_weight_bf16(const Model *m, int l, int lin) {
-    size_t wn = (size_t)linear_in(&m->cfg, lin) * linear_out(&m->cfg, lin);
-    if (linear_grain(m, l, lin) == FP8_GRAIN_BF16 && m->fp8.w_by_adamw) return linear_buffers(m, l, lin)->w_bf16;
-    return m->param[LINEAR_PARAM[lin]] + l * wn;
-}
-
-// The site of X (N, IN) of fp8 linear (l, lin), whose producer is about to write it, by the linear's
-// grain. Per-tensor: the codes to x_fp8, and for w2 X^T to x_t too (fp8_site, fp8_site_t). Block: the
-// row-wise codes to acts.x_fp8 with the block scratch's scale_invs, for fprop, and X^T to where the
-// backward finds X kept (x_fp8; w2's x_t, NULL with -r 1) with the linear's scale_invs. bf16: no fp8
-// at all: the bf16 X to `bf16`, or where fp8 mode keeps none, to the linear's own copy (w2 with -r 1:
-// the staging buffer, for its fprop alone).
-static Fp8Site linear_x_site(Model *m, Pass p, int l, int lin, fp8e4 *x_fp8, fp8e4 *x_t, floatX *bf16) {
-    Fp8State *fs = &m->fp8_state;
-    int N = m->opt.B * m->opt.T, IN = linear_in(&m->cfg, lin), t = fp8_tensor(&m->cfg, l, lin, FP8_X);
-    int grain = linear_grain(m, l, lin);
-    if (grain == FP8_GRAIN_BLOCK) {
-        fp8e4 *kept = lin == LIN_W2 ? x_t : x_fp8;
-        return fp8_site_block(fs, p.fp8, t, m->acts.x_fp8, m->fp8_block.x_sinv, kept, kept ? linear_buffers(m, l, lin)->x_t_sinv : NULL, bf16,
-                              N, IN);
-    }
-    if (grain == FP8_GRAIN_BF16) {
-        floatX *own = linear_buffers(m, l, lin)->x_bf16;
-        return fp8_site(fs, p.fp8, -1, NULL, bf16 ? bf16 : own ? own : fs->live_bf16, (size_t)N * IN);
-    }
-    if (lin == LIN_W2) return fp8_site_t(fs, p.fp8, t, x_fp8, x_t, bf16, N, IN);
-    return fp8_site(fs, p.fp8, t, x_fp8, bf16, (size_t)N * IN);
-}
-
-// The fp8 X of linear (l, lin) from its bf16 X, which exists already (wo's: the attention output):
-// per-tensor to x_fp8; block row-wise to acts.x_fp8, as linear_x_site's; bf16: none.
-static void linear_x_existing(Model *m, Pass p, int l, int lin, fp8e4 *x_fp8, const floatX *x, cudaStream_t stream) {
-    Fp8State *fs = &m->fp8_state;
-    int N = m->opt.B * m->opt.T, IN = linear_in(&m->cfg, lin), t = fp8_tensor(&m->cfg, l, lin, FP8_X);
-    int grain = linear_grain(m, l, lin);
-    if (grain == FP8_GRAIN_TENSOR) fp8_cast_existing(fs, p.fp8, t, x_fp8, x, (size_t)N * IN, stream);
-    else if (grain == FP8_GRAIN_BLOCK) fp8_block_cast_existing(fs, p.fp8, t, m->acts.x_fp8, m->fp8_block.x_sinv, NULL, NULL, x, N, IN, stream);
-}
-
-// The site of dY (N, OUT) of fp8 linear (l, lin), whose producer is about to write it (its bf16 dY to
-// `bf16`, NULL where nothing keeps one), by the linear's grain: per-tensor, the codes to acts.dy_fp8;
-// block, to acts.dy_fp8 and transposed to acts.dy_fp8_t, each with the block scratch's scale_invs
-// (dgrad's and wgrad's operands); bf16, only the bf16 dY (to the staging buffer where nothing keeps one).
-static Fp8Site linear_dy_site(Model *m, Pass p, int l, int lin, floatX *bf16) {
-    Fp8State *fs = &m->fp8_state;
-    Activations *a = &m->acts;
-    int N = m->opt.B * m->opt.T, OUT = linear_out(&m->cfg, lin), t = fp8_tensor(&m->cfg, l, lin, FP8_DY);
-    int grain = linear_grain(m, l, lin);
-    if (grain == FP8_GRAIN_BLOCK)
-        return fp8_site_block(fs, p.fp8, t, a->dy_fp8, m->fp8_block.dy_sinv, a->dy_fp8_t, m->fp8_block.dy_t_sinv, bf16, N, OUT);
-    if (grain == FP8_GRAIN_BF16) return fp8_site(fs, p.fp8, -1, NULL, bf16 ? bf16 : fs->live_bf16, (size_t)N * OUT);
-    return fp8_site(fs, p.fp8, t, a->dy_fp8, bf16, (size_t)N * OUT);
-}
-
-// The fp8 dY of linear (l, lin) from its bf16 dY, which exists already (the lm_head's: the dlogits),
-// as linear_dy_site's.
-static void linear_dy_existing(Model *m, Pass p, int l, int lin, const floatX *dy, cudaStream_t stream) {
-    Fp8State *fs = &m->fp8_state;
-    Activations *a = &m->acts;
-    int N = m->opt.B * m->opt.T, OUT = linear_out(&m->cfg, lin), t = fp8_tensor(&m->cfg, l, lin, FP8_DY);
-    int grain = linear_grain(m, l, lin);
-    if (grain == FP8_GRAIN_TENSOR) fp8_cast_existing(fs, p.fp8, t, a->dy_fp8, dy, (size_t)N * OUT, stream);
-    else if (grain == FP8_GRAIN_BLOCK)
-        fp8_block_cast_existing(fs, p.fp8, t, a->dy_fp8, m->fp8_block.dy_sinv, a->dy_fp8_t, m->fp8_block.dy_t_sinv, dy, N, OUT, stream);
-}
-
-static void linear_forward(Model *m, Pass p, int l, int lin, floatX *y, const floatX *x, const fp8e4 *x_fp8, cudaStream_t stream) {
-    Fp8State *fs = &m->fp8_state;
-    fp8_no_open_site(fs, "linear_forward");
-    const LlamaConfig *c = &m->cfg;
-    int N = m->opt.B * m->opt.T, IN = linear_in(c, lin), OUT = linear_out(c, lin), grain = linear_grain(m, l, lin);
-    size_t wn = (size_t)IN * OUT;
-    if (m->fp8.on && grain == FP8_GRAIN_BLOCK) { // X's row-wise codes are in acts.x_fp8 (linear_x_site)
-        const Fp8LinearBuffers *b = linear_buffers(m, l, lin);
-        const fp8e4 *w = m->w_fp8[lin] + (m->fp8.w_cache ? l * wn : 0);
-        if (!m->fp8.w_cache) fp8_cast_grain_weight(m, p.fp8, l, lin, m->param[LINEAR_PARAM[lin]] + l * wn, 0, stream);
-        matmul_fp8_block_fprop(y, m->acts.x_fp8, w, m->fp8_block.x_sinv, b->w_grid, N, IN, OUT, stream);
-        FP8_GEMM_PROBE(l, lin, 0, N, IN, OUT, x, m->acts.x_fp8, w, NULL, NULL, y, NULL, m->fp8_block.x_sinv, b->w_grid);
-    } else if (m->fp8.on && grain == FP8_GRAIN_TENSOR) {
-        const fp8e4 *w = m->w_fp8[lin] + (m->fp8.w_cache ? l * wn : 0);
-        if (!m->fp8.w_cache) // the same cast the cache would have made: live in the first step, amax recorded
-            fp8_cast_existing(fs, p.fp8, fp8_tensor(c, l, lin, FP8_W), m->w_fp8[lin], m->param[LINEAR_PARAM[lin]] + l * wn, wn, stream);
-        matmul_fp8_fprop(y, x_fp8, w, fp8_gemm_scale_inv(fs, fp8_tensor(c, l, lin, FP8_X)),
-                         fp8_gemm_scale_inv(fs, fp8_tensor(c, l, lin, FP8_W)), N, IN, OUT, stream);
-        FP8_GEMM_PROBE(l, lin, 0, N, IN, OUT, x, x_fp8, w, NULL, NULL, y, NULL);
-    } else { // bf16, the precision or a linear's grain
-        matmul_forward(y, x ? x : linear_buffers(m, l, lin)->x_bf16, linear_weight_bf16(m, l, lin), N, IN, OUT, stream);
-    }
-}
-
-// dx = dy w; dw = dy^T x in micro-step 0, dw += dy^T x after it (so the step need not zero dw).
-// In fp8 mode dy is in acts.dy_fp8 (written by the producer of dY), and with dy_t_ready its
-// transpose in acts.dy_fp8_t too; x_t is X^T (IN, N) where its producer wrote it (w2's: SwiGLU),
-// else NULL: made here from the saved fp8 X (x_fp8) or the bf16 X. A block linear finds dY and dY^T
-// with their scale_invs where linear_dy_site put them, and X^T kept in x_fp8 (w2: x_t) where
-// linear_x_site kept it; a bf16 one multiplies the bf16 dy and x (NULL: its own copy of X).
-static void linear_backward(Model *m, Pass p, int l, int lin, floatX *dx, const floatX *dy, const floatX *x,
-                            const fp8e4 *x_fp8, const fp8e4 *x_t, int dy_t_ready, cudaStream_t stream) {
-    const Fp8State *fs = &m->fp8_state;
-    fp8_no_open_site(fs, "linear_backward");
-    const LlamaConfig *c = &m->cfg;
-    int N = m->opt.B * m->opt.T, IN = linear_in(c, lin), OUT = linear_out(c, lin), grain = linear_grain(m, l, lin);
-    size_t wn = (size_t)IN * OUT;
-    floatX *dw = m->grad[LINEAR_PARAM[lin]] + l * wn;
-    if (m->fp8.on && grain == FP8_GRAIN_BLOCK) {
-        Activations *a = &m->acts;
-        const Fp8BlockScratch *bs = &m->fp8_block;
-        const fp8e4 *xt = lin == LIN_W2 ? x_t : x_fp8;
-        const float *xt_sinv = linear_buffers(m, l, lin)->x_t_sinv;
-        if (xt == NULL) { // cast afresh from the bf16 X: a cast of its own, recorded and counted (the forward's was row-wise)
-            fp8_block_cast_existing(fs, p.fp8, fp8_tensor(c, l, lin, FP8_X), NULL, NULL, a->x_fp8_t, bs->x_t_sinv, x, N, IN, stream);
-            xt = a->x_fp8_t;
-            xt_sinv = bs->x_t_sinv;
-        }
-        // W^T: cast again from the weights W was cast from, the same 128x128 blocks transposed, so W's
-        // codes and grid transposed; a recast, recording and counting nothing (as per-tensor W^T's)
-        size_t at = m->param[LINEAR_PARAM[lin]] - m->params_memory + l * wn;
-        const void *w = m->fp8.w_by_adamw ? (const void *)(m->master + at) : (const void *)(m->params_memory + at);
-        fp8_block_cast_weight(NULL, NULL, m->w_fp8_t, bs->w_t_grid, w, m->fp8.w_by_adamw, OUT, IN, NULL, NULL, stream);
-        matmul_fp8_block_dgrad(dx, a->dy_fp8, m->w_fp8_t, bs->dy_sinv, bs->w_t_grid, N, IN, OUT, stream);
-        matmul_fp8_block_wgrad(dw, a->dy_fp8_t, xt, bs->dy_t_sinv, xt_sinv, N, IN, OUT, p.micro > 0, stream);
-        FP8_GEMM_PROBE(l, lin, 1, N, IN, OUT, dy, a->dy_fp8, m->w_fp8_t, a->dy_fp8_t, xt, dx, dw, bs->dy_sinv, bs->w_t_grid, bs->dy_t_sinv,
-                       xt_sinv);
-    } else if (m->fp8.on && grain == FP8_GRAIN_TENSOR) {
-        Activations *a = &m->acts;
-        const float *dy_sinv = fp8_gemm_scale_inv(fs, fp8_tensor(c, l, lin, FP8_DY));
-        if (!dy_t_ready) fp8_transpose(a->dy_fp8_t, a->dy_fp8, N, OUT, stream);
-        // X^T for wgrad: from the saved fp8 X, or (x_fp8 NULL) recast from the saved bf16 X with the
-        // forward's scale, which gives the forward's codes (so it records and counts nothing again).
-        if (x_t == NULL) {
-            if (x_fp8) fp8_transpose(a->x_fp8_t, x_fp8, N, IN, stream);
-            else fp8_cast_transpose(NULL, a->x_fp8_t, FP8_E4M3, x, N, IN, NULL, NULL, fp8_scale(fs, fp8_tensor(c, l, lin, FP8_X)), stream);
-            x_t = a->x_fp8_t;
-        }
-        // dgrad needs W^T (fp8 GEMMs are TN only): from the cached fp8 W, or cast from bf16 W directly
-        if (m->fp8.w_cache) fp8_transpose(m->w_fp8_t, m->w_fp8[lin] + l * wn, OUT, IN, stream);
-        else fp8_cast_transpose(NULL, m->w_fp8_t, FP8_E4M3, m->param[LINEAR_PARAM[lin]] + l * wn, OUT, IN, NULL, NULL,
-                                fp8_scale(fs, fp8_tensor(c, l, lin, FP8_W)), stream);
-        matmul_fp8_dgrad(dx, a->dy_fp8, m->w_fp8_t, dy_sinv,
-                         fp8_gemm_scale_inv(fs, fp8_tensor(c, l, lin, FP8_W)), N, IN, OUT, stream);
-        matmul_fp8_wgrad(dw, a->dy_fp8_t, x_t, dy_sinv, fp8_gemm_scale_inv(fs, fp8_tensor(c, l, lin, FP8_X)),
-                         N, IN, OUT, p.micro > 0, stream);
-        FP8_GEMM_PROBE(l, lin, 1, N, IN, OUT, dy, a->dy_fp8, m->w_fp8_t, a->dy_fp8_t, x_t, dx, dw);
-    } else { // bf16, the precision or a linear's grain
-        matmul_backward(dx, dw, dy, x ? x : linear_buffers(m, l, lin)->x_bf16, linear_weight_bf16(m, l, lin), N, IN, OUT, p.micro > 0, stream);
-    }
+    linears_cast_weights(&m->linears, p, src, stream);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -1145,6 +688,7 @@ static void model_forward(Model *m, Pass p, int with_targets, float dloss, cudaS
     const LlamaConfig *c = &m->cfg;
     Activations *a = &m->acts;
     Fp8State *fs = &m->fp8_state;
+    Linears *lins = &m->linears;
     int B = m->opt.B, T = m->opt.T, N = B * T, C = c->C, FF = c->FF, NH = c->NH, NKV = c->NKV, HS = C / NH;
     size_t NC = (size_t)N * C, NQKV = (size_t)N * config_qkv_width(c), NFF = (size_t)N * FF;
     size_t swiglu_stride = m->opt.recompute >= 1 ? 0 : NFF;
@@ -1152,7 +696,7 @@ static void model_forward(Model *m, Pass p, int with_targets, float dloss, cudaS
     encoder_forward(a->encoded, a->inputs, m->param[P_WTE], N, C, stream);
     if (a->doc_pos) doc_positions(a->doc_pos, a->inputs, B, T, m->opt.doc_start_id, stream); // the backward reads them too
     if (a->doc_bias) doc_bias_forward(a->doc_bias, a->doc_pos, B, T, stream); // the same mask as cuDNN's bias, for both passes
-    Fp8Site s = linear_x_site(m, p, 0, LIN_QKV, a->ln1_fp8, NULL, a->ln1);
+    Fp8Site s = linear_x_site(lins, 0, LIN_QKV, p.fp8, a->ln1_fp8, NULL, a->ln1);
     rmsnorm_forward(s.bf16, a->ln1_rstd, a->encoded, m->param[P_LN1W], N, C, c->norm_eps, s.cast, stream);
     fp8_site_finish(fs, &s, stream);
 
@@ -1162,40 +706,41 @@ static void model_forward(Model *m, Pass p, int with_targets, float dloss, cudaS
         floatX *res2 = a->res2 + l * NC, *res3 = a->res3 + l * NC;
         float *stats = a->att_stats + (size_t)l * N * NH;
 
-        linear_forward(m, p, l, LIN_QKV, qkv, layer_ptr(a->ln1, l, NC), layer_ptr8(a->ln1_fp8, l, NC), stream);
+        linear_forward(lins, l, LIN_QKV, p.fp8, qkv, layer_ptr(a->ln1, l, NC), layer_ptr8(a->ln1_fp8, l, NC), stream);
         rope_forward(qkv, m->rope_freqs, a->doc_pos, B, T, NH, NKV, HS, stream);
         attention_forward(atty, stats, qkv, a->doc_pos, a->doc_bias, B, T, NH, NKV, HS, stream);
-        if (m->fp8.on) linear_x_existing(m, p, l, LIN_WO, a->atty_fp8, atty, stream);
-        linear_forward(m, p, l, LIN_WO, a->proj, atty, a->atty_fp8, stream);
+        linear_x_existing(lins, l, LIN_WO, p.fp8, a->atty_fp8, atty, stream);
+        linear_forward(lins, l, LIN_WO, p.fp8, a->proj, atty, a->atty_fp8, stream);
 
-        s = linear_x_site(m, p, l, LIN_W13, layer_ptr8(a->ln2_fp8, l, NC), NULL, layer_ptr(a->ln2, l, NC));
+        s = linear_x_site(lins, l, LIN_W13, p.fp8, layer_ptr8(a->ln2_fp8, l, NC), NULL, layer_ptr(a->ln2, l, NC));
         fused_residual_rmsnorm_forward(res2, s.bf16, a->ln2_rstd + (size_t)l * N, res_in, a->proj,
                                        m->param[P_LN2W] + (size_t)l * C, N, C, c->norm_eps, s.cast, stream);
         fp8_site_finish(fs, &s, stream);
-        linear_forward(m, p, l, LIN_W13, fch, layer_ptr(a->ln2, l, NC), layer_ptr8(a->ln2_fp8, l, NC), stream);
+        linear_forward(lins, l, LIN_W13, p.fp8, fch, layer_ptr(a->ln2, l, NC), layer_ptr8(a->ln2_fp8, l, NC), stream);
 
         // w2's X: fprop reads it row-major (N, FF), wgrad as X^T (FF, N) (fp8 GEMMs are TN only).
         // SwiGLU writes the row-major codes to one layer's scratch (x_fp8) and, with -r 0, X^T straight
         // into the saved buffer, so the backward has no transpose of X to do; -r 1 saves nothing.
-        s = linear_x_site(m, p, l, LIN_W2, a->x_fp8, layer_ptr8(a->swiglu_fp8, l, NFF), layer_ptr(a->swiglu, l, swiglu_stride));
+        s = linear_x_site(lins, l, LIN_W2, p.fp8, a->x_fp8, layer_ptr8(a->swiglu_fp8, l, NFF),
+                          layer_ptr(a->swiglu, l, swiglu_stride));
         swiglu_forward(s.bf16, fch, N, FF, s.cast, s.cast_t, stream);
         fp8_site_finish(fs, &s, stream);
-        linear_forward(m, p, l, LIN_W2, a->proj, s.bf16, a->x_fp8, stream); // s.bf16: where a bf16 w2 finds its X
+        linear_forward(lins, l, LIN_W2, p.fp8, a->proj, s.bf16, a->x_fp8, stream); // s.bf16: a bf16 w2's X
 
         if (l + 1 < c->L) { // the next layer's attention norm, fused with this layer's residual add
-            s = linear_x_site(m, p, l + 1, LIN_QKV, layer_ptr8(a->ln1_fp8, l + 1, NC), NULL, layer_ptr(a->ln1, l + 1, NC));
+            s = linear_x_site(lins, l + 1, LIN_QKV, p.fp8, layer_ptr8(a->ln1_fp8, l + 1, NC), NULL,
+                              layer_ptr(a->ln1, l + 1, NC));
             fused_residual_rmsnorm_forward(res3, s.bf16, a->ln1_rstd + (size_t)(l + 1) * N, res2, a->proj,
                                            m->param[P_LN1W] + (size_t)(l + 1) * C, N, C, c->norm_eps, s.cast, stream);
             fp8_site_finish(fs, &s, stream);
         } else { // the final norm: with -fp8_lm_head 1 it also writes the lm_head's E4M3 X
-            s = m->fp8.lm_head ? linear_x_site(m, p, 0, LIN_LM_HEAD, a->lnf_fp8, NULL, a->lnf) : fp8_site(fs, p.fp8, -1, NULL, a->lnf, NC);
+            s = linear_x_site(lins, 0, LIN_LM_HEAD, p.fp8, a->lnf_fp8, NULL, a->lnf);
             fused_residual_rmsnorm_forward(res3, s.bf16, a->lnf_rstd, res2, a->proj, m->param[P_LNFW], N, C,
                                            c->norm_eps, s.cast, stream);
             fp8_site_finish(fs, &s, stream);
         }
     }
-    if (m->fp8.lm_head) linear_forward(m, p, 0, LIN_LM_HEAD, a->logits, a->lnf, a->lnf_fp8, stream);
-    else matmul_forward(a->logits, a->lnf, m->param[P_LM_HEAD], N, C, c->V, stream);
+    linear_forward(lins, 0, LIN_LM_HEAD, p.fp8, a->logits, a->lnf, a->lnf_fp8, stream); // bf16 without -fp8_lm_head 1
     if (with_targets) fused_classifier(a->logits, a->losses, a->targets, N, c->V, dloss, 1, stream);
 }
 
@@ -1231,19 +776,16 @@ static void model_backward(Model *m, Pass p, cudaStream_t stream) {
     const LlamaConfig *c = &m->cfg;
     Activations *a = &m->acts;
     Fp8State *fs = &m->fp8_state;
+    Linears *lins = &m->linears;
     int B = m->opt.B, T = m->opt.T, N = B * T, C = c->C, FF = c->FF, NH = c->NH, NKV = c->NKV, HS = C / NH;
     size_t NC = (size_t)N * C, NQKV = (size_t)N * config_qkv_width(c), NFF = (size_t)N * FF;
     size_t swiglu_stride = m->opt.recompute >= 1 ? 0 : NFF;
-    Fp8Cast none = {NULL, NULL, NULL, NULL};
 
-    if (m->fp8.lm_head) { // dlogits (in place of the logits) are the lm_head's dY
-        linear_dy_existing(m, p, 0, LIN_LM_HEAD, a->logits, stream);
-        linear_backward(m, p, 0, LIN_LM_HEAD, a->dbtc, a->logits, a->lnf, a->lnf_fp8, NULL, 0, stream);
-    } else {
-        matmul_backward(a->dbtc, m->grad[P_LM_HEAD], a->logits, a->lnf, m->param[P_LM_HEAD], N, C, c->V, p.micro > 0, stream);
-    }
+    // dlogits (in place of the logits) are the lm_head's dY; a bf16 GEMM without -fp8_lm_head 1
+    linear_dy_existing(lins, 0, LIN_LM_HEAD, p.fp8, a->logits, stream);
+    linear_backward(lins, 0, LIN_LM_HEAD, p.fp8, p.micro > 0, a->dbtc, a->logits, a->lnf, a->lnf_fp8, NULL, 0, stream);
     cudaCheck(cudaMemsetAsync(a->dres, 0, NC * sizeof(floatX), stream));
-    Fp8Site s = linear_dy_site(m, p, c->L - 1, LIN_W2, a->dres);
+    Fp8Site s = linear_dy_site(lins, c->L - 1, LIN_W2, p.fp8, a->dres);
     rmsnorm_backward(a->dres, m->grad[P_LNFW], a->rmsnorm_scratch, a->dbtc, a->res3 + (c->L - 1) * NC,
                      m->param[P_LNFW], a->lnf_rstd, N, C, s.cast, stream);
     fp8_site_finish(fs, &s, stream);
@@ -1258,41 +800,37 @@ static void model_backward(Model *m, Pass p, cudaStream_t stream) {
         // forward; -r 1 recomputes it here, X^T only (nothing reads the row-major codes now)
         const fp8e4 *w2_x_t = layer_ptr8(a->swiglu_fp8, l, NFF);
         floatX *w2_x = layer_ptr(a->swiglu, l, swiglu_stride);
-        if (m->opt.recompute >= 1) { // the same scale as the forward's cast, so the same fp8 values; no amax or count again
-            Fp8Cast cast = none;
+        if (m->opt.recompute >= 1) { // per-tensor: the forward's scale, so the same fp8 values; no amax or count again
             fp8e4 *x_t = NULL;
-            if (m->fp8.on && linear_grain(m, l, LIN_W2) == FP8_GRAIN_TENSOR) {
-                cast.scale = fp8_scale(fs, fp8_tensor_index(l, LIN_W2, FP8_X));
-                x_t = a->x_fp8_t;
-            } else if (m->fp8.on) {
-                w2_x = a->live_bf16; // block or bf16 grain: the bf16 X, cast afresh or multiplied as it is
-            }
+            Fp8Cast cast = linear_recompute_x(lins, l, &x_t, &w2_x);
             swiglu_forward(w2_x, fch, N, FF, cast, x_t, stream);
             w2_x_t = x_t;
         }
-        linear_backward(m, p, l, LIN_W2, a->dswiglu, a->dres, w2_x, NULL, w2_x_t, 0, stream);
+        linear_backward(lins, l, LIN_W2, p.fp8, p.micro > 0, a->dswiglu, a->dres, w2_x, NULL, w2_x_t, 0, stream);
         // fp8 mode reads only the E5M2 dY of w13 (dfch is not allocated): no bf16 copy unless live
         // scaling needs one to cast from
-        s = linear_dy_site(m, p, l, LIN_W13, a->dfch);
+        s = linear_dy_site(lins, l, LIN_W13, p.fp8, a->dfch);
         // with delayed scaling SwiGLU's backward also writes dY^T, so w13's wgrad needs no transpose pass
         void *dy_t = s.cast.out != NULL ? a->dy_fp8_t : NULL;
         swiglu_backward(s.bf16, a->dswiglu, fch, N, FF, s.cast, dy_t, stream);
         fp8_site_finish(fs, &s, stream);
-        linear_backward(m, p, l, LIN_W13, a->dbtc, s.bf16, layer_ptr(a->ln2, l, NC), layer_ptr8(a->ln2_fp8, l, NC), NULL,
-                        dy_t != NULL, stream);
-        s = linear_dy_site(m, p, l, LIN_WO, a->dres);
+        linear_backward(lins, l, LIN_W13, p.fp8, p.micro > 0, a->dbtc, s.bf16, layer_ptr(a->ln2, l, NC),
+                        layer_ptr8(a->ln2_fp8, l, NC), NULL, dy_t != NULL, stream);
+        s = linear_dy_site(lins, l, LIN_WO, p.fp8, a->dres);
         rmsnorm_backward(a->dres, m->grad[P_LN2W] + (size_t)l * C, a->rmsnorm_scratch, a->dbtc, a->res2 + l * NC,
                          m->param[P_LN2W] + (size_t)l * C, a->ln2_rstd + (size_t)l * N, N, C, s.cast, stream);
         fp8_site_finish(fs, &s, stream);
 
         // attention: wo, the fused attention, RoPE, qkv, then the norm that fed it
-        linear_backward(m, p, l, LIN_WO, a->dbtc, a->dres, atty, NULL, NULL, 0, stream); // X^T recast from the bf16 output
+        // X^T recast from the bf16 output
+        linear_backward(lins, l, LIN_WO, p.fp8, p.micro > 0, a->dbtc, a->dres, atty, NULL, NULL, 0, stream);
         attention_backward(a->dqkv, a->dbtc, qkv, atty, stats, a->doc_pos, a->doc_bias, B, T, NH, NKV, HS, stream);
-        s = linear_dy_site(m, p, l, LIN_QKV, a->dqkv);
+        s = linear_dy_site(lins, l, LIN_QKV, p.fp8, a->dqkv);
         rope_backward(a->dqkv, m->rope_freqs, a->doc_pos, B, T, NH, NKV, HS, s.cast, stream);
         fp8_site_finish(fs, &s, stream);
-        linear_backward(m, p, l, LIN_QKV, a->dbtc, a->dqkv, layer_ptr(a->ln1, l, NC), layer_ptr8(a->ln1_fp8, l, NC), NULL, 0, stream);
-        s = l > 0 ? linear_dy_site(m, p, l - 1, LIN_W2, a->dres) : fp8_site(fs, p.fp8, -1, NULL, a->dres, NC);
+        linear_backward(lins, l, LIN_QKV, p.fp8, p.micro > 0, a->dbtc, a->dqkv, layer_ptr(a->ln1, l, NC),
+                        layer_ptr8(a->ln1_fp8, l, NC), NULL, 0, stream);
+        s = l > 0 ? linear_dy_site(lins, l - 1, LIN_W2, p.fp8, a->dres) : fp8_site(fs, p.fp8, -1, NULL, a->dres, NC);
         rmsnorm_backward(a->dres, m->grad[P_LN1W] + (size_t)l * C, a->rmsnorm_scratch, a->dbtc, res_in,
                          m->param[P_LN1W] + (size_t)l * C, a->ln1_rstd + (size_t)l * N, N, C, s.cast, stream);
         fp8_site_finish(fs, &s, stream);
@@ -1328,24 +866,17 @@ static float gradient_norm(Model *m, cudaStream_t stream) {
 
 // AdamW on this rank's shard, piece by piece (llmc/zero_layout.h), the gradient scaled by clip. With
 // fp8.w_by_adamw an fp8 linear's piece is its whole tensor, and AdamW writes every layer's E4M3 W
-// instead of the bf16 weights, recording its amax and counts for the next step's scales.
+// instead of the bf16 weights, recording its amax and counts for the next step's scales. With bf16
+// master weights (no m->master) AdamW updates the shard's bf16 parameters in place.
 static void optimizer_step(Model *m, const AdamWParams *h, float clip, cudaStream_t stream) {
-    const Fp8State *fs = &m->fp8_state;
     size_t mb = m->opt.moments_bf16 ? sizeof(floatX) : sizeof(float);
     m->adam_t++;
     for (int i = 0; i < m->zero.num_pieces; i++) {
         const ShardPiece *p = &m->zero.pieces[i];
-        AdamWSlice s = {m->master + p->local, m->params_memory + p->flat, m->grad_shard + p->local, (char *)m->adam_m + p->local * mb,
-                        (char *)m->adam_v + p->local * mb, m->opt.moments_bf16, p->count, p->flat};
-        int lin = fp8_linear_of_param(m, p->tensor);
-        if (m->fp8.w_by_adamw && lin >= 0) { // one piece = the whole tensor: every layer's E4M3 W and its amax
-            int t0 = fp8_tensor(&m->cfg, 0, lin, FP8_W);
-            s.wcast.out = m->w_fp8[lin]; s.wcast.amax = fp8_amax(fs, t0); s.wcast.scale = fp8_scale(fs, t0); s.wcast.counts = fp8_counts(fs, t0);
-            s.fp8_layers = lin == LIN_LM_HEAD ? 1 : m->cfg.L;
-            s.layer_numel = p->count / s.fp8_layers;
-            s.fp8_tensor_stride = FP8_KINDS * LINS_PER_LAYER;
-            s.param = NULL;
-        }
+        AdamWSlice s = {m->master ? m->master + p->local : NULL, m->params_memory + p->flat, m->grad_shard + p->local,
+                        (char *)m->adam_m + p->local * mb, (char *)m->adam_v + p->local * mb, m->opt.moments_bf16,
+                        p->count, p->flat};
+        linears_adamw_cast(&m->linears, p->tensor, &s); // fp8.w_by_adamw: one piece = the whole tensor, its E4M3 W
         AdamWStep step = {h->lr, h->beta1, h->beta2, h->eps, param_is_decayed(p->tensor) ? h->weight_decay : 0.0f, clip, m->adam_t};
         adamw_update(&s, &step, stream);
     }
@@ -1370,66 +901,24 @@ static void gather_params(Model *m, cudaStream_t stream) {
     mg_join(mg, stream);
 }
 
-// The values tensor `kind` of linear (l, lin) had cast in one optimizer step, over every rank: X and
-// dY once per micro-step (a block linear's twice: row-wise and transposed); W once per step from the
-// cache, else before each micro-step's forward; none for a linear fallen back to bf16.
-static double fp8_values_cast(const Model *m, int l, int lin, int kind, int grad_accum) {
-    const LlamaConfig *c = &m->cfg;
-    double N = (double)m->opt.B * m->opt.T, IN = linear_in(c, lin), OUT = linear_out(c, lin);
-    double per_cast = kind == FP8_X ? N * IN : kind == FP8_W ? IN * OUT : N * OUT;
-    int grain = linear_grain(m, l, lin), casts = kind == FP8_W && m->fp8.w_cache ? 1 : grad_accum;
-    if (grain == FP8_GRAIN_BF16) return 0.0;
-    if (grain == FP8_GRAIN_BLOCK && kind != FP8_W) casts *= 2;
-    return per_cast * casts * m->mg->world;
-}
-
-// The fallback's rule (-fp8_fallback; dev/test/llama_ref.h: ref_fp8_auto_grain is the same): after a
-// step of grad_accum micro-steps whose health counts are `counts` (the last step's, every rank's
-// summed), a per-tensor linear whose X, W or dY lost (underflows + saturations) more than the
-// threshold of the values it cast has one more step over it in fp8_over_steps, any other linear's
-// count is reset; one at the patience is listed in `switched` with its worst tensor. Returns how many.
-static int fp8_fallback_rule(Model *m, const unsigned long long *counts, int grad_accum, Fp8Switch *switched) {
-    const LlamaConfig *c = &m->cfg;
-    double threshold = m->opt.fp8_fallback_millionths / 1e6;
-    int n = 0;
-    for (int l = 0; l < c->L; l++) {
-        for (int lin = 0; lin < LINS_PER_LAYER + (l == 0 ? m->fp8.lm_head : 0); lin++) {
-            int i = fp8_linear(c, l, lin), worst = -1;
-            if (m->fp8_grain[i] != FP8_GRAIN_TENSOR) continue;
-            double worst_lost = 0.0;
-            for (int k = 0; k < FP8_KINDS; k++) {
-                int t = fp8_tensor(c, l, lin, k);
-                unsigned long long lost = counts[FP8_COUNTS * t + FP8_UNDERFLOWS] + counts[FP8_COUNTS * t + FP8_SATURATIONS];
-                double values = fp8_values_cast(m, l, lin, k, grad_accum);
-                if ((double)lost > threshold * values && (worst < 0 || lost / values > worst_lost)) { worst = k; worst_lost = lost / values; }
-            }
-            m->fp8_over_steps[i] = worst >= 0 ? m->fp8_over_steps[i] + 1 : 0;
-            if (m->fp8_over_steps[i] >= m->opt.fp8_fallback_patience) switched[n++] = (Fp8Switch){l, lin, worst, worst_lost};
-        }
-    }
-    return n;
-}
-
 // The end of an optimizer step, its numbers those of docs/fp8_recipe.md "The end of an optimizer
 // step". Every rank reads the same reduced norm, so all skip or none; and the same health counts,
 // so the fallback switches the same linears on every rank.
 static StepResult model_update(Model *m, const AdamWParams *h, int grad_accum, cudaStream_t stream) {
     fp8_no_open_site(&m->fp8_state, "model_update");
     if (m->fp8.on) fp8_end_step(&m->fp8_state, stream); // 1-3: amaxes and counts reduced, histories rolled, new scales
-    size_t nc = (size_t)FP8_COUNTS * m->fp8_state.layout.num_tensors;
-    if (m->opt.fp8_fallback) // the step's counts, on the host with the norm
-        cudaCheck(cudaMemcpyAsync(m->fp8_counts_host, m->fp8_state.counts + nc, nc * sizeof(unsigned long long), cudaMemcpyDeviceToHost, stream));
+    linears_counts_to_host(&m->linears, stream); // the fallback's: the step's counts, on the host with the norm
     StepResult r = {NAN, gradient_norm(m, stream), 0};  // 4 (the loss is train_step's)
     r.skipped = !isfinite(r.norm);
     m->step++;
     // 4b: the fallback's switches take effect from the next step on, its weights (5, 6) included
-    m->fp8_num_switched = m->opt.fp8_fallback ? fp8_fallback_rule(m, m->fp8_counts_host, grad_accum, m->fp8_switched) : 0;
-    for (int k = 0; k < m->fp8_num_switched; k++) fp8_set_grain(m, m->fp8_switched[k].l, m->fp8_switched[k].lin, m->opt.fp8_fallback);
+    linears_fallback_step(&m->linears, grad_accum);
     if (!r.skipped) {
         float clip = h->grad_clip > 0.0f && r.norm > h->grad_clip ? h->grad_clip / r.norm : 1.0f;
         optimizer_step(m, h, clip, stream); // 5
         gather_params(m, stream);           // 6: several GPUs
-        if (m->fp8.w_by_adamw) fp8_regrain_weights(m, stream); // AdamW cast every linear per-tensor
+        // AdamW cast every linear per-tensor: the others again in their grain
+        if (m->fp8.w_by_adamw) linears_regrain(&m->linears, fp8_train_pass(m, 0), stream);
     }
     // 6: the next step's E4M3 weights where AdamW did not write them; after a skipped update too
     // (the same weights, but the scales moved on)
@@ -1493,8 +982,8 @@ static int step_passes_graph(Model *m, const StepBuffers *b, float dloss, cudaSt
     StepGraph *g = &m->graph;
     // the first step after a grain changed (a fallback's switch) may build and tune GEMM plans of new
     // kinds and shapes, which synchronizes: it runs kernel by kernel, and the next one is captured
-    int new_grains = m->fp8_grain_changes != g->grains_run;
-    g->grains_run = m->fp8_grain_changes;
+    int new_grains = m->linears.grain_changes != g->grains_run;
+    g->grains_run = m->linears.grain_changes;
     if (!m->opt.cuda_graph || m->mg->world > 1 || g->steps < 2 || new_grains) return 0;
     if (!is_pinned(b->inputs) || !is_pinned(b->targets) || !is_pinned(b->losses)) return 0;
 #ifdef TESTING
@@ -1504,7 +993,7 @@ static int step_passes_graph(Model *m, const StepBuffers *b, float dloss, cudaSt
     memset(&key, 0, sizeof(key)); // compared with memcmp
     key.inputs = b->inputs; key.targets = b->targets; key.losses = b->losses; key.grad_accum = b->grad_accum; key.dloss = dloss;
     key.token_lists = m->enc_bwd.device_list; key.cudnn_workspace = attention_workspace();
-    key.fp8_grain_changes = m->fp8_grain_changes;
+    key.fp8_grain_changes = m->linears.grain_changes;
     if (g->exec == NULL || memcmp(&key, &g->key, sizeof(key)) != 0) {
         if (g->exec) cudaCheck(cudaGraphExecDestroy(g->exec));
         cudaGraph_t graph;
@@ -1684,10 +1173,10 @@ static float evaluate(Model *m, DataLoader *val, int positions, float *host_loss
 // Sample gen_tokens tokens after the document-start token (row 0 of the batch; the model is causal,
 // so the rest of the batch does not matter). Each new token costs one full forward: simple, and
 // cheap next to training. Every rank samples (the same weights, the same rng), so the ranks stay in
-// step and keep equal rngs; only the one with print set prints.
-static void sample_text(Model *m, Tokenizer *tok, int have_tok, int bos, int gen_tokens, uint64_t *rng, FILE *log, int print,
-                        cudaStream_t stream) {
-    int N = m->opt.B * m->opt.T, V = m->cfg.V;
+// step and keep equal rngs; only the main rank prints and logs.
+static void sample_text(Model *m, Tokenizer *tok, int have_tok, int bos, int gen_tokens, uint64_t *rng,
+                        const RunLog *rl, cudaStream_t stream) {
+    int print = rl->main_rank, N = m->opt.B * m->opt.T, V = m->cfg.V;
     int *tokens = (int *)callocCheck(N, sizeof(int));
     floatX *row = (floatX *)mallocCheck(V * sizeof(floatX));
     float *probs = (float *)mallocCheck(V * sizeof(float));
@@ -1711,22 +1200,20 @@ static void sample_text(Model *m, Tokenizer *tok, int have_tok, int bos, int gen
         fflush(stdout);
     }
     if (print) printf("\n");
-    if (log) {
-        fprintf(log, "sample:");
-        for (int t = 1; t <= gen_tokens; t++) fprintf(log, " %d", tokens[t]);
-        fprintf(log, "\n");
-    }
+    run_log_sample(rl, tokens + 1, gen_tokens);
     free(tokens); free(row); free(probs);
 }
 
 // ----------------------------------------------------------------------------------------------
 // Checkpoints (format in README.md): model_SSSSSSSS.bin holds the config and the fp32 master
-// weights (all of them: with several GPUs rank 0 gathers the shards and writes it);
+// weights (all of them: with several GPUs rank 0 gathers the shards and writes it; bf16 master
+// weights widened to fp32, exactly);
 // state_SSSSSSSS_RRRRR.bin holds one rank's AdamW m and v (its shard), the fp8 state, the data loader
 // position and the sampling RNG. Both are written to a temporary name and renamed, carry a checksum
-// of their header and body and the run's id, and are refused on any mismatch. When a checkpoint is
-// complete, which one -y 1 takes and what -keep removes: llmc/checkpoint.h (this file supplies the
-// files' contents and the ranks' collectives).
+// of their header and body and the run's id, and are refused on any mismatch (llmc/checkpoint_file.h:
+// the layout, write_sections, read_sections). When a checkpoint is complete, which one -y 1 takes and
+// what -keep removes: llmc/checkpoint.h (this file supplies the files' contents and the ranks'
+// collectives).
 
 // Collectives that follow file I/O (the master gather after each rank's state write, the barriers
 // after loading weights and after a checkpoint) wait this long, not the usual collective timeout:
@@ -1734,190 +1221,55 @@ static void sample_text(Model *m, Tokenizer *tok, int have_tok, int bos, int gen
 // equally long.
 #define IO_BARRIER_TIMEOUT_S 1800.0
 
-#define CKPT_VERSION MODEL_VERSION // both files; versions 1 and 2 still read (llmc/model_file.h)
-#ifndef CKPT_CHUNK // the host test sets a small one, so its small files cross chunk edges
-#define CKPT_CHUNK ((size_t)64 << 20)
-#endif
-
-// A file section: `bytes` at ptr, in host memory or (on_device) on the GPU. A section read with a
-// sink goes to sink(ctx, chunk, offset in the section, chunk bytes) a chunk at a time instead, so a
-// reader that keeps part of it never holds all of it.
-typedef void (*SectionSink)(void *ctx, const void *chunk, size_t offset, size_t n);
-typedef struct { const void *ptr; size_t bytes; int on_device; SectionSink sink; void *ctx; } Section;
-
-static void put64(int *h, int at, uint64_t v) { h[at] = (int)(uint32_t)v; h[at + 1] = (int)(uint32_t)(v >> 32); }
-static uint64_t get64(const int *h, int at) { return (uint64_t)(uint32_t)h[at] | ((uint64_t)(uint32_t)h[at + 1] << 32); }
-
-// Buffered writes with one fsync at the end ran at 0.2 GB/s on a disk that writes 0.9 GB/s
-// (dev/results/checkpoint_io.md): the dirty pages piled up and went out late. So the writeback of
-// each chunk starts as soon as it is written, and the chunk before is awaited and dropped from the
-// page cache. A file system without sync_file_range is left to the fsync at the end.
-typedef struct { int64_t awaited, started; int off; } WriteBehind;
-static void write_behind(FILE *f, WriteBehind *wb, const char *tmp) {
-    if (fflush(f) != 0) FATAL("writing checkpoint '%s' failed: %s (disk full?); the previous checkpoint is kept", tmp, strerror(errno));
-    if (wb->off) return;
-    int fd = fileno(f);
-    int64_t end = (int64_t)ftello(f);
-    int ok = sync_file_range(fd, wb->started, end - wb->started, SYNC_FILE_RANGE_WRITE) == 0 &&
-             sync_file_range(fd, wb->awaited, wb->started - wb->awaited, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER) == 0;
-    if (!ok && (errno == EINVAL || errno == ESPIPE || errno == ENOSYS || errno == EOPNOTSUPP)) { wb->off = 1; return; }
-    if (!ok) FATAL("writing checkpoint '%s' failed: %s (disk full?); the previous checkpoint is kept", tmp, strerror(errno));
-    posix_fadvise(fd, wb->awaited, wb->started - wb->awaited, POSIX_FADV_DONTNEED); // only advice: its result does not matter
-    wb->awaited = wb->started;
-    wb->started = end;
-}
-
-static void write_sections(const char *path, int *header, const Section *sec, int nsec) {
-    char tmp[1100];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    stop_signal_partial(tmp); // a second signal removes it
-    FILE *f = fopenCheck(tmp, "wb");
-    fwriteCheck(header, sizeof(int), 256, f);
-    char *buf = (char *)mallocCheck(CKPT_CHUNK);
-    uint64_t h = checksum_of_header(header);
-    WriteBehind wb = {0, 0, 0};
-    for (int s = 0; s < nsec; s++) {
-        for (size_t off = 0; off < sec[s].bytes; off += CKPT_CHUNK) {
-            size_t n = sec[s].bytes - off < CKPT_CHUNK ? sec[s].bytes - off : CKPT_CHUNK;
-            const char *src = (const char *)sec[s].ptr + off;
-            if (sec[s].on_device) { cudaCheck(cudaMemcpy(buf, src, n, cudaMemcpyDeviceToHost)); src = buf; }
-            h = checksum_of_version(header[1])(h, src, n);
-            fwriteCheck(src, 1, n, f);
-            write_behind(f, &wb, tmp);
-        }
-    }
-    free(buf);
-    if (fflush(f) != 0) FATAL("writing checkpoint '%s' failed: %s (disk full?); the previous checkpoint is kept", tmp, strerror(errno));
-    put64(header, MODEL_HDR_CHECKSUM, h);
-    fseekCheck(f, 0, SEEK_SET);
-    fwriteCheck(header, sizeof(int), 256, f);
-    if (fflush(f) != 0 || fsync(fileno(f)) != 0) FATAL("flushing checkpoint '%s' failed: %s", tmp, strerror(errno));
-    fcloseCheck(f);
-    renameCheck(tmp, path);
-    stop_signal_partial(NULL);
-}
-
-// Reads and verifies a file written by write_sections; `expect` gives the header words that must
-// match (index, value, name), so a mismatch says exactly what differs; a word set by a flag also
-// gives the flag that makes it 0 and 1 (pass[0], pass[1]; NULL for other words), so the message says
-// what resumes the file. header (256 words, or NULL) receives the file's header. Returns the file's
-// version (version2_notice).
-typedef struct { int at, value; const char *name; const char *pass[2]; } HeaderExpect;
-
-// read_sections' checks of what the header and the size say (header: the file's 256 words); returns
-// the file open after its header. A resume on another number of GPUs reads only parts of the old files
-// (load_resharded): their checksums were verified whole when the checkpoint was picked.
-static FILE *open_sections(const char *path, int magic, const HeaderExpect *expect, int nexpect, const Section *sec, int nsec,
-                           int header[256]) {
-    FILE *f = fopenCheck(path, "rb");
-    int64_t size = fileSizeCheck(f);
-    if (size < (int64_t)(256 * sizeof(int))) FATAL("checkpoint '%s' is truncated (%lld bytes)", path, (long long)size);
-    freadCheck(header, sizeof(int), 256, f, path);
-    if (header[0] != magic) FATAL("'%s' is not a train_llama_fp8 checkpoint of this kind (magic %d, expected %d)", path, header[0], magic);
-    if (header[1] < 1 || header[1] > CKPT_VERSION)
-        FATAL("checkpoint '%s' has version %d; this build reads versions 1 to %d", path, header[1], CKPT_VERSION);
-    for (int i = 0; i < nexpect; i++) {
-        int v = header[expect[i].at];
-        if (v == expect[i].value) continue;
-        const char *pass = v == 0 || v == 1 ? expect[i].pass[v] : NULL;
-        FATAL("checkpoint '%s' does not match this run: %s is %d in the file, %d here%s%s", path, expect[i].name, v, expect[i].value,
-              pass ? "; to resume it, pass " : "", pass ? pass : "");
-    }
-    int64_t want = 256 * sizeof(int);
-    for (int s = 0; s < nsec; s++) want += (int64_t)sec[s].bytes;
-    if (size != want) FATAL("checkpoint '%s' has %lld bytes, expected %lld: truncated or from another configuration", path, (long long)size, (long long)want);
-    return f;
-}
-
-static int read_sections(const char *path, int magic, const HeaderExpect *expect, int nexpect, const Section *sec, int nsec,
-                         int *header_out) {
-    int header[256];
-    FILE *f = open_sections(path, magic, expect, nexpect, sec, nsec, header);
-    char *buf = (char *)mallocCheck(CKPT_CHUNK);
-    uint64_t h = checksum_of_header(header);
-    for (int s = 0; s < nsec; s++) {
-        for (size_t off = 0; off < sec[s].bytes; off += CKPT_CHUNK) {
-            size_t n = sec[s].bytes - off < CKPT_CHUNK ? sec[s].bytes - off : CKPT_CHUNK;
-            char *dst = sec[s].on_device || sec[s].sink ? buf : (char *)sec[s].ptr + off;
-            freadCheck(dst, 1, n, f, path);
-            h = checksum_of_version(header[1])(h, dst, n);
-            if (sec[s].sink) sec[s].sink(sec[s].ctx, buf, off, n);
-            else if (sec[s].on_device) cudaCheck(cudaMemcpy((char *)sec[s].ptr + off, buf, n, cudaMemcpyHostToDevice));
-        }
-    }
-    free(buf);
-    fcloseCheck(f);
-    if (h != get64(header, MODEL_HDR_CHECKSUM)) FATAL("checkpoint '%s' is corrupt (checksum mismatch)", path);
-    if (header_out) memcpy(header_out, header, sizeof(header));
-    return header[1];
-}
-
-// A file of version 2 still loads, its header outside the checksum; the main rank alone says so, as
-// every rank reads the model file and the ranks' state files are of one checkpoint, like rank 0's.
-static void version2_notice(const char *path, int version, int main_rank) {
-    if (version == 2 && main_rank)
-        fprintf(stderr, "notice: '%s' is a version-2 file: its checksum covers the body, not the header (version 3, which this build writes,"
-               " covers both; dev/data/upgrade_model_file rewrites a model file)\n", path);
-}
-
-// The model config a model file holds (its header, llmc/model_file.h); exits naming the file if it
-// is not a model file or its size is not its config's (a shape word changed by corruption is refused
-// here, before a model of that shape is allocated; the checksum is checked when the weights load).
-// max_T is 0 when the file does not say.
-static LlamaConfig read_model_config(const char *path) {
-    FILE *f = fopenCheck(path, "rb");
-    int h[MODEL_HEADER_INTS];
-    int64_t size = fileSizeCheck(f);
-    if (size < (int64_t)sizeof(h)) FATAL("model file '%s' is truncated: shorter than its header", path);
-    freadCheck(h, sizeof(int), MODEL_HEADER_INTS, f, path);
-    fcloseCheck(f);
-    LlamaConfig c;
-    const char *bad = model_header_get(h, &c);
-    if (bad) FATAL("model file '%s': %s", path, bad);
-    size_t sizes[NUM_PARAM_TENSORS];
-    int64_t want = (int64_t)sizeof(h) + (int64_t)(param_sizes(&c, sizes) * sizeof(float));
-    if (size != want)
-        FATAL("model file '%s' has %lld bytes, but the config in its header needs %lld: truncated, or the header is corrupt", path,
-              (long long)size, (long long)want);
-    return c;
-}
-
 // data: the train loader's resume record (dataloader_save_state: its position and shards), data_bytes
 // of them, of a -i mixture of data_sets sets (0: one glob); a resume reads its size from the state
 // file (word 18) first.
 typedef struct { int step, grad_accum, world, rank; uint64_t rng; unsigned char *data; int data_bytes, data_sets; } TrainState;
 
-// The state file's header words 2..26, the one list its writer and its reader use: on resume every
+// The state file's header words 2..27, the one list its writer and its reader use: on resume every
 // checked word must equal this run's value (a mismatch names the field, and for a flag's word the
 // flag that resumes the file: pass[0] for the value 0, pass[1] for 1), the others are read back.
 // A word a trainer before its flag never wrote is 0 there: fp32 moments, no fp8 lm_head, per-tensor
-// grains and no fallback.
-typedef struct { int word; const char *name; int *value; int checked; const char *pass[2]; } StateField;
-#define NUM_STATE_FIELDS 25
+// grains, no fallback and fp32 master weights. Each word is an int of the Model or of the TrainState (state_field).
+typedef struct {
+    int word;
+    const char *name;
+    int in_train_state; size_t offset; // the int: in the TrainState (1) or the Model (0), at this offset
+    int checked;
+    const char *pass[2];
+} StateField;
+#define IN_MODEL(field) 0, offsetof(Model, field)
+#define IN_TRAIN(field) 1, offsetof(TrainState, field)
+static const StateField STATE_FIELDS[] = {
+    {2, "step", IN_MODEL(step), 1}, {3, "V", IN_MODEL(cfg.V), 1}, {4, "L", IN_MODEL(cfg.L), 1},
+    {5, "C", IN_MODEL(cfg.C), 1}, {6, "NH", IN_MODEL(cfg.NH), 1}, {7, "NKV", IN_MODEL(cfg.NKV), 1},
+    {8, "FF", IN_MODEL(cfg.FF), 1},
+    {9, "micro-batch B", IN_MODEL(opt.B), 1}, {10, "sequence length T", IN_MODEL(opt.T), 1},
+    {11, "gradient accumulation steps", IN_TRAIN(grad_accum), 1}, {12, "number of GPUs", IN_TRAIN(world), 1},
+    {13, "rank", IN_TRAIN(rank), 1},
+    {14, "precision (0 bf16, 1 fp8)", IN_MODEL(opt.precision), 1, {"-precision bf16", "-precision fp8"}},
+    {15, "fp8 recipe (1 current)", IN_MODEL(opt.fp8_current), 1, {"-fp8_recipe delayed", "-fp8_recipe current"}},
+    {16, "fp8 history length", IN_MODEL(opt.fp8_history), 1}, {17, "fp8 margin", IN_MODEL(opt.fp8_margin), 1},
+    // the data loader's record says what differs, naming the file (dataloader_load_state): read back
+    {22, "data sets of the -i mixture (0: one glob)", IN_TRAIN(data_sets), 0},
+    {18, "data loader state size", IN_TRAIN(data_bytes), 0},
+    {19, "AdamW updates applied", IN_MODEL(adam_t), 0}, // a skipped update does not count: read back
+    {20, "-fp8_lm_head", IN_MODEL(fp8.lm_head), 1, {"-fp8_lm_head 0", "-fp8_lm_head 1"}},
+    {21, "-adam_moments (0 fp32, 1 bf16)", IN_MODEL(opt.moments_bf16), 1,
+     {"-adam_moments fp32 (the file's moments are fp32, the default before bf16)", "-adam_moments bf16"}},
+    {23, "-fp8_grain (0 tensor, 1 block, 3 row)", IN_MODEL(opt.fp8_grain), 1, {"-fp8_grain tensor", "-fp8_grain block"}},
+    {24, "-fp8_fallback (0 off, 1 block, 2 bf16, 3 row)", IN_MODEL(opt.fp8_fallback), 1,
+     {"-fp8_fallback off", "-fp8_fallback block"}},
+    {25, "-fp8_fallback_threshold in millionths (0 without -fp8_fallback)", IN_MODEL(opt.fp8_fallback_millionths), 1},
+    {26, "-fp8_fallback_patience (0 without -fp8_fallback)", IN_MODEL(opt.fp8_fallback_patience), 1},
+    {27, "-master_weights (0 fp32, 1 bf16)", IN_MODEL(opt.master_bf16), 1,
+     {"-master_weights fp32", "-master_weights bf16"}},
+};
+#define NUM_STATE_FIELDS ((int)(sizeof(STATE_FIELDS) / sizeof(STATE_FIELDS[0])))
 
-static void state_fields(Model *m, TrainState *ts, StateField f[NUM_STATE_FIELDS]) {
-    ModelOptions *o = &m->opt;
-    const StateField all[NUM_STATE_FIELDS] = {
-        {2, "step", &m->step, 1}, {3, "V", &m->cfg.V, 1}, {4, "L", &m->cfg.L, 1}, {5, "C", &m->cfg.C, 1},
-        {6, "NH", &m->cfg.NH, 1}, {7, "NKV", &m->cfg.NKV, 1}, {8, "FF", &m->cfg.FF, 1},
-        {9, "micro-batch B", &o->B, 1}, {10, "sequence length T", &o->T, 1},
-        {11, "gradient accumulation steps", &ts->grad_accum, 1}, {12, "number of GPUs", &ts->world, 1}, {13, "rank", &ts->rank, 1},
-        {14, "precision (0 bf16, 1 fp8)", &o->precision, 1, {"-precision bf16", "-precision fp8"}},
-        {15, "fp8 recipe (1 current)", &o->fp8_current, 1, {"-fp8_recipe delayed", "-fp8_recipe current"}},
-        {16, "fp8 history length", &o->fp8_history, 1}, {17, "fp8 margin", &o->fp8_margin, 1},
-        // the data loader's record says what differs, naming the file (dataloader_load_state): read back
-        {22, "data sets of the -i mixture (0: one glob)", &ts->data_sets, 0},
-        {18, "data loader state size", &ts->data_bytes, 0},
-        {19, "AdamW updates applied", &m->adam_t, 0}, // a skipped update does not count: read back
-        {20, "-fp8_lm_head", &m->fp8.lm_head, 1, {"-fp8_lm_head 0", "-fp8_lm_head 1"}},
-        {21, "-adam_moments (0 fp32, 1 bf16)", &o->moments_bf16, 1,
-         {"-adam_moments fp32 (the file's moments are fp32, the default before bf16)", "-adam_moments bf16"}},
-        {23, "-fp8_grain (0 tensor, 1 block)", &o->fp8_grain, 1, {"-fp8_grain tensor", "-fp8_grain block"}},
-        {24, "-fp8_fallback (0 off, 1 block, 2 bf16)", &o->fp8_fallback, 1, {"-fp8_fallback off", "-fp8_fallback block"}},
-        {25, "-fp8_fallback_threshold in millionths (0 without -fp8_fallback)", &o->fp8_fallback_millionths, 1},
-        {26, "-fp8_fallback_patience (0 without -fp8_fallback)", &o->fp8_fallback_patience, 1},
-    };
-    memcpy(f, all, sizeof(all));
+// The int that field f of the header is, in this model or train state.
+static int *state_field(Model *m, TrainState *ts, const StateField *f) {
+    return (int *)((f->in_train_state ? (char *)ts : (char *)m) + f->offset);
 }
 
 // The state file's header as this run writes it (h: 256 words), and what a state file's header must
@@ -1925,26 +1277,22 @@ static void state_fields(Model *m, TrainState *ts, StateField f[NUM_STATE_FIELDS
 static void state_header(Model *m, TrainState *ts, int h[256]) {
     memset(h, 0, 256 * sizeof(int));
     h[0] = STATE_MAGIC; h[1] = CKPT_VERSION;
-    StateField f[NUM_STATE_FIELDS];
-    state_fields(m, ts, f);
-    for (int i = 0; i < NUM_STATE_FIELDS; i++) h[f[i].word] = *f[i].value;
+    for (int i = 0; i < NUM_STATE_FIELDS; i++) h[STATE_FIELDS[i].word] = *state_field(m, ts, &STATE_FIELDS[i]);
 }
 
 static int state_expect(Model *m, TrainState *ts, HeaderExpect ex[NUM_STATE_FIELDS]) {
-    StateField f[NUM_STATE_FIELDS];
-    state_fields(m, ts, f);
     int n = 0;
     for (int i = 0; i < NUM_STATE_FIELDS; i++) {
-        if (f[i].checked) ex[n++] = (HeaderExpect){f[i].word, *f[i].value, f[i].name, {f[i].pass[0], f[i].pass[1]}};
+        const StateField *f = &STATE_FIELDS[i];
+        if (f->checked) ex[n++] = (HeaderExpect){f->word, *state_field(m, ts, f), f->name, {f->pass[0], f->pass[1]}};
     }
     return n;
 }
 
 // The words of a resumed state file's header that are read back, not checked (h: the file's header).
 static void state_read_back(Model *m, TrainState *ts, const int h[256]) {
-    StateField f[NUM_STATE_FIELDS];
-    state_fields(m, ts, f);
-    for (int i = 0; i < NUM_STATE_FIELDS; i++) if (!f[i].checked) *f[i].value = h[f[i].word];
+    for (int i = 0; i < NUM_STATE_FIELDS; i++)
+        if (!STATE_FIELDS[i].checked) *state_field(m, ts, &STATE_FIELDS[i]) = h[STATE_FIELDS[i].word];
 }
 
 // The state file's body, in order: AdamW's moments of this rank's shard, the fp8 state, with
@@ -1956,7 +1304,8 @@ static void state_sections(Model *m, TrainState *ts, Section sec[NUM_STATE_SECTI
     size_t shard_bytes = moments_size(m), fp8_bytes = fs->buffer ? fs->layout.total * sizeof(float) : 0;
     size_t nlin = m->opt.fp8_grain || m->opt.fp8_fallback ? (size_t)fp8_num_linears(&m->cfg, m->fp8.lm_head) : 0;
     const Section all[NUM_STATE_SECTIONS] = {{m->adam_m, shard_bytes, 1}, {m->adam_v, shard_bytes, 1}, {fs->buffer, fp8_bytes, 1},
-                                              {m->fp8_grain, nlin, 0}, {m->fp8_over_steps, nlin * sizeof(int), 0},
+                                              {m->linears.grain, nlin, 0},
+                                              {m->linears.over_steps, nlin * sizeof(int), 0},
                                               {&ts->rng, sizeof(ts->rng), 0},
                                               {ts->data, (size_t)ts->data_bytes, 0}};
     memcpy(sec, all, sizeof(all));
@@ -1975,11 +1324,8 @@ static void data_state_save(TrainState *ts, const DataLoader *train) {
 // Before a state file is read: ts->data sized as the file's record (header word 18, read back, not
 // compared), so that the loader compares the record with this run's data and names what differs.
 static void data_state_sized_from(TrainState *ts, const char *state_path) {
-    FILE *f = fopenCheck(state_path, "rb");
-    int64_t size = fileSizeCheck(f);
-    int h[256] = {0};
-    if (size >= (int64_t)sizeof(h)) freadCheck(h, sizeof(int), 256, f, state_path); // read_sections refuses a shorter one
-    fcloseCheck(f);
+    int h[256];
+    int64_t size = read_header(state_path, h);
     if (h[18] < 0 || h[18] > size) FATAL("checkpoint '%s' gives its data loader state %d bytes: the file is corrupt", state_path, h[18]);
     ts->data_bytes = h[18];
     free(ts->data);
@@ -2008,14 +1354,25 @@ static void gather_master(Model *m, float *host) {
     cudaCheck(cudaFree(bucket));
 }
 
+// bf16 master weights: the whole model, num_params bf16 parameters (every rank holds them all after the
+// step's gather), widened into `host` as fp32 (exact), a chunk at a time. The compute stream must be idle.
+static void params_to_host(const Model *m, float *host) {
+    const size_t chunk = CKPT_CHUNK / sizeof(floatX);
+    uint16_t *bits = (uint16_t *)mallocCheck(chunk * sizeof(floatX));
+    for (size_t off = 0; off < m->num_params; off += chunk) {
+        size_t n = m->num_params - off < chunk ? m->num_params - off : chunk;
+        cudaCheck(cudaMemcpy(bits, m->params_memory + off, n * sizeof(floatX), cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < n; i++) host[off + i] = bf16_bits_to_float(bits[i]);
+    }
+    free(bits);
+}
+
 // The bytes of this step's whole checkpoint: the model file and every rank's state file (the ranks of
 // one node write to the same disk).
 static unsigned long long checkpoint_bytes(Model *m, TrainState *ts) {
-    Section st[NUM_STATE_SECTIONS];
+    Section st[NUM_STATE_SECTIONS], ms[] = {{m->master, m->num_params * sizeof(float), 1}};
     state_sections(m, ts, st);
-    unsigned long long state = 256 * sizeof(int);
-    for (int i = 0; i < NUM_STATE_SECTIONS; i++) state += st[i].bytes;
-    return 256 * sizeof(int) + (unsigned long long)m->num_params * sizeof(float) + (unsigned long long)m->mg->world * state;
+    return sections_file_bytes(ms, 1) + (unsigned long long)m->mg->world * sections_file_bytes(st, NUM_STATE_SECTIONS);
 }
 
 // The ranks as the checkpoint code (llmc/checkpoint.h) meets them: this rank's state file, the model
@@ -2036,8 +1393,10 @@ static void write_model_file(void *ctx, const char *path) {
     CheckpointCtx *c = (CheckpointCtx *)ctx;
     Model *m = c->m;
     size_t pbytes = m->num_params * sizeof(float);
-    float *whole = NULL; // several GPUs: the gathered master, on rank 0
-    if (m->mg->world > 1) {
+    float *whole = NULL; // on rank 0: the gathered fp32 master (several GPUs) or the widened bf16 master
+    if (m->master == NULL) {
+        if (mg_is_main(m->mg)) params_to_host(m, whole = (float *)mallocCheck(pbytes));
+    } else if (m->mg->world > 1) {
         if (mg_is_main(m->mg)) whole = (float *)mallocCheck(pbytes);
         gather_master(m, whole);
     }
@@ -2077,20 +1436,13 @@ static void checkpoint_step(Model *m, TrainState *ts, const char *dir, int keep,
 static void load_model_file(Model *m, const char *path) {
     LlamaConfig file = read_model_config(path);
     const ModelHeaderField *f = model_config_mismatch(&file, &m->cfg);
-    if (f) {
-        char a[32], b[32];
-        if (f->is_float) {
-            snprintf(a, sizeof(a), "%g", *(const float *)((const char *)&file + f->offset));
-            snprintf(b, sizeof(b), "%g", *(const float *)((const char *)&m->cfg + f->offset));
-        } else {
-            snprintf(a, sizeof(a), "%d", *(const int *)((const char *)&file + f->offset));
-            snprintf(b, sizeof(b), "%d", *(const int *)((const char *)&m->cfg + f->offset));
-        }
-        FATAL("model file '%s' does not match this run: %s is %s in the file, %s here", path, f->name, a, b);
-    }
+    char a[32], b[32];
+    if (f)
+        FATAL("model file '%s' does not match this run: %s is %s in the file, %s here", path, f->name,
+              model_field_text(&file, f, a, sizeof(a)), model_field_text(&m->cfg, f, b, sizeof(b)));
     size_t pbytes = m->num_params * sizeof(float);
     m->w_fp8_stale = 1;
-    if (m->mg->world == 1) { // straight into the master weights
+    if (m->mg->world == 1 && m->master) { // straight into the fp32 master weights
         Section ms[] = {{m->master, pbytes, 1}};
         // the config was compared above; any step loads
         version2_notice(path, read_sections(path, MODEL_MAGIC, NULL, 0, ms, 1, NULL), mg_is_main(m->mg));
@@ -2098,8 +1450,8 @@ static void load_model_file(Model *m, const char *path) {
         cudaCheck(cudaDeviceSynchronize());
         return;
     }
-    // several GPUs: a chunk at a time into this rank's shard of the master and the bf16 weights, so a
-    // rank holds one chunk of the file in host memory, not the whole fp32 model
+    // several GPUs or bf16 master weights: a chunk at a time into this rank's shard of the fp32 master (if
+    // any) and the bf16 weights, so a rank holds one chunk of the file in host memory, not the whole model
     WeightSink ws = {m, (float *)cudaMallocCheck(CKPT_CHUNK, "weight upload staging")};
     Section ms[] = {{NULL, pbytes, 0, weight_sink, &ws}};
     version2_notice(path, read_sections(path, MODEL_MAGIC, NULL, 0, ms, 1, NULL), mg_is_main(m->mg));
@@ -2170,10 +1522,8 @@ static void load_resharded(Model *m, TrainState *ts, const char *dir, int step, 
 // where it is no state file (read_sections then says what is wrong with it). checkpoint_pick has
 // verified the file's checksum, header included.
 static int state_file_world(const char *path, int h[256]) {
-    FILE *f = fopenCheck(path, "rb");
-    int whole = fread(h, sizeof(int), 256, f) == 256;
-    fcloseCheck(f);
-    return whole && h[0] == STATE_MAGIC ? h[12] : 0;
+    read_header(path, h);
+    return h[0] == STATE_MAGIC ? h[12] : 0;
 }
 
 // -y 1: a checkpoint of this run's number of GPUs reads this rank's state file; one of another number
@@ -2190,7 +1540,7 @@ static int load_checkpoint(Model *m, TrainState *ts, const char *dir, int step) 
     if (world > 0 && world != ts->world) {
         data_state_sized_from(ts, first_path);
         load_resharded(m, ts, dir, step, h);
-        fp8_grains_resumed(m, first_path);
+        linears_resumed(&m->linears, first_path);
         from = 0;
     } else {
         HeaderExpect ex[NUM_STATE_FIELDS];
@@ -2200,10 +1550,9 @@ static int load_checkpoint(Model *m, TrainState *ts, const char *dir, int step) 
         state_sections(m, ts, st);
         version2_notice(state_path, read_sections(state_path, STATE_MAGIC, ex, nex, st, NUM_STATE_SECTIONS, h), mg_is_main(m->mg));
         state_read_back(m, ts, h);
-        fp8_grains_resumed(m, state_path);
+        linears_resumed(&m->linears, state_path);
     }
-    const Fp8State *fs = &m->fp8_state;
-    if (m->fp8.on) fp8_publish_scale_inv(fs->gemm_scale_inv, fs->buffer + fs->layout.scale_inv, fs->layout.num_tensors, 0);
+    if (m->fp8.on) fp8_state_loaded(&m->fp8_state);
     return from;
 }
 
@@ -2224,13 +1573,13 @@ static void write_fp8_log(Model *m, int grad_accum, FILE *f) {
             for (int k = 0; k < FP8_KINDS; k++) {
                 int t = fp8_tensor(&m->cfg, l, lin, k);
                 const char *name = FP8_KIND_NAMES[k];
-                double cast = fp8_values_cast(m, l, lin, k, grad_accum);
+                double cast = linear_values_cast(&m->linears, l, lin, k, grad_accum);
                 double under = cast > 0.0 ? counts[FP8_COUNTS * t + FP8_UNDERFLOWS] / cast : 0.0; // a bf16 linear casts nothing
                 double sat = cast > 0.0 ? counts[FP8_COUNTS * t + FP8_SATURATIONS] / cast : 0.0;
                 fprintf(f, " %s_amax:%.6e %s_scale:%.6e %s_under:%.6e %s_sat:%.6e", name, h[lay.amax_history + (size_t)t * lay.history_len],
                         name, h[lay.scale + t], name, under, name, sat);
             }
-            int grain = linear_grain(m, l, lin);
+            int grain = linear_grain(&m->linears, l, lin);
             fprintf(f, grain == FP8_GRAIN_TENSOR ? "\n" : " grain:%s\n", FP8_GRAIN_NAMES[grain]);
         }
     }
@@ -2246,18 +1595,12 @@ static void write_fp8_log(Model *m, int grad_accum, FILE *f) {
 
 typedef struct { float acc, acc_norm; int items; } HellaSwagScore;
 
-// The items [*item0, *item1) of rank `rank` of `world`: contiguous ranges, in rank order, that cover
-// all num_items items once, their sizes within one of each other (a rank may have none).
-static void hellaswag_rank_items(int num_items, int rank, int world, int *item0, int *item1) {
-    *item0 = (int)((long long)num_items * rank / world);
-    *item1 = (int)((long long)num_items * (rank + 1) / world);
-}
-
 // acc and acc_norm over hs's items, shared out to the ranks in contiguous ranges (every rank must
 // call it: the sums across ranks are collectives). The rows go through the ordinary forward, B at a
 // time, so an item's 4 rows may straddle two batches. Records no amax, as evaluate(). preds, if not
-// NULL, gets per item (num_items, 6): the 4 endings' log-probabilities, pred, pred_norm, on every rank.
-static HellaSwagScore hellaswag_evaluate(Model *m, const HellaSwag *hs, float *host_losses, float *preds, cudaStream_t stream) {
+// NULL, gets every item's predictions (hellaswag_score's), on every rank.
+static HellaSwagScore hellaswag_evaluate(Model *m, const HellaSwag *hs, float *host_losses, float *preds,
+                                         cudaStream_t stream) {
     int B = m->opt.B, T = m->opt.T, rank = m->mg->rank, world = m->mg->world;
     size_t N = (size_t)B * T;
     int item0, item1;
@@ -2273,22 +1616,13 @@ static HellaSwagScore hellaswag_evaluate(Model *m, const HellaSwag *hs, float *h
         model_forward(m, eval_pass(m), 1, 0.0f, stream);
         cudaCheck(cudaMemcpyAsync(host_losses, m->acts.losses, N * sizeof(float), cudaMemcpyDeviceToHost, stream));
         mg_wait(m->mg, stream, "a HellaSwag batch");
-        for (int b = 0; b < B && r + b < row1; b++) logprob[r + b - row0] = hellaswag_logprob(host_losses + (size_t)b * T, first[b], count[b]);
+        for (int b = 0; b < B && r + b < row1; b++)
+            logprob[r + b - row0] = hellaswag_logprob(host_losses + (size_t)b * T, first[b], count[b]);
     }
-    size_t preds_n = (size_t)hs->num_items * 6;
+    size_t preds_n = (size_t)hs->num_items * HELLASWAG_PRED_FLOATS;
     if (preds) memset(preds, 0, preds_n * sizeof(float));
-    int acc = 0, acc_norm = 0;
-    for (int i = item0; i < item1; i++) {
-        const double *lp = logprob + HELLASWAG_ENDINGS * (i - item0);
-        int pred, pred_norm;
-        hellaswag_predict(hs, i, lp, &pred, &pred_norm);
-        acc += pred == hs->label[i];
-        acc_norm += pred_norm == hs->label[i];
-        if (!preds) continue;
-        for (int k = 0; k < HELLASWAG_ENDINGS; k++) preds[6 * i + k] = (float)lp[k];
-        preds[6 * i + 4] = (float)pred;
-        preds[6 * i + 5] = (float)pred_norm;
-    }
+    int acc, acc_norm;
+    hellaswag_score(hs, item0, item1, logprob, preds, &acc, &acc_norm);
     if (preds && world > 1) { // each rank filled its own items and zeros elsewhere: the sum is all of them
         float *d = (float *)cudaMallocCheck(preds_n * sizeof(float), "HellaSwag predictions");
         cudaCheck(cudaMemcpy(d, preds, preds_n * sizeof(float), cudaMemcpyHostToDevice));
@@ -2307,7 +1641,7 @@ static HellaSwagScore hellaswag_evaluate(Model *m, const HellaSwag *hs, float *h
 // -hs: the file, read for this model's vocabulary and sequence length (every bad file refused here).
 static int hellaswag_open(HellaSwag *hs, const Options *o, const LlamaConfig *cfg, int print) {
     if (o->hellaswag_path[0] == '\0') return 0;
-    hellaswag_init(hs, o->hellaswag_path, o->hellaswag_items, cfg->V, o->T);
+    hellaswag_init(hs, o->hellaswag_path, o->hellaswag_items, cfg->V, o->model.T);
     if (hs->vocab_size > cfg->V)
         FATAL("HellaSwag file '%s' was made with a tokenizer of %d tokens, more than the model's vocabulary of %d: make it with the model's tokenizer",
               o->hellaswag_path, hs->vocab_size, cfg->V);
@@ -2315,47 +1649,14 @@ static int hellaswag_open(HellaSwag *hs, const Options *o, const LlamaConfig *cf
     return 1;
 }
 
-// Writes the predictions of hellaswag_evaluate (temporary name, then renamed): per item its index,
-// label, pred, pred_norm and the 4 log-probabilities.
-static void hellaswag_write_preds(const HellaSwag *hs, const float *preds, const char *path) {
-    char tmp[600];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *f = fopenCheck(tmp, "w");
-    fprintf(f, "# item label pred pred_norm logprob0 logprob1 logprob2 logprob3\n");
-    for (int i = 0; i < hs->num_items; i++) {
-        const float *p = preds + 6 * i;
-        fprintf(f, "%d %d %d %d %.6f %.6f %.6f %.6f\n", i, hs->label[i], (int)p[4], (int)p[5], p[0], p[1], p[2], p[3]);
-    }
-    fcloseCheck(f);
-    if (rename(tmp, path) != 0) FATAL("cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
-}
-
-// A JSON number, or null for inf / NaN (JSON has neither).
-static void json_number(FILE *f, const char *key, double v) {
-    if (isfinite(v)) fprintf(f, ", \"%s\": %.8g", key, v);
-    else fprintf(f, ", \"%s\": null", key);
-}
-
-// A HellaSwag score: printed, in main.log and metrics.jsonl (either may be NULL).
-static void hellaswag_log(const HellaSwagScore *s, int step, FILE *logf, FILE *metricsf) {
-    printf("hellaswag: acc %.4f acc_norm %.4f (%d items)\n", s->acc, s->acc_norm, s->items);
-    if (logf) { fprintf(logf, "s:%d hs_acc:%.6f hs_acc_norm:%.6f hs_items:%d\n", step, s->acc, s->acc_norm, s->items); fflush(logf); }
-    if (metricsf) {
-        fprintf(metricsf, "{\"step\": %d", step);
-        json_number(metricsf, "hellaswag_acc", s->acc);
-        json_number(metricsf, "hellaswag_acc_norm", s->acc_norm);
-        fprintf(metricsf, ", \"hellaswag_items\": %d}\n", s->items);
-        fflush(metricsf);
-    }
-}
-
 // HellaSwag at an evaluation, logged by the main rank, and with -hs_preds at the last one.
 static void hellaswag_report(Model *m, const HellaSwag *hs, const Options *o, int step, int last, float *host_losses,
-                             FILE *logf, FILE *metricsf, cudaStream_t stream) {
-    float *preds = last && o->hellaswag_preds[0] ? (float *)mallocCheck((size_t)hs->num_items * 6 * sizeof(float)) : NULL;
+                             const RunLog *rl, cudaStream_t stream) {
+    size_t preds_bytes = (size_t)hs->num_items * HELLASWAG_PRED_FLOATS * sizeof(float);
+    float *preds = last && o->hellaswag_preds[0] ? (float *)mallocCheck(preds_bytes) : NULL;
     HellaSwagScore s = hellaswag_evaluate(m, hs, host_losses, preds, stream);
     if (!mg_is_main(m->mg)) { free(preds); return; }
-    hellaswag_log(&s, step, logf, metricsf);
+    run_log_hellaswag(rl, step, s.acc, s.acc_norm, s.items);
     if (preds) {
         hellaswag_write_preds(hs, preds, o->hellaswag_preds);
         printf("HellaSwag predictions written: %s\n", o->hellaswag_preds);
@@ -2385,128 +1686,55 @@ static double bits_per_byte(float val_loss, ValText v) {
     return v.bytes > 0.0 ? val_loss * v.tokens / (M_LN2 * v.bytes) : 0.0;
 }
 
-// An evaluation's val loss: printed, in main.log and metrics.jsonl (either may be NULL), with bpb
-// when a decode table gave the val bytes.
-static void report_val(float val_loss, double bpb, int step, int main_rank, FILE *logf, FILE *metricsf) {
-    if (!main_rank) return;
-    if (bpb > 0.0) printf("val loss %.6f | bpb %.4f\n", val_loss, bpb);
-    else printf("val loss %.6f\n", val_loss);
-    if (logf) {
-        if (bpb <= 0.0) fprintf(logf, "s:%d tel:%.6f\n", step, val_loss);
-        else fprintf(logf, "s:%d tel:%.6f bpb:%.6f\n", step, val_loss, bpb);
-        fflush(logf);
-    }
-    if (metricsf) {
-        fprintf(metricsf, "{\"step\": %d", step);
-        json_number(metricsf, "val_loss", val_loss);
-        if (bpb > 0.0) json_number(metricsf, "bpb", bpb);
-        fprintf(metricsf, "}\n");
-        fflush(metricsf);
-    }
-}
-
-// One step's line of metrics.jsonl: what the step line prints, the device memory in use and, in
-// fp8, the step's health summary from `counts` (the step's fp8 health counts, every rank's summed, on
-// the host; NULL in bf16): the fractions of every value cast that underflowed and saturated, and the
-// tensor that lost most to underflow (its fraction and name, as fp8.log names it).
-static void metrics_line(FILE *f, const Model *m, const unsigned long long *counts, int step, float loss, float norm, float lr,
-                         float ms, double tok_per_s, double mfu_fraction, size_t mem_used, int grad_accum) {
-    fprintf(f, "{\"step\": %d", step);
-    json_number(f, "loss", loss);
-    json_number(f, "lr", lr);
-    json_number(f, "norm", norm);
-    json_number(f, "ms", ms);
-    json_number(f, "tokens_per_s", tok_per_s);
-    if (mfu_fraction > 0.0) json_number(f, "mfu", mfu_fraction);
-    json_number(f, "memory_gib", mem_used / 1073741824.0);
-    if (counts) {
-        double cast = 0.0, under = 0.0, sat = 0.0, worst = -1.0;
-        char worst_name[64] = "";
-        for (int l = 0; l < m->cfg.L; l++) {
-            for (int lin = 0; lin < LINS_PER_LAYER + (l == 0 ? m->fp8.lm_head : 0); lin++) {
-                for (int k = 0; k < FP8_KINDS; k++) {
-                    int t = fp8_tensor(&m->cfg, l, lin, k);
-                    double n = fp8_values_cast(m, l, lin, k, grad_accum), u = (double)counts[FP8_COUNTS * t + FP8_UNDERFLOWS];
-                    if (n == 0.0) continue; // a linear fallen back to bf16 casts nothing
-                    cast += n;
-                    under += u;
-                    sat += (double)counts[FP8_COUNTS * t + FP8_SATURATIONS];
-                    if (u / n > worst) {
-                        worst = u / n;
-                        snprintf(worst_name, sizeof(worst_name), "layer %d %s %s", lin == LIN_LM_HEAD ? m->cfg.L : l, LINEAR_NAMES[lin], FP8_KIND_NAMES[k]);
-                    }
+// A step's fp8 health from `counts` (the step's fp8 health counts, every rank's summed, on the host):
+// every value cast is counted once (fp8_values_cast), and the tensors named as fp8.log names them.
+static Fp8Health fp8_health(const Model *m, const unsigned long long *counts, int grad_accum) {
+    double cast = 0.0, under = 0.0, sat = 0.0, worst = -1.0;
+    Fp8Health h;
+    h.worst_tensor[0] = '\0';
+    for (int l = 0; l < m->cfg.L; l++) {
+        for (int lin = 0; lin < LINS_PER_LAYER + (l == 0 ? m->fp8.lm_head : 0); lin++) {
+            for (int k = 0; k < FP8_KINDS; k++) {
+                int t = fp8_tensor(&m->cfg, l, lin, k);
+                double n = linear_values_cast(&m->linears, l, lin, k, grad_accum);
+                double u = (double)counts[FP8_COUNTS * t + FP8_UNDERFLOWS];
+                if (n == 0.0) continue; // a linear fallen back to bf16 casts nothing
+                cast += n;
+                under += u;
+                sat += (double)counts[FP8_COUNTS * t + FP8_SATURATIONS];
+                if (u / n > worst) {
+                    worst = u / n;
+                    snprintf(h.worst_tensor, sizeof(h.worst_tensor), "layer %d %s %s",
+                             lin == LIN_LM_HEAD ? m->cfg.L : l, LINEAR_NAMES[lin], FP8_KIND_NAMES[k]);
                 }
             }
         }
-        json_number(f, "fp8_underflow", under / cast);
-        json_number(f, "fp8_saturation", sat / cast);
-        json_number(f, "fp8_worst_underflow", worst);
-        fprintf(f, ", \"fp8_worst_underflow_tensor\": \"%s\"", worst_name);
     }
-    fprintf(f, "}\n");
-    fflush(f);
+    h.underflow = under / cast;
+    h.saturation = sat / cast;
+    h.worst_underflow = worst;
+    return h;
 }
 
-// metrics_line of a step, in fp8 with its health counts copied from the GPU.
-static void metrics_step(FILE *f, Model *m, int step, float loss, float norm, float lr, float ms, double tok_per_s,
-                         double mfu_fraction, size_t mem_used, int grad_accum) {
-    unsigned long long *counts = NULL;
-    if (m->fp8.on) {
-        size_t nc = (size_t)FP8_COUNTS * m->fp8_state.layout.num_tensors;
-        counts = (unsigned long long *)mallocCheck(nc * sizeof(unsigned long long));
-        cudaCheck(cudaMemcpy(counts, m->fp8_state.counts + nc, nc * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
-    }
-    metrics_line(f, m, counts, step, loss, norm, lr, ms, tok_per_s, mfu_fraction, mem_used, grad_accum);
+// The last step's fp8 health, its counts copied from the GPU, into *h; NULL in bf16.
+static const Fp8Health *fp8_step_health(Model *m, int grad_accum, Fp8Health *h) {
+    if (!m->fp8.on) return NULL;
+    size_t nc = (size_t)FP8_COUNTS * m->fp8_state.layout.num_tensors;
+    unsigned long long *counts = (unsigned long long *)mallocCheck(nc * sizeof(unsigned long long));
+    cudaCheck(cudaMemcpy(counts, m->fp8_state.counts + nc, nc * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+    *h = fp8_health(m, counts, grad_accum);
     free(counts);
+    return h;
 }
 
-// The linears the fallback switched after `step`: one line each on stdout, in main.log (an
-// `fp8_fallback:` line, which llama_fp8/trainer_log.py passes over) and in metrics.jsonl; either file
-// may be NULL.
-static void fp8_report_switches(const Model *m, int step, FILE *logf, FILE *metricsf) {
-    for (int k = 0; k < m->fp8_num_switched; k++) {
-        const Fp8Switch *w = &m->fp8_switched[k];
-        int layer = w->lin == LIN_LM_HEAD ? m->cfg.L : w->l;
-        const char *grain = FP8_GRAIN_NAMES[m->opt.fp8_fallback], *lin = LINEAR_NAMES[w->lin], *kind = FP8_KIND_NAMES[w->kind];
-        printf("fp8 fallback: layer %d %s -> %s from step %d on (its %s lost %.2f%% of its values in step %d, over %g%% in %d steps in a row)\n",
-               layer, lin, grain, step + 1, kind, 100.0 * w->lost, step, m->opt.fp8_fallback_millionths / 1e4, m->opt.fp8_fallback_patience);
-        if (logf) {
-            fprintf(logf, "fp8_fallback: s:%d layer:%d linear:%s grain:%s tensor:%s lost:%.6e steps:%d\n", step, layer, lin, grain, kind, w->lost,
-                    m->opt.fp8_fallback_patience);
-            fflush(logf);
-        }
-        if (metricsf) {
-            fprintf(metricsf, "{\"step\": %d, \"fp8_fallback\": \"layer %d %s\", \"fp8_grain\": \"%s\", \"fp8_fallback_tensor\": \"%s\"", step, layer,
-                    lin, grain, kind);
-            json_number(metricsf, "fp8_fallback_lost", w->lost);
-            fprintf(metricsf, "}\n");
-            fflush(metricsf);
-        }
+// The linears the fallback switched after `step`, each an event of the run log.
+static void fp8_report_switches(const Model *m, int step, const RunLog *rl) {
+    for (int k = 0; k < m->linears.num_switched; k++) {
+        const Fp8Switch *w = &m->linears.switched[k];
+        run_log_fallback(rl, step, w->lin == LIN_LM_HEAD ? m->cfg.L : w->l, LINEAR_NAMES[w->lin],
+                         FP8_GRAIN_NAMES[m->opt.fp8_fallback], FP8_KIND_NAMES[w->kind], w->lost,
+                         m->opt.fp8_fallback_millionths / 1e4, m->opt.fp8_fallback_patience);
     }
-}
-
-// The main rank's logs in the log directory: main.log, metrics.jsonl and, with fp8_log, fp8.log (else
-// *fp8f is NULL). A resumed run appends to them: its earlier steps' lines stay, and the readers
-// (llama_fp8/trainer_log.py, scripts/to_tensorboard.py) drop what the abandoned attempt logged after
-// the checkpoint. Any other run starts them empty.
-static void open_logs(const char *dir, int resumed, int fp8_log, FILE **logf, FILE **metricsf, FILE **fp8f) {
-    const char *mode = resumed ? "a" : "w";
-    char path[1100];
-    snprintf(path, sizeof(path), "%s/main.log", dir);
-    *logf = fopenCheck(path, mode);
-    snprintf(path, sizeof(path), "%s/metrics.jsonl", dir);
-    *metricsf = fopenCheck(path, mode);
-    *fp8f = NULL;
-    if (fp8_log) {
-        snprintf(path, sizeof(path), "%s/fp8.log", dir);
-        *fp8f = fopenCheck(path, mode);
-    }
-}
-
-// MFU of `flops_per_s` against `peak` TFLOP/s; "n/a" for a GPU whose peak is unknown.
-static void format_mfu(char *buf, size_t n, double flops_per_s, double peak_tflops) {
-    if (peak_tflops > 0) snprintf(buf, n, "%.1f%%", 100.0 * flops_per_s / (peak_tflops * 1e12));
-    else snprintf(buf, n, "n/a");
 }
 
 static int compare_floats(const void *a, const void *b) {
@@ -2514,19 +1742,23 @@ static int compare_floats(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-// The model's shape: from -init_from's file, or from the preset (-e, default 125m) with the
+// The preset a run without -init_from builds: -e's, else the default.
+static const char *run_preset(const Options *o) { return o->preset[0] ? o->preset : DEFAULT_PRESET; }
+
+// The model's shape: from -init_from's file, or from the preset (-e, run_preset) with the
 // vocabulary of the decode table and the shape flags' overrides. A shape given twice (by the file
 // and a flag) is refused, not ignored; so is a decode table of another vocabulary than the model's.
 static LlamaConfig run_model_config(const Options *o, const Tokenizer *tok) {
-    struct { const char *flag; int set; } shape[] = {{"-e", o->model[0] != '\0'}, {"-V", o->V != 0}, {"-L", o->L != 0}, {"-C", o->C != 0},
-        {"-NH", o->NH != 0}, {"-NKV", o->NKV != 0}, {"-FF", o->FF != 0}, {"-rope_theta", o->rope_theta > 0.0f}};
+    struct { const char *flag; int set; } shape[] = {{"-e", o->preset[0] != '\0'}, {"-V", o->V != 0}, {"-L", o->L != 0},
+        {"-C", o->C != 0}, {"-NH", o->NH != 0}, {"-NKV", o->NKV != 0}, {"-FF", o->FF != 0},
+        {"-rope_theta", o->rope_theta > 0.0f}};
     LlamaConfig cfg;
     if (o->init_from[0]) {
         for (size_t i = 0; i < sizeof(shape) / sizeof(shape[0]); i++)
             if (shape[i].set) FATAL("%s conflicts with -init_from '%s': the model's shape comes from the file", shape[i].flag, o->init_from);
         cfg = read_model_config(o->init_from);
     } else {
-        const char *preset = o->model[0] ? o->model : "125m";
+        const char *preset = run_preset(o);
         if (!config_from_preset(preset, &cfg))
             FATAL("unknown model preset '%s' (tiny, 125m, 1b, llama2-7b, llama3-8b, llama3.1-8b, llama3.2-1b, smollm2-135m)", preset);
         if (tok) cfg.V = tok->vocab_size;
@@ -2541,7 +1773,7 @@ static LlamaConfig run_model_config(const Options *o, const Tokenizer *tok) {
     if (tok && tok->vocab_size != cfg.V)
         FATAL("decode table '%s' has %d tokens but the model's vocabulary is %d: use the table made with the model's tokenizer",
               o->tokenizer_path, tok->vocab_size, cfg.V);
-    if (o->T > cfg.max_T) cfg.max_T = o->T;
+    if (o->model.T > cfg.max_T) cfg.max_T = o->model.T;
     return cfg;
 }
 
@@ -2552,62 +1784,48 @@ static LlamaConfig run_model_config(const Options *o, const Tokenizer *tok) {
 static ModelOptions checked_options(Options *o, const LlamaConfig *cfg, const Tokenizer *tok, int *grad_accum) {
     ModelOptions mo = model_options_of(o);
     int fp8 = mo.precision == PREC_FP8;
-    if (o->fp8_lm_head && !fp8) FATAL("-fp8_lm_head 1 needs -precision fp8");
+    if (mo.fp8_lm_head && !fp8) FATAL("-fp8_lm_head 1 needs -precision fp8");
     // AdamW writes an fp8 linear's E4M3 weights into its bf16 parameters: a tied lm_head is the embedding
-    if (o->fp8_lm_head && fp8 && cfg->tied_embeddings) FATAL("-fp8_lm_head 1 cannot be used with tied embeddings");
-    if ((long long)o->B * o->T > INT_MAX) FATAL("-b %d times -t %d is more than 2^31 - 1 tokens per micro-batch", o->B, o->T);
-    if (fp8 && (cfg->C % 16 || cfg->FF % 16 || (o->B * o->T) % 16))
-        FATAL("fp8 GEMMs need C, FF and B*T to be multiples of 16 (C=%d FF=%d B*T=%d)", cfg->C, cfg->FF, o->B * o->T);
+    if (mo.fp8_lm_head && fp8 && cfg->tied_embeddings) FATAL("-fp8_lm_head 1 cannot be used with tied embeddings");
+    if ((long long)mo.B * mo.T > INT_MAX)
+        FATAL("-b %d times -t %d is more than 2^31 - 1 tokens per micro-batch", mo.B, mo.T);
+    if (fp8 && (cfg->C % 16 || cfg->FF % 16 || (mo.B * mo.T) % 16))
+        FATAL("fp8 GEMMs need C, FF and B*T to be multiples of 16 (C=%d FF=%d B*T=%d)", cfg->C, cfg->FF, mo.B * mo.T);
     if (o->fp8_dump && (!fp8 || o->log_dir[0] == '\0')) FATAL("-fp8_dump 1 needs -precision fp8 and a log directory (-o)");
-    if (mo.fp8_grain != FP8_GRAIN_TENSOR && !fp8) FATAL("-fp8_grain %s needs -precision fp8", o->fp8_grain);
-    if (mo.fp8_fallback && !fp8) FATAL("-fp8_fallback %s needs -precision fp8", o->fp8_fallback);
-    if (mo.fp8_fallback && mo.fp8_grain == FP8_GRAIN_BLOCK)
-        FATAL("-fp8_fallback %s moves per-tensor linears, and -fp8_grain block leaves none: use one of them", o->fp8_fallback);
+    const char *grain = choice_word(GRAIN_WORDS, mo.fp8_grain);
+    const char *fallback = choice_word(FALLBACK_WORDS, mo.fp8_fallback);
+    if (mo.fp8_grain != FP8_GRAIN_TENSOR && !fp8) FATAL("-fp8_grain %s needs -precision fp8", grain);
+    if (mo.fp8_fallback && !fp8) FATAL("-fp8_fallback %s needs -precision fp8", fallback);
+    if (mo.fp8_fallback && mo.fp8_grain != FP8_GRAIN_TENSOR)
+        FATAL("-fp8_fallback %s moves per-tensor linears, and -fp8_grain %s leaves none: use one of them", fallback, grain);
     Options d = default_options(); // the fallback's settings, given without it, would do nothing
     if (!mo.fp8_fallback && o->fp8_fallback_threshold != d.fp8_fallback_threshold)
-        FATAL("-fp8_fallback_threshold %g needs -fp8_fallback block or bf16", o->fp8_fallback_threshold);
-    if (!mo.fp8_fallback && o->fp8_fallback_patience != d.fp8_fallback_patience)
-        FATAL("-fp8_fallback_patience %d needs -fp8_fallback block or bf16", o->fp8_fallback_patience);
+        FATAL("-fp8_fallback_threshold %g needs -fp8_fallback block, bf16 or row", o->fp8_fallback_threshold);
+    if (!mo.fp8_fallback && o->model.fp8_fallback_patience != d.model.fp8_fallback_patience)
+        FATAL("-fp8_fallback_patience %d needs -fp8_fallback block, bf16 or row", o->model.fp8_fallback_patience);
     if (o->resume && o->log_dir[0] == '\0') FATAL("-y 1 needs a log directory (-o) to resume from");
     if (o->hellaswag_preds[0] && o->hellaswag_path[0] == '\0') FATAL("-hs_preds '%s' needs a HellaSwag file (-hs)", o->hellaswag_preds);
     // the total batch must split over the ranks: refused here, before -ngpu starts any
     int planned_world = mg_planned_world(o->ngpu);
-    long long tokens_per_micro = (long long)o->B * o->T * planned_world;
+    long long tokens_per_micro = (long long)mo.B * mo.T * planned_world;
     if (o->total_batch == 0) o->total_batch = (int)tokens_per_micro;
     if (o->total_batch <= 0 || o->total_batch % tokens_per_micro != 0)
         FATAL("-d %d (total batch tokens) must be a multiple of B*T*ngpu = %d*%d*%d = %lld: it does not split over %d GPU%s%s", o->total_batch,
-              o->B, o->T, planned_world, tokens_per_micro, planned_world, planned_world == 1 ? "" : "s",
+              mo.B, mo.T, planned_world, tokens_per_micro, planned_world, planned_world == 1 ? "" : "s",
               o->resume ? " (-y 1 keeps a checkpoint's total batch: resume it on a number of GPUs that divides its micro-batches per step)" : "");
     *grad_accum = (int)(o->total_batch / tokens_per_micro);
     // a guessed document-start id would silently mask nothing
-    if (o->doc_mask && tok == NULL)
+    if (mo.doc_mask && tok == NULL)
         FATAL("-doc_mask 1 needs the decode table's document-start id: no decode table at -tok '%s'", o->tokenizer_path);
-    if (o->doc_mask && (tok->doc_start_id < 0 || tok->doc_start_id >= cfg->V))
+    if (mo.doc_mask && (tok->doc_start_id < 0 || tok->doc_start_id >= cfg->V))
         FATAL("-doc_mask 1: the document-start id %d of decode table '%s' is outside the vocabulary [0, %d)", tok->doc_start_id,
               o->tokenizer_path, cfg->V);
-    if (o->doc_mask) mo.doc_start_id = tok->doc_start_id;
+    if (mo.doc_mask) mo.doc_start_id = tok->doc_start_id;
     return mo;
 }
 
 // The model's name as the run's description gives it: the model file, or the preset.
-static const char *run_model_name(const Options *o) { return o->init_from[0] ? o->init_from : o->model[0] ? o->model : "125m"; }
-
-// main.log's header of a (re)start: the run's description on the '#' line (scripts/trainer_log.py
-// reads it), then the options line, every row's flag with this run's value (-d and -x as filled in),
-// so the log says how its run was made.
-static void write_log_header(FILE *f, const char *gpu_name, const LlamaConfig *cfg, const Options *o, int world, int synthetic) {
-    fprintf(f, "# %s precision %s model %s V %d L %d C %d NH %d NKV %d FF %d B %d T %d total_batch %d adam_moments %s%s",
-            gpu_name, o->precision, run_model_name(o), cfg->V, cfg->L, cfg->C, cfg->NH, cfg->NKV, cfg->FF, o->B, o->T, o->total_batch, o->adam_moments,
-            synthetic ? " data synthetic" : "");
-    fprintf(f, world > 1 ? " gpus %d\n" : "\n", world);
-    fprintf(f, "options:");
-    for (int i = 0; i < NUM_OPTIONS; i++) {
-        char value[2100];
-        format_option(value, sizeof(value), &OPTION_SPECS[i], o);
-        fprintf(f, " %s %s", OPTION_SPECS[i].flag, value);
-    }
-    fprintf(f, "\n");
-}
+static const char *run_model_name(const Options *o) { return o->init_from[0] ? o->init_from : run_preset(o); }
 
 static const char *batches_word(long long n) { return n == 1 ? "batch" : "batches"; }
 
@@ -2616,11 +1834,12 @@ static const char *batches_word(long long n) { return n == 1 ? "batch" : "batche
 static int open_data(const Options *o, const LlamaConfig *cfg, const MultiGpu *mg, DataLoader *train, DataLoader *val) {
     int synthetic = strcmp(o->train_pattern, "synthetic") == 0, have_val = o->val_pattern[0] != '\0'; // -j '': no validation
     if (synthetic) {
-        dataloader_init_synthetic(train, o->B, o->T, mg->rank, mg->world, cfg->V, (uint64_t)o->seed);
-        if (have_val) dataloader_init_synthetic(val, o->B, o->T, 0, 1, cfg->V, (uint64_t)o->seed + 1);
+        dataloader_init_synthetic(train, o->model.B, o->model.T, mg->rank, mg->world, cfg->V, (uint64_t)o->seed);
+        if (have_val) dataloader_init_synthetic(val, o->model.B, o->model.T, 0, 1, cfg->V, (uint64_t)o->seed + 1);
     } else {
-        dataloader_init(train, o->train_pattern, o->B, o->T, mg->rank, mg->world, o->shuffle, (uint64_t)o->seed, cfg->V);
-        if (have_val) dataloader_init_eval(val, o->val_pattern, o->B, o->T, cfg->V, mg_is_main(mg));
+        dataloader_init(train, o->train_pattern, o->model.B, o->model.T, mg->rank, mg->world, o->shuffle,
+                        (uint64_t)o->seed, cfg->V);
+        if (have_val) dataloader_init_eval(val, o->val_pattern, o->model.B, o->model.T, cfg->V, mg_is_main(mg));
         Tokenizer tok; // the decode table's fingerprint, for the shards that record their tokenizer
         int have_tok = tokenizer_init_flag(&tok, o->tokenizer_path, default_options().tokenizer_path);
         // its one warning from the main rank, unless -ngpu's launcher gave it checking the inputs
@@ -2634,55 +1853,11 @@ static int open_data(const Options *o, const LlamaConfig *cfg, const MultiGpu *m
     if (o->val_batches > held) {
         // more would read the val data twice: the mean would not change, only take longer
         if (mg_is_main(mg)) printf("val data '%s' holds %lld %s of %d x %d tokens: evaluating on %s, not %d\n", o->val_pattern,
-                                   (long long)held, batches_word(held), o->B, o->T, held == 1 ? "it" : "those", o->val_batches);
+                                   (long long)held, batches_word(held), o->model.B, o->model.T,
+                                   held == 1 ? "it" : "those", o->val_batches);
         return (int)held;
     }
     return o->val_batches;
-}
-
-// -o can be written: made if missing (create: 0 for -check 1, which writes nothing: then its parent
-// must take it), a file created and removed there, and the logs a resumed run appends to open for
-// appending. Refused naming the path.
-static void check_log_dir(const char *dir, int create) {
-    char probe[1100], parent[1024];
-    struct stat st;
-    const char *where = dir;
-    if (stat(dir, &st) != 0) {
-        if (create && mkdir(dir, 0755) != 0) FATAL("cannot create log directory '%s' (-o): %s", dir, strerror(errno));
-        if (!create) { // the folder it would be made in
-            snprintf(parent, sizeof(parent), "%s", dir);
-            char *slash = strrchr(parent, '/');
-            if (slash == parent) slash[1] = '\0';
-            else if (slash) *slash = '\0';
-            else snprintf(parent, sizeof(parent), ".");
-            if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode)) FATAL("cannot create log directory '%s' (-o): '%s' is no directory", dir, parent);
-            where = parent;
-        }
-    } else if (!S_ISDIR(st.st_mode)) {
-        FATAL("log directory '%s' (-o) exists and is not a directory", dir);
-    }
-    snprintf(probe, sizeof(probe), "%s/.write_check_%d", where, (int)getpid());
-    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0644);
-    if (fd < 0) FATAL("cannot write in %s '%s' (-o %s): %s", where == dir ? "log directory" : "the log directory's parent", where, dir, strerror(errno));
-    close(fd);
-    unlink(probe);
-    const char *logs[] = {"main.log", "metrics.jsonl", "fp8.log"};
-    for (int i = 0; where == dir && i < 3; i++) {
-        snprintf(probe, sizeof(probe), "%s/%s", dir, logs[i]);
-        if (access(probe, F_OK) != 0) continue;
-        fd = open(probe, O_WRONLY | O_APPEND);
-        if (fd < 0) FATAL("'%s' cannot be appended to: %s", probe, strerror(errno));
-        close(fd);
-    }
-}
-
-// A model file read through, its checksum checked, its weights dropped.
-static void drop_chunk(void *ctx, const void *chunk, size_t offset, size_t n) { (void)ctx; (void)chunk; (void)offset; (void)n; }
-static void check_model_file(const char *path) {
-    LlamaConfig c = read_model_config(path);
-    size_t sizes[NUM_PARAM_TENSORS];
-    Section ms[] = {{NULL, param_sizes(&c, sizes) * sizeof(float), 0, drop_chunk, NULL}};
-    read_sections(path, MODEL_MAGIC, NULL, 0, ms, 1, NULL);
 }
 
 // Everything a run reads or writes that can be checked without a GPU, checked before any GPU work, so
@@ -2691,8 +1866,8 @@ static void check_model_file(const char *path) {
 // main to keep or reopen as its rank), the HellaSwag file (left open in hs; returns whether there is
 // one), -init_from's checksum, -hs_preds' folder and -o (made if missing unless check_only).
 typedef struct { int val_batches, have_hs; ValText vt; } CheckedInputs;
-static CheckedInputs check_inputs(const Options *o, const LlamaConfig *cfg, const Tokenizer *tok, int planned_world, int check_only,
-                                  DataLoader *train, DataLoader *val, HellaSwag *hs) {
+static CheckedInputs check_inputs(const Options *o, const LlamaConfig *cfg, const Tokenizer *tok, int planned_world,
+                                  int check_only, DataLoader *train, DataLoader *val, HellaSwag *hs) {
     MultiGpu rank0;
     memset(&rank0, 0, sizeof(rank0));
     rank0.world = planned_world;
@@ -2706,48 +1881,24 @@ static CheckedInputs check_inputs(const Options *o, const LlamaConfig *cfg, cons
         snprintf(dir, sizeof(dir), "%s", o->hellaswag_preds);
         char *slash = strrchr(dir, '/');
         if (slash) *slash = '\0';
-        if (access(slash ? (dir[0] ? dir : "/") : ".", W_OK) != 0) FATAL("-hs_preds '%s': cannot write in its folder: %s", o->hellaswag_preds, strerror(errno));
+        if (access(slash ? (dir[0] ? dir : "/") : ".", W_OK) != 0)
+            FATAL("-hs_preds '%s': cannot write in its folder: %s", o->hellaswag_preds, strerror(errno));
     }
-    if (o->log_dir[0] && o->max_steps != 0) check_log_dir(o->log_dir, !check_only);
+    if (o->log_dir[0] && o->max_steps != 0) run_log_dir_check(o->log_dir, !check_only);
     return in;
-}
-
-// -check 1: the run -o gets, with checkpoint_dir_start's refusals and the lock's, nothing written.
-static void print_plan_run(const Options *o) {
-    struct stat st;
-    char lock[1100], holder[300] = "";
-    if (stat(o->log_dir, &st) != 0) { printf("plan: a new run in '%s' (made at the start)\n", o->log_dir); return; }
-    snprintf(lock, sizeof(lock), "%s/train.lock", o->log_dir);
-    int fd = open(lock, O_RDONLY);
-    if (fd >= 0 && flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
-        ssize_t got = read(fd, holder, sizeof(holder) - 1);
-        holder[got > 0 ? got : 0] = '\0';
-        holder[strcspn(holder, "\n")] = '\0';
-        FATAL("the log directory '%s' is in use by another run now (%s holds '%s'): this run would be refused", o->log_dir, holder, lock);
-    }
-    if (fd >= 0) close(fd); // and its shared lock with it
-    uint64_t run;
-    if (!checkpoint_dir_check(o->log_dir, o->resume, o->overwrite, o->init_from[0] != '\0', &run)) {
-        printf("plan: a new run in '%s'%s\n", o->log_dir, o->overwrite ? " beside another run's checkpoints (-overwrite 1)" : "");
-        return;
-    }
-    int *steps, n = checkpoint_complete_steps(o->log_dir, run, &steps);
-    if (n > 0) printf("plan: -y 1 resumes run %016llx of '%s' from step %d, its newest complete checkpoint (verified at the start; a damaged one"
-                      " gives way to the one before)\n", (unsigned long long)run, o->log_dir, steps[0]);
-    else printf("plan: -y 1: run %016llx of '%s' has no complete checkpoint yet: it starts over%s\n", (unsigned long long)run, o->log_dir,
-                o->init_from[0] ? " from -init_from" : "");
-    free(steps);
 }
 
 // -check 1: what the run will be, as far as it is known without a GPU.
 static void print_plan(const Options *o, const LlamaConfig *cfg, const ModelOptions *mo, int world, int grad_accum, const DataLoader *train) {
     size_t sizes[NUM_PARAM_TENSORS], params = param_sizes(cfg, sizes);
     printf("plan: model %s: V %d L %d C %d NH %d NKV %d FF %d%s | %.1fM params | %s%s\n", run_model_name(o), cfg->V, cfg->L, cfg->C, cfg->NH,
-           cfg->NKV, cfg->FF, cfg->tied_embeddings ? " tied" : "", params / 1e6, o->precision,
+           cfg->NKV, cfg->FF, cfg->tied_embeddings ? " tied" : "", params / 1e6,
+           choice_word(PRECISION_WORDS, mo->precision),
            mo->precision == PREC_FP8 ? (mo->fp8_current ? " (current scaling)" : " (delayed scaling)") : "");
     long long steps = o->max_steps >= 0 ? o->max_steps : dataloader_num_tokens(train) / o->total_batch;
     printf("plan: %d GPU%s | B %d T %d | %d tokens per step (grad accum %d) | %lld steps = %.3g tokens%s\n", world, world > 1 ? "s" : "",
-           o->B, o->T, o->total_batch, grad_accum, steps, (double)steps * o->total_batch, o->max_steps < 0 ? " (-x -1: one epoch)" : "");
+           mo->B, mo->T, o->total_batch, grad_accum, steps, (double)steps * o->total_batch,
+           o->max_steps < 0 ? " (-x -1: one epoch)" : "");
     int nsets = train->num_sets ? train->num_sets : 1;
     double wsum = 0.0;
     for (int k = 0; k < train->num_sets; k++) wsum += train->weights[k];
@@ -2764,7 +1915,7 @@ static void print_plan(const Options *o, const LlamaConfig *cfg, const ModelOpti
     printf("plan: device memory per GPU: %.2f GiB allocated up front (the CUDA context and cuBLAS/cuDNN workspaces come on top)\n",
            model_memory_plan(cfg, mo, world) / 1073741824.0);
     if (o->log_dir[0] == '\0' || o->max_steps == 0) { printf("plan: no checkpoints (%s)\n", o->max_steps == 0 ? "-x 0" : "-o ''"); return; }
-    print_plan_run(o);
+    checkpoint_dir_plan(o->log_dir, o->resume, o->overwrite, o->init_from[0] != '\0');
     ZeroLayout z = zero_layout(cfg, sizes, 0, world);
     double model_gb = (1024.0 + params * 4.0) / 1e9;
     double state_gb = (1024.0 + 2.0 * z.shard * (mo->moments_bf16 ? 2 : 4) +
@@ -2812,9 +1963,11 @@ static int stop_after_checkpoint(int work, long long stop, int done, int max_ste
 // step ckpt_step), else 128 + the signal, as a shell reports a process the signal ended: nothing was
 // saved, so the stop is no success.
 static int stop_report(int sig, int done, int max_steps, const char *log_dir, int have_dir, int ckpt_step, int print) {
+    char model[1100];
+    checkpoint_path(model, sizeof(model), log_dir, CKPT_MODEL, ckpt_step, 0);
     if (print && have_dir)
-        printf("stopped by %s after step %d of %d. To continue, run the same command with -y 1 (resumes from %s/model_%08d.bin)\n",
-               stop_signal_name(sig), done, max_steps, log_dir, ckpt_step);
+        printf("stopped by %s after step %d of %d. To continue, run the same command with -y 1 (resumes from %s)\n",
+               stop_signal_name(sig), done, max_steps, model);
     else if (print)
         printf("stopped by %s after step %d of %d: no checkpoint written (no log directory, -o '')\n", stop_signal_name(sig), done, max_steps);
     return have_dir ? 0 : 128 + sig;
@@ -2839,17 +1992,18 @@ static void fp8_ready_for_eval(Model *m, const int *tokens, cudaStream_t stream)
 // HellaSwag rows, else the sample's prompt (the document-start token, then zeros).
 static void evaluate_only(Model *m, DataLoader *val, int have_val, int val_batches, ValText vt, const HellaSwag *hs,
                           const Options *o, Tokenizer *tok, int have_tok, int bos, uint64_t *rng, float *host_losses,
-                          cudaStream_t stream) {
-    int main_rank = mg_is_main(m->mg), N = o->B * o->T;
+                          const RunLog *rl, cudaStream_t stream) {
+    int N = o->model.B * o->model.T;
     if (have_val) {
         dataloader_read_position(val, 0); // on every rank: the MAX over the ranks is one GPU's amax
         fp8_ready_for_eval(m, val->inputs, stream);
     } else {
         int *tokens = (int *)callocCheck(N, sizeof(int));
         if (hs) {
-            int *targets = (int *)mallocCheck(N * sizeof(int)), *first = (int *)mallocCheck(o->B * sizeof(int));
-            int *count = (int *)mallocCheck(o->B * sizeof(int));
-            hellaswag_batch(hs, 0, HELLASWAG_ENDINGS * hs->num_items, o->B, o->T, tokens, targets, first, count);
+            int *targets = (int *)mallocCheck(N * sizeof(int)), *first = (int *)mallocCheck(o->model.B * sizeof(int));
+            int *count = (int *)mallocCheck(o->model.B * sizeof(int));
+            hellaswag_batch(hs, 0, HELLASWAG_ENDINGS * hs->num_items, o->model.B, o->model.T, tokens, targets, first,
+                            count);
             free(targets); free(first); free(count);
         } else {
             tokens[0] = bos;
@@ -2859,14 +2013,15 @@ static void evaluate_only(Model *m, DataLoader *val, int have_val, int val_batch
     }
     if (val_batches > 0) {
         float vl = evaluate(m, val, val_batches, host_losses, stream);
-        double bpb = bits_per_byte(vl, vt);
-        if (main_rank && bpb > 0.0) printf("val loss %.6f | bpb %.4f over %d %s of %d x %d tokens\n", vl, bpb, val_batches, batches_word(val_batches), o->B, o->T);
-        else if (main_rank) printf("val loss %.6f over %d %s of %d x %d tokens\n", vl, val_batches, batches_word(val_batches), o->B, o->T);
-    } else if (main_rank) {
+        char over[96];
+        snprintf(over, sizeof(over), " over %d %s of %d x %d tokens", val_batches, batches_word(val_batches), o->model.B,
+                 o->model.T);
+        run_log_val(rl, 0, vl, bits_per_byte(vl, vt), over);
+    } else if (rl->main_rank) {
         printf("-x 0: no val data (-j) to evaluate\n");
     }
-    if (hs) hellaswag_report(m, hs, o, 0, 1, host_losses, NULL, NULL, stream);
-    if (o->sample_every > 0 && o->gen_tokens > 0) sample_text(m, tok, have_tok, bos, o->gen_tokens, rng, NULL, main_rank, stream);
+    if (hs) hellaswag_report(m, hs, o, 0, 1, host_losses, rl, stream);
+    if (o->sample_every > 0 && o->gen_tokens > 0) sample_text(m, tok, have_tok, bos, o->gen_tokens, rng, rl, stream);
 }
 
 #ifndef TESTING
@@ -2905,7 +2060,7 @@ static int start_model(Model *m, TrainState *ts, DataLoader *train, const Option
         int record_rank = load_checkpoint(m, ts, o->log_dir, resumed_from);
         char model_path[1024], state_path[1024];
         checkpoint_paths(o->log_dir, resumed_from, record_rank, model_path, state_path);
-        dataloader_load_state(train, ts->data, (size_t)ts->data_bytes, state_path, strcmp(o->data_changed, "continue") == 0);
+        dataloader_load_state(train, ts->data, (size_t)ts->data_bytes, state_path, o->data_changed_continue);
     } else if (o->init_from[0]) {
         load_model_file(m, o->init_from);
     } else {
@@ -2918,245 +2073,314 @@ static int start_model(Model *m, TrainState *ts, DataLoader *train, const Option
     return resumed_from;
 }
 
-// The run's description: on stdout (main rank) and as main.log's first line.
+// The run's description: on stdout (main rank) and as main.log's header; the fp8 grain and fallback.
 static void print_run(const Model *m, const Options *o, const MultiGpu *mg, const cudaDeviceProp *prop, int grad_accum,
-                      int resumed_from, int synthetic, FILE *logf) {
+                      int resumed_from, int synthetic, const RunLog *rl) {
+    if (!rl->main_rank) return;
     const LlamaConfig *cfg = &m->cfg;
-    if (mg_is_main(mg)) {
-        char gpus[320];
-        if (mg->world > 1) snprintf(gpus, sizeof(gpus), "%d x %s (%s)", mg->world, prop->name, MG_LAUNCH_NAMES[mg->launch]);
-        else snprintf(gpus, sizeof(gpus), "%s", prop->name);
-        char rope[96] = "";
-        if (cfg->rope_scaling == ROPE_LLAMA3)
-            snprintf(rope, sizeof(rope), " (llama3 scaling: factor %g, low %g, high %g, original %d)", cfg->rope_factor,
-                     cfg->rope_low_freq_factor, cfg->rope_high_freq_factor, cfg->rope_original_T);
-        printf("train_llama_fp8 | %s | %s%s | model %s: V %d L %d C %d NH %d NKV %d FF %d theta %g%s%s | %.1fM params\n",
-               gpus, o->precision, m->fp8.on ? (m->fp8.live_always ? " (current scaling)" : " (delayed scaling)") : "",
-               run_model_name(o), cfg->V, cfg->L, cfg->C, cfg->NH, cfg->NKV, cfg->FF, cfg->rope_theta, rope, cfg->tied_embeddings ? " | tied embeddings" : "",
-               m->num_params / 1e6);
-        // a document-masked call runs on cuDNN only given the bias model_init allocated
-        const int cudnn = attention_uses_cudnn(o->B, o->T, cfg->NH, cfg->NKV, cfg->C / cfg->NH, o->doc_mask) &&
-                          (!o->doc_mask || m->acts.doc_bias != NULL);
-        const char *attention = o->doc_mask ? (cudnn ? "document-masked cuDNN fused" : "document-masked plain") : cudnn ? "cuDNN fused" : "plain";
-        printf("B %d T %d | total batch %d tokens (grad accum %d) | %d steps | lr %g warmup %d final %g | wd %g clip %g | AdamW moments %s | %s attention\n",
-               o->B, o->T, o->total_batch, grad_accum, o->max_steps, o->lr, o->warmup, o->final_lr_frac, o->weight_decay, o->grad_clip, o->adam_moments,
-               attention);
-        printf("device memory allocated: %.2f GiB%s%s\n", m->bytes_allocated / 1073741824.0, mg->world > 1 ? " per GPU (ZeRO-1)" : "",
-               resumed_from >= 0 ? " | resumed" : "");
-        if (m->opt.fp8_grain == FP8_GRAIN_BLOCK) printf("fp8 grain: every fp8 linear block-scaled (X and dY in 1x128 blocks, W in 128x128)\n");
-        if (m->opt.fp8_fallback)
-            printf("fp8 fallback: a per-tensor linear whose X, W or dY loses more than %g%% of its values in %d steps in a row moves to %s\n",
-                   m->opt.fp8_fallback_millionths / 1e4, m->opt.fp8_fallback_patience, FP8_GRAIN_NAMES[m->opt.fp8_fallback]);
-        for (int l = 0; m->opt.fp8_fallback && l < cfg->L; l++) // a resumed run's switched linears
-            for (int lin = 0; lin < LINS_PER_LAYER + (l == 0 ? m->fp8.lm_head : 0); lin++)
-                if (linear_grain(m, l, lin) != FP8_GRAIN_TENSOR)
-                    printf("fp8 fallback: layer %d %s is %s (switched before the checkpoint)\n", lin == LIN_LM_HEAD ? cfg->L : l, LINEAR_NAMES[lin],
-                           FP8_GRAIN_NAMES[linear_grain(m, l, lin)]);
-        if (resumed_from >= 0) printf("resumed from step %d of '%s'\n", resumed_from, o->log_dir);
+    const ModelOptions *mo = &m->opt;
+    // a document-masked call runs on cuDNN only given the bias model_init allocated
+    const int cudnn = attention_uses_cudnn(mo->B, mo->T, cfg->NH, cfg->NKV, cfg->C / cfg->NH, mo->doc_mask) &&
+                      (!mo->doc_mask || m->acts.doc_bias != NULL);
+    const char *attention = mo->doc_mask ? (cudnn ? "document-masked cuDNN fused" : "document-masked plain")
+                                         : cudnn ? "cuDNN fused" : "plain";
+    char *options = options_line(OPTION_SPECS, NUM_OPTIONS, o); // main.log's: -d and -x as filled in
+    RunHeader h = {prop->name, MG_LAUNCH_NAMES[mg->launch], mg->world, choice_word(PRECISION_WORDS, mo->precision),
+                   m->fp8.on ? (m->fp8.live_always ? "current" : "delayed") : NULL, run_model_name(o), cfg,
+                   m->num_params, m->bytes_allocated,
+                   mo->B, mo->T, o->total_batch, grad_accum, o->max_steps, o->warmup, resumed_from >= 0, synthetic,
+                   o->lr, o->final_lr_frac, o->weight_decay, o->grad_clip,
+                   choice_word(MOMENTS_WORDS, mo->moments_bf16), choice_word(MASTER_WORDS, mo->master_bf16), attention,
+                   options};
+    run_log_header(rl, &h);
+    free(options);
+    if (m->opt.fp8_grain == FP8_GRAIN_BLOCK)
+        printf("fp8 grain: every fp8 linear block-scaled (X and dY in 1x128 blocks, W in 128x128)\n");
+    if (m->opt.fp8_grain == FP8_GRAIN_ROW)
+        printf("fp8 grain: every fp8 linear row-scaled (X, W and dY in E4M3, one power-of-two scale per row along each GEMM's"
+               " reduction dimension)\n");
+    if (m->opt.fp8_fallback)
+        printf("fp8 fallback: a per-tensor linear whose X, W or dY loses more than %g%% of its values in %d steps"
+               " in a row moves to %s\n", m->opt.fp8_fallback_millionths / 1e4, m->opt.fp8_fallback_patience,
+               FP8_GRAIN_NAMES[m->opt.fp8_fallback]);
+    for (int l = 0; m->opt.fp8_fallback && l < cfg->L; l++) // a resumed run's switched linears
+        for (int lin = 0; lin < LINS_PER_LAYER + (l == 0 ? m->fp8.lm_head : 0); lin++)
+            if (linear_grain(&m->linears, l, lin) != FP8_GRAIN_TENSOR)
+                printf("fp8 fallback: layer %d %s is %s (switched before the checkpoint)\n", lin == LIN_LM_HEAD ? cfg->L : l,
+                       LINEAR_NAMES[lin], FP8_GRAIN_NAMES[linear_grain(&m->linears, l, lin)]);
+    if (resumed_from >= 0) printf("resumed from step %d of '%s'\n", resumed_from, o->log_dir);
+}
+
+// A run's pieces besides its model, from the command line to the end: what main sets up, and what the
+// work after each step (after_update), -x 0 (evaluate_only) and the end of the run (end_run) read.
+typedef struct {
+    Options o;
+    Tokenizer tok;
+    int have_tok, bos;          // bos: the first token of a sample
+    LlamaConfig cfg;
+    ModelOptions mo;
+    int grad_accum;
+    int start, planned_world;   // how this process starts (mg_start_of) and the GPUs the run plans
+    int checked;                // this process checks every input before its GPU start (check_inputs)
+    int eval_only, have_dir;    // -x 0; a log directory the run writes into (-x 0 writes nothing)
+    int have_val, synthetic;    // val data (-j not ''), the built-in synthetic corpus (-i synthetic)
+    uint64_t run_id;
+    MultiGpu mg;
+    cudaDeviceProp prop;
+    DataLoader train, val;
+    HellaSwag hs;
+    CheckedInputs in;           // the val batches an evaluation covers, whether there is -hs, the val text
+    TrainState ts;
+    RunLog rl;
+    float *host_losses;         // pinned, like the batches: the per-micro-step uploads run asynchronously
+    int *host_inputs, *host_targets;
+    double flops_per_token, peak; // peak: the bf16 TFLOP/s of all the GPUs together, for MFU
+    size_t mem_used;            // device memory in use after the first step
+    float *step_ms;             // the timed steps' times (not the first 3: they build GEMM and attention plans)
+    int timed, bad_steps, exit_status;
+} Run;
+
+// The run the command line asks for, before any GPU work: the options, then the decode table (it
+// decides a new model's vocabulary, and some option rules need the shape), the model's shape, the
+// options checked against both, and how this process starts.
+static void run_config(Run *r, int argc, char **argv) {
+    r->o = parse_options(argc, argv);
+    r->have_tok = tokenizer_init_flag(&r->tok, r->o.tokenizer_path, default_options().tokenizer_path);
+    r->cfg = run_model_config(&r->o, r->have_tok ? &r->tok : NULL);
+    const char *bad = config_check(&r->cfg);
+    if (bad) FATAL("bad model config: %s", bad);
+    r->mo = checked_options(&r->o, &r->cfg, r->have_tok ? &r->tok : NULL, &r->grad_accum);
+    r->start = mg_start_of(r->o.ngpu, &r->planned_world);
+    r->checked = r->start == MG_START_SINGLE || r->start == MG_START_LAUNCHER;
+    r->eval_only = r->o.max_steps == 0;
+    r->have_dir = r->o.log_dir[0] != '\0' && !r->eval_only;
+    r->have_val = r->o.val_pattern[0] != '\0';
+    r->synthetic = strcmp(r->o.train_pattern, "synthetic") == 0;
+}
+
+// This process's GPU, or with -ngpu N > 1 the N ranks it starts (it watches them and never returns).
+// The stop signals are installed first, before anything starts a thread (CUDA, NCCL, OpenMP), so every
+// thread inherits the block; the launcher passes them on instead (llmc/launcher.h). A GPU the run's fp8
+// GEMMs cannot run on is refused here, naming the flag.
+static void start_gpu(Run *r, char **argv) {
+    if (r->start != MG_START_LAUNCHER) stop_signal_install();
+    int ndev = 0;
+    cudaError_t derr = cudaGetDeviceCount(&ndev);
+    if (derr != cudaSuccess || ndev == 0)
+        FATAL("no CUDA GPU found (%s): this trainer needs an NVIDIA GPU", cudaGetErrorString(derr));
+    multi_gpu_init(&r->mg, argv, r->o.ngpu);
+    cudaDeviceProp *prop = &r->prop;
+    cudaCheck(cudaGetDeviceProperties(prop, r->mg.local_device));
+    g_num_sms = prop->multiProcessorCount;
+    if (r->mo.precision == PREC_FP8 && prop->major * 10 + prop->minor < 89)
+        FATAL("fp8 GEMMs need compute capability 8.9+ (Ada/Hopper); %s is %d.%d. Use -precision bf16.", prop->name,
+              prop->major, prop->minor);
+    char flag[32]; // a GPU or cuBLASLt that cannot run a grain's GEMMs refused here, naming the flag that asks for them
+    if (fp8_grain_flag(&r->mo, FP8_GRAIN_BLOCK, flag)) matmul_fp8_block_check(flag);
+    if (fp8_grain_flag(&r->mo, FP8_GRAIN_ROW, flag)) matmul_fp8_row_check(flag);
+}
+
+// This rank's data: what check_inputs opened, where this process checked the inputs (as rank 0 of the
+// planned GPUs), else opened now as its own rank; then -x -1's steps, one epoch of the training data.
+static void open_run_data(Run *r) {
+    if (!r->checked) {
+        r->in.val_batches = open_data(&r->o, &r->cfg, &r->mg, &r->train, &r->val);
+        r->in.have_hs = hellaswag_open(&r->hs, &r->o, &r->cfg, mg_is_main(&r->mg));
+        if (r->have_tok && r->in.val_batches > 0) r->in.vt = val_text(&r->val, r->in.val_batches, &r->tok);
     }
-    if (logf) write_log_header(logf, prop->name, cfg, o, mg->world, synthetic);
+    if (r->o.max_steps < 0) {
+        r->o.max_steps = (int)(dataloader_num_tokens(&r->train) / r->o.total_batch);
+        if (r->o.max_steps < 1) r->o.max_steps = 1;
+    }
+}
+
+// The model on this rank's GPU (its weights: start_model), checked to be the same on every rank, the
+// GEMMs' and attention's set-up, and the training state a checkpoint records.
+static void setup_model(Run *r, Model *m) {
+    attention_init(1, r->o.deterministic); // before model_init: -doc_mask 1 allocates cuDNN's bias only if cuDNN runs
+    model_init(m, &r->cfg, &r->mo, &r->mg);
+    mg_check_agree(&r->mg, (long long)m->num_params, "the number of parameters");
+    mg_check_agree(&r->mg, r->grad_accum, "the gradient accumulation steps");
+    matmul_init();
+    matmul_set_tuning(!r->o.deterministic);
+    TrainState *ts = &r->ts;
+    memset(ts, 0, sizeof(*ts));
+    ts->grad_accum = r->grad_accum; ts->world = r->mg.world; ts->rank = r->mg.rank;
+    ts->rng = (uint64_t)r->o.seed * 0x2545F4914F6CDD1Dull + 7;
+    data_state_save(ts, &r->train);
+    m->loss_masked = r->train.masked;
+}
+
+// -o made on every rank that writes into it, and the run's id on every rank. mpirun's main rank starts
+// the run as the one GPU did before its GPU start; -ngpu's ranks take the id their launcher wrote (it
+// holds the lock), as -x 0 -y 1 takes the directory's. Every rank gets it: the largest of the ranks'
+// values, the others' the least.
+static void agree_run_id(Run *r) {
+    const Options *o = &r->o;
+    int main_rank = mg_is_main(&r->mg);
+    if (r->have_dir && mkdir(o->log_dir, 0755) != 0 && errno != EEXIST)
+        FATAL("cannot create log directory '%s': %s", o->log_dir, strerror(errno));
+    if (r->have_dir && main_rank && r->start == MG_START_MPI) {
+        checkpoint_lock(o->log_dir);
+        r->run_id = checkpoint_dir_start(o->log_dir, o->resume, o->overwrite, o->init_from[0] != '\0');
+    } else if (main_rank && (r->start == MG_START_FORK_RANK ? r->have_dir : r->eval_only && o->resume)) {
+        checkpoint_run_id_read(o->log_dir, &r->run_id);
+    }
+    long long agreed_id = main_rank ? (long long)r->run_id : LLONG_MIN;
+    mg_all_agree(&r->mg, agreed_id, NULL, &agreed_id);
+    r->run_id = (uint64_t)agreed_id;
+}
+
+// The work after the update of step `step` (0-based; s: its numbers): its log line and the fallback's
+// switches, then what after_step asks for: fp8.log, the val loss, a sample, a checkpoint, the stop; and
+// HellaSwag with the val loss. Returns 1 when the run stops here, its exit status in r->exit_status.
+static int after_update(Run *r, Model *m, int step, StepResult res, const RunStep *s, cudaStream_t stream) {
+    const Options *o = &r->o;
+    MultiGpu *mg = &r->mg;
+    Fp8Health health; // metrics.jsonl's: only then are the counts copied from the GPU
+    run_log_step(&r->rl, s, r->rl.metrics ? fp8_step_health(m, r->grad_accum, &health) : NULL);
+    fp8_report_switches(m, step + 1, &r->rl);
+    // a stop signal may have reached any one rank (or all, at different steps): they agree on the
+    // largest, so all stop after the same step. Loss and norm are reduced over the ranks too:
+    // every rank takes the same branches from here on.
+    long long stop = g_stop_signal;
+    if (mg->world > 1) mg_all_agree(mg, stop, NULL, &stop);
+    int work = after_step(o, step, isfinite(res.loss) && !res.skipped, stop, r->rl.fp8 != NULL,
+                          r->have_val && r->in.val_batches > 0, r->have_dir, &r->bad_steps);
+    if (work & AFTER_FP8_LOG) write_fp8_log(m, r->grad_accum, r->rl.fp8);
+    if (work & AFTER_VAL) {
+        float vl = evaluate(m, &r->val, r->in.val_batches, r->host_losses, stream);
+        run_log_val(&r->rl, step + 1, vl, bits_per_byte(vl, r->in.vt), "");
+    }
+    if (r->in.have_hs && ((o->val_every > 0 && (step + 1) % o->val_every == 0) || step + 1 == o->max_steps))
+        hellaswag_report(m, &r->hs, o, step + 1, step + 1 == o->max_steps, r->host_losses, &r->rl, stream);
+    if (work & AFTER_SAMPLE) sample_text(m, &r->tok, r->have_tok, r->bos, o->gen_tokens, &r->ts.rng, &r->rl, stream);
+    if (work & AFTER_CHECKPOINT) {
+        data_state_save(&r->ts, &r->train);
+        checkpoint_step(m, &r->ts, o->log_dir, o->keep, r->run_id);
+        if (mg_is_main(mg)) printf("checkpoint written: %s/model_%08d.bin\n", o->log_dir, m->step);
+        long long late = g_stop_signal; // a stop that came while the checkpoint was written
+        if (mg->world > 1) mg_all_agree(mg, late, NULL, &late);
+        if (stop_after_checkpoint(work, late, step + 1, o->max_steps)) { work |= AFTER_STOP; stop = late; }
+    }
+    if (!(work & AFTER_STOP)) return 0;
+    r->exit_status = stop_report((int)stop, step + 1, o->max_steps, o->log_dir, r->have_dir, m->step, mg_is_main(mg));
+    return 1;
+}
+
+// The end of the run, whether it stopped early or not: the median step, the data mixture's report,
+// -fp8_dump, then everything freed.
+static void end_run(Run *r, Model *m) {
+    const Options *o = &r->o;
+    if (r->timed > 0) {
+        qsort(r->step_ms, r->timed, sizeof(float), compare_floats);
+        float ms = r->step_ms[r->timed / 2];
+        run_log_median(&r->rl, ms, r->timed, o->total_batch / (ms / 1000.0),
+                       r->flops_per_token * o->total_batch / (ms / 1000.0), r->peak, r->mem_used, r->mg.world);
+    }
+    if (r->train.num_sets && mg_is_main(&r->mg)) {
+        char report[4096];
+        dataloader_mixture_report(&r->train, report, sizeof(report));
+        run_log_mixture(&r->rl, report);
+    }
+    if (o->fp8_dump) dump_fp8_state(m, o->log_dir, r->mg.rank);
+    free(r->step_ms);
+    free(r->ts.data);
+    run_log_close(&r->rl);
+    cudaCheck(cudaFreeHost(r->host_losses));
+    cudaCheck(cudaFreeHost(r->host_inputs));
+    cudaCheck(cudaFreeHost(r->host_targets));
+    model_free(m);
+    matmul_destroy();
+    attention_destroy();
+    dataloader_free(&r->train);
+    if (r->have_val) dataloader_free(&r->val);
+    if (r->have_tok) tokenizer_free(&r->tok);
+    if (r->in.have_hs) hellaswag_free(&r->hs);
+    multi_gpu_free(&r->mg); // also the sign of a clean exit: a rank that leaves without it aborts the communicator
 }
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); // progress lines reach a log file or pipe as they are printed
-    Options o = parse_options(argc, argv);
-    // data first: the tokenizer decides the vocabulary size (of a new model), and some option rules need the shape
-    Tokenizer tok;
-    int have_tok = tokenizer_init_flag(&tok, o.tokenizer_path, default_options().tokenizer_path);
-    LlamaConfig cfg = run_model_config(&o, have_tok ? &tok : NULL);
-    const char *bad = config_check(&cfg);
-    if (bad) FATAL("bad model config: %s", bad);
-    int grad_accum;
-    ModelOptions mo = checked_options(&o, &cfg, have_tok ? &tok : NULL, &grad_accum);
-
-    int planned_world, start = mg_start_of(o.ngpu, &planned_world);
+    Run r;
+    memset(&r, 0, sizeof(r));
+    run_config(&r, argc, argv);
     // Every input checked before any GPU work, by the one process that starts the run (one GPU, or
     // -ngpu's launcher): its loaders, opened as rank 0, are this process's if it trains. The ranks
     // it starts, and mpirun's (each of which would check alike), open their data after the GPU start.
-    DataLoader train, val;
-    HellaSwag hs;
-    int checked = start == MG_START_SINGLE || start == MG_START_LAUNCHER;
-    CheckedInputs in = {0, 0, {0.0, 0.0}};
-    if (checked || o.check_only) in = check_inputs(&o, &cfg, have_tok ? &tok : NULL, planned_world, o.check_only, &train, &val, &hs);
-    if (o.check_only) {
-        print_plan(&o, &cfg, &mo, planned_world, grad_accum, &train);
+    if (r.checked || r.o.check_only)
+        r.in = check_inputs(&r.o, &r.cfg, r.have_tok ? &r.tok : NULL, r.planned_world, r.o.check_only, &r.train,
+                            &r.val, &r.hs);
+    if (r.o.check_only) {
+        print_plan(&r.o, &r.cfg, &r.mo, r.planned_world, r.grad_accum, &r.train);
         printf("-check 1: every input is good: the run can start\n");
         return 0;
     }
     // The run's identity in its checkpoints, before the GPU start too: the process that writes into -o
     // for the run's life (one GPU, -ngpu's launcher; mpirun's rank 0 after its GPU start) locks it, takes
     // the run id (-y 1: the directory's; else a new one) and removes what killed writers left there.
-    int eval_only = o.max_steps == 0, have_dir = o.log_dir[0] != '\0' && !eval_only; // -x 0 writes nothing
-    uint64_t run_id = 0;
-    if (checked && have_dir) {
-        checkpoint_lock(o.log_dir);
-        run_id = checkpoint_dir_start(o.log_dir, o.resume, o.overwrite, o.init_from[0] != '\0');
+    if (r.checked && r.have_dir) {
+        checkpoint_lock(r.o.log_dir);
+        r.run_id = checkpoint_dir_start(r.o.log_dir, r.o.resume, r.o.overwrite, r.o.init_from[0] != '\0');
     }
-    // before anything starts a thread (CUDA, NCCL, OpenMP), so every thread inherits the block; the
-    // launcher passes the signals on instead (llmc/launcher.h)
-    if (start != MG_START_LAUNCHER) stop_signal_install();
-    int ndev = 0;
-    cudaError_t derr = cudaGetDeviceCount(&ndev);
-    if (derr != cudaSuccess || ndev == 0) FATAL("no CUDA GPU found (%s): this trainer needs an NVIDIA GPU", cudaGetErrorString(derr));
-    MultiGpu mg;
-    multi_gpu_init(&mg, argv, o.ngpu); // with -ngpu N > 1 this process starts N ranks, watches them and never returns
-    int rank = mg.rank, world = mg.world, main_rank = mg_is_main(&mg); // only the main rank prints and logs
-    cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, mg.local_device));
-    g_num_sms = prop.multiProcessorCount;
-    if (mo.precision == PREC_FP8 && prop.major * 10 + prop.minor < 89)
-        FATAL("fp8 GEMMs need compute capability 8.9+ (Ada/Hopper); %s is %d.%d. Use -precision bf16.", prop.name, prop.major, prop.minor);
-    const char *block_flag = fp8_block_flag(&mo);
-    if (block_flag) matmul_fp8_block_check(block_flag); // an old cuBLASLt or a GPU other than Hopper refused here, naming the flag
-
-    int have_val = o.val_pattern[0] != '\0', synthetic = strcmp(o.train_pattern, "synthetic") == 0;
-    if (!checked) {
-        in.val_batches = open_data(&o, &cfg, &mg, &train, &val);
-        in.have_hs = hellaswag_open(&hs, &o, &cfg, main_rank);
-        in.vt = have_tok && in.val_batches > 0 ? val_text(&val, in.val_batches, &tok) : (ValText){0.0, 0.0};
-    }
-    int val_batches = in.val_batches, have_hs = in.have_hs;
-    ValText vt = in.vt;
-    if (o.max_steps < 0) {
-        o.max_steps = (int)(dataloader_num_tokens(&train) / o.total_batch);
-        if (o.max_steps < 1) o.max_steps = 1;
-    }
-
-    attention_init(1, o.deterministic); // before model_init: -doc_mask 1 allocates cuDNN's bias only if cuDNN runs
+    start_gpu(&r, argv);
+    int main_rank = mg_is_main(&r.mg); // only the main rank prints and logs
+    open_run_data(&r);
     Model m;
-    model_init(&m, &cfg, &mo, &mg);
-    mg_check_agree(&mg, (long long)m.num_params, "the number of parameters");
-    mg_check_agree(&mg, grad_accum, "the gradient accumulation steps");
-    matmul_init();
-    matmul_set_tuning(!o.deterministic);
-    TrainState ts;
-    memset(&ts, 0, sizeof(ts));
-    ts.grad_accum = grad_accum; ts.world = world; ts.rank = rank;
-    ts.rng = (uint64_t)o.seed * 0x2545F4914F6CDD1Dull + 7;
-    data_state_save(&ts, &train);
-    m.loss_masked = train.masked;
+    setup_model(&r, &m);
+    agree_run_id(&r);
+    int resumed_from = start_model(&m, &r.ts, &r.train, &r.o, &r.mg, r.run_id);
+    r.rl = run_log_open(main_rank, r.have_dir ? r.o.log_dir : NULL, resumed_from >= 0, m.fp8.on && r.o.fp8_log > 0);
+    print_run(&m, &r.o, &r.mg, &r.prop, r.grad_accum, resumed_from, r.synthetic, &r.rl);
+    if (main_rank && r.train.masked)
+        printf("loss masks: the loss is the mean over the step's learned targets (mask byte 1), on every rank\n");
+    if (main_rank && r.have_val && r.val.masked)
+        printf("loss masks: the val loss (and bpb) is over the val data's learned targets\n");
+    r.flops_per_token = model_flops_per_token(&r.cfg, r.o.model.T);
+    r.peak = gpu_bf16_peak_tflops(r.prop.name) * r.mg.world;
 
-    if (have_dir && mkdir(o.log_dir, 0755) != 0 && errno != EEXIST) FATAL("cannot create log directory '%s': %s", o.log_dir, strerror(errno));
-    // mpirun's main rank starts the run as the one GPU above; -ngpu's ranks take the id their launcher
-    // wrote (it holds the lock), as -x 0 -y 1 takes the directory's. Every rank gets it: the largest of
-    // the ranks' values, the others' the least.
-    if (have_dir && main_rank && start == MG_START_MPI) {
-        checkpoint_lock(o.log_dir);
-        run_id = checkpoint_dir_start(o.log_dir, o.resume, o.overwrite, o.init_from[0] != '\0');
-    } else if (main_rank && (start == MG_START_FORK_RANK ? have_dir : eval_only && o.resume)) {
-        checkpoint_run_id_read(o.log_dir, &run_id);
-    }
-    long long agreed_id = main_rank ? (long long)run_id : LLONG_MIN;
-    mg_all_agree(&mg, agreed_id, NULL, &agreed_id);
-    run_id = (uint64_t)agreed_id;
-    int resumed_from = start_model(&m, &ts, &train, &o, &mg, run_id);
-    FILE *logf = NULL, *fp8f = NULL, *metricsf = NULL;
-    if (have_dir && main_rank) open_logs(o.log_dir, resumed_from >= 0, m.fp8.on && o.fp8_log > 0, &logf, &metricsf, &fp8f);
-    print_run(&m, &o, &mg, &prop, grad_accum, resumed_from, synthetic, logf);
-    if (main_rank && train.masked) printf("loss masks: the loss is the mean over the step's learned targets (mask byte 1), on every rank\n");
-    if (main_rank && have_val && val.masked) printf("loss masks: the val loss (and bpb) is over the val data's learned targets\n");
-    double flops_per_token = model_flops_per_token(&cfg, o.T);
-    double peak = gpu_bf16_peak_tflops(prop.name) * world; // MFU of all the GPUs together
-
-    AdamWParams hp = {o.lr, o.beta1, o.beta2, 1e-8f, o.weight_decay, o.grad_clip};
-    size_t N = (size_t)o.B * o.T;
-    float *host_losses;
-    int *host_inputs, *host_targets; // pinned: the per-micro-step uploads run asynchronously
-    cudaCheck(cudaMallocHost(&host_losses, (size_t)grad_accum * N * sizeof(float)));
-    cudaCheck(cudaMallocHost(&host_inputs, (size_t)grad_accum * N * sizeof(int)));
-    cudaCheck(cudaMallocHost(&host_targets, (size_t)grad_accum * N * sizeof(int)));
-    StepBuffers step_buffers = {host_inputs, host_targets, host_losses, grad_accum};
+    const Options *o = &r.o;
+    AdamWParams hp = {o->lr, o->beta1, o->beta2, 1e-8f, o->weight_decay, o->grad_clip};
+    size_t N = (size_t)o->model.B * o->model.T;
+    cudaCheck(cudaMallocHost(&r.host_losses, (size_t)r.grad_accum * N * sizeof(float)));
+    cudaCheck(cudaMallocHost(&r.host_inputs, (size_t)r.grad_accum * N * sizeof(int)));
+    cudaCheck(cudaMallocHost(&r.host_targets, (size_t)r.grad_accum * N * sizeof(int)));
+    StepBuffers step_buffers = {r.host_inputs, r.host_targets, r.host_losses, r.grad_accum};
     cudaStream_t stream;
     cudaCheck(cudaStreamCreate(&stream));
     cudaEvent_t ev0, ev1;
     cudaCheck(cudaEventCreate(&ev0));
     cudaCheck(cudaEventCreate(&ev1));
-    int bos = have_tok ? tok.doc_start_id : 1;
-    int bad_steps = 0, start_step = m.step, timed = 0, exit_status = 0;
-    float *step_ms = (float *)mallocCheck((size_t)(o.max_steps > start_step ? o.max_steps - start_step : 1) * sizeof(float));
-    size_t mem_used = 0;
-    if (eval_only)
-        evaluate_only(&m, &val, have_val, val_batches, vt, have_hs ? &hs : NULL, &o, &tok, have_tok, bos, &ts.rng, host_losses, stream);
+    r.bos = r.have_tok ? r.tok.doc_start_id : 1;
+    int start_step = m.step;
+    size_t steps_here = o->max_steps > start_step ? o->max_steps - start_step : 1;
+    r.step_ms = (float *)mallocCheck(steps_here * sizeof(float));
+    if (r.eval_only)
+        evaluate_only(&m, &r.val, r.have_val, r.in.val_batches, r.in.vt, r.in.have_hs ? &r.hs : NULL, o, &r.tok,
+                      r.have_tok, r.bos, &r.ts.rng, r.host_losses, &r.rl, stream);
 
-    for (int step = m.step; step < o.max_steps; step++) {
-        hp.lr = lr_at_step(step, o.max_steps, o.lr, o.warmup, o.final_lr_frac);
+    for (int step = m.step; step < o->max_steps; step++) {
+        hp.lr = lr_at_step(step, o->max_steps, o->lr, o->warmup, o->final_lr_frac);
         cudaCheck(cudaEventRecord(ev0, stream));
-        next_batches(&train, grad_accum, host_inputs, host_targets);
-        StepResult r = train_step(&m, &step_buffers, &hp, stream);
+        next_batches(&r.train, r.grad_accum, r.host_inputs, r.host_targets);
+        StepResult res = train_step(&m, &step_buffers, &hp, stream);
         cudaCheck(cudaEventRecord(ev1, stream));
-        mg_wait(&mg, stream, "the training step"); // bounded: the stream may wait on a collective with a dead rank
+        mg_wait(&r.mg, stream, "the training step"); // bounded: the stream may wait on a collective with a dead rank
         float ms;
         cudaCheck(cudaEventElapsedTime(&ms, ev0, ev1));
-        if (step >= start_step + 3) step_ms[timed++] = ms; // the first steps build GEMM and attention plans
-        if (step == start_step) { size_t free_b, total_b; cudaCheck(cudaMemGetInfo(&free_b, &total_b)); mem_used = total_b - free_b; }
-        if (step == start_step && !o.deterministic && main_rank) matmul_print_tuning(stdout);
-        double tok_per_s = o.total_batch / (ms / 1000.0);
-        char mfu[32];
-        format_mfu(mfu, sizeof(mfu), flops_per_token * tok_per_s, peak);
-        if (main_rank) printf("step %5d/%d | loss %.6f | norm %.4f | lr %.3e | %.2f ms | %.0f tok/s | MFU %s%s\n", step + 1, o.max_steps,
-                              r.loss, r.norm, hp.lr, ms, tok_per_s, mfu, r.skipped ? " | update SKIPPED (non-finite gradient)" : "");
-        if (logf) { fprintf(logf, "s:%d trl:%.6f norm:%.4f lr:%.4e ms:%.2f tok/s:%.0f\n", step + 1, r.loss, r.norm, hp.lr, ms, tok_per_s); fflush(logf); }
-        if (metricsf) metrics_step(metricsf, &m, step + 1, r.loss, r.norm, hp.lr, ms, tok_per_s,
-                                   peak > 0 ? flops_per_token * tok_per_s / (peak * 1e12) : 0.0, mem_used, grad_accum);
-        if (main_rank) fp8_report_switches(&m, step + 1, logf, metricsf);
-        // a stop signal may have reached any one rank (or all, at different steps): they agree on the
-        // largest, so all stop after the same step. Loss and norm are reduced over the ranks too:
-        // every rank takes the same branches from here on.
-        long long stop = g_stop_signal;
-        if (world > 1) mg_all_agree(&mg, stop, NULL, &stop);
-        int work = after_step(&o, step, isfinite(r.loss) && !r.skipped, stop, fp8f != NULL, have_val && val_batches > 0, have_dir, &bad_steps);
-        if (work & AFTER_FP8_LOG) write_fp8_log(&m, grad_accum, fp8f);
-        if (work & AFTER_VAL) {
-            float vl = evaluate(&m, &val, val_batches, host_losses, stream);
-            report_val(vl, bits_per_byte(vl, vt), step + 1, main_rank, logf, metricsf);
+        if (step >= start_step + 3) r.step_ms[r.timed++] = ms; // the first steps build GEMM and attention plans
+        if (step == start_step) {
+            size_t free_b, total_b;
+            cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+            r.mem_used = total_b - free_b;
         }
-        if (have_hs && ((o.val_every > 0 && (step + 1) % o.val_every == 0) || step + 1 == o.max_steps))
-            hellaswag_report(&m, &hs, &o, step + 1, step + 1 == o.max_steps, host_losses, logf, metricsf, stream);
-        if (work & AFTER_SAMPLE) sample_text(&m, &tok, have_tok, bos, o.gen_tokens, &ts.rng, logf, main_rank, stream);
-        if (work & AFTER_CHECKPOINT) {
-            data_state_save(&ts, &train);
-            checkpoint_step(&m, &ts, o.log_dir, o.keep, run_id);
-            if (main_rank) printf("checkpoint written: %s/model_%08d.bin\n", o.log_dir, m.step);
-            long long late = g_stop_signal; // a stop that came while the checkpoint was written
-            if (world > 1) mg_all_agree(&mg, late, NULL, &late);
-            if (stop_after_checkpoint(work, late, step + 1, o.max_steps)) { work |= AFTER_STOP; stop = late; }
-        }
-        if (work & AFTER_STOP) {
-            exit_status = stop_report((int)stop, step + 1, o.max_steps, o.log_dir, have_dir, m.step, main_rank);
-            break;
-        }
+        if (step == start_step && !o->deterministic && main_rank) matmul_print_tuning(stdout);
+        double tok_per_s = o->total_batch / (ms / 1000.0);
+        RunStep s = {step + 1, o->max_steps, res.loss, res.norm, hp.lr, ms, tok_per_s, r.flops_per_token * tok_per_s,
+                     r.peak, r.mem_used, res.skipped};
+        if (after_update(&r, &m, step, res, &s, stream)) break;
     }
-    if (timed > 0 && main_rank) {
-        qsort(step_ms, timed, sizeof(float), compare_floats);
-        float ms = step_ms[timed / 2];
-        char mfu[32];
-        format_mfu(mfu, sizeof(mfu), flops_per_token * o.total_batch / (ms / 1000.0), peak);
-        printf("median step %.2f ms over %d steps after warm-up | %.0f tok/s | MFU %s | device memory in use %.2f GiB%s\n",
-               ms, timed, o.total_batch / (ms / 1000.0), mfu, mem_used / 1073741824.0, world > 1 ? " (rank 0)" : "");
-    }
-    if (train.num_sets && main_rank) {
-        char report[4096];
-        dataloader_mixture_report(&train, report, sizeof(report));
-        printf("data mixture realized: %s\n", report);
-        if (logf) fprintf(logf, "mixture: %s\n", report);
-    }
-    if (o.fp8_dump) dump_fp8_state(&m, o.log_dir, rank);
-    free(step_ms);
-    free(ts.data);
-    if (logf) fcloseCheck(logf);
-    if (fp8f) fcloseCheck(fp8f);
-    if (metricsf) fcloseCheck(metricsf);
-    cudaCheck(cudaFreeHost(host_losses));
-    cudaCheck(cudaFreeHost(host_inputs));
-    cudaCheck(cudaFreeHost(host_targets));
-    model_free(&m);
-    matmul_destroy();
-    attention_destroy();
-    dataloader_free(&train);
-    if (have_val) dataloader_free(&val);
-    if (have_tok) tokenizer_free(&tok);
-    if (have_hs) hellaswag_free(&hs);
-    multi_gpu_free(&mg); // also the sign of a clean exit: a rank that leaves without it aborts the communicator
-    return exit_status;
+    end_run(&r, &m);
+    return r.exit_status;
 }
 #endif

@@ -2,7 +2,8 @@
 suites in dev/test/ have in common, each format read and written in one place.
 
     formats      token shards, decode tables, loss masks, HellaSwag eval files, tokenizer loading,
-                 required_packages (a missing package named, not a traceback)
+                 required_packages (a missing package named, not a traceback), tool_main (a
+                 tool's error exit)
     model_file   our model file (llmc/model_file.h is the C side) and the files beside it
     hf_layout    Hugging Face / GGUF tensor names against ours, RoPE's row order, where a Hugging
                  Face folder records its special token ids

@@ -12,11 +12,12 @@ its shard, 1 where the token is learned as a target; beside shard X as X.mask (w
 HellaSwag eval file: below (write_hellaswag).
 
 Problems with a file raise FormatError(path, problem); the scripts print it as
-`error: <path>: <problem>` and exit 1. A tool imports this module before any third-party package
+`error: <path>: <problem>` and exit 1 (tool_main). A tool imports this module before any third-party package
 and imports those inside `with formats.required_packages():`, so that a missing one stops it with
 the package named and the command that installs it.
 """
 import contextlib
+import functools
 import json
 import os
 import sys
@@ -67,6 +68,19 @@ class FormatError(Exception):
     def __init__(self, path, problem):
         super().__init__(f"{path}: {problem}")
         self.path, self.problem = path, problem
+
+
+def tool_main(main):
+    """Decorates a tool's main(argv=None), which returns its exit status: a FormatError it raises is
+    printed as `error: <path>: <problem>` on stderr and the status is 1, never a traceback."""
+    @functools.wraps(main)
+    def run(argv=None):
+        try:
+            return main(argv)
+        except FormatError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+    return run
 
 
 @contextlib.contextmanager

@@ -3,22 +3,24 @@ fp8.log (parse_fp8_log) and its standard output (parse_stdout). plot_log.py, plo
 compare_convergence.sh (through those two), test_multi_gpu.sh and benchmark.sh use it;
 dev/test/test_trainer_log.py checks it on sample logs in the trainer's formats. Standard library only.
 
-main.log (the trainer's fprintf(logf, ...) lines):
+main.log (written by llmc/run_log.h, one call per event, as are stdout's lines and metrics.jsonl):
     # <GPU> precision <p> model <name> V .. L .. C .. NH .. NKV .. FF .. B .. T .. total_batch .. adam_moments ..
       (a trainer before -adam_moments wrote no adam_moments field: its moments were fp32)
     s:<step> trl:<train loss> norm:<grad norm> lr:<lr> ms:<step ms> tok/s:<tokens per s>
     s:<step> tel:<val loss>[ bpb:<bits per byte>]
     s:<step> hs_acc:<HellaSwag acc> hs_acc_norm:<acc_norm> hs_items:<items>
     sample: <token ids>
-    fp8_fallback: s:<step> layer:<l> linear:<name> grain:<block|bf16> tensor:<x|w|dy> lost:<fraction> steps:<patience>
+    fp8_fallback: s:<step> layer:<l> linear:<name> grain:<block|bf16|row> tensor:<x|w|dy> lost:<fraction> steps:<patience>
 A resumed run appends to the same file and repeats steps after its checkpoint: when a train step
 goes back, everything already read from that step on is dropped, so the latest attempt wins.
 Comment, sample, fp8_fallback (a linear the fallback switched: docs/fp8_recipe.md), blank and malformed
 (e.g. cut-off) lines are skipped; malformed ones are counted.
 
-Standard output (the trainer's printf lines this reads; others are left alone):
+Standard output (the lines this reads; others are left alone), for the runs that write no log:
+benchmark.sh's (-o '': no logs or checkpoints; its median line and device memory are on stdout only)
+and compare_convergence.sh --eval-bf16's -x 0 evaluations (-x 0 writes nothing into -o):
     train_llama_fp8 | <GPU> | <precision> | model <name>: V .. L .. C .. NH .. NKV .. FF .. theta ..[ | tied embeddings] | <n>M params
-    B <B> T <T> | total batch ... | AdamW moments <fp32|bf16> | ... attention
+    B <B> T <T> | total batch ... | AdamW moments <fp32|bf16> | master weights <fp32|bf16> | ... attention
     device memory allocated: <x> GiB[ per GPU (ZeRO-1)]
     step <s>/<n> | loss <l> | norm <g> | lr <lr> | <ms> ms | <tok/s> tok/s | MFU <m>[ | update SKIPPED ...]
     val loss <l>[ | bpb <bits per byte>][ over ...]
@@ -263,6 +265,7 @@ class TrainerOutput:
         self.tied = None            # True with tied embeddings
         self.B = self.T = None
         self.adam_moments = None    # 'fp32' or 'bf16'; None also when the batch line lacks it (a trainer before -adam_moments: fp32)
+        self.master_weights = None  # 'fp32' or 'bf16'; None also without it in the batch line (before -master_weights: fp32)
         self.allocated_gib = None   # 'device memory allocated' (per GPU with ZeRO-1)
         self.steps = {}             # step -> {'loss':, 'norm':, 'lr':, 'ms':, 'tok/s':, 'mfu': str, 'skipped': bool}
         self.val = {}               # the step after which it was measured (0 before any) -> val loss
@@ -289,6 +292,8 @@ def parse_stdout(text):
         out.B, out.T = int(m.group(1)), int(m.group(2))
         am = re.search(r"\| AdamW moments (\S+) \|", m.group(3) + " |")
         out.adam_moments = am.group(1) if am else None
+        mw = re.search(r"\| master weights (\S+) \|", m.group(3) + " |")
+        out.master_weights = mw.group(1) if mw else None
     m = _ALLOCATED.search(text)
     if m:
         out.allocated_gib = float(m.group(1))

@@ -1,6 +1,7 @@
 /*
 Stochastic rounding of float to bf16 with counter-based random bits: the rule behind AdamW's bf16
-moments (-adam_moments bf16, the default), shared by the CUDA kernel (llmc/adamw.cuh) and the tests that hold
+moments (-adam_moments bf16, the default) and bf16 master weights (-master_weights bf16), shared by the
+CUDA kernel (llmc/adamw.cuh), the C reference's AdamW (dev/test/llama_ref.h) and the tests that hold
 it to the rule (dev/test/test_bf16_round.h on the CPU, dev/cuda/adamw.cu against the GPU).
 
 Why stochastic: an AdamW moment changes each step by (1 - beta) of its size, e.g. 0.1% for v with
@@ -10,7 +11,11 @@ makes the stored value exact in expectation, so the moments follow their fp32 co
 
 The random bits are a hash of (element index, step), not a generator's state: every element's
 rounding is reproducible, independent of the launch shape, the number of GPUs and the ZeRO shard
-that updates it. m takes the hash's low 16 bits, v its high 16.
+that updates it. m takes the hash's low 16 bits, v its high 16. A bf16 master weight (an update of
+lr ~1e-5 on a weight of 0.01 is 0.1% of it, again under half an ulp) takes the low 16 bits of the
+hash of its index plus BF16_ROUND_WEIGHT_SALT (bf16_round_weight_bits): another input than any
+element's index (a model holds far fewer than 2^63 elements), so its bits are independent of the
+moments' and a weight is not rounded up whenever its m is.
 Plain C, also compiled by nvcc (BF16R_HD = __host__ __device__ there).
 */
 #ifndef LLMC_BF16_ROUND_H
@@ -33,6 +38,16 @@ static inline BF16R_HD uint32_t bf16_round_bits(uint64_t index, int step) {
     x ^= x >> 15; x *= 0x846ca68bu;
     x ^= x >> 16;
     return x;
+}
+
+// Added to an element's index for its master weight's rounding bits: above every index (2^63 and more,
+// no wrap for any index below 2^64 - salt), odd, the golden ratio's bits.
+#define BF16_ROUND_WEIGHT_SALT 0x9e3779b97f4a7c15ull
+
+// The 32 bits whose low 16 round a bf16 master weight (bf16_round_stochastic), independent of the
+// moments' bf16_round_bits(index, step).
+static inline BF16R_HD uint32_t bf16_round_weight_bits(uint64_t index, int step) {
+    return bf16_round_bits(index + BF16_ROUND_WEIGHT_SALT, step);
 }
 
 // float -> bf16 bits, rounding the magnitude up with probability (low 16 bits of x) / 2^16, decided by

@@ -12,9 +12,10 @@ and of the directory:
   train.lock                held (flock) by the run's main rank for its whole life; it names the
                             holder's host and pid, for the refusal a second run gets.
 Names are parsed from the directory's listing (readdir), never globbed from -o, which may hold glob
-characters. What the files hold is train_llama_fp8.cu's (write_sections, state_fields); the ranks
-meet through CheckpointRanks, which the trainer fills with its collectives and the host test
-(dev/test/test_checkpoint_host.cu) with stand-in processes.
+characters. The files' layout, writer and reader: llmc/checkpoint_file.h; what they hold is
+train_llama_fp8.cu's (STATE_FIELDS, state_sections). The ranks meet through CheckpointRanks, which
+the trainer fills with its collectives and the host test (dev/test/test_checkpoint_host.cu) with
+stand-in processes.
 Plain C, header-only; also compiles as C++ under nvcc.
 */
 #ifndef LLMC_CHECKPOINT_H
@@ -31,12 +32,12 @@ Plain C, header-only; also compiles as C++ under nvcc.
 #include <signal.h>        // kill(pid, 0): whether a lock file names a live process
 #include <sys/file.h>      // flock
 #include <sys/random.h>    // getrandom
+#include <sys/stat.h>      // stat: whether -o exists (-check 1)
 #include <sys/statvfs.h>
 #include "utils.h"         // FATAL, mallocCheck
 #include "model_file.h"    // MODEL_MAGIC, header_run_id, the checksums
+#include "checkpoint_file.h" // STATE_MAGIC, write_sections, read_sections: the files themselves
 #include "stop_signal.h"   // stop_signal_partial, stop_signal_unfinished
-
-#define STATE_MAGIC 20261202
 
 // ---- names: one format and one parser for every file of a checkpoint
 enum { CKPT_NONE, CKPT_MODEL, CKPT_STATE, CKPT_DONE };
@@ -300,6 +301,38 @@ static uint64_t checkpoint_dir_start(const char *dir, int resume, int overwrite,
     }
     closedir(d);
     return run;
+}
+
+// -check 1: the run dir gets, said on stdout, with checkpoint_dir_start's refusals and the lock's,
+// nothing written (dir absent: a new run there).
+static void checkpoint_dir_plan(const char *dir, int resume, int overwrite, int may_start_fresh) {
+    struct stat st;
+    char lock[1100], holder[300] = "";
+    if (stat(dir, &st) != 0) { printf("plan: a new run in '%s' (made at the start)\n", dir); return; }
+    snprintf(lock, sizeof(lock), "%s/train.lock", dir);
+    int fd = open(lock, O_RDONLY);
+    if (fd >= 0 && flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+        ssize_t got = read(fd, holder, sizeof(holder) - 1);
+        holder[got > 0 ? got : 0] = '\0';
+        holder[strcspn(holder, "\n")] = '\0';
+        FATAL("the log directory '%s' is in use by another run now (%s holds '%s'): this run would be refused", dir,
+              holder, lock);
+    }
+    if (fd >= 0) close(fd); // and its shared lock with it
+    uint64_t run;
+    if (!checkpoint_dir_check(dir, resume, overwrite, may_start_fresh, &run)) {
+        printf("plan: a new run in '%s'%s\n", dir, overwrite ? " beside another run's checkpoints (-overwrite 1)" : "");
+        return;
+    }
+    int *steps, n = checkpoint_complete_steps(dir, run, &steps);
+    unsigned long long id = run;
+    if (n > 0)
+        printf("plan: -y 1 resumes run %016llx of '%s' from step %d, its newest complete checkpoint (verified at the"
+               " start; a damaged one gives way to the one before)\n", id, dir, steps[0]);
+    else
+        printf("plan: -y 1: run %016llx of '%s' has no complete checkpoint yet: it starts over%s\n", id, dir,
+               may_start_fresh ? " from -init_from" : "");
+    free(steps);
 }
 
 // ---- the checkpoint sequence across the ranks

@@ -72,6 +72,39 @@ __device__ __forceinline__ unsigned half_warp_max(unsigned v) {
     return v;
 }
 
+// The largest |x| of each of the 128 x 128 tile's columns as float bits, for thread t < 128 (column
+// c0 + t; 0 for the others), raw holding the thread's 8 columns of 8 rows as the tile kernels load them:
+// the thread's rows, then the warp's 16 (two columns per word), then the 8 warps through col_part.
+// Every thread of the block must call it.
+__device__ __forceinline__ unsigned tile_col_amax_bits(const uint4 raw[8], unsigned (*col_part)[FP8_TILE]) {
+    const int vc = threadIdx.x % 16, warp = threadIdx.x / 32;
+    uint4 cm = make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        cm.x = __vmaxu2(cm.x, raw[i].x & 0x7fff7fffu); cm.y = __vmaxu2(cm.y, raw[i].y & 0x7fff7fffu);
+        cm.z = __vmaxu2(cm.z, raw[i].z & 0x7fff7fffu); cm.w = __vmaxu2(cm.w, raw[i].w & 0x7fff7fffu);
+    }
+    cm.x = __vmaxu2(cm.x, __shfl_xor_sync(0xffffffffu, cm.x, 16));
+    cm.y = __vmaxu2(cm.y, __shfl_xor_sync(0xffffffffu, cm.y, 16));
+    cm.z = __vmaxu2(cm.z, __shfl_xor_sync(0xffffffffu, cm.z, 16));
+    cm.w = __vmaxu2(cm.w, __shfl_xor_sync(0xffffffffu, cm.w, 16));
+    if (threadIdx.x % 32 < 16) {
+        const unsigned words[4] = {cm.x, cm.y, cm.z, cm.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            col_part[warp][vc * 8 + 2 * k] = words[k] << 16;
+            col_part[warp][vc * 8 + 2 * k + 1] = words[k] & 0xffff0000u;
+        }
+    }
+    __syncthreads();
+    unsigned bits = 0;
+    if (threadIdx.x < FP8_TILE) {
+#pragma unroll
+        for (int w = 0; w < 8; w++) bits = max(bits, col_part[w][threadIdx.x]);
+    }
+    return bits;
+}
+
 // A block's scale from its amax bits: fp8_compute_scale(amax, fmax, 0, 1) with exact operations.
 template <__nv_fp8_interpretation_t FMT>
 __device__ __forceinline__ float fp8_block_scale(unsigned amax_bits) {
@@ -112,7 +145,7 @@ __global__ void __launch_bounds__(256) fp8_block_cast_kernel(uint8_t *out, float
     __shared__ unsigned col_part[8][FP8_TILE]; // per warp: each column's max |x| bits over the warp's 16 rows
     __shared__ float col_scale[FP8_TILE];
     const int r0 = blockIdx.y * FP8_TILE, c0 = blockIdx.x * FP8_TILE;
-    const int vc = threadIdx.x % 16, lr0 = threadIdx.x / 16, warp = threadIdx.x / 32;
+    const int vc = threadIdx.x % 16, lr0 = threadIdx.x / 16;
     const int c = c0 + vc * 8;
     uint4 raw[8];
 #pragma unroll
@@ -141,28 +174,8 @@ __global__ void __launch_bounds__(256) fp8_block_cast_kernel(uint8_t *out, float
         }
     }
     if (out_t != NULL) {
-        // column maxima of this thread's 8 rows (two columns per word), then of the warp's 16 rows
-        uint4 cm = make_uint4(0, 0, 0, 0);
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            cm.x = __vmaxu2(cm.x, raw[i].x & 0x7fff7fffu); cm.y = __vmaxu2(cm.y, raw[i].y & 0x7fff7fffu);
-            cm.z = __vmaxu2(cm.z, raw[i].z & 0x7fff7fffu); cm.w = __vmaxu2(cm.w, raw[i].w & 0x7fff7fffu);
-        }
-        cm.x = __vmaxu2(cm.x, __shfl_xor_sync(0xffffffffu, cm.x, 16)); cm.y = __vmaxu2(cm.y, __shfl_xor_sync(0xffffffffu, cm.y, 16));
-        cm.z = __vmaxu2(cm.z, __shfl_xor_sync(0xffffffffu, cm.z, 16)); cm.w = __vmaxu2(cm.w, __shfl_xor_sync(0xffffffffu, cm.w, 16));
-        if (threadIdx.x % 32 < 16) {
-            const unsigned words[4] = {cm.x, cm.y, cm.z, cm.w};
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                col_part[warp][vc * 8 + 2 * k] = words[k] << 16;
-                col_part[warp][vc * 8 + 2 * k + 1] = words[k] & 0xffff0000u;
-            }
-        }
-        __syncthreads();
+        const unsigned bits = tile_col_amax_bits(raw, col_part);
         if (threadIdx.x < FP8_TILE) {
-            unsigned bits = 0;
-#pragma unroll
-            for (int w = 0; w < 8; w++) bits = max(bits, col_part[w][threadIdx.x]);
             const float s = fp8_block_scale<FMT>(bits);
             col_scale[threadIdx.x] = s;
             const int cc = c0 + threadIdx.x;

@@ -6,7 +6,7 @@ by the GPU trainer (llmc/fp8_state.cuh), the CPU reference (dev/test), the PyTor
 float is which. Plain C.
 
 Every block linear of layer i has index lin = 4*i + {0 qkv, 1 wo, 2 w13, 3 w2}; with -fp8_lm_head 1
-the lm_head is linear 4*L. Each linear has a grain (FP8_GRAIN_*: per-tensor, block or bf16) and
+the lm_head is linear 4*L. Each linear has a grain (FP8_GRAIN_*: per-tensor, block, bf16 or row) and
 three tensors, kind {0 X, 1 W, 2 dY}, and tensor index t = 3*lin + kind. The buffer (ONE, so one
 NCCL call reduces every amax slot and one kernel updates every scale), in floats:
    amax_slot    [NT]      max |value| seen since the last update (atomic max, all micro-steps)
@@ -40,9 +40,10 @@ static inline int fp8_linear(const LlamaConfig *c, int l, int lin) { return fp8_
 
 // A linear's fp8 grain: one scale per tensor (the recipe's, delayed or current), one per block (1x128
 // along the reduction dimension for X and dY, 128x128 for W, each from its own values: llmc/fp8_block.cuh),
-// or none: the linear has fallen back to bf16 GEMMs (-fp8_fallback bf16). The checkpoint's word.
-enum { FP8_GRAIN_TENSOR = 0, FP8_GRAIN_BLOCK = 1, FP8_GRAIN_BF16 = 2, FP8_GRAINS };
-static const char *const FP8_GRAIN_NAMES[FP8_GRAINS] = {"tensor", "block", "bf16"};
+// none: the linear has fallen back to bf16 GEMMs (-fp8_fallback bf16), or one per row along each GEMM's
+// reduction dimension (llmc/fp8_row.cuh). The checkpoint's word.
+enum { FP8_GRAIN_TENSOR = 0, FP8_GRAIN_BLOCK = 1, FP8_GRAIN_BF16 = 2, FP8_GRAIN_ROW = 3, FP8_GRAINS };
+static const char *const FP8_GRAIN_NAMES[FP8_GRAINS] = {"tensor", "block", "bf16", "row"};
 
 // Offsets (in floats) of the parts of the fp8 state buffer; total is its length.
 typedef struct {

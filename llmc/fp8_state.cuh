@@ -15,7 +15,9 @@ A model's fp8 scaling state on the GPU, and the protocol its casts follow (docs/
   fp8_site_block, fp8_block_cast_existing
                      the same for a linear of block grain (-fp8_grain block, -fp8_fallback block): the
                      producer writes bf16, the finish casts it in 1x128 blocks (llmc/fp8_block.cuh),
-                     row-wise and transposed, each block scaled from its own amax
+                     row-wise and transposed, each block scaled from its own amax; fp8_site_grain, the
+                     same with a recipe's own cast (llmc/recipe_row.cuh's per row)
+  fp8_forget_cast    a weight cast of this step forgotten (its counts, its amax), for one made again
   fp8_end_step       once per optimizer step, after its last backward: every amax slot MAX-reduced and
                      every health count summed over the ranks, every history rolled and every scale
                      updated, the step's counts made the last step's
@@ -87,6 +89,15 @@ static size_t fp8_state_create(Fp8State *f, Fp8StateLayout lay, int margin, Mult
     return fp8_state_bytes(lay);
 }
 
+// The caller's bf16 staging buffer for live casts whose producer's bf16 copy nobody keeps (live_bf16).
+static void fp8_state_stage(Fp8State *f, floatX *live_bf16) { f->live_bf16 = live_bf16; }
+
+// After the state buffer was loaded (a checkpoint): the GEMMs' scale_inv copies made from it, on the
+// default stream, before any step.
+static void fp8_state_loaded(Fp8State *f) {
+    fp8_publish_scale_inv(f->gemm_scale_inv, f->buffer + f->layout.scale_inv, f->layout.num_tensors, 0);
+}
+
 static void fp8_state_free(Fp8State *f) {
     if (f->buffer) {
         cudaCheck(cudaFree(f->buffer));
@@ -105,6 +116,10 @@ static float *fp8_gemm_scale_inv(const Fp8State *f, int t) { return f->gemm_scal
 static unsigned long long *fp8_counts(const Fp8State *f, int t) { return f->counts + (size_t)FP8_COUNTS * t; }
 // The same for a cast of pass p: NULL when it records nothing (evaluation).
 static unsigned long long *fp8_pass_counts(const Fp8State *f, Fp8Pass p, int t) { return p.recording ? fp8_counts(f, t) : NULL; }
+// The health counts of the last finished step (fp8_end_step made them so), every tensor's.
+static unsigned long long *fp8_last_counts(const Fp8State *f) {
+    return f->counts + (size_t)FP8_COUNTS * f->layout.num_tensors;
+}
 static int fp8_format_of(int t) { return fp8_kind_format(t % FP8_KINDS); }
 static float fp8_max_of(int t) { return fp8_format_max(fp8_kind_format(t % FP8_KINDS)); }
 
@@ -116,10 +131,13 @@ static float fp8_max_of(int t) { return fp8_format_max(fp8_kind_format(t % FP8_K
 // cast) stops the run at the next site, GEMM or update, in the first step of any fp8 run.
 // A site made by fp8_site_t also writes the fp8 copy transposed (out_t, cols x rows), for a wgrad:
 // with delayed scaling the producer kernel does (cast_t), with live scaling fp8_site_finish's cast.
-// A site made by fp8_site_block casts in blocks in the finish (block: the codes' scale_invs sinv, sinv_t).
-typedef struct {
+// A site made by fp8_site_grain (fp8_site_block) casts in the finish with the recipe's cast `grain_cast`
+// (block: the codes' scale_invs sinv, sinv_t).
+typedef void (*Fp8GrainCast)(const Fp8State *f, Fp8Pass p, int t, void *out, float *sinv, void *out_t, float *sinv_t,
+                             const floatX *in, int rows, int cols, cudaStream_t stream);
+typedef struct Fp8Site {
     Fp8Cast cast; void *cast_t; floatX *bf16; int t, live, recording; void *out, *out_t; size_t n; int rows, cols;
-    int block; float *sinv, *sinv_t;
+    Fp8GrainCast grain_cast; float *sinv, *sinv_t;
 } Fp8Site;
 
 static void fp8_no_open_site(const Fp8State *f, const char *where) {
@@ -165,17 +183,17 @@ static void fp8_live_scale(Fp8State *f, int recording, int t, cudaStream_t strea
     if (!recording) cudaCheck(cudaMemsetAsync(f->live_amax, 0, sizeof(float), stream));
 }
 
-// A producer of tensor t (rows, cols) of a block-scaled linear: the kernel writes bf16 only (to `bf16`,
-// or the staging buffer), and fp8_site_finish casts it with one scale per 1x128 block from that
-// block's own amax (current scaling: no live amax, no delayed scale): row-wise to out with its
-// scale_invs sinv and, with out_t, transposed to out_t with sinv_t (either may be NULL, not both),
-// recording the tensor's amax and counting every cast made when the pass records.
-static Fp8Site fp8_site_block(Fp8State *f, Fp8Pass p, int t, void *out, float *sinv, void *out_t, float *sinv_t, floatX *bf16,
-                              int rows, int cols) {
+// A producer of tensor t (rows, cols) of a linear whose recipe scales from the values being cast (current
+// scaling: no live amax, no delayed scale): the kernel writes bf16 only (to `bf16`, or the staging
+// buffer), and fp8_site_finish casts it with grain_cast: row-wise to out with its scale_invs sinv and,
+// with out_t, transposed to out_t with sinv_t (either may be NULL, not both), recording the tensor's
+// amax and counting every cast made when the pass records.
+static Fp8Site fp8_site_grain(Fp8State *f, Fp8Pass p, int t, Fp8GrainCast grain_cast, void *out, float *sinv,
+                              void *out_t, float *sinv_t, floatX *bf16, int rows, int cols) {
     Fp8Site s = fp8_site(f, p, t, NULL, bf16 ? bf16 : f->live_bf16, (size_t)rows * cols);
     memset(&s.cast, 0, sizeof(s.cast));
     s.live = 0;
-    s.block = 1;
+    s.grain_cast = grain_cast;
     s.out = out; s.out_t = out_t; s.sinv = sinv; s.sinv_t = sinv_t; s.rows = rows; s.cols = cols;
     return s;
 }
@@ -188,11 +206,17 @@ static void fp8_block_cast_existing(const Fp8State *f, Fp8Pass p, int t, void *o
                    fp8_pass_counts(f, p, t), stream);
 }
 
+// fp8_site_grain of a block-scaled linear: one scale per 1x128 block from that block's own amax.
+static Fp8Site fp8_site_block(Fp8State *f, Fp8Pass p, int t, void *out, float *sinv, void *out_t, float *sinv_t,
+                              floatX *bf16, int rows, int cols) {
+    return fp8_site_grain(f, p, t, fp8_block_cast_existing, out, sinv, out_t, sinv_t, bf16, rows, cols);
+}
+
 static void fp8_site_finish(Fp8State *f, const Fp8Site *s, cudaStream_t stream) {
     f->open_site = 0;
-    if (s->block) {
+    if (s->grain_cast) {
         Fp8Pass p = {s->recording, 0};
-        fp8_block_cast_existing(f, p, s->t, s->out, s->sinv, s->out_t, s->sinv_t, s->bf16, s->rows, s->cols, stream);
+        s->grain_cast(f, p, s->t, s->out, s->sinv, s->out_t, s->sinv_t, s->bf16, s->rows, s->cols, stream);
         return;
     }
     if (!s->live) return;
@@ -212,6 +236,13 @@ static void fp8_cast_existing(Fp8State *f, Fp8Pass p, int t, void *out, const fl
     } else {
         fp8_cast(out, fp8_format_of(t), in, n, p.recording ? fp8_amax(f, t) : NULL, fp8_pass_counts(f, p, t), fp8_scale(f, t), stream);
     }
+}
+
+// Tensor t's cast of this step forgotten: its counts, and with clear_amax its amax slot (a weight cast
+// made again in another grain, or by none).
+static void fp8_forget_cast(const Fp8State *f, int t, int clear_amax, cudaStream_t stream) {
+    cudaCheck(cudaMemsetAsync(fp8_counts(f, t), 0, FP8_COUNTS * sizeof(unsigned long long), stream));
+    if (clear_amax) cudaCheck(cudaMemsetAsync(fp8_amax(f, t), 0, sizeof(float), stream));
 }
 
 // The end of an optimizer step, after its last backward (docs/fp8_recipe.md "The end of an optimizer

@@ -14,13 +14,14 @@ their losses are ignored: the forward needs no mask. Plain C, header-only; also 
 #ifndef LLMC_HELLASWAG_H
 #define LLMC_HELLASWAG_H
 
-#include "utils.h" // FATAL, fopenCheck, freadCheck, fileSizeCheck, mallocCheck
+#include "utils.h" // FATAL, fopenCheck, freadCheck, fileSizeCheck, mallocCheck, fcloseCheck
 
 #define HELLASWAG_MAGIC 20261205
 #define HELLASWAG_VERSION 1
 #define HELLASWAG_ENDINGS 4
 #define HELLASWAG_HEADER_INTS 256
 #define HELLASWAG_ITEM_INTS (2 + 2 * HELLASWAG_ENDINGS) // label, context length, ending lengths, ending characters
+#define HELLASWAG_PRED_FLOATS 6 // an item's predictions (hellaswag_score): its 4 log-probabilities, pred, pred_norm
 
 typedef struct {
     int num_items;   // read (at most max_items)
@@ -152,6 +153,48 @@ static void hellaswag_predict(const HellaSwag *hs, int i, const double logprob[H
         if (logprob[k] / hs->end_chars[i * HELLASWAG_ENDINGS + k] >
             logprob[*pred_norm] / hs->end_chars[i * HELLASWAG_ENDINGS + *pred_norm]) *pred_norm = k;
     }
+}
+
+// Scores items [item0, item1) from their endings' log-probabilities (logprob: 4 per item, item0's
+// first): *acc and *acc_norm count the items whose prediction is the label. preds, if not NULL, gets
+// item i's HELLASWAG_PRED_FLOATS at preds + HELLASWAG_PRED_FLOATS * i (the other items' untouched).
+static void hellaswag_score(const HellaSwag *hs, int item0, int item1, const double *logprob, float *preds, int *acc,
+                            int *acc_norm) {
+    *acc = *acc_norm = 0;
+    for (int i = item0; i < item1; i++) {
+        const double *lp = logprob + HELLASWAG_ENDINGS * (i - item0);
+        int pred, pred_norm;
+        hellaswag_predict(hs, i, lp, &pred, &pred_norm);
+        *acc += pred == hs->label[i];
+        *acc_norm += pred_norm == hs->label[i];
+        if (!preds) continue;
+        float *p = preds + HELLASWAG_PRED_FLOATS * i;
+        for (int k = 0; k < HELLASWAG_ENDINGS; k++) p[k] = (float)lp[k];
+        p[4] = (float)pred;
+        p[5] = (float)pred_norm;
+    }
+}
+
+// The items [*item0, *item1) of rank `rank` of `world`: contiguous ranges, in rank order, that cover
+// all num_items items once, their sizes within one of each other (a rank may have none).
+static void hellaswag_rank_items(int num_items, int rank, int world, int *item0, int *item1) {
+    *item0 = (int)((long long)num_items * rank / world);
+    *item1 = (int)((long long)num_items * (rank + 1) / world);
+}
+
+// Writes every item's predictions of hellaswag_score (a temporary name, then renamed): per item its
+// index, label, pred, pred_norm and the 4 log-probabilities.
+static void hellaswag_write_preds(const HellaSwag *hs, const float *preds, const char *path) {
+    char tmp[600];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *f = fopenCheck(tmp, "w");
+    fprintf(f, "# item label pred pred_norm logprob0 logprob1 logprob2 logprob3\n");
+    for (int i = 0; i < hs->num_items; i++) {
+        const float *p = preds + HELLASWAG_PRED_FLOATS * i;
+        fprintf(f, "%d %d %d %d %.6f %.6f %.6f %.6f\n", i, hs->label[i], (int)p[4], (int)p[5], p[0], p[1], p[2], p[3]);
+    }
+    fcloseCheck(f);
+    if (rename(tmp, path) != 0) FATAL("cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
 }
 
 #endif

@@ -52,6 +52,14 @@ static const char *const LINEAR_NAMES[LINS_PER_LAYER + 1] = {"qkv", "wo", "w13",
 static inline int config_head_size(const LlamaConfig *c) { return c->C / c->NH; }
 static inline int config_qkv_width(const LlamaConfig *c) { return (c->NH + 2 * c->NKV) * (c->C / c->NH); }
 
+// A linear's shape, y (N, OUT) = x (N, IN) w^T, and the parameter tensor that holds its w: linear `lin`
+// is LIN_* or LINS_PER_LAYER, the lm_head (LINEAR_NAMES).
+static inline int linear_in(const LlamaConfig *c, int lin) { return lin == LIN_W2 ? c->FF : c->C; }
+static inline int linear_out(const LlamaConfig *c, int lin) {
+    return lin == LIN_QKV ? config_qkv_width(c) : lin == LIN_W13 ? 2 * c->FF : lin == LINS_PER_LAYER ? c->V : c->C;
+}
+static const int LINEAR_PARAM[LINS_PER_LAYER + 1] = {P_WQKV, P_WO, P_W13, P_W2, P_LM_HEAD};
+
 // Element count of each parameter tensor; returns the total.
 static size_t param_sizes(const LlamaConfig *c, size_t sizes[NUM_PARAM_TENSORS]) {
     size_t V = c->V, L = c->L, C = c->C, FF = c->FF, QKV = config_qkv_width(c);

@@ -30,6 +30,10 @@ The block-scaled kinds (MM_FP8B_*, llmc/fp8_block.cuh's matmul_fp8_block_*) are 
 products with one fp32 scale per 128-block instead of per tensor: A_SCALE_MODE / B_SCALE_MODE set to
 VEC128_32F (1x128 blocks) or BLK128x128_32F (128x128 blocks, W and W^T), the scale pointers then
 pointing at the tensors of block scales; no fast accumulation (cuBLASLt 12.9+, Hopper only).
+The row-scaled kinds (MM_FP8R_*, llmc/fp8_row.cuh's matmul_fp8_row_*) are the same three products
+with every operand E4M3 and one fp32 scale per row of A and of B (the row of the row-major array
+above, i.e. along the reduction dimension): OUTER_VEC_32F, D(i, j) = sum * a_scale[i] * b_scale[j];
+fast accumulation in fprop only, as per-tensor (cuBLASLt 12.9+; whether a GPU runs them is probed).
 
 The scale pointers are set on the cached descriptor at every call: cuBLASLt reads descriptor
 attributes when cublasLtMatmul enqueues the kernel, so later changes don't affect queued work.
@@ -62,13 +66,13 @@ static void cublas_check(cublasStatus_t status, const char *file, int line) {
 #define MATMUL_TUNE_MARGIN 0.97f
 
 enum { MM_BF16_FWD, MM_BF16_DX, MM_BF16_DW, MM_FP8_FPROP, MM_FP8_DGRAD, MM_FP8_WGRAD, MM_FP8B_FPROP, MM_FP8B_DGRAD,
-       MM_FP8B_WGRAD, MM_NUM_KINDS };
+       MM_FP8B_WGRAD, MM_FP8R_FPROP, MM_FP8R_DGRAD, MM_FP8R_WGRAD, MM_NUM_KINDS };
 static const char *const MATMUL_KIND_NAMES[MM_NUM_KINDS] = {
     "bf16 forward", "bf16 dgrad", "bf16 wgrad", "fp8 fprop", "fp8 dgrad", "fp8 wgrad", "fp8 block fprop",
-    "fp8 block dgrad", "fp8 block wgrad"};
-// How an fp8 operand's scale pointer is read: one scale for the tensor, or cuBLASLt's block scales
-// (llmc/fp8_block.cuh says their layouts).
-enum { MATMUL_SCALE_TENSOR, MATMUL_SCALE_VEC128, MATMUL_SCALE_BLK128 };
+    "fp8 block dgrad", "fp8 block wgrad", "fp8 row fprop", "fp8 row dgrad", "fp8 row wgrad"};
+// How an fp8 operand's scale pointer is read: one scale for the tensor, cuBLASLt's block scales
+// (llmc/fp8_block.cuh says their layouts), or one scale per row (llmc/fp8_row.cuh).
+enum { MATMUL_SCALE_TENSOR, MATMUL_SCALE_VEC128, MATMUL_SCALE_BLK128, MATMUL_SCALE_OUTER };
 
 // One cached GEMM: everything cublasLtMatmul needs except the pointers.
 typedef struct {
@@ -99,15 +103,16 @@ void matmul_init(void) {
     g_matmul_num_plans = 0;
 }
 
+static void matmul_plan_destroy(MatmulPlan *p) {
+    cublasCheck(cublasLtMatrixLayoutDestroy(p->a_layout));
+    cublasCheck(cublasLtMatrixLayoutDestroy(p->b_layout));
+    cublasCheck(cublasLtMatrixLayoutDestroy(p->c_layout));
+    cublasCheck(cublasLtMatrixLayoutDestroy(p->d_layout));
+    cublasCheck(cublasLtMatmulDescDestroy(p->desc));
+}
+
 void matmul_destroy(void) {
-    for (int i = 0; i < g_matmul_num_plans; i++) {
-        MatmulPlan *p = &g_matmul_plans[i];
-        cublasCheck(cublasLtMatrixLayoutDestroy(p->a_layout));
-        cublasCheck(cublasLtMatrixLayoutDestroy(p->b_layout));
-        cublasCheck(cublasLtMatrixLayoutDestroy(p->c_layout));
-        cublasCheck(cublasLtMatrixLayoutDestroy(p->d_layout));
-        cublasCheck(cublasLtMatmulDescDestroy(p->desc));
-    }
+    for (int i = 0; i < g_matmul_num_plans; i++) matmul_plan_destroy(&g_matmul_plans[i]);
     g_matmul_num_plans = 0;
     if (g_matmul_workspace != NULL) cudaCheck(cudaFree(g_matmul_workspace));
     g_matmul_workspace = NULL;
@@ -152,41 +157,38 @@ static MatmulKindInfo matmul_kind_info(int kind) {
                         k.a_scale = MATMUL_SCALE_BLK128; k.b_scale = MATMUL_SCALE_VEC128; break;
     case MM_FP8B_DGRAD: k = matmul_kind_info(MM_FP8_DGRAD); k.a_scale = MATMUL_SCALE_BLK128; k.b_scale = MATMUL_SCALE_VEC128; break;
     case MM_FP8B_WGRAD: k = matmul_kind_info(MM_FP8_WGRAD); k.a_scale = MATMUL_SCALE_VEC128; k.b_scale = MATMUL_SCALE_VEC128; break;
+    case MM_FP8R_FPROP: k = matmul_kind_info(MM_FP8_FPROP); k.a_scale = k.b_scale = MATMUL_SCALE_OUTER; break;
+    case MM_FP8R_DGRAD: case MM_FP8R_WGRAD: // dY is E4M3 too (torchao's row-wise recipe)
+        k = matmul_kind_info(MM_FP8_DGRAD);
+        k.b_type = CUDA_R_8F_E4M3;
+        k.a_scale = k.b_scale = MATMUL_SCALE_OUTER;
+        break;
     default: FATAL("matmul: unknown GEMM kind %d", kind);
     }
     return k;
 }
 
-// The scale modes of a block-scaled kind, set before the heuristic (it picks block-scaled kernels
+// The scale modes of a block- or row-scaled kind, set before the heuristic (it picks such kernels
 // only when it sees them).
 static void matmul_set_scale_modes(cublasLtMatmulDesc_t desc, MatmulKindInfo info, int kind) {
 #if CUBLAS_VERSION >= 120900
-    const int32_t modes[3] = {CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
-                              CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F};
+    const int32_t modes[4] = {CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
+                              CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F};
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &modes[info.a_scale], sizeof(int32_t)));
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &modes[info.b_scale], sizeof(int32_t)));
 #else
     (void)desc; (void)info;
-    FATAL("matmul: %s needs cuBLASLt 12.9+ (block-scaled fp8); this was built with cuBLAS headers %d",
+    FATAL("matmul: %s needs cuBLASLt 12.9+ (block- or row-scaled fp8); this was built with cuBLAS headers %d",
           MATMUL_KIND_NAMES[kind], CUBLAS_VERSION);
 #endif
 }
 
-// Finds or creates the plan of D(m,n) = op(A)(m,k) op(B)(k,n), column-major, packed leading dimensions.
-static MatmulPlan *matmul_get_plan(int kind, int m, int n, int k, int accumulate, const void *A, const void *B,
-                                   const void *D, const float *a_scale, const float *b_scale) {
-    int align[4] = {matmul_ptr_alignment(A), matmul_ptr_alignment(B), matmul_ptr_alignment(D), 0};
-    for (int i = 0; i < g_matmul_num_plans; i++) {
-        MatmulPlan *p = &g_matmul_plans[i];
-        if (p->kind == kind && p->m == m && p->n == n && p->k == k && p->accumulate == accumulate &&
-            p->align[0] == align[0] && p->align[1] == align[1] && p->align[2] == align[2]) return p;
-    }
-    if (g_matmul_num_plans == MATMUL_MAX_PLANS) {
-        FATAL("matmul: more than %d distinct GEMMs (shape, kind, alignment); raise MATMUL_MAX_PLANS in llmc/matmul.cuh",
-              MATMUL_MAX_PLANS);
-    }
+// Builds into p the plan of D(m,n) = op(A)(m,k) op(B)(k,n), column-major, packed leading dimensions,
+// for operands of these alignments: its descriptor, layouts and the heuristic's candidates
+// (p->num_algos, 0 if cuBLASLt has none).
+static void matmul_plan_build(MatmulPlan *p, int kind, int m, int n, int k, int accumulate, const int align[4],
+                              const float *a_scale, const float *b_scale) {
     MatmulKindInfo info = matmul_kind_info(kind);
-    MatmulPlan *p = &g_matmul_plans[g_matmul_num_plans];
     memset(p, 0, sizeof(*p));
     p->kind = kind; p->m = m; p->n = n; p->k = k; p->accumulate = accumulate;
     for (int i = 0; i < 4; i++) p->align[i] = align[i];
@@ -228,10 +230,29 @@ static MatmulPlan *matmul_get_plan(int kind, int m, int n, int k, int accumulate
         if (results[i].state == CUBLAS_STATUS_SUCCESS) p->algos[p->num_algos++] = results[i].algo;
     }
     p->chosen = -1;
+}
+
+// Finds or creates the plan of D(m,n) = op(A)(m,k) op(B)(k,n) for these operands.
+static MatmulPlan *matmul_get_plan(int kind, int m, int n, int k, int accumulate, const void *A, const void *B,
+                                   const void *D, const float *a_scale, const float *b_scale) {
+    int align[4] = {matmul_ptr_alignment(A), matmul_ptr_alignment(B), matmul_ptr_alignment(D), 0};
+    for (int i = 0; i < g_matmul_num_plans; i++) {
+        MatmulPlan *p = &g_matmul_plans[i];
+        if (p->kind == kind && p->m == m && p->n == n && p->k == k && p->accumulate == accumulate &&
+            p->align[0] == align[0] && p->align[1] == align[1] && p->align[2] == align[2]) return p;
+    }
+    if (g_matmul_num_plans == MATMUL_MAX_PLANS) {
+        FATAL("matmul: more than %d distinct GEMMs (shape, kind, alignment); raise MATMUL_MAX_PLANS in llmc/matmul.cuh",
+              MATMUL_MAX_PLANS);
+    }
+    MatmulPlan *p = &g_matmul_plans[g_matmul_num_plans];
+    matmul_plan_build(p, kind, m, n, k, accumulate, align, a_scale, b_scale);
     if (p->num_algos == 0) {
         FATAL("matmul: cuBLASLt has no algorithm for %s m=%d n=%d k=%d (alignments A %d, B %d, D %d bytes)%s",
               MATMUL_KIND_NAMES[kind], m, n, k, align[0], align[1], align[2],
-              info.is_fp8 ? "; fp8 GEMMs need compute capability 8.9 or 9.0 (Ada/Hopper) and cuBLAS 12+" : "");
+              matmul_kind_info(kind).is_fp8
+                  ? "; fp8 GEMMs need compute capability 8.9 or 9.0 (Ada/Hopper) and cuBLAS 12+"
+                  : "");
     }
     g_matmul_num_plans++;
     return p;

@@ -136,6 +136,14 @@ static const ModelHeaderField *model_config_mismatch(const LlamaConfig *a, const
     return NULL;
 }
 
+// Field f of c as a mismatch message gives it (out, n bytes; returned).
+static const char *model_field_text(const LlamaConfig *c, const ModelHeaderField *f, char *out, size_t n) {
+    const char *at = (const char *)c + f->offset;
+    if (f->is_float) snprintf(out, n, "%g", *(const float *)at);
+    else snprintf(out, n, "%d", *(const int *)at);
+    return out;
+}
+
 // The CPU tools' reader (the trainer reads through its own read_sections): model_file_open reads the
 // header of `path` into h and c, refusing a short file or a bad header; model_file_read_weights then
 // reads the num_params fp32 weights that follow into params, refusing a size other than the header's

@@ -1,8 +1,8 @@
 /*
 Data parallelism on one node: the NCCL communicator of the ranks llmc/launcher.h starts (its file
-comment says how), the collectives the trainer needs, the ZeRO-1 sharding arithmetic, and failure handling that ends every rank in bounded
-time instead of hanging. Without ENABLE_NCCL this compiles to a single-GPU version (world 1, every
-collective a no-op) and asking for more GPUs is a clear error.
+comment says how), the collectives the trainer needs, and failure handling that ends every rank in
+bounded time instead of hanging. Without ENABLE_NCCL this compiles to a single-GPU version (world 1,
+every collective a no-op) and asking for more GPUs is a clear error.
 
 Streams: every collective runs on mg->comm_stream (non-blocking, highest priority). A collective
 given the compute stream first makes the comm stream wait for the work queued there so far (an

@@ -125,6 +125,7 @@ def write_events(records, out):
         raise FormatError(out, f"cannot write: {e.strerror or e}{where}") from None
 
 
+@formats.tool_main
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], usage="python3 scripts/to_tensorboard.py RUN [--out DIR] [--force]")
     p.add_argument("run", metavar="RUN", help="a log directory (-o) or its metrics.jsonl")
@@ -133,13 +134,9 @@ def main(argv=None):
     args = p.parse_args(argv)
     run_dir = args.run if os.path.isdir(args.run) else os.path.dirname(os.path.abspath(args.run))
     out = (args.out or os.path.join(run_dir, "tensorboard")).rstrip("/") or "/"
-    try:
-        check_out(out, args.force)
-        records = read_metrics(args.run)
-        write_events(records, out)
-    except FormatError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    check_out(out, args.force)
+    records = read_metrics(args.run)
+    write_events(records, out)
     left_out = [f"{tag} at step {step}" for step, values in records for tag, v in values.items() if v is None]
     print(f"{len(records)} records ({sum(len(v) for _, v in records) - len(left_out)} scalars) -> {out}")
     if left_out:

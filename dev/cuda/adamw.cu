@@ -10,7 +10,11 @@ Validation against CPU references:
     rounding threshold may be one bf16 ulp (plus the fp32 check's absolute tolerance, for moments
     that nearly cancel) off, at most 1 in 1000; the CPU then continues from the GPU's moments so
     the steps stay comparable;
-    param must be exactly bf16(master); the fp8 copy must equal fp8_encode(param * scale[l*stride])
+    param must be exactly bf16(master); with bf16 master weights (master NULL) the param is the master:
+    each step it must be the CPU's fp32 update of it rounded stochastically with its own hashed bits
+    (bf16_round_weight_bits), one bf16 ulp off for at most 1 in 1000 as the moments (round-to-nearest
+    or the moments' bits put ~1 in 4 or 1 in 3 one ulp off), and the CPU goes on from the GPU's param;
+    the fp8 copy must equal fp8_encode(param * scale[l*stride])
     byte for byte and amax[l*stride] = max |param| of slice l bit for bit, the amax/scale entries
     between the strides untouched; the fp8 health counts of slice l, summed over the steps, exactly
     llmc/fp8.h's oracle over its params, added in counts[FP8_COUNTS*l*stride] to what they held, the
@@ -19,8 +23,8 @@ Validation against CPU references:
   init_from_master: exact round-to-nearest-even.
   global_norm_squared: vs a CPU double sum (rel 1e-5), bit-identical over repeated runs, n = 0 and 1.
 Timing: Llama-2-7B's wqkv tensor (32 layers x 12288 x 4096 = 1.61e9 elements) with and without the
-cast, with fp32 and bf16 moments, and the global norm over the same count; bandwidth against the
-measured 4.17 TB/s copy.
+cast, with fp32 and bf16 moments, fp32 and bf16 master weights, and the global norm over the same
+count; bandwidth against the measured 4.17 TB/s copy.
 
 Build (from dev/cuda):  nvcc -O3 -arch=sm_90 -std=c++17 --use_fast_math -I../.. adamw.cu -lcublasLt -lcublas -o adamw
                         (or: make -C dev/cuda adamw)
@@ -60,24 +64,29 @@ static int moment_mismatch(uint16_t gpu, float cpu, uint32_t r16, double abs_tol
 // Case: n elements; layers > 0 turns on the fp8 cast (n = layers * layer_numel), counting its fp8
 // health into per-layer counters (with_counts; else none, and the counters must keep COUNTS_START);
 // offset misaligns every pointer by that many elements; bf16m: moments in bf16, the tensor's first
-// element at model index index0.
+// element at model index index0; bf16w: bf16 master weights (no fp32 master: the param is updated).
 static void validate_adamw(const char *name, size_t n, int layers, size_t layer_numel, int stride, size_t offset,
-                           bool bf16m = false, uint64_t index0 = 0, bool with_counts = true) {
+                           bool bf16m = false, uint64_t index0 = 0, bool with_counts = true, bool bf16w = false) {
     const Hyper h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f};
     const bool cast = layers > 0;
     uint64_t s = 1234 + n;
     std::vector<float> w(n), m(n, 0.0f), v(n, 0.0f);
     for (size_t i = 0; i < n; i++) w[i] = random_normal(&s) * 0.02f;
+    if (bf16w) for (size_t i = 0; i < n; i++) w[i] = bf16_to_float(float_to_bf16(w[i])); // the bf16 master's start
     const size_t mb = bf16m ? 2 : 4; // bytes per moment
     float *d_w = device_alloc<float>(n + offset);
     char *d_m = device_alloc<char>((n + offset) * mb), *d_v = device_alloc<char>((n + offset) * mb);
     floatX *d_p = device_alloc<floatX>(n + offset), *d_g = device_alloc<floatX>(n + offset);
     uint8_t *d_q = device_alloc<uint8_t>(n + offset);
-    float *W = d_w + offset;
+    float *W = bf16w ? NULL : d_w + offset;
     void *M = d_m + offset * mb, *Vv = d_v + offset * mb;
     floatX *P = d_p + offset, *G = d_g + offset;
     uint8_t *Q = d_q + offset;
-    upload(W, w.data(), n);
+    if (bf16w) {
+        std::vector<uint16_t> p0(n);
+        for (size_t i = 0; i < n; i++) p0[i] = float_to_bf16(w[i]);
+        upload(P, p0.data(), n);
+    } else upload(W, w.data(), n);
     cudaCheck(cudaMemset(M, 0, n * mb)); cudaCheck(cudaMemset(Vv, 0, n * mb));
     // per-layer scales and amax slots at a stride, with sentinels between them that must not change
     const int nslots = cast ? layers * stride : 1;
@@ -102,7 +111,7 @@ static void validate_adamw(const char *name, size_t n, int layers, size_t layer_
     bool ok = true;
     std::vector<float> gw(n), gm(n), gv(n);
     std::vector<uint16_t> gp(n), gm16(n), gv16(n);
-    size_t ulp_off = 0; // bf16 moments one ulp from the CPU's rounding
+    size_t ulp_off = 0, w_ulp_off = 0; // bf16 moments, bf16 master weights one ulp from the CPU's rounding
     std::vector<uint8_t> gq(n);
     for (int t = 1; t <= 5 && ok; t++) {
         std::vector<uint16_t> g(n);
@@ -113,7 +122,8 @@ static void validate_adamw(const char *name, size_t n, int layers, size_t layer_
         adamw_update(&sl, &st, 0);
         cpu_adamw(w, m, v, g, h, t);
         cudaCheck(cudaDeviceSynchronize());
-        download(gw.data(), W, n); download(gp.data(), P, n);
+        if (!bf16w) download(gw.data(), W, n);
+        download(gp.data(), P, n);
         double ms = 0, vs = 0;
         for (size_t i = 0; i < n; i++) { ms += (double)m[i] * m[i]; vs += (double)v[i] * v[i]; }
         const double m_rms = sqrt(ms / n), v_rms = sqrt(vs / n);
@@ -138,13 +148,31 @@ static void validate_adamw(const char *name, size_t n, int layers, size_t layer_
         } else {
             download(gm.data(), (float *)M, n); download(gv.data(), (float *)Vv, n);
         }
+        if (bf16w) { // the param against the CPU's fp32 update rounded with the weight's bits; then from the GPU's
+            for (size_t i = 0; i < n && ok; i++) {
+                const uint32_t r = bf16_round_weight_bits(index0 + i, t);
+                const int e = moment_mismatch(gp[i], w[i], r, 2e-5 * h.lr); // the fp32 master check's absolute part
+                w_ulp_off += e == 1;
+                if (e == 2) {
+                    snprintf(detail, sizeof(detail), "step %d elem %zu: bf16 master 0x%04x, want 0x%04x (fp32 %.9g)",
+                             t, i, gp[i], bf16_round_stochastic(w[i], r), w[i]);
+                    ok = false;
+                }
+                gw[i] = w[i] = bf16_to_float(gp[i]);
+            }
+            if (ok && w_ulp_off > n * t / 1000) {
+                snprintf(detail, sizeof(detail), "%zu bf16 master weights one ulp off the CPU's rounding by step %d",
+                         w_ulp_off, t);
+                ok = false;
+            }
+        }
         for (size_t i = 0; i < n && ok; i++) {
             const double tw = 2e-5 * h.lr + 1e-6 * fabs(w[i]), tm = 1e-6 * m_rms + 2e-6 * fabs(m[i]), tv = 1e-6 * v_rms + 2e-6 * fabs(v[i]);
             if (!(fabs(gw[i] - w[i]) <= tw) || !(fabs(gm[i] - m[i]) <= tm) || !(fabs(gv[i] - v[i]) <= tv)) {
                 snprintf(detail, sizeof(detail), "step %d elem %zu: master %.9g/%.9g m %.6g/%.6g v %.6g/%.6g (gpu/cpu)", t, i,
                          gw[i], w[i], gm[i], m[i], gv[i], v[i]);
                 ok = false;
-            } else if (gp[i] != float_to_bf16(gw[i])) {
+            } else if (!bf16w && gp[i] != float_to_bf16(gw[i])) {
                 snprintf(detail, sizeof(detail), "step %d elem %zu: param 0x%04x != bf16(master %.9g) 0x%04x", t, i, gp[i],
                          gw[i], float_to_bf16(gw[i]));
                 ok = false;
@@ -202,14 +230,17 @@ static void validate_adamw(const char *name, size_t n, int layers, size_t layer_
         }
     }
     char what[200];
-    snprintf(what, sizeof(what), "adamw_update %s: n=%zu%s%s%s", name, n, cast ? "" : ", no cast", bf16m ? ", bf16 moments" : "",
-             cast && !with_counts ? ", counts NULL" : "");
+    snprintf(what, sizeof(what), "adamw_update %s: n=%zu%s%s%s%s", name, n, cast ? "" : ", no cast",
+             bf16m ? ", bf16 moments" : "", bf16w ? ", bf16 master" : "", cast && !with_counts ? ", counts NULL" : "");
     if (ok && cast && with_counts) {
         Fp8Counts total = {0, 0};
         for (const Fp8Counts &c : counts_want) { total.under += c.under; total.sat += c.sat; }
         snprintf(detail, sizeof(detail), "%llu underflows, %llu saturations over %d layers", total.under, total.sat, layers);
     }
     if (bf16m) printf("  %zu of %zu bf16 moment roundings one ulp off the CPU's (fp32 values a few ulp apart)\n", ulp_off, 10 * n);
+    if (bf16w)
+        printf("  %zu of %zu bf16 master roundings one ulp off the CPU's (fp32 values a few ulp apart)\n", w_ulp_off,
+               5 * n);
     report(what, ok, detail);
     cudaCheck(cudaFree(d_w)); cudaCheck(cudaFree(d_m)); cudaCheck(cudaFree(d_v)); cudaCheck(cudaFree(d_p));
     cudaCheck(cudaFree(d_g)); cudaCheck(cudaFree(d_q)); cudaCheck(cudaFree(d_scales)); cudaCheck(cudaFree(d_amax));
@@ -277,17 +308,21 @@ static void bench(void) {
     cudaCheck(cudaMemset(m, 0, n * sizeof(float)));
     cudaCheck(cudaMemset(v, 0, n * sizeof(float)));
     fill_uniform(w, n, 0, 0.02f);
+    fill_uniform(p, n, 0, 0.02f); // the bf16 master rows' weights
     fill_uniform(g, n, 0, 0.005f);
     Fp8Cast none = {NULL, NULL, NULL, NULL}, wc = {q, am, sc, NULL};
     const int reps = 21, warmup = 3;
-    // (name, bytes per element, moments in bf16, bf16 param written, fp8 cast); the last two rows are
-    // the trainer's one-GPU fp8 form (the E4M3 copy, no bf16 param) with either moment type
-    struct Row { const char *name; int bytes, bf16m, param, cast; } rows[] = {
-        {"adamw_update, fp32 moments", 28, 0, 1, 0},
-        {"adamw_update, bf16 moments", 20, 1, 1, 0},
-        {"+ E4M3 cast, 32 slices, fp32 moments", 29, 0, 1, 1},
-        {"+ E4M3 cast, no bf16 param, fp32 moments", 27, 0, 0, 1},
-        {"+ E4M3 cast, no bf16 param, bf16 moments", 19, 1, 0, 1},
+    // (name, bytes per element, moments in bf16, bf16 param written, fp8 cast, bf16 master); rows 4 and
+    // 5 are the trainer's one-GPU fp8 form with an fp32 master (the E4M3 copy, no bf16 param) with
+    // either moment type, the last two its bf16 master (the param read and written in place)
+    struct Row { const char *name; int bytes, bf16m, param, cast, bf16w; } rows[] = {
+        {"adamw_update, fp32 moments", 28, 0, 1, 0, 0},
+        {"adamw_update, bf16 moments", 20, 1, 1, 0, 0},
+        {"+ E4M3 cast, 32 slices, fp32 moments", 29, 0, 1, 1, 0},
+        {"+ E4M3 cast, no bf16 param, fp32 moments", 27, 0, 0, 1, 0},
+        {"+ E4M3 cast, no bf16 param, bf16 moments", 19, 1, 0, 1, 0},
+        {"adamw_update, bf16 moments, bf16 master", 14, 1, 1, 0, 1},
+        {"+ E4M3 cast, bf16 moments, bf16 master", 15, 1, 1, 1, 1},
     };
     const int nrows = sizeof(rows) / sizeof(rows[0]);
     float t[sizeof(rows) / sizeof(rows[0])];
@@ -295,8 +330,8 @@ static void bench(void) {
         const Row &row = rows[r];
         cudaCheck(cudaMemset(m, 0, n * sizeof(float)));
         cudaCheck(cudaMemset(v, 0, n * sizeof(float)));
-        const AdamWSlice sl = {w, row.param ? p : NULL, g, m, v, row.bf16m, n, 0, row.cast ? wc : none, row.cast ? L : 0,
-                               row.cast ? layer_numel : 0, stride};
+        const AdamWSlice sl = {row.bf16w ? NULL : w, row.param ? p : NULL, g, m, v, row.bf16m, n, 0,
+                               row.cast ? wc : none, row.cast ? L : 0, row.cast ? layer_numel : 0, stride};
         t[r] = time_median_ms_queued([&](int i) {
             const AdamWStep st = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, i + 1};
             adamw_update(&sl, &st, 0); }, reps, warmup);
@@ -314,6 +349,8 @@ static void bench(void) {
     printf("the fused cast costs %.3f ms here; a separate fp8_cast pass over the bf16 param would move 3 B/elem "
            "(~%.3f ms at 4.17 TB/s); bf16 moments save %.3f ms (%.1f%%) in the trainer's form\n", t[2] - t[0],
            3.0 * n / (H200_COPY_GBPS * 1e6), t[3] - t[4], 100.0 * (t[3] - t[4]) / t[3]);
+    printf("bf16 master weights (bf16 moments, no cast) save %.3f ms (%.1f%%) against the fp32 master\n", t[1] - t[5],
+           100.0 * (t[1] - t[5]) / t[1]);
     cudaCheck(cudaFree(w)); cudaCheck(cudaFree(m)); cudaCheck(cudaFree(v)); cudaCheck(cudaFree(p)); cudaCheck(cudaFree(g));
     cudaCheck(cudaFree(q)); cudaCheck(cudaFree(sc)); cudaCheck(cudaFree(am)); cudaCheck(cudaFree(out));
 }
@@ -329,6 +366,12 @@ int main(void) {
     validate_adamw("plain, vector path + tail", 1000003, 0, 0, 1, 0, true, 5000000000ull);
     validate_adamw("plain, misaligned (scalar path)", 5003, 0, 0, 1, 1, true, 17);
     validate_adamw("fp8 cast, 3 layers x 65544, stride 12", 3 * 65544, 3, 65544, 12, 0, true, 123456);
+    // bf16 master weights: the vector path and its tail, the scalar path, the fused cast (reading the
+    // bf16 value just written); with either moment type
+    validate_adamw("plain, vector path + tail", 1000003, 0, 0, 1, 0, true, 5000000000ull, true, true);
+    validate_adamw("plain, misaligned (scalar path)", 5003, 0, 0, 1, 1, false, 17, true, true);
+    validate_adamw("fp8 cast, 3 layers x 65544, stride 12", 3 * 65544, 3, 65544, 12, 0, false, 123456, true, true);
+    validate_adamw("fp8 cast, 4 layers x 1001 (scalar path), stride 3", 4 * 1001, 4, 1001, 3, 0, true, 99, true, true);
     validate_init_from_master(1000003);
     validate_global_norm(10000019, 0);
     validate_global_norm(77777, 1);

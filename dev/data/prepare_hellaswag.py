@@ -161,26 +161,23 @@ def parse_args(argv):
     return args
 
 
+@formats.tool_main
 def main(argv=None):
     args = parse_args(argv)
-    try:
-        if os.path.exists(args.out) and not args.force:
-            raise FormatError(args.out, "exists; pass --force to replace it")
-        tok_path = formats.tokenizer_file(args.tokenizer)
-        items = read_items(args.input)
-        if args.max_items:
-            items = items[:args.max_items]
-        bos = None
-        if args.bos:
-            bos = formats.special_ids(tok_path)[0]
-            if bos is None:
-                raise FormatError(tok_path, "--bos: the tokenizer names no BOS token")
-        vocab = len(formats.decode_table_from_tokenizer(tok_path))
-        encoded = encode_items(items, tok_path, bos)
-        formats.write_hellaswag(args.out, encoded, vocab)
-    except FormatError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    if os.path.exists(args.out) and not args.force:
+        raise FormatError(args.out, "exists; pass --force to replace it")
+    tok_path = formats.tokenizer_file(args.tokenizer)
+    items = read_items(args.input)
+    if args.max_items:
+        items = items[:args.max_items]
+    bos = None
+    if args.bos:
+        bos = formats.special_ids(tok_path)[0]
+        if bos is None:
+            raise FormatError(tok_path, "--bos: the tokenizer names no BOS token")
+    vocab = len(formats.decode_table_from_tokenizer(tok_path))
+    encoded = encode_items(items, tok_path, bos)
+    formats.write_hellaswag(args.out, encoded, vocab)
     ntok = sum(len(c) + sum(map(len, e)) for _, c, e, _ in encoded)
     longest = max(len(c) + max(map(len, e)) for _, c, e, _ in encoded)
     print(f"{len(encoded):,} items, {ntok:,} tokens (longest context + ending {longest}) -> {args.out}")

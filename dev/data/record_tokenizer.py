@@ -36,6 +36,7 @@ def record(path, pieces, role):
     return True
 
 
+@formats.tool_main
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
                                 usage="python3 dev/data/record_tokenizer.py --table TABLE.bin --role {train,val} SHARD...",
@@ -45,13 +46,9 @@ def main(argv=None):
     p.add_argument("--role", required=True, choices=sorted(formats.ROLES), help="train shards, or a val shard")
     args = p.parse_args(argv)
     changed = 0
-    try:
-        pieces, _ = formats.read_decode_table(args.table)
-        for path in args.shards:
-            changed += record(path, pieces, args.role)
-    except FormatError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    pieces, _ = formats.read_decode_table(args.table)
+    for path in args.shards:
+        changed += record(path, pieces, args.role)
     print(f"{changed} of {len(args.shards)} shard(s) now record {args.role} and tokenizer"
           f" {formats.tokenizer_fingerprint(pieces):08x} ({len(pieces)} tokens) of {args.table}")
     return 0

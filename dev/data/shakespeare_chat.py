@@ -42,6 +42,7 @@ def conversations(path):
             yield [{"role": "user", "content": f"Continue: {lines[0]}"}, {"role": "assistant", "content": lines[1]}]
 
 
+@formats.tool_main
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
                                 usage="python3 dev/data/shakespeare_chat.py TEXT --out OUT.jsonl [--force]")
@@ -49,16 +50,12 @@ def main(argv=None):
     p.add_argument("--out", required=True, help="the .jsonl of conversations to write")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     args = p.parse_args(argv)
-    try:
-        if not args.force and os.path.exists(args.out):
-            raise FormatError(args.out, "exists; pass --force to replace it")
-        chats = [json.dumps({"messages": m}, ensure_ascii=False) + "\n" for m in conversations(args.text)]
-        if not chats:
-            raise FormatError(args.text, "no speeches (a 'NAME:' line and the speech's lines, paragraphs apart)")
-        formats.write_atomic(args.out, [c.encode("utf-8") for c in chats])
-    except FormatError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    if not args.force and os.path.exists(args.out):
+        raise FormatError(args.out, "exists; pass --force to replace it")
+    chats = [json.dumps({"messages": m}, ensure_ascii=False) + "\n" for m in conversations(args.text)]
+    if not chats:
+        raise FormatError(args.text, "no speeches (a 'NAME:' line and the speech's lines, paragraphs apart)")
+    formats.write_atomic(args.out, [c.encode("utf-8") for c in chats])
     print(f"{len(chats):,} conversations -> {args.out}")
     return 0
 

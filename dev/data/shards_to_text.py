@@ -37,6 +37,7 @@ def check_out(out, inputs, force):
         raise FormatError(out, "exists; pass --force to replace it")
 
 
+@formats.tool_main
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
                                 usage="python3 dev/data/shards_to_text.py --table TABLE.bin --out OUT.{jsonl,txt} SHARD...",
@@ -67,13 +68,9 @@ def main(argv=None):
             count["bytes"] += len(doc)
             yield (json.dumps({"text": text}, ensure_ascii=False) + "\n").encode("utf-8") if jsonl else doc + b"\n\n"
 
-    try:
-        check_out(args.out, [args.table] + args.shards, args.force)
-        pieces, doc_start = formats.read_decode_table(args.table)
-        formats.write_atomic(args.out, records(pieces, doc_start))
-    except FormatError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    check_out(args.out, [args.table] + args.shards, args.force)
+    pieces, doc_start = formats.read_decode_table(args.table)
+    formats.write_atomic(args.out, records(pieces, doc_start))
     print(f"{count['docs']:,} documents, {count['bytes']:,} bytes of text from {len(args.shards)} shard(s) -> {args.out}")
     return 0
 

@@ -38,6 +38,7 @@ def documents(tokens, vocab, bos, mean_len, seed):
     return ids
 
 
+@formats.tool_main
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
                                 usage="python3 dev/data/synthetic_documents.py --out SHARD.bin [--tokens N] [--vocab V] [--bos ID]"
@@ -58,14 +59,10 @@ def main(argv=None):
         p.error(f"--bos {args.bos} is outside the vocabulary [0, {args.vocab})")
     if args.mean_len < 1:
         p.error("--mean_len must be at least 1")
-    try:
-        if not args.force and os.path.exists(args.out):
-            raise FormatError(args.out, "exists; pass --force to replace it")
-        ids = documents(args.tokens, args.vocab, args.bos, args.mean_len, args.seed)
-        formats.write_shard(args.out, ids, formats.shard_dtype(args.vocab - 1))
-    except FormatError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    if not args.force and os.path.exists(args.out):
+        raise FormatError(args.out, "exists; pass --force to replace it")
+    ids = documents(args.tokens, args.vocab, args.bos, args.mean_len, args.seed)
+    formats.write_shard(args.out, ids, formats.shard_dtype(args.vocab - 1))
     docs = int((ids == args.bos).sum())
     print(f"{args.tokens:,} tokens, {docs:,} documents (mean length {args.tokens / docs:.0f}) -> {args.out}")
     return 0

@@ -1,6 +1,6 @@
 /*
 Checkpoint save and load speed on the host, with the trainer's own code: write_sections and
-read_sections of train_llama_fp8.cu (64 MiB chunks, zlib's CRC-32 of header and body, fsync, rename)
+read_sections of llmc/checkpoint_file.h (64 MiB chunks, zlib's CRC-32 of header and body, fsync, rename)
 on a model file of a preset's size or of a byte count, in a folder of your choice. Prints GB/s
 (1e9 bytes a second) of the checksum alone (in memory), of the save end to end, of the load from disk
 (the file's page cache dropped first, posix_fadvise) and of the load from the page cache.

@@ -14,9 +14,8 @@ static double mean_loss(RefModel *model, const int *inputs, const int *targets, 
     return loss / grad_accum;
 }
 
-// doc_start_id < 0: document masking off
-static void gradcheck(const LlamaConfig *cfg, int B, int T, int grad_accum, int doc_start_id, const float *params,
-                      const int *inputs, const int *targets, double *grads, double *fd_grads) {
+void ref_gradcheck_double(const LlamaConfig *cfg, int B, int T, int grad_accum, int doc_start_id, const float *params,
+                          const int *inputs, const int *targets, double *grads, double *fd_grads) {
     RefModel model;
     ref_init(&model, cfg, B, T, 0, 0, 0, 0, 0);
     if (doc_start_id >= 0) ref_set_doc_mask(&model, doc_start_id);
@@ -36,15 +35,4 @@ static void gradcheck(const LlamaConfig *cfg, int B, int T, int grad_accum, int 
         fd_grads[i] = (loss_plus - loss_minus) / (plus - minus);
     }
     ref_free(&model);
-}
-
-void ref_gradcheck_double(const LlamaConfig *cfg, int B, int T, int grad_accum, const float *params,
-                          const int *inputs, const int *targets, double *grads, double *fd_grads) {
-    gradcheck(cfg, B, T, grad_accum, -1, params, inputs, targets, grads, fd_grads);
-}
-
-void ref_gradcheck_double_doc_mask(const LlamaConfig *cfg, int B, int T, int grad_accum, int doc_start_id,
-                                   const float *params, const int *inputs, const int *targets, double *grads,
-                                   double *fd_grads) {
-    gradcheck(cfg, B, T, grad_accum, doc_start_id, params, inputs, targets, grads, fd_grads);
 }

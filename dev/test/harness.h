@@ -3,7 +3,8 @@ A minimal test harness for the CPU tests: CHECK records a failure (with file, li
 without stopping the test; run_test runs one named test (when its name contains g_test_filter)
 and counts it as passed or failed, printing its wall time;
 run_expect_fatal runs a function in a child process, so code that must exit with an error on bad
-input can be tested, and returns its exit status and what it printed to stderr.
+input can be tested, and returns its exit status and what it printed to stderr. Beside them, the
+files tests make: copies, and model files whose weights are never read.
 */
 #ifndef DEV_TEST_HARNESS_H
 #define DEV_TEST_HARNESS_H
@@ -13,7 +14,8 @@ input can be tested, and returns its exit status and what it printed to stderr.
 #include <time.h>
 #include <unistd.h>
 #include <sys/wait.h>
-#include "llmc/utils.h" // monotonic_seconds
+#include "llmc/utils.h"      // monotonic_seconds
+#include "llmc/model_file.h" // model_header_put, param_sizes
 
 static int g_tests_passed = 0, g_tests_failed = 0, g_check_failures = 0;
 
@@ -49,6 +51,28 @@ static long file_size(const char *path) {
     long n = ftell(f);
     fclose(f);
     return n;
+}
+
+// Copies a file (a missing one copies as nothing: the check that follows fails, no crash).
+static void copy_file(const char *from, const char *to) {
+    FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
+    char buf[4096];
+    size_t n;
+    while (a && b && (n = fread(buf, 1, sizeof(buf), a)) > 0) fwrite(buf, 1, n, b);
+    if (a) fclose(a);
+    if (b) fclose(b);
+}
+
+// A model file of cfg (its header, step 0) whose weights read as zeros: cut to their size, a sparse
+// file with nothing written, for the checks that stop at the header or the size.
+static void write_sparse_model_file(const char *path, const LlamaConfig *cfg) {
+    int h[MODEL_HEADER_INTS];
+    model_header_put(h, cfg, 0);
+    FILE *f = fopen(path, "wb");
+    fwrite(h, sizeof(int), MODEL_HEADER_INTS, f);
+    fclose(f);
+    size_t sizes[NUM_PARAM_TENSORS];
+    CHECK(truncate(path, (off_t)(sizeof(h) + param_sizes(cfg, sizes) * sizeof(float))) == 0, "truncate %s", path);
 }
 
 // Runs fn(arg) in a child. Returns the child's exit status (128 + signal if killed); its stderr

@@ -24,6 +24,11 @@ starting at the document-start id (the BOS the shards carry; a row's first posit
 one). A query attends only to the keys of its own document, causally, and RoPE counts positions from
 0 at each document start, so each document computes what it would alone in a row of its own.
 
+bf16 master weights (ref_set_master_bf16, off by default; -master_weights bf16): the params are bf16
+values and AdamW stores each update as the GPU's does, the fp32 value rounded stochastically with
+the element's hashed bits (llmc/bf16_round.h). The moments stay exact, as they do here with either
+-adam_moments.
+
 Usage: ref_init, ref_init_weights (or write params), then ref_train_step per optimizer step; or
 ref_compute_grads for one step's gradient without an update; ref_forward/ref_backward are the
 micro-steps of the current optimizer step. ref_free at the end.
@@ -37,6 +42,7 @@ micro-steps of the current optimizer step. ref_free at the end.
 #include "llmc/fp8_layout.h"   // fp8 state layout, tensor kinds and indices
 #include "llmc/utils.h"        // FATAL, mallocCheck, callocCheck, random_normal
 #include "llmc/fp8.h"          // fp8_quantize, fp8_compute_scale, fp8_update_state
+#include "llmc/bf16_round.h"   // bf16_round_stochastic, bf16_round_weight_bits: bf16 master weights' rounding
 
 #ifdef LLAMA_REF_DOUBLE
 typedef double ref_real;
@@ -86,6 +92,7 @@ typedef struct {
     size_t num_params;
     size_t param_sizes[NUM_PARAM_TENSORS];
     ref_real *params, *grads, *m, *v; // (num_params) each; m and v are AdamW's moments
+    int master_bf16;   // the params are bf16 master weights (-master_weights bf16; ref_set_master_bf16)
     ref_real *param_ptr[NUM_PARAM_TENSORS], *grad_ptr[NUM_PARAM_TENSORS];
     ref_real *logits;  // (B, T, V) of the last forward
     // fp8 emulation of the block linears (and of lm_head with fp8_lm_head)
@@ -104,7 +111,7 @@ typedef struct {
     int *fp8_grain;       // (fp8 linears) FP8_GRAIN_* of each linear
     int *fp8_over_steps;  // (fp8 linears) consecutive steps over ref_fp8_auto_grain's threshold
     int fp8_block_pow2;   // block scales rounded down to a power of two
-    float *fp8_w_sinv;    // block scale_invs of every block linear's W, at fp8_w_sinv_off[lin]
+    float *fp8_w_sinv;    // block (or row) scale_invs of every block (row) linear's W, at fp8_w_sinv_off[lin]
     size_t *fp8_w_sinv_off;
     ref_real *fp8_tq, *fp8_tr; // block scratch: a transposed operand's codes, a transposed fp32 operand
     float *fp8_sinv_a, *fp8_sinv_b; // block scratch: the scale_invs of a GEMM's two operands
@@ -267,6 +274,20 @@ static float ref_round_bf16(float x) {
     return x;
 }
 
+// From now on the params are bf16 master weights: each rounded to the nearest bf16 (as the trainer
+// loads fp32 weights into them), and AdamW stores its updates as bf16 (ref_master_store).
+static void ref_set_master_bf16(RefModel *model) {
+    model->master_bf16 = 1;
+    for (size_t i = 0; i < model->num_params; i++) model->params[i] = ref_round_bf16((float)model->params[i]);
+}
+
+// The weight AdamW stores for element i (the model-wide index) at the 1-based step t: w itself, or with
+// bf16 master weights w in fp32 rounded stochastically to bf16 with the element's bits, as the GPU does.
+static ref_real ref_master_store(const RefModel *model, double w, size_t i, int t) {
+    if (!model->master_bf16) return (ref_real)w;
+    return (ref_real)bf16_bits_to_float(bf16_round_stochastic((float)w, bf16_round_weight_bits(i, t) & 0xffffu));
+}
+
 // Casts n values of fp8 tensor t into out (decoded, in the scaled domain), recording their amax in
 // the tensor's slot (max over the step's micro-steps; a NaN sticks, as with the GPU's atomic max).
 static void ref_fp8_cast(RefModel *model, int t, const ref_real *in, ref_real *out, size_t n, int live) {
@@ -326,18 +347,18 @@ static float ref_fp8_block_scale(float amax, float fmax, int pow2) {
     return pow2 ? ldexpf(1.0f, ilogbf(scale)) : scale;
 }
 
-// Casts the (rows, cols) row-major `in` with one scale per block of br rows (1 or FP8_BLOCK) x
-// FP8_BLOCK columns, the last blocks of a row or column partial: out gets the decoded codes (scaled
-// domain), sinv[(r / br) * ceil(cols / FP8_BLOCK) + c / FP8_BLOCK] the block's 1 / scale. Adds the
-// cast's underflows and saturations to counts; returns the largest |value| (NaN if there is one).
-static float ref_fp8_block_cast(const ref_real *in, size_t rows, size_t cols, int br, Fp8Format fmt, int pow2,
-                                int round_bf16, ref_real *out, float *sinv, uint64_t counts[FP8_COUNTS]) {
-    size_t nbc = ref_ceil_div(cols, FP8_BLOCK);
+// Casts the (rows, cols) row-major `in` with one scale per block of br rows x bc columns, the last
+// blocks of a row or column partial: out gets the decoded codes (scaled domain),
+// sinv[(r / br) * ceil(cols / bc) + c / bc] the block's 1 / scale. Adds the cast's underflows and
+// saturations to counts; returns the largest |value| (NaN if there is one).
+static float ref_fp8_tile_cast(const ref_real *in, size_t rows, size_t cols, size_t br, size_t bc, Fp8Format fmt,
+                               int pow2, int round_bf16, ref_real *out, float *sinv, uint64_t counts[FP8_COUNTS]) {
+    size_t nbc = ref_ceil_div(cols, bc);
     float tensor_amax = 0.0f;
     for (size_t r0 = 0; r0 < rows; r0 += br) {
         size_t r1 = r0 + br < rows ? r0 + br : rows;
-        for (size_t c0 = 0; c0 < cols; c0 += FP8_BLOCK) {
-            size_t c1 = c0 + FP8_BLOCK < cols ? c0 + FP8_BLOCK : cols;
+        for (size_t c0 = 0; c0 < cols; c0 += bc) {
+            size_t c1 = c0 + bc < cols ? c0 + bc : cols;
             float amax = 0.0f;
             for (size_t r = r0; r < r1 && !isnan(amax); r++) {
                 for (size_t c = c0; c < c1; c++) {
@@ -348,7 +369,7 @@ static float ref_fp8_block_cast(const ref_real *in, size_t rows, size_t cols, in
             }
             if (!isnan(tensor_amax) && (isnan(amax) || amax > tensor_amax)) tensor_amax = amax;
             float scale = ref_fp8_block_scale(amax, fp8_format_max(fmt), pow2);
-            sinv[(r0 / br) * nbc + c0 / FP8_BLOCK] = 1.0f / scale;
+            sinv[(r0 / br) * nbc + c0 / bc] = 1.0f / scale;
             for (size_t r = r0; r < r1; r++) {
                 for (size_t c = c0; c < c1; c++) {
                     float x = round_bf16 ? ref_round_bf16((float)in[r * cols + c]) : (float)in[r * cols + c];
@@ -362,25 +383,37 @@ static float ref_fp8_block_cast(const ref_real *in, size_t rows, size_t cols, in
     return tensor_amax;
 }
 
-// out (I, J) = (or += with accumulate) the sum over the reduction blocks kb of
+// The block cast: blocks of br rows (1 or FP8_BLOCK) x FP8_BLOCK columns.
+static float ref_fp8_block_cast(const ref_real *in, size_t rows, size_t cols, int br, Fp8Format fmt, int pow2,
+                                int round_bf16, ref_real *out, float *sinv, uint64_t counts[FP8_COUNTS]) {
+    return ref_fp8_tile_cast(in, rows, cols, br, FP8_BLOCK, fmt, pow2, round_bf16, out, sinv, counts);
+}
+
+// out (I, J) = (or += with accumulate) the sum over the reduction blocks kb of bk columns of
 // (sum over k in kb of a[i, k] b[j, k]) * sa[i / bra][kb] * sb[j / brb][kb], a (I, K) and b (J, K)
-// row-major with scales laid out as ref_fp8_block_cast writes them; the sums in double, rounded once
+// row-major with scales laid out as ref_fp8_tile_cast writes them; the sums in double, rounded once
 // before the accumulation, as ref_matmul_backward's weight gradient is.
-static void ref_fp8_block_gemm(ref_real *out, const ref_real *a, const float *sa, int bra, const ref_real *b,
-                               const float *sb, int brb, int I, int J, int K, int accumulate) {
-    size_t nkb = ref_ceil_div(K, FP8_BLOCK);
+static void ref_fp8_tile_gemm(ref_real *out, const ref_real *a, const float *sa, int bra, const ref_real *b,
+                              const float *sb, int brb, int I, int J, int K, size_t bk, int accumulate) {
+    size_t nkb = ref_ceil_div(K, bk);
     for (int i = 0; i < I; i++) {
         for (int j = 0; j < J; j++) {
             double acc = 0.0;
             for (size_t kb = 0; kb < nkb; kb++) {
-                size_t k1 = (kb + 1) * FP8_BLOCK < (size_t)K ? (kb + 1) * FP8_BLOCK : (size_t)K;
+                size_t k1 = (kb + 1) * bk < (size_t)K ? (kb + 1) * bk : (size_t)K;
                 double part = 0.0;
-                for (size_t k = kb * FP8_BLOCK; k < k1; k++) part += (double)a[(size_t)i * K + k] * b[(size_t)j * K + k];
+                for (size_t k = kb * bk; k < k1; k++) part += (double)a[(size_t)i * K + k] * b[(size_t)j * K + k];
                 acc += part * sa[(i / bra) * nkb + kb] * sb[(j / brb) * nkb + kb];
             }
             out[(size_t)i * J + j] = accumulate ? out[(size_t)i * J + j] + (ref_real)acc : (ref_real)acc;
         }
     }
+}
+
+// The block GEMM: 128-long reduction blocks.
+static void ref_fp8_block_gemm(ref_real *out, const ref_real *a, const float *sa, int bra, const ref_real *b,
+                               const float *sb, int brb, int I, int J, int K, int accumulate) {
+    ref_fp8_tile_gemm(out, a, sa, bra, b, sb, brb, I, J, K, FP8_BLOCK, accumulate);
 }
 
 static void ref_transpose(ref_real *out, const ref_real *in, size_t rows, size_t cols) {
@@ -426,7 +459,8 @@ static void ref_fp8_grain_alloc(RefModel *model) {
         size_t off;
         ref_linear_shape(model, i, &M, &K, &off);
         model->fp8_w_sinv_off[i] = total;
-        total += ref_fp8_block_count(M, K, FP8_BLOCK);
+        size_t grid = ref_fp8_block_count(M, K, FP8_BLOCK);
+        total += grid > (size_t)M ? grid : (size_t)M; // a block linear's grid, or a row linear's M row scales
         if ((size_t)(M > K ? M : K) > widest) widest = M > K ? M : K;
         if ((size_t)M * K > wmax) wmax = (size_t)M * K;
     }
@@ -446,7 +480,7 @@ static void ref_set_fp8_grain(RefModel *model, int lin, int grain, int pow2) {
     int nlin = fp8_num_linears(&model->cfg, model->fp8_lm_head);
     if (!model->fp8) FATAL("reference model: fp8 grains need fp8 emulation");
     if (lin < 0 || lin >= nlin) FATAL("reference model: fp8 linear %d is not in [0, %d)", lin, nlin);
-    if (grain != FP8_GRAIN_TENSOR && grain != FP8_GRAIN_BLOCK && grain != FP8_GRAIN_BF16) FATAL("reference model: unknown fp8 grain %d", grain);
+    if (grain < FP8_GRAIN_TENSOR || grain >= FP8_GRAINS) FATAL("reference model: unknown fp8 grain %d", grain);
     if (model->micro_step != -1 || model->w_fp8_step == model->step)
         FATAL("reference model: fp8 grains change between optimizer steps only (step %d has begun)", model->step);
     if (model->fp8_grain == NULL) ref_fp8_grain_alloc(model);
@@ -457,11 +491,12 @@ static void ref_set_fp8_grain(RefModel *model, int lin, int grain, int pow2) {
 // The fallback of issue 34, called after each optimizer step (ref_train_step) that ran grad_accum
 // micro-steps: a per-tensor fp8 linear whose X, W or dY lost more than `threshold` of the values its
 // casts cast in the step (underflows plus saturations: the step's fp8_counts) in each of `patience`
-// consecutive steps takes grain `target` (FP8_GRAIN_BLOCK or FP8_GRAIN_BF16) from the next step on,
+// consecutive steps takes grain `target` (FP8_GRAIN_BLOCK, FP8_GRAIN_BF16 or FP8_GRAIN_ROW) from the next step on,
 // for good. Returns the number of linears switched by this call.
 static int ref_fp8_auto_grain(RefModel *model, int grad_accum, double threshold, int patience, int target) {
     if (!model->fp8) FATAL("reference model: the fp8 fallback needs fp8 emulation");
-    if (target != FP8_GRAIN_BLOCK && target != FP8_GRAIN_BF16) FATAL("reference model: fp8 fallback grain must be block or bf16, got %d", target);
+    if (target != FP8_GRAIN_BLOCK && target != FP8_GRAIN_BF16 && target != FP8_GRAIN_ROW)
+        FATAL("reference model: fp8 fallback grain must be block, bf16 or row, got %d", target);
     if (patience < 1) FATAL("reference model: fp8 fallback patience must be >= 1, got %d", patience);
     if (model->fp8_grain == NULL) ref_fp8_grain_alloc(model);
     int nlin = fp8_num_linears(&model->cfg, model->fp8_lm_head), switched = 0;
@@ -532,6 +567,79 @@ static void ref_linear_backward_block(RefModel *model, int lin, ref_real *dinp, 
     ref_fp8_block_record(model, FP8_KINDS * lin + FP8_X, amax_x, cx);
 }
 
+// ----------------------------------------------------------------------------------------------
+// fp8 row-wise scaling (issue 42; torchao's "rowwise" recipe)
+//
+// A row linear (grain FP8_GRAIN_ROW) casts every operand of its GEMMs with one scale per row along
+// that GEMM's reduction dimension: block scaling with a block as long as the reduction dimension.
+// fprop: X per token (over K), W per output row (over K); dgrad: dY per token (over M), W^T per row,
+// i.e. W per input column (over M); wgrad: dY^T and X^T per row, i.e. dY and X per column (over the
+// tokens). Every operand in E4M3, dY too, each scale from the row being cast (current scaling),
+// fp8_compute_scale(amax, 448, 0, 1) rounded down to a power of two (torchao's
+// round_scales_to_power_of_2), so x * scale and scale_inv are exact. The GEMM multiplies the sum of
+// element (i, j) by the scale_invs of A's row i and B's row j: cuBLASLt's OUTER_VEC_32F scale mode.
+
+// Casts the (rows, cols) row-major `in` with one scale per row: sinv[r] is row r's 1 / scale.
+static float ref_fp8_row_cast(const ref_real *in, size_t rows, size_t cols, int round_bf16, ref_real *out, float *sinv,
+                              uint64_t counts[FP8_COUNTS]) {
+    return ref_fp8_tile_cast(in, rows, cols, 1, cols > 0 ? cols : 1, FP8_E4M3, 1, round_bf16, out, sinv, counts);
+}
+
+// out (I, J) = (or += with accumulate) (sum over k of a[i, k] b[j, k]) * sa[i] * sb[j], a (I, K) and
+// b (J, K) row-major with their row scale_invs.
+static void ref_fp8_row_gemm(ref_real *out, const ref_real *a, const float *sa, const ref_real *b, const float *sb,
+                             int I, int J, int K, int accumulate) {
+    ref_fp8_tile_gemm(out, a, sa, 1, b, sb, 1, I, J, K, K > 0 ? K : 1, accumulate);
+}
+
+static int ref_linear_is_row(const RefModel *model, int lin) {
+    return model->fp8_grain != NULL && model->fp8_grain[lin] == FP8_GRAIN_ROW;
+}
+
+// W of a row linear, cast per output row (with the other weights, once per optimizer step).
+static void ref_fp8_cast_weight_row(RefModel *model, int lin) {
+    int M, K;
+    size_t off;
+    ref_linear_shape(model, lin, &M, &K, &off);
+    uint64_t counts[FP8_COUNTS] = {0, 0};
+    float amax = ref_fp8_row_cast(model->params + off, M, K, model->fp8_bf16_inputs, model->params_fp8 + off,
+                                  model->fp8_w_sinv + model->fp8_w_sinv_off[lin], counts);
+    ref_fp8_block_record(model, FP8_KINDS * lin + FP8_W, amax, counts);
+}
+
+// Forward of a row linear: X (N, K) per token times W (M, K) per output row.
+static void ref_linear_forward_row(RefModel *model, int lin, ref_real *out, const ref_real *inp, ref_real *xq, size_t w,
+                                   int N, int K, int M) {
+    uint64_t counts[FP8_COUNTS] = {0, 0};
+    float amax = ref_fp8_row_cast(inp, N, K, model->fp8_bf16_inputs, xq, model->fp8_sinv_a, counts);
+    ref_fp8_block_record(model, FP8_KINDS * lin + FP8_X, amax, counts);
+    ref_fp8_row_gemm(out, xq, model->fp8_sinv_a, model->params_fp8 + w, model->fp8_w_sinv + model->fp8_w_sinv_off[lin],
+                     N, M, K, 0);
+}
+
+// Its backward. dgrad dX = dY W: dY (N, M) per token times W^T (K, M) per row, cast afresh from the
+// weights before each dgrad (its counts kept nowhere: W's are its row-wise cast's). wgrad dW += dY^T X:
+// dY^T (M, N) and X^T (K, N), each cast afresh per row, i.e. per column of dY and X over the tokens.
+static void ref_linear_backward_row(RefModel *model, int lin, ref_real *dinp, const ref_real *dout, const ref_real *inp,
+                                    size_t w, int N, int K, int M) {
+    int rb = model->fp8_bf16_inputs;
+    uint64_t cx[FP8_COUNTS] = {0, 0}, cdy[FP8_COUNTS] = {0, 0}, cwt[FP8_COUNTS] = {0, 0};
+    ref_real *dyq = model->acts.dyq, *tq = model->fp8_tq, *tr = model->fp8_tr;
+    float *sa = model->fp8_sinv_a, *sb = model->fp8_sinv_b;
+    float amax_dy = ref_fp8_row_cast(dout, N, M, rb, dyq, sa, cdy);
+    ref_transpose(tr, model->params + w, M, K);
+    ref_fp8_row_cast(tr, K, M, rb, tq, sb, cwt);
+    ref_fp8_row_gemm(dinp, dyq, sa, tq, sb, N, K, M, 0);
+    ref_transpose(tr, dout, N, M);
+    float amax_dyt = ref_fp8_row_cast(tr, M, N, rb, dyq, sa, cdy);
+    ref_transpose(tr, inp, N, K);
+    float amax_x = ref_fp8_row_cast(tr, K, N, rb, tq, sb, cx);
+    ref_fp8_row_gemm(model->grads + w, dyq, sa, tq, sb, M, K, N, 1);
+    ref_fp8_block_record(model, FP8_KINDS * lin + FP8_DY, isnan(amax_dyt) || amax_dyt > amax_dy ? amax_dyt : amax_dy,
+                         cdy);
+    ref_fp8_block_record(model, FP8_KINDS * lin + FP8_X, amax_x, cx);
+}
+
 static float ref_fp8_scale_inv(const RefModel *model, int lin, int kind) {
     return model->fp8_state[model->fp8_layout.scale_inv + FP8_KINDS * lin + kind];
 }
@@ -552,12 +660,18 @@ static void ref_fp8_cast_weights(RefModel *model) {
                 ref_fp8_cast_weight_block(model, LINS_PER_LAYER * l + k);
                 continue;
             }
+            if (ref_linear_is_row(model, LINS_PER_LAYER * l + k)) {
+                ref_fp8_cast_weight_row(model, LINS_PER_LAYER * l + k);
+                continue;
+            }
             ref_fp8_cast(model, fp8_tensor_index(l, k, FP8_W), model->params + off, model->params_fp8 + off,
                          per_layer[k], live);
         }
     }
     if (model->fp8_lm_head && ref_linear_is_block(model, LINS_PER_LAYER * c->L)) {
         ref_fp8_cast_weight_block(model, LINS_PER_LAYER * c->L);
+    } else if (model->fp8_lm_head && ref_linear_is_row(model, LINS_PER_LAYER * c->L)) {
+        ref_fp8_cast_weight_row(model, LINS_PER_LAYER * c->L);
     } else if (ref_linear_is_fp8(model, LINS_PER_LAYER * c->L)) {
         size_t off = model->param_ptr[P_LM_HEAD] - model->params;
         ref_fp8_cast(model, FP8_KINDS * LINS_PER_LAYER * c->L + FP8_W, model->params + off, model->params_fp8 + off,
@@ -618,6 +732,10 @@ static void ref_linear_forward(RefModel *model, int lin, ref_real *out, const re
         ref_linear_forward_block(model, lin, out, inp, xq, w, N, K, M);
         return;
     }
+    if (ref_linear_is_row(model, lin)) {
+        ref_linear_forward_row(model, lin, out, inp, xq, w, N, K, M);
+        return;
+    }
     ref_fp8_cast(model, FP8_KINDS * lin + FP8_X, inp, xq, (size_t)N * K, ref_fp8_live(model));
     float alpha = ref_fp8_scale_inv(model, lin, FP8_X) * ref_fp8_scale_inv(model, lin, FP8_W);
     ref_matmul_forward(out, xq, model->params_fp8 + w, N, K, M, alpha);
@@ -635,6 +753,10 @@ static void ref_linear_backward(RefModel *model, int lin, ref_real *dinp, const 
     }
     if (ref_linear_is_block(model, lin)) {
         ref_linear_backward_block(model, lin, dinp, dout, inp, w, N, K, M);
+        return;
+    }
+    if (ref_linear_is_row(model, lin)) {
+        ref_linear_backward_row(model, lin, dinp, dout, inp, w, N, K, M);
         return;
     }
     ref_real *dyq = model->acts.dyq;
@@ -1015,7 +1137,7 @@ static ref_real ref_train_step(RefModel *model, const int *inputs, const int *ta
             model->m[i] = (ref_real)m;
             model->v[i] = (ref_real)v;
             double p_old = model->params[i];
-            model->params[i] = (ref_real)(p_old - lr * ((m / bc1) / (sqrt(v / bc2) + eps) + wd * p_old));
+            model->params[i] = ref_master_store(model, p_old - lr * ((m / bc1) / (sqrt(v / bc2) + eps) + wd * p_old), i, t);
         }
     }
     model->step++;

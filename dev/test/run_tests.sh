@@ -3,8 +3,8 @@
 # answers nvidia-smi, the GPU suites (test_llama_fp8, dev/test/test_signal.sh and dev/test/test_hf_gpu.sh
 # on the trainer) and the dev/cuda kernel checks listed in KERNEL_CHECKS (rmsnorm: its fp8 health
 # counts see inputs with exact zeros, which the trainer's tensors almost never hold; fp8_block
-# -validate: the block casts and block-scaled GEMMs against the C reference, at edge shapes the
-# trainer's tests do not reach). The GPU suites run in the background beside the CPU suites (on a GPU
+# -validate and fp8_rowwise -validate: the block and row casts and GEMMs against the C reference, at
+# edge shapes the trainer's tests do not reach). The GPU suites run in the background beside the CPU suites (on a GPU
 # machine make test takes the longer of the two, not their sum) and print after them.
 # Prints each suite's time and the combined "N passed, N failed" line last. Exit status is non-zero if anything failed.
 # Python runs from the project's environment, .venv/ (make test creates it from requirements.txt and
@@ -18,9 +18,9 @@ set -u
 cd "$(dirname "$0")/../.."
 passed=0; failed=0
 log=$(mktemp)
-KERNEL_CHECKS="rmsnorm fp8_block"
-# the arguments each runs with: fp8_block validates only (its timing takes minutes and checks nothing)
-declare -A KERNEL_ARGS=([fp8_block]=-validate)
+KERNEL_CHECKS="rmsnorm fp8_block fp8_rowwise"
+# the arguments each runs with: the fp8 ones validate only (their timing takes minutes and checks nothing)
+declare -A KERNEL_ARGS=([fp8_block]=-validate [fp8_rowwise]=-validate)
 
 # timed_out RC T0 LIMIT: whether timeout(1) stopped the command: 124, or 137 when it ignored SIGTERM
 # and took the SIGKILL (a suite killed by SIGKILL before its limit exits 137 too)

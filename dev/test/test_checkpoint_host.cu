@@ -19,7 +19,7 @@ Build and run: make dev/test/test_checkpoint_host && ./dev/test/test_checkpoint_
 #include <sys/resource.h>
 #include <sys/mman.h>
 #include <pthread.h>
-#include "dev/test/harness.h" // CHECK, run_test, run_expect_fatal
+#include "dev/test/harness.h" // CHECK, run_test, run_expect_fatal, copy_file, write_sparse_model_file
 
 static char g_dir[64];
 
@@ -60,16 +60,6 @@ static void patch_file(const char *path, long offset, const void *bytes, size_t 
     fseek(f, offset, SEEK_SET);
     fwrite(bytes, 1, n, f);
     fclose(f);
-}
-
-// Copies a file (a missing one copies as nothing: the check that follows fails, no crash).
-static void copy_file(const char *from, const char *to) {
-    FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
-    char buf[4096];
-    size_t n;
-    while (a && b && (n = fread(buf, 1, sizeof(buf), a)) > 0) fwrite(buf, 1, n, b);
-    if (a) fclose(a);
-    if (b) fclose(b);
 }
 
 // Runs read_sample on path in a child; the read must fail with a message containing `want`.
@@ -168,7 +158,7 @@ static void test_checkpoint_version1(void) {
     CHECK(f && fread(back, sizeof(int), 256, f) == 256, "cannot read back %s", path);
     if (f) fclose(f);
     uint64_t want = checksum_fnv1a(checksum_fnv1a(0, a, sizeof(a)), &b, sizeof(b));
-    CHECK(get64(back, MODEL_HDR_CHECKSUM) == want, "a version-1 file carries no FNV-1a checksum");
+    CHECK(header_checksum_word(back) == want, "a version-1 file carries no FNV-1a checksum");
     ReadArgs r = {path, 5, 2.0f};
     char err[2048];
     CHECK(run_expect_fatal(read_sample, &r, err, sizeof(err)) == 0, "a version-1 file was refused: %s", err);
@@ -217,8 +207,10 @@ static void read_model_in_child(void *arg) {
     free(w);
 }
 
-static float *small_weights(size_t *n) {
+// The small model's model-file header at `step` (h) and its weights (*n floats, a fixed pattern).
+static float *small_model(int h[256], int step, size_t *n) {
     LlamaConfig c = small_config();
+    model_header_put(h, &c, step);
     size_t sizes[NUM_PARAM_TENSORS];
     *n = param_sizes(&c, sizes);
     float *w = (float *)mallocCheck(*n * sizeof(float));
@@ -233,11 +225,9 @@ static void test_model_file_header_checksum(void) {
     char good[128], bad[128];
     path_in_dir(good, sizeof(good), "model_v3.bin");
     path_in_dir(bad, sizeof(bad), "model_v3_bad.bin");
-    LlamaConfig c = small_config();
-    size_t n;
-    float *w = small_weights(&n);
     int h[256];
-    model_header_put(h, &c, 1234);
+    size_t n;
+    float *w = small_model(h, 1234, &n);
     Section ms[] = {{w, n * sizeof(float), 0}};
     write_sections(good, h, ms, 1);
 
@@ -250,8 +240,8 @@ static void test_model_file_header_checksum(void) {
     memcpy(zeroed, back, sizeof(zeroed));
     zeroed[254] = zeroed[255] = 0;
     uLong want = crc32(crc32(0, (const Bytef *)zeroed, sizeof(zeroed)), (const Bytef *)w, (uInt)(n * sizeof(float)));
-    CHECK(get64(back, MODEL_HDR_CHECKSUM) == (uint64_t)want, "stored checksum %#llx, zlib's CRC-32 of header and weights %#lx",
-          (unsigned long long)get64(back, MODEL_HDR_CHECKSUM), want);
+    CHECK(header_checksum_word(back) == (uint64_t)want, "stored checksum %#llx, zlib's CRC-32 of header and weights %#lx",
+          (unsigned long long)header_checksum_word(back), want);
 
     ModelReadArgs r = {good, w, n};
     char err[2048];
@@ -294,13 +284,11 @@ static void test_model_file_header_checksum(void) {
 static void test_model_file_version2(void) {
     char path[128];
     path_in_dir(path, sizeof(path), "model_v2.bin");
-    LlamaConfig c = small_config();
-    size_t n;
-    float *w = small_weights(&n);
     int h[256];
-    model_header_put(h, &c, 7);
+    size_t n;
+    float *w = small_model(h, 7, &n);
     h[1] = 2;
-    put64(h, MODEL_HDR_CHECKSUM, crc32(0, (const Bytef *)w, (uInt)(n * sizeof(float))));
+    header_set_checksum_word(h, crc32(0, (const Bytef *)w, (uInt)(n * sizeof(float))));
     FILE *f = fopen(path, "wb");
     CHECK(f && fwrite(h, sizeof(int), 256, f) == 256 && fwrite(w, sizeof(float), n, f) == n, "cannot write %s", path);
     if (f) fclose(f);
@@ -995,13 +983,7 @@ static void test_model_config_every_word(void) {
     for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
         LlamaConfig file = run;
         words[i].change(&file);
-        int h[256];
-        model_header_put(h, &file, 0);
-        FILE *f = fopen(path, "wb");
-        fwrite(h, sizeof(int), 256, f);
-        fclose(f);
-        size_t sizes[NUM_PARAM_TENSORS];
-        CHECK(truncate(path, (off_t)(sizeof(h) + param_sizes(&file, sizes) * sizeof(float))) == 0, "truncate"); // the weights' size, sparse
+        write_sparse_model_file(path, &file);
         LoadArgs a = {path, run};
         int status = run_expect_fatal(load_in_child, &a, err, sizeof(err));
         CHECK(status != 0 && strstr(err, path) && strstr(err, words[i].want), "a model file whose %s: exit %d: %s", words[i].want, status, err);

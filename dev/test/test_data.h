@@ -341,13 +341,16 @@ static void test_synthetic(void) {
 
 typedef struct {
     const char *pattern;
-    int B, T, world, vocab, batches;
-} TdLoadArgs;
+    int B, T, rank, world, vocab, batches, eval;
+} TdLoaderArgs;
 
-static void td_load_child(void *arg) {
-    const TdLoadArgs *a = (const TdLoadArgs *)arg;
+// A loader made in a child (its warnings go to the parent's err; eval: an evaluation loader, warning)
+// that reads `batches` batches.
+static void td_loader_child(void *arg) {
+    const TdLoaderArgs *a = (const TdLoaderArgs *)arg;
     DataLoader dl;
-    dataloader_init(&dl, a->pattern, a->B, a->T, 0, a->world, 0, 0, a->vocab);
+    if (a->eval) dataloader_init_eval(&dl, a->pattern, a->B, a->T, a->vocab, 1);
+    else dataloader_init(&dl, a->pattern, a->B, a->T, a->rank, a->world, 0, 0, a->vocab);
     for (int i = 0; i < a->batches; i++) dataloader_next_batch(&dl);
     dataloader_free(&dl);
 }
@@ -366,10 +369,9 @@ static void td_expect_fatal(const char *label, void (*fn)(void *), void *arg, co
 static void td_expect_load_fatal(const char *label, const char *name, int B, int T, int world, int vocab,
                                  int batches, const char *phrase1, const char *phrase2) {
     char path[512];
-    TdLoadArgs a;
-    a.pattern = td_path(path, name);
-    a.B = B; a.T = T; a.world = world; a.vocab = vocab; a.batches = batches;
-    td_expect_fatal(label, td_load_child, &a, path, phrase1, phrase2);
+    TdLoaderArgs a = {.pattern = td_path(path, name), .B = B, .T = T, .world = world, .vocab = vocab,
+                      .batches = batches};
+    td_expect_fatal(label, td_loader_child, &a, path, phrase1, phrase2);
 }
 
 static void test_bad_shards(void) {
@@ -408,29 +410,12 @@ static void test_bad_shards(void) {
     // a bad shard among good ones is named
     td_write_shard("mix_a.bin", 2, 0, 50);
     td_write_shard_raw("mix_b.bin", SHARD_MAGIC_U16, 1, 50, 2, 0, 49);
-    char path[512];
-    TdLoadArgs a;
-    a.pattern = td_path(path, "mix_*.bin");
-    a.B = 2; a.T = 4; a.world = 1; a.vocab = 1000; a.batches = 0;
-    char bad[512];
-    td_expect_fatal("one bad shard of two", td_load_child, &a, td_path(bad, "mix_b.bin"), "truncated", NULL);
+    char path[512], bad[512];
+    TdLoaderArgs a = {.pattern = td_path(path, "mix_*.bin"), .B = 2, .T = 4, .world = 1, .vocab = 1000};
+    td_expect_fatal("one bad shard of two", td_loader_child, &a, td_path(bad, "mix_b.bin"), "truncated", NULL);
 }
 
 // ---- shards too small for one step; evaluation positions; the vocabulary's edge
-
-typedef struct {
-    const char *pattern;
-    int B, T, rank, world, eval;
-} TdInitArgs;
-
-// A loader made in a child (its warnings go to the parent's err); eval: an evaluation loader, warning.
-static void td_init_child(void *arg) {
-    const TdInitArgs *a = (const TdInitArgs *)arg;
-    DataLoader dl;
-    if (a->eval) dataloader_init_eval(&dl, a->pattern, a->B, a->T, 4000, 1);
-    else dataloader_init(&dl, a->pattern, a->B, a->T, a->rank, a->world, 0, 0, 4000);
-    dataloader_free(&dl);
-}
 
 static void test_small_train_shard_left_out(void) {
     char pattern[512], small[512], err[4096];
@@ -440,15 +425,16 @@ static void test_small_train_shard_left_out(void) {
     td_write_shard("small_2.bin", 2, 2000, 33); // 4 positions: 2 steps
     td_path(pattern, "small_*.bin");
     td_path(small, "small_1.bin");
-    TdInitArgs a = {pattern, 2, 4, 0, 2, 0};
-    int status = run_expect_fatal(td_init_child, &a, err, sizeof(err));
+    TdLoaderArgs a = {.pattern = pattern, .B = 2, .T = 4, .world = 2, .vocab = 4000};
+    int status = run_expect_fatal(td_loader_child, &a, err, sizeof(err));
     CHECK(status == 0, "a run with a too-small shard among good ones refused: %s", err);
     if (status != 0) return; // the loaders below would exit this process
     CHECK(strstr(err, "warning: data shard") && strstr(err, small) && strstr(err, "has 16 tokens") &&
           strstr(err, "B*T*world + 1 = 2*4*2 + 1 = 17") && strstr(err, "left out"), "rank 0's warning: '%s'", err);
     CHECK(strstr(err, "small_0.bin") == NULL && strstr(err, "small_2.bin") == NULL, "a good shard named: '%s'", err);
     a.rank = 1;
-    CHECK(run_expect_fatal(td_init_child, &a, err, sizeof(err)) == 0 && err[0] == '\0', "rank 1 must warn about nothing: '%s'", err);
+    CHECK(run_expect_fatal(td_loader_child, &a, err, sizeof(err)) == 0 && err[0] == '\0',
+          "rank 1 must warn about nothing: '%s'", err);
     // rank 1 reads positions 1 and 3 of small_0, then of small_2, then epoch 1 again
     DataLoader dl;
     dataloader_init(&dl, pattern, 2, 4, 1, 2, 0, 0, 4000);
@@ -464,13 +450,13 @@ static void test_small_train_shard_left_out(void) {
     dataloader_free(&dl);
     // one GPU: 16 tokens hold a batch (9 needed), nothing is left out
     a.rank = 0; a.world = 1;
-    CHECK(run_expect_fatal(td_init_child, &a, err, sizeof(err)) == 0 && err[0] == '\0', "world 1 warned: '%s'", err);
+    CHECK(run_expect_fatal(td_loader_child, &a, err, sizeof(err)) == 0 && err[0] == '\0', "world 1 warned: '%s'", err);
     // 8 GPUs need 65 tokens: no shard gives a step, refused naming the data, the largest shard and the need
     char largest[512];
     a.world = 8;
-    td_expect_fatal("no shard gives a step", td_init_child, &a, pattern, "none of the 3 data shards matching",
+    td_expect_fatal("no shard gives a step", td_loader_child, &a, pattern, "none of the 3 data shards matching",
                     "B*T*world + 1 = 2*4*8 + 1 = 65");
-    td_expect_fatal("no shard gives a step: the largest named", td_init_child, &a, td_path(largest, "small_0.bin"),
+    td_expect_fatal("no shard gives a step: the largest named", td_loader_child, &a, td_path(largest, "small_0.bin"),
                     "has 41", NULL);
 }
 
@@ -519,8 +505,8 @@ static void test_eval_read_position(void) {
     td_write_shard("eval_1.bin", 2, 1000, 8);  // shorter than one batch (9 tokens): left out
     td_write_shard("eval_2.bin", 4, 2000, 25); // positions 5-7
     td_path(pattern, "eval_*.bin");
-    TdInitArgs a = {pattern, 2, 4, 0, 1, 1};
-    int status = run_expect_fatal(td_init_child, &a, err, sizeof(err));
+    TdLoaderArgs a = {.pattern = pattern, .B = 2, .T = 4, .world = 1, .vocab = 4000, .eval = 1};
+    int status = run_expect_fatal(td_loader_child, &a, err, sizeof(err));
     CHECK(status == 0, "evaluation loader refused: %s", err);
     if (status != 0) return; // the loader below would exit this process
     CHECK(strstr(err, td_path(small, "eval_1.bin")) && strstr(err, "has 8 tokens, fewer than one batch needs: B*T + 1 = 2*4 + 1 = 9 tokens; left out"),
@@ -554,10 +540,8 @@ static void test_token_at_vocab_edge(void) {
     td_write_shard("edge16.bin", 2, 0, 101); // B*T = 10: 10 batches
     td_poke_token("edge16.bin", 2, 57, 999);
     td_poke_token("edge16.bin", 2, 100, 999); // the last target
-    TdLoadArgs a;
-    a.pattern = td_path(path, "edge16.bin");
-    a.B = 2; a.T = 5; a.world = 1; a.vocab = 1000; a.batches = 10;
-    CHECK(run_expect_fatal(td_load_child, &a, err, sizeof(err)) == 0, "id V-1 = 999 refused: %s", err);
+    TdLoaderArgs a = {.pattern = td_path(path, "edge16.bin"), .B = 2, .T = 5, .world = 1, .vocab = 1000, .batches = 10};
+    CHECK(run_expect_fatal(td_loader_child, &a, err, sizeof(err)) == 0, "id V-1 = 999 refused: %s", err);
     td_write_shard("edge16_v.bin", 2, 0, 101);
     td_poke_token("edge16_v.bin", 2, 57, 1000);
     td_expect_load_fatal("token id V, 16-bit", "edge16_v.bin", 2, 5, 1, 1000, 10, "token id 1000 at token 57",
@@ -568,7 +552,7 @@ static void test_token_at_vocab_edge(void) {
     td_write_shard("edge32.bin", 4, 128155, 101);
     a.pattern = td_path(path, "edge32.bin");
     a.vocab = 128256;
-    CHECK(run_expect_fatal(td_load_child, &a, err, sizeof(err)) == 0, "id V-1 = 128255 refused: %s", err);
+    CHECK(run_expect_fatal(td_loader_child, &a, err, sizeof(err)) == 0, "id V-1 = 128255 refused: %s", err);
     td_write_shard("edge32_v.bin", 4, 128156, 101);
     td_expect_load_fatal("token id V, 32-bit", "edge32_v.bin", 2, 5, 1, 128256, 10, "token id 128256 at token 100",
                          "vocabulary size 128256");
@@ -1094,15 +1078,20 @@ static void test_eval_masks_read(void) {
 }
 
 // Mixture sets: A = two shards (tokens 0.. and 1000..), B = one (2000..), C = one (3000..), B*T = 8.
-// A batch's set is its first token / 1000 (0 and 1 are A).
-static const char *td_mixture_spec(char *buf, double wa, double wb, double wc) {
-    char a[512], b[512], c[512];
+// A batch's set is its first token / 1000 (0 and 1 are A). td_mixture writes the shards, the sets'
+// patterns and the spec with weights wa, wb, wc, which it returns.
+typedef struct { char a[512], b[512], c[512], spec[2048]; } TdMixture;
+
+static const char *td_mixture(TdMixture *m, double wa, double wb, double wc) {
     td_write_shard("mixa_0.bin", 2, 0, 161);    // 20 positions
     td_write_shard("mixa_1.bin", 2, 1000, 81);  // 10
     td_write_shard("mixb_0.bin", 2, 2000, 121); // 15
     td_write_shard("mixc_0.bin", 2, 3000, 57);  // 7
-    snprintf(buf, 2048, "%s:%g,%s:%g,%s:%g", td_path(a, "mixa_*.bin"), wa, td_path(b, "mixb_*.bin"), wb, td_path(c, "mixc_*.bin"), wc);
-    return buf;
+    td_path(m->a, "mixa_*.bin");
+    td_path(m->b, "mixb_*.bin");
+    td_path(m->c, "mixc_*.bin");
+    snprintf(m->spec, sizeof(m->spec), "%s:%g,%s:%g,%s:%g", m->a, wa, m->b, wb, m->c, wc);
+    return m->spec;
 }
 
 static int td_set_of(const DataLoader *dl) {
@@ -1113,9 +1102,9 @@ static int td_set_of(const DataLoader *dl) {
 // Over n draws a set of weight w is drawn Binomial(n, w) times: the test accepts |count - n w| up to
 // 5 standard deviations, sqrt(n w (1 - w)) (a fair sampler fails it with probability below 6e-7).
 static void test_mixture_proportions(void) {
-    char spec[2048];
+    TdMixture mix;
     const double w[3] = {0.5, 0.3, 0.2};
-    td_mixture_spec(spec, 5, 3, 2); // weights need not sum to 1
+    const char *spec = td_mixture(&mix, 5, 3, 2); // weights need not sum to 1
     const int n = 20000;
     for (uint64_t seed = 1; seed <= 3; seed++) {
         DataLoader dl;
@@ -1142,7 +1131,7 @@ static void test_mixture_proportions(void) {
         dataloader_free(&dl);
     }
     // a weight of 0: never drawn
-    td_mixture_spec(spec, 1, 0, 1);
+    spec = td_mixture(&mix, 1, 0, 1);
     DataLoader dl;
     dataloader_init(&dl, spec, 2, 4, 0, 1, 0, 4, 4000);
     int drawn_b = 0;
@@ -1154,8 +1143,8 @@ static void test_mixture_proportions(void) {
 // The same seed gives the same batches; another seed other picks; every rank picks the same set at
 // every draw and the ranks' batches within a set are disjoint.
 static void test_mixture_deterministic(void) {
-    char spec[2048];
-    td_mixture_spec(spec, 0.6, 0.25, 0.15);
+    TdMixture mix;
+    const char *spec = td_mixture(&mix, 0.6, 0.25, 0.15);
     const int n = 400, world = 2;
     int first[2][400], other[400], ranks[2][400];
     for (int run = 0; run < 2; run++) {
@@ -1190,8 +1179,8 @@ static void test_mixture_deterministic(void) {
 // State saved after k draws (through a file, as a checkpoint carries it), restored into a new
 // loader: the next batches (targets with their masks included) equal the uninterrupted run's.
 static void test_mixture_resume(void) {
-    char spec[2048];
-    td_mixture_spec(spec, 0.5, 0.3, 0.2);
+    TdMixture mix;
+    const char *spec = td_mixture(&mix, 0.5, 0.3, 0.2);
     td_write_mask("mixb_0.bin", 121, 1); // one set with masks, the others without
     const int B = 2, T = 4, K = 60;
     const int skips[4] = {0, 5, 37, 150}; // the last crosses every set's epoch
@@ -1251,10 +1240,9 @@ static void td_spec_child(void *arg) {
 }
 
 static void test_mixture_bad_specs(void) {
-    char good[2048], a[512], b[512], spec[2200];
-    td_mixture_spec(good, 1, 1, 1);
-    td_path(a, "mixa_*.bin");
-    td_path(b, "mixb_*.bin");
+    TdMixture mix, other_mix;
+    char spec[2200];
+    const char *good = td_mixture(&mix, 1, 1, 1);
     struct { const char *fmt, *phrase; } cases[] = {
         {"%s:0.7x,%s:0.3", "the weight '0.7x' of set"},
         {"%s:,%s:0.3", "the weight '' of set"},
@@ -1268,7 +1256,7 @@ static void test_mixture_bad_specs(void) {
     };
     char err[4096];
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        snprintf(spec, sizeof(spec), cases[i].fmt, a, b);
+        snprintf(spec, sizeof(spec), cases[i].fmt, mix.a, mix.b);
         TdSpecArgs args = {spec, NULL};
         int status = run_expect_fatal(td_spec_child, &args, err, sizeof(err));
         CHECK(status != 0, "'%s': accepted", spec);
@@ -1277,11 +1265,11 @@ static void test_mixture_bad_specs(void) {
     }
     TdSpecArgs ok = {good, NULL};
     CHECK(run_expect_fatal(td_spec_child, &ok, err, sizeof(err)) == 0, "a good spec refused: %s", err);
-    char other[2048], two[2200];
-    td_mixture_spec(other, 1, 2, 1);
+    char two[2200];
+    const char *other = td_mixture(&other_mix, 1, 2, 1);
     TdSpecArgs reweighted = {other, good};
     td_expect_fatal("state of other weights", td_spec_child, &reweighted, NULL, "weight 1 for mixture set 2", "weight 2");
-    snprintf(two, sizeof(two), "%s:1,%s:1", a, b);
+    snprintf(two, sizeof(two), "%s:1,%s:1", mix.a, mix.b);
     TdSpecArgs fewer = {two, good};
     td_expect_fatal("state of another number of sets", td_spec_child, &fewer, NULL, "a mixture of 3 sets", "a mixture of 2");
 }
@@ -1289,14 +1277,12 @@ static void test_mixture_bad_specs(void) {
 // Mixture records: swapped sets refused naming a file; a corrupt pick counter refused; another
 // number of sets refused, or with continue resumed (a new set from its start).
 static void test_record_mixture(void) {
-    char spec[2048], swapped[2200], a[512], b[512], c[512], err[4096];
-    td_mixture_spec(spec, 1, 1, 1);
-    td_path(a, "mixa_*.bin");
-    td_path(b, "mixb_*.bin");
-    td_path(c, "mixc_*.bin");
+    TdMixture mix;
+    char swapped[2200], err[4096];
+    const char *spec = td_mixture(&mix, 1, 1, 1);
     size_t bytes;
     unsigned char *rec = td_record_of(spec, 30, &bytes);
-    snprintf(swapped, sizeof(swapped), "%s:1,%s:1,%s:1", b, a, c);
+    snprintf(swapped, sizeof(swapped), "%s:1,%s:1,%s:1", mix.b, mix.a, mix.c);
     char file[512];
     td_expect_resume_fatal("mixture sets swapped", swapped, rec, bytes, td_path(file, "mixb_0.bin"), "mixture set 1");
     // the pick counter (word 6) no longer the sum of the sets' draws
@@ -1311,7 +1297,7 @@ static void test_record_mixture(void) {
                     "its sets 30");
     free(bad);
     char two[2200];
-    snprintf(two, sizeof(two), "%s:1,%s:1", a, b);
+    snprintf(two, sizeof(two), "%s:1,%s:1", mix.a, mix.b);
     TdStateArgs fewer = {two, 2, 1, 0, 5, rec, bytes};
     td_expect_fatal("another number of sets", td_load_state_child, &fewer, "ckpt/state.bin", "a mixture of 3 sets", "a mixture of 2");
     fewer.continue_changed = 1;
@@ -1369,16 +1355,15 @@ static void test_mixture_sets_own_order(void) {
 // A file in two sets (overlapping patterns, the same pattern twice, one file under two names) is
 // refused naming the shards.
 static void test_mixture_overlap(void) {
-    char good[2048], a[512], a1[512], b[512], link_path[512], spec[2200];
-    td_mixture_spec(good, 1, 1, 1);
-    td_path(a, "mixa_*.bin");
+    TdMixture mix;
+    char a1[512], link_path[512], spec[2200];
+    td_mixture(&mix, 1, 1, 1);
     td_path(a1, "mixa_1.bin");
-    td_path(b, "mixb_*.bin");
-    snprintf(spec, sizeof(spec), "%s:1,%s:1", a, a1);
+    snprintf(spec, sizeof(spec), "%s:1,%s:1", mix.a, a1);
     TdSpecArgs overlap = {spec, NULL};
     td_expect_fatal("overlapping sets", td_spec_child, &overlap, a1, "1 shard is in two sets", "(set 1) is");
     char twice[2200];
-    snprintf(twice, sizeof(twice), "%s:1,%s:2", b, b);
+    snprintf(twice, sizeof(twice), "%s:1,%s:2", mix.b, mix.b);
     TdSpecArgs dup = {twice, NULL};
     char b0[512];
     td_expect_fatal("one set twice", td_spec_child, &dup, td_path(b0, "mixb_0.bin"), "1 shard is in two sets", "(set 2)");
@@ -1387,7 +1372,7 @@ static void test_mixture_overlap(void) {
     CHECK(link(b0, link_path) == 0, "link %s", link_path);
     td_register(link_path);
     char linked[2200];
-    snprintf(linked, sizeof(linked), "%s:1,%s:1", b, link_path);
+    snprintf(linked, sizeof(linked), "%s:1,%s:1", mix.b, link_path);
     TdSpecArgs same_file = {linked, NULL};
     td_expect_fatal("one file under two names", td_spec_child, &same_file, link_path, "1 shard is in two sets", b0);
 }

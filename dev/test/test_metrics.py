@@ -12,8 +12,8 @@ read back with tensorboard's own reader (EventAccumulator).
   read-only --out (each: `error: <path>: ...`, exit 1, no traceback, nothing written or deleted, no
   .partial left); a killed run's .partial folder holding old events is not reused; a cut-off last
   line is skipped.
-- With nvcc (no GPU): the trainer's own writers (metrics_step, report_val, hellaswag_log,
-  fp8_report_switches of train_llama_fp8.cu, through dev/test/tools/metrics_lines.cu: host code
+- With nvcc (no GPU): the trainer's own writers (llmc/run_log.h's run_log_step, run_log_val,
+  run_log_hellaswag, and the trainer's fp8_report_switches, through dev/test/tools/metrics_lines.cu: host code
   only) for a made-up bf16 run resumed after step 2, and an fp8 fallback's switch after step 4 (its
   line on standard output, main.log's line, which trainer_log.py passes over, and metrics.jsonl's
   record); bpb is the val loss in bits over the val bytes (4.25 nats x 512 tokens / (ln 2 x 1000 bytes)).

@@ -31,7 +31,7 @@ static void read_recorded_run(const char *path) {
     RecordedRun r;
     memset(&r, 0, sizeof(r));
     snprintf(r.path, sizeof(r.path), "%s", path);
-    char line[4096], moments[16] = "", prec[16] = "";
+    char line[4096], moments[16] = "", prec[16] = "", master[16] = "fp32"; // a log from before -master_weights: fp32
     int have = 0, B = 0, T = 0;
     r.world = 1;
     config_from_preset("125m", &r.cfg);
@@ -48,13 +48,16 @@ static void read_recorded_run(const char *path) {
             have |= 1;
         } else if (sscanf(line, "B %d T %d |", &B, &T) == 2 && strstr(line, "AdamW moments ")) {
             sscanf(strstr(line, "AdamW moments ") + 14, "%15s", moments);
+            if (strstr(line, "| master weights ")) sscanf(strstr(line, "| master weights ") + 17, "%15s", master);
             have |= 2;
         } else if (sscanf(line, "device memory allocated: %lf GiB", &r.gib) == 1) {
             have |= 4;
-        } else if (strncmp(line, "fp8 fallback: a per-tensor linear", 33) == 0) {
-            r.mo.fp8_fallback = strstr(line, "moves to block") ? FP8_GRAIN_BLOCK : FP8_GRAIN_BF16;
-        } else if (strncmp(line, "fp8 grain: every fp8 linear block-scaled", 40) == 0) {
-            r.mo.fp8_grain = FP8_GRAIN_BLOCK;
+        } else if (strncmp(line, "fp8 fallback: a per-tensor linear", 33) == 0 && strstr(line, "moves to ")) {
+            for (int g = 1; g < FP8_GRAINS; g++)
+                if (strncmp(strstr(line, "moves to ") + 9, FP8_GRAIN_NAMES[g], strlen(FP8_GRAIN_NAMES[g])) == 0) r.mo.fp8_fallback = g;
+        } else if (strncmp(line, "fp8 grain: every fp8 linear ", 28) == 0) { // "block-scaled", "row-scaled"
+            for (int g = 1; g < FP8_GRAINS; g++)
+                if (strncmp(line + 28, FP8_GRAIN_NAMES[g], strlen(FP8_GRAIN_NAMES[g])) == 0) r.mo.fp8_grain = g;
         }
     }
     fclose(f);
@@ -62,6 +65,7 @@ static void read_recorded_run(const char *path) {
     int current = r.mo.fp8_current, fallback = r.mo.fp8_fallback, grain = r.mo.fp8_grain;
     r.mo = model_options(B, T, strcmp(prec, "fp8") == 0 ? PREC_FP8 : PREC_BF16);
     r.mo.moments_bf16 = strcmp(moments, "bf16") == 0;
+    r.mo.master_bf16 = strcmp(master, "bf16") == 0;
     r.mo.fp8_current = current; r.mo.fp8_fallback = fallback; r.mo.fp8_grain = grain;
     g_runs[g_num_runs++] = r;
 }
@@ -75,7 +79,7 @@ static int visit_log(const char *path, const struct stat *st, int type, struct F
 
 // Every H200 run the repository keeps a log of allocated what the plan says, to the log's 0.01 GiB:
 // 7B fp8 with and without the block fallback, SmolLM2 (tied) in bf16 and fp8 at T 512-2048 with fp32
-// and bf16 moments, 125M at B 64 T 256.
+// and bf16 moments, 125M at B 64 T 256 (the master weights fp32 in each; a log names bf16 ones).
 static void test_memory_plan_matches_gpu_runs(void) {
     g_num_runs = 0;
     nftw("dev/results", visit_log, 16, FTW_PHYS);
@@ -96,6 +100,36 @@ static void test_memory_plan_matches_gpu_runs(void) {
           "the logs do not cover 7B (%d), tied (%d), fp8 (%d), bf16 (%d) and the fallback (%d)", shapes_7b, tied, fp8, bf16, fallback);
 }
 
+// -master_weights bf16 plans the fp32 plan less the fp32 master (4 bytes per element of the shard) and,
+// on one GPU with delayed scaling, plus the fp8 weight cache AdamW then no longer writes into the bf16
+// weights (a byte per block linear weight: L x (C x QKV + C x C + C x 2FF + FF x C)); on two GPUs the
+// cache was its own already. The issue 43 case, Llama-2-7B fp8 at B 1 T 4096 with -r 1 on one GPU,
+// plans under 79 GiB.
+static void test_memory_plan_bf16_master(void) {
+    LlamaConfig c;
+    config_from_preset("llama2-7b", &c);
+    size_t sizes[NUM_PARAM_TENSORS], L = c.L, C = c.C, FF = c.FF, QKV = config_qkv_width(&c);
+    param_sizes(&c, sizes);
+    const size_t cache = L * (C * QKV + C * C + C * 2 * FF + FF * C);
+    for (int world = 1; world <= 2; world++) {
+        ModelOptions fp32 = model_options(1, 4096, PREC_FP8);
+        fp32.recompute = 1; fp32.moments_bf16 = 1; // the command line's moments
+        ModelOptions bf16 = fp32;
+        bf16.master_bf16 = 1;
+        ZeroLayout z = zero_layout(&c, sizes, 0, world);
+        const size_t want = model_memory_plan(&c, &fp32, world) - z.shard * sizeof(float) + (world == 1 ? cache : 0);
+        zero_layout_free(&z);
+        const size_t got = model_memory_plan(&c, &bf16, world);
+        printf("    %d GPU%s: fp32 master %.2f GiB, bf16 master %.2f GiB\n", world, world > 1 ? "s" : "",
+               model_memory_plan(&c, &fp32, world) / 1073741824.0, got / 1073741824.0);
+        CHECK(got == want, "%d GPUs: the bf16-master plan is %zu bytes, the fp32 plan less the master%s %zu", world,
+              got, world == 1 ? " plus the fp8 weight cache" : "", want);
+        if (world == 1)
+            CHECK(got < 79.0 * 1073741824.0, "7B B 1 T 4096 -r 1 -master_weights bf16: %.2f GiB, not under 79",
+                  got / 1073741824.0);
+    }
+}
+
 typedef struct { Options o; int check_only; } CheckArgs;
 static void check_in_child(void *p) {
     CheckArgs *a = (CheckArgs *)p;
@@ -110,7 +144,7 @@ static void check_in_child(void *p) {
 // The shipped data at a small shape, -o inside the test's folder.
 static Options check_options(const char *log_dir) {
     Options o = default_options();
-    o.B = 4; o.T = 64;
+    o.model.B = 4; o.model.T = 64;
     snprintf(o.log_dir, sizeof(o.log_dir), "%s", log_dir);
     return o;
 }
@@ -262,6 +296,8 @@ int main(int argc, char **argv) {
     if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
     if (argc > 1) g_test_filter = argv[1];
     run_test("plan: device memory of every logged H200 run as it allocated it (0.01 GiB)", test_memory_plan_matches_gpu_runs);
+    run_test("plan: -master_weights bf16 drops the fp32 master (7B B 1 T 4096 -r 1 under 79 GiB on one GPU)",
+             test_memory_plan_bf16_master);
     run_test("inputs before the GPU: -o, a log, -hs, -hs_preds, -i refused naming the path", test_check_inputs_refusals);
     run_test("inputs before the GPU: -init_from's checksum", test_check_inputs_model_checksum);
     run_test("-check 1 writes nothing (-o not made)", test_check_only_writes_nothing);

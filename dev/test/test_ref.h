@@ -7,7 +7,8 @@ Tests of the C reference model (dev/test/llama_ref.h), the yardstick of the GPU 
 - against the PyTorch fixtures (dev/reference/llama_ref.py): fp32, and fp8 emulation including the
   final fp8 scaling state;
 - the fp8 bookkeeping the recipe depends on: amax slots take the max over all micro-steps, every
-  amax history (dY included) moves every step, scales follow the histories.
+  amax history (dY included) moves every step, scales follow the histories;
+- bf16 master weights: AdamW's updates stored with llmc/bf16_round.h's rule and the weights' bits.
 */
 #ifndef DEV_TEST_TEST_REF_H
 #define DEV_TEST_TEST_REF_H
@@ -106,27 +107,37 @@ static void gradcheck_compare(const size_t sizes[NUM_PARAM_TENSORS], const doubl
     printf("    worst tensor: backward vs finite differences %.2g, fp32 vs double %.2g\n", worst_fd, worst_fp32);
 }
 
+// The gradient check of the model cfg with weights params on grad_accum micro-batches of inputs and
+// targets (B x T each), document masking at doc_start_id (< 0: off): the double backward against finite
+// differences and the fp32 reference's backward against the double one (gradcheck_compare).
+static void gradcheck_run(const LlamaConfig *cfg, int B, int T, int grad_accum, int doc_start_id, const float *params,
+                          const int *inputs, const int *targets) {
+    size_t sizes[NUM_PARAM_TENSORS], num_params = param_sizes(cfg, sizes);
+    double *grads = (double *)mallocCheck(num_params * sizeof(double)), *fd = (double *)mallocCheck(num_params * sizeof(double));
+    ref_gradcheck_double(cfg, B, T, grad_accum, doc_start_id, params, inputs, targets, grads, fd);
+
+    RefModel model;
+    ref_init(&model, cfg, B, T, 0, 0, 0, 0, 0);
+    for (size_t i = 0; i < num_params; i++) model.params[i] = params[i];
+    if (doc_start_id >= 0) ref_set_doc_mask(&model, doc_start_id);
+    ref_compute_grads(&model, inputs, targets, grad_accum);
+
+    gradcheck_compare(sizes, grads, fd, model.grads);
+    ref_free(&model);
+    free(grads);
+    free(fd);
+}
+
 static void gradcheck_config(const LlamaConfig *cfg, int B, int T, int grad_accum, uint64_t seed) {
     size_t sizes[NUM_PARAM_TENSORS], num_params = param_sizes(cfg, sizes);
     int n_tokens = grad_accum * B * T;
     float *params = (float *)mallocCheck(num_params * sizeof(float));
     int *inputs = (int *)mallocCheck(n_tokens * sizeof(int)), *targets = (int *)mallocCheck(n_tokens * sizeof(int));
-    double *grads = (double *)mallocCheck(num_params * sizeof(double)), *fd = (double *)mallocCheck(num_params * sizeof(double));
     gradcheck_data(cfg, n_tokens, params, inputs, targets, seed);
-    ref_gradcheck_double(cfg, B, T, grad_accum, params, inputs, targets, grads, fd);
-
-    RefModel model;
-    ref_init(&model, cfg, B, T, 0, 0, 0, 0, 0);
-    for (size_t i = 0; i < num_params; i++) model.params[i] = params[i];
-    ref_compute_grads(&model, inputs, targets, grad_accum);
-
-    gradcheck_compare(sizes, grads, fd, model.grads);
-    ref_free(&model);
+    gradcheck_run(cfg, B, T, grad_accum, -1, params, inputs, targets);
     free(params);
     free(inputs);
     free(targets);
-    free(grads);
-    free(fd);
 }
 
 static void test_ref_gradcheck_gqa(void) {
@@ -478,6 +489,44 @@ static void ref_forward_bad_token(void *arg) {
     ref_forward(&model, inputs, targets);
 }
 
+// bf16 master weights (ref_set_master_bf16): the weights start as the nearest bf16 values, and each
+// AdamW step stores element i's fp32 update rounded stochastically with bf16_round_weight_bits(i, t),
+// so a bf16-master model and an fp32 one from the same weights and moments store, at every element,
+// the fp32 one's value so rounded; both steps' bits differ (t counts), and a quarter or so of the
+// weights land on the other neighbour than round-to-nearest's (so the check sees the rounding).
+static void test_ref_master_bf16(void) {
+    int inputs[FP8_TEST_BT], targets[FP8_TEST_BT];
+    random_tokens(inputs, FP8_TEST_BT, FP8_TEST_CFG.V, 5);
+    random_tokens(targets, FP8_TEST_BT, FP8_TEST_CFG.V, 6);
+    RefModel fp32, bf16;
+    ref_init(&fp32, &FP8_TEST_CFG, FP8_TEST_B, FP8_TEST_T, 0, 0, 0, 4, 0);
+    ref_init(&bf16, &FP8_TEST_CFG, FP8_TEST_B, FP8_TEST_T, 0, 0, 0, 4, 0);
+    ref_init_weights(&bf16, 44);
+    ref_set_master_bf16(&bf16);
+    size_t n = bf16.num_params, not_bf16 = 0;
+    for (size_t i = 0; i < n; i++) not_bf16 += (ref_real)ref_round_bf16((float)bf16.params[i]) != bf16.params[i];
+    CHECK(not_bf16 == 0, "%zu of %zu weights not bf16 values after ref_set_master_bf16", not_bf16, n);
+    for (int t = 1; t <= 2; t++) {
+        memcpy(fp32.params, bf16.params, n * sizeof(ref_real)); // the same weights; the moments already agree
+        ref_train_step(&fp32, inputs, targets, 1, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, NULL);
+        ref_train_step(&bf16, inputs, targets, 1, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, NULL);
+        size_t bad = 0, first_bad = 0, off_nearest = 0;
+        for (size_t i = 0; i < n; i++) {
+            const float w = (float)fp32.params[i];
+            const ref_real want = bf16_bits_to_float(bf16_round_stochastic(w, bf16_round_weight_bits(i, t) & 0xffffu));
+            if (bf16.params[i] != want && bad++ == 0) first_bad = i;
+            off_nearest += bf16.params[i] != (ref_real)ref_round_bf16(w);
+        }
+        CHECK(bad == 0, "step %d: %zu of %zu weights not the fp32 update rounded with their bits (first: %zu, %.9g)", t, bad, n, first_bad,
+              (double)bf16.params[first_bad]);
+        CHECK(off_nearest > n / 8, "step %d: only %zu of %zu weights off round-to-nearest (the test's premise)", t, off_nearest, n);
+        CHECK(memcmp(fp32.m, bf16.m, n * sizeof(ref_real)) == 0 && memcmp(fp32.v, bf16.v, n * sizeof(ref_real)) == 0,
+              "step %d: the moments differ (the same gradients were expected)", t);
+    }
+    ref_free(&fp32);
+    ref_free(&bf16);
+}
+
 static void test_ref_bad_token_is_fatal(void) {
     char err[512];
     int status = run_expect_fatal(ref_forward_bad_token, NULL, err, sizeof(err));
@@ -498,6 +547,8 @@ static void run_ref_tests(void) {
     run_test("ref: ref_round_bf16 is round-to-nearest-even bf16", test_ref_round_bf16);
     run_test("ref: fp8_bf16_inputs rounds the input of every fp8 cast", test_ref_fp8_bf16_inputs_reach_every_cast);
     run_test("ref: fp8 health counts: underflows and saturations per tensor, summed over a step's casts", test_ref_fp8_health_counts);
+    run_test("ref: bf16 master weights: every AdamW update stochastically rounded with its index's and step's bits",
+             test_ref_master_bf16);
     run_test("ref: a token outside the vocabulary is fatal", test_ref_bad_token_is_fatal);
 }
 

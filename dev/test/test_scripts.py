@@ -575,9 +575,10 @@ RUNNER = os.path.join(ROOT, "dev", "test", "run_tests.sh")
 # the suites run_tests.sh runs, as paths in the tree (the Python ones are found by its glob)
 CPU_SUITES = ["dev/test/test_cpu", "dev/test/test_trainer_host", "dev/test/test_zero_layout"]
 PY_SUITES = ["dev/test/test_a.py", "dev/test/test_b.py"]
-GPU_SUITES = ["test_llama_fp8", "dev/test/test_signal.sh", "dev/test/test_hf_gpu.sh", "dev/cuda/rmsnorm", "dev/cuda/fp8_block"]
-# the arguments a suite must be run with (none where not listed): fp8_block's full run times for minutes
-SUITE_ARGS = {"dev/cuda/fp8_block": "-validate"}
+GPU_SUITES = ["test_llama_fp8", "dev/test/test_signal.sh", "dev/test/test_hf_gpu.sh", "dev/cuda/rmsnorm", "dev/cuda/fp8_block",
+              "dev/cuda/fp8_rowwise"]
+# the arguments a suite must be run with (none where not listed): the fp8 ones' full runs time for minutes
+SUITE_ARGS = {"dev/cuda/fp8_block": "-validate", "dev/cuda/fp8_rowwise": "-validate"}
 
 
 def fake_tree(tmp, outcomes, gpu, build_ok=True, venv=True):

@@ -4,18 +4,18 @@ the trainer's own functions, with stand-in ranks (a MultiGpu with only rank and 
 1, 3 and 8 where the code is sharded: train_step's count of the step's learned targets
 (step_learned_targets) and the loss scale it gives; the HellaSwag items of each rank
 (hellaswag_rank_items); bits per byte's targets and bytes (val_text) with every token id a target;
-the values a step's fp8 casts cast (fp8_values_cast) in every grain, with and without the weight
-cache, and the fallback's rule (fp8_fallback_rule) against dev/test/llama_ref.h's
-ref_fp8_auto_grain on several ranks and without the weight cache; a step's metrics.jsonl line
-(metrics_line, metrics_step) with fp8 counts and non-finite numbers, read back by a strict JSON
-parser and scripts/to_tensorboard.py's reader (python3); the logs of a resumed run appended to,
-a fresh run's started empty (open_logs).
+the values a step's fp8 casts cast (linear_values_cast) in every grain, with and without the weight
+cache (the fallback's rule itself: dev/test/test_fp8_fallback.h, in test_cpu); the run log (llmc/run_log.h):
+every event's stdout line, main.log line and metrics.jsonl record against the documented formats
+(NaN and inf too), without the log files, on another rank (nothing); a step's fp8 health from its
+counts (fp8_health), its metrics.jsonl records read back by a strict JSON parser and
+scripts/to_tensorboard.py's reader (python3); the logs of a resumed run appended to, a fresh run's
+started empty (run_log_open).
 Build and run from the repository root: make dev/test/test_step_host && ./dev/test/test_step_host
 */
 #define TESTING
 #include "train_llama_fp8.cu"
 #include "dev/test/harness.h"   // CHECK, run_test
-#include "dev/test/llama_ref.h" // ref_fp8_auto_grain: the fallback's rule, which the trainer's must follow
 
 static char g_dir[64];
 static const int WORLDS[3] = {1, 3, 8};
@@ -170,7 +170,7 @@ static void test_val_text_every_id(void) {
     tokenizer_free(&tok);
 }
 
-// ---- fp8: the values a step casts, the fallback's rule
+// ---- fp8: the values a step casts
 
 static const LlamaConfig FP8_CFG = {64, 2, 128, 2, 1, 256, 32, 10000.0f, 1e-5f}; // V L C NH NKV FF max_T
 enum { FP8_B = 2, FP8_T = 32 };
@@ -184,52 +184,52 @@ static void fp8_cfg_linear(int lin, double *in, double *out) {
 }
 
 // The values tensor `kind` of a linear of this grain casts in a step, by docs/fp8_recipe.md: every rank
-// casts X and dY in each micro-step (block: twice, row-wise and transposed), W once a step from the
+// casts X and dY in each micro-step (block and row: twice, row-wise and transposed), W once a step from the
 // weight cache, without it before each micro-step's forward (any grain), and a bf16 linear nothing.
 static double spec_values_cast(int lin, int kind, int grain, int w_cache, int grad_accum, int world) {
     double in, out, tokens = (double)grad_accum * FP8_B * FP8_T;
     fp8_cfg_linear(lin, &in, &out);
     if (grain == FP8_GRAIN_BF16) return 0.0;
     if (kind == FP8_W) return in * out * (w_cache ? 1 : grad_accum) * world;
-    return tokens * (kind == FP8_X ? in : out) * (grain == FP8_GRAIN_BLOCK ? 2 : 1) * world;
+    return tokens * (kind == FP8_X ? in : out) * (grain == FP8_GRAIN_BLOCK || grain == FP8_GRAIN_ROW ? 2 : 1) * world;
 }
 
-// A host-only fp8 model of FP8_CFG with what fp8_values_cast, the fallback's rule and the metrics read:
-// B x T, the weight cache or not, the lm_head in fp8 or not, the rank, the rule's options, every
-// linear's grain `grain`.
-static void fp8_model(Model *m, MultiGpu *mg, int w_cache, int lm_head, int grain, int patience) {
+// The host part of FP8_CFG's linears that linear_values_cast reads: B x T, on `world` ranks, the weight
+// cache or not, the lm_head in fp8 or not, every fp8 linear's grain `grain`.
+static void fp8_linears(Linears *L, int world, int w_cache, int lm_head, int grain) {
+    memset(L, 0, sizeof(*L));
+    L->cfg = FP8_CFG;
+    L->sh.o.fp8 = 1; L->sh.o.lm_head = lm_head; L->sh.o.N = FP8_B * FP8_T; L->sh.o.w_cache = w_cache; L->sh.o.world = world;
+    L->count = fp8_num_linears(&FP8_CFG, lm_head);
+    L->grain = (unsigned char *)mallocCheck(L->count);
+    memset(L->grain, grain, L->count);
+}
+
+// A host-only fp8 model of FP8_CFG with what the metrics read: those linears, on rank mg.
+static void fp8_model(Model *m, MultiGpu *mg, int w_cache, int lm_head, int grain) {
     memset(m, 0, sizeof(*m));
     m->cfg = FP8_CFG;
     m->opt.B = FP8_B; m->opt.T = FP8_T; m->opt.precision = PREC_FP8;
-    m->opt.fp8_fallback = FP8_GRAIN_BLOCK; m->opt.fp8_fallback_millionths = 10000; m->opt.fp8_fallback_patience = patience;
     m->fp8.on = 1; m->fp8.w_cache = w_cache; m->fp8.lm_head = lm_head;
     m->mg = mg;
-    int nlin = fp8_num_linears(&FP8_CFG, lm_head);
-    m->fp8_grain = (unsigned char *)mallocCheck(nlin);
-    memset(m->fp8_grain, grain, nlin);
-    m->fp8_over_steps = (int *)callocCheck(nlin, sizeof(int));
+    fp8_linears(&m->linears, mg->world, w_cache, lm_head, grain);
 }
 
-static void fp8_model_free(Model *m) {
-    free(m->fp8_grain);
-    free(m->fp8_over_steps);
-}
-
-// fp8_values_cast against spec_values_cast for every tensor of every linear (the lm_head's too), in
+// linear_values_cast against spec_values_cast for every tensor of every linear (the lm_head's too), in
 // every grain, with the weight cache and without, grad accumulation 1 and 3, on 1, 3 and 8 ranks.
 static void test_fp8_values_cast(void) {
     for (int grain = 0; grain < FP8_GRAINS; grain++) {
         for (int w_cache = 0; w_cache <= 1; w_cache++) {
             for (int ga = 1; ga <= 3; ga += 2) {
                 for (int w = 0; w < 3; w++) {
-                    MultiGpu mg = stand_in_rank(WORLDS[w] - 1, WORLDS[w]);
-                    Model m;
-                    fp8_model(&m, &mg, w_cache, 1, grain, 1);
+                    Linears L;
+                    fp8_linears(&L, WORLDS[w], w_cache, 1, grain);
                     char first_wrong[200] = "";
                     for (int l = 0; l < FP8_CFG.L; l++) {
                         for (int lin = 0; lin < LINS_PER_LAYER + (l == 0); lin++) {
                             for (int k = 0; k < FP8_KINDS; k++) {
-                                double got = fp8_values_cast(&m, l, lin, k, ga), want = spec_values_cast(lin, k, grain, w_cache, ga, WORLDS[w]);
+                                double got = linear_values_cast(&L, l, lin, k, ga);
+                                double want = spec_values_cast(lin, k, grain, w_cache, ga, WORLDS[w]);
                                 if (got != want && !first_wrong[0])
                                     snprintf(first_wrong, sizeof(first_wrong), "layer %d %s %s cast %.0f values, want %.0f", l, LINEAR_NAMES[lin],
                                              FP8_KIND_NAMES[k], got, want);
@@ -238,112 +238,206 @@ static void test_fp8_values_cast(void) {
                     }
                     CHECK(!first_wrong[0], "grain %s, weight cache %d, grad accumulation %d, world %d: %s", FP8_GRAIN_NAMES[grain], w_cache, ga,
                           WORLDS[w], first_wrong);
-                    fp8_model_free(&m);
+                    free(L.grain);
                 }
             }
         }
     }
 }
 
-// The trainer's rule (fp8_fallback_rule) on rank 0 of 1, 3 and 8, with the weight cache and without,
-// against ref_fp8_auto_grain (threshold 1%) of one model whose batch is every rank's (B x world): the
-// same step cast on several GPUs. Each step half the linears (drawn) have one tensor over 1% of the
-// reference's values by 1 to 1% more, every other tensor loses 1% of them rounded down (not over) or
-// fewer, split between underflows and saturations. The trainer's counts are the GPUs': X's and dY's
-// the reference's (the ranks' tokens together), W's the reference's times the world (every rank casts
-// all of W) and, without the cache, times the micro-steps (W cast in each). Both must switch the same
-// linears after the same steps and count the same steps over, for 12 steps; and some per-tensor linear
-// that is not over must have a tensor exactly at the rounded-down threshold (where a count of the
-// values too small by the world or the micro-steps puts it over).
-static void test_fp8_fallback_rule_ranks(void) {
-    struct { int world, w_cache, grad_accum, lm_head, patience; } runs[] = {
-        {1, 0, 3, 1, 1}, {3, 0, 2, 0, 2}, {8, 0, 3, 1, 2}, {3, 1, 2, 1, 1}, {8, 1, 1, 0, 3},
-    };
-    for (size_t r = 0; r < sizeof(runs) / sizeof(runs[0]); r++) {
-        int world = runs[r].world, w_cache = runs[r].w_cache, ga = runs[r].grad_accum, lm_head = runs[r].lm_head, patience = runs[r].patience;
-        RefModel ref;
-        ref_init(&ref, &FP8_CFG, FP8_B * world, FP8_T, 1, 0, lm_head, 4, 0);
-        MultiGpu mg = stand_in_rank(0, world);
-        Model m;
-        fp8_model(&m, &mg, w_cache, lm_head, FP8_GRAIN_TENSOR, patience);
-        int nlin = fp8_num_linears(&FP8_CFG, lm_head), switched = 0, at_threshold = 0;
-        unsigned long long *counts = (unsigned long long *)callocCheck((size_t)FP8_COUNTS * FP8_KINDS * nlin, sizeof(unsigned long long));
-        Fp8Switch *sw = (Fp8Switch *)callocCheck(nlin, sizeof(Fp8Switch));
-        uint64_t rng = 41 + r;
-        for (int step = 0; step < 12; step++) {
-            for (int i = 0; i < nlin; i++) {
-                int lin = i < LINS_PER_LAYER * FP8_CFG.L ? i % LINS_PER_LAYER : LIN_LM_HEAD;
-                int over = random_u32(&rng) % 2 ? (int)(random_u32(&rng) % FP8_KINDS) : -1;
-                for (int k = 0; k < FP8_KINDS; k++) {
-                    double ref_values = spec_values_cast(lin, k, FP8_GRAIN_TENSOR, 1, ga, 1) * (k == FP8_W ? 1 : world);
-                    unsigned long long at = (unsigned long long)floor(0.01 * ref_values), lost;
-                    if (k == over) lost = at + 1 + random_u32(&rng) % at;
-                    else lost = random_u32(&rng) % 2 ? at : random_u32(&rng) % (at + 1);
-                    at_threshold += over < 0 && lost == at && m.fp8_grain[i] == FP8_GRAIN_TENSOR;
-                    unsigned long long under = lost ? random_u32(&rng) % (lost + 1) : 0;
-                    unsigned long long times = k == FP8_W ? (unsigned long long)world * (w_cache ? 1 : ga) : 1;
-                    size_t t = (size_t)FP8_KINDS * i + k;
-                    ref.fp8_counts[FP8_COUNTS * t + FP8_UNDERFLOWS] = under;
-                    ref.fp8_counts[FP8_COUNTS * t + FP8_SATURATIONS] = lost - under;
-                    counts[FP8_COUNTS * t + FP8_UNDERFLOWS] = under * times;
-                    counts[FP8_COUNTS * t + FP8_SATURATIONS] = (lost - under) * times;
-                }
-            }
-            int want = ref_fp8_auto_grain(&ref, ga, 0.01, patience, FP8_GRAIN_BLOCK);
-            int got = fp8_fallback_rule(&m, counts, ga, sw);
-            for (int k = 0; k < got; k++) m.fp8_grain[fp8_linear(&FP8_CFG, sw[k].l, sw[k].lin)] = FP8_GRAIN_BLOCK; // as fp8_set_grain
-            CHECK(got == want, "world %d, weight cache %d, grad accumulation %d, step %d: %d linears switched, the reference %d", world, w_cache,
-                  ga, step, got, want);
-            for (int i = 0; i < nlin; i++)
-                CHECK(m.fp8_grain[i] == ref.fp8_grain[i] && m.fp8_over_steps[i] == ref.fp8_over_steps[i],
-                      "world %d, weight cache %d, step %d, linear %d: grain %d after %d steps over, the reference's %d after %d", world, w_cache,
-                      step, i, m.fp8_grain[i], m.fp8_over_steps[i], ref.fp8_grain[i], ref.fp8_over_steps[i]);
-            switched += got;
-        }
-        CHECK(switched > 0 && at_threshold > 0, "world %d, weight cache %d: %d linears switched, %d tensors of per-tensor linears not over"
-              " exactly at the threshold: the draws miss a case", world, w_cache, switched, at_threshold);
-        free(counts); free(sw);
-        fp8_model_free(&m);
-        ref_free(&ref);
+static void fp8_model_free(Model *m) { free(m->linears.grain); }
+
+
+// ---- the run log (llmc/run_log.h): each event's stdout line, main.log line and metrics.jsonl record
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopenCheck(path, "w");
+    fputs(text, f);
+    fcloseCheck(f);
+}
+
+static void read_text(const char *path, char *buf, size_t n) {
+    FILE *f = fopen(path, "r");
+    size_t got = f ? fread(buf, 1, n - 1, f) : 0;
+    buf[got] = '\0';
+    if (f) fclose(f);
+}
+
+static const size_t GIB = (size_t)1 << 30;
+static const char *const OUTPUT_NAMES[3] = {"stdout", "main.log", "metrics.jsonl"};
+
+// The events, each written into a run log by one call. The numbers are exact in binary (0.0009765625 is
+// 2^-10), so each expected text below is what the format documented in docs/formats.md and README.md
+// prints.
+static void event_step_fp8(const RunLog *rl) {
+    RunStep s = {7, 100, 2.5f, 1.25f, 0.0009765625f, 20.5f, 51200.0, 250e12, 1000.0, 3 * GIB, 0};
+    Fp8Health h = {0.125, 0.0625, 0.5, "layer 2 lm_head dy"};
+    run_log_step(rl, &s, &h);
+}
+static void event_step_nonfinite(const RunLog *rl) { // no peak known (MFU n/a), the update skipped, every linear bf16
+    RunStep s = {8, 100, NAN, INFINITY, 0.0009765625f, 20.5f, 51200.0, 250e12, 0.0, 3 * GIB, 1};
+    Fp8Health h = {NAN, NAN, -1.0, ""};
+    run_log_step(rl, &s, &h);
+}
+static void event_step_bf16(const RunLog *rl) {
+    RunStep s = {9, 100, 3.0f, 0.5f, 0.25f, 19.75f, 8192.0, 0.0, 0.0, GIB / 2, 0};
+    run_log_step(rl, &s, NULL);
+}
+static void event_val(const RunLog *rl) { run_log_val(rl, 20, 3.25f, 1.5, ""); }
+static void event_val_no_bpb(const RunLog *rl) { run_log_val(rl, 0, NAN, 0.0, " over 2 batches of 4 x 64 tokens"); }
+static void event_val_eval_only(const RunLog *rl) { run_log_val(rl, 0, 3.25f, 1.5, " over 1 batch of 16 x 1024 tokens"); }
+static void event_hellaswag(const RunLog *rl) { run_log_hellaswag(rl, 20, 0.25, 0.3125, 40); }
+static void event_fallback(const RunLog *rl) { run_log_fallback(rl, 4, 11, "w2", "block", "x", 0.125, 1.0, 3); }
+static void event_sample(const RunLog *rl) {
+    int tokens[3] = {1, 450, 29871};
+    run_log_sample(rl, tokens, 3);
+}
+static void event_mixture(const RunLog *rl) { run_log_mixture(rl, "'a_*.bin' 3 of 4 batches (0.7500, weight 0.7000)"); }
+static void event_median(const RunLog *rl) { run_log_median(rl, 22.5f, 10, 51200.0, 250e12, 1000.0, 3 * GIB, 2); }
+static void event_header(const RunLog *rl) { // 2 GPUs, fp8, llama3 RoPE, tied, resumed, synthetic data, bf16 master
+    LlamaConfig cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.V = 32000; cfg.L = 4; cfg.C = 256; cfg.NH = 4; cfg.NKV = 2; cfg.FF = 768; cfg.rope_theta = 500000.0f;
+    cfg.tied_embeddings = 1; cfg.rope_scaling = ROPE_LLAMA3;
+    cfg.rope_factor = 32.0f; cfg.rope_low_freq_factor = 1.0f; cfg.rope_high_freq_factor = 4.0f;
+    cfg.rope_original_T = 8192;
+    RunHeader h = {"NVIDIA H200", "-ngpu fork launcher", 2, "fp8", "delayed", "tiny", &cfg, 12345678, 7 * GIB / 2,
+                   4, 64, 512, 1, 100, 10, 1, 1, 0.25f, 0.125f, 0.5f, 1.0f, "bf16", "bf16", "cuDNN fused",
+                   " -b 4 -t 64"};
+    run_log_header(rl, &h);
+}
+static void event_header_plain(const RunLog *rl) { // 1 GPU, bf16, a fresh start
+    LlamaConfig cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.V = 32000; cfg.L = 12; cfg.C = 768; cfg.NH = 12; cfg.NKV = 12; cfg.FF = 2048; cfg.rope_theta = 10000.0f;
+    RunHeader h = {"NVIDIA H100 80GB HBM3", "single GPU", 1, "bf16", NULL, "125m", &cfg, 134100000, 2 * GIB,
+                   16, 1024, 16384, 1, 50, 0, 0, 0, 0.5f, 0.0f, 0.0f, 0.0f, "fp32", "fp32", "plain", " -x 50"};
+    run_log_header(rl, &h);
+}
+
+static const struct {
+    const char *name;
+    void (*write)(const RunLog *rl);
+    const char *want[3]; // stdout, main.log, metrics.jsonl
+} EVENTS[] = {
+    {"an fp8 step", event_step_fp8,
+     {"step     7/100 | loss 2.500000 | norm 1.2500 | lr 9.766e-04 | 20.50 ms | 51200 tok/s | MFU 25.0%\n",
+      "s:7 trl:2.500000 norm:1.2500 lr:9.7656e-04 ms:20.50 tok/s:51200\n",
+      "{\"step\": 7, \"loss\": 2.5, \"lr\": 0.0009765625, \"norm\": 1.25, \"ms\": 20.5, \"tokens_per_s\": 51200,"
+      " \"mfu\": 0.25, \"memory_gib\": 3, \"fp8_underflow\": 0.125, \"fp8_saturation\": 0.0625,"
+      " \"fp8_worst_underflow\": 0.5, \"fp8_worst_underflow_tensor\": \"layer 2 lm_head dy\"}\n"}},
+    {"a step with a NaN loss, an infinite norm, no MFU, the update skipped, NaN fp8 fractions", event_step_nonfinite,
+     {"step     8/100 | loss nan | norm inf | lr 9.766e-04 | 20.50 ms | 51200 tok/s | MFU n/a"
+      " | update SKIPPED (non-finite gradient)\n",
+      "s:8 trl:nan norm:inf lr:9.7656e-04 ms:20.50 tok/s:51200\n",
+      "{\"step\": 8, \"loss\": null, \"lr\": 0.0009765625, \"norm\": null, \"ms\": 20.5, \"tokens_per_s\": 51200,"
+      " \"memory_gib\": 3, \"fp8_underflow\": null, \"fp8_saturation\": null, \"fp8_worst_underflow\": -1,"
+      " \"fp8_worst_underflow_tensor\": \"\"}\n"}},
+    {"a bf16 step", event_step_bf16,
+     {"step     9/100 | loss 3.000000 | norm 0.5000 | lr 2.500e-01 | 19.75 ms | 8192 tok/s | MFU n/a\n",
+      "s:9 trl:3.000000 norm:0.5000 lr:2.5000e-01 ms:19.75 tok/s:8192\n",
+      "{\"step\": 9, \"loss\": 3, \"lr\": 0.25, \"norm\": 0.5, \"ms\": 19.75, \"tokens_per_s\": 8192,"
+      " \"memory_gib\": 0.5}\n"}},
+    {"a val loss with bpb", event_val,
+     {"val loss 3.250000 | bpb 1.5000\n", "s:20 tel:3.250000 bpb:1.500000\n",
+      "{\"step\": 20, \"val_loss\": 3.25, \"bpb\": 1.5}\n"}},
+    {"a NaN val loss without bpb, -x 0's end of line", event_val_no_bpb,
+     {"val loss nan over 2 batches of 4 x 64 tokens\n", "s:0 tel:nan\n", "{\"step\": 0, \"val_loss\": null}\n"}},
+    {"a val loss with bpb, -x 0's end of line", event_val_eval_only,
+     {"val loss 3.250000 | bpb 1.5000 over 1 batch of 16 x 1024 tokens\n", "s:0 tel:3.250000 bpb:1.500000\n",
+      "{\"step\": 0, \"val_loss\": 3.25, \"bpb\": 1.5}\n"}},
+    {"a HellaSwag score", event_hellaswag,
+     {"hellaswag: acc 0.2500 acc_norm 0.3125 (40 items)\n", "s:20 hs_acc:0.250000 hs_acc_norm:0.312500 hs_items:40\n",
+      "{\"step\": 20, \"hellaswag_acc\": 0.25, \"hellaswag_acc_norm\": 0.3125, \"hellaswag_items\": 40}\n"}},
+    {"an fp8 fallback switch", event_fallback,
+     {"fp8 fallback: layer 11 w2 -> block from step 5 on (its x lost 12.50% of its values in step 4, over 1% in 3 steps"
+      " in a row)\n",
+      "fp8_fallback: s:4 layer:11 linear:w2 grain:block tensor:x lost:1.250000e-01 steps:3\n",
+      "{\"step\": 4, \"fp8_fallback\": \"layer 11 w2\", \"fp8_grain\": \"block\", \"fp8_fallback_tensor\": \"x\","
+      " \"fp8_fallback_lost\": 0.125}\n"}},
+    {"a sample", event_sample, {"", "sample: 1 450 29871\n", ""}},
+    {"the data mixture", event_mixture,
+     {"data mixture realized: 'a_*.bin' 3 of 4 batches (0.7500, weight 0.7000)\n",
+      "mixture: 'a_*.bin' 3 of 4 batches (0.7500, weight 0.7000)\n", ""}},
+    {"the median step", event_median,
+     {"median step 22.50 ms over 10 steps after warm-up | 51200 tok/s | MFU 25.0% | device memory in use 3.00 GiB"
+      " (rank 0)\n", "", ""}},
+    {"the header of a resumed 2-GPU fp8 run", event_header,
+     {"train_llama_fp8 | 2 x NVIDIA H200 (-ngpu fork launcher) | fp8 (delayed scaling) | model tiny: V 32000 L 4 C 256"
+      " NH 4 NKV 2 FF 768 theta 500000 (llama3 scaling: factor 32, low 1, high 4, original 8192) | tied embeddings"
+      " | 12.3M params\n"
+      "B 4 T 64 | total batch 512 tokens (grad accum 1) | 100 steps | lr 0.25 warmup 10 final 0.125 | wd 0.5 clip 1"
+      " | AdamW moments bf16 | master weights bf16 | cuDNN fused attention\n"
+      "device memory allocated: 3.50 GiB per GPU (ZeRO-1) | resumed\n",
+      "# NVIDIA H200 precision fp8 model tiny V 32000 L 4 C 256 NH 4 NKV 2 FF 768 B 4 T 64 total_batch 512"
+      " adam_moments bf16 data synthetic gpus 2\noptions: -b 4 -t 64\n", ""}},
+    {"the header of a 1-GPU bf16 run", event_header_plain,
+     {"train_llama_fp8 | NVIDIA H100 80GB HBM3 | bf16 | model 125m: V 32000 L 12 C 768 NH 12 NKV 12 FF 2048 theta 10000"
+      " | 134.1M params\n"
+      "B 16 T 1024 | total batch 16384 tokens (grad accum 1) | 50 steps | lr 0.5 warmup 0 final 0 | wd 0 clip 0"
+      " | AdamW moments fp32 | master weights fp32 | plain attention\n"
+      "device memory allocated: 2.00 GiB\n",
+      "# NVIDIA H100 80GB HBM3 precision bf16 model 125m V 32000 L 12 C 768 NH 12 NKV 12 FF 2048 B 16 T 1024"
+      " total_batch 16384 adam_moments fp32\noptions: -x 50\n", ""}},
+};
+
+// What `write` writes into a run log of the main rank (main_rank 1) or another, its stdout, main.log and
+// metrics.jsonl files in g_dir (files 0: stdout's alone, main.log and metrics.jsonl NULL), read back.
+static void event_outputs(void (*write)(const RunLog *rl), int main_rank, int files, char got[3][1024]) {
+    char path[3][128];
+    RunLog rl = {main_rank, NULL, NULL, NULL, NULL};
+    FILE **f[3] = {&rl.out, &rl.log, &rl.metrics};
+    for (int k = 0; k < 3; k++) {
+        snprintf(path[k], sizeof(path[k]), "%s/event_%s", g_dir, OUTPUT_NAMES[k]);
+        remove(path[k]);
+        if (k == 0 || files) *f[k] = fopenCheck(path[k], "w");
+    }
+    write(&rl);
+    fcloseCheck(rl.out);
+    run_log_close(&rl);
+    for (int k = 0; k < 3; k++) read_text(path[k], got[k], sizeof(got[k]));
+}
+
+// Every event's three outputs against the formats (NaN and inf in the text, null in metrics.jsonl);
+// without main.log and metrics.jsonl (no -o, -x 0) its stdout the same; another rank writes nothing.
+static void test_run_log_events(void) {
+    char got[3][1024];
+    for (size_t e = 0; e < sizeof(EVENTS) / sizeof(EVENTS[0]); e++) {
+        event_outputs(EVENTS[e].write, 1, 1, got);
+        for (int k = 0; k < 3; k++)
+            CHECK(strcmp(got[k], EVENTS[e].want[k]) == 0, "%s: %s\n      '%s'\n want '%s'", EVENTS[e].name,
+                  OUTPUT_NAMES[k], got[k], EVENTS[e].want[k]);
+        event_outputs(EVENTS[e].write, 1, 0, got);
+        CHECK(strcmp(got[0], EVENTS[e].want[0]) == 0 && !got[1][0] && !got[2][0],
+              "%s, no main.log or metrics.jsonl: stdout\n      '%s'\n want '%s'", EVENTS[e].name, got[0],
+              EVENTS[e].want[0]);
+        event_outputs(EVENTS[e].write, 0, 1, got);
+        CHECK(!got[0][0] && !got[1][0] && !got[2][0],
+              "%s, not the main rank: stdout '%s', main.log '%s', metrics.jsonl '%s' (want nothing)", EVENTS[e].name,
+              got[0], got[1], got[2]);
     }
 }
 
-// ---- metrics.jsonl
-
-// The number after "key": in a metrics line; NAN if the key is missing or not a number.
-static double json_value(const char *line, const char *key) {
-    char k[64];
-    snprintf(k, sizeof(k), "\"%s\": ", key);
-    const char *at = strstr(line, k);
-    if (!at) return NAN;
-    char *end;
-    double v = strtod(at + strlen(k), &end);
-    return end == at + strlen(k) ? NAN : v;
-}
-
-// Whether v is want to the 8 significant digits metrics.jsonl writes (%.8g).
-static int same_8_digits(double v, double want) { return fabs(v - want) <= 1e-7 * fabs(want); }
-
-// metrics.jsonl's step lines written by the trainer's writer into g_dir/metrics.jsonl: an fp8 step of
-// rank 0 of 3 without the weight cache, grad accumulation 2, the lm_head in fp8, layer 0's w13 block-
-// scaled and layer 1's wo fallen back to bf16 (its counts 0, as the GPU leaves them), every other tensor
-// with underflows and saturations of its own (saturations never the underflows), the lm_head's dY the
-// worst underflow; the same step with a NaN loss and an infinite norm; a bf16 step (metrics_step) with
-// a NaN loss. fp8_underflow and fp8_saturation must be the lost values over every value cast
-// (spec_values_cast), the non-finite numbers null. Then the file read by Python: every line strict
-// JSON (no NaN or Infinity), and scripts/to_tensorboard.py's read_metrics reads the nulls as None (no value).
-static void test_metrics_lines(void) {
+// fp8_health of a step of rank 0 of 3 without the weight cache, grad accumulation 2, the lm_head in fp8,
+// layer 0's w13 block-scaled and layer 1's wo fallen back to bf16 (its counts 0, as the GPU leaves
+// them), every other tensor with underflows and saturations of its own (saturations never the
+// underflows), the lm_head's dY the worst underflow: fp8_underflow and fp8_saturation must be the lost
+// values over every value cast (spec_values_cast). Then metrics.jsonl's records of that step, of the
+// same step with a NaN loss and an infinite norm, and of a bf16 step with a NaN loss, written by
+// run_log_step, read by Python: every line strict JSON (no NaN or Infinity), and
+// scripts/to_tensorboard.py's read_metrics reads the nulls as None (no value).
+static void test_fp8_health(void) {
     MultiGpu mg = stand_in_rank(0, 3);
     Model m;
-    fp8_model(&m, &mg, 0, 1, FP8_GRAIN_TENSOR, 1);
-    m.fp8_grain[fp8_linear(&FP8_CFG, 0, LIN_W13)] = FP8_GRAIN_BLOCK;
-    m.fp8_grain[fp8_linear(&FP8_CFG, 1, LIN_WO)] = FP8_GRAIN_BF16;
+    fp8_model(&m, &mg, 0, 1, FP8_GRAIN_TENSOR);
+    m.linears.grain[fp8_linear(&FP8_CFG, 0, LIN_W13)] = FP8_GRAIN_BLOCK;
+    m.linears.grain[fp8_linear(&FP8_CFG, 1, LIN_WO)] = FP8_GRAIN_BF16;
     const int ga = 2, nt = fp8_num_tensors(&FP8_CFG, 1);
     unsigned long long *counts = (unsigned long long *)callocCheck((size_t)FP8_COUNTS * nt, sizeof(unsigned long long));
     double cast = 0.0, under = 0.0, sat = 0.0;
     for (int t = 0; t < nt; t++) {
         int i = t / FP8_KINDS, k = t % FP8_KINDS, lin = i < LINS_PER_LAYER * FP8_CFG.L ? i % LINS_PER_LAYER : LIN_LM_HEAD;
-        double values = spec_values_cast(lin, k, m.fp8_grain[i], 0, ga, 3);
+        double values = spec_values_cast(lin, k, m.linears.grain[i], 0, ga, 3);
         if (values == 0.0) continue;
         counts[FP8_COUNTS * t + FP8_UNDERFLOWS] = t == nt - 1 ? (unsigned long long)(0.25 * values) : 100 + 7 * t;
         counts[FP8_COUNTS * t + FP8_SATURATIONS] = 3 + 11 * t;
@@ -351,35 +445,25 @@ static void test_metrics_lines(void) {
         under += (double)counts[FP8_COUNTS * t + FP8_UNDERFLOWS];
         sat += (double)counts[FP8_COUNTS * t + FP8_SATURATIONS];
     }
-    char path[128];
-    snprintf(path, sizeof(path), "%s/metrics.jsonl", g_dir);
-    FILE *f = fopenCheck(path, "w");
-    size_t gib = (size_t)1 << 30;
-    metrics_line(f, &m, counts, 7, 2.5f, 1.25f, 3e-4f, 20.0f, 51200.0, 0.25, 3 * gib, ga);
-    metrics_line(f, &m, counts, 8, NAN, INFINITY, 3e-4f, 20.0f, 51200.0, 0.25, 3 * gib, ga);
-    m.fp8.on = 0;
-    metrics_step(f, &m, 9, NAN, 1.0f, 2e-4f, 21.0f, 48000.0, 0.0, 3 * gib, ga);
-    fcloseCheck(f);
+    Fp8Health h = fp8_health(&m, counts, ga);
+    double dy = spec_values_cast(LIN_LM_HEAD, FP8_DY, 0, 0, ga, 3), want_worst = floor(0.25 * dy) / dy;
+    // sums of whole numbers below 2^53: exact in any order
+    CHECK(h.underflow == under / cast && h.saturation == sat / cast && h.worst_underflow == want_worst &&
+          strcmp(h.worst_tensor, "layer 2 lm_head dy") == 0,
+          "fp8_underflow %.9g, fp8_saturation %.9g, worst %.9g of %s (want %.9g, %.9g, %.9g of layer 2 lm_head dy)",
+          h.underflow, h.saturation, h.worst_underflow, h.worst_tensor, under / cast, sat / cast, want_worst);
     fp8_model_free(&m);
     free(counts);
 
-    char lines[3][1024];
-    f = fopenCheck(path, "r");
-    for (int s = 0; s < 3; s++) if (!fgets(lines[s], sizeof(lines[s]), f)) lines[s][0] = '\0';
-    fcloseCheck(f);
-    for (int s = 0; s < 2; s++) {
-        double u = json_value(lines[s], "fp8_underflow"), v = json_value(lines[s], "fp8_saturation");
-        double worst = json_value(lines[s], "fp8_worst_underflow"), want_worst = 0.25 * spec_values_cast(LIN_LM_HEAD, FP8_DY, 0, 0, ga, 3);
-        want_worst = floor(want_worst) / spec_values_cast(LIN_LM_HEAD, FP8_DY, 0, 0, ga, 3);
-        CHECK(same_8_digits(u, under / cast) && same_8_digits(v, sat / cast) && same_8_digits(worst, want_worst) &&
-              strstr(lines[s], "\"fp8_worst_underflow_tensor\": \"layer 2 lm_head dy\""),
-              "step %d: fp8_underflow %.9g, fp8_saturation %.9g, worst %.9g (want %.9g, %.9g, %.9g of layer 2 lm_head dy): %s", 7 + s, u, v,
-              worst, under / cast, sat / cast, want_worst, lines[s]);
-    }
-    CHECK(json_value(lines[0], "loss") == 2.5 && json_value(lines[0], "norm") == 1.25, "step 7: loss and norm not 2.5 and 1.25: %s", lines[0]);
-    CHECK(strstr(lines[1], "\"loss\": null") && strstr(lines[1], "\"norm\": null"), "step 8: a NaN loss, an infinite norm not null: %s",
-          lines[1]);
-    CHECK(strstr(lines[2], "\"loss\": null") && !strstr(lines[2], "fp8_"), "bf16 step 9: a NaN loss not null, or fp8 fields: %s", lines[2]);
+    char path[128];
+    snprintf(path, sizeof(path), "%s/metrics.jsonl", g_dir);
+    RunLog rl = {1, fopenCheck("/dev/null", "w"), NULL, fopenCheck(path, "w"), NULL};
+    RunStep steps[3] = {{7, 10, 2.5f, 1.25f, 3e-4f, 20.0f, 51200.0, 0.0, 0.0, 3 * GIB, 0},
+                        {8, 10, NAN, INFINITY, 3e-4f, 20.0f, 51200.0, 0.0, 0.0, 3 * GIB, 1},
+                        {9, 10, NAN, 1.0f, 2e-4f, 21.0f, 48000.0, 0.0, 0.0, 3 * GIB, 0}};
+    for (int s = 0; s < 3; s++) run_log_step(&rl, &steps[s], s < 2 ? &h : NULL);
+    fcloseCheck(rl.out);
+    run_log_close(&rl);
 
     // Python (the project's .venv/ where there is one: to_tensorboard.py's package needs numpy): strict
     // JSON, then the reader of scripts/to_tensorboard.py (a null is None there: a value it leaves out and
@@ -399,35 +483,23 @@ static void test_metrics_lines(void) {
     out[n] = '\0';
     int status = p ? pclose(p) : -1;
     memcpy(copy, out, sizeof(out));
-    char want_sat[64];
-    snprintf(want_sat, sizeof(want_sat), "fp8/saturation=%.17g ", json_value(lines[1], "fp8_saturation"));
+    char written[32], want_sat[64]; // step 8's saturation as metrics.jsonl holds it (%.8g), read back
+    snprintf(written, sizeof(written), "%.8g", h.saturation);
+    snprintf(want_sat, sizeof(want_sat), "fp8/saturation=%.17g ", strtod(written, NULL));
     char record[3][1024] = {"", "", ""}; // steps 7, 8, 9
     for (char *line = strtok(copy, "\n"); line; line = strtok(NULL, "\n"))
         if (line[0] >= '7' && line[0] <= '9' && line[1] == ' ') snprintf(record[line[0] - '7'], sizeof(record[0]), "%s ", line);
-    CHECK(status == 0 && strstr(record[0], "train/loss=2.5 ") && strstr(record[0], "train/norm=1.25 ") && strstr(record[1], want_sat) &&
-          strstr(record[1], "train/loss=null ") && strstr(record[1], "train/norm=null ") && strstr(record[2], "train/loss=null "),
-          "read back by python (exit %d; want steps 7-9, 8's %s, its loss and norm null, 9's loss null):\n%s", status, want_sat, out);
+    CHECK(status == 0 && strstr(record[0], "train/loss=2.5 ") && strstr(record[0], "train/norm=1.25 ") &&
+          strstr(record[1], want_sat) && strstr(record[1], "train/loss=null ") &&
+          strstr(record[1], "train/norm=null ") && strstr(record[2], "train/loss=null ") && !strstr(record[2], "fp8/"),
+          "read back by python (exit %d; want steps 7-9, 8's %s, its loss and norm null, 9's loss null, no fp8 tags):"
+          "\n%s", status, want_sat, out);
 }
 
-// ---- the logs of a resumed run
-
-static void write_text(const char *path, const char *text) {
-    FILE *f = fopenCheck(path, "w");
-    fputs(text, f);
-    fcloseCheck(f);
-}
-
-static void read_text(const char *path, char *buf, size_t n) {
-    FILE *f = fopen(path, "r");
-    size_t got = f ? fread(buf, 1, n - 1, f) : 0;
-    buf[got] = '\0';
-    if (f) fclose(f);
-}
-
-// open_logs on a log directory holding a run's main.log, metrics.jsonl and fp8.log: a resumed run
+// run_log_open on a log directory holding a run's main.log, metrics.jsonl and fp8.log: a resumed run
 // (with fp8.log, and without, which leaves it alone) appends to every log it opens, a fresh one starts
-// them over; without fp8_log no fp8.log is opened or made.
-static void test_open_logs(void) {
+// them over; without fp8_log no fp8.log is opened or made; another rank, or no directory, opens none.
+static void test_run_log_open(void) {
     const char *names[3] = {"main.log", "metrics.jsonl", "fp8.log"};
     char dir[128], path[3][200], got[256];
     snprintf(dir, sizeof(dir), "%s/logs", g_dir);
@@ -440,27 +512,32 @@ static void test_open_logs(void) {
     };
     for (int r = 0; r < 3; r++) {
         for (int k = 0; k < 3; k++) write_text(path[k], "step 1\n");
-        FILE *f[3] = {NULL, NULL, NULL};
-        open_logs(dir, runs[r].resumed, runs[r].fp8_log, &f[0], &f[1], &f[2]);
-        CHECK(f[0] && f[1] && (f[2] != NULL) == runs[r].fp8_log, "resumed %d, fp8_log %d: main.log %s, metrics.jsonl %s, fp8.log %s",
-              runs[r].resumed, runs[r].fp8_log, f[0] ? "open" : "not open", f[1] ? "open" : "not open", f[2] ? "open" : "not open");
-        for (int k = 0; k < 3; k++) {
-            if (!f[k]) continue;
-            fputs("step 2\n", f[k]);
-            fcloseCheck(f[k]);
-        }
+        RunLog rl = run_log_open(1, dir, runs[r].resumed, runs[r].fp8_log);
+        FILE *f[3] = {rl.log, rl.metrics, rl.fp8};
+        CHECK(rl.main_rank && rl.out == stdout && f[0] && f[1] && (f[2] != NULL) == runs[r].fp8_log,
+              "resumed %d, fp8_log %d: main.log %s, metrics.jsonl %s, fp8.log %s", runs[r].resumed, runs[r].fp8_log,
+              f[0] ? "open" : "not open", f[1] ? "open" : "not open", f[2] ? "open" : "not open");
+        for (int k = 0; k < 3; k++)
+            if (f[k]) fputs("step 2\n", f[k]);
+        run_log_close(&rl);
+        CHECK(!rl.log && !rl.metrics && !rl.fp8, "run_log_close left a file in the run log");
         for (int k = 0; k < 3; k++) {
             read_text(path[k], got, sizeof(got));
             CHECK(strcmp(got, runs[r].want[k]) == 0, "resumed %d, fp8_log %d: %s holds '%s', want '%s'", runs[r].resumed, runs[r].fp8_log,
                   names[k], got, runs[r].want[k]);
         }
     }
-    remove(path[2]);
-    FILE *f[3];
-    open_logs(dir, 0, 0, &f[0], &f[1], &f[2]);
-    fcloseCheck(f[0]);
-    fcloseCheck(f[1]);
-    CHECK(f[2] == NULL && access(path[2], F_OK) != 0, "a fresh run without fp8_log made fp8.log");
+    for (int k = 0; k < 3; k++) remove(path[k]);
+    struct { int main_rank; const char *dir, *what; } none[] = {{0, dir, "another rank"}, {1, NULL, "no directory"}};
+    for (int c = 0; c < 2; c++) {
+        RunLog rl = run_log_open(none[c].main_rank, none[c].dir, 0, 1);
+        CHECK(rl.main_rank == none[c].main_rank && !rl.log && !rl.metrics && !rl.fp8 && access(path[0], F_OK) != 0 &&
+              access(path[1], F_OK) != 0 && access(path[2], F_OK) != 0, "%s: a log opened or made", none[c].what);
+        run_log_close(&rl);
+    }
+    RunLog rl = run_log_open(1, dir, 0, 0);
+    run_log_close(&rl);
+    CHECK(access(path[2], F_OK) != 0, "a fresh run without fp8_log made fp8.log");
     for (int k = 0; k < 3; k++) remove(path[k]);
     rmdir(dir);
 }
@@ -475,11 +552,12 @@ int main(int argc, char **argv) {
              test_hellaswag_rank_items);
     run_test("bits per byte: every token id 0 to V-1 a target (the first and the last), with and without a mask", test_val_text_every_id);
     run_test("fp8: the values a step casts, every grain, with and without the weight cache, on 1, 3 and 8 ranks", test_fp8_values_cast);
-    run_test("fp8 fallback: the rule on 1, 3 and 8 ranks, with and without the weight cache, switches what ref_fp8_auto_grain switches",
-             test_fp8_fallback_rule_ranks);
-    run_test("metrics.jsonl: fp8 underflows and saturations of their own, non-finite numbers null; strict JSON, to_tensorboard's reader",
-             test_metrics_lines);
-    run_test("logs: a resumed run appends to main.log, metrics.jsonl and fp8.log; a fresh run starts them empty", test_open_logs);
+    run_test("run log: each event's stdout, main.log and metrics.jsonl lines; without the files; another rank: none",
+             test_run_log_events);
+    run_test("fp8 health: underflows and saturations of their own; metrics.jsonl strict JSON, to_tensorboard's reader",
+             test_fp8_health);
+    run_test("run log: a resumed run appends to main.log, metrics.jsonl and fp8.log; a fresh run starts them empty",
+             test_run_log_open);
     char rm[100];
     snprintf(rm, sizeof(rm), "rm -rf %s", g_dir);
     if (system(rm) != 0) fprintf(stderr, "could not remove %s\n", g_dir);

@@ -4,9 +4,10 @@ run refused naming it (and the flag that resumes it; the checkpoint files themse
 completion and pruning are dev/test/test_checkpoint_host.cu's), the options, table-driven
 over OPTION_SPECS (its errors; every row parsed into its own field and every field in a row; each
 row's ends accepted, a value below and above them or another choice refused naming the flag, the
-default inside; the usage line of every row; main.log's header with every row's value; the rules
+default inside; the usage line of every row; main.log's options line with every row's value; the rules
 between options in checked_options; the README's commands parsed and checked to the Options and
-ModelOptions written out, model_options the defaults; the AdamW moments' default), the main loop's work after a
+ModelOptions written out, model_options the defaults; the AdamW moments' and master weights' defaults), the main
+loop's work after a
 step (a non-finite step included) (the launch decision and the stop signals: test_launcher_host.cu),
 the learning-rate schedule, the MFU text, and the data loaders as open_data makes them on 1-8
 stand-in ranks (the shipped shards at the README's B x T: val positions shared once, the val loss
@@ -21,8 +22,7 @@ Build and run: make dev/test/test_trainer_host && ./dev/test/test_trainer_host
 #include <signal.h>
 #include <pthread.h>
 #include <sys/resource.h>
-#include "dev/test/harness.h" // CHECK, run_test, run_expect_fatal
-#include "dev/test/llama_ref.h" // ref_fp8_auto_grain: the fallback's rule, which the trainer's must follow
+#include "dev/test/harness.h" // CHECK, run_test, run_expect_fatal, write_sparse_model_file
 
 static char g_dir[64];
 
@@ -49,13 +49,14 @@ static void expect_option_error(const char *a1, const char *a2, const char *want
 // The state file's header of a run (state_header, as save_checkpoint writes it) and the refusal of
 // one written by another run (state_expect, as load_checkpoint reads it): a mismatch in a word set
 // by a flag names the flag that resumes the file. Only the fields set here differ from zero.
-typedef struct { int moments_bf16, precision, B, fp8_fallback; } StateRun;
+typedef struct { int moments_bf16, precision, B, fp8_fallback, master_bf16; } StateRun;
 typedef struct { const char *path; StateRun run; } StateReadArgs;
 
 static void state_run(Model *m, TrainState *ts, StateRun r) {
     memset(m, 0, sizeof(*m));
     memset(ts, 0, sizeof(*ts));
     m->opt.moments_bf16 = r.moments_bf16; m->opt.precision = r.precision; m->opt.B = r.B; m->opt.fp8_fallback = r.fp8_fallback;
+    m->opt.master_bf16 = r.master_bf16;
 }
 
 static void write_state_header(const char *path, StateRun r) {
@@ -92,12 +93,19 @@ static void test_checkpoint_other_run(void) {
          "fp8 in the file, bf16 here"},
         {{1, PREC_FP8, 4}, {1, PREC_FP8, 8}, "micro-batch B is 4 in the file, 8 here\n", "another B (no flag to name)"},
         {{1, PREC_FP8, 4, FP8_GRAIN_BLOCK}, {1, PREC_FP8, 4, 0},
-         "-fp8_fallback (0 off, 1 block, 2 bf16) is 1 in the file, 0 here; to resume it, pass -fp8_fallback block\n",
+         "-fp8_fallback (0 off, 1 block, 2 bf16, 3 row) is 1 in the file, 0 here; to resume it, pass -fp8_fallback block\n",
          "a run of -fp8_fallback block resumed without it"},
-        {{1, PREC_FP8, 4, 0}, {1, PREC_FP8, 4, FP8_GRAIN_BF16}, "-fp8_fallback (0 off, 1 block, 2 bf16) is 0 in the file, 2 here; to resume it, pass -fp8_fallback off\n",
+        {{1, PREC_FP8, 4, 0}, {1, PREC_FP8, 4, FP8_GRAIN_BF16}, "-fp8_fallback (0 off, 1 block, 2 bf16, 3 row) is 0 in the file, 2 here; to resume it, pass -fp8_fallback off\n",
          "a run without the fallback resumed with -fp8_fallback bf16"},
-        {{1, PREC_FP8, 4, FP8_GRAIN_BF16}, {1, PREC_FP8, 4, FP8_GRAIN_BLOCK}, "-fp8_fallback (0 off, 1 block, 2 bf16) is 2 in the file, 1 here\n",
+        {{1, PREC_FP8, 4, FP8_GRAIN_BF16}, {1, PREC_FP8, 4, FP8_GRAIN_BLOCK}, "-fp8_fallback (0 off, 1 block, 2 bf16, 3 row) is 2 in the file, 1 here\n",
          "a run of -fp8_fallback bf16 resumed with -fp8_fallback block"},
+        // fp32 master weights (every checkpoint from before the flag) resumed with bf16 ones, and the other way round
+        {{1, PREC_FP8, 4, 0, 0}, {1, PREC_FP8, 4, 0, 1},
+         "-master_weights (0 fp32, 1 bf16) is 0 in the file, 1 here; to resume it, pass -master_weights fp32\n",
+         "fp32 master weights in the file, bf16 here"},
+        {{1, PREC_FP8, 4, 0, 1}, {1, PREC_FP8, 4, 0, 0},
+         "-master_weights (0 fp32, 1 bf16) is 1 in the file, 0 here; to resume it, pass -master_weights bf16\n",
+         "bf16 master weights in the file, fp32 (the default) here"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         write_state_header(path, cases[i].file);
@@ -109,10 +117,10 @@ static void test_checkpoint_other_run(void) {
     }
 }
 
-// The shape checked_options sees: the preset of -e (125m without it; -init_from's file is not read here).
+// The shape checked_options sees: the preset of -e or the default (-init_from's file is not read here).
 static LlamaConfig preset_config(const Options *o) {
     LlamaConfig cfg;
-    if (!config_from_preset(o->model[0] ? o->model : "125m", &cfg)) { fprintf(stderr, "no preset '%s'\n", o->model); exit(4); }
+    if (!config_from_preset(run_preset(o), &cfg)) { fprintf(stderr, "no preset '%s'\n", run_preset(o)); exit(4); }
     return cfg;
 }
 
@@ -133,7 +141,8 @@ static void options_in_child(void *arg) {
     while (argv[argc]) argc++;
     Options o = parse_options(argc, argv);
     ModelOptions mo = checked_options_of(&o, &grad_accum);
-    fprintf(stderr, "moments_bf16 %d doc_mask %d doc_start_id %d\n", mo.moments_bf16, mo.doc_mask, mo.doc_start_id);
+    fprintf(stderr, "moments_bf16 %d master_bf16 %d doc_mask %d doc_start_id %d\n", mo.moments_bf16, mo.master_bf16,
+            mo.doc_mask, mo.doc_start_id);
 }
 
 // bf16 AdamW moments by default (the usage text says so), fp32 by -adam_moments fp32, anything else refused.
@@ -147,10 +156,77 @@ static void test_adam_moments_option(void) {
     CHECK(run_expect_fatal(options_in_child, (void *)fp16, err, sizeof(err)) != 0 && strstr(err, "-adam_moments must be fp32 or bf16, got 'fp16'"),
           "-adam_moments fp16: %s", err);
     Options d = default_options();
-    CHECK(strcmp(d.adam_moments, "bf16") == 0, "default_options: -adam_moments '%s'", d.adam_moments);
+    CHECK(d.model.moments_bf16 == 1, "default_options: moments_bf16 %d", d.model.moments_bf16);
     const char *help = NULL;
     for (int i = 0; i < NUM_OPTIONS; i++) if (strcmp(OPTION_SPECS[i].flag, "-adam_moments") == 0) help = OPTION_SPECS[i].help;
     CHECK(help && strncmp(help, "AdamW m and v in bf16", 21) == 0 && strstr(help, "or fp32"), "the usage text: '%s'", help ? help : "(none)");
+}
+
+// fp32 master weights by default (the most accurate recipe), bf16 by -master_weights bf16, anything else
+// refused naming the choices.
+static void test_master_weights_option(void) {
+    const char *none[] = {"train_llama_fp8", NULL}, *fp32[] = {"train_llama_fp8", "-master_weights", "fp32", NULL},
+               *bf16[] = {"train_llama_fp8", "-master_weights", "bf16", NULL},
+               *fp16[] = {"train_llama_fp8", "-master_weights", "fp16", NULL};
+    char err[2048];
+    CHECK(run_expect_fatal(options_in_child, (void *)none, err, sizeof(err)) == 0 && strstr(err, "master_bf16 0 "),
+          "the default: %s", err);
+    CHECK(run_expect_fatal(options_in_child, (void *)fp32, err, sizeof(err)) == 0 && strstr(err, "master_bf16 0 "),
+          "-master_weights fp32: %s", err);
+    CHECK(run_expect_fatal(options_in_child, (void *)bf16, err, sizeof(err)) == 0 && strstr(err, "master_bf16 1 "),
+          "-master_weights bf16: %s", err);
+    CHECK(run_expect_fatal(options_in_child, (void *)fp16, err, sizeof(err)) != 0 &&
+          strstr(err, "-master_weights must be fp32 or bf16, got 'fp16'"), "-master_weights fp16: %s", err);
+    Options d = default_options();
+    CHECK(d.model.master_bf16 == 0, "default_options: master_bf16 %d", d.model.master_bf16);
+    const char *help = NULL;
+    for (int i = 0; i < NUM_OPTIONS; i++)
+        if (strcmp(OPTION_SPECS[i].flag, "-master_weights") == 0) help = OPTION_SPECS[i].help;
+    CHECK(help && strstr(help, "fp32 (the most accurate) or bf16"), "the usage text: '%s'", help ? help : "(none)");
+}
+
+// The value a choice row's word stores (-1: no such word).
+static int word_value(const OptWord *words, const char *word) {
+    for (; words->word; words++) if (strcmp(words->word, word) == 0) return words->value;
+    return -1;
+}
+
+// A text or choice row's value goes into main.log and the usage text in quotes.
+static int option_quoted(const OptSpec *s) { return s->type == OPT_STR || s->type == OPT_CHOICE; }
+
+// Every choice row's words and the values they store, written out here (what model_options_of made of
+// the words before the rows stored values): each word parses to its value, format_option (main.log)
+// gives the word back, and every word of every row is in this table.
+static void test_option_words(void) {
+    const struct { const char *flag, *word; int value; } WORDS[] = {
+        {"-precision", "fp8", PREC_FP8}, {"-precision", "bf16", PREC_BF16},
+        {"-adam_moments", "fp32", 0}, {"-adam_moments", "bf16", 1},
+        {"-master_weights", "fp32", 0}, {"-master_weights", "bf16", 1},
+        {"-data_changed", "refuse", 0}, {"-data_changed", "continue", 1},
+        {"-fp8_recipe", "delayed", 0}, {"-fp8_recipe", "current", 1},
+        {"-fp8_grain", "tensor", FP8_GRAIN_TENSOR}, {"-fp8_grain", "block", FP8_GRAIN_BLOCK}, {"-fp8_grain", "row", FP8_GRAIN_ROW},
+        {"-fp8_fallback", "off", 0}, {"-fp8_fallback", "block", FP8_GRAIN_BLOCK}, {"-fp8_fallback", "bf16", FP8_GRAIN_BF16},
+        {"-fp8_fallback", "row", FP8_GRAIN_ROW},
+    };
+    const int n = (int)(sizeof(WORDS) / sizeof(WORDS[0]));
+    int words_in_rows = 0;
+    for (int i = 0; i < NUM_OPTIONS; i++)
+        for (const OptWord *w = OPTION_SPECS[i].words; OPTION_SPECS[i].type == OPT_CHOICE && w->word; w++) words_in_rows++;
+    CHECK(words_in_rows == n, "the choice rows have %d words, this test %d", words_in_rows, n);
+    for (int k = 0; k < n; k++) {
+        const OptSpec *s = NULL;
+        for (int i = 0; i < NUM_OPTIONS; i++) if (strcmp(OPTION_SPECS[i].flag, WORDS[k].flag) == 0) s = &OPTION_SPECS[i];
+        CHECK(s && s->type == OPT_CHOICE, "%s is no choice row", WORDS[k].flag);
+        if (!s || s->type != OPT_CHOICE) continue;
+        char *argv[] = {(char *)"train_llama_fp8", (char *)WORDS[k].flag, (char *)WORDS[k].word, NULL};
+        Options o = parse_options(3, argv);
+        int got = *(const int *)((const char *)&o + s->offset);
+        char text[64], want[64];
+        format_option(text, sizeof(text), s, &o);
+        snprintf(want, sizeof(want), "'%s'", WORDS[k].word);
+        CHECK(got == WORDS[k].value, "%s %s stores %d, want %d", WORDS[k].flag, WORDS[k].word, got, WORDS[k].value);
+        CHECK(strcmp(text, want) == 0, "%s %s: main.log says %s", WORDS[k].flag, WORDS[k].word, text);
+    }
 }
 
 // A value of the row's type inside its range or choices, other than its default: what the parse
@@ -161,11 +237,9 @@ static void other_value(const OptSpec *s, char *out, size_t n) {
         snprintf(out, n, "%ld", d == (long)s->min ? (long)s->min + 1 : (long)s->min);
     } else if (s->type == OPT_FLOAT) {
         snprintf(out, n, "%g", s->min + 0.25); // every float row's default is another value
-    } else if (s->choices) {
-        size_t k = strcspn(s->choices, " ");
-        const char *second = s->choices + k + 1;
-        if (strncmp(s->choices, s->def, k) == 0 && s->def[k] == '\0') snprintf(out, n, "%.*s", (int)strcspn(second, " "), second);
-        else snprintf(out, n, "%.*s", (int)k, s->choices);
+    } else if (s->type == OPT_CHOICE) {
+        int first_is_default = strcmp(s->words[0].word, s->def) == 0;
+        snprintf(out, n, "%s", s->words[first_is_default].word);
     } else {
         snprintf(out, n, "x");
     }
@@ -184,15 +258,21 @@ static void test_options(void) {
         char *argv[] = {(char *)"train_llama_fp8", (char *)s->flag, val, NULL};
         Options o = parse_options(3, argv), d = default_options();
         const char *p = (const char *)&o + s->offset;
-        int ok = s->type == OPT_INT ? *(const int *)p == atoi(val) : s->type == OPT_FLOAT ? *(const float *)p == strtof(val, NULL) : strcmp(p, val) == 0;
+        int ok = s->type == OPT_INT      ? *(const int *)p == atoi(val)
+                 : s->type == OPT_FLOAT  ? *(const float *)p == strtof(val, NULL)
+                 : s->type == OPT_CHOICE ? *(const int *)p == word_value(s->words, val)
+                                         : strcmp(p, val) == 0;
         CHECK(ok, "option %s %s did not set its field", s->flag, val);
         memcpy((char *)&d + s->offset, p, s->size);
         CHECK(memcmp(&d, &o, sizeof(o)) == 0, "option %s %s changed another field", s->flag, val);
     }
-    // every field of Options has its row (the rows cover every byte but the struct's end padding)
+    // every field of Options has its row (the rows cover every byte but the struct's end padding), but
+    // the model's fields derived from several options (checked_options)
     static unsigned char covered[sizeof(Options)];
     memset(covered, 0, sizeof(covered));
     for (int i = 0; i < NUM_OPTIONS; i++) memset(covered + OPTION_SPECS[i].offset, 1, OPTION_SPECS[i].size);
+    memset(covered + offsetof(Options, model.doc_start_id), 1, sizeof(int));
+    memset(covered + offsetof(Options, model.fp8_fallback_millionths), 1, sizeof(int));
     size_t last = 0;
     for (size_t b = 0; b < sizeof(Options); b++) if (covered[b]) last = b + 1;
     for (size_t b = 0; b < last; b++) CHECK(covered[b], "byte %zu of Options is in no row's field", b);
@@ -221,14 +301,11 @@ static void test_option_ranges(void) {
     for (int i = 0; i < NUM_OPTIONS; i++) {
         const OptSpec *s = &OPTION_SPECS[i];
         snprintf(named, sizeof(named), "option %s ", s->flag);
-        if (s->type == OPT_STR && !s->choices) continue; // any text (its length: test_options' errors)
-        if (s->type == OPT_STR) {
-            for (const char *c = s->choices; *c;) {
-                size_t k = strcspn(c, " ");
-                snprintf(v, sizeof(v), "%.*s", (int)k, c);
-                CHECK(!option_refused(s->flag, v, err, sizeof(err)), "%s %s (a choice) refused: %s", s->flag, v, err);
-                c += k + strspn(c + k, " ");
-            }
+        if (s->type == OPT_STR) continue; // any text (its length: test_options' errors)
+        if (s->type == OPT_CHOICE) {
+            for (const OptWord *w = s->words; w->word; w++)
+                CHECK(!option_refused(s->flag, w->word, err, sizeof(err)), "%s %s (a choice) refused: %s", s->flag, w->word,
+                      err);
             CHECK(option_refused(s->flag, "nope", err, sizeof(err)) && strstr(err, named) && strstr(err, "'nope'"),
                   "%s nope: not refused naming the flag: %s", s->flag, err);
             OptionArg a = {s->flag, s->def};
@@ -262,7 +339,7 @@ static void test_option_ranges(void) {
 
 static void usage_in_child(void *arg) {
     if (!freopen((const char *)arg, "w", stdout)) exit(4);
-    print_usage("train_llama_fp8");
+    options_usage("train_llama_fp8", OPTIONS_ABOUT, OPTION_SPECS, NUM_OPTIONS);
     fflush(stdout); // the child leaves by _exit
 }
 
@@ -270,7 +347,7 @@ static void usage_in_child(void *arg) {
 static void test_usage(void) {
     char path[128], err[1024];
     path_in_dir(path, sizeof(path), "usage.txt");
-    CHECK(run_expect_fatal(usage_in_child, path, err, sizeof(err)) == 0, "print_usage: %s", err);
+    CHECK(run_expect_fatal(usage_in_child, path, err, sizeof(err)) == 0, "options_usage: %s", err);
     FILE *f = fopen(path, "r");
     static char text[65536];
     size_t n = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
@@ -288,15 +365,12 @@ static void test_usage(void) {
         char row[4096];
         snprintf(row, sizeof(row), "%.*s", (int)(eol ? eol - line : (long)strlen(line)), line);
         CHECK(strstr(row, s->help) != NULL, "usage: %s's line lacks its help: %s", s->flag, row);
-        snprintf(want, sizeof(want), s->type == OPT_STR ? "(default '%s'" : "(default %s", s->def);
+        snprintf(want, sizeof(want), option_quoted(s) ? "(default '%s'" : "(default %s", s->def);
         CHECK(strstr(row, want) != NULL, "usage: %s's line lacks '%s': %s", s->flag, want, row);
-        if (s->type == OPT_STR && s->choices) {
-            for (const char *c = s->choices; *c;) {
-                size_t k = strcspn(c, " ");
-                snprintf(want, sizeof(want), "%.*s", (int)k, c);
-                CHECK(strstr(strstr(row, "(default"), want) != NULL, "usage: %s's line lacks the choice %s: %s", s->flag, want, row);
-                c += k + strspn(c + k, " ");
-            }
+        if (s->type == OPT_CHOICE) {
+            for (const OptWord *w = s->words; w->word; w++)
+                CHECK(strstr(strstr(row, "(default"), w->word) != NULL, "usage: %s's line lacks the choice %s: %s", s->flag,
+                      w->word, row);
         } else if (s->type != OPT_STR) {
             double top = s->type == OPT_INT ? (double)INT_MAX : (double)FLT_MAX;
             if (s->type == OPT_INT && s->min == 0 && s->max == 1) snprintf(want, sizeof(want), "; 0 or 1)");
@@ -307,7 +381,8 @@ static void test_usage(void) {
     }
 }
 
-// main.log's header: the '#' line as before, then every row's flag with the run's value, -fp8_margin's too.
+// main.log's options line: every row's flag with the run's value, -fp8_margin's too (the '#' line before
+// it: test_step_host's run log tests).
 static void test_log_header(void) {
     Options o = default_options();
     char typed[NUM_OPTIONS][64];
@@ -315,29 +390,17 @@ static void test_log_header(void) {
         other_value(&OPTION_SPECS[i], typed[i], sizeof(typed[i]));
         set_option(&o, &OPTION_SPECS[i], typed[i]);
     }
-    LlamaConfig cfg;
-    config_from_preset("tiny", &cfg);
-    char path[128];
-    path_in_dir(path, sizeof(path), "main.log");
-    FILE *f = fopen(path, "w");
-    write_log_header(f, "NVIDIA H200", &cfg, &o, 2, 0);
-    fclose(f);
-    f = fopen(path, "r");
-    static char text[65536];
-    size_t n = fread(text, 1, sizeof(text) - 1, f);
-    text[n] = '\0';
-    fclose(f);
-    CHECK(strncmp(text, "# NVIDIA H200 precision ", 24) == 0 && strstr(text, " gpus 2\noptions: "), "the header's first line: %.200s", text);
-    const char *line = strstr(text, "\noptions:");
-    for (int i = 0; line && i < NUM_OPTIONS; i++) {
+    char *line = options_line(OPTION_SPECS, NUM_OPTIONS, &o);
+    for (int i = 0; i < NUM_OPTIONS; i++) {
         const OptSpec *s = &OPTION_SPECS[i];
         char want[128];
-        snprintf(want, sizeof(want), s->type == OPT_STR ? " %s '%s'" : " %s %s", s->flag, typed[i]);
+        snprintf(want, sizeof(want), option_quoted(s) ? " %s '%s'" : " %s %s", s->flag, typed[i]);
         const char *at = strstr(line, want);
         char next = at ? at[strlen(want)] : '\0';
-        CHECK(at && (next == ' ' || next == '\n'), "main.log's options line lacks '%s': %s", want, line);
+        CHECK(at && (next == ' ' || next == '\0'), "main.log's options line lacks '%s': %s", want, line);
     }
-    CHECK(line && strstr(line, " -fp8_margin 1 "), "main.log does not say margin 1: %s", line ? line : text);
+    CHECK(line[0] == ' ' && strstr(line, " -fp8_margin 1 "), "main.log does not say margin 1: %s", line);
+    free(line);
 }
 
 // The rules between options (and with the model's shape), refused by checked_options naming them.
@@ -359,8 +422,10 @@ static void test_option_rules(void) {
         {"-fp8_fallback block needs -precision fp8", "-fp8_fallback", "block", "-precision", "bf16"},
         {"-fp8_fallback bf16 needs -precision fp8", "-fp8_fallback", "bf16", "-precision", "bf16"},
         {"-fp8_fallback bf16 moves per-tensor linears, and -fp8_grain block leaves none", "-fp8_fallback", "bf16", "-fp8_grain", "block"},
-        {"-fp8_fallback_threshold 0.05 needs -fp8_fallback block or bf16", "-fp8_fallback_threshold", "0.05"},
-        {"-fp8_fallback_patience 5 needs -fp8_fallback block or bf16", "-fp8_fallback_patience", "5"},
+        {"-fp8_fallback_threshold 0.05 needs -fp8_fallback block, bf16 or row", "-fp8_fallback_threshold", "0.05"},
+        {"-fp8_fallback_patience 5 needs -fp8_fallback block, bf16 or row", "-fp8_fallback_patience", "5"},
+        {"-fp8_fallback block moves per-tensor linears, and -fp8_grain row leaves none", "-fp8_fallback", "block", "-fp8_grain", "row"},
+        {"-fp8_grain row needs -precision fp8", "-fp8_grain", "row", "-precision", "bf16"},
     };
     char err[2048];
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -385,8 +450,7 @@ static void test_option_rules(void) {
           "-doc_mask 1 with the default decode table: %s", err);
 }
 
-// ---- fp8 grains (issue 34): what the options make of them, the fallback's rule against the C
-// reference's, the grains through the state file
+// ---- fp8 grains (issue 34): what the options make of them, the grains through the state file
 
 static void grain_options_in_child(void *arg) {
     char **argv = (char **)arg;
@@ -394,21 +458,27 @@ static void grain_options_in_child(void *arg) {
     while (argv[argc]) argc++;
     Options o = parse_options(argc, argv);
     ModelOptions mo = checked_options_of(&o, &grad_accum);
-    const char *flag = fp8_block_flag(&mo);
-    fprintf(stderr, "grain %d fallback %d millionths %d patience %d block check %s\n", mo.fp8_grain, mo.fp8_fallback,
-            mo.fp8_fallback_millionths, mo.fp8_fallback_patience, flag ? flag : "none");
+    char block[32], row[32];
+    const char *b = fp8_grain_flag(&mo, FP8_GRAIN_BLOCK, block), *r = fp8_grain_flag(&mo, FP8_GRAIN_ROW, row);
+    fprintf(stderr, "grain %d fallback %d millionths %d patience %d block check %s row check %s\n", mo.fp8_grain,
+            mo.fp8_fallback, mo.fp8_fallback_millionths, mo.fp8_fallback_patience, b ? b : "none", r ? r : "none");
 }
 
 // The model's options of the grain flags (0 where no fallback runs, as the state file's words are), and
-// the flag that main's block GEMM check names: the one that asks for block scaling, none for bf16.
+// the flags that main's block and row GEMM checks name: the one that asks for that grain, none for bf16.
 static void test_fp8_grain_options(void) {
     struct { const char *argv[10]; const char *want; } cases[] = {
-        {{"train_llama_fp8"}, "grain 0 fallback 0 millionths 0 patience 0 block check none\n"},
-        {{"train_llama_fp8", "-fp8_grain", "block"}, "grain 1 fallback 0 millionths 0 patience 0 block check -fp8_grain block\n"},
-        {{"train_llama_fp8", "-fp8_fallback", "block"}, "grain 0 fallback 1 millionths 10000 patience 3 block check -fp8_fallback block\n"},
+        {{"train_llama_fp8"}, "grain 0 fallback 0 millionths 0 patience 0 block check none row check none\n"},
+        {{"train_llama_fp8", "-fp8_grain", "block"},
+         "grain 1 fallback 0 millionths 0 patience 0 block check -fp8_grain block row check none\n"},
+        {{"train_llama_fp8", "-fp8_fallback", "block"},
+         "grain 0 fallback 1 millionths 10000 patience 3 block check -fp8_fallback block row check none\n"},
         {{"train_llama_fp8", "-fp8_fallback", "bf16", "-fp8_fallback_threshold", "0.0025", "-fp8_fallback_patience", "1"},
-         "grain 0 fallback 2 millionths 2500 patience 1 block check none\n"},
-        {{"train_llama_fp8", "-precision", "bf16"}, "grain 0 fallback 0 millionths 0 patience 0 block check none\n"},
+         "grain 0 fallback 2 millionths 2500 patience 1 block check none row check none\n"},
+        {{"train_llama_fp8", "-precision", "bf16"}, "grain 0 fallback 0 millionths 0 patience 0 block check none row check none\n"},
+        {{"train_llama_fp8", "-fp8_grain", "row"}, "grain 3 fallback 0 millionths 0 patience 0 block check none row check -fp8_grain row\n"},
+        {{"train_llama_fp8", "-fp8_fallback", "row"},
+         "grain 0 fallback 3 millionths 10000 patience 3 block check none row check -fp8_fallback row\n"},
     };
     char err[2048];
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -416,104 +486,6 @@ static void test_fp8_grain_options(void) {
         CHECK(status == 0 && strstr(err, cases[i].want), "'%s %s ...': exit %d, printed '%s' (want '%s')", cases[i].argv[1] ? cases[i].argv[1] : "",
               cases[i].argv[2] ? cases[i].argv[2] : "", status, err, cases[i].want);
     }
-}
-
-// A host-only model with what the fallback's rule reads: the shape, B x T, fp8 with the weight cache
-// (W cast once a step, as the reference casts it), one GPU, the rule's options and the linears' grains.
-static void rule_model(Model *m, const LlamaConfig *c, int B, int T, int lm_head, int patience) {
-    memset(m, 0, sizeof(*m));
-    m->cfg = *c;
-    m->opt.B = B; m->opt.T = T; m->opt.precision = PREC_FP8;
-    m->opt.fp8_fallback = FP8_GRAIN_BLOCK; m->opt.fp8_fallback_millionths = 10000; m->opt.fp8_fallback_patience = patience;
-    m->fp8.on = 1; m->fp8.w_cache = 1; m->fp8.lm_head = lm_head;
-    m->mg = mg_single_gpu();
-    m->fp8_grain = (unsigned char *)callocCheck(fp8_num_linears(c, lm_head), 1);
-    m->fp8_over_steps = (int *)callocCheck(fp8_num_linears(c, lm_head), sizeof(int));
-}
-
-// The trainer's rule (fp8_fallback_rule) and the reference's (ref_fp8_auto_grain, threshold 1%) fed the
-// same counts for 12 steps: in each step half the linears (drawn) have one tensor over 1% by 1 to 1%
-// more values, and every other tensor loses 1% of its values rounded down (not over: the rule is
-// strict) or fewer, the lost values split between underflows and saturations; both must switch the
-// same linears after the same steps and count the same steps over.
-// With the lm_head (patience 1) and without, and grad accumulation 1 and 3. Then by hand, with the
-// threshold 1/64 (exact, so that a tensor can lose exactly that): the worst tensor is the one
-// reported, W's values are counted once a step whatever the accumulation, and exactly the threshold
-// is not over it.
-static void test_fp8_fallback_rule(void) {
-    const LlamaConfig cfg = {64, 2, 128, 2, 1, 256, 32, 10000.0f, 1e-5f};
-    const int B = 2, T = 32;
-    struct { int lm_head, grad_accum, patience; } runs[] = {{0, 1, 2}, {1, 3, 1}, {0, 2, 3}};
-    for (size_t r = 0; r < sizeof(runs) / sizeof(runs[0]); r++) {
-        int lm_head = runs[r].lm_head, ga = runs[r].grad_accum, patience = runs[r].patience;
-        RefModel ref;
-        ref_init(&ref, &cfg, B, T, 1, 0, lm_head, 4, 0);
-        Model m;
-        rule_model(&m, &cfg, B, T, lm_head, patience);
-        int nlin = fp8_num_linears(&cfg, lm_head), switched = 0, resets = 0, waits = 0;
-        size_t nc = (size_t)FP8_COUNTS * FP8_KINDS * nlin;
-        unsigned long long *counts = (unsigned long long *)callocCheck(nc, sizeof(unsigned long long));
-        Fp8Switch *sw = (Fp8Switch *)callocCheck(nlin, sizeof(Fp8Switch));
-        uint64_t rng = 11 + r;
-        for (int step = 0; step < 12; step++) {
-            for (int i = 0; i < nlin; i++) {
-                int l = i / LINS_PER_LAYER, lin = l < cfg.L ? i % LINS_PER_LAYER : LIN_LM_HEAD;
-                int over = random_u32(&rng) % 2 ? (int)(random_u32(&rng) % FP8_KINDS) : -1;
-                for (int k = 0; k < FP8_KINDS; k++) {
-                    double values = fp8_values_cast(&m, l, lin, k, ga);
-                    unsigned long long at = (unsigned long long)floor(0.01 * values), lost;
-                    if (k == over) lost = at + 1 + random_u32(&rng) % at;
-                    else lost = random_u32(&rng) % 2 ? at : random_u32(&rng) % (at + 1);
-                    unsigned long long under = lost ? random_u32(&rng) % (lost + 1) : 0;
-                    size_t t = (size_t)FP8_KINDS * i + k;
-                    counts[FP8_COUNTS * t + FP8_UNDERFLOWS] = ref.fp8_counts[FP8_COUNTS * t + FP8_UNDERFLOWS] = under;
-                    counts[FP8_COUNTS * t + FP8_SATURATIONS] = ref.fp8_counts[FP8_COUNTS * t + FP8_SATURATIONS] = lost - under;
-                }
-            }
-            int before[64];
-            for (int i = 0; i < nlin; i++) before[i] = m.fp8_over_steps[i];
-            int want = ref_fp8_auto_grain(&ref, ga, 0.01, patience, FP8_GRAIN_BLOCK);
-            int got = fp8_fallback_rule(&m, counts, ga, sw);
-            for (int k = 0; k < got; k++) m.fp8_grain[fp8_linear(&cfg, sw[k].l, sw[k].lin)] = FP8_GRAIN_BLOCK; // as fp8_set_grain
-            CHECK(got == want, "lm_head %d, grad accumulation %d, patience %d, step %d: %d linears switched, the reference %d", lm_head, ga,
-                  patience, step, got, want);
-            for (int i = 0; i < nlin; i++) {
-                CHECK(m.fp8_grain[i] == ref.fp8_grain[i] && m.fp8_over_steps[i] == ref.fp8_over_steps[i],
-                      "lm_head %d, grad accumulation %d, step %d, linear %d: grain %d after %d steps over, the reference's %d after %d", lm_head, ga,
-                      step, i, m.fp8_grain[i], m.fp8_over_steps[i], ref.fp8_grain[i], ref.fp8_over_steps[i]);
-                resets += before[i] > 0 && m.fp8_over_steps[i] == 0 && m.fp8_grain[i] == FP8_GRAIN_TENSOR;
-                waits += m.fp8_over_steps[i] > 0 && m.fp8_grain[i] == FP8_GRAIN_TENSOR;
-            }
-            switched += got;
-        }
-        CHECK(switched > 0 && (patience == 1 || (resets > 0 && waits > 0)), "lm_head %d, grad accumulation %d, patience %d: %d switches, %d"
-              " linears over but waiting, %d counts reset in 12 steps: the draws miss a case", lm_head, ga, patience, switched, waits, resets);
-        free(counts); free(sw);
-        free(m.fp8_grain); free(m.fp8_over_steps);
-        ref_free(&ref);
-    }
-    // by hand, grad accumulation 4, patience 1: layer 1's wo loses 2/64 of its X and 3/64 of its dY (the
-    // worst, reported); layer 0's w13 2/64 of W's values cast once (IN x OUT), which would be 1/128 if W
-    // counted once per micro-step; layer 0's qkv exactly 1/64 of its X: not over
-    Model m;
-    rule_model(&m, &cfg, B, T, 0, 1);
-    m.opt.fp8_fallback_millionths = 15625;
-    const int ga = 4;
-    size_t nc = (size_t)FP8_COUNTS * FP8_KINDS * fp8_num_linears(&cfg, 0), N = (size_t)ga * B * T;
-    unsigned long long *counts = (unsigned long long *)callocCheck(nc, sizeof(unsigned long long));
-    counts[FP8_COUNTS * fp8_tensor_index(1, LIN_WO, FP8_X) + FP8_UNDERFLOWS] = 2 * N * cfg.C / 64;
-    counts[FP8_COUNTS * fp8_tensor_index(1, LIN_WO, FP8_DY) + FP8_SATURATIONS] = 3 * N * cfg.C / 64;
-    counts[FP8_COUNTS * fp8_tensor_index(0, LIN_W13, FP8_W) + FP8_UNDERFLOWS] = 2 * 2 * cfg.FF * cfg.C / 64;
-    counts[FP8_COUNTS * fp8_tensor_index(0, LIN_QKV, FP8_X) + FP8_UNDERFLOWS] = N * cfg.C / 64;
-    Fp8Switch sw[8];
-    memset(sw, 0, sizeof(sw)); // what the message prints of a switch that did not happen
-    int n = fp8_fallback_rule(&m, counts, ga, sw);
-    CHECK(n == 2 && sw[0].l == 0 && sw[0].lin == LIN_W13 && sw[0].kind == FP8_W && sw[1].l == 1 && sw[1].lin == LIN_WO &&
-          sw[1].kind == FP8_DY && sw[1].lost == 3.0 / 64,
-          "by hand: %d switched (want layer 0 w13 for its W, layer 1 wo for its dY at 3/64): first layer %d %s %s, second layer %d %s %s %.4f", n,
-          sw[0].l, LINEAR_NAMES[sw[0].lin], FP8_KIND_NAMES[sw[0].kind], sw[1].l, LINEAR_NAMES[sw[1].lin], FP8_KIND_NAMES[sw[1].kind], sw[1].lost);
-    free(counts);
-    free(m.fp8_grain); free(m.fp8_over_steps);
 }
 
 // A state file's grains and steps over the threshold as a fallback run of the tiny shape writes them
@@ -530,10 +502,14 @@ static void grain_model(Model *m, TrainState *ts) {
     m->opt.B = 2; m->opt.T = 32; m->opt.precision = PREC_FP8;
     m->opt.fp8_fallback = FP8_GRAIN_BF16; m->opt.fp8_fallback_millionths = 10000; m->opt.fp8_fallback_patience = 3;
     m->fp8.on = 1; m->fp8.w_cache = 1;
-    int nlin = fp8_num_linears(&m->cfg, 0);
-    m->fp8_grain = (unsigned char *)callocCheck(nlin, 1);
-    m->fp8_over_steps = (int *)callocCheck(nlin, sizeof(int));
-    m->fp8_lin = (Fp8LinearBuffers *)callocCheck(nlin, sizeof(Fp8LinearBuffers));
+    Linears *L = &m->linears; // the host part linears_resumed reads: shapes, grains, no device buffers
+    L->cfg = m->cfg;
+    L->sh.o = linear_options(&m->opt, m->fp8, 1);
+    L->count = fp8_num_linears(&m->cfg, 0);
+    L->grain = (unsigned char *)callocCheck(L->count, 1);
+    L->over_steps = (int *)callocCheck(L->count, sizeof(int));
+    L->all = (Linear *)callocCheck(L->count, sizeof(Linear));
+    for (int i = 0; i < L->count; i++) L->all[i] = linear_shape(&m->cfg, &L->sh.o, i / LINS_PER_LAYER, i % LINS_PER_LAYER);
 }
 
 static void read_grains(void *arg) {
@@ -546,18 +522,18 @@ static void read_grains(void *arg) {
     Section sec[NUM_STATE_SECTIONS];
     state_sections(&m, &ts, sec);
     read_sections(a->path, STATE_MAGIC, ex, n, sec, NUM_STATE_SECTIONS, NULL);
-    fp8_grains_resumed(&m, a->path);
+    linears_resumed(&m.linears, a->path);
     int nlin = fp8_num_linears(&m.cfg, 0), bad = 0;
     for (int i = 0; i < nlin; i++) {
         int want_grain = i == fp8_linear(&m.cfg, 0, LIN_WO) ? FP8_GRAIN_BF16 : FP8_GRAIN_TENSOR;
         int want_over = i == fp8_linear(&m.cfg, 0, LIN_WO) ? 3 : i == fp8_linear(&m.cfg, 1, LIN_W13) ? 2 : 0;
-        if (m.fp8_grain[i] != want_grain || m.fp8_over_steps[i] != want_over) {
-            fprintf(stderr, "linear %d read back as grain %d after %d steps over, want %d after %d\n", i, m.fp8_grain[i], m.fp8_over_steps[i],
+        if (m.linears.grain[i] != want_grain || m.linears.over_steps[i] != want_over) {
+            fprintf(stderr, "linear %d read back as grain %d after %d steps over, want %d after %d\n", i, m.linears.grain[i], m.linears.over_steps[i],
                     want_grain, want_over);
             bad = 1;
         }
     }
-    if (m.fp8_grain_changes != a->expect_change) { fprintf(stderr, "%d grain changes, want %d\n", m.fp8_grain_changes, a->expect_change); bad = 1; }
+    if (m.linears.grain_changes != a->expect_change) { fprintf(stderr, "%d grain changes, want %d\n", m.linears.grain_changes, a->expect_change); bad = 1; }
     if (bad) exit(3);
 }
 
@@ -568,9 +544,9 @@ static void test_fp8_grain_state_file(void) {
     TrainState ts;
     grain_model(&m, &ts);
     int nlin = fp8_num_linears(&m.cfg, 0), wo = fp8_linear(&m.cfg, 0, LIN_WO), w13 = fp8_linear(&m.cfg, 1, LIN_W13);
-    m.fp8_grain[wo] = FP8_GRAIN_BF16;
-    m.fp8_over_steps[wo] = 3;
-    m.fp8_over_steps[w13] = 2;
+    m.linears.grain[wo] = FP8_GRAIN_BF16;
+    m.linears.over_steps[wo] = 3;
+    m.linears.over_steps[w13] = 2;
     int h[256];
     Section sec[NUM_STATE_SECTIONS];
     state_header(&m, &ts, h);
@@ -587,14 +563,14 @@ static void test_fp8_grain_state_file(void) {
         {fp8_linear(&m.cfg, 0, LIN_QKV), 7, "fp8 linear 0 (layer 0 qkv) has grain 7, which a run of -fp8_grain tensor -fp8_fallback bf16 cannot have"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        m.fp8_grain[bad[i].linear] = (unsigned char)bad[i].grain;
+        m.linears.grain[bad[i].linear] = (unsigned char)bad[i].grain;
         write_sections(path, h, sec, NUM_STATE_SECTIONS);
-        m.fp8_grain[bad[i].linear] = FP8_GRAIN_TENSOR;
+        m.linears.grain[bad[i].linear] = FP8_GRAIN_TENSOR;
         status = run_expect_fatal(read_grains, &same, err, sizeof(err));
         CHECK(status != 0 && strstr(err, path) && strstr(err, bad[i].want), "grain %d of linear %d: exit %d, message lacks '%s': %s", bad[i].grain,
               bad[i].linear, status, bad[i].want, err);
     }
-    free(m.fp8_grain); free(m.fp8_over_steps); free(m.fp8_lin);
+    free(m.linears.grain); free(m.linears.over_steps); free(m.linears.all);
 }
 
 typedef struct { const char *init_from, *flag, *value, *tok; } ConfigArgs;
@@ -616,13 +592,7 @@ static void test_init_from_config(void) {
     path_in_dir(model, sizeof(model), "init.bin");
     LlamaConfig c;
     config_from_preset("tiny", &c);
-    int h[256];
-    model_header_put(h, &c, 0);
-    FILE *f = fopen(model, "wb");
-    fwrite(h, sizeof(int), 256, f);
-    fclose(f);
-    size_t sizes[NUM_PARAM_TENSORS];
-    CHECK(truncate(model, (off_t)(sizeof(h) + param_sizes(&c, sizes) * sizeof(float))) == 0, "truncate"); // the weights' size, sparse
+    write_sparse_model_file(model, &c);
     const char *flags[][2] = {{"-e", "125m"}, {"-L", "2"}, {"-V", "100"}, {"-rope_theta", "500000"}};
     for (int i = 0; i < 4; i++) {
         ConfigArgs a = {model, flags[i][0], flags[i][1], NULL};
@@ -682,7 +652,7 @@ static void data_rank(void *arg) {
     const DataRankArgs *a = (const DataRankArgs *)arg;
     if (!freopen("/dev/null", "w", stdout)) exit(4); // open_data's "val data holds ..." line
     Options o = default_options();
-    o.B = DATA_GEOMETRIES[a->geometry].B; o.T = DATA_GEOMETRIES[a->geometry].T;
+    o.model.B = DATA_GEOMETRIES[a->geometry].B; o.model.T = DATA_GEOMETRIES[a->geometry].T;
     strcpy(o.val_pattern, VAL_SHARDS[a->shard]);
     if (a->train_pattern) strcpy(o.train_pattern, a->train_pattern);
     if (a->shard == 1) { // no Llama 3 train shard ships, and a run's data is of one tokenizer: its val shard as a train shard
@@ -703,7 +673,7 @@ static void data_rank(void *arg) {
         fprintf(stderr, "%lld train steps an epoch, expected %lld\n", (long long)train.batches_per_epoch, (long long)a->train_steps);
         exit(3);
     }
-    int N = o.B * o.T;
+    int N = o.model.B * o.model.T;
     float *losses = (float *)mallocCheck(N * sizeof(float)), *position_loss = (float *)callocCheck(positions, sizeof(float));
     for (int64_t s = 0; s < dataloader_eval_steps(positions, a->world); s++) {
         int own;
@@ -823,7 +793,7 @@ static void val_notice(void *arg) {
     int g = *(const int *)arg;
     if (dup2(2, 1) < 0) exit(4);
     Options o = default_options();
-    o.B = DATA_GEOMETRIES[g].B; o.T = DATA_GEOMETRIES[g].T;
+    o.model.B = DATA_GEOMETRIES[g].B; o.model.T = DATA_GEOMETRIES[g].T;
     strcpy(o.val_pattern, VAL_SHARDS[0]);
     LlamaConfig cfg;
     memset(&cfg, 0, sizeof(cfg));
@@ -856,7 +826,7 @@ static void test_val_batches_notice(void) {
 // file, refuses the resume naming it; the one that is read back (AdamW updates applied) is read back.
 typedef int *(*FieldOf)(Model *, TrainState *);
 typedef struct { int word; const char *name; FieldOf field; int flag; } HeaderField;
-// README.md's table of the state header, written out here (not taken from state_fields).
+// README.md's table of the state header, written out here (not taken from STATE_FIELDS).
 static const HeaderField HEADER_FIELDS[] = {
     {2, "step", +[](Model *m, TrainState *) { return &m->step; }, 0},
     {3, "V", +[](Model *m, TrainState *) { return &m->cfg.V; }, 0},
@@ -879,10 +849,11 @@ static const HeaderField HEADER_FIELDS[] = {
     {20, "-fp8_lm_head", +[](Model *m, TrainState *) { return &m->fp8.lm_head; }, 1},
     {21, "-adam_moments (0 fp32, 1 bf16)", +[](Model *m, TrainState *) { return &m->opt.moments_bf16; }, 1},
     {22, "data sets of the -i mixture (0: one glob)", +[](Model *, TrainState *t) { return &t->data_sets; }, 0}, // read back
-    {23, "-fp8_grain (0 tensor, 1 block)", +[](Model *m, TrainState *) { return &m->opt.fp8_grain; }, 1},
-    {24, "-fp8_fallback (0 off, 1 block, 2 bf16)", +[](Model *m, TrainState *) { return &m->opt.fp8_fallback; }, 1},
+    {23, "-fp8_grain (0 tensor, 1 block, 3 row)", +[](Model *m, TrainState *) { return &m->opt.fp8_grain; }, 1},
+    {24, "-fp8_fallback (0 off, 1 block, 2 bf16, 3 row)", +[](Model *m, TrainState *) { return &m->opt.fp8_fallback; }, 1},
     {25, "-fp8_fallback_threshold in millionths (0 without -fp8_fallback)", +[](Model *m, TrainState *) { return &m->opt.fp8_fallback_millionths; }, 0},
     {26, "-fp8_fallback_patience (0 without -fp8_fallback)", +[](Model *m, TrainState *) { return &m->opt.fp8_fallback_patience; }, 0},
+    {27, "-master_weights (0 fp32, 1 bf16)", +[](Model *m, TrainState *) { return &m->opt.master_bf16; }, 1},
 };
 #define NUM_HEADER_FIELDS ((int)(sizeof(HEADER_FIELDS) / sizeof(HEADER_FIELDS[0])))
 // The words read back, not checked: AdamW updates applied, and the data loader record's size and sets
@@ -921,7 +892,8 @@ static void resume_header(void *arg) {
 }
 
 static void test_state_header_every_field(void) {
-    CHECK(NUM_HEADER_FIELDS == NUM_STATE_FIELDS, "README's state header has %d fields, state_fields %d", NUM_HEADER_FIELDS, NUM_STATE_FIELDS);
+    CHECK(NUM_HEADER_FIELDS == NUM_STATE_FIELDS, "README's state header has %d fields, STATE_FIELDS %d", NUM_HEADER_FIELDS,
+          NUM_STATE_FIELDS);
     char path[128], err[2048];
     path_in_dir(path, sizeof(path), "header.bin");
     static Model m;
@@ -1017,13 +989,17 @@ static Options written_defaults(void) {
     strcpy(o.val_pattern, "dev/data/tinyshakespeare/tinyshakespeare_llama2_val.bin");
     strcpy(o.tokenizer_path, "dev/data/tinyshakespeare/llama2_tokenizer.bin");
     strcpy(o.log_dir, "log");
-    strcpy(o.precision, "fp8"); strcpy(o.fp8_recipe, "delayed"); strcpy(o.adam_moments, "bf16");
-    o.B = 16; o.T = 1024; o.total_batch = 0; o.max_steps = 160; o.warmup = 20; o.val_every = 20; o.val_batches = 20;
-    o.sample_every = 80; o.gen_tokens = 64; o.ckpt_every = 0; o.resume = 0; o.recompute = 0; o.seed = 1337; o.shuffle = 0;
-    o.fp8_history = 16; o.fp8_margin = 0; o.fp8_lm_head = 0; o.fp8_log = 0; o.fp8_dump = 0; o.ngpu = 0; o.fp8_weight_cache = 1;
-    o.deterministic = 0; o.cuda_graph = 1; o.keep = 0;
-    strcpy(o.fp8_grain, "tensor"); strcpy(o.fp8_fallback, "off"); o.fp8_fallback_threshold = 0.01f; o.fp8_fallback_patience = 3;
-    strcpy(o.data_changed, "refuse");
+    o.model.precision = PREC_FP8; o.model.fp8_current = 0; o.model.moments_bf16 = 1;
+    o.model.B = 16; o.model.T = 1024; o.total_batch = 0; o.max_steps = 160; o.warmup = 20; o.val_every = 20;
+    o.val_batches = 20;
+    o.sample_every = 80; o.gen_tokens = 64; o.ckpt_every = 0; o.resume = 0; o.model.recompute = 0; o.seed = 1337;
+    o.shuffle = 0;
+    o.model.fp8_history = 16; o.model.fp8_margin = 0; o.model.fp8_lm_head = 0; o.fp8_log = 0; o.fp8_dump = 0;
+    o.ngpu = 0;
+    o.model.fp8_weight_cache = 1; o.deterministic = 0; o.model.cuda_graph = 1; o.keep = 0;
+    o.model.fp8_grain = FP8_GRAIN_TENSOR; o.model.fp8_fallback = 0; o.fp8_fallback_threshold = 0.01f;
+    o.model.fp8_fallback_patience = 3;
+    o.data_changed_continue = 0;
     o.lr = 6e-4f; o.final_lr_frac = 0.1f; o.weight_decay = 0.1f; o.grad_clip = 1.0f; o.beta1 = 0.9f; o.beta2 = 0.95f;
     return o;
 }
@@ -1060,7 +1036,7 @@ static void test_options_unchanged(void) {
     for (int i = 0; i < 5; i++) unsetenv(vars[i]);
     //                      B   T  prec      r  mom fp8cur hist margin wcache lm_head graph
     const ModelOptions mo_default = {16, 1024, PREC_FP8, 0, 1, 0, 16, 0, 1, 0, 1};
-    static SameCase c[10];
+    static SameCase c[11];
     int n = 0;
     // Quick start: ./train_llama_fp8
     c[n] = (SameCase){{"train_llama_fp8"}, written_defaults(), mo_default, 1};
@@ -1071,9 +1047,10 @@ static void test_options_unchanged(void) {
                            "-b", "16", "-t", "1024", "-d", "16384", "-x", "1500", "-u", "100", "-v", "100", "-m", "20",
                            "-precision", fp8 ? "fp8" : "bf16", "-o", fp8 ? "log_fp8" : "log_bf16"}, written_defaults(), mo_default, 1};
         Options *w = &c[n].want;
-        strcpy(w->model, "125m"); strcpy(w->train_pattern, "data/gutenberg_llama2_train_*.bin"); strcpy(w->val_pattern, "data/gutenberg_llama2_val.bin");
+        strcpy(w->preset, "125m"); strcpy(w->train_pattern, "data/gutenberg_llama2_train_*.bin");
+        strcpy(w->val_pattern, "data/gutenberg_llama2_val.bin");
         w->total_batch = 16384; w->max_steps = 1500; w->warmup = 100; w->val_every = 100; w->val_batches = 20;
-        strcpy(w->precision, fp8 ? "fp8" : "bf16"); strcpy(w->log_dir, fp8 ? "log_fp8" : "log_bf16");
+        w->model.precision = fp8 ? PREC_FP8 : PREC_BF16; strcpy(w->log_dir, fp8 ? "log_fp8" : "log_bf16");
         c[n].want_mo.precision = fp8 ? PREC_FP8 : PREC_BF16;
         n++;
     }
@@ -1083,7 +1060,8 @@ static void test_options_unchanged(void) {
                        "-tok", "data/llama3_tokenizer.bin"}, written_defaults(), mo_default, 1};
     {
         Options *w = &c[n].want;
-        w->ngpu = 8; strcpy(w->model, "llama3-8b"); w->B = 1; w->T = 8192; w->total_batch = 65536; w->max_steps = 20000; w->ckpt_every = 500;
+        w->ngpu = 8; strcpy(w->preset, "llama3-8b"); w->model.B = 1; w->model.T = 8192; w->total_batch = 65536;
+        w->max_steps = 20000; w->ckpt_every = 500;
         w->keep = 2; strcpy(w->log_dir, "/shared/runs/llama3-8b"); w->resume = 1; strcpy(w->train_pattern, "data/my_llama3_train_*.bin");
         strcpy(w->val_pattern, "data/my_llama3_val.bin"); strcpy(w->tokenizer_path, "data/llama3_tokenizer.bin");
         c[n].want_mo.B = 1; c[n].want_mo.T = 8192;
@@ -1093,7 +1071,8 @@ static void test_options_unchanged(void) {
     c[n] = (SameCase){{"train_llama_fp8", "-ngpu", "2", "-e", "llama2-7b", "-b", "2", "-t", "4096", "-d", "16384", "-r", "1"}, written_defaults(), mo_default, 1};
     {
         Options *w = &c[n].want;
-        w->ngpu = 2; strcpy(w->model, "llama2-7b"); w->B = 2; w->T = 4096; w->total_batch = 16384; w->recompute = 1;
+        w->ngpu = 2; strcpy(w->preset, "llama2-7b"); w->model.B = 2; w->model.T = 4096; w->total_batch = 16384;
+        w->model.recompute = 1;
         c[n].want_mo.B = 2; c[n].want_mo.T = 4096; c[n].want_mo.recompute = 1;
         n++;
     }
@@ -1103,7 +1082,8 @@ static void test_options_unchanged(void) {
     {
         Options *w = &c[n].want;
         strcpy(w->init_from, "smollm2.bin"); strcpy(w->tokenizer_path, "smollm2_tokenizer.bin"); w->max_steps = 0;
-        strcpy(w->val_pattern, "data/tinyshakespeare_smollm2_val.bin"); w->B = 4; w->T = 1024; w->val_batches = 8; w->total_batch = 4096;
+        strcpy(w->val_pattern, "data/tinyshakespeare_smollm2_val.bin"); w->model.B = 4; w->model.T = 1024;
+        w->val_batches = 8; w->total_batch = 4096;
         c[n].want_mo.B = 4;
         n++;
     }
@@ -1120,8 +1100,10 @@ static void test_options_unchanged(void) {
                        "-tok", "", "-r", "1", "-precision", "fp8", "-ngpu", "2", "-d", "16384"}, written_defaults(), mo_default, 1};
     {
         Options *w = &c[n].want;
-        strcpy(w->model, "llama2-7b"); w->B = 2; w->T = 4096; w->max_steps = 13; w->val_every = 0; w->val_batches = 0; w->sample_every = 0;
-        w->log_dir[0] = '\0'; w->val_pattern[0] = '\0'; w->tokenizer_path[0] = '\0'; w->recompute = 1; w->ngpu = 2; w->total_batch = 16384;
+        strcpy(w->preset, "llama2-7b"); w->model.B = 2; w->model.T = 4096; w->max_steps = 13; w->val_every = 0;
+        w->val_batches = 0; w->sample_every = 0;
+        w->log_dir[0] = '\0'; w->val_pattern[0] = '\0'; w->tokenizer_path[0] = '\0'; w->model.recompute = 1;
+        w->ngpu = 2; w->total_batch = 16384;
         c[n].want_mo.B = 2; c[n].want_mo.T = 4096; c[n].want_mo.recompute = 1;
         n++;
     }
@@ -1134,13 +1116,26 @@ static void test_options_unchanged(void) {
                        "-beta1", "0.8", "-beta2", "0.99"}, written_defaults(), mo_default, 1};
     {
         Options *w = &c[n].want;
-        strcpy(w->model, "125m"); strcpy(w->train_pattern, "data/gutenberg_smollm2_train_000.bin");
+        strcpy(w->preset, "125m"); strcpy(w->train_pattern, "data/gutenberg_smollm2_train_000.bin");
         strcpy(w->val_pattern, "data/gutenberg_smollm2_val.bin"); strcpy(w->tokenizer_path, "data/gutenberg_smollm2_tokenizer.bin");
         w->max_steps = 300; w->warmup = 30; w->lr = 2e-4f; w->final_lr_frac = 0.1f; w->val_every = 50; w->val_batches = 8; w->sample_every = 0;
-        w->ckpt_every = 0; w->fp8_margin = 1; w->fp8_lm_head = 1; strcpy(w->fp8_recipe, "current"); w->fp8_history = 32; w->fp8_weight_cache = 0;
-        strcpy(w->adam_moments, "fp32"); w->cuda_graph = 0; w->weight_decay = 0.05f; w->grad_clip = 0.5f; w->beta1 = 0.8f; w->beta2 = 0.99f;
+        w->ckpt_every = 0; w->model.fp8_margin = 1; w->model.fp8_lm_head = 1; w->model.fp8_current = 1;
+        w->model.fp8_history = 32; w->model.fp8_weight_cache = 0;
+        w->model.moments_bf16 = 0; w->model.cuda_graph = 0; w->weight_decay = 0.05f; w->grad_clip = 0.5f;
+        w->beta1 = 0.8f; w->beta2 = 0.99f;
         w->total_batch = 16384;
         c[n].want_mo = (ModelOptions){16, 1024, PREC_FP8, 0, 0, 1, 32, 1, 0, 1, 0};
+        n++;
+    }
+    // the 7B fine-tune that -check 1 plans under 80 GiB (Model, "Memory: what fits 80 GB")
+    c[n] = (SameCase){{"train_llama_fp8", "-init_from", "llama2_7b.bin", "-tok", "llama2_tokenizer.bin", "-b", "1", "-t",
+                       "4096", "-r", "1", "-master_weights", "bf16", "-check", "1"}, written_defaults(), mo_default, 1};
+    {
+        Options *w = &c[n].want;
+        strcpy(w->init_from, "llama2_7b.bin"); strcpy(w->tokenizer_path, "llama2_tokenizer.bin");
+        w->model.B = 1; w->model.T = 4096;
+        w->model.recompute = 1; w->model.master_bf16 = 1; w->check_only = 1; w->total_batch = 4096;
+        c[n].want_mo.B = 1; c[n].want_mo.T = 4096; c[n].want_mo.recompute = 1; c[n].want_mo.master_bf16 = 1;
         n++;
     }
     char err[4096];
@@ -1358,21 +1353,23 @@ static void test_loss_scale(void) {
 int main(int argc, char **argv) {
     snprintf(g_dir, sizeof(g_dir), "/tmp/llama_fp8_host_XXXXXX");
     if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
-    run_test("checkpoint: a state file of other AdamW moments or precision refused, naming the flag that resumes it", test_checkpoint_other_run);
+    run_test("checkpoint: a state file of other AdamW moments, master weights or precision refused, naming the flag"
+             " that resumes it", test_checkpoint_other_run);
     run_test("checkpoint: every state-header field, changed in the run or the file, refused naming it (the read-back one read back)",
              test_state_header_every_field);
     run_test("-init_from: shape flags and a decode table of another vocabulary refused", test_init_from_config);
     run_test("options: errors name the problem; every row parses into its own field; every field has a row", test_options);
     run_test("options: every row's ends accepted, below and above (or another choice) refused naming the flag; defaults inside", test_option_ranges);
     run_test("options: the usage text has every row with its help, default and range or choices", test_usage);
-    run_test("options: main.log's header carries every row's value, -fp8_margin's too", test_log_header);
+    run_test("options: main.log's options line carries every row's value, -fp8_margin's too", test_log_header);
     run_test("options: the rules between options and with the model's shape refused by checked_options", test_option_rules);
     run_test("fp8 grains: the model's options of -fp8_grain and -fp8_fallback, and the flag the block GEMM check names", test_fp8_grain_options);
-    run_test("fp8 fallback: the trainer's rule switches the linears ref_fp8_auto_grain switches, after the same steps; the worst tensor reported",
-             test_fp8_fallback_rule);
     run_test("fp8 grains through the state file: read back into a new model; a grain the run cannot have refused naming the file and linear",
              test_fp8_grain_state_file);
     run_test("options: bf16 AdamW moments by default, fp32 with -adam_moments fp32, others refused", test_adam_moments_option);
+    run_test("options: fp32 master weights by default, bf16 with -master_weights bf16, others refused",
+             test_master_weights_option);
+    run_test("options: every choice row's words store their values, and main.log gives the words back", test_option_words);
     run_test("options: -x 0 -y 1 -o DIR evaluates the checkpoint; -y 1 without -o and -keep < 0 refused", test_resume_options);
     run_test("options: the README's commands parse and check to the Options and ModelOptions written out; model_options the defaults", test_options_unchanged);
     run_test("main loop: val, sample, checkpoint at their steps and at the end, a non-finite step too", test_after_step);

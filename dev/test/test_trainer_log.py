@@ -4,11 +4,11 @@ test_multi_gpu.sh), of plot_fp8.py's fp8 health modes and of scripts/compare_log
 (test_multi_gpu.sh's step-by-step comparison of two runs).
 
 The sample logs are written here with the trainer's own format strings, read out of
-train_llama_fp8.cu, so a change of format there shows up here: a main.log with a resumed run (the
+train_llama_fp8.cu and llmc/run_log.h, so a change of format there shows up here: a main.log with a resumed run (the
 repeated steps must replace the abandoned ones), sample lines, malformed and cut-off lines; one
 resumed from a checkpoint before its last logged step, whose abandoned val, bpb and HellaSwag
 records (the last at the last step) must all go; a
-standard output with 2 GPUs, tied embeddings, llama3 RoPE scaling, bf16 AdamW moments, a skipped
+standard output with 2 GPUs, tied embeddings, llama3 RoPE scaling, bf16 AdamW moments and master weights, a skipped
 update, val losses, a stop by SIGTERM and the median line; an fp8.log with a resumed run, a cut-off
 line and the underflow/saturation fractions, and one of a trainer before those (it parses and plots
 its scales; plot_fp8.py --health and --health-summary refuse it). On a crafted 3-layer fp8.log the
@@ -39,16 +39,20 @@ compare_logs = load_tool("scripts/compare_logs.py")  # its comparisons, called h
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-SRC = open(os.path.join(ROOT, "train_llama_fp8.cu")).read()
+SOURCES = ("train_llama_fp8.cu", "llmc/run_log.h")  # the trainer, and its run log's events
+SRC = "".join(open(os.path.join(ROOT, path)).read() for path in SOURCES)
 
 
 def fmt(prefix):
-    """The C string literal in train_llama_fp8.cu that starts with prefix, unescaped (printf formats
-    %d %s %g %.6f %.4e %5d mean the same in Python's % operator)."""
-    m = re.search(r'"(' + re.escape(prefix) + r'(?:[^"\\]|\\.)*)"', SRC)
+    """The C string literal in the trainer's SOURCES that starts with prefix, with the literals C joins
+    to it (adjacent ones, across line breaks), unescaped (printf formats %d %s %g %.6f %.4e %5d mean the
+    same in Python's % operator)."""
+    literal = r'"((?:[^"\\]|\\.)*)"'
+    m = re.search(r'"' + re.escape(prefix) + r'(?:[^"\\]|\\.)*"(?:\s*' + literal + ')*', SRC)
     if m is None:
-        raise SystemExit(f"test_trainer_log.py: no format string starting with {prefix!r} in train_llama_fp8.cu")
-    return m.group(1).replace("\\n", "\n").replace('\\"', '"')
+        raise SystemExit(f"test_trainer_log.py: no format string starting with {prefix!r} in {', '.join(SOURCES)}")
+    text = "".join(re.findall(literal, m.group(0)))
+    return text.replace("\\n", "\n").replace('\\"', '"')
 
 
 TRAIN = fmt("s:%d trl:")
@@ -57,7 +61,7 @@ VAL_BPB = fmt("s:%d tel:%.6f bpb:")
 HELLASWAG = fmt("s:%d hs_acc:")
 HEADER = fmt("# %s precision")
 STEP = fmt("step %5d/%d | loss")
-VAL_OUT = fmt("val loss %.6f\\n")
+VAL_OUT = fmt("val loss %.6f%s\\n")
 CONFIG = fmt("train_llama_fp8 | %s")
 ROPE = fmt(" (llama3 scaling")
 BATCH = fmt("B %d T %d | total batch")
@@ -151,14 +155,14 @@ def sample_stdout():
     out = [CONFIG % ("2 x NVIDIA H200 (-ngpu fork launcher)", "fp8", " (delayed scaling)", "llama3.2-1b", 128256, 16, 2048,
                      32, 8, 8192, 500000.0, rope, " | tied embeddings", 1235.8),
            "attention: cuDNN forward plan for B=2 T=4096 NH=32 NKV=8 HS=64: engine 2, workspace 0.0 MiB\n",
-           BATCH % (2, 4096, 16384, 1, 3, 6e-4, 100, 0.1, 0.1, 1.0, "bf16", "cuDNN fused"),
+           BATCH % (2, 4096, 16384, 1, 3, 6e-4, 100, 0.1, 0.1, 1.0, "bf16", "bf16", "cuDNN fused"),
            MEMORY % (41.25, " per GPU (ZeRO-1)", ""),
            STEP % (1, 3, 11.9, 15.6847, 3e-5, 550.72, 29750, "2.1%", ""),
            STEP % (2, 3, 11.5, float("inf"), 6e-5, 22.5, 728165, "52.5%", " | update SKIPPED (non-finite gradient)"),
-           VAL_OUT % 11.25,
+           VAL_OUT % (11.25, ""),
            STEP % (3, 3, 10.5, 2.2, 9e-5, 22.96, 713564, "51.5%", ""),
            "checkpoint written: log/model_00000003.bin\n",
-           STOPPED % ("SIGTERM", 3, 3, "log", 3),
+           STOPPED % ("SIGTERM", 3, 3, "log/model_00000003.bin"),
            MEDIAN % (22.96, 1, 713564, "51.5%", 7.99, " (rank 0)")]
     return "".join(out)
 
@@ -169,8 +173,9 @@ def test_stdout():
           f"GPU and precision ({o.gpu!r}, {o.precision!r})")
     check(o.model == "llama3.2-1b" and o.dims == dict(V=128256, L=16, C=2048, NH=32, NKV=8, FF=8192) and o.tied is True,
           f"model, shape and tied embeddings behind the llama3 RoPE text ({o.model}, {o.dims}, {o.tied})")
-    check((o.B, o.T, o.adam_moments, o.allocated_gib) == (2, 4096, "bf16", 41.25),
-          f"B, T, AdamW moments, memory allocated ({o.B}, {o.T}, {o.adam_moments}, {o.allocated_gib})")
+    check((o.B, o.T, o.adam_moments, o.master_weights, o.allocated_gib) == (2, 4096, "bf16", "bf16", 41.25),
+          f"B, T, AdamW moments, master weights, memory allocated ({o.B}, {o.T}, {o.adam_moments}, {o.master_weights},"
+          f" {o.allocated_gib})")
     check(sorted(o.steps) == [1, 2, 3] and o.steps[1]["loss"] == 11.9 and o.steps[1]["tok/s"] == 29750 and o.steps[1]["mfu"] == "2.1%",
           f"step lines ({o.steps.get(1)})")
     check(o.steps[2]["skipped"] and math.isinf(o.steps[2]["norm"]) and not o.steps[3]["skipped"], "a skipped update, its inf norm")

@@ -2,7 +2,8 @@
 HellaSwag scores of a model file, two ways, on the CPU: the C reference scorer (ref_ending_logprob
 in dev/test/llama_ref.h: one forward of context + ending per ending) and the trainer's host side
 (llmc/hellaswag.h: the rows laid out B x T as the trainer's forward gets them, losses per position,
-summed per ending, the predictions), with the C reference model standing in for the GPU forward.
+summed per ending, hellaswag_score's predictions and acc counts), with the C reference model standing
+in for the GPU forward.
 dev/test/test_hellaswag.py compares both with transformers' log-probabilities.
 
 Build and run from the repository root:
@@ -15,7 +16,7 @@ as lm-eval truncates, P and Q its acc and acc_norm predictions), then "acc A acc
 #include <stdio.h>
 #include <stdlib.h>
 #include "llmc/model_file.h"    // model_file_open, model_file_read_weights
-#include "llmc/hellaswag.h"     // HellaSwag, hellaswag_batch, hellaswag_logprob, hellaswag_predict
+#include "llmc/hellaswag.h"     // HellaSwag, hellaswag_batch, hellaswag_logprob, hellaswag_score
 #include "dev/test/llama_ref.h" // RefModel, ref_init, ref_forward, ref_ending_logprob
 
 static void load_model(RefModel *model, const char *path, int B, int T) {
@@ -57,7 +58,9 @@ int main(int argc, char **argv) {
         for (size_t p = 0; p < N; p++) losses[p] = (float)((double)host.acts.lse[p] - (double)host.acts.logits[p * V + targets[p]]);
         for (int b = 0; b < B && r0 + b < rows; b++) host_lp[r0 + b] = hellaswag_logprob(losses + (size_t)b * T, first[b], count[b]);
     }
-    int acc = 0, acc_norm = 0;
+    float *preds = (float *)mallocCheck((size_t)hs.num_items * HELLASWAG_PRED_FLOATS * sizeof(float));
+    int acc, acc_norm;
+    hellaswag_score(&hs, 0, hs.num_items, host_lp, preds, &acc, &acc_norm); // the trainer's scoring
     for (int i = 0; i < hs.num_items; i++) {
         printf("item %d label %d ref", i, hs.label[i]);
         for (int k = 0; k < HELLASWAG_ENDINGS; k++) {
@@ -67,16 +70,13 @@ int main(int argc, char **argv) {
         }
         printf(" host");
         for (int k = 0; k < HELLASWAG_ENDINGS; k++) printf(" %.9g", host_lp[HELLASWAG_ENDINGS * i + k]);
-        int pred, pred_norm;
-        hellaswag_predict(&hs, i, host_lp + HELLASWAG_ENDINGS * i, &pred, &pred_norm);
-        printf(" pred %d pred_norm %d\n", pred, pred_norm);
-        acc += pred == hs.label[i];
-        acc_norm += pred_norm == hs.label[i];
+        const float *p = preds + HELLASWAG_PRED_FLOATS * i;
+        printf(" pred %d pred_norm %d\n", (int)p[4], (int)p[5]);
     }
     printf("acc %.6f acc_norm %.6f items %d\n", (double)acc / hs.num_items, (double)acc_norm / hs.num_items, hs.num_items);
     hellaswag_free(&hs);
     ref_free(&host);
     ref_free(&ref);
-    free(inputs); free(targets); free(first); free(count); free(losses); free(host_lp);
+    free(inputs); free(targets); free(first); free(count); free(losses); free(host_lp); free(preds);
     return 0;
 }
