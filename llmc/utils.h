@@ -17,14 +17,20 @@ Plain C (also compiles as C++ under nvcc).
 #include <sys/types.h>
 #include <time.h>
 
-// A fatal error with a printf-style message; the message should say what to do about it.
+// A fatal error with a printf-style message; the message should say what to do about it. The line
+// goes out in one write: the ranks of a multi-GPU run that fail together (a full disk, say) share a
+// terminal or a log, and lines written piecewise would interleave mid-line there.
 static void fatal_at(const char *file, int line, const char *fmt, ...) {
+    char msg[8192];
+    int n = snprintf(msg, sizeof(msg), "error (%s:%d): ", file, line);
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "error (%s:%d): ", file, line);
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
+    vsnprintf(msg + n, sizeof(msg) - n, fmt, ap); // file names are short: n is well inside msg
     va_end(ap);
+    size_t len = strlen(msg);
+    if (len == sizeof(msg) - 1) len--; // cut short: the newline takes the last character
+    msg[len++] = '\n';
+    fwrite(msg, 1, len, stderr); // stderr is unbuffered: one write
     exit(EXIT_FAILURE);
 }
 #define FATAL(...) fatal_at(__FILE__, __LINE__, __VA_ARGS__)

@@ -18,6 +18,7 @@ between shards, the decode table and the model, and -tok.
 #define DEV_TEST_TEST_DATA_H
 
 #include <fcntl.h>
+#include <sys/socket.h> // test_fatal_one_write: SOCK_SEQPACKET keeps each write a record
 #include "harness.h"
 #include "llmc/dataloader.h" // DataLoader, dataloader_*
 #include "llmc/tokenizer.h"  // Tokenizer, tokenizer_*
@@ -1501,6 +1502,35 @@ static void test_tokenizer_flag(void) {
                     "no such decode table");
 }
 
+// FATAL's line in one write (ranks failing together must not interleave mid-line): the child's stderr is a
+// SOCK_SEQPACKET socket, which keeps each write a record of its own, so the first record must be the line.
+static void fatal_in_child(const char *path) {
+    FATAL("the disk of '%s' has %d bytes free, the checkpoint needs %s: not writing it", path, 12, "4.6 EB");
+}
+static void test_fatal_one_write(void) {
+    int sv[2];
+    CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv) == 0, "socketpair: %s", strerror(errno));
+    fflush(stdout); fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(sv[0]);
+        dup2(sv[1], 2);
+        fatal_in_child("/data/run");
+    }
+    close(sv[1]);
+    char rec[1024];
+    ssize_t n = recv(sv[0], rec, sizeof(rec) - 1, 0);
+    rec[n > 0 ? n : 0] = '\0';
+    close(sv[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    const char *want = "the disk of '/data/run' has 12 bytes free, the checkpoint needs 4.6 EB: not writing it\n";
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1, "FATAL's exit status: %d", status);
+    CHECK(strncmp(rec, "error (", 7) == 0 && strstr(rec, "): ") && strlen(rec) > strlen(want) &&
+          strcmp(rec + strlen(rec) - strlen(want), want) == 0,
+          "FATAL's first write is not the whole line: '%s'", rec);
+}
+
 static void run_data_tests(void) {
     strcpy(g_td_dir, "/tmp/test_data_XXXXXX");
     if (mkdtemp(g_td_dir) == NULL) FATAL("mkdtemp failed: %s", strerror(errno));
@@ -1519,6 +1549,7 @@ static void run_data_tests(void) {
     run_test("data: token id V-1 accepted, V refused naming the shard and position", test_token_at_vocab_edge);
     run_test("tokenizer: decode table, placeholders, safe print, optional", test_tokenizer_good);
     run_test("tokenizer: bad tables exit naming the file and the problem", test_tokenizer_bad);
+    run_test("errors: FATAL writes its whole line at once (ranks failing together do not interleave)", test_fatal_one_write);
     run_test("data: real TinyShakespeare, Llama 2 (16-bit)", test_real_llama2);
     run_test("data: real TinyShakespeare, Llama 3 (32-bit)", test_real_llama3);
     run_test("masks: target t learned (not -1) iff mask byte start + t + 1 is 1", test_masks_read);

@@ -8,7 +8,7 @@
 # caught; then "N passed, N failed". passed: caught, the command exited non-zero and its log shows a
 # test failing: for ./test_llama_fp8 'FILTER' a "FAIL <test>" line of a test named by FILTER,
 # otherwise a failure summary ("N passed, M failed", M > 0) or a dev/cuda program's verdict
-# ("rmsnorm: FAIL (...)"); a crash or a build error of the command is no catch. failed: missed (the
+# ("rmsnorm: FAIL (...)", "fp8_block: N FAILED", "fp8_rowwise: N passed, M failed"); a crash or a build error of the command is no catch. failed: missed (the
 # command passed), not caught so, or stale (the patch does not apply exactly, no fuzz) or broken (the
 # mutant does not build).
 # usage: [MUTATIONS='NAME ...'] [MUTATION_SAMPLE=N [MUTATION_SEED=S]] bash dev/test/test_mutations.sh [--cpu | TEST_FILTER]
@@ -87,7 +87,7 @@ failed_as_expected() {
     if [ -n "$filter" ]; then
         grep -E '^FAIL ' "$log" | grep -qF -- "$filter"
     else
-        grep -qE '^[0-9]+ passed, [1-9][0-9]* failed$|^[A-Za-z0-9_]+: (FAIL|[0-9]+ FAILED)' "$log"
+        grep -qE '^([A-Za-z0-9_]+: )?[0-9]+ passed, [1-9][0-9]* failed$|^[A-Za-z0-9_]+: (FAIL|[0-9]+ FAILED)' "$log"
     fi
 }
 

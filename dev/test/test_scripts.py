@@ -695,6 +695,7 @@ esac
 """
 FAKE_KERNEL = """#!/bin/sh
 [ "$(sed -n 2p src.txt)" = "value = 5" ] && { echo "kernel: FAIL (2 checks failed)"; exit 1; }
+[ "$(sed -n 2p src.txt)" = "value = 7" ] && { echo "kernel: 3 passed, 2 failed"; exit 1; }
 echo "kernel: PASS"
 """
 FAKE_PY_SUITE = """import signal, sys
@@ -711,6 +712,7 @@ FAKE_MUTATIONS = [
     ("caught", ("# a fake source", "# end"), "2", "./test_llama_fp8 'the test'", "caught"),
     ("caught_by_summary", ("# a fake source", "# end"), "2", "./test_llama_fp8", "caught"),
     ("caught_by_kernel", ("# a fake source", "# end"), "5", "./kernel", "caught"),
+    ("caught_by_kernel_counts", ("# a fake source", "# end"), "7", "./kernel", "caught"),  # fp8_rowwise's verdict
     ("another_test_fails", ("# a fake source", "# end"), "4", "./test_llama_fp8 'the test'", "NOT CAUGHT"),
     ("suite_crashes", ("# a fake source", "# end"), "3", "./test_llama_fp8", "NOT CAUGHT"),
     ("missed", ("# a fake source", "# end"), "6", "./test_llama_fp8 'the test'", "MISSED"),
