@@ -550,6 +550,91 @@ static size_t model_memory_plan(const LlamaConfig *c, const ModelOptions *o, int
     return b;
 }
 
+// What a run that does not fit can give up, in the order of what it costs the user: recompute time (-r 1),
+// the master weights' accuracy (-master_weights bf16), both, a cast of each fp8 weight at every use
+// (-fp8_weight_cache 0, which saves memory with bf16 master weights: fp32 ones on one GPU hold the cache in
+// the bf16 weights' storage), then a smaller -b at the same -d (more gradient accumulation: fewer tokens/s).
+enum { FIT_RECOMPUTE = 1, FIT_MASTER_BF16 = 2, FIT_NO_W_CACHE = 4 };
+static const int FIT_SETS[] = {0, FIT_RECOMPUTE, FIT_MASTER_BF16, FIT_RECOMPUTE | FIT_MASTER_BF16,
+                               FIT_MASTER_BF16 | FIT_NO_W_CACHE, FIT_RECOMPUTE | FIT_MASTER_BF16 | FIT_NO_W_CACHE};
+#define FIT_HINT_SETS 3 // the hint names the first sets that fit, this many at most
+// What a set must leave free besides its plan: cuBLAS's and cuDNN's workspaces and the CUDA graph come on
+// top of the up-front allocations (7B fp8 B 2 T 4096: 104.81 GiB planned, 105.5 GiB in use on an H200)
+#define FIT_HEADROOM ((size_t)1 << 30)
+
+// The options of the run given the flag set `flags` (FIT_*) and -b B.
+static ModelOptions fit_options(const ModelOptions *o, int flags, int B) {
+    ModelOptions f = *o;
+    if (flags & FIT_RECOMPUTE) f.recompute = 1;
+    if (flags & FIT_MASTER_BF16) f.master_bf16 = 1;
+    if (flags & FIT_NO_W_CACHE) f.fp8_weight_cache = 0;
+    f.B = B;
+    return f;
+}
+
+// A flag set as the command line writes it, with its plan and what it costs besides the flags' names.
+static void fit_describe(char *s, size_t n, int flags, int B, const ModelOptions *o, long long accum, size_t plan) {
+    char b_flag[32] = "", accum_note[64] = "";
+    if (B != o->B) {
+        snprintf(b_flag, sizeof(b_flag), " -b %d", B);
+        snprintf(accum_note, sizeof(accum_note), ", gradient accumulation %lld for the same -d", accum);
+    }
+    char words[128];
+    snprintf(words, sizeof(words), "%s%s%s%s", flags & FIT_RECOMPUTE ? " -r 1" : "",
+             flags & FIT_MASTER_BF16 ? " -master_weights bf16" : "",
+             flags & FIT_NO_W_CACHE ? " -fp8_weight_cache 0" : "", b_flag);
+    snprintf(s, n, "%s (%.2f GiB%s%s)", words + 1, plan / 1073741824.0,
+             flags & FIT_NO_W_CACHE ? ", each fp8 weight cast at every use" : "", accum_note);
+}
+
+// What fits `budget` bytes: the first FIT_HINT_SETS flag sets (FIT_SETS' order at this -b, then at each
+// smaller -b that splits -d's `total_batch` tokens) whose own model_memory_plan fits, each with its
+// GiB, or the least any of them plans. Only flags the run can take and has not set: -fp8_weight_cache
+// in fp8 only.
+static void memory_fit_hint(const LlamaConfig *c, const ModelOptions *o, int world, long long total_batch,
+                            size_t budget, char *buf, size_t n) {
+    int can = (o->recompute ? 0 : FIT_RECOMPUTE) | (o->master_bf16 ? 0 : FIT_MASTER_BF16) |
+              (o->precision == PREC_FP8 && o->fp8_weight_cache ? FIT_NO_W_CACHE : 0);
+    int found = 0;
+    size_t least = SIZE_MAX;
+    char least_set[256] = "", set[256];
+    snprintf(buf, n, "within %.2f GiB (1 GiB of the free memory left for cuBLAS's and cuDNN's workspaces):",
+             budget / 1073741824.0);
+    for (int B = o->B; B >= 1 && found < FIT_HINT_SETS; B--) {
+        long long tokens = (long long)B * o->T * world;
+        if (total_batch % tokens != 0 || (o->precision == PREC_FP8 && (B * o->T) % 16 != 0)) continue;
+        int tried = 0; // the masks planned at this B: without the flags the run has, two sets can be one
+        for (size_t k = 0; k < sizeof(FIT_SETS) / sizeof(FIT_SETS[0]) && found < FIT_HINT_SETS; k++) {
+            int flags = FIT_SETS[k] & can;
+            if ((flags == 0 && B == o->B) || (tried >> flags & 1)) continue;
+            tried |= 1 << flags;
+            ModelOptions f = fit_options(o, flags, B);
+            size_t plan = model_memory_plan(c, &f, world);
+            fit_describe(set, sizeof(set), flags, B, o, total_batch / tokens, plan);
+            if (plan < least) { least = plan; snprintf(least_set, sizeof(least_set), "%s", set); }
+            if (plan > budget) continue;
+            snprintf(buf + strlen(buf), n - strlen(buf), "%s %s", found ? ";" : "", set);
+            found++;
+        }
+    }
+    if (!found)
+        snprintf(buf, n, "nothing fits %.2f GiB, the least is %s: use more GPUs (-ngpu; ZeRO-1 shares the optimizer "
+                 "state out), a shorter -t or a smaller model", budget / 1073741824.0, least_set);
+}
+
+// The refusal of a run whose planned device memory is more than the `free_b` bytes its GPU has free:
+// 1 with the message, what fits, in msg; else 0. Made before model_init allocates anything, so a run that
+// cannot fit stops at once, with the flags that would make it fit, not at the one allocation that fails.
+static int memory_refusal(const char *model, const LlamaConfig *c, const ModelOptions *o, int world,
+                          long long total_batch, size_t free_b, char *msg, size_t n) {
+    size_t plan = model_memory_plan(c, o, world);
+    if (plan <= free_b) return 0;
+    int len = snprintf(msg, n, "%s B %d T %d needs %.2f GiB of device memory up front, the GPU has %.2f GiB free: ",
+                       model, o->B, o->T, plan / 1073741824.0, free_b / 1073741824.0);
+    memory_fit_hint(c, o, world, total_batch, free_b > FIT_HEADROOM ? free_b - FIT_HEADROOM : 0, msg + len, n - len);
+    return 1;
+}
+
 static void model_free(Model *m) {
     for (int i = 0; i < m->num_allocations; i++) cudaCheck(cudaFree(m->allocations[i]));
     linears_free(&m->linears);
@@ -2195,8 +2280,14 @@ static void open_run_data(Run *r) {
 }
 
 // The model on this rank's GPU (its weights: start_model), checked to be the same on every rank, the
-// GEMMs' and attention's set-up, and the training state a checkpoint records.
+// GEMMs' and attention's set-up, and the training state a checkpoint records. A run whose planned
+// device memory is more than its GPU has free is refused first, naming the flags that would fit.
 static void setup_model(Run *r, Model *m) {
+    size_t free_b, total_b;
+    cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+    char msg[2048];
+    if (memory_refusal(run_model_name(&r->o), &r->cfg, &r->mo, r->mg.world, r->o.total_batch, free_b, msg, sizeof(msg)))
+        FATAL("%s", msg);
     attention_init(1, r->o.deterministic); // before model_init: -doc_mask 1 allocates cuDNN's bias only if cuDNN runs
     model_init(m, &r->cfg, &r->mo, &r->mg);
     mg_check_agree(&r->mg, (long long)m->num_params, "the number of parameters");

@@ -37,7 +37,8 @@ static void *cuda_malloc_check(size_t bytes, const char *what, const char *file,
         cudaGetLastError();
         cudaMemGetInfo(&free_b, &total_b);
         fatal_at(file, line, "out of GPU memory allocating %s: %.3f GiB requested, %.3f GiB free of %.3f GiB (%s)."
-                 " Try a smaller -b, a larger -r (recompute) or fewer layers.",
+                 " Try -r 1 (recompute), -master_weights bf16, -fp8_weight_cache 0 (fp8), a smaller -b (the same -d)"
+                 " or fewer layers; -check 1 prints the run's planned device memory.",
                  what, bytes / 1073741824.0, free_b / 1073741824.0, total_b / 1073741824.0, cudaGetErrorString(err));
     }
     return ptr;

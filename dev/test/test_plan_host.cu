@@ -2,6 +2,7 @@
 Host-only tests of what the trainer checks before any GPU work and of -check 1's plan (issue 40 item
 15): the device memory plan (model_memory_plan) against what real GPU runs allocated (the
 'device memory allocated' lines of the H200 logs under dev/results/, with the configs those logs print),
+the refusal of a run whose plan is more than its GPU has free and the flag sets it names (memory_refusal),
 check_inputs' refusals (-o not a folder or not writable, a log that cannot be appended to, a corrupt
 -init_from, a missing -hs or -hs_preds folder) each naming the path, -check 1 writing nothing, and the
 trainer binary itself refusing each bad input before it looks for a GPU (run with no GPU visible: a
@@ -127,6 +128,83 @@ static void test_memory_plan_bf16_master(void) {
         if (world == 1)
             CHECK(got < 79.0 * 1073741824.0, "7B B 1 T 4096 -r 1 -master_weights bf16: %.2f GiB, not under 79",
                   got / 1073741824.0);
+    }
+}
+
+// The flag sets a refusal's hint names, each planned again here through model_memory_plan with its
+// flags set on the run's options: every one fits `budget` and is the GiB the hint says. Returns how many
+// sets fit; a hint that says nothing fits has its least set checked the same way, over the budget.
+static int check_hint_sets(const char *what, const char *msg, const LlamaConfig *c, const ModelOptions *o, int world,
+                           size_t budget) {
+    const char *nothing = strstr(msg, "nothing fits"), *within = strstr(msg, "workspaces): ");
+    CHECK(nothing || within, "%s: the refusal names no flag sets: %s", what, msg);
+    if (!nothing && !within) return 0;
+    char sets[2048];
+    snprintf(sets, sizeof(sets), "%s", nothing ? strstr(msg, "the least is ") + 13 : within + 13);
+    int fits = 0;
+    for (char *save = NULL, *set = strtok_r(sets, ";", &save); set; set = strtok_r(NULL, ";", &save)) {
+        ModelOptions f = *o;
+        if (strstr(set, "-r 1")) f.recompute = 1;
+        if (strstr(set, "-master_weights bf16")) f.master_bf16 = 1;
+        if (strstr(set, "-fp8_weight_cache 0")) f.fp8_weight_cache = 0;
+        const char *b = strstr(set, "-b ");
+        if (b) f.B = atoi(b + 3);
+        double said = -1;
+        const char *paren = strchr(set, '(');
+        if (paren) sscanf(paren, "(%lf GiB", &said);
+        size_t plan = model_memory_plan(c, &f, world);
+        CHECK(fabs(said - plan / 1073741824.0) <= 0.005 + 1e-9, "%s: '%s' says %.2f GiB, its plan is %.4f", what, set,
+              said, plan / 1073741824.0);
+        if (nothing) {
+            CHECK(plan > budget, "%s: says nothing fits, but '%s' plans %.2f GiB of %.2f", what, set,
+                  plan / 1073741824.0, budget / 1073741824.0);
+            break;
+        }
+        CHECK(plan <= budget, "%s: suggests '%s', which plans %.2f GiB, more than %.2f", what, set, plan / 1073741824.0,
+              budget / 1073741824.0);
+        fits++;
+    }
+    return fits;
+}
+
+// A run whose plan is more than its GPU has free is refused, naming flag sets that fit, each checked by
+// its own plan; one that fits (the free bytes its plan exactly included) is not; flags the run has set are
+// never suggested, nor -fp8_weight_cache in bf16. The issue 43 case: Llama-2-7B fp8 B 2 T 4096 in 80 GiB.
+static void test_memory_refusal(void) {
+    LlamaConfig c;
+    config_from_preset("llama2-7b", &c);
+    const size_t GIB = 1073741824;
+    char msg[2048], want[256];
+    ModelOptions o = model_options(2, 4096, PREC_FP8);
+    o.moments_bf16 = 1; // the command line's default
+    size_t plan = model_memory_plan(&c, &o, 1);
+    CHECK(memory_refusal("llama2-7b", &c, &o, 1, 8192, 80 * GIB, msg, sizeof(msg)), "7B B 2 T 4096 fp8 fits 80 GiB");
+    printf("    %s\n", msg);
+    snprintf(want, sizeof(want), "llama2-7b B 2 T 4096 needs %.2f GiB of device memory up front, "
+             "the GPU has 80.00 GiB free: ", plan / 1073741824.0);
+    CHECK(strncmp(msg, want, strlen(want)) == 0, "the refusal does not start '%s': %s", want, msg);
+    CHECK(check_hint_sets("7B fp8 B 2 T 4096, 80 GiB", msg, &c, &o, 1, 79 * GIB) >= 1, "no flag set named: %s", msg);
+    CHECK(!memory_refusal("llama2-7b", &c, &o, 1, 8192, plan, msg, sizeof(msg)), "its plan free, refused: %s", msg);
+
+    ModelOptions set = o; // -r 1 and -master_weights bf16 given: the hint adds neither
+    set.recompute = 1; set.master_bf16 = 1;
+    CHECK(memory_refusal("llama2-7b", &c, &set, 1, 8192, 70 * GIB, msg, sizeof(msg)), "7B -r 1 bf16 master fits 70");
+    CHECK(!strstr(msg, "-r 1") && !strstr(msg, "-master_weights"), "suggests a flag the run has: %s", msg);
+    CHECK(check_hint_sets("7B fp8 -r 1 bf16 master, 70 GiB", msg, &c, &set, 1, 69 * GIB) >= 1, "none fits: %s", msg);
+
+    ModelOptions two = o; // on two GPUs ZeRO-1 shares the optimizer state out: sets at -d 16384
+    CHECK(memory_refusal("llama2-7b", &c, &two, 2, 16384, 70 * GIB, msg, sizeof(msg)), "7B on 2 GPUs fits 70 GiB");
+    CHECK(check_hint_sets("7B fp8 B 2 on 2 GPUs, 70 GiB", msg, &c, &two, 2, 69 * GIB) >= 1, "none fits: %s", msg);
+
+    ModelOptions bf16 = o;
+    bf16.precision = PREC_BF16;
+    const size_t budgets[] = {80 * GIB, 10 * GIB}; // some sets fit; none does
+    for (size_t budget : budgets) {
+        CHECK(memory_refusal("llama2-7b", &c, &bf16, 1, 8192, budget, msg, sizeof(msg)), "7B bf16 fits");
+        CHECK(!strstr(msg, "-fp8_weight_cache"), "bf16 told of -fp8_weight_cache: %s", msg);
+        int fits = check_hint_sets("7B bf16 B 2 T 4096", msg, &c, &bf16, 1, budget - GIB); // 1 GiB for workspaces
+        CHECK((fits > 0) == (budget == 80 * GIB) && (strstr(msg, "nothing fits") != NULL) == (fits == 0),
+              "%zu GiB: %d sets fit: %s", budget / GIB, fits, msg);
     }
 }
 
@@ -298,6 +376,8 @@ int main(int argc, char **argv) {
     run_test("plan: device memory of every logged H200 run as it allocated it (0.01 GiB)", test_memory_plan_matches_gpu_runs);
     run_test("plan: -master_weights bf16 drops the fp32 master (7B B 1 T 4096 -r 1 under 79 GiB on one GPU)",
              test_memory_plan_bf16_master);
+    run_test("plan: a run over its GPU's free memory refused, naming flag sets whose plans fit (7B B 2 T 4096, 80 GiB)",
+             test_memory_refusal);
     run_test("inputs before the GPU: -o, a log, -hs, -hs_preds, -i refused naming the path", test_check_inputs_refusals);
     run_test("inputs before the GPU: -init_from's checksum", test_check_inputs_model_checksum);
     run_test("-check 1 writes nothing (-o not made)", test_check_only_writes_nothing);
