@@ -629,7 +629,8 @@ static int memory_refusal(const char *model, const LlamaConfig *c, const ModelOp
                           long long total_batch, size_t free_b, char *msg, size_t n) {
     size_t plan = model_memory_plan(c, o, world);
     if (plan <= free_b) return 0;
-    int len = snprintf(msg, n, "%s B %d T %d needs %.2f GiB of device memory up front, the GPU has %.2f GiB free: ",
+    int len = snprintf(msg, n, "%s B %d T %d would run out of memory: it needs %.2f GiB of device memory up front, "
+                       "the GPU has %.2f GiB free: ",
                        model, o->B, o->T, plan / 1073741824.0, free_b / 1073741824.0);
     memory_fit_hint(c, o, world, total_batch, free_b > FIT_HEADROOM ? free_b - FIT_HEADROOM : 0, msg + len, n - len);
     return 1;

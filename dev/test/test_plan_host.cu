@@ -180,7 +180,7 @@ static void test_memory_refusal(void) {
     size_t plan = model_memory_plan(&c, &o, 1);
     CHECK(memory_refusal("llama2-7b", &c, &o, 1, 8192, 80 * GIB, msg, sizeof(msg)), "7B B 2 T 4096 fp8 fits 80 GiB");
     printf("    %s\n", msg);
-    snprintf(want, sizeof(want), "llama2-7b B 2 T 4096 needs %.2f GiB of device memory up front, "
+    snprintf(want, sizeof(want), "llama2-7b B 2 T 4096 would run out of memory: it needs %.2f GiB of device memory up front, "
              "the GPU has 80.00 GiB free: ", plan / 1073741824.0);
     CHECK(strncmp(msg, want, strlen(want)) == 0, "the refusal does not start '%s': %s", want, msg);
     CHECK(check_hint_sets("7B fp8 B 2 T 4096, 80 GiB", msg, &c, &o, 1, 79 * GIB) >= 1, "no flag set named: %s", msg);
