@@ -598,8 +598,7 @@ static void memory_fit_hint(const LlamaConfig *c, const ModelOptions *o, int wor
     int found = 0;
     size_t least = SIZE_MAX;
     char least_set[256] = "", set[256];
-    snprintf(buf, n, "within %.2f GiB (1 GiB of the free memory left for cuBLAS's and cuDNN's workspaces):",
-             budget / 1073741824.0);
+    snprintf(buf, n, "within %.2f GiB:", budget / 1073741824.0);
     for (int B = o->B; B >= 1 && found < FIT_HINT_SETS; B--) {
         long long tokens = (long long)B * o->T * world;
         if (total_batch % tokens != 0 || (o->precision == PREC_FP8 && (B * o->T) % 16 != 0)) continue;
@@ -622,17 +621,19 @@ static void memory_fit_hint(const LlamaConfig *c, const ModelOptions *o, int wor
                  "state out), a shorter -t or a smaller model", budget / 1073741824.0, least_set);
 }
 
-// The refusal of a run whose planned device memory is more than the `free_b` bytes its GPU has free:
-// 1 with the message, what fits, in msg; else 0. Made before model_init allocates anything, so a run that
-// cannot fit stops at once, with the flags that would make it fit, not at the one allocation that fails.
+// The refusal of a run whose planned device memory and FIT_HEADROOM are more than the `free_b` bytes its
+// GPU has free: 1 with the message, what fits, in msg; else 0. Made before model_init allocates anything,
+// so a run that cannot fit stops at once, with the flags that would make it fit, not at the one allocation
+// that fails (7B bf16 -r 1 -master_weights bf16 on an H100: 78.65 GiB planned, 78.66 free, out of memory
+// in model_init when the refusal let a plan fill the free memory).
 static int memory_refusal(const char *model, const LlamaConfig *c, const ModelOptions *o, int world,
                           long long total_batch, size_t free_b, char *msg, size_t n) {
-    size_t plan = model_memory_plan(c, o, world);
-    if (plan <= free_b) return 0;
-    int len = snprintf(msg, n, "%s B %d T %d would run out of memory: it needs %.2f GiB of device memory up front, "
-                       "the GPU has %.2f GiB free: ",
+    size_t plan = model_memory_plan(c, o, world), budget = free_b > FIT_HEADROOM ? free_b - FIT_HEADROOM : 0;
+    if (plan <= budget) return 0;
+    int len = snprintf(msg, n, "%s B %d T %d would run out of memory: it needs %.2f GiB of device memory up front "
+                       "and 1 GiB for cuBLAS's and cuDNN's workspaces, the GPU has %.2f GiB free: ",
                        model, o->B, o->T, plan / 1073741824.0, free_b / 1073741824.0);
-    memory_fit_hint(c, o, world, total_batch, free_b > FIT_HEADROOM ? free_b - FIT_HEADROOM : 0, msg + len, n - len);
+    memory_fit_hint(c, o, world, total_batch, budget, msg + len, n - len);
     return 1;
 }
 
