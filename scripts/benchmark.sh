@@ -93,6 +93,13 @@ for s in "${SYS_LIST[@]}"; do
         *) echo "unknown system '$s' (ours-bf16 ours-fp8 ours-fp8-current ours-bf16-fp32m ours-fp8-fp32m torch-bf16 torch-fp8 hf-bf16 hf-amp)" >&2; exit 2 ;;
     esac
 done
+# the table (and the PyTorch and transformers systems) need the llama_fp8 package: checked before any run
+# holds the GPU for minutes (from /, so the checkout's own folder does not stand in for an install)
+if ! (cd / && "$PYTHON" -c 'import llama_fp8') 2>/dev/null; then
+    echo "error: $(command -v "$PYTHON" || echo "$PYTHON") has no llama_fp8 package, which the table needs:" \
+         "run make venv (benchmark.sh then uses .venv/bin/python3) or name a Python that has it with PYTHON=" >&2
+    exit 2
+fi
 mkdir -p "$LOGDIR"
 
 # run_one NAME COMMAND...: runs the command, its output to the screen and to LOGDIR/NAME.log, and

@@ -11,6 +11,8 @@
   no H200 log of bench_hf.py exists yet) and an out-of-memory log built here in bench_hf.py's format:
   the labels, the speedup against transformers bf16 when PyTorch bf16 is absent (and against PyTorch
   bf16 when present), OOM, the tied-embeddings note, and a log of another run flagged as such.
+- scripts/benchmark.sh run with a Python that lacks llama_fp8 (-S -E): exit 2 naming that Python and
+  make venv before any system runs.
 - scripts/compare_convergence.sh --current, with a fake trainer that copies logs written here in the
   trainer's formats (test_trainer_log.py's writers): fp8's fp8.log has the fp8 health fields,
   fp8_current's is an older trainer's. fp8 must get fp8_health.png and a health section in
@@ -278,6 +280,24 @@ def test_benchmark_table_hf(tmp):
 
 
 CONVERGENCE = os.path.join(ROOT, "scripts", "compare_convergence.sh")
+
+
+def test_benchmark_no_package(tmp):
+    """benchmark.sh with a Python that lacks llama_fp8 (its table needs it) stops before any system runs,
+    naming that Python and make venv: on a fresh GPU machine without .venv the runs took minutes of GPU
+    time, then every PyTorch system and the table failed on the missing package."""
+    bare = os.path.join(tmp, "bare_python")
+    with open(bare, "w") as f:
+        f.write(f"#!/bin/sh\nexec {sys.executable} -S -E \"$@\"\n")  # no site-packages: no .venv install
+    os.chmod(bare, 0o755)
+    logdir = os.path.join(tmp, "log_bench_bare")
+    p = subprocess.run(["bash", BENCH, "--systems", "torch-bf16", "--model", "tiny", "--logdir", logdir,
+                        "--out", os.path.join(tmp, "bare.md")], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHON=bare, BENCH_ALLOW_NO_GPU="1"))
+    check(p.returncode == 2 and "has no llama_fp8 package" in p.stderr and "make venv" in p.stderr and bare in p.stderr,
+          f"benchmark.sh with a Python without llama_fp8: exit 2 naming it and make venv (exit {p.returncode}: "
+          f"{p.stderr.strip()[-300:]!r})")
+    check(not os.path.exists(os.path.join(logdir, "torch-bf16.log")), "a system ran before the refusal")
 
 
 def test_compare_convergence(tmp):
@@ -1062,7 +1082,8 @@ def test_get_data(tmp):
 if __name__ == "__main__":
     # python3 dev/test/test_scripts.py [TEST ...]: only those (e.g. test_runner, as the mutations of
     # the runners name it: a mutant fails test_mutation_patches, its own patch being applied)
-    tests = [test_scaling, test_refusals, test_benchmark_table, test_benchmark_table_hf, test_compare_convergence,
+    tests = [test_scaling, test_refusals, test_benchmark_table, test_benchmark_table_hf, test_benchmark_no_package,
+             test_compare_convergence,
              test_convergence_seeds, test_runner, test_mutation_runner, test_mutation_runner_cpu,
              test_mutation_runner_package, test_venv_in_venv, test_venv_stamp, test_get_data]
     chosen = sys.argv[1:] or ["test_mutation_patches", "test_indexes", "test_no_package"] + [t.__name__ for t in tests]
