@@ -637,6 +637,20 @@ static int memory_refusal(const char *model, const LlamaConfig *c, const ModelOp
     return 1;
 }
 
+// The device memory an 80 GB H100 had free at a run's start (2026-12-05, driver 580.159: 78.66 of its
+// 79.18 GiB; the CUDA context holds the rest), for -check 1's answer, with no GPU, to "does it fit one?".
+#define GPU_80GB_FREE ((size_t)(78.66 * 1073741824.0))
+
+// -check 1's line on 80 GB GPUs: "fits", or "too small" and the flag sets that would fit (the hint a
+// refusal on such a GPU would give).
+static void plan_80gb_line(char *buf, size_t n, const LlamaConfig *c, const ModelOptions *o, int world, long long total_batch) {
+    size_t budget = GPU_80GB_FREE - FIT_HEADROOM;
+    int fits = model_memory_plan(c, o, world) <= budget;
+    int len = snprintf(buf, n, "plan: on %s (%.2f GiB free at the start on an H100, 1 GiB of it kept for the workspaces): %s",
+                       world > 1 ? "80 GB GPUs" : "one 80 GB GPU", GPU_80GB_FREE / 1073741824.0, fits ? "fits" : "too small; ");
+    if (!fits) memory_fit_hint(c, o, world, total_batch, budget, buf + len, n - len);
+}
+
 static void model_free(Model *m) {
     for (int i = 0; i < m->num_allocations; i++) cudaCheck(cudaFree(m->allocations[i]));
     linears_free(&m->linears);
@@ -2001,6 +2015,9 @@ static void print_plan(const Options *o, const LlamaConfig *cfg, const ModelOpti
     }
     printf("plan: device memory per GPU: %.2f GiB allocated up front (the CUDA context and cuBLAS/cuDNN workspaces come on top)\n",
            model_memory_plan(cfg, mo, world) / 1073741824.0);
+    char fit[2048];
+    plan_80gb_line(fit, sizeof(fit), cfg, mo, world, o->total_batch);
+    printf("%s\n", fit);
     if (o->log_dir[0] == '\0' || o->max_steps == 0) { printf("plan: no checkpoints (%s)\n", o->max_steps == 0 ? "-x 0" : "-o ''"); return; }
     checkpoint_dir_plan(o->log_dir, o->resume, o->overwrite, o->init_from[0] != '\0');
     ZeroLayout z = zero_layout(cfg, sizes, 0, world);

@@ -145,7 +145,7 @@ static void test_memory_plan_bf16_master(void) {
 // sets fit; a hint that says nothing fits has its least set checked the same way, over the budget.
 static int check_hint_sets(const char *what, const char *msg, const LlamaConfig *c, const ModelOptions *o, int world,
                            size_t budget) {
-    const char *nothing = strstr(msg, "nothing fits"), *within = strstr(msg, "free: within ");
+    const char *nothing = strstr(msg, "nothing fits"), *within = strstr(msg, "within ");
     if (within) within = strstr(within, " GiB: ");
     CHECK(nothing || within, "%s: the refusal names no flag sets: %s", what, msg);
     if (!nothing && !within) return 0;
@@ -218,6 +218,36 @@ static void test_memory_refusal(void) {
         CHECK((fits > 0) == (budget == 80 * GIB) && (strstr(msg, "nothing fits") != NULL) == (fits == 0),
               "%zu GiB: %d sets fit: %s", budget / GIB, fits, msg);
     }
+}
+
+// -check 1's line on an 80 GB GPU (78.66 GiB free at the start on the H100 of 2026-12-05): 7B fp8 at
+// B 2 T 4096 is too small there and names sets that fit 77.66 GiB (the first of them ran there in
+// 77.80 GiB); the H100's out-of-memory case, bf16 -r 1 -master_weights bf16 at 78.65 GiB, is too small
+// (it fills the free memory); 125M fits; 8 GPUs of 7B fit, said of each GPU.
+static void test_plan_80gb(void) {
+    LlamaConfig c, small;
+    config_from_preset("llama2-7b", &c);
+    config_from_preset("125m", &small);
+    const size_t GIB = 1073741824;
+    char line[2048];
+    ModelOptions o = model_options(2, 4096, PREC_FP8);
+    o.moments_bf16 = 1;
+    plan_80gb_line(line, sizeof(line), &c, &o, 1, 8192);
+    printf("    %s\n", line);
+    const char *lead = "plan: on one 80 GB GPU (78.66 GiB free at the start on an H100, 1 GiB of it kept for the workspaces): ";
+    CHECK(strncmp(line, lead, strlen(lead)) == 0 && strstr(line, "too small; within 77.66 GiB: "), "7B fp8 B 2 T 4096: %s", line);
+    CHECK(check_hint_sets("7B fp8 B 2 T 4096, an 80 GB GPU", line, &c, &o, 1, GPU_80GB_FREE - FIT_HEADROOM) >= 1,
+          "no set named: %s", line);
+    ModelOptions oom = o; // planned 78.65 GiB: ran out of memory with 78.66 GiB free
+    oom.precision = PREC_BF16; oom.recompute = 1; oom.master_bf16 = 1;
+    plan_80gb_line(line, sizeof(line), &c, &oom, 1, 8192);
+    CHECK(strstr(line, "too small; "), "7B bf16 -r 1 -master_weights bf16 (%.2f GiB) said to fit: %s",
+          model_memory_plan(&c, &oom, 1) / (double)GIB, line);
+    ModelOptions s = model_options(16, 1024, PREC_FP8);
+    plan_80gb_line(line, sizeof(line), &small, &s, 1, 16384);
+    CHECK(strcmp(line + strlen(line) - 6, ": fits") == 0, "125M B 16 T 1024: %s", line);
+    plan_80gb_line(line, sizeof(line), &c, &o, 8, 65536);
+    CHECK(strstr(line, "plan: on 80 GB GPUs (") && strcmp(line + strlen(line) - 6, ": fits") == 0, "7B on 8 GPUs: %s", line);
 }
 
 typedef struct { Options o; int check_only; } CheckArgs;
@@ -377,6 +407,7 @@ static void test_trainer_checks_before_gpu(void) {
     out[got] = '\0';
     int status = pclose(p);
     CHECK(status == 0 && strstr(out, "plan: device memory per GPU: ") && strstr(out, "plan: checkpoints in '") &&
+          strstr(out, "plan: on one 80 GB GPU (78.66 GiB free at the start on an H100") &&
           strstr(out, "16 (every 10 steps and the last)") && strstr(out, "-check 1: every input is good") &&
           !strstr(out, "no tokenizer (llm.c's format"), "-check 1 with no GPU (the shipped shards record their tokenizer): status %d: %s", status, out);
 }
@@ -390,6 +421,7 @@ int main(int argc, char **argv) {
              test_memory_plan_bf16_master);
     run_test("plan: a run over its GPU's free memory refused, naming flag sets whose plans fit (7B B 2 T 4096, 80 GiB)",
              test_memory_refusal);
+    run_test("plan: -check 1's line on an 80 GB GPU (fits, or too small with the sets that fit)", test_plan_80gb);
     run_test("inputs before the GPU: -o, a log, -hs, -hs_preds, -i refused naming the path", test_check_inputs_refusals);
     run_test("inputs before the GPU: -init_from's checksum", test_check_inputs_model_checksum);
     run_test("-check 1 writes nothing (-o not made)", test_check_only_writes_nothing);
