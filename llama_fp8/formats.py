@@ -20,6 +20,7 @@ import contextlib
 import functools
 import json
 import os
+import signal
 import sys
 import zlib
 
@@ -83,6 +84,29 @@ def tool_main(main):
     return run
 
 
+_INTERRUPTS = []  # SIGINTs seen by on_interrupt
+
+
+def _on_interrupt(signum, frame):
+    _INTERRUPTS.append(signum)
+    raise KeyboardInterrupt
+
+
+def note_interrupts():
+    """Ctrl-C in a tool that writes files: KeyboardInterrupt, as Python's own handler raises, noted first,
+    since Python swallows the exception where the signal lands inside an import's module-lock callback
+    ("Exception ignored") and the tool would then finish (hf_export did, once in CI). atomic_file and
+    the tools' folder writers call raise_if_interrupted before a written file takes its name. Not where
+    SIGINT is ignored (a shell's background job)."""
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _on_interrupt)
+
+
+def raise_if_interrupted():
+    if _INTERRUPTS:
+        raise KeyboardInterrupt
+
+
 @contextlib.contextmanager
 def atomic_file(path):
     """A binary file to write that appears under `path` only when the with-block ends without an
@@ -92,6 +116,7 @@ def atomic_file(path):
     try:
         with open(tmp, "wb") as f:
             yield f
+        raise_if_interrupted()
         os.replace(tmp, path)
     except BaseException as e:
         if os.path.exists(tmp):

@@ -33,7 +33,9 @@ if importlib.util.find_spec("llama_fp8") is None:  # pyproject.toml; make venv i
 from llama_fp8 import formats  # first, so that a missing package is named
 
 with formats.required_packages():
+    import ml_dtypes
     import numpy as np
+    from safetensors.numpy import save_file
     from tqdm import tqdm
     from llama_fp8 import model_file
     from llama_fp8.hf_layout import HF, folder_special_ids, pick_special_ids, rope_permute, source_tensors, tokenizer_special_ids
@@ -89,8 +91,6 @@ def hf_rows(c):
 def hf_tensor(c, tensors, r, dtype):
     """Tensor r cut out of our stacked tensors (wqkv -> q, k, v; w13 -> gate, up), q and k permuted back
     to the Hugging Face RoPE layout, cast to dtype (bf16: rounded to nearest even)."""
-    with formats.required_packages():
-        import ml_dtypes
     w = tensors[r.ours] if r.layer is None else tensors[r.ours][r.layer]
     if r.part:
         w = w[r.row0:r.row0 + r.shape[0]]
@@ -151,8 +151,6 @@ def write_json(path, obj):
 
 
 def write_folder(tmp, c, tensors, dtype, max_shard, tok, ids):
-    with formats.required_packages():
-        from safetensors.numpy import save_file
     if tok:
         tok_path, files = tok
         pieces = formats.decode_table_from_tokenizer(tok_path)
@@ -206,6 +204,7 @@ def export(model_path, out, tokenizer, dtype, max_shard, force, special_tokens=N
     try:
         os.mkdir(tmp)
         names = write_folder(tmp, c, tensors, dtype, max_shard, tok, ids)
+        formats.raise_if_interrupted()
         if replace:  # the old folder goes only once the new one is complete
             old = f"{out}.old{os.getpid()}"
             os.rename(out, old)
@@ -244,6 +243,7 @@ def main():
                         help="start a new shard past this size, e.g. 5GB (default), 500MB, 2GiB")
     parser.add_argument("--force", action="store_true", help="replace an existing non-empty OUT_DIR")
     args = parser.parse_args()
+    formats.note_interrupts()
     try:
         export(args.model, args.out, args.tokenizer, args.dtype, args.max_shard_size, args.force, args.special_tokens)
     except FormatError as e:

@@ -470,6 +470,7 @@ def write_hf_tokenizer(gguf_file, folder):
         what = (gpt2_tokenizer if kind == "gpt2" else sentencepiece_tokenizer)(gguf_file, tmp)
         with open(os.path.join(tmp, "tokenizer_config.json"), "w") as f:
             json.dump({k: v for k, v in config.items() if v is not None}, f, indent=2)
+        formats.raise_if_interrupted()
         if os.path.isdir(folder):  # --force
             shutil.rmtree(folder)
         os.rename(tmp, folder)
@@ -603,6 +604,7 @@ def main():
                         " OUT_hf_tokenizer/), not OUT.bin: for a GGUF that holds only a vocabulary, such as llama.cpp's"
                         " models/ggml-vocab-*.gguf")
     args = parser.parse_args()
+    formats.note_interrupts()
     try:
         import_model(args.src, args.out, args.force, args.tokenizer_only)
     except FormatError as e:
