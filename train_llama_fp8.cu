@@ -57,28 +57,8 @@ every rank casts with the same scales. With one GPU none of this runs: no NCCL c
 #include "llmc/hellaswag.h"        // HellaSwag: the eval file, its rows, acc / acc_norm as lm-eval scores them
 #include "llmc/bpb.h"              // target_text_bytes: bits per byte of the val set
 #include "llmc/run_log.h"          // RunLog: an event to stdout, main.log and metrics.jsonl in one call; -o checked
-
-enum { PREC_BF16, PREC_FP8 };
-
-// How the model trains, besides its shape: the command line's choices (their rows in OPTION_SPECS
-// point here), read by model_init, the checkpoint header and the tests.
-typedef struct {
-    int B, T;              // micro-batch (sequences per GPU), sequence length
-    int precision;         // PREC_BF16 or PREC_FP8
-    int recompute;         // -r: 1 recomputes SwiGLU in backward
-    int moments_bf16;      // -adam_moments bf16: m and v stored in bf16 (stochastic rounding, llmc/adamw.cuh)
-    int fp8_current;       // -fp8_recipe current
-    int fp8_history, fp8_margin; // -fp8_history, -fp8_margin
-    int fp8_weight_cache, fp8_lm_head; // -fp8_weight_cache, -fp8_lm_head
-    int cuda_graph;        // -cuda_graph: forward and backward replayed as a CUDA graph (StepGraph)
-    int doc_mask;          // -doc_mask 1: attention within documents, RoPE positions from each document's start
-    int doc_start_id;      // with doc_mask: the token that starts a document (the decode table's; checked_options)
-    int fp8_grain;         // -fp8_grain: FP8_GRAIN_TENSOR, or FP8_GRAIN_BLOCK (block-scaled linears from step 0)
-    int fp8_fallback;      // -fp8_fallback: 0 off, else the grain a linear over the threshold takes (FP8_GRAIN_*)
-    // the fallback's threshold (millionths of the values cast) and patience; both 0 when it is off (model_options_of)
-    int fp8_fallback_millionths, fp8_fallback_patience;
-    int master_bf16;       // -master_weights bf16: no fp32 master, AdamW updates the bf16 weights (llmc/adamw.cuh)
-} ModelOptions;
+#include "llmc/model_options.h"    // ModelOptions: how the model trains besides its shape (B, T, precision, fp8 recipe)
+#include "llmc/memory_fit.h"       // memory_refusal, memory_fit_hint, plan_80gb_line: what fits a GPU, given the plan
 
 // ----------------------------------------------------------------------------------------------
 // Options: one row per flag (OPTION_SPECS) holds its field, type, default, range or choices and
@@ -548,107 +528,6 @@ static size_t model_memory_plan(const LlamaConfig *c, const ModelOptions *o, int
     if (o->doc_mask) b += N * sizeof(int);
     if (o->doc_mask && attention_doc_bias_wanted(o->T, c->NH, c->NKV, c->C / c->NH)) b += N * o->T * X;
     return b;
-}
-
-// What a run that does not fit can give up, in the order of what it costs the user: recompute time (-r 1),
-// the master weights' accuracy (-master_weights bf16), both, a cast of each fp8 weight at every use
-// (-fp8_weight_cache 0, which saves memory with bf16 master weights: fp32 ones on one GPU hold the cache in
-// the bf16 weights' storage), then a smaller -b at the same -d (more gradient accumulation: fewer tokens/s).
-enum { FIT_RECOMPUTE = 1, FIT_MASTER_BF16 = 2, FIT_NO_W_CACHE = 4 };
-static const int FIT_SETS[] = {0, FIT_RECOMPUTE, FIT_MASTER_BF16, FIT_RECOMPUTE | FIT_MASTER_BF16,
-                               FIT_MASTER_BF16 | FIT_NO_W_CACHE, FIT_RECOMPUTE | FIT_MASTER_BF16 | FIT_NO_W_CACHE};
-#define FIT_HINT_SETS 3 // the hint names the first sets that fit, this many at most
-// What a set must leave free besides its plan: cuBLAS's and cuDNN's workspaces and the CUDA graph come on
-// top of the up-front allocations (7B fp8 B 2 T 4096: 104.81 GiB planned, 105.5 GiB in use on an H200)
-#define FIT_HEADROOM ((size_t)1 << 30)
-
-// The options of the run given the flag set `flags` (FIT_*) and -b B.
-static ModelOptions fit_options(const ModelOptions *o, int flags, int B) {
-    ModelOptions f = *o;
-    if (flags & FIT_RECOMPUTE) f.recompute = 1;
-    if (flags & FIT_MASTER_BF16) f.master_bf16 = 1;
-    if (flags & FIT_NO_W_CACHE) f.fp8_weight_cache = 0;
-    f.B = B;
-    return f;
-}
-
-// A flag set as the command line writes it, with its plan and what it costs besides the flags' names.
-static void fit_describe(char *s, size_t n, int flags, int B, const ModelOptions *o, long long accum, size_t plan) {
-    char b_flag[32] = "", accum_note[64] = "";
-    if (B != o->B) {
-        snprintf(b_flag, sizeof(b_flag), " -b %d", B);
-        snprintf(accum_note, sizeof(accum_note), ", gradient accumulation %lld for the same -d", accum);
-    }
-    char words[128];
-    snprintf(words, sizeof(words), "%s%s%s%s", flags & FIT_RECOMPUTE ? " -r 1" : "",
-             flags & FIT_MASTER_BF16 ? " -master_weights bf16" : "",
-             flags & FIT_NO_W_CACHE ? " -fp8_weight_cache 0" : "", b_flag);
-    snprintf(s, n, "%s (%.2f GiB%s%s)", words + 1, plan / 1073741824.0,
-             flags & FIT_NO_W_CACHE ? ", each fp8 weight cast at every use" : "", accum_note);
-}
-
-// What fits `budget` bytes: the first FIT_HINT_SETS flag sets (FIT_SETS' order at this -b, then at each
-// smaller -b that splits -d's `total_batch` tokens) whose own model_memory_plan fits, each with its
-// GiB, or the least any of them plans. Only flags the run can take and has not set: -fp8_weight_cache
-// in fp8 only.
-static void memory_fit_hint(const LlamaConfig *c, const ModelOptions *o, int world, long long total_batch,
-                            size_t budget, char *buf, size_t n) {
-    int can = (o->recompute ? 0 : FIT_RECOMPUTE) | (o->master_bf16 ? 0 : FIT_MASTER_BF16) |
-              (o->precision == PREC_FP8 && o->fp8_weight_cache ? FIT_NO_W_CACHE : 0);
-    int found = 0;
-    size_t least = SIZE_MAX;
-    char least_set[256] = "", set[256];
-    snprintf(buf, n, "within %.2f GiB:", budget / 1073741824.0);
-    for (int B = o->B; B >= 1 && found < FIT_HINT_SETS; B--) {
-        long long tokens = (long long)B * o->T * world;
-        if (total_batch % tokens != 0 || (o->precision == PREC_FP8 && (B * o->T) % 16 != 0)) continue;
-        int tried = 0; // the masks planned at this B: without the flags the run has, two sets can be one
-        for (size_t k = 0; k < sizeof(FIT_SETS) / sizeof(FIT_SETS[0]) && found < FIT_HINT_SETS; k++) {
-            int flags = FIT_SETS[k] & can;
-            if ((flags == 0 && B == o->B) || (tried >> flags & 1)) continue;
-            tried |= 1 << flags;
-            ModelOptions f = fit_options(o, flags, B);
-            size_t plan = model_memory_plan(c, &f, world);
-            fit_describe(set, sizeof(set), flags, B, o, total_batch / tokens, plan);
-            if (plan < least) { least = plan; snprintf(least_set, sizeof(least_set), "%s", set); }
-            if (plan > budget) continue;
-            snprintf(buf + strlen(buf), n - strlen(buf), "%s %s", found ? ";" : "", set);
-            found++;
-        }
-    }
-    if (!found)
-        snprintf(buf, n, "nothing fits %.2f GiB, the least is %s: use more GPUs (-ngpu; ZeRO-1 shares the optimizer "
-                 "state out), a shorter -t or a smaller model", budget / 1073741824.0, least_set);
-}
-
-// The refusal of a run whose planned device memory and FIT_HEADROOM are more than the `free_b` bytes its
-// GPU has free: 1 with the message, what fits, in msg; else 0. Made before model_init allocates anything,
-// so a run that cannot fit stops at once, with the flags that would make it fit, not at the one allocation
-// that fails (7B bf16 -r 1 -master_weights bf16 on an H100: 78.65 GiB planned, 78.66 free, out of memory
-// in model_init when the refusal let a plan fill the free memory).
-static int memory_refusal(const char *model, const LlamaConfig *c, const ModelOptions *o, int world,
-                          long long total_batch, size_t free_b, char *msg, size_t n) {
-    size_t plan = model_memory_plan(c, o, world), budget = free_b > FIT_HEADROOM ? free_b - FIT_HEADROOM : 0;
-    if (plan <= budget) return 0;
-    int len = snprintf(msg, n, "%s B %d T %d would run out of memory: it needs %.2f GiB of device memory up front "
-                       "and 1 GiB for cuBLAS's and cuDNN's workspaces, the GPU has %.2f GiB free: ",
-                       model, o->B, o->T, plan / 1073741824.0, free_b / 1073741824.0);
-    memory_fit_hint(c, o, world, total_batch, budget, msg + len, n - len);
-    return 1;
-}
-
-// The device memory an 80 GB H100 had free at a run's start (2026-12-05, driver 580.159: 78.66 of its
-// 79.18 GiB; the CUDA context holds the rest), for -check 1's answer, with no GPU, to "does it fit one?".
-#define GPU_80GB_FREE ((size_t)(78.66 * 1073741824.0))
-
-// -check 1's line on 80 GB GPUs: "fits", or "too small" and the flag sets that would fit (the hint a
-// refusal on such a GPU would give).
-static void plan_80gb_line(char *buf, size_t n, const LlamaConfig *c, const ModelOptions *o, int world, long long total_batch) {
-    size_t budget = GPU_80GB_FREE - FIT_HEADROOM;
-    int fits = model_memory_plan(c, o, world) <= budget;
-    int len = snprintf(buf, n, "plan: on %s (%.2f GiB free at the start on an H100, 1 GiB of it kept for the workspaces): %s",
-                       world > 1 ? "80 GB GPUs" : "one 80 GB GPU", GPU_80GB_FREE / 1073741824.0, fits ? "fits" : "too small; ");
-    if (!fits) memory_fit_hint(c, o, world, total_batch, budget, buf + len, n - len);
 }
 
 static void model_free(Model *m) {
@@ -2016,7 +1895,7 @@ static void print_plan(const Options *o, const LlamaConfig *cfg, const ModelOpti
     printf("plan: device memory per GPU: %.2f GiB allocated up front (the CUDA context and cuBLAS/cuDNN workspaces come on top)\n",
            model_memory_plan(cfg, mo, world) / 1073741824.0);
     char fit[2048];
-    plan_80gb_line(fit, sizeof(fit), cfg, mo, world, o->total_batch);
+    plan_80gb_line(model_memory_plan, fit, sizeof(fit), cfg, mo, world, o->total_batch);
     printf("%s\n", fit);
     if (o->log_dir[0] == '\0' || o->max_steps == 0) { printf("plan: no checkpoints (%s)\n", o->max_steps == 0 ? "-x 0" : "-o ''"); return; }
     checkpoint_dir_plan(o->log_dir, o->resume, o->overwrite, o->init_from[0] != '\0');
@@ -2305,7 +2184,8 @@ static void setup_model(Run *r, Model *m) {
     size_t free_b, total_b;
     cudaCheck(cudaMemGetInfo(&free_b, &total_b));
     char msg[2048];
-    if (memory_refusal(run_model_name(&r->o), &r->cfg, &r->mo, r->mg.world, r->o.total_batch, free_b, msg, sizeof(msg)))
+    if (memory_refusal(model_memory_plan, run_model_name(&r->o), &r->cfg, &r->mo, r->mg.world, r->o.total_batch, free_b,
+                       msg, sizeof(msg)))
         FATAL("%s", msg);
     attention_init(1, r->o.deterministic); // before model_init: -doc_mask 1 allocates cuDNN's bias only if cuDNN runs
     model_init(m, &r->cfg, &r->mo, &r->mg);

@@ -188,31 +188,31 @@ static void test_memory_refusal(void) {
     ModelOptions o = model_options(2, 4096, PREC_FP8);
     o.moments_bf16 = 1; // the command line's default
     size_t plan = model_memory_plan(&c, &o, 1);
-    CHECK(memory_refusal("llama2-7b", &c, &o, 1, 8192, 80 * GIB, msg, sizeof(msg)), "7B B 2 T 4096 fp8 fits 80 GiB");
+    CHECK(memory_refusal(model_memory_plan, "llama2-7b", &c, &o, 1, 8192, 80 * GIB, msg, sizeof(msg)), "7B B 2 T 4096 fp8 fits 80 GiB");
     printf("    %s\n", msg);
     snprintf(want, sizeof(want), "llama2-7b B 2 T 4096 would run out of memory: it needs %.2f GiB of device memory up front "
              "and 1 GiB for cuBLAS's and cuDNN's workspaces, the GPU has 80.00 GiB free: ", plan / 1073741824.0);
     CHECK(strncmp(msg, want, strlen(want)) == 0, "the refusal does not start '%s': %s", want, msg);
     CHECK(check_hint_sets("7B fp8 B 2 T 4096, 80 GiB", msg, &c, &o, 1, 79 * GIB) >= 1, "no flag set named: %s", msg);
-    CHECK(!memory_refusal("llama2-7b", &c, &o, 1, 8192, plan + GIB, msg, sizeof(msg)), "its plan + 1 GiB free, refused: %s", msg);
-    CHECK(memory_refusal("llama2-7b", &c, &o, 1, 8192, plan + GIB - 1, msg, sizeof(msg)), "a byte short of plan + 1 GiB free, "
+    CHECK(!memory_refusal(model_memory_plan, "llama2-7b", &c, &o, 1, 8192, plan + GIB, msg, sizeof(msg)), "its plan + 1 GiB free, refused: %s", msg);
+    CHECK(memory_refusal(model_memory_plan, "llama2-7b", &c, &o, 1, 8192, plan + GIB - 1, msg, sizeof(msg)), "a byte short of plan + 1 GiB free, "
           "not refused (a run whose plan fills the free memory runs out in model_init: workspaces come on top)");
 
     ModelOptions set = o; // -r 1 and -master_weights bf16 given: the hint adds neither
     set.recompute = 1; set.master_bf16 = 1;
-    CHECK(memory_refusal("llama2-7b", &c, &set, 1, 8192, 70 * GIB, msg, sizeof(msg)), "7B -r 1 bf16 master fits 70");
+    CHECK(memory_refusal(model_memory_plan, "llama2-7b", &c, &set, 1, 8192, 70 * GIB, msg, sizeof(msg)), "7B -r 1 bf16 master fits 70");
     CHECK(!strstr(msg, "-r 1") && !strstr(msg, "-master_weights"), "suggests a flag the run has: %s", msg);
     CHECK(check_hint_sets("7B fp8 -r 1 bf16 master, 70 GiB", msg, &c, &set, 1, 69 * GIB) >= 1, "none fits: %s", msg);
 
     ModelOptions two = o; // on two GPUs ZeRO-1 shares the optimizer state out: sets at -d 16384
-    CHECK(memory_refusal("llama2-7b", &c, &two, 2, 16384, 70 * GIB, msg, sizeof(msg)), "7B on 2 GPUs fits 70 GiB");
+    CHECK(memory_refusal(model_memory_plan, "llama2-7b", &c, &two, 2, 16384, 70 * GIB, msg, sizeof(msg)), "7B on 2 GPUs fits 70 GiB");
     CHECK(check_hint_sets("7B fp8 B 2 on 2 GPUs, 70 GiB", msg, &c, &two, 2, 69 * GIB) >= 1, "none fits: %s", msg);
 
     ModelOptions bf16 = o;
     bf16.precision = PREC_BF16;
     const size_t budgets[] = {80 * GIB, 10 * GIB}; // some sets fit; none does
     for (size_t budget : budgets) {
-        CHECK(memory_refusal("llama2-7b", &c, &bf16, 1, 8192, budget, msg, sizeof(msg)), "7B bf16 fits");
+        CHECK(memory_refusal(model_memory_plan, "llama2-7b", &c, &bf16, 1, 8192, budget, msg, sizeof(msg)), "7B bf16 fits");
         CHECK(!strstr(msg, "-fp8_weight_cache"), "bf16 told of -fp8_weight_cache: %s", msg);
         int fits = check_hint_sets("7B bf16 B 2 T 4096", msg, &c, &bf16, 1, budget - GIB); // 1 GiB for workspaces
         CHECK((fits > 0) == (budget == 80 * GIB) && (strstr(msg, "nothing fits") != NULL) == (fits == 0),
@@ -232,7 +232,7 @@ static void test_plan_80gb(void) {
     char line[2048];
     ModelOptions o = model_options(2, 4096, PREC_FP8);
     o.moments_bf16 = 1;
-    plan_80gb_line(line, sizeof(line), &c, &o, 1, 8192);
+    plan_80gb_line(model_memory_plan, line, sizeof(line), &c, &o, 1, 8192);
     printf("    %s\n", line);
     const char *lead = "plan: on one 80 GB GPU (78.66 GiB free at the start on an H100, 1 GiB of it kept for the workspaces): ";
     CHECK(strncmp(line, lead, strlen(lead)) == 0 && strstr(line, "too small; within 77.66 GiB: "), "7B fp8 B 2 T 4096: %s", line);
@@ -240,13 +240,13 @@ static void test_plan_80gb(void) {
           "no set named: %s", line);
     ModelOptions oom = o; // planned 78.65 GiB: ran out of memory with 78.66 GiB free
     oom.precision = PREC_BF16; oom.recompute = 1; oom.master_bf16 = 1;
-    plan_80gb_line(line, sizeof(line), &c, &oom, 1, 8192);
+    plan_80gb_line(model_memory_plan, line, sizeof(line), &c, &oom, 1, 8192);
     CHECK(strstr(line, "too small; "), "7B bf16 -r 1 -master_weights bf16 (%.2f GiB) said to fit: %s",
           model_memory_plan(&c, &oom, 1) / (double)GIB, line);
     ModelOptions s = model_options(16, 1024, PREC_FP8);
-    plan_80gb_line(line, sizeof(line), &small, &s, 1, 16384);
+    plan_80gb_line(model_memory_plan, line, sizeof(line), &small, &s, 1, 16384);
     CHECK(strcmp(line + strlen(line) - 6, ": fits") == 0, "125M B 16 T 1024: %s", line);
-    plan_80gb_line(line, sizeof(line), &c, &o, 8, 65536);
+    plan_80gb_line(model_memory_plan, line, sizeof(line), &c, &o, 8, 65536);
     CHECK(strstr(line, "plan: on 80 GB GPUs (") && strcmp(line + strlen(line) - 6, ": fits") == 0, "7B on 8 GPUs: %s", line);
 }
 
