@@ -264,6 +264,7 @@ class TrainerOutput:
         self.dims = None            # {'V':, 'L':, 'C':, 'NH':, 'NKV':, 'FF':}
         self.tied = None            # True with tied embeddings
         self.B = self.T = None
+        self.grad_accum = None      # micro-steps per optimizer step, from the batch line's '(grad accum K)'
         self.adam_moments = None    # 'fp32' or 'bf16'; None also when the batch line lacks it (a trainer before -adam_moments: fp32)
         self.master_weights = None  # 'fp32' or 'bf16'; None also without it in the batch line (before -master_weights: fp32)
         self.allocated_gib = None   # 'device memory allocated' (per GPU with ZeRO-1)
@@ -290,6 +291,8 @@ def parse_stdout(text):
     m = _BATCH.search(text)
     if m:
         out.B, out.T = int(m.group(1)), int(m.group(2))
+        ga = re.search(r"\(grad accum (\d+)\)", m.group(3))
+        out.grad_accum = int(ga.group(1)) if ga else None
         am = re.search(r"\| AdamW moments (\S+) \|", m.group(3) + " |")
         out.adam_moments = am.group(1) if am else None
         mw = re.search(r"\| master weights (\S+) \|", m.group(3) + " |")

@@ -21,6 +21,8 @@
 #                     (smollm2-135m has tied embeddings; llama3.1-8b and llama3.2-1b, whose RoPE
 #                     scaling PyTorch's and transformers' scripts lack, run ours only)
 #   --B N, --T N      micro-batch (sequences) and sequence length       [BENCH_B 2, BENCH_T 4096]
+#   --accum N         micro-steps per optimizer step (gradient accumulation; ours: -d B*T*N, PyTorch
+#                     and transformers: --accum N), the global batch of a real run [BENCH_ACCUM, default 1]
 #   --steps N         timed steps per run; the median is reported       [BENCH_STEPS, default 10]
 #   --warmup N        untimed PyTorch and transformers steps first      [BENCH_WARMUP, default 5]
 #                     (torch.compile compiles there); our trainer always leaves out its first 3
@@ -48,6 +50,7 @@ cd "$(dirname "$0")/.." || exit 2
 MODEL=${BENCH_MODEL:-llama2-7b}
 BATCH=${BENCH_B:-2}
 SEQ=${BENCH_T:-4096}
+ACCUM=${BENCH_ACCUM:-1}
 STEPS=${BENCH_STEPS:-10}
 WARMUP=${BENCH_WARMUP:-5}
 SYSTEMS=${BENCH_SYSTEMS:-ours-bf16,ours-fp8,ours-fp8-fp32m,torch-bf16,torch-fp8}
@@ -71,6 +74,7 @@ while [ $# -gt 0 ]; do
         --model) MODEL=$2 ;;
         --B|-b) BATCH=$2 ;;
         --T|-t) SEQ=$2 ;;
+        --accum) ACCUM=$2 ;;
         --steps) STEPS=$2 ;;
         --warmup) WARMUP=$2 ;;
         --systems) SYSTEMS=$2 ;;
@@ -84,9 +88,10 @@ while [ $# -gt 0 ]; do
     esac
     shift 2
 done
-for v in BATCH SEQ STEPS WARMUP TIMEOUT; do
+for v in BATCH SEQ STEPS WARMUP TIMEOUT ACCUM; do
     [[ ${!v} =~ ^[0-9]+$ ]] || { echo "$v must be a non-negative integer, got '${!v}'" >&2; exit 2; }
 done
+[ "$ACCUM" -ge 1 ] || { echo "--accum must be at least 1, got $ACCUM" >&2; exit 2; }
 IFS=, read -r -a SYS_LIST <<<"$SYSTEMS"
 for s in "${SYS_LIST[@]}"; do
     case $s in ours-bf16|ours-fp8|ours-fp8-current|ours-bf16-fp32m|ours-fp8-fp32m|torch-bf16|torch-fp8|hf-bf16|hf-amp) ;;
@@ -160,15 +165,16 @@ if [ "$TABLE_ONLY" = 0 ]; then
                 # trainer's median leaves out its first 3 steps, so run 3 more than STEPS.
                 start_sampler "$s"
                 # shellcheck disable=SC2086  # flags and TRAINER_ARGS are split on spaces on purpose
-                run_one "$s" $LINEBUF ./train_llama_fp8 -e "$MODEL" -b "$BATCH" -t "$SEQ" -x $((STEPS + 3)) \
-                    -precision "$prec" $flags -o '' -j '' -tok '' -v 0 -m 0 -s 0 $TRAINER_ARGS
+                run_one "$s" $LINEBUF ./train_llama_fp8 -e "$MODEL" -b "$BATCH" -t "$SEQ" -d $((BATCH * SEQ * ACCUM)) \
+                    -x $((STEPS + 3)) -precision "$prec" $flags -o '' -j '' -tok '' -v 0 -m 0 -s 0 $TRAINER_ARGS
                 stop_sampler
                 ;;
             torch-*)
                 start_sampler "$s"
                 # shellcheck disable=SC2086
                 run_one "$s" "$PYTHON" -u dev/reference/bench_torch.py --model "$MODEL" --B "$BATCH" \
-                    --T "$SEQ" --steps "$STEPS" --warmup "$WARMUP" --precision "${s#torch-}" $TORCH_ARGS
+                    --T "$SEQ" --accum "$ACCUM" --steps "$STEPS" --warmup "$WARMUP" --precision "${s#torch-}" \
+                    $TORCH_ARGS
                 stop_sampler
                 ;;
             hf-*)
@@ -176,7 +182,7 @@ if [ "$TABLE_ONLY" = 0 ]; then
                 start_sampler "$s"
                 # shellcheck disable=SC2086
                 run_one "$s" "$PYTHON" -u dev/reference/bench_hf.py --model "$MODEL" --B "$BATCH" \
-                    --T "$SEQ" --steps "$STEPS" --warmup "$WARMUP" --weights "$weights" $HF_ARGS
+                    --T "$SEQ" --accum "$ACCUM" --steps "$STEPS" --warmup "$WARMUP" --weights "$weights" $HF_ARGS
                 stop_sampler
                 ;;
         esac
@@ -185,4 +191,5 @@ if [ "$TABLE_ONLY" = 0 ]; then
 fi
 
 # The table, from the logs.
-"$PYTHON" scripts/benchmark_table.py "$LOGDIR" "$OUTFILE" "$SYSTEMS" "$MODEL" "$BATCH" "$SEQ" "$STEPS" "$WARMUP" "$TRAINER_ARGS" "$TORCH_ARGS" "$HF_ARGS"
+"$PYTHON" scripts/benchmark_table.py "$LOGDIR" "$OUTFILE" "$SYSTEMS" "$MODEL" "$BATCH" "$SEQ" "$STEPS" "$WARMUP" \
+    "$TRAINER_ARGS" "$TORCH_ARGS" "$HF_ARGS" "$ACCUM"

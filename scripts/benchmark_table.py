@@ -3,7 +3,7 @@ and device memory, the speedup against the first baseline with a number, and the
 and power from the nvidia-smi samples; notes for failed runs and for logs of another run. Printed
 and written to OUT. Standard library only; benchmark.sh calls it with its settings:
 
-    python3 scripts/benchmark_table.py LOGDIR OUT SYSTEMS MODEL B T STEPS WARMUP TRAINER_ARGS TORCH_ARGS HF_ARGS
+    python3 scripts/benchmark_table.py LOGDIR OUT SYSTEMS MODEL B T STEPS WARMUP TRAINER_ARGS TORCH_ARGS HF_ARGS ACCUM
 
 Exit status 0 when every system produced a number, 1 otherwise (the table is written either way).
 """
@@ -19,11 +19,11 @@ if importlib.util.find_spec("llama_fp8") is None:  # pyproject.toml; make venv i
 from llama_fp8 import trainer_log                    # the reader of the trainer's output
 from llama_fp8.model_flops import flops_per_token    # the trainer's formula (llmc/mfu.h)
 
-if len(sys.argv) != 12:
+if len(sys.argv) != 13:
     sys.exit("usage: " + __doc__.split("\n\n")[1].strip())
 
-logdir, outfile, systems, model, B, T, steps, warmup, trainer_args, torch_args, hf_args = sys.argv[1:]
-B, T = int(B), int(T)
+logdir, outfile, systems, model, B, T, steps, warmup, trainer_args, torch_args, hf_args, accum = sys.argv[1:]
+B, T, accum = int(B), int(T), int(accum)
 LABELS = {"ours-bf16": "ours bf16 (train_llama_fp8)",
           "ours-fp8": "ours fp8, delayed scaling (train_llama_fp8)",
           "ours-bf16-fp32m": "ours bf16, fp32 AdamW moments (train_llama_fp8)",
@@ -91,13 +91,13 @@ for name in systems.split(","):
     dims = trainer_log.model_dims(text)   # bench_torch.py and bench_hf.py print the trainer's model line too
     tied |= bool(ours.tied) or bool(re.search(r"^model \S+: .*\| tied embeddings \|", text, re.M))
     if ours.B is not None:
-        bt = (ours.B, ours.T)
+        bt = (ours.B, ours.T, ours.grad_accum or 1)
     else:
-        m = re.search(r"^RESULT .*? B=(\d+) T=(\d+)", text, re.M)
-        bt = (int(m.group(1)), int(m.group(2))) if m else None
-    if (dims and dims[0] != model) or (bt and bt != (B, T)):
-        notes.append("%s: its log is for a different run (%s, B %s T %s) than the table's header: re-run it"
-                     % (name, dims[0] if dims else "?", bt[0] if bt else "?", bt[1] if bt else "?"))
+        m = re.search(r"^RESULT .*? B=(\d+) T=(\d+)(?: accum=(\d+))?", text, re.M)
+        bt = (int(m.group(1)), int(m.group(2)), int(m.group(3) or 1)) if m else None
+    if (dims and dims[0] != model) or (bt and bt != (B, T, accum)):
+        notes.append("%s: its log is for a different run (%s, B %s T %s, grad accum %s) than the table's header: "
+                     "re-run it" % (name, dims[0] if dims else "?", *(bt if bt else ("?", "?", "?"))))
     if name.startswith("ours-"):
         # the label says what ran, whichever flag asked for it: bf16 moments (the default) unnamed, fp32
         # named; a log whose batch line lacks the field is of a trainer before -adam_moments: fp32
@@ -133,8 +133,9 @@ if fpts and max(fpts.values()) > 1.001 * min(fpts.values()):
 base, base_name = next(((r["tok"], label) for name, label in BASELINES for r in rows if r["name"] == name and r["tok"]),
                        (None, BASELINES[0][1]))
 f = lambda v, fmt: "-" if v is None or v != v else fmt % v   # v != v: NaN (no GPU memory on the CPU)
-out = ["## Training speed: %s, B %d x T %d (%d tokens/step)%s, %s" % (
-           model, B, T, B * T, ", " + gpu if gpu else "", datetime.date.today().isoformat()),
+out = ["## Training speed: %s, B %d x T %d%s (%d tokens/step)%s, %s" % (
+           model, B, T, " x %d micro-steps" % accum if accum > 1 else "", B * T * accum, ", " + gpu if gpu else "",
+           datetime.date.today().isoformat()),
        "",
        "| system | tokens/s | model TFLOP/s | peak memory GiB | device memory GiB | speedup vs %s | busy GPU: SM clock, power |" % base_name,
        "|---|---|---|---|---|---|---|"]

@@ -99,23 +99,28 @@ def bench(args, device):
     nparams = check_model(model, cfg, dtype)
     opt = bench_torch.adamw(model, args, on_gpu)
     fwd = torch.compile(model) if args.compile else model
-    print("%s | B %d T %d | transformers %s LlamaForCausalLM, %s attention | %s | %s"
-          % (cfg.model_line(nparams), args.B, args.T, transformers.__version__, model.config._attn_implementation,
+    micro = " x %d micro-steps" % args.accum if args.accum > 1 else ""
+    print("%s | B %d T %d%s | transformers %s LlamaForCausalLM, %s attention | %s | %s"
+          % (cfg.model_line(nparams), args.B, args.T, micro, transformers.__version__,
+             model.config._attn_implementation,
              what, "torch.compile" if args.compile else "eager"), flush=True)
 
     g = torch.Generator(device=device).manual_seed(1234)
-    x = torch.randint(0, cfg.V, (args.B, args.T), device=device, generator=g)
+    x = torch.randint(0, cfg.V, (args.accum, args.B, args.T), device=device, generator=g)
     autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if amp else contextlib.nullcontext
 
     def step():
-        with autocast():   # the forward only, as Trainer does; backward runs outside it
-            loss = fwd(input_ids=x, labels=x, use_cache=False).loss
-        loss.backward()
+        total = 0.0
+        for i in range(args.accum):
+            with autocast():   # the forward only, as Trainer does; backward runs outside it
+                loss = fwd(input_ids=x[i], labels=x[i], use_cache=False).loss
+            (loss / args.accum).backward()
+            total = total + loss.detach()
         if args.clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        return loss.detach()
+        return total / args.accum
 
     return bench_torch.time_steps(step, args, on_gpu, cfg.flops_per_token(args.T))
 

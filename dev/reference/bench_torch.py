@@ -242,7 +242,7 @@ def is_oom(e):
 
 
 def result_line(args, system, **kv):
-    fields = dict(system=system, model=args.model, B=args.B, T=args.T)
+    fields = dict(system=system, model=args.model, B=args.B, T=args.T, accum=args.accum)
     fields.update(kv)
     return "RESULT " + " ".join("%s=%s" % (k, v) for k, v in fields.items())
 
@@ -262,28 +262,34 @@ def bench(args, device):
     assert nparams == cfg.num_params(), (nparams, cfg.num_params())
     opt = adamw(model, args, on_gpu)
     fwd = torch.compile(model) if args.compile else model
-    print("%s | B %d T %d | %s%s | %s"
-          % (cfg.model_line(nparams), args.B, args.T, args.precision, " (tensorwise dynamic scaling, lm_head bf16)" if fp8 else "",
+    micro = " x %d micro-steps" % args.accum if args.accum > 1 else ""
+    print("%s | B %d T %d%s | %s%s | %s"
+          % (cfg.model_line(nparams), args.B, args.T, micro, args.precision,
+             " (tensorwise dynamic scaling, lm_head bf16)" if fp8 else "",
              "torch.compile" if args.compile else "eager"), flush=True)
 
     g = torch.Generator(device=device).manual_seed(1234)
-    tokens = torch.randint(0, cfg.V, (args.B, args.T + 1), device=device, generator=g)
-    x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+    tokens = torch.randint(0, cfg.V, (args.accum, args.B, args.T + 1), device=device, generator=g)
+    x, y = tokens[..., :-1].contiguous(), tokens[..., 1:].contiguous()
 
     def step():
-        loss = fwd(x, y)
-        loss.backward()
+        total = 0.0
+        for i in range(args.accum):
+            loss = fwd(x[i], y[i])
+            (loss / args.accum).backward()
+            total = total + loss.detach()
         if args.clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip, foreach=True)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        return loss.detach()
+        return total / args.accum
 
     return time_steps(step, args, on_gpu, cfg.flops_per_token(args.T))
 
 
 def time_steps(step, args, on_gpu, fpt):
-    """args.warmup untimed calls of step() (it returns the loss, detached), then args.steps timed ones;
+    """args.warmup untimed calls of step() (one optimizer step of args.accum micro-steps; it returns the
+    mean loss, detached), then args.steps timed ones;
     prints the timing lines and returns the RESULT fields. fpt: model FLOPs per token."""
     sync = torch.cuda.synchronize if on_gpu else (lambda: None)
     t0 = time.perf_counter()
@@ -310,7 +316,7 @@ def time_steps(step, args, on_gpu, fpt):
     if on_gpu:
         ms = [a.elapsed_time(b) for a, b in ms]
     med = statistics.median(ms)
-    tok_s = args.B * args.T / (med / 1e3)
+    tok_s = args.B * args.T * args.accum / (med / 1e3)
     tflops = tok_s * fpt / 1e12
     if on_gpu:
         mem = torch.cuda.max_memory_allocated() / GIB
@@ -337,19 +343,21 @@ def adamw(model, args, on_gpu):
 def add_run_args(ap, model, B, T):
     """The options every PyTorch benchmark here takes (this one and bench_hf.py), with their defaults."""
     ap.add_argument("--model", default=model, choices=sorted(PRESETS))
-    ap.add_argument("--B", type=int, default=B, help="sequences per step")
+    ap.add_argument("--B", type=int, default=B, help="sequences per micro-step")
     ap.add_argument("--T", type=int, default=T, help="sequence length")
     ap.add_argument("--steps", type=int, default=10, help="timed steps (the median is reported)")
     ap.add_argument("--warmup", type=int, default=5, help="untimed steps first (compilation happens here)")
     ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True, help="wrap the model in torch.compile")
     ap.add_argument("--lr", type=float, default=3e-4, help="AdamW learning rate (constant)")
     ap.add_argument("--clip", type=float, default=1.0, help="global gradient-norm clip, as our trainer does (0: off)")
+    ap.add_argument("--accum", type=int, default=1, help="micro-steps of B x T tokens per optimizer step (gradient "
+                    "accumulation: each micro-step's loss divided by accum, as our trainer's -d does)")
 
 
 def parse_run_args(ap):
     args = ap.parse_args()
-    if args.steps < 1 or args.warmup < 0 or args.B < 1 or args.T < 1:
-        ap.error("need --steps >= 1, --warmup >= 0, --B >= 1, --T >= 1")
+    if args.steps < 1 or args.warmup < 0 or args.B < 1 or args.T < 1 or args.accum < 1:
+        ap.error("need --steps >= 1, --warmup >= 0, --B >= 1, --T >= 1, --accum >= 1")
     return args
 
 

@@ -12,7 +12,8 @@
   the labels, the speedup against transformers bf16 when PyTorch bf16 is absent (and against PyTorch
   bf16 when present), OOM, the tied-embeddings note, and a log of another run flagged as such.
 - scripts/benchmark.sh run with a Python that lacks llama_fp8 (-S -E): exit 2 naming that Python and
-  make venv before any system runs.
+  make venv before any system runs. --accum N: bench_torch.py (a stand-in recording its arguments) gets
+  --accum N, the table's header says N micro-steps, and a log of another accumulation is flagged.
 - scripts/compare_convergence.sh --current, with a fake trainer that copies logs written here in the
   trainer's formats (test_trainer_log.py's writers): fp8's fp8.log has the fp8 health fields,
   fp8_current's is an older trainer's. fp8 must get fp8_health.png and a health section in
@@ -275,7 +276,8 @@ def test_benchmark_table_hf(tmp):
     for name in ("ours-bf16", "torch-bf16"):
         shutil.copy(os.path.join(BENCH_LOGS, name + ".log"), logdir)
     rc, err, rows, text = bench_table(logdir, os.path.join(tmp, "mixed.md"), "--systems", "ours-bf16,torch-bf16,hf-bf16")
-    check("- hf-bf16: its log is for a different run (smollm2-135m, B 1 T 64)" in text and "differ between systems" in text,
+    check("- hf-bf16: its log is for a different run (smollm2-135m, B 1 T 64, grad accum 1)" in text
+          and "differ between systems" in text,
           f"a transformers log of another model is flagged (exit {rc})")
 
 
@@ -298,6 +300,37 @@ def test_benchmark_no_package(tmp):
           f"benchmark.sh with a Python without llama_fp8: exit 2 naming it and make venv (exit {p.returncode}: "
           f"{p.stderr.strip()[-300:]!r})")
     check(not os.path.exists(os.path.join(logdir, "torch-bf16.log")), "a system ran before the refusal")
+
+
+def test_benchmark_accum(tmp):
+    """--accum N: PyTorch's and transformers' runs get --accum N, the table's header says N micro-steps and
+    N x B x T tokens per step, and a log of another accumulation is flagged. bench_torch.py itself is
+    stood in for by a script that records its arguments and prints a RESULT line (no torch here)."""
+    fake = os.path.join(tmp, "fake_python")
+    with open(fake, "w") as f:
+        f.write("#!/bin/sh\n"
+                "case \"$2\" in *bench_torch.py) echo \"ARGS $*\"; "
+                "echo 'RESULT system=torch-bf16 model=tiny B=2 T=64 accum=8 tok_s=100 tflops=1 mem_gib=1 dev_gib=1 "
+                "ms=1 flops_tok=1e6'; exit 0;; esac\n"
+                f"exec {sys.executable} \"$@\"\n")
+    os.chmod(fake, 0o755)
+    logdir = os.path.join(tmp, "log_bench_accum")
+    out_md = os.path.join(tmp, "accum.md")
+    p = subprocess.run(["bash", BENCH, "--systems", "torch-bf16", "--model", "tiny", "--B", "2", "--T", "64",
+                        "--accum", "8", "--logdir", logdir, "--out", out_md], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHON=fake, BENCH_ALLOW_NO_GPU="1"))
+    log_path = os.path.join(logdir, "torch-bf16.log")
+    log = open(log_path).read() if os.path.exists(log_path) else ""
+    args = re.search(r"^ARGS (.*)$", log, re.M)
+    check(args and " --accum 8 " in args.group(1) + " " and " --B 2 " in args.group(1),
+          f"bench_torch.py's arguments: {args and args.group(1)!r}")
+    text = open(out_md).read() if os.path.exists(out_md) else ""
+    check(p.returncode == 0 and "B 2 x T 64 x 8 micro-steps (1024 tokens/step)" in text and "different run" not in text,
+          f"the table of an --accum 8 run (exit {p.returncode}): {text[:300]!r} {p.stderr.strip()[-200:]!r}")
+    rc, err, rows, text = bench_table(BENCH_CPU_LOGS, os.path.join(tmp, "accum_other.md"), "--systems", "torch-bf16",
+                                      "--model", "smollm2-135m", "--B", "1", "--T", "64", "--accum", "4")
+    check("torch-bf16: its log is for a different run (smollm2-135m, B 1 T 64, grad accum 1)" in text,
+          f"a log of one micro-step tabulated as --accum 4 is flagged: {text[-400:]!r}")
 
 
 def test_compare_convergence(tmp):
@@ -1083,6 +1116,7 @@ if __name__ == "__main__":
     # python3 dev/test/test_scripts.py [TEST ...]: only those (e.g. test_runner, as the mutations of
     # the runners name it: a mutant fails test_mutation_patches, its own patch being applied)
     tests = [test_scaling, test_refusals, test_benchmark_table, test_benchmark_table_hf, test_benchmark_no_package,
+             test_benchmark_accum,
              test_compare_convergence,
              test_convergence_seeds, test_runner, test_mutation_runner, test_mutation_runner_cpu,
              test_mutation_runner_package, test_venv_in_venv, test_venv_stamp, test_get_data]
