@@ -331,6 +331,17 @@ def test_benchmark_accum(tmp):
                                       "--model", "smollm2-135m", "--B", "1", "--T", "64", "--accum", "4")
     check("torch-bf16: its log is for a different run (smollm2-135m, B 1 T 64, grad accum 1)" in text,
           f"a log of one micro-step tabulated as --accum 4 is flagged: {text[-400:]!r}")
+    ours_dir = os.path.join(tmp, "log_bench_accum_ours")   # our H200 log, as if run with -d 4 x B x T
+    os.makedirs(ours_dir)
+    with open(os.path.join(BENCH_LOGS, "ours-bf16.log")) as f:
+        text = f.read().replace("(grad accum 1)", "(grad accum 4)")
+    with open(os.path.join(ours_dir, "ours-bf16.log"), "w") as f:
+        f.write(text)
+    for accum, flagged in (("4", False), ("1", True)):
+        rc, err, rows, text = bench_table(ours_dir, os.path.join(tmp, "accum_ours.md"), "--systems", "ours-bf16",
+                                          "--accum", accum)
+        check(("ours-bf16: its log is for a different run (llama2-7b, B 2 T 4096, grad accum 4)" in text) == flagged,
+              f"our log of 4 micro-steps (its batch line's grad accum) tabulated as --accum {accum}: {text[-300:]!r}")
 
 
 def test_compare_convergence(tmp):
