@@ -84,7 +84,7 @@ def tool_main(main):
     return run
 
 
-_INTERRUPTS = []  # SIGINTs seen by on_interrupt
+_INTERRUPTS = []  # the SIGINTs _on_interrupt saw
 
 
 def _on_interrupt(signum, frame):
