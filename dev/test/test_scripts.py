@@ -14,6 +14,7 @@
 - scripts/benchmark.sh run with a Python that lacks llama_fp8 (-S -E): exit 2 naming that Python and
   make venv before any system runs. --accum N: bench_torch.py (a stand-in recording its arguments) gets
   --accum N, the table's header says N micro-steps, and a log of another accumulation is flagged.
+  Our runs labelled by the grain and master weights their logs report (the H100 logs of dev/results).
 - scripts/compare_convergence.sh --current, with a fake trainer that copies logs written here in the
   trainer's formats (test_trainer_log.py's writers): fp8's fp8.log has the fp8 health fields,
   fp8_current's is an older trainer's. fp8 must get fp8_health.png and a health section in
@@ -342,6 +343,27 @@ def test_benchmark_accum(tmp):
                                           "--accum", accum)
         check(("ours-bf16: its log is for a different run (llama2-7b, B 2 T 4096, grad accum 4)" in text) == flagged,
               f"our log of 4 micro-steps (its batch line's grad accum) tabulated as --accum {accum}: {text[-300:]!r}")
+
+
+def test_benchmark_labels(tmp):
+    """A run of ours is labelled by the grain and master weights its log reports, whichever --trainer-args
+    asked for them: the H100 runs of dev/results/fit80_h100 (-master_weights bf16; per-tensor, -fp8_grain
+    row and block) and an H200 fixture (fp32 master weights, the default: not named)."""
+    logs = os.path.join(ROOT, "dev", "results", "fit80_h100", "logs")
+    want = {"fit80": "ours fp8, delayed scaling, bf16 master weights (train_llama_fp8)",
+            "fit80_row": "ours fp8, row-wise scaling, bf16 master weights (train_llama_fp8)",
+            "fit80_block": "ours fp8, block scaling, bf16 master weights (train_llama_fp8)"}
+    for run, label in want.items():
+        logdir = os.path.join(tmp, "labels_" + run)
+        os.makedirs(logdir)
+        shutil.copy(os.path.join(logs, run + "_ours-fp8.log"), os.path.join(logdir, "ours-fp8.log"))
+        rc, err, rows, text = bench_table(logdir, os.path.join(tmp, run + ".md"), "--systems", "ours-fp8")
+        check(label in rows, f"{run}: labelled {sorted(rows)} (want {label!r}; exit {rc}: {err.strip()[-200:]})")
+    logdir = os.path.join(tmp, "labels_h200")
+    os.makedirs(logdir)
+    shutil.copy(os.path.join(BENCH_LOGS, "ours-fp8-bf16m.log"), os.path.join(logdir, "ours-fp8.log"))
+    rc, err, rows, text = bench_table(logdir, os.path.join(tmp, "h200.md"), "--systems", "ours-fp8")
+    check("ours fp8, delayed scaling (train_llama_fp8)" in rows, f"an fp32-master, per-tensor run: labelled {sorted(rows)}")
 
 
 def test_compare_convergence(tmp):
@@ -1127,7 +1149,7 @@ if __name__ == "__main__":
     # python3 dev/test/test_scripts.py [TEST ...]: only those (e.g. test_runner, as the mutations of
     # the runners name it: a mutant fails test_mutation_patches, its own patch being applied)
     tests = [test_scaling, test_refusals, test_benchmark_table, test_benchmark_table_hf, test_benchmark_no_package,
-             test_benchmark_accum,
+             test_benchmark_accum, test_benchmark_labels,
              test_compare_convergence,
              test_convergence_seeds, test_runner, test_mutation_runner, test_mutation_runner_cpu,
              test_mutation_runner_package, test_venv_in_venv, test_venv_stamp, test_get_data]
