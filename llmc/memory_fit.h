@@ -84,9 +84,12 @@ static void memory_fit_hint(MemoryPlanFn plan_of, const LlamaConfig *c, const Mo
             found++;
         }
     }
-    if (!found)
-        snprintf(buf, n, "nothing fits %.2f GiB, the least is %s: use more GPUs (-ngpu; ZeRO-1 shares the optimizer "
-                 "state out), a shorter -t or a smaller model", budget / 1073741824.0, least_set);
+    const char *more = "use more GPUs (-ngpu; ZeRO-1 shares the optimizer state out), a shorter -t or a smaller model";
+    // no set was tried: the run has every flag above, at -b 1 (or at the least -b that splits -d)
+    if (!found && least == SIZE_MAX)
+        snprintf(buf, n, "nothing fits %.2f GiB and no flag here is left to give up: %s", budget / 1073741824.0, more);
+    else if (!found)
+        snprintf(buf, n, "nothing fits %.2f GiB, the least is %s: %s", budget / 1073741824.0, least_set, more);
 }
 
 // The refusal of a run whose planned device memory and FIT_HEADROOM are more than the `free_b` bytes its

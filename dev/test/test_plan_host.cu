@@ -204,6 +204,13 @@ static void test_memory_refusal(void) {
     CHECK(!strstr(msg, "-r 1") && !strstr(msg, "-master_weights"), "suggests a flag the run has: %s", msg);
     CHECK(check_hint_sets("7B fp8 -r 1 bf16 master, 70 GiB", msg, &c, &set, 1, 69 * GIB) >= 1, "none fits: %s", msg);
 
+    ModelOptions all = set; // every flag the hint knows already given, at B 1: nothing left to name
+    all.B = 1; all.fp8_weight_cache = 0;
+    CHECK(memory_refusal(model_memory_plan, "llama2-7b", &c, &all, 1, 4096, 10 * GIB, msg, sizeof(msg)),
+          "7B fits 10 GiB");
+    CHECK(strstr(msg, "nothing fits 9.00 GiB and no flag here is left to give up: use more GPUs") &&
+          !strstr(msg, "the least is"), "every flag given, at -b 1: %s", msg);
+
     ModelOptions two = o; // on two GPUs ZeRO-1 shares the optimizer state out: sets at -d 16384
     CHECK(memory_refusal(model_memory_plan, "llama2-7b", &c, &two, 2, 16384, 70 * GIB, msg, sizeof(msg)), "7B on 2 GPUs fits 70 GiB");
     CHECK(check_hint_sets("7B fp8 B 2 on 2 GPUs, 70 GiB", msg, &c, &two, 2, 69 * GIB) >= 1, "none fits: %s", msg);
