@@ -2179,7 +2179,7 @@ static void open_run_data(Run *r) {
 
 // The model on this rank's GPU (its weights: start_model), checked to be the same on every rank, the
 // GEMMs' and attention's set-up, and the training state a checkpoint records. A run whose planned
-// device memory is more than its GPU has free is refused first, naming the flags that would fit.
+// device memory and FIT_HEADROOM are more than its GPU has free is refused first, naming the flags that fit.
 static void setup_model(Run *r, Model *m) {
     size_t free_b, total_b;
     cudaCheck(cudaMemGetInfo(&free_b, &total_b));

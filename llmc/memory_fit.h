@@ -30,6 +30,9 @@ static const int FIT_SETS[] = {0, FIT_RECOMPUTE, FIT_MASTER_BF16, FIT_RECOMPUTE 
 // top of the up-front allocations (7B fp8 B 2 T 4096: 104.81 GiB planned, 105.5 GiB in use on an H200)
 #define FIT_HEADROOM ((size_t)1 << 30)
 
+// What a run's plan may take of `free_b` free bytes: all but FIT_HEADROOM.
+static size_t fit_budget(size_t free_b) { return free_b > FIT_HEADROOM ? free_b - FIT_HEADROOM : 0; }
+
 // The options of the run given the flag set `flags` (FIT_*) and -b B.
 static ModelOptions fit_options(const ModelOptions *o, int flags, int B) {
     ModelOptions f = *o;
@@ -99,7 +102,7 @@ static void memory_fit_hint(MemoryPlanFn plan_of, const LlamaConfig *c, const Mo
 // in model_init when the refusal let a plan fill the free memory).
 static int memory_refusal(MemoryPlanFn plan_of, const char *model, const LlamaConfig *c, const ModelOptions *o,
                           int world, long long total_batch, size_t free_b, char *msg, size_t n) {
-    size_t plan = plan_of(c, o, world), budget = free_b > FIT_HEADROOM ? free_b - FIT_HEADROOM : 0;
+    size_t plan = plan_of(c, o, world), budget = fit_budget(free_b);
     if (plan <= budget) return 0;
     int len = snprintf(msg, n, "%s B %d T %d would run out of memory: it needs %.2f GiB of device memory up front "
                        "and 1 GiB for cuBLAS's and cuDNN's workspaces, the GPU has %.2f GiB free: ",
@@ -116,7 +119,7 @@ static int memory_refusal(MemoryPlanFn plan_of, const char *model, const LlamaCo
 // refusal on such a GPU would give).
 static void plan_80gb_line(MemoryPlanFn plan_of, char *buf, size_t n, const LlamaConfig *c, const ModelOptions *o,
                            int world, long long total_batch) {
-    size_t budget = GPU_80GB_FREE - FIT_HEADROOM;
+    size_t budget = fit_budget(GPU_80GB_FREE);
     int fits = plan_of(c, o, world) <= budget;
     int len = snprintf(buf, n, "plan: on %s (%.2f GiB free at the start on an H100, 1 GiB of it kept for the "
                        "workspaces): %s", world > 1 ? "80 GB GPUs" : "one 80 GB GPU", GPU_80GB_FREE / 1073741824.0,

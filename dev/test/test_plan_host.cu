@@ -243,7 +243,7 @@ static void test_plan_80gb(void) {
     printf("    %s\n", line);
     const char *lead = "plan: on one 80 GB GPU (78.66 GiB free at the start on an H100, 1 GiB of it kept for the workspaces): ";
     CHECK(strncmp(line, lead, strlen(lead)) == 0 && strstr(line, "too small; within 77.66 GiB: "), "7B fp8 B 2 T 4096: %s", line);
-    CHECK(check_hint_sets("7B fp8 B 2 T 4096, an 80 GB GPU", line, &c, &o, 1, GPU_80GB_FREE - FIT_HEADROOM) >= 1,
+    CHECK(check_hint_sets("7B fp8 B 2 T 4096, an 80 GB GPU", line, &c, &o, 1, fit_budget(GPU_80GB_FREE)) >= 1,
           "no set named: %s", line);
     ModelOptions oom = o; // planned 78.65 GiB: ran out of memory with 78.66 GiB free
     oom.precision = PREC_BF16; oom.recompute = 1; oom.master_bf16 = 1;
