@@ -99,8 +99,9 @@ for s in "${SYS_LIST[@]}"; do
     esac
 done
 # the table (and the PyTorch and transformers systems) need the llama_fp8 package: checked before any run
-# holds the GPU for minutes (from /, so the checkout's own folder does not stand in for an install)
-if ! (cd / && "$PYTHON" -c 'import llama_fp8') 2>/dev/null; then
+# holds the GPU for minutes (without the current folder on its path: the checkout's own llama_fp8/ folder is
+# no install, and the tools, run as scripts, would not see it)
+if ! "$PYTHON" -c 'import sys; sys.path.remove(""); import llama_fp8' 2>/dev/null; then
     echo "error: $(command -v "$PYTHON" || echo "$PYTHON") has no llama_fp8 package, which the table needs:" \
          "run make venv (benchmark.sh then uses .venv/bin/python3) or name a Python that has it with PYTHON=" >&2
     exit 2
