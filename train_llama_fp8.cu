@@ -2074,7 +2074,7 @@ static void print_run(const Model *m, const Options *o, const MultiGpu *mg, cons
                    mo->B, mo->T, o->total_batch, grad_accum, o->max_steps, o->warmup, resumed_from >= 0, synthetic,
                    o->lr, o->final_lr_frac, o->weight_decay, o->grad_clip,
                    choice_word(MOMENTS_WORDS, mo->moments_bf16), choice_word(MASTER_WORDS, mo->master_bf16), attention,
-                   options};
+                   mo->recompute, m->fp8.on ? mo->fp8_weight_cache : -1, options};
     run_log_header(rl, &h);
     free(options);
     if (m->opt.fp8_grain == FP8_GRAIN_BLOCK)

@@ -21,7 +21,8 @@ benchmark.sh's (-o '': no logs or checkpoints; its median line and device memory
 and compare_convergence.sh --eval-bf16's -x 0 evaluations (-x 0 writes nothing into -o):
     train_llama_fp8 | <GPU> | <precision> | model <name>: V .. L .. C .. NH .. NKV .. FF .. theta ..[ | tied embeddings] | <n>M params
     B <B> T <T> | total batch ... | AdamW moments <fp32|bf16> | master weights <fp32|bf16> | ... attention
-    device memory allocated: <x> GiB[ per GPU (ZeRO-1)]
+    device memory allocated: <x> GiB[ per GPU (ZeRO-1)] | recompute <none|SwiGLU>[ | fp8 weight cache <on|off>]
+      (a trainer before 2026-12-05 ended the line after GiB[ per GPU (ZeRO-1)])
     step <s>/<n> | loss <l> | norm <g> | lr <lr> | <ms> ms | <tok/s> tok/s | MFU <m>[ | update SKIPPED ...]
     val loss <l>[ | bpb <bits per byte>][ over ...]
     hellaswag: acc <acc> acc_norm <acc_norm> (<n> items)
@@ -239,7 +240,7 @@ MODEL_DIMS = re.compile(r"model (\S+): V (\d+) L (\d+) C (\d+) NH (\d+) NKV (\d+
 DIM_NAMES = ("V", "L", "C", "NH", "NKV", "FF")
 _CONFIG = re.compile(r"^train_llama_fp8 \| ([^|]+?) \| ([^|]+?) \| (.*)$", re.M)
 _BATCH = re.compile(r"^B (\d+) T (\d+) \|(.*)$", re.M)
-_ALLOCATED = re.compile(r"^device memory allocated: ([\d.]+) GiB", re.M)
+_ALLOCATED = re.compile(r"^device memory allocated: ([\d.]+) GiB(.*)$", re.M)
 _STEP = re.compile(r"^step +(\d+)/(\d+) \| loss (\S+) \| norm (\S+) \| lr (\S+) \| (\S+) ms \| (\S+) tok/s \| MFU (\S+)(.*)$")
 _VAL = re.compile(r"^val loss (\S+)(?: \| bpb (\S+))?")
 _HELLASWAG = re.compile(r"^hellaswag: acc (\S+) acc_norm (\S+) \((\d+) items\)")
@@ -268,6 +269,8 @@ class TrainerOutput:
         self.adam_moments = None    # 'fp32' or 'bf16'; None also when the batch line lacks it (a trainer before -adam_moments: fp32)
         self.master_weights = None  # 'fp32' or 'bf16'; None also without it in the batch line (before -master_weights: fp32)
         self.allocated_gib = None   # 'device memory allocated' (per GPU with ZeRO-1)
+        self.recompute = None       # 'none' or 'SwiGLU' (-r 0, 1); None also for a trainer that did not print it
+        self.fp8_weight_cache = None  # 'on' or 'off' (fp8 runs; None in bf16 and for a trainer that did not print it)
         self.steps = {}             # step -> {'loss':, 'norm':, 'lr':, 'ms':, 'tok/s':, 'mfu': str, 'skipped': bool}
         self.val = {}               # the step after which it was measured (0 before any) -> val loss
         self.bpb = {}               # the same steps -> bits per byte (runs with a decode table)
@@ -300,6 +303,11 @@ def parse_stdout(text):
     m = _ALLOCATED.search(text)
     if m:
         out.allocated_gib = float(m.group(1))
+        rest = m.group(2) + " |"
+        rc = re.search(r"\| recompute (\S+) \|", rest)
+        out.recompute = rc.group(1) if rc else None
+        wc = re.search(r"\| fp8 weight cache (\S+) \|", rest)
+        out.fp8_weight_cache = wc.group(1) if wc else None
     last = 0
     for line in text.splitlines():
         m = _STEP.match(line)

@@ -38,7 +38,7 @@ static void read_recorded_run(const char *path) {
     config_from_preset("125m", &r.cfg);
     while (fgets(line, sizeof(line), f)) {
         char *model = strstr(line, "| model ");
-        if (strncmp(line, "BENCH_CMD ", 10) == 0) { // benchmark.sh's record of the command: flags the header omits
+        if (strncmp(line, "BENCH_CMD ", 10) == 0) { // benchmark.sh's record of the command: flags older headers omit
             if (strstr(line, " -r ")) recompute = atoi(strstr(line, " -r ") + 4);
             if (strstr(line, " -fp8_weight_cache ")) w_cache = atoi(strstr(line, " -fp8_weight_cache ") + 19);
         } else if (strncmp(line, "train_llama_fp8 | ", 18) == 0 && model) {
@@ -54,7 +54,9 @@ static void read_recorded_run(const char *path) {
             sscanf(strstr(line, "AdamW moments ") + 14, "%15s", moments);
             if (strstr(line, "| master weights ")) sscanf(strstr(line, "| master weights ") + 17, "%15s", master);
             have |= 2;
-        } else if (sscanf(line, "device memory allocated: %lf GiB", &r.gib) == 1) {
+        } else if (sscanf(line, "device memory allocated: %lf GiB", &r.gib) == 1) { // -r and the cache: BENCH_CMD's in older logs
+            if (strstr(line, "| recompute ")) recompute = strstr(line, "| recompute SwiGLU") != NULL;
+            if (strstr(line, "| fp8 weight cache ")) w_cache = strstr(line, "| fp8 weight cache on") != NULL;
             have |= 4;
         } else if (strncmp(line, "fp8 fallback: a per-tensor linear", 33) == 0 && strstr(line, "moves to ")) {
             for (int g = 1; g < FP8_GRAINS; g++)
@@ -86,7 +88,8 @@ static int visit_log(const char *path, const struct stat *st, int type, struct F
 // 7B fp8 with and without the block fallback, SmolLM2 (tied) in bf16 and fp8 at T 512-2048 with fp32
 // and bf16 moments, 125M at B 64 T 256 (the master weights fp32 in each; a log names bf16 ones), and
 // the H100's 7B and 8B runs with -r 1 -master_weights bf16 -fp8_weight_cache 0 in each grain (-r and
-// -fp8_weight_cache, which the trainer's header omits, read from benchmark.sh's BENCH_CMD line).
+// -fp8_weight_cache read from the header's memory line, or from benchmark.sh's BENCH_CMD line in the logs
+// of trainers before that line named them).
 static void test_memory_plan_matches_gpu_runs(void) {
     g_num_runs = 0;
     nftw("dev/results", visit_log, 16, FTW_PHYS);

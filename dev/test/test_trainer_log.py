@@ -156,7 +156,7 @@ def sample_stdout():
                      32, 8, 8192, 500000.0, rope, " | tied embeddings", 1235.8),
            "attention: cuDNN forward plan for B=2 T=4096 NH=32 NKV=8 HS=64: engine 2, workspace 0.0 MiB\n",
            BATCH % (2, 4096, 16384, 1, 3, 6e-4, 100, 0.1, 0.1, 1.0, "bf16", "bf16", "cuDNN fused"),
-           MEMORY % (41.25, " per GPU (ZeRO-1)", ""),
+           MEMORY % (41.25, " per GPU (ZeRO-1)", "SwiGLU", " | fp8 weight cache off", ""),
            STEP % (1, 3, 11.9, 15.6847, 3e-5, 550.72, 29750, "2.1%", ""),
            STEP % (2, 3, 11.5, float("inf"), 6e-5, 22.5, 728165, "52.5%", " | update SKIPPED (non-finite gradient)"),
            VAL_OUT % (11.25, ""),
@@ -176,6 +176,10 @@ def test_stdout():
     check((o.B, o.T, o.adam_moments, o.master_weights, o.allocated_gib) == (2, 4096, "bf16", "bf16", 41.25),
           f"B, T, AdamW moments, master weights, memory allocated ({o.B}, {o.T}, {o.adam_moments}, {o.master_weights},"
           f" {o.allocated_gib})")
+    check((o.recompute, o.fp8_weight_cache) == ("SwiGLU", "off"), f"recompute, fp8 weight cache ({o.recompute}, {o.fp8_weight_cache})")
+    bf16 = trainer_log.parse_stdout(MEMORY % (2.0, "", "none", "", " | resumed"))
+    check((bf16.allocated_gib, bf16.recompute, bf16.fp8_weight_cache) == (2.0, "none", None),
+          f"a resumed bf16 run's memory line: no fp8 weight cache ({bf16.allocated_gib}, {bf16.recompute}, {bf16.fp8_weight_cache})")
     check(sorted(o.steps) == [1, 2, 3] and o.steps[1]["loss"] == 11.9 and o.steps[1]["tok/s"] == 29750 and o.steps[1]["mfu"] == "2.1%",
           f"step lines ({o.steps.get(1)})")
     check(o.steps[2]["skipped"] and math.isinf(o.steps[2]["norm"]) and not o.steps[3]["skipped"], "a skipped update, its inf norm")
@@ -198,6 +202,7 @@ def test_real_stdout():
     check((o.gpu, o.precision, o.model, o.B, o.T, o.adam_moments, o.allocated_gib) ==
           ("NVIDIA H200", "fp8 (delayed scaling)", "llama2-7b", 2, 4096, "bf16", 104.81),
           f"H200 fp8 run: its config ({o.gpu}, {o.precision}, {o.model}, {o.B}, {o.T}, {o.adam_moments}, {o.allocated_gib})")
+    check(o.recompute is None and o.fp8_weight_cache is None, "a log from before the memory line named -r and the cache: None")
     check(len(o.steps) == 13 and o.median["tok/s"] == 20102 and o.median["device_gib"] == 105.51 and o.tied is False,
           f"H200 fp8 run: 13 steps and the median line ({len(o.steps)}, {o.median})")
     torch_text = open(os.path.join(bench, "torch-bf16.log")).read()
