@@ -162,7 +162,10 @@ static char *options_line(const OptSpec *rows, int n, const void *o) {
         fprintf(f, " %s %s", rows[i].flag, value);
     }
     fcloseCheck(f);
-    return line;
+    char *copy = strdup(line); // a plain heap string: gcc takes the stream's buffer for one that may dangle
+    free(line);
+    if (!copy) FATAL("cannot make main.log's options line: out of memory");
+    return copy;
 }
 
 #endif // LLMC_OPTIONS_H
