@@ -279,6 +279,12 @@ class TrainerOutput:
         self.median = None          # {'ms':, 'steps':, 'tok/s':, 'mfu': str, 'device_gib':}
 
 
+def _field(fields, name):
+    """The word after '| name ' in a line's ' | '-separated fields (the text after its head), or None."""
+    m = re.search(r"\| %s (\S+) \|" % re.escape(name), fields + " |")
+    return m.group(1) if m else None
+
+
 def parse_stdout(text):
     """The trainer's standard output (a string) -> TrainerOutput. Of the lines printed once per run
     (config, batch, memory, stopped, median) the first counts; of step and val lines, the last one
@@ -296,18 +302,13 @@ def parse_stdout(text):
         out.B, out.T = int(m.group(1)), int(m.group(2))
         ga = re.search(r"\(grad accum (\d+)\)", m.group(3))
         out.grad_accum = int(ga.group(1)) if ga else None
-        am = re.search(r"\| AdamW moments (\S+) \|", m.group(3) + " |")
-        out.adam_moments = am.group(1) if am else None
-        mw = re.search(r"\| master weights (\S+) \|", m.group(3) + " |")
-        out.master_weights = mw.group(1) if mw else None
+        out.adam_moments = _field(m.group(3), "AdamW moments")
+        out.master_weights = _field(m.group(3), "master weights")
     m = _ALLOCATED.search(text)
     if m:
         out.allocated_gib = float(m.group(1))
-        rest = m.group(2) + " |"
-        rc = re.search(r"\| recompute (\S+) \|", rest)
-        out.recompute = rc.group(1) if rc else None
-        wc = re.search(r"\| fp8 weight cache (\S+) \|", rest)
-        out.fp8_weight_cache = wc.group(1) if wc else None
+        out.recompute = _field(m.group(2), "recompute")
+        out.fp8_weight_cache = _field(m.group(2), "fp8 weight cache")
     last = 0
     for line in text.splitlines():
         m = _STEP.match(line)
