@@ -122,7 +122,7 @@ static const OptSpec OPTION_SPECS[] = {
     OPT_I("-b", model.B, "16", 1, INT_MAX, "micro-batch size (sequences per GPU)"),
     OPT_I("-t", model.T, "1024", 2, INT_MAX, "sequence length"),
     OPT_I("-d", total_batch, "0", 0, INT_MAX, "total batch in tokens (gradient accumulation fills it); 0 = B*T*ngpu"),
-    OPT_I("-x", max_steps, "160", -1, INT_MAX, "optimizer steps; -1 = one epoch of the training data; 0 = evaluate only (val loss, a sample with -s > 0), writing nothing"),
+    OPT_I("-x", max_steps, "160", -1, INT_MAX, "optimizer steps; -1 = one epoch of the training data; 0 = evaluate only (val loss, a sample with -s > 0), reading no training data (-i) and writing nothing"),
     OPT_F("-l", lr, "6e-4", 0, FLT_MAX, "peak learning rate"),
     OPT_I("-u", warmup, "20", 0, INT_MAX, "warmup steps (linear)"),
     OPT_F("-q", final_lr_frac, "0.1", 0, 1, "final learning rate as a fraction of the peak (cosine decay)"),
@@ -1301,6 +1301,13 @@ static void data_state_save(TrainState *ts, const DataLoader *train) {
     dataloader_save_state(train, ts->data);
 }
 
+// A resumed run's training data at the checkpoint's position (the record in ts->data, from state_path).
+// -x 0 draws no training batch (open_data read no -i for it), so it leaves the record unread.
+static void resume_data(DataLoader *train, const TrainState *ts, const Options *o, const char *state_path) {
+    if (o->max_steps == 0) return;
+    dataloader_load_state(train, ts->data, (size_t)ts->data_bytes, state_path, o->data_changed_continue);
+}
+
 // Before a state file is read: ts->data sized as the file's record (header word 18, read back, not
 // compared), so that the loader compares the record with this run's data and names what differs.
 static void data_state_sized_from(TrainState *ts, const char *state_path) {
@@ -1813,12 +1820,15 @@ static const char *batches_word(long long n) { return n == 1 ? "batch" : "batche
 // evaluation covers, all ranks together (the same number at any world size).
 static int open_data(const Options *o, const LlamaConfig *cfg, const MultiGpu *mg, DataLoader *train, DataLoader *val) {
     int synthetic = strcmp(o->train_pattern, "synthetic") == 0, have_val = o->val_pattern[0] != '\0'; // -j '': no validation
-    if (synthetic) {
+    // -x 0 draws no training batch: its -i (the default's shards too) is neither read nor checked
+    if (synthetic || o->max_steps == 0)
         dataloader_init_synthetic(train, o->model.B, o->model.T, mg->rank, mg->world, cfg->V, (uint64_t)o->seed);
-        if (have_val) dataloader_init_synthetic(val, o->model.B, o->model.T, 0, 1, cfg->V, (uint64_t)o->seed + 1);
-    } else {
+    else
         dataloader_init(train, o->train_pattern, o->model.B, o->model.T, mg->rank, mg->world, o->shuffle,
                         (uint64_t)o->seed, cfg->V);
+    if (synthetic) {
+        if (have_val) dataloader_init_synthetic(val, o->model.B, o->model.T, 0, 1, cfg->V, (uint64_t)o->seed + 1);
+    } else {
         if (have_val) dataloader_init_eval(val, o->val_pattern, o->model.B, o->model.T, cfg->V, mg_is_main(mg));
         Tokenizer tok; // the decode table's fingerprint, for the shards that record their tokenizer
         int have_tok = tokenizer_init_flag(&tok, o->tokenizer_path, default_options().tokenizer_path);
@@ -1879,7 +1889,8 @@ static void print_plan(const Options *o, const LlamaConfig *cfg, const ModelOpti
     printf("plan: %d GPU%s | B %d T %d | %d tokens per step (grad accum %d) | %lld steps = %.3g tokens%s\n", world, world > 1 ? "s" : "",
            mo->B, mo->T, o->total_batch, grad_accum, steps, (double)steps * o->total_batch,
            o->max_steps < 0 ? " (-x -1: one epoch)" : "");
-    int nsets = train->num_sets ? train->num_sets : 1;
+    int nsets = o->max_steps == 0 ? 0 : train->num_sets ? train->num_sets : 1;
+    if (o->max_steps == 0) printf("plan: train data: none read (-x 0 evaluates only)\n");
     double wsum = 0.0;
     for (int k = 0; k < train->num_sets; k++) wsum += train->weights[k];
     for (int k = 0; k < nsets; k++) {
@@ -2043,7 +2054,7 @@ static int start_model(Model *m, TrainState *ts, DataLoader *train, const Option
         int record_rank = load_checkpoint(m, ts, o->log_dir, resumed_from);
         char model_path[1024], state_path[1024];
         checkpoint_paths(o->log_dir, resumed_from, record_rank, model_path, state_path);
-        dataloader_load_state(train, ts->data, (size_t)ts->data_bytes, state_path, o->data_changed_continue);
+        resume_data(train, ts, o, state_path);
     } else if (o->init_from[0]) {
         load_model_file(m, o->init_from);
     } else {

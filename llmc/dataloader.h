@@ -776,9 +776,10 @@ static const DataLoader *dataloader_run_part(const DataLoader *train, const Data
     return p == sets ? val : NULL;
 }
 
-// The checks between a run's shard loaders (val: NULL without val data), its decode table (table_path:
-// NULL without one; table_fingerprint: its tokenizer_fingerprint) and its model's vocabulary V (the
-// file comment, "Shard records"), each refusal naming the file: the training data holds no val
+// The checks between a run's shard loaders (val: NULL without val data; a synthetic train loader has no
+// shards to check), its decode table (table_path: NULL without one; table_fingerprint: its
+// tokenizer_fingerprint) and its model's vocabulary V (the file comment, "Shard records"), each
+// refusal naming the file: the training data holds no val
 // shard; every shard that records its tokenizer names the same one as every other and as the table,
 // with at most V tokens. The shards without a record (llm.c's format) get one warning (if warn).
 static void dataloader_check_run(const DataLoader *train, const DataLoader *val, const char *table_path, uint32_t table_fingerprint,
@@ -787,7 +788,7 @@ static void dataloader_check_run(const DataLoader *train, const DataLoader *val,
     int num_unrecorded = 0, parts = (train->num_sets ? train->num_sets : 1) + 1;
     for (int p = 0; p < parts; p++) {
         const DataLoader *part = dataloader_run_part(train, val, p);
-        if (part == NULL) continue; // no val data
+        if (part == NULL || part->synthetic) continue; // no val data; the built-in corpus (-i synthetic, -x 0's train)
         for (int i = 0; i < part->num_shards; i++) {
             const DataShard *sh = &part->shards[i];
             if (sh->role == SHARD_ROLE_NONE) { if (num_unrecorded++ == 0) unrecorded = sh; continue; }
@@ -804,7 +805,7 @@ static void dataloader_check_run(const DataLoader *train, const DataLoader *val,
     for (int i = 0; val && i < val->num_shards; i++) {
         for (int p = 0; p + 1 < parts; p++) {
             const DataLoader *part = dataloader_run_part(train, val, p);
-            for (int j = 0; j < part->num_shards; j++)
+            for (int j = 0; !part->synthetic && j < part->num_shards; j++)
                 if (part->shards[j].dev == val->shards[i].dev && part->shards[j].ino == val->shards[i].ino)
                     FATAL("the training data (-i) holds the val shard '%s' (-j) as '%s': train on other data than you validate on",
                           val->shards[i].path, part->shards[j].path);

@@ -11,7 +11,8 @@ loop's work after a
 step (a non-finite step included) (the launch decision and the stop signals: test_launcher_host.cu),
 the learning-rate schedule, the MFU text, and the data loaders as open_data makes them on 1-8
 stand-in ranks (the shipped shards at the README's B x T: val positions shared once, the val loss
-the same; the line saying the val data holds fewer batches than -m);
+the same; the line saying the val data holds fewer batches than -m; -x 0's, which read no -i, check its
+val data and leave a resumed checkpoint's data record unread);
 a -i mixture's position through the state file (resumed mid-mixture, the next batches the same; a
 plain glob's file as before; one of the other kind refused), and the loss scale with and without masks.
 Build and run: make dev/test/test_trainer_host && ./dev/test/test_trainer_host
@@ -821,6 +822,68 @@ static void test_val_batches_notice(void) {
     }
 }
 
+// -x 0 draws no training batch, so its -i is neither opened nor checked: the README's SmolLM2 evaluation
+// keeps the default -i (the shipped Llama 2 shards) beside another tokenizer's model, table and val
+// data (here the 300-token fixture's). Its val data is checked still; a run that trains refuses the -i.
+typedef struct { int max_steps; const char *table; } EvalDataArgs;
+
+// open_data as one GPU opens it for a model of the data fixture's 300-token vocabulary, B 2 x T 4.
+static void open_fixture_data(Options *o, DataLoader *train, DataLoader *val) {
+    o->model.B = 2; o->model.T = 4;
+    LlamaConfig cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.V = 300;
+    MultiGpu mg;
+    memset(&mg, 0, sizeof(mg));
+    mg.world = 1;
+    open_data(o, &cfg, &mg, train, val);
+}
+
+static void eval_data(void *arg) {
+    const EvalDataArgs *a = (const EvalDataArgs *)arg;
+    if (!freopen("/dev/null", "w", stdout)) exit(4); // open_data's "val data holds ..." line
+    Options o = default_options();
+    o.max_steps = a->max_steps;
+    strcpy(o.val_pattern, "dev/test/fixtures/data/val.bin");
+    strcpy(o.tokenizer_path, a->table);
+    DataLoader train, val;
+    open_fixture_data(&o, &train, &val);
+}
+
+// -x 0 -y 1 of a run that trained on the fixture's shard (its record after 3 batches): resume_data
+// leaves the record unread, where applying it to -x 0's loader would refuse the resume.
+static void eval_resume(void *arg) {
+    (void)arg;
+    DataLoader trained;
+    dataloader_init(&trained, "dev/test/fixtures/data/train_000.bin", 2, 4, 0, 1, 0, 0, 300);
+    for (int k = 0; k < 3; k++) dataloader_next_batch(&trained);
+    TrainState ts;
+    memset(&ts, 0, sizeof(ts));
+    data_state_save(&ts, &trained);
+    Options o = default_options();
+    o.max_steps = 0; o.val_pattern[0] = '\0';
+    strcpy(o.train_pattern, "dev/test/fixtures/data/train_000.bin");
+    DataLoader train, val;
+    open_fixture_data(&o, &train, &val);
+    resume_data(&train, &ts, &o, "state_00000003_00000.bin");
+}
+
+static void test_eval_only_data(void) {
+    const char *train = default_options().train_pattern, *table = "dev/test/fixtures/data/tok.bin";
+    char err[4096];
+    EvalDataArgs eval = {0, table}, trains = {1, table}, other_val = {0, "dev/test/fixtures/data/other_tok.bin"};
+    int status = run_expect_fatal(eval_data, &eval, err, sizeof(err));
+    CHECK(status == 0 && err[0] == '\0', "-x 0 beside -i '%s' of another tokenizer: exit %d, '%s'", train, status, err);
+    status = run_expect_fatal(eval_data, &trains, err, sizeof(err));
+    CHECK(status != 0 && strstr(err, train) && strstr(err, "another tokenizer"), "-x 1: '%s' not refused: exit %d, '%s'", train,
+          status, err);
+    status = run_expect_fatal(eval_data, &other_val, err, sizeof(err));
+    CHECK(status != 0 && strstr(err, "fixtures/data/val.bin") && strstr(err, "another tokenizer"),
+          "-x 0: val data of another tokenizer than -tok not refused: exit %d, '%s'", status, err);
+    status = run_expect_fatal(eval_resume, NULL, err, sizeof(err));
+    CHECK(status == 0 && err[0] == '\0', "-x 0 -y 1 of a run on real data: exit %d, '%s'", status, err);
+}
+
 
 // ---- every field of the state file's header (issue 29.7): each one, changed in the run or in the
 // file, refuses the resume naming it; the one that is read back (AdamW updates applied) is read back.
@@ -1379,6 +1442,7 @@ int main(int argc, char **argv) {
     run_test("data: the README's B x T on 1-8 GPUs start; each val position evaluated once; the val loss the same", test_data_every_world);
     run_test("data: a train shard too small for one step on N GPUs is left out, named by rank 0", test_data_small_shard_every_world);
     run_test("data: fewer val batches than -m: the line counts them (1 batch, 7 batches)", test_val_batches_notice);
+    run_test("data: -x 0 neither opens nor checks -i (the README's SmolLM2 evaluation); its val data still checked", test_eval_only_data);
     run_test("mixture: its state through the state file resumes mid-mixture; a plain glob's file as before; the other kind refused", test_mixture_state_file);
     run_test("loss scale: today's without masks, 1 / the step's learned targets with them", test_loss_scale);
     run_test("masked val data: the val loss over the learned targets, bpb over their bytes; unmasked as before", test_masked_val_loss);
