@@ -12,6 +12,8 @@ GPU (the training steps are left out: the import's own model file goes to the ex
   tokenizer's encoding after the --bos_id;
 - scripts/hf_export.py OUT.bin --tokenizer OUT_hf_tokenizer --special_tokens OUT_special_tokens.json
   gives back the fixture's weights bit for bit (an F32 GGUF), its BOS / EOS ids, and the tokenizer;
+- the README's -x 0 evaluation of the imported model, with the import's files and val shard put in,
+  passes the trainer's -check 1 (its default -i, the shipped Llama 2 shards, is not read at -x 0);
 - the README's commands name the folder hf_import writes (smollm2_hf_tokenizer for smollm2.bin).
 Last line: "N passed, N failed".
 
@@ -41,6 +43,7 @@ from llama_fp8.model_file import hf_tokenizer_path  # noqa: E402
 
 FIXTURE = os.path.join(ROOT, "dev", "test", "fixtures", "hf", "tied")
 SHAKESPEARE = os.path.join(ROOT, "dev", "data", "tinyshakespeare")
+VAL_TOKENS = 5000  # more than one batch of the README's -x 0 evaluation (B 4 x T 1024)
 TEXTS = ["First Citizen:\nBefore we proceed any further, hear me speak.", "  two spaces, a tab\tand 12345 digits",
          "caf\u00e9 \u2603 \u65e5\u672c", "<|im_start|>user\nhi<|im_end|>"]
 
@@ -92,19 +95,35 @@ def main(tmp):
         return
     data = os.path.join(tmp, "data")
     ok, _ = run("dev/data/tokenize_text.py", "--tokenizer", folder, "--out", data, "--name", "tinyshakespeare_tied", "--split", "para",
-                "--val_tokens", "2000", "--bos_id", "0", text)
+                "--val_tokens", str(VAL_TOKENS), "--bos_id", "0", text)
     val = os.path.join(data, "tinyshakespeare_tied_val.bin")
     check(ok and os.path.isfile(val), "tokenize_text.py --tokenizer OUT_hf_tokenizer: the val and train shards")
     if ok:
         docs = open(text, encoding="utf-8").read().split("\n\n")
         want = []
         for doc in docs:
-            if len(want) >= 2000:
+            if len(want) >= VAL_TOKENS:
                 break
             want += [0] + ref.encode(doc).ids
         got = formats.read_shard(val)
         check(np.array_equal(got, want), f"the val shard is the fixture tokenizer's encoding of the first paragraphs, each after id 0"
                                          f" ({len(got)} tokens, want {len(want)})")
+
+    # the README's evaluation of the imported model (-x 0) with its names put in, checked by the trainer
+    # (-check 1, no GPU): -x 0 reads no training data, so the default -i (Llama 2 shards) stays unread
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    section = readme.split("## Fine-tune a Hugging Face model", 1)[-1].split("\n## ", 1)[0]
+    evals = [line for line in section.splitlines() if line.startswith("./train_llama_fp8 -init_from smollm2.bin") and " -x 0 " in line]
+    check(len(evals) == 1, f"the README's fine-tuning section has one -x 0 evaluation of smollm2.bin ({len(evals)})")
+    trainer = os.path.join(ROOT, "train_llama_fp8")
+    if len(evals) == 1 and ok:
+        names = {"smollm2.bin": out, "smollm2_tokenizer.bin": out[:-4] + "_tokenizer.bin", "data/tinyshakespeare_smollm2_val.bin": val}
+        argv = [names.get(word, word) for word in evals[0].split()[1:]]
+        p = subprocess.run([trainer] + argv + ["-check", "1"], cwd=ROOT, capture_output=True, text=True) if os.path.isfile(trainer) else None
+        good = p is not None and p.returncode == 0 and "every input is good" in p.stdout
+        why = "" if good else " (build the trainer first: make train_llama_fp8)" if p is None else \
+            f": exit {p.returncode}, {(p.stdout + p.stderr).strip()[-300:]!r}"
+        check(good, f"the README's -x 0 evaluation, {' '.join(evals[0].split()[1:])}, passes -check 1 with the import's files{why}")
 
     # the export, from the import's model file (the README's comes from the fine-tuned checkpoint)
     hf = os.path.join(tmp, "tied_hf")
@@ -123,8 +142,6 @@ def main(tmp):
     check(open(os.path.join(hf, "tokenizer.json")).read() == open(os.path.join(folder, "tokenizer.json")).read(),
           "the export's tokenizer.json is the folder's")
 
-    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
-    section = readme.split("## Fine-tune a Hugging Face model", 1)[-1].split("\n## ", 1)[0]
     name = os.path.basename(hf_tokenizer_path("smollm2.bin"))
     named = set(re.findall(r"--tokenizer (\S+)", section))
     check(named == {name}, f"the README's fine-tuning commands tokenize and export with {name}, the folder hf_import.py writes"
