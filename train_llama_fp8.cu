@@ -152,6 +152,9 @@ static const OptSpec OPTION_SPECS[] = {
     OPT_B("-y", resume, "0", "1: resume from the latest checkpoint in the log directory (with -x 0: evaluate it)"),
     OPT_B("-overwrite", overwrite, "0", "1: start a new run in a log directory that holds another run's checkpoints (kept, never resumed or removed by -keep; one at a step the new run writes is replaced)"),
     OPT_B("-r", model.recompute, "0", "recompute in backward: 0 none, 1 SwiGLU output (saves memory)"),
+    OPT_B("-adam_offload", model.adam_offload, "0",
+          "AdamW's m and v in pinned host memory, read and written by the AdamW kernel over PCIe: their device memory"
+          " (4 bytes/param with bf16 moments) saved for a slower optimizer step (suits runs with gradient accumulation)"),
     OPT_B("-cuda_graph", model.cuda_graph, "1",
           "1: one GPU replays each step's forward and backward as one CUDA graph (from the second step; the same"
           " results, fewer launches); 0: launch kernel by kernel"),
@@ -356,7 +359,8 @@ typedef struct {
     floatX *grad_shard;              // (zero.shard) the reduced gradients of this rank's shard (one GPU: grads_memory)
     float *master;                   // (zero.shard) fp32: this rank's shard (ZeRO-1); NULL with -master_weights bf16
                                      // (the bf16 parameters are the master, each rank updating its shard of them)
-    void *adam_m, *adam_v;           // (zero.shard) each, fp32 or (opt.moments_bf16) bf16: AdamW's moments of the shard
+    void *adam_m, *adam_v;           // (zero.shard) each, fp32 or (opt.moments_bf16) bf16: AdamW's moments of the shard,
+                                     // on the GPU or (opt.adam_offload) in mapped pinned host memory
     float *norm_device, *norm_host;  // the gradient norm, and its pinned copy (reading it never blocks outside mg_wait)
     Fp8State fp8_state;                    // scales, amax histories, health counts (llmc/fp8_state.cuh); fp8 mode only
     int w_fp8_stale;                       // the weights changed outside AdamW: recast before the next step
@@ -388,6 +392,23 @@ static void *model_alloc(Model *m, size_t bytes, const char *what) {
 // Bytes of each AdamW moment (m, v) of this rank's shard.
 static size_t moments_size(const Model *m) { return m->zero.shard * (m->opt.moments_bf16 ? sizeof(floatX) : sizeof(float)); }
 
+// One AdamW moment of `bytes`, zeroed: device memory, or with -adam_offload 1 pinned host memory mapped
+// into the device's address space (unified addressing: the host pointer is the kernels' pointer), so
+// adamw_update reads and writes it over PCIe with no copy and no device memory.
+static void *moments_alloc(Model *m, size_t bytes, const char *what) {
+    if (!m->opt.adam_offload) {
+        void *d = model_alloc(m, bytes, what);
+        cudaCheck(cudaMemset(d, 0, bytes));
+        return d;
+    }
+    void *h = NULL;
+    if (cudaHostAlloc(&h, bytes, cudaHostAllocMapped) != cudaSuccess)
+        FATAL("-adam_offload 1: could not pin %.2f GiB of host memory for %s (the host has too little free, or a"
+              " limit on locked memory: ulimit -l)", bytes / 1073741824.0, what);
+    memset(h, 0, bytes);
+    return h;
+}
+
 // mg: the data-parallel ranks; NULL (the tests) for one GPU.
 static void model_init(Model *m, const LlamaConfig *cfg, const ModelOptions *opt, MultiGpu *mg) {
     memset(m, 0, sizeof(*m));
@@ -407,11 +428,8 @@ static void model_init(Model *m, const LlamaConfig *cfg, const ModelOptions *opt
     m->grads_memory = (floatX *)model_alloc(m, m->zero.padded * sizeof(floatX), "bf16 gradients");
     cudaCheck(cudaMemset(m->grads_memory, 0, m->zero.padded * sizeof(floatX))); // the padding stays zero
     if (!opt->master_bf16) m->master = (float *)model_alloc(m, m->zero.shard * sizeof(float), "fp32 master weights");
-    size_t moments_bytes = moments_size(m);
-    m->adam_m = model_alloc(m, moments_bytes, "AdamW m");
-    m->adam_v = model_alloc(m, moments_bytes, "AdamW v");
-    cudaCheck(cudaMemset(m->adam_m, 0, moments_bytes));
-    cudaCheck(cudaMemset(m->adam_v, 0, moments_bytes));
+    m->adam_m = moments_alloc(m, moments_size(m), "AdamW m");
+    m->adam_v = moments_alloc(m, moments_size(m), "AdamW v");
     m->grad_shard = m->grads_memory;
     if (m->mg->world > 1) {
         m->grad_shard = (floatX *)model_alloc(m, m->zero.shard * sizeof(floatX), "bf16 gradient shard");
@@ -506,7 +524,7 @@ static size_t model_memory_plan(const LlamaConfig *c, const ModelOptions *o, int
     ZeroLayout z = zero_layout(c, sizes, 0, world);
     Fp8Mode f = fp8_mode(o, world);
     size_t N = (size_t)o->B * o->T, L = c->L, C = c->C, FF = c->FF, V = c->V, QKV = config_qkv_width(c), X = sizeof(floatX);
-    size_t moments = z.shard * (o->moments_bf16 ? X : sizeof(float));
+    size_t moments = o->adam_offload ? 0 : z.shard * (o->moments_bf16 ? X : sizeof(float)); // offloaded: host memory
     size_t master = o->master_bf16 ? 0 : z.shard * sizeof(float); // bf16: the parameters are the master
     // params, grads, master, m, v, grad shard
     size_t b = 2 * z.padded * X + master + 2 * moments + (world > 1 ? z.shard * X : 0);
@@ -530,8 +548,21 @@ static size_t model_memory_plan(const LlamaConfig *c, const ModelOptions *o, int
     return b;
 }
 
+// The pinned host memory model_init takes on each of `world` GPUs: AdamW's m and v of its shard with
+// -adam_offload 1, else none.
+static size_t moments_host_plan(const LlamaConfig *c, const ModelOptions *o, int world) {
+    if (!o->adam_offload) return 0;
+    size_t sizes[NUM_PARAM_TENSORS];
+    param_sizes(c, sizes);
+    ZeroLayout z = zero_layout(c, sizes, 0, world);
+    size_t b = 2 * z.shard * (o->moments_bf16 ? sizeof(floatX) : sizeof(float));
+    zero_layout_free(&z);
+    return b;
+}
+
 static void model_free(Model *m) {
     for (int i = 0; i < m->num_allocations; i++) cudaCheck(cudaFree(m->allocations[i]));
+    if (m->opt.adam_offload) { cudaCheck(cudaFreeHost(m->adam_m)); cudaCheck(cudaFreeHost(m->adam_v)); }
     linears_free(&m->linears);
     encoder_backward_free(&m->enc_bwd);
     fp8_state_free(&m->fp8_state);
@@ -1283,7 +1314,9 @@ static void state_sections(Model *m, TrainState *ts, Section sec[NUM_STATE_SECTI
     const Fp8State *fs = &m->fp8_state;
     size_t shard_bytes = moments_size(m), fp8_bytes = fs->buffer ? fs->layout.total * sizeof(float) : 0;
     size_t nlin = m->opt.fp8_grain || m->opt.fp8_fallback ? (size_t)fp8_num_linears(&m->cfg, m->fp8.lm_head) : 0;
-    const Section all[NUM_STATE_SECTIONS] = {{m->adam_m, shard_bytes, 1}, {m->adam_v, shard_bytes, 1}, {fs->buffer, fp8_bytes, 1},
+    const int moments_on_device = !m->opt.adam_offload;
+    const Section all[NUM_STATE_SECTIONS] = {{m->adam_m, shard_bytes, moments_on_device},
+                                              {m->adam_v, shard_bytes, moments_on_device}, {fs->buffer, fp8_bytes, 1},
                                               {m->linears.grain, nlin, 0},
                                               {m->linears.over_steps, nlin * sizeof(int), 0},
                                               {&ts->rng, sizeof(ts->rng), 0},
@@ -1373,6 +1406,7 @@ static void write_state_file(void *ctx, const char *path) {
     header_set_run_id(h, c->run);
     Section st[NUM_STATE_SECTIONS];
     state_sections(c->m, c->ts, st);
+    if (c->m->opt.adam_offload) cudaCheck(cudaDeviceSynchronize()); // AdamW's writes into the host moments landed
     write_sections(path, h, st, NUM_STATE_SECTIONS);
 }
 
@@ -1489,8 +1523,9 @@ static void load_resharded(Model *m, TrainState *ts, const char *dir, int step, 
     for (int s = 0; s < NUM_STATE_SECTIONS; at += st[s].bytes, s++) {
         for (size_t first = 0; s < 2 && first < plan.new_shard; first += chunk) { // m and v
             size_t n = plan.new_shard - first < chunk ? plan.new_shard - first : chunk;
-            reshard_fill(&plan, elem, at, first, n, buf, reshard_read_files, &rf);
-            cudaCheck(cudaMemcpy((char *)st[s].ptr + first * elem, buf, n * elem, cudaMemcpyHostToDevice));
+            char *dst = st[s].on_device ? buf : (char *)st[s].ptr + first * elem;
+            reshard_fill(&plan, elem, at, first, n, dst, reshard_read_files, &rf);
+            if (st[s].on_device) cudaCheck(cudaMemcpy((char *)st[s].ptr + first * elem, buf, n * elem, cudaMemcpyHostToDevice));
         }
         for (size_t off = 0; s >= 2 && off < st[s].bytes; off += CKPT_CHUNK) { // the rest: rank 0's
             size_t n = st[s].bytes - off < CKPT_CHUNK ? st[s].bytes - off : CKPT_CHUNK;
@@ -1908,6 +1943,12 @@ static void print_plan(const Options *o, const LlamaConfig *cfg, const ModelOpti
     char fit[2048];
     plan_80gb_line(model_memory_plan, fit, sizeof(fit), cfg, mo, world, o->total_batch);
     printf("%s\n", fit);
+    if (mo->adam_offload) { // this host's: the run's may differ
+        size_t need = moments_host_plan(cfg, mo, world), avail = host_memory_available();
+        printf("plan: host memory per GPU: %.2f GiB pinned for AdamW's moments (-adam_offload 1); %.2f GiB available here\n",
+               need / 1073741824.0, avail / 1073741824.0);
+        if (host_memory_refusal(need, world, avail, fit, sizeof(fit))) printf("plan: on this host the run is refused: %s\n", fit);
+    }
     if (o->log_dir[0] == '\0' || o->max_steps == 0) { printf("plan: no checkpoints (%s)\n", o->max_steps == 0 ? "-x 0" : "-o ''"); return; }
     checkpoint_dir_plan(o->log_dir, o->resume, o->overwrite, o->init_from[0] != '\0');
     ZeroLayout z = zero_layout(cfg, sizes, 0, world);
@@ -2085,7 +2126,7 @@ static void print_run(const Model *m, const Options *o, const MultiGpu *mg, cons
                    mo->B, mo->T, o->total_batch, grad_accum, o->max_steps, o->warmup, resumed_from >= 0, synthetic,
                    o->lr, o->final_lr_frac, o->weight_decay, o->grad_clip,
                    choice_word(MOMENTS_WORDS, mo->moments_bf16), choice_word(MASTER_WORDS, mo->master_bf16), attention,
-                   mo->recompute, m->fp8.on ? mo->fp8_weight_cache : -1, options};
+                   mo->recompute, m->fp8.on ? mo->fp8_weight_cache : -1, mo->adam_offload, options};
     run_log_header(rl, &h);
     free(options);
     if (m->opt.fp8_grain == FP8_GRAIN_BLOCK)
@@ -2190,13 +2231,16 @@ static void open_run_data(Run *r) {
 
 // The model on this rank's GPU (its weights: start_model), checked to be the same on every rank, the
 // GEMMs' and attention's set-up, and the training state a checkpoint records. A run whose planned
-// device memory and FIT_HEADROOM are more than its GPU has free is refused first, naming the flags that fit.
+// device memory and FIT_HEADROOM are more than its GPU has free is refused first, naming the flags that fit,
+// as is one whose offloaded AdamW moments need more pinned host memory than the host has.
 static void setup_model(Run *r, Model *m) {
     size_t free_b, total_b;
     cudaCheck(cudaMemGetInfo(&free_b, &total_b));
     char msg[2048];
     if (memory_refusal(model_memory_plan, run_model_name(&r->o), &r->cfg, &r->mo, r->mg.world, r->o.total_batch, free_b,
-                       msg, sizeof(msg)))
+                       msg, sizeof(msg)) ||
+        host_memory_refusal(moments_host_plan(&r->cfg, &r->mo, r->mg.world), r->mg.local_world, host_memory_available(),
+                            msg, sizeof(msg)))
         FATAL("%s", msg);
     attention_init(1, r->o.deterministic); // before model_init: -doc_mask 1 allocates cuDNN's bias only if cuDNN runs
     model_init(m, &r->cfg, &r->mo, &r->mg);

@@ -21,7 +21,8 @@ benchmark.sh's (-o '': no logs or checkpoints; its median line and device memory
 and compare_convergence.sh --eval-bf16's -x 0 evaluations (-x 0 writes nothing into -o):
     train_llama_fp8 | <GPU> | <precision> | model <name>: V .. L .. C .. NH .. NKV .. FF .. theta ..[ | tied embeddings] | <n>M params
     B <B> T <T> | total batch ... | AdamW moments <fp32|bf16> | master weights <fp32|bf16> | ... attention
-    device memory allocated: <x> GiB[ per GPU (ZeRO-1)] | recompute <none|SwiGLU>[ | fp8 weight cache <on|off>]
+    device memory allocated: <x> GiB[ per GPU (ZeRO-1)] | recompute <none|SwiGLU>[ | fp8 weight cache <on|off>][ | AdamW
+      moments in host memory][ | resumed]
       (a trainer before 2026-12-05 ended the line after GiB[ per GPU (ZeRO-1)])
     step <s>/<n> | loss <l> | norm <g> | lr <lr> | <ms> ms | <tok/s> tok/s | MFU <m>[ | update SKIPPED ...]
     val loss <l>[ | bpb <bits per byte>][ over ...]

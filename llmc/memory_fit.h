@@ -21,10 +21,14 @@ typedef size_t (*MemoryPlanFn)(const LlamaConfig *c, const ModelOptions *o, int 
 // What a run that does not fit can give up, in the order of what it costs the user: recompute time (-r 1),
 // the master weights' accuracy (-master_weights bf16), both, a cast of each fp8 weight at every use
 // (-fp8_weight_cache 0, which saves memory with bf16 master weights: fp32 ones on one GPU hold the cache in
-// the bf16 weights' storage), then a smaller -b at the same -d (more gradient accumulation: fewer tokens/s).
-enum { FIT_RECOMPUTE = 1, FIT_MASTER_BF16 = 2, FIT_NO_W_CACHE = 4 };
+// the bf16 weights' storage), AdamW's moments in host memory (-adam_offload 1: the optimizer step reads and
+// writes them over PCIe, a cost each optimizer step pays however many micro-steps it has), then a smaller -b
+// at the same -d (more gradient accumulation: fewer tokens/s).
+enum { FIT_RECOMPUTE = 1, FIT_MASTER_BF16 = 2, FIT_NO_W_CACHE = 4, FIT_OFFLOAD = 8 };
 static const int FIT_SETS[] = {0, FIT_RECOMPUTE, FIT_MASTER_BF16, FIT_RECOMPUTE | FIT_MASTER_BF16,
-                               FIT_MASTER_BF16 | FIT_NO_W_CACHE, FIT_RECOMPUTE | FIT_MASTER_BF16 | FIT_NO_W_CACHE};
+                               FIT_MASTER_BF16 | FIT_NO_W_CACHE, FIT_RECOMPUTE | FIT_MASTER_BF16 | FIT_NO_W_CACHE,
+                               FIT_RECOMPUTE | FIT_MASTER_BF16 | FIT_OFFLOAD,
+                               FIT_RECOMPUTE | FIT_MASTER_BF16 | FIT_NO_W_CACHE | FIT_OFFLOAD};
 #define FIT_HINT_SETS 3 // the hint names the first sets that fit, this many at most
 // What a set must leave free besides its plan: cuBLAS's and cuDNN's workspaces and the CUDA graph come on
 // top of the up-front allocations (7B fp8 B 2 T 4096: 104.81 GiB planned, 105.5 GiB in use on an H200)
@@ -39,6 +43,7 @@ static ModelOptions fit_options(const ModelOptions *o, int flags, int B) {
     if (flags & FIT_RECOMPUTE) f.recompute = 1;
     if (flags & FIT_MASTER_BF16) f.master_bf16 = 1;
     if (flags & FIT_NO_W_CACHE) f.fp8_weight_cache = 0;
+    if (flags & FIT_OFFLOAD) f.adam_offload = 1;
     f.B = B;
     return f;
 }
@@ -51,11 +56,12 @@ static void fit_describe(char *s, size_t n, int flags, int B, const ModelOptions
         snprintf(accum_note, sizeof(accum_note), ", gradient accumulation %lld for the same -d", accum);
     }
     char words[128];
-    snprintf(words, sizeof(words), "%s%s%s%s", flags & FIT_RECOMPUTE ? " -r 1" : "",
+    snprintf(words, sizeof(words), "%s%s%s%s%s", flags & FIT_RECOMPUTE ? " -r 1" : "",
              flags & FIT_MASTER_BF16 ? " -master_weights bf16" : "",
-             flags & FIT_NO_W_CACHE ? " -fp8_weight_cache 0" : "", b_flag);
-    snprintf(s, n, "%s (%.2f GiB%s%s)", words + 1, plan / 1073741824.0,
-             flags & FIT_NO_W_CACHE ? ", each fp8 weight cast at every use" : "", accum_note);
+             flags & FIT_NO_W_CACHE ? " -fp8_weight_cache 0" : "", flags & FIT_OFFLOAD ? " -adam_offload 1" : "", b_flag);
+    snprintf(s, n, "%s (%.2f GiB%s%s%s)", words + 1, plan / 1073741824.0,
+             flags & FIT_NO_W_CACHE ? ", each fp8 weight cast at every use" : "",
+             flags & FIT_OFFLOAD ? ", AdamW's moments over PCIe" : "", accum_note);
 }
 
 // What fits `budget` bytes: the first FIT_HINT_SETS flag sets (FIT_SETS' order at this -b, then at each
@@ -65,7 +71,7 @@ static void fit_describe(char *s, size_t n, int flags, int B, const ModelOptions
 static void memory_fit_hint(MemoryPlanFn plan_of, const LlamaConfig *c, const ModelOptions *o, int world,
                             long long total_batch, size_t budget, char *buf, size_t n) {
     int can = (o->recompute ? 0 : FIT_RECOMPUTE) | (o->master_bf16 ? 0 : FIT_MASTER_BF16) |
-              (o->precision == PREC_FP8 && o->fp8_weight_cache ? FIT_NO_W_CACHE : 0);
+              (o->precision == PREC_FP8 && o->fp8_weight_cache ? FIT_NO_W_CACHE : 0) | (o->adam_offload ? 0 : FIT_OFFLOAD);
     int found = 0;
     size_t least = SIZE_MAX;
     char least_set[256] = "", set[256];
@@ -125,6 +131,31 @@ static void plan_80gb_line(MemoryPlanFn plan_of, char *buf, size_t n, const Llam
                        "workspaces): %s", world > 1 ? "80 GB GPUs" : "one 80 GB GPU", GPU_80GB_FREE / 1073741824.0,
                        fits ? "fits" : "too small; ");
     if (!fits) memory_fit_hint(plan_of, c, o, world, total_batch, budget, buf + len, n - len);
+}
+
+// The host memory Linux could give a process now (/proc/meminfo's MemAvailable, bytes), 0 where unknown.
+static size_t host_memory_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof(line), f) && sscanf(line, "MemAvailable: %llu kB", &kb) != 1) {}
+    fclose(f);
+    return (size_t)kb * 1024;
+}
+
+// The refusal of -adam_offload 1 when the `need` bytes of pinned host memory it takes for this GPU's
+// AdamW moments are more than the host's `avail` (0: unknown, then the allocation itself says): 1 with
+// the message in msg, else 0. Every GPU of a host pins its own shard, so `ranks_here` of them share avail.
+static int host_memory_refusal(size_t need, int ranks_here, size_t avail, char *msg, size_t n) {
+    if (avail == 0 || need * (size_t)ranks_here <= avail) return 0;
+    char all[96] = "";
+    if (ranks_here > 1)
+        snprintf(all, sizeof(all), " on each of %d GPUs here, %.2f GiB in all", ranks_here, need * (double)ranks_here / 1073741824.0);
+    snprintf(msg, n, "-adam_offload 1 pins %.2f GiB of host memory for AdamW's moments%s; the host has %.2f GiB available: "
+             "run without -adam_offload, or on more GPUs (ZeRO-1 shares the moments out)", need / 1073741824.0, all,
+             avail / 1073741824.0);
+    return 1;
 }
 
 #endif // LLMC_MEMORY_FIT_H

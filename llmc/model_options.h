@@ -23,6 +23,7 @@ typedef struct {
     // the fallback's threshold (millionths of the values cast) and patience; both 0 when it is off (model_options_of)
     int fp8_fallback_millionths, fp8_fallback_patience;
     int master_bf16;       // -master_weights bf16: no fp32 master, AdamW updates the bf16 weights (llmc/adamw.cuh)
+    int adam_offload;      // -adam_offload 1: AdamW's m and v in pinned host memory, which AdamW reads and writes over PCIe
 } ModelOptions;
 
 #endif // LLMC_MODEL_OPTIONS_H

@@ -120,6 +120,7 @@ typedef struct {
     float lr, final_lr_frac, weight_decay, grad_clip;
     const char *adam_moments, *master_weights, *attention; // -adam_moments, -master_weights: fp32 or bf16
     int recompute, fp8_weight_cache; // -r; -fp8_weight_cache, -1 in bf16 (no fp8 weights)
+    int adam_offload;          // -adam_offload: AdamW's moments in host memory
     const char *options;       // main.log's options line after "options:": " -flag value" for every option
 } RunHeader;
 
@@ -142,10 +143,10 @@ static void run_log_header(const RunLog *rl, const RunHeader *h) {
             " | wd %g clip %g | AdamW moments %s | master weights %s | %s attention\n", h->B, h->T, h->total_batch,
             h->grad_accum, h->max_steps, h->lr, h->warmup, h->final_lr_frac, h->weight_decay, h->grad_clip,
             h->adam_moments, h->master_weights, h->attention);
-    fprintf(rl->out, "device memory allocated: %.2f GiB%s | recompute %s%s%s\n", h->bytes_allocated / 1073741824.0,
+    fprintf(rl->out, "device memory allocated: %.2f GiB%s | recompute %s%s%s%s\n", h->bytes_allocated / 1073741824.0,
             h->world > 1 ? " per GPU (ZeRO-1)" : "", h->recompute ? "SwiGLU" : "none",
             h->fp8_weight_cache < 0 ? "" : h->fp8_weight_cache ? " | fp8 weight cache on" : " | fp8 weight cache off",
-            h->resumed ? " | resumed" : "");
+            h->adam_offload ? " | AdamW moments in host memory" : "", h->resumed ? " | resumed" : "");
     if (!rl->log) return;
     fprintf(rl->log, "# %s precision %s model %s V %d L %d C %d NH %d NKV %d FF %d B %d T %d total_batch %d"
             " adam_moments %s%s", h->gpu, h->precision, h->model, cfg->V, cfg->L, cfg->C, cfg->NH, cfg->NKV, cfg->FF,

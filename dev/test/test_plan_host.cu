@@ -33,7 +33,7 @@ static void read_recorded_run(const char *path) {
     memset(&r, 0, sizeof(r));
     snprintf(r.path, sizeof(r.path), "%s", path);
     char line[4096], moments[16] = "", prec[16] = "", master[16] = "fp32"; // a log from before -master_weights: fp32
-    int have = 0, B = 0, T = 0, recompute = 0, w_cache = 1; // the trainer's defaults, unless the command says
+    int have = 0, B = 0, T = 0, recompute = 0, w_cache = 1, offload = 0; // the trainer's defaults, unless the command says
     r.world = 1;
     config_from_preset("125m", &r.cfg);
     while (fgets(line, sizeof(line), f)) {
@@ -57,6 +57,7 @@ static void read_recorded_run(const char *path) {
         } else if (sscanf(line, "device memory allocated: %lf GiB", &r.gib) == 1) { // -r and the cache: BENCH_CMD's in older logs
             if (strstr(line, "| recompute ")) recompute = strstr(line, "| recompute SwiGLU") != NULL;
             if (strstr(line, "| fp8 weight cache ")) w_cache = strstr(line, "| fp8 weight cache on") != NULL;
+            offload = strstr(line, "| AdamW moments in host memory") != NULL;
             have |= 4;
         } else if (strncmp(line, "fp8 fallback: a per-tensor linear", 33) == 0 && strstr(line, "moves to ")) {
             for (int g = 1; g < FP8_GRAINS; g++)
@@ -73,7 +74,7 @@ static void read_recorded_run(const char *path) {
     r.mo.moments_bf16 = strcmp(moments, "bf16") == 0;
     r.mo.master_bf16 = strcmp(master, "bf16") == 0;
     r.mo.fp8_current = current; r.mo.fp8_fallback = fallback; r.mo.fp8_grain = grain;
-    r.mo.recompute = recompute; r.mo.fp8_weight_cache = w_cache;
+    r.mo.recompute = recompute; r.mo.fp8_weight_cache = w_cache; r.mo.adam_offload = offload;
     g_runs[g_num_runs++] = r;
 }
 
@@ -160,6 +161,7 @@ static int check_hint_sets(const char *what, const char *msg, const LlamaConfig 
         if (strstr(set, "-r 1")) f.recompute = 1;
         if (strstr(set, "-master_weights bf16")) f.master_bf16 = 1;
         if (strstr(set, "-fp8_weight_cache 0")) f.fp8_weight_cache = 0;
+        if (strstr(set, "-adam_offload 1")) f.adam_offload = 1;
         const char *b = strstr(set, "-b ");
         if (b) f.B = atoi(b + 3);
         double said = -1;
@@ -208,7 +210,7 @@ static void test_memory_refusal(void) {
     CHECK(check_hint_sets("7B fp8 -r 1 bf16 master, 70 GiB", msg, &c, &set, 1, 69 * GIB) >= 1, "none fits: %s", msg);
 
     ModelOptions all = set; // every flag the hint knows already given, at B 1: nothing left to name
-    all.B = 1; all.fp8_weight_cache = 0;
+    all.B = 1; all.fp8_weight_cache = 0; all.adam_offload = 1;
     CHECK(memory_refusal(model_memory_plan, "llama2-7b", &c, &all, 1, 4096, 10 * GIB, msg, sizeof(msg)),
           "7B fits 10 GiB");
     CHECK(strstr(msg, "nothing fits 9.00 GiB and no flag here is left to give up: use more GPUs") &&
@@ -258,6 +260,50 @@ static void test_plan_80gb(void) {
     CHECK(strcmp(line + strlen(line) - 6, ": fits") == 0, "125M B 16 T 1024: %s", line);
     plan_80gb_line(model_memory_plan, line, sizeof(line), &c, &o, 8, 65536);
     CHECK(strstr(line, "plan: on 80 GB GPUs (") && strcmp(line + strlen(line) - 6, ": fits") == 0, "7B on 8 GPUs: %s", line);
+}
+
+// -adam_offload 1 moves AdamW's m and v of each GPU's shard from the device plan to pinned host memory
+// (moments_host_plan), at 1 and 2 GPUs, bf16 and fp32 moments. Llama-3-8B B 1 T 8192, which fits no
+// 80 GB GPU with the other flags (88.69 GiB with all of them), fits with it and is told so; the host
+// check refuses what the host cannot pin, counting every GPU of the host.
+static void test_adam_offload_plan(void) {
+    LlamaConfig c;
+    config_from_preset("llama3-8b", &c);
+    size_t sizes[NUM_PARAM_TENSORS];
+    param_sizes(&c, sizes);
+    for (int world = 1; world <= 2; world++) {
+        for (int bf16 = 0; bf16 < 2; bf16++) {
+            ModelOptions on = model_options(1, 8192, PREC_FP8);
+            on.recompute = 1; on.moments_bf16 = bf16;
+            ModelOptions off = on;
+            on.adam_offload = 1;
+            ZeroLayout z = zero_layout(&c, sizes, 0, world);
+            const size_t moments = 2 * z.shard * (bf16 ? 2 : 4);
+            zero_layout_free(&z);
+            CHECK(model_memory_plan(&c, &off, world) - model_memory_plan(&c, &on, world) == moments &&
+                  moments_host_plan(&c, &on, world) == moments && moments_host_plan(&c, &off, world) == 0,
+                  "%d GPUs, %s moments: the offload moves %zu bytes of %zu to the host (%zu there)", world,
+                  bf16 ? "bf16" : "fp32", model_memory_plan(&c, &off, world) - model_memory_plan(&c, &on, world),
+                  moments, moments_host_plan(&c, &on, world));
+        }
+    }
+    ModelOptions all = model_options(1, 8192, PREC_FP8);
+    all.moments_bf16 = 1; all.recompute = 1; all.master_bf16 = 1; all.fp8_weight_cache = 0;
+    char line[2048], msg[512];
+    plan_80gb_line(model_memory_plan, line, sizeof(line), &c, &all, 1, 8192);
+    printf("    %s\n", line);
+    CHECK(strstr(line, "too small; within 77.66 GiB: -adam_offload 1 ("), "8B T 8192 with every other flag: %s", line);
+    CHECK(check_hint_sets("8B fp8 B 1 T 8192, an 80 GB GPU", line, &c, &all, 1, fit_budget(GPU_80GB_FREE)) == 1,
+          "8B T 8192: %s", line);
+    all.adam_offload = 1;
+    plan_80gb_line(model_memory_plan, line, sizeof(line), &c, &all, 1, 8192);
+    CHECK(strcmp(line + strlen(line) - 6, ": fits") == 0, "8B T 8192 with -adam_offload 1: %s", line);
+    const size_t need = moments_host_plan(&c, &all, 1);
+    CHECK(!host_memory_refusal(need, 1, need, msg, sizeof(msg)) && !host_memory_refusal(need, 4, 0, msg, sizeof(msg)),
+          "refused with exactly enough host memory, or with none known");
+    CHECK(host_memory_refusal(need, 2, 2 * need - 1, msg, sizeof(msg)) && strstr(msg, "on each of 2 GPUs here") &&
+          strstr(msg, "run without -adam_offload"), "2 GPUs' moments a byte over the host's memory: %s", msg);
+    printf("    %s\n", msg);
 }
 
 typedef struct { Options o; int check_only; } CheckArgs;
@@ -432,6 +478,8 @@ int main(int argc, char **argv) {
     run_test("plan: a run over its GPU's free memory refused, naming flag sets whose plans fit (7B B 2 T 4096, 80 GiB)",
              test_memory_refusal);
     run_test("plan: -check 1's line on an 80 GB GPU (fits, or too small with the sets that fit)", test_plan_80gb);
+    run_test("plan: -adam_offload 1 moves the moments to pinned host memory; 8B T 8192 fits 80 GB with it; the host check",
+             test_adam_offload_plan);
     run_test("inputs before the GPU: -o, a log, -hs, -hs_preds, -i refused naming the path", test_check_inputs_refusals);
     run_test("inputs before the GPU: -init_from's checksum", test_check_inputs_model_checksum);
     run_test("-check 1 writes nothing (-o not made)", test_check_only_writes_nothing);

@@ -295,7 +295,7 @@ static void event_sample(const RunLog *rl) {
 static void event_mixture(const RunLog *rl) { run_log_mixture(rl, "'a_*.bin' 3 of 4 batches (0.7500, weight 0.7000)"); }
 static void event_median(const RunLog *rl) { run_log_median(rl, 22.5f, 10, 51200.0, 250e12, 1000.0, 3 * GIB, 2); }
 static void event_header(const RunLog *rl) { // 2 GPUs, fp8, llama3 RoPE, tied, resumed, synthetic data, bf16 master,
-                                             // -r 1, no fp8 weight cache
+                                             // -r 1, no fp8 weight cache, moments in host memory
     LlamaConfig cfg;
     memset(&cfg, 0, sizeof(cfg));
     cfg.V = 32000; cfg.L = 4; cfg.C = 256; cfg.NH = 4; cfg.NKV = 2; cfg.FF = 768; cfg.rope_theta = 500000.0f;
@@ -303,7 +303,7 @@ static void event_header(const RunLog *rl) { // 2 GPUs, fp8, llama3 RoPE, tied, 
     cfg.rope_factor = 32.0f; cfg.rope_low_freq_factor = 1.0f; cfg.rope_high_freq_factor = 4.0f;
     cfg.rope_original_T = 8192;
     RunHeader h = {"NVIDIA H200", "-ngpu fork launcher", 2, "fp8", "delayed", "tiny", &cfg, 12345678, 7 * GIB / 2,
-                   4, 64, 512, 1, 100, 10, 1, 1, 0.25f, 0.125f, 0.5f, 1.0f, "bf16", "bf16", "cuDNN fused", 1, 0,
+                   4, 64, 512, 1, 100, 10, 1, 1, 0.25f, 0.125f, 0.5f, 1.0f, "bf16", "bf16", "cuDNN fused", 1, 0, 1,
                    " -b 4 -t 64"};
     run_log_header(rl, &h);
 }
@@ -312,7 +312,7 @@ static void event_header_plain(const RunLog *rl) { // 1 GPU, bf16, a fresh start
     memset(&cfg, 0, sizeof(cfg));
     cfg.V = 32000; cfg.L = 12; cfg.C = 768; cfg.NH = 12; cfg.NKV = 12; cfg.FF = 2048; cfg.rope_theta = 10000.0f;
     RunHeader h = {"NVIDIA H100 80GB HBM3", "single GPU", 1, "bf16", NULL, "125m", &cfg, 134100000, 2 * GIB,
-                   16, 1024, 16384, 1, 50, 0, 0, 0, 0.5f, 0.0f, 0.0f, 0.0f, "fp32", "fp32", "plain", 0, -1, " -x 50"};
+                   16, 1024, 16384, 1, 50, 0, 0, 0, 0.5f, 0.0f, 0.0f, 0.0f, "fp32", "fp32", "plain", 0, -1, 0, " -x 50"};
     run_log_header(rl, &h);
 }
 
@@ -369,7 +369,8 @@ static const struct {
       " | 12.3M params\n"
       "B 4 T 64 | total batch 512 tokens (grad accum 1) | 100 steps | lr 0.25 warmup 10 final 0.125 | wd 0.5 clip 1"
       " | AdamW moments bf16 | master weights bf16 | cuDNN fused attention\n"
-      "device memory allocated: 3.50 GiB per GPU (ZeRO-1) | recompute SwiGLU | fp8 weight cache off | resumed\n",
+      "device memory allocated: 3.50 GiB per GPU (ZeRO-1) | recompute SwiGLU | fp8 weight cache off"
+      " | AdamW moments in host memory | resumed\n",
       "# NVIDIA H200 precision fp8 model tiny V 32000 L 4 C 256 NH 4 NKV 2 FF 768 B 4 T 64 total_batch 512"
       " adam_moments bf16 data synthetic gpus 2\noptions: -b 4 -t 64\n", ""}},
     {"the header of a 1-GPU bf16 run", event_header_plain,

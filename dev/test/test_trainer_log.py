@@ -156,7 +156,7 @@ def sample_stdout():
                      32, 8, 8192, 500000.0, rope, " | tied embeddings", 1235.8),
            "attention: cuDNN forward plan for B=2 T=4096 NH=32 NKV=8 HS=64: engine 2, workspace 0.0 MiB\n",
            BATCH % (2, 4096, 16384, 1, 3, 6e-4, 100, 0.1, 0.1, 1.0, "bf16", "bf16", "cuDNN fused"),
-           MEMORY % (41.25, " per GPU (ZeRO-1)", "SwiGLU", " | fp8 weight cache off", ""),
+           MEMORY % (41.25, " per GPU (ZeRO-1)", "SwiGLU", " | fp8 weight cache off", " | AdamW moments in host memory", ""),
            STEP % (1, 3, 11.9, 15.6847, 3e-5, 550.72, 29750, "2.1%", ""),
            STEP % (2, 3, 11.5, float("inf"), 6e-5, 22.5, 728165, "52.5%", " | update SKIPPED (non-finite gradient)"),
            VAL_OUT % (11.25, ""),
@@ -177,7 +177,7 @@ def test_stdout():
           f"B, T, AdamW moments, master weights, memory allocated ({o.B}, {o.T}, {o.adam_moments}, {o.master_weights},"
           f" {o.allocated_gib})")
     check((o.recompute, o.fp8_weight_cache) == ("SwiGLU", "off"), f"recompute, fp8 weight cache ({o.recompute}, {o.fp8_weight_cache})")
-    bf16 = trainer_log.parse_stdout(MEMORY % (2.0, "", "none", "", " | resumed"))
+    bf16 = trainer_log.parse_stdout(MEMORY % (2.0, "", "none", "", "", " | resumed"))
     check((bf16.allocated_gib, bf16.recompute, bf16.fp8_weight_cache) == (2.0, "none", None),
           f"a resumed bf16 run's memory line: no fp8 weight cache ({bf16.allocated_gib}, {bf16.recompute}, {bf16.fp8_weight_cache})")
     check(sorted(o.steps) == [1, 2, 3] and o.steps[1]["loss"] == 11.9 and o.steps[1]["tok/s"] == 29750 and o.steps[1]["mfu"] == "2.1%",
