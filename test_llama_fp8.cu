@@ -188,7 +188,7 @@ static void bf16_first_step_vs_cpu(LlamaConfig c, const char *model_file, Bf16Bu
 // -check 1's memory plan is what model_init allocates, for every option that changes a buffer: bf16,
 // fp8 delayed and current, without the weight cache, -r 1, fp8 lm_head, block and row grains, the block
 // and row fallbacks, bf16 moments, bf16 master weights (fp8: the weight cache then its own bytes; bf16),
-// document masking, tied embeddings.
+// the moments in host memory (none on the device), document masking, tied embeddings.
 static void test_memory_plan_is_model_init(void) {
     struct { const char *what; int precision; void (*set)(ModelOptions *); } cases[] = {
         {"bf16", PREC_BF16, NULL}, {"fp8 delayed", PREC_FP8, NULL},
@@ -205,6 +205,7 @@ static void test_memory_plan_is_model_init(void) {
         {"bf16 moments", PREC_FP8, [](ModelOptions *o) { o->moments_bf16 = 1; }},
         {"fp8 bf16 master weights", PREC_FP8, [](ModelOptions *o) { o->master_bf16 = 1; }},
         {"bf16 bf16 master weights", PREC_BF16, [](ModelOptions *o) { o->master_bf16 = 1; }},
+        {"fp8 AdamW moments in host memory", PREC_FP8, [](ModelOptions *o) { o->adam_offload = 1; }},
         {"document masks", PREC_FP8, [](ModelOptions *o) { o->doc_mask = 1; o->doc_start_id = 1; }},
     };
     for (int tied = 0; tied < 2; tied++) {
@@ -1865,7 +1866,10 @@ static void check_model_file_is_bf16_weights(const Model *m, const char *dir, in
     free(file); free(w);
 }
 
-static void resume_check(int precision, int moments_bf16, int recompute, int master_bf16) {
+// offload_resumed: the resumed run (run 1) keeps AdamW's moments in host memory (-adam_offload 1) from
+// its first step, through the checkpoint and the new model it loads into: the straight run's moments
+// are on the GPU, so the two agree only if the offloaded moments train, save and load as device ones.
+static void resume_check(int precision, int moments_bf16, int recompute, int master_bf16, int offload_resumed) {
     LlamaConfig c = small_config();
     int B = 2, T = 128, N = B * T, grad_accum = 2, steps = 6, half = 3;
     AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
@@ -1882,6 +1886,7 @@ static void resume_check(int precision, int moments_bf16, int recompute, int mas
         Model m;
         ModelOptions mo = model_options(B, T, precision);
         mo.fp8_history = 4; mo.moments_bf16 = moments_bf16; mo.recompute = recompute; mo.master_bf16 = master_bf16;
+        mo.adam_offload = run == 1 && offload_resumed;
         model_init(&m, &c, &mo, NULL);
         if (!w) { w = (float *)mallocCheck(m.num_params * sizeof(float)); model_init_weights(&m, 11, w); }
         model_set_weights(&m, w);
@@ -1915,11 +1920,15 @@ static void resume_check(int precision, int moments_bf16, int recompute, int mas
     free(w);
     cudaCheck(cudaFreeHost(in)); cudaCheck(cudaFreeHost(tg)); cudaCheck(cudaFreeHost(losses));
 }
-static void test_resume_bitexact_bf16(void) { resume_check(PREC_BF16, 0, 0, 0); }
-static void test_resume_bitexact_fp8(void) { resume_check(PREC_FP8, 0, 0, 0); }
-static void test_resume_bitexact_fp8_recompute(void) { resume_check(PREC_FP8, 0, 1, 0); }
-static void test_resume_bitexact_fp8_bf16_moments(void) { resume_check(PREC_FP8, 1, 0, 0); }
-static void test_resume_bitexact_fp8_bf16_master(void) { resume_check(PREC_FP8, 1, 0, 1); }
+static void test_resume_bitexact_bf16(void) { resume_check(PREC_BF16, 0, 0, 0, 0); }
+static void test_resume_bitexact_fp8(void) { resume_check(PREC_FP8, 0, 0, 0, 0); }
+static void test_resume_bitexact_fp8_recompute(void) { resume_check(PREC_FP8, 0, 1, 0, 0); }
+static void test_resume_bitexact_fp8_bf16_moments(void) { resume_check(PREC_FP8, 1, 0, 0, 0); }
+static void test_resume_bitexact_fp8_bf16_master(void) { resume_check(PREC_FP8, 1, 0, 1, 0); }
+static void test_resume_bitexact_adam_offload(void) {
+    resume_check(PREC_FP8, 1, 0, 0, 1); // bf16 moments, the default
+    resume_check(PREC_BF16, 0, 0, 1, 1); // fp32 moments, bf16 master weights
+}
 
 
 // ----------------------------------------------------------------------------------------------
@@ -2901,6 +2910,8 @@ int main(int argc, char **argv) {
     run_test("resume is bit-exact (fp8, bf16 AdamW moments)", test_resume_bitexact_fp8_bf16_moments);
     run_test("resume is bit-exact (fp8, bf16 AdamW moments, bf16 master weights; the model file the bf16 weights)",
              test_resume_bitexact_fp8_bf16_master);
+    run_test("-adam_offload 1: moments in host memory train, checkpoint and resume as the device moments, bit for bit "
+             "(fp8 bf16 moments; bf16 fp32 moments, bf16 master weights)", test_resume_bitexact_adam_offload);
     run_test("a non-finite last step still writes the end-of-run checkpoint (bf16, fp8)", test_nonfinite_last_step_checkpoint);
     run_test("-x 0 in fp8: evaluation logits are the first training step's (delayed recipe; prompt and val batch)", test_eval_only_fp8_delayed);
     run_test("-x 0 in fp8: evaluation logits are the first training step's (current recipe: live in evaluation)", test_eval_only_fp8_current);
