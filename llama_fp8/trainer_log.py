@@ -272,6 +272,7 @@ class TrainerOutput:
         self.allocated_gib = None   # 'device memory allocated' (per GPU with ZeRO-1)
         self.recompute = None       # 'none' or 'SwiGLU' (-r 0, 1); None also for a trainer that did not print it
         self.fp8_weight_cache = None  # 'on' or 'off' (fp8 runs; None in bf16 and for a trainer that did not print it)
+        self.moments_on_host = None   # True with -adam_offload 1, False without; None without a memory line
         self.steps = {}             # step -> {'loss':, 'norm':, 'lr':, 'ms':, 'tok/s':, 'mfu': str, 'skipped': bool}
         self.val = {}               # the step after which it was measured (0 before any) -> val loss
         self.bpb = {}               # the same steps -> bits per byte (runs with a decode table)
@@ -310,6 +311,7 @@ def parse_stdout(text):
         out.allocated_gib = float(m.group(1))
         out.recompute = _field(m.group(2), "recompute")
         out.fp8_weight_cache = _field(m.group(2), "fp8 weight cache")
+        out.moments_on_host = "| AdamW moments in host memory |" in m.group(2) + " |"
     last = 0
     for line in text.splitlines():
         m = _STEP.match(line)

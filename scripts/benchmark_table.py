@@ -39,6 +39,7 @@ LABELS = {"ours-bf16": "ours bf16 (train_llama_fp8)",
           "hf-amp-eager": "transformers fp32 weights + bf16 autocast, eager"}
 FP32M = ", fp32 AdamW moments"  # in the label of a run of ours with them
 BF16W = ", bf16 master weights"  # in the label of a run of ours with -master_weights bf16
+ON_HOST = ", AdamW moments in host memory"  # and with -adam_offload 1
 GRAINS = {"row": "row-wise scaling", "block": "block scaling"}  # for "delayed scaling" in a run of another grain
 # the speedup column is against the first of these with a number
 BASELINES = (("torch-bf16", "PyTorch bf16"), ("hf-bf16", "transformers bf16"))
@@ -107,12 +108,15 @@ for name in systems.split(","):
         if moments:
             plain = LABELS[name].replace(FP32M, "")
             row["label"] = plain.replace(" (train_llama_fp8)", FP32M + " (train_llama_fp8)") if moments == "fp32" else plain
-        # and the grain and master weights it ran with (--trainer-args '-fp8_grain row', '-master_weights bf16')
+        # and the grain, master weights and moments' place it ran with (--trainer-args '-fp8_grain row',
+        # '-master_weights bf16', '-adam_offload 1')
         grain = re.search(r"^fp8 grain: every fp8 linear (row|block)-scaled", text, re.M)
         if grain:
             row["label"] = row["label"].replace("delayed scaling", GRAINS[grain.group(1)])
         if ours.master_weights == "bf16":
             row["label"] = row["label"].replace(" (train_llama_fp8)", BF16W + " (train_llama_fp8)")
+        if ours.moments_on_host:
+            row["label"] = row["label"].replace(" (train_llama_fp8)", ON_HOST + " (train_llama_fp8)")
         if ours.median and ours.dims:
             row["fpt"] = flops_per_token(*(ours.dims[k] for k in trainer_log.DIM_NAMES), T, tied=ours.tied)
             row["tok"] = ours.median["tok/s"]

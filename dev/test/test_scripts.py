@@ -346,9 +346,10 @@ def test_benchmark_accum(tmp):
 
 
 def test_benchmark_labels(tmp):
-    """A run of ours is labelled by the grain and master weights its log reports, whichever --trainer-args
-    asked for them: the H100 runs of dev/results/fit80_h100 (-master_weights bf16; per-tensor, -fp8_grain
-    row and block) and an H200 fixture (fp32 master weights, the default: not named)."""
+    """A run of ours is labelled by the grain, master weights and moments' place its log reports, whichever
+    --trainer-args asked for them: the H100 runs of dev/results/fit80_h100 (-master_weights bf16; per-tensor,
+    -fp8_grain row and block), one with -adam_offload 1 and an H200 fixture (fp32 master weights, the default:
+    not named)."""
     logs = os.path.join(ROOT, "dev", "results", "fit80_h100", "logs")
     want = {"fit80": "ours fp8, delayed scaling, bf16 master weights (train_llama_fp8)",
             "fit80_row": "ours fp8, row-wise scaling, bf16 master weights (train_llama_fp8)",
@@ -359,6 +360,19 @@ def test_benchmark_labels(tmp):
         shutil.copy(os.path.join(logs, run + "_ours-fp8.log"), os.path.join(logdir, "ours-fp8.log"))
         rc, err, rows, text = bench_table(logdir, os.path.join(tmp, run + ".md"), "--systems", "ours-fp8")
         check(label in rows, f"{run}: labelled {sorted(rows)} (want {label!r}; exit {rc}: {err.strip()[-200:]})")
+    # the same run as -adam_offload 1 writes it (the fit80 run of dev/results/fit80_vs_pytorch_h100, its
+    # header's memory line saying so)
+    logdir = os.path.join(tmp, "labels_offload")
+    os.makedirs(logdir)
+    with open(os.path.join(ROOT, "dev", "results", "fit80_vs_pytorch_h100", "logs", "fit80", "ours-fp8.log")) as f:
+        text = f.read()
+    line = "| recompute SwiGLU | fp8 weight cache off"
+    check(text.count(line) == 1, f"the fit80 log's memory line lacks {line!r}")
+    with open(os.path.join(logdir, "ours-fp8.log"), "w") as f:
+        f.write(text.replace(line, line + " | AdamW moments in host memory"))
+    rc, err, rows, text = bench_table(logdir, os.path.join(tmp, "offload.md"), "--systems", "ours-fp8")
+    label = "ours fp8, delayed scaling, bf16 master weights, AdamW moments in host memory (train_llama_fp8)"
+    check(label in rows, f"an -adam_offload 1 run: labelled {sorted(rows)} (want {label!r})")
     logdir = os.path.join(tmp, "labels_h200")
     os.makedirs(logdir)
     shutil.copy(os.path.join(BENCH_LOGS, "ours-fp8-bf16m.log"), os.path.join(logdir, "ours-fp8.log"))

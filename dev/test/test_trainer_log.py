@@ -176,10 +176,12 @@ def test_stdout():
     check((o.B, o.T, o.adam_moments, o.master_weights, o.allocated_gib) == (2, 4096, "bf16", "bf16", 41.25),
           f"B, T, AdamW moments, master weights, memory allocated ({o.B}, {o.T}, {o.adam_moments}, {o.master_weights},"
           f" {o.allocated_gib})")
-    check((o.recompute, o.fp8_weight_cache) == ("SwiGLU", "off"), f"recompute, fp8 weight cache ({o.recompute}, {o.fp8_weight_cache})")
+    check((o.recompute, o.fp8_weight_cache, o.moments_on_host) == ("SwiGLU", "off", True),
+          f"recompute, fp8 weight cache, moments in host memory ({o.recompute}, {o.fp8_weight_cache}, {o.moments_on_host})")
     bf16 = trainer_log.parse_stdout(MEMORY % (2.0, "", "none", "", "", " | resumed"))
-    check((bf16.allocated_gib, bf16.recompute, bf16.fp8_weight_cache) == (2.0, "none", None),
-          f"a resumed bf16 run's memory line: no fp8 weight cache ({bf16.allocated_gib}, {bf16.recompute}, {bf16.fp8_weight_cache})")
+    check((bf16.allocated_gib, bf16.recompute, bf16.fp8_weight_cache, bf16.moments_on_host) == (2.0, "none", None, False),
+          f"a resumed bf16 run's memory line: no fp8 weight cache, moments on the GPU ({bf16.allocated_gib}, {bf16.recompute},"
+          f" {bf16.fp8_weight_cache}, {bf16.moments_on_host})")
     check(sorted(o.steps) == [1, 2, 3] and o.steps[1]["loss"] == 11.9 and o.steps[1]["tok/s"] == 29750 and o.steps[1]["mfu"] == "2.1%",
           f"step lines ({o.steps.get(1)})")
     check(o.steps[2]["skipped"] and math.isinf(o.steps[2]["norm"]) and not o.steps[3]["skipped"], "a skipped update, its inf norm")
