@@ -389,8 +389,10 @@ static void *model_alloc(Model *m, size_t bytes, const char *what) {
     return m->allocations[m->num_allocations++] = cudaMallocCheck(bytes, what);
 }
 
+// Bytes of one AdamW moment (m or v) of a shard of `shard` elements, bf16 or fp32.
+static size_t moment_bytes(size_t shard, int moments_bf16) { return shard * (moments_bf16 ? sizeof(floatX) : sizeof(float)); }
 // Bytes of each AdamW moment (m, v) of this rank's shard.
-static size_t moments_size(const Model *m) { return m->zero.shard * (m->opt.moments_bf16 ? sizeof(floatX) : sizeof(float)); }
+static size_t moments_size(const Model *m) { return moment_bytes(m->zero.shard, m->opt.moments_bf16); }
 
 // One AdamW moment of `bytes`, zeroed: device memory, or with -adam_offload 1 pinned host memory mapped
 // into the device's address space (unified addressing: the host pointer is the kernels' pointer), so
@@ -524,7 +526,7 @@ static size_t model_memory_plan(const LlamaConfig *c, const ModelOptions *o, int
     ZeroLayout z = zero_layout(c, sizes, 0, world);
     Fp8Mode f = fp8_mode(o, world);
     size_t N = (size_t)o->B * o->T, L = c->L, C = c->C, FF = c->FF, V = c->V, QKV = config_qkv_width(c), X = sizeof(floatX);
-    size_t moments = o->adam_offload ? 0 : z.shard * (o->moments_bf16 ? X : sizeof(float)); // offloaded: host memory
+    size_t moments = o->adam_offload ? 0 : moment_bytes(z.shard, o->moments_bf16); // offloaded: host memory
     size_t master = o->master_bf16 ? 0 : z.shard * sizeof(float); // bf16: the parameters are the master
     // params, grads, master, m, v, grad shard
     size_t b = 2 * z.padded * X + master + 2 * moments + (world > 1 ? z.shard * X : 0);
@@ -555,7 +557,7 @@ static size_t moments_host_plan(const LlamaConfig *c, const ModelOptions *o, int
     size_t sizes[NUM_PARAM_TENSORS];
     param_sizes(c, sizes);
     ZeroLayout z = zero_layout(c, sizes, 0, world);
-    size_t b = 2 * z.shard * (o->moments_bf16 ? sizeof(floatX) : sizeof(float));
+    size_t b = 2 * moment_bytes(z.shard, o->moments_bf16);
     zero_layout_free(&z);
     return b;
 }
@@ -1953,7 +1955,7 @@ static void print_plan(const Options *o, const LlamaConfig *cfg, const ModelOpti
     checkpoint_dir_plan(o->log_dir, o->resume, o->overwrite, o->init_from[0] != '\0');
     ZeroLayout z = zero_layout(cfg, sizes, 0, world);
     double model_gb = (1024.0 + params * 4.0) / 1e9;
-    double state_gb = (1024.0 + 2.0 * z.shard * (mo->moments_bf16 ? 2 : 4) +
+    double state_gb = (1024.0 + 2.0 * moment_bytes(z.shard, mo->moments_bf16) +
                        (mo->precision == PREC_FP8 ? fp8_state_layout(fp8_num_tensors(cfg, mo->fp8_lm_head), mo->fp8_history).total * 4.0 : 0.0)) / 1e9;
     zero_layout_free(&z);
     long long count = o->ckpt_every > 0 ? steps / o->ckpt_every + (steps % o->ckpt_every != 0) : 1;
