@@ -360,7 +360,8 @@ typedef struct {
     float *master;                   // (zero.shard) fp32: this rank's shard (ZeRO-1); NULL with -master_weights bf16
                                      // (the bf16 parameters are the master, each rank updating its shard of them)
     void *adam_m, *adam_v;           // (zero.shard) each, fp32 or (opt.moments_bf16) bf16: AdamW's moments of the shard,
-                                     // on the GPU or (opt.adam_offload) in mapped pinned host memory
+                                     // on the GPU or (moments_on_host) in mapped pinned host memory
+    int moments_on_host;             // moments_alloc pinned them in host memory (-adam_offload 1): freed, saved as such
     float *norm_device, *norm_host;  // the gradient norm, and its pinned copy (reading it never blocks outside mg_wait)
     Fp8State fp8_state;                    // scales, amax histories, health counts (llmc/fp8_state.cuh); fp8 mode only
     int w_fp8_stale;                       // the weights changed outside AdamW: recast before the next step
@@ -407,6 +408,7 @@ static void *moments_alloc(Model *m, size_t bytes, const char *what) {
     if (cudaHostAlloc(&h, bytes, cudaHostAllocMapped) != cudaSuccess)
         FATAL("-adam_offload 1: could not pin %.2f GiB of host memory for %s (the host has too little free, or a"
               " limit on locked memory: ulimit -l)", bytes / 1073741824.0, what);
+    m->moments_on_host = 1;
     memset(h, 0, bytes);
     return h;
 }
@@ -564,7 +566,7 @@ static size_t moments_host_plan(const LlamaConfig *c, const ModelOptions *o, int
 
 static void model_free(Model *m) {
     for (int i = 0; i < m->num_allocations; i++) cudaCheck(cudaFree(m->allocations[i]));
-    if (m->opt.adam_offload) { cudaCheck(cudaFreeHost(m->adam_m)); cudaCheck(cudaFreeHost(m->adam_v)); }
+    if (m->moments_on_host) { cudaCheck(cudaFreeHost(m->adam_m)); cudaCheck(cudaFreeHost(m->adam_v)); }
     linears_free(&m->linears);
     encoder_backward_free(&m->enc_bwd);
     fp8_state_free(&m->fp8_state);
@@ -1316,7 +1318,7 @@ static void state_sections(Model *m, TrainState *ts, Section sec[NUM_STATE_SECTI
     const Fp8State *fs = &m->fp8_state;
     size_t shard_bytes = moments_size(m), fp8_bytes = fs->buffer ? fs->layout.total * sizeof(float) : 0;
     size_t nlin = m->opt.fp8_grain || m->opt.fp8_fallback ? (size_t)fp8_num_linears(&m->cfg, m->fp8.lm_head) : 0;
-    const int moments_on_device = !m->opt.adam_offload;
+    const int moments_on_device = !m->moments_on_host;
     const Section all[NUM_STATE_SECTIONS] = {{m->adam_m, shard_bytes, moments_on_device},
                                               {m->adam_v, shard_bytes, moments_on_device}, {fs->buffer, fp8_bytes, 1},
                                               {m->linears.grain, nlin, 0},
@@ -1408,7 +1410,7 @@ static void write_state_file(void *ctx, const char *path) {
     header_set_run_id(h, c->run);
     Section st[NUM_STATE_SECTIONS];
     state_sections(c->m, c->ts, st);
-    if (c->m->opt.adam_offload) cudaCheck(cudaDeviceSynchronize()); // AdamW's writes into the host moments landed
+    if (c->m->moments_on_host) cudaCheck(cudaDeviceSynchronize()); // AdamW's writes into the host moments landed
     write_sections(path, h, st, NUM_STATE_SECTIONS);
 }
 
