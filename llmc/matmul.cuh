@@ -93,8 +93,12 @@ static void *g_matmul_workspace = NULL;
 static MatmulPlan g_matmul_plans[MATMUL_MAX_PLANS];
 static int g_matmul_num_plans = 0;
 static int g_matmul_tune = 0;
+static int g_matmul_sm_count = 0; // 0: every SM; else plans built from now on target this many
 
 void matmul_set_tuning(int on) { g_matmul_tune = on; }
+// The GEMMs planned after this call leave the other SMs to a concurrent stream (cuBLASLt's SM count
+// target; dev/cuda/adamw_overlap). 0: every SM.
+void matmul_set_sm_count(int sms) { g_matmul_sm_count = sms; }
 
 void matmul_init(void) {
     if (g_cublaslt != NULL) return;
@@ -196,6 +200,9 @@ static void matmul_plan_build(MatmulPlan *p, int kind, int m, int n, int k, int 
     cublasCheck(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &info.op_a, sizeof(info.op_a)));
     cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &info.op_b, sizeof(info.op_b)));
+    if (g_matmul_sm_count > 0)
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &g_matmul_sm_count,
+                                                   sizeof(g_matmul_sm_count)));
     if (info.is_fp8) {
         cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &info.fast_accum,
                                                    sizeof(info.fast_accum)));
