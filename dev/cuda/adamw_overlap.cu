@@ -165,6 +165,7 @@ int main(int argc, char **argv) {
             if (r >= 0) cudaCheck(cudaEventElapsedTime(&ms[r], start, stop));
         }
         t[variant] = median(ms);
+        print_gpu_state(VARIANT_NAMES[variant]);
     }
     printf("\nmedian of %d after %d warm-ups, ms for %d layers\n", reps, warmup, b.L);
     for (int variant = GEMMS_ONLY; variant <= OVERLAP; variant++) printf("  %-8s %9.2f\n", VARIANT_NAMES[variant], t[variant]);

@@ -1,7 +1,8 @@
 /*
 What every dev/cuda program shares, whatever form its checks take: the host's view of bf16 and fp32
 bits, device buffers, a fill kernel for timing inputs, CUDA-event timers that report the median of
-many runs, and the bandwidth line against the H200's copy bandwidth. kernel_test.h adds the
+many runs, the bandwidth line against the H200's copy bandwidth, and the GPU's clock and power
+(nvidia-smi's) after a timing. kernel_test.h adds the
 validation conventions (random inputs, NaN poisoning, comparisons, PASS/FAIL counting) on top of it;
 attention and nccl_check print their own verdicts and include only this file.
 */
@@ -115,6 +116,16 @@ static cudaDeviceProp device_properties(void) {
 static void dev_setup(void) {
     cudaDeviceProp prop = device_properties();
     printf("device: %s, %d SMs, %.0f MB L2\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1048576.0);
+}
+
+// The GPU's SM clock, power and clock-limit reasons at this moment, as nvidia-smi reads them.
+static void print_gpu_state(const char *when) {
+    FILE *p = popen("nvidia-smi --query-gpu=clocks.sm,power.draw,power.limit,clocks_event_reasons.active"
+                    " --format=csv,noheader 2>/dev/null", "r");
+    char line[256] = "";
+    if (p == NULL || fgets(line, sizeof(line), p) == NULL) snprintf(line, sizeof(line), "nvidia-smi did not answer\n");
+    if (p != NULL) pclose(p);
+    printf("GPU after %s: SM clock, power, power limit, clock event reasons: %s", when, line);
 }
 
 // Element n/2 of the sorted times: the time of one real run, unmoved by a few slow outliers.

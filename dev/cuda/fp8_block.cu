@@ -435,16 +435,6 @@ static void validate(void) {
 // ---------------------------------------------------------------------------------------------
 // timing
 
-// The GPU's SM clock, power and clock-limit reasons at this moment, as nvidia-smi reads them.
-static void print_gpu_state(const char *when) {
-    FILE *p = popen("nvidia-smi --query-gpu=clocks.sm,power.draw,power.limit,clocks_event_reasons.active"
-                    " --format=csv,noheader 2>/dev/null", "r");
-    char line[256] = "";
-    if (p == NULL || fgets(line, sizeof(line), p) == NULL) snprintf(line, sizeof(line), "nvidia-smi did not answer\n");
-    if (p != NULL) pclose(p);
-    printf("GPU after %s: SM clock, power, power limit, clock event reasons: %s", when, line);
-}
-
 struct Model { const char *name; int C, QKV, FF; };
 static const Model MODELS[] = {{"Llama-2-7B", 4096, 12288, 11008}, {"Llama-3-8B", 4096, 6144, 14336}};
 enum { FPROP, DGRAD, WGRAD };
