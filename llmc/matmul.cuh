@@ -77,6 +77,7 @@ enum { MATMUL_SCALE_TENSOR, MATMUL_SCALE_VEC128, MATMUL_SCALE_BLK128, MATMUL_SCA
 // One cached GEMM: everything cublasLtMatmul needs except the pointers.
 typedef struct {
     int kind, m, n, k, accumulate;
+    int sm_count; // the SMs it was planned for (matmul_set_sm_count; 0: every SM)
     int align[4]; // bytes: A, B, C(=D), and 0 (reserved)
     cublasLtMatmulDesc_t desc;
     // C (read when accumulating) and D have equal layouts; each gets its own object, as cuBLASLt's
@@ -93,11 +94,11 @@ static void *g_matmul_workspace = NULL;
 static MatmulPlan g_matmul_plans[MATMUL_MAX_PLANS];
 static int g_matmul_num_plans = 0;
 static int g_matmul_tune = 0;
-static int g_matmul_sm_count = 0; // 0: every SM; else plans built from now on target this many
+static int g_matmul_sm_count = 0; // the SMs the GEMMs called from now on are planned for (0: every SM)
 
 void matmul_set_tuning(int on) { g_matmul_tune = on; }
-// The GEMMs planned after this call leave the other SMs to a concurrent stream (cuBLASLt's SM count
-// target; dev/cuda/adamw_overlap). 0: every SM.
+// The GEMMs called from now on leave the other SMs to a concurrent stream (cuBLASLt's SM count target;
+// each count has plans of its own; dev/cuda/adamw_overlap). 0: every SM.
 void matmul_set_sm_count(int sms) { g_matmul_sm_count = sms; }
 
 void matmul_init(void) {
@@ -194,15 +195,15 @@ static void matmul_plan_build(MatmulPlan *p, int kind, int m, int n, int k, int 
                               const float *a_scale, const float *b_scale) {
     MatmulKindInfo info = matmul_kind_info(kind);
     memset(p, 0, sizeof(*p));
-    p->kind = kind; p->m = m; p->n = n; p->k = k; p->accumulate = accumulate;
+    p->kind = kind; p->m = m; p->n = n; p->k = k; p->accumulate = accumulate; p->sm_count = g_matmul_sm_count;
     for (int i = 0; i < 4; i++) p->align[i] = align[i];
 
     cublasCheck(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &info.op_a, sizeof(info.op_a)));
     cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &info.op_b, sizeof(info.op_b)));
-    if (g_matmul_sm_count > 0)
-        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &g_matmul_sm_count,
-                                                   sizeof(g_matmul_sm_count)));
+    if (p->sm_count > 0)
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &p->sm_count,
+                                                   sizeof(p->sm_count)));
     if (info.is_fp8) {
         cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &info.fast_accum,
                                                    sizeof(info.fast_accum)));
@@ -246,10 +247,11 @@ static MatmulPlan *matmul_get_plan(int kind, int m, int n, int k, int accumulate
     for (int i = 0; i < g_matmul_num_plans; i++) {
         MatmulPlan *p = &g_matmul_plans[i];
         if (p->kind == kind && p->m == m && p->n == n && p->k == k && p->accumulate == accumulate &&
-            p->align[0] == align[0] && p->align[1] == align[1] && p->align[2] == align[2]) return p;
+            p->sm_count == g_matmul_sm_count && p->align[0] == align[0] && p->align[1] == align[1] &&
+            p->align[2] == align[2]) return p;
     }
     if (g_matmul_num_plans == MATMUL_MAX_PLANS) {
-        FATAL("matmul: more than %d distinct GEMMs (shape, kind, alignment); raise MATMUL_MAX_PLANS in llmc/matmul.cuh",
+        FATAL("matmul: more than %d distinct GEMMs (shape, kind, alignment, SM count); raise MATMUL_MAX_PLANS in llmc/matmul.cuh",
               MATMUL_MAX_PLANS);
     }
     MatmulPlan *p = &g_matmul_plans[g_matmul_num_plans];
