@@ -1949,9 +1949,10 @@ static void print_plan(const Options *o, const LlamaConfig *cfg, const ModelOpti
     printf("%s\n", fit);
     if (mo->adam_offload) { // this host's: the run's may differ
         size_t need = moments_host_plan(cfg, mo, world), avail = host_memory_available();
+        int here = mg_planned_local_world(o->ngpu);
         printf("plan: host memory per GPU: %.2f GiB pinned for AdamW's moments (-adam_offload 1); %.2f GiB available here\n",
                need / 1073741824.0, avail / 1073741824.0);
-        if (host_memory_refusal(need, world, avail, fit, sizeof(fit))) printf("plan: on this host the run is refused: %s\n", fit);
+        if (host_memory_refusal(need, here, avail, fit, sizeof(fit))) printf("plan: on this host the run is refused: %s\n", fit);
     }
     if (o->log_dir[0] == '\0' || o->max_steps == 0) { printf("plan: no checkpoints (%s)\n", o->max_steps == 0 ? "-x 0" : "-o ''"); return; }
     checkpoint_dir_plan(o->log_dir, o->resume, o->overwrite, o->init_from[0] != '\0');

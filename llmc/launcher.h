@@ -234,4 +234,17 @@ static int mg_planned_world(int ngpu) {
     return world;
 }
 
+// Of those ranks, the ones on this host (what they share: its memory), known before any starts: under an
+// MPI launcher the local count it announced (Open MPI, MPICH's Hydra, MVAPICH2), else every rank.
+static int mg_planned_local_world(int ngpu) {
+    int world, start = mg_start_of(ngpu, &world);
+    if (start != MG_START_MPI) return world;
+    const char *names[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_LOCAL_SIZE"};
+    for (int i = 0; i < 3; i++) {
+        const char *v = getenv(names[i]);
+        if (v && atoi(v) > 0 && atoi(v) <= world) return atoi(v);
+    }
+    return world;
+}
+
 #endif // LLMC_LAUNCHER_H

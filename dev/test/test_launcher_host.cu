@@ -47,6 +47,32 @@ static void test_launch_decision(void) {
     }
 }
 
+// The ranks on this host before any start (-check's host memory line for -adam_offload): an MPI
+// launcher's local count, else every rank; a local count above the world is ignored.
+static void test_local_world(void) {
+    const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_SIZE", "MPI_LOCALNRANKS",
+                          "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_SIZE"};
+    struct { const char *size_var, *size, *local_var, *local; int ngpu, want; } cases[] = {
+        {NULL, NULL, NULL, NULL, 0, 1}, {NULL, NULL, NULL, NULL, 4, 4},
+        {"OMPI_COMM_WORLD_SIZE", "16", "OMPI_COMM_WORLD_LOCAL_SIZE", "8", 0, 8}, // mpirun over 2 nodes of 8
+        {"PMI_SIZE", "8", "MPI_LOCALNRANKS", "4", 0, 4},                          // MPICH's Hydra
+        {"MV2_COMM_WORLD_SIZE", "4", "MV2_COMM_WORLD_LOCAL_SIZE", "2", 0, 2},
+        {"PMI_SIZE", "4", NULL, NULL, 0, 4},                                      // no local count: all here
+        {"OMPI_COMM_WORLD_SIZE", "4", "OMPI_COMM_WORLD_LOCAL_SIZE", "9", 0, 4},   // nonsense: all here
+        {"OMPI_COMM_WORLD_SIZE", "1", "OMPI_COMM_WORLD_LOCAL_SIZE", "1", 2, 2},   // mpirun -np 1 ... -ngpu 2
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        for (int k = 0; k < 6; k++) unsetenv(vars[k]);
+        if (cases[i].size_var) setenv(cases[i].size_var, cases[i].size, 1);
+        if (cases[i].local_var) setenv(cases[i].local_var, cases[i].local, 1);
+        int got = mg_planned_local_world(cases[i].ngpu);
+        CHECK(got == cases[i].want, "%s=%s %s=%s -ngpu %d: %d ranks on this host, want %d", cases[i].size_var ? cases[i].size_var : "(none)",
+              cases[i].size ? cases[i].size : "", cases[i].local_var ? cases[i].local_var : "(none)", cases[i].local ? cases[i].local : "",
+              cases[i].ngpu, got, cases[i].want);
+    }
+    for (int k = 0; k < 6; k++) unsetenv(vars[k]);
+}
+
 // ---- stop signals in every thread (issue 30.11); SIGHUP ignored at start (issue 40.9)
 static volatile int g_thread_unblocked = 0;
 
@@ -352,6 +378,7 @@ int main(int argc, char **argv) {
     snprintf(g_dir, sizeof(g_dir), "/tmp/llama_fp8_launcher_XXXXXX");
     if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
     run_test("launch: one MPI rank in the environment (srun -n 1) leaves -ngpu N to the launcher", test_launch_decision);
+    run_test("launch: the ranks on this host before the start (an MPI launcher's local count, else all)", test_local_world);
     run_test("stop signals: blocked in every thread started later, taken by the stop thread", test_signal_threads);
     run_test("stop signals: SIGHUP ignored at start (nohup) stays ignored, SIGTERM still stops", test_sighup_ignored_at_start);
     run_test("-ngpu launcher (1, 3, 8 ranks): SIGTERM, SIGINT, SIGHUP, SIGUSR1 stop every rank by name; exit 0, or 128 + signal with -o ''; SIGUSR2 and a second signal exit now",
