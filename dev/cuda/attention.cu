@@ -37,12 +37,15 @@ What it checks (every line says PASS or FAIL; the exit status is non-zero if any
      (B=2,T=256,NH=4,HS=128) with NKV=2 and NKV=4, the backward in its fast and (if cuDNN has one)
      deterministic form; (B=2,T=256,NH=4,NKV=2,HS=64): the forward, and the backward must be refused.
      Outputs NaN-poisoned; amaxes must max-accumulate; a shape cuDNN has no plan for prints SKIP with
-     cuDNN's status. Then fp8 vs bf16 timing at B=2,T=4096,NH=32,NKV=8,HS=128.
+     cuDNN's status. Then fp8 vs bf16 timing at B=2,T=4096,NH=32,NKV=8,HS=128, Llama-2-7B's
+     B=2,T=4096,NH=NKV=32 and Llama-3-8B's B=1,T=8192,NH=32,NKV=8, each with what TE's split (the fp8
+     forward, the bf16 backward) would add to the trainer's forward and take from it.
 */
 #include "llmc/attention.cuh"
 #include "bench_common.h" // upload, download, fill_uniform, time_median_ms, device_properties
 #ifdef ENABLE_CUDNN
 #include "llmc/fp8.h"     // fp8_encode, fp8_decode, fp8_compute_scale: the project's fp8 definition
+#include "llmc/fp8_scaling.cuh" // fp8_cast (the trainer's cast with its fused amax), fp8_grid_cap
 #endif
 
 // ---------------------------------------------------------------------------------------------------
@@ -1034,12 +1037,44 @@ static void validate_fp8(Shape s, uint64_t seed) {
 }
 
 // fp8 vs bf16 (cuDNN, the trainer's fast backward form for both) at one shape
+// What TE's split (the fp8 forward with the bf16 backward) adds to the forward in the trainer, and takes
+// away: Q, K and V cast to E4M3 from the bf16 qkv that RoPE wrote (as a separate pass, the trainer's
+// fp8_cast with its fused amax; fused into RoPE it would cost less); O back to bf16 for the bf16
+// backward's rowsum(dO * O); minus the cast of the bf16 O to E4M3 for wo's fprop, which the fp8 forward's
+// O replaces. Medians in ms, on d's fp8 buffers.
+typedef struct { float cast_qkv, o_to_bf16, cast_o; } SplitForward;
+
+__global__ void e4m3_to_bf16_kernel(floatX *out, const fp8e4 *in, size_t n, const float *descale) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = (floatX)((float)in[i] * *descale);
+}
+
+static SplitForward time_split_forward(Fp8Buffers *d, size_t n_qkv, size_t n_out) {
+    floatX *qkv16 = device_alloc<floatX>(n_qkv), *o16 = device_alloc<floatX>(n_out);
+    uint8_t *o8 = device_alloc<uint8_t>(n_out);
+    float *amax = device_alloc<float>(1), *scale = device_alloc<float>(1);
+    fill_uniform(qkv16, n_qkv, 4321u, 1.0f);
+    set_float(amax, 0.0f);
+    set_float(scale, 448.0f);
+    const float *descale_o = d->scalars + F_DESCALE_O;
+    const int grid = fp8_grid_cap();
+    SplitForward t;
+    t.cast_qkv = time_median_ms([&] { fp8_cast(d->qkv, FP8_E4M3, qkv16, n_qkv, amax, NULL, scale, 0); }, 20, 2);
+    t.o_to_bf16 = time_median_ms([&] { e4m3_to_bf16_kernel<<<grid, 256>>>(o16, d->out, n_out, descale_o); }, 20, 2);
+    cudaCheck(cudaGetLastError());
+    t.cast_o = time_median_ms([&] { fp8_cast(o8, FP8_E4M3, o16, n_out, amax, NULL, scale, 0); }, 20, 2);
+    cudaCheck(cudaFree(qkv16)); cudaCheck(cudaFree(o16)); cudaCheck(cudaFree(o8));
+    cudaCheck(cudaFree(amax)); cudaCheck(cudaFree(scale));
+    return t;
+}
+
 static void benchmark_fp8(Shape s) {
     printf("\nB=%d T=%d NH=%d NKV=%d HS=%d timing, cuDNN fp8 vs bf16 (median; causal FLOPs halved)\n", s.B, s.T, s.NH,
            s.NKV, s.HS);
     const double fwd_flops = 4.0 * s.B * s.NH * (double)s.T * s.T * s.HS / 2.0, bwd_flops = 2.5 * fwd_flops;
     float ms[2][2] = {{0, 0}, {0, 0}}; // [bf16, fp8][forward, backward]
     int ran[2] = {0, 0};
+    SplitForward split = {0, 0, 0};
     const char *why = path_unavailable(PATH_CUDNN_FAST, s);
     if (why != NULL) {
         printf("  %-10s SKIP (%s)\n", "bf16", why);
@@ -1081,6 +1116,7 @@ static void benchmark_fp8(Shape s) {
             cudnn_att_fp8_backward(d.dqkv, d.dout, d.qkv, d.out, d.stats, &ba, s.B, s.T, s.NH, s.NKV, s.HS, 0);
         }, 20, 2);
         ran[1] = 1;
+        split = time_split_forward(&d, n_qkv, n_out);
         fp8_buffers_free(&d);
     }
     cudnn_att_set_deterministic(1);
@@ -1092,6 +1128,11 @@ static void benchmark_fp8(Shape s) {
     }
     if (ran[0] && ran[1]) {
         printf("  fp8 / bf16 speed: forward %.2fx, backward %.2fx\n", ms[0][0] / ms[1][0], ms[0][1] / ms[1][1]);
+        const float fwd = split.cast_qkv + ms[1][0] + split.o_to_bf16 - split.cast_o;
+        printf("  TE's split (fp8 forward, bf16 backward) per layer: Q, K, V to E4M3 %.3f + fp8 forward %.3f + O to bf16"
+               " %.3f - wo's E4M3 cast of O, no longer needed %.3f = %.3f ms against bf16's forward %.3f: %+.3f ms"
+               " (%+.1f ms over 32 layers)\n", split.cast_qkv, ms[1][0], split.o_to_bf16, split.cast_o, fwd, ms[0][0],
+               fwd - ms[0][0], 32.0 * (fwd - ms[0][0]));
     }
 }
 #endif // ENABLE_CUDNN
@@ -1126,13 +1167,14 @@ int main(int argc, char **argv) {
     const Shape timed[2] = {{2, 4096, 32, 32, 128}, {2, 4096, 32, 8, 128}};
     for (int i = 0; use_bf16 && i < 2; i++) benchmark(timed[i], use);
     // 4. fp8 attention: against the CPU emulation (GQA and MHA at HS 128; HS 64: forward only, the
-    //    backward must be refused), then timed against bf16 at the 7B shape with GQA
+    //    backward must be refused), then timed against bf16 at three shapes, with TE's split forward
     if (use_fp8) {
 #ifdef ENABLE_CUDNN
         const Shape fp8_shapes[3] = {{2, 256, 4, 2, 128}, {2, 256, 4, 4, 128}, {2, 256, 4, 2, 64}};
         for (int i = 0; i < 3; i++) validate_fp8(fp8_shapes[i], 99 + i);
-        const Shape fp8_timed = {2, 4096, 32, 8, 128};
-        benchmark_fp8(fp8_timed);
+        // 7B's shape with GQA (the first measurement's), Llama-2-7B's (MHA) and Llama-3-8B's at T 8192
+        const Shape fp8_timed[3] = {{2, 4096, 32, 8, 128}, {2, 4096, 32, 32, 128}, {1, 8192, 32, 8, 128}};
+        for (int i = 0; i < 3; i++) benchmark_fp8(fp8_timed[i]);
 #else
         printf("\nfp8 attention: SKIP (built without ENABLE_CUDNN)\n");
 #endif
