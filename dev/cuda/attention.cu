@@ -1068,6 +1068,103 @@ static SplitForward time_split_forward(Fp8Buffers *d, size_t n_qkv, size_t n_out
     return t;
 }
 
+// TE's split, numerically: the bf16 backward fed the fp8 forward's Stats and its O (E4M3, back to bf16),
+// against the bf16 forward and backward from the same bf16 Q, K, V and dO (cuDNN, fast backward form).
+// Q, K and V are cast to E4M3 with the scale delayed scaling settles on (448 for |x| <= 1), as are P
+// (scale_s) and O (scale_o, |O| <= max|V|). Each value on the path is rounded once or twice to E4M3
+// (u = 2^-4), so by the RMS rule of section 4, out, dq, dk and dv must be within rms(err) <= 2 u rms(ref);
+// the Stats (a log-sum-exp of the scores, which err by the Q and K roundings) within 2 u rms(q) rms(k)
+// absolute, the same rule on the scores s = q.k / sqrt(HS). Stats that meant something else in the fp8
+// graph than in the bf16 one (another log base, the max alone, another score scale) err by O(1).
+static int check_rms(const char *what, const double *got, const double *ref, size_t n, double limit, int relative) {
+    double sum_err2 = 0.0, sum_ref2 = 0.0, max_err = 0.0;
+    size_t nonfinite = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(got[i])) { nonfinite++; continue; }
+        const double e = got[i] - ref[i];
+        sum_err2 += e * e;
+        sum_ref2 += ref[i] * ref[i];
+        if (fabs(e) > max_err) max_err = fabs(e);
+    }
+    const double rms = relative ? (sum_ref2 > 0 ? sqrt(sum_err2 / sum_ref2) : 0.0) : sqrt(sum_err2 / n);
+    const int ok = nonfinite == 0 && rms <= limit;
+    printf("    %-6s rms err%s %.4f (limit %.4f), max|err| %.3g, %zu non-finite  %s\n", what, relative ? "/ref" : "",
+           rms, limit, max_err, nonfinite, ok ? "PASS" : "FAIL");
+    report(ok);
+    return ok;
+}
+
+static void validate_split(Shape s) {
+    printf("\nB=%d T=%d NH=%d NKV=%d HS=%d: TE's split (fp8 forward, bf16 backward from its Stats and O) vs bf16\n",
+           s.B, s.T, s.NH, s.NKV, s.HS);
+    const char *why = path_unavailable(PATH_CUDNN_FAST, s);
+    if (why == NULL) why = fp8_unavailable(s, 0);
+    if (why != NULL) {
+        printf("  SKIP (%s)\n", why);
+        return;
+    }
+    Buffers ref = buffers_alloc(s), split = buffers_alloc(s);
+    Fp8Buffers d8 = fp8_buffers_alloc(s);
+    fill_uniform(ref.qkv, ref.n_qkv, 2468u, 1.0f);
+    fill_uniform(ref.dout, ref.n_out, 1357u, 1.0f);
+    cudaCheck(cudaMemcpy(split.qkv, ref.qkv, ref.n_qkv * sizeof(floatX), cudaMemcpyDeviceToDevice));
+    cudaCheck(cudaMemcpy(split.dout, ref.dout, ref.n_out * sizeof(floatX), cudaMemcpyDeviceToDevice));
+    run_forward(PATH_CUDNN_FAST, &ref);
+    run_backward(PATH_CUDNN_FAST, &ref);
+
+    float h[F_COUNT] = {0};
+    h[F_DESCALE_Q] = h[F_DESCALE_K] = h[F_DESCALE_V] = 1.0f / 448.0f;
+    h[F_SCALE_S] = 448.0f; h[F_DESCALE_S] = 1.0f / 448.0f;
+    h[F_SCALE_O] = 448.0f; h[F_DESCALE_O] = 1.0f / 448.0f;
+    upload(d8.scalars, h, F_COUNT);
+    float *amax = device_alloc<float>(1), *scale = device_alloc<float>(1);
+    set_float(amax, 0.0f);
+    set_float(scale, 448.0f);
+    fp8_cast(d8.qkv, FP8_E4M3, split.qkv, ref.n_qkv, amax, NULL, scale, 0);
+    cudaCheck(cudaMemset(split.out, 0xFF, split.n_out * sizeof(floatX)));
+    cudaCheck(cudaMemset(split.stats, 0xFF, split.n_stats * sizeof(float)));
+    const CudnnAttFp8Forward fa = fp8_fwd_args(&d8);
+    if (!cudnn_att_fp8_forward(d8.out, split.stats, d8.qkv, &fa, s.B, s.T, s.NH, s.NKV, s.HS, 0))
+        FATAL("the cuDNN fp8 forward has no plan for a shape it reported ready");
+    e4m3_to_bf16_kernel<<<fp8_grid_cap(), 256>>>(split.out, d8.out, split.n_out, d8.scalars + F_DESCALE_O);
+    cudaCheck(cudaGetLastError());
+    run_backward(PATH_CUDNN_FAST, &split);
+    cudaCheck(cudaDeviceSynchronize());
+
+    HostResults r = results_alloc(&ref), g = results_alloc(&split);
+    download(r.out, ref.out, ref.n_out); download(r.stats, ref.stats, ref.n_stats); download(r.dqkv, ref.dqkv, ref.n_qkv);
+    download(g.out, split.out, split.n_out); download(g.stats, split.stats, split.n_stats);
+    download(g.dqkv, split.dqkv, split.n_qkv);
+    floatX *qkv = (floatX *)mallocCheck(ref.n_qkv * sizeof(floatX));
+    download(qkv, ref.qkv, ref.n_qkv);
+    const int H3 = s.NH + 2 * s.NKV;
+    double *qkv_d = to_double_bf16(qkv, ref.n_qkv), sq[2] = {0, 0};
+    for (int i = 0; i < 2; i++) { // rms(q), rms(k)
+        double *x = extract_heads(qkv_d, s, H3, i == 0 ? 0 : s.NH, i == 0 ? s.NH : s.NKV);
+        const size_t n = (size_t)s.B * s.T * (i == 0 ? s.NH : s.NKV) * s.HS;
+        for (size_t k = 0; k < n; k++) sq[i] += x[k] * x[k];
+        sq[i] = sqrt(sq[i] / n);
+        free(x);
+    }
+    const double u = fp8_u(FP8_E4M3);
+    double *go = to_double_bf16(g.out, ref.n_out), *ro = to_double_bf16(r.out, ref.n_out);
+    double *gs = to_double_f32(g.stats, ref.n_stats), *rs = to_double_f32(r.stats, ref.n_stats);
+    check_rms("out", go, ro, ref.n_out, 2 * u, 1);
+    check_rms("stats", gs, rs, ref.n_stats, 2 * u * sq[0] * sq[1], 0);
+    double *gd = to_double_bf16(g.dqkv, ref.n_qkv), *rd = to_double_bf16(r.dqkv, ref.n_qkv);
+    const char *names[3] = {"dq", "dk", "dv"};
+    const int h0[3] = {0, s.NH, s.NH + s.NKV}, nh[3] = {s.NH, s.NKV, s.NKV};
+    for (int i = 0; i < 3; i++) {
+        double *a = extract_heads(gd, s, H3, h0[i], nh[i]), *b = extract_heads(rd, s, H3, h0[i], nh[i]);
+        check_rms(names[i], a, b, (size_t)s.B * s.T * nh[i] * s.HS, 2 * u, 1);
+        free(a); free(b);
+    }
+    free(go); free(ro); free(gs); free(rs); free(gd); free(rd); free(qkv_d); free(qkv);
+    results_free(&r); results_free(&g);
+    cudaCheck(cudaFree(amax)); cudaCheck(cudaFree(scale));
+    buffers_free(&ref); buffers_free(&split); fp8_buffers_free(&d8);
+}
+
 static void benchmark_fp8(Shape s) {
     printf("\nB=%d T=%d NH=%d NKV=%d HS=%d timing, cuDNN fp8 vs bf16 (median; causal FLOPs halved)\n", s.B, s.T, s.NH,
            s.NKV, s.HS);
@@ -1172,6 +1269,8 @@ int main(int argc, char **argv) {
 #ifdef ENABLE_CUDNN
         const Shape fp8_shapes[3] = {{2, 256, 4, 2, 128}, {2, 256, 4, 4, 128}, {2, 256, 4, 2, 64}};
         for (int i = 0; i < 3; i++) validate_fp8(fp8_shapes[i], 99 + i);
+        const Shape split_shapes[2] = {{1, 2048, 32, 8, 128}, {2, 1024, 16, 16, 128}};
+        for (int i = 0; i < 2; i++) validate_split(split_shapes[i]);
         // 7B's shape with GQA (the first measurement's), Llama-2-7B's (MHA) and Llama-3-8B's at T 8192
         const Shape fp8_timed[3] = {{2, 4096, 32, 8, 128}, {2, 4096, 32, 32, 128}, {1, 8192, 32, 8, 128}};
         for (int i = 0; i < 3; i++) benchmark_fp8(fp8_timed[i]);
