@@ -402,13 +402,19 @@ static void test_fp8_first_step_llama32_vs_cpu(void) { fp8_first_step_vs_cpu(sma
 // scripts/hf_import.py, run from here, then trained from as -init_from does: the shape (tied, llama3
 // RoPE scaling) from the file, the weights through load_model_file; the first step in bf16 and fp8
 // against the C reference on the same weights.
+// scripts/*.py need the project's environment (numpy, safetensors, llama_fp8): .venv's python3 once make
+// venv (or make test) has made it, else the python3 on PATH (make test and the mutation runner put .venv first)
+static int have_venv(void) { return access(".venv/bin/python3", X_OK) == 0; }
+
 static void imported_first_steps(const char *fixture) {
     char dir[] = "/tmp/llama_fp8_hf_XXXXXX", path[128], cmd[512];
     CHECK(mkdtemp(dir) != NULL, "mkdtemp failed");
     snprintf(path, sizeof(path), "%s/model.bin", dir);
-    snprintf(cmd, sizeof(cmd), "python3 scripts/hf_import.py dev/test/fixtures/hf/%s %s > %s/import.log 2>&1", fixture, path, dir);
+    snprintf(cmd, sizeof(cmd), "%s scripts/hf_import.py dev/test/fixtures/hf/%s %s > %s/import.log 2>&1",
+             have_venv() ? ".venv/bin/python3" : "python3", fixture, path, dir);
     int rc = system(cmd);
-    CHECK(rc == 0, "%s failed (status %d); its output is in %s/import.log", cmd, rc, dir);
+    CHECK(rc == 0, "%s failed (status %d); its output is in %s/import.log%s", cmd, rc, dir,
+          have_venv() ? "" : " (there is no .venv/ here: make venv makes the environment scripts/hf_import.py needs)");
     if (rc != 0) return;
     LlamaConfig c = read_model_config(path);
     printf("    %s: V %d L %d C %d NH %d NKV %d FF %d tied %d rope scaling %d\n", fixture, c.V, c.L, c.C, c.NH, c.NKV, c.FF,
