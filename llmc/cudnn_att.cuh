@@ -639,7 +639,34 @@ static void cudnn_att_fp8_backward_graph(CudnnGraph *g, int64_t B, int64_t T, in
 
 // ---------------------------------------------------------------------------------------------------
 // plan: heuristics -> the first engine config that finalizes (deterministic backward: not marked
-// NONDETERMINISTIC)
+// NONDETERMINISTIC). dev/cuda/attention's config sweep asks for the k-th config instead
+// (cudnn_att_set_config; the trainer never does): the configs of mode A, then FALLBACK's, counted together.
+
+static int g_cudnn_att_config = -1;       // -1: the first that finalizes; k >= 0: the k-th offered, or no plan
+static int g_cudnn_att_configs_offered;   // how many the last plan's heuristics offered (both modes)
+static char g_cudnn_att_config_desc[160]; // the last plan's config: its engine and knob choices
+
+static void cudnn_att_set_config(int k) { g_cudnn_att_config = k; }
+
+// "engine E, knobs type=value ..." of an engine config, into buf
+static void cudnn_att_describe_config(cudnnBackendDescriptor_t cfg, int64_t engine_index, char *buf, size_t n) {
+    int len = snprintf(buf, n, "engine %lld, knobs", (long long)engine_index);
+    cudnnBackendDescriptor_t choices[16];
+    int64_t count = 0, made = 0;
+    for (; made < 16; made++)
+        if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, &choices[made]) != CUDNN_STATUS_SUCCESS) break;
+    if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR, made, &count,
+                                 choices) != CUDNN_STATUS_SUCCESS) count = 0;
+    for (int64_t i = 0; i < count && len > 0 && (size_t)len < n; i++) {
+        cudnnBackendKnobType_t type;
+        int64_t value = 0, got = 0;
+        cudnnBackendGetAttribute(choices[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &got, &type);
+        cudnnBackendGetAttribute(choices[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &got, &value);
+        len += snprintf(buf + len, n - len, " %d=%lld", (int)type, (long long)value);
+    }
+    if (count == 0 && len > 0 && (size_t)len < n) snprintf(buf + len, n - len, " none");
+    for (int64_t i = 0; i < made; i++) cudnnBackendDestroyDescriptor(choices[i]);
+}
 
 static int cudnn_att_config_is_nondeterministic(cudnnBackendDescriptor_t cfg, int64_t *engine_index) {
     cudnnBackendDescriptor_t engine = NULL;
@@ -674,7 +701,8 @@ static int cudnn_att_make_plan(CudnnGraph *g, int deterministic, int64_t *engine
     const char *mode_names[2] = {"heuristics mode A", "heuristics mode FALLBACK"};
     cudnnStatus_t last_status = CUDNN_STATUS_NOT_SUPPORTED;
     char last_where[256] = "no engine config offered by the heuristics";
-    int skipped_nondet = 0;
+    int skipped_nondet = 0, offered = 0;
+    g_cudnn_att_configs_offered = 0;
     for (int mi = 0; mi < 2; mi++) {
         cudnnBackendDescriptor_t heur = cg_create(g, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, mode_names[mi]);
         CG_SET(g, heur, mode_names[mi], CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
@@ -700,8 +728,10 @@ static int cudnn_att_make_plan(CudnnGraph *g, int deterministic, int64_t *engine
                      "cudnnBackendGetAttribute", mode_names[mi], "CUDNN_ATTR_ENGINEHEUR_RESULTS");
         }
         if (!cg_ok(g)) return 0;
+        g_cudnn_att_configs_offered += (int)got;
         for (int64_t i = 0; i < got; i++) {
             int64_t engine_index = -1;
+            if (g_cudnn_att_config >= 0 && offered++ != g_cudnn_att_config) continue;
             if (deterministic && cudnn_att_config_is_nondeterministic(cfgs[i], &engine_index)) {
                 skipped_nondet++;
                 continue;
@@ -718,6 +748,7 @@ static int cudnn_att_make_plan(CudnnGraph *g, int deterministic, int64_t *engine
                 p->plan_workspace = ws;
                 p->nondeterministic = cudnn_att_config_is_nondeterministic(cfgs[i], &engine_index);
                 *engine = engine_index;
+                cudnn_att_describe_config(cfgs[i], engine_index, g_cudnn_att_config_desc, sizeof(g_cudnn_att_config_desc));
                 return 1;
             }
             char detail[200] = "";
@@ -1116,9 +1147,14 @@ static int cudnn_att_init(void) {
     return 1;
 }
 
-static void cudnn_att_destroy(void) {
+// Drops every cached plan (the next call of each shape builds its plan again).
+static void cudnn_att_forget_plans(void) {
     for (int i = 0; i < g_cudnn_nplans; i++) cudnn_att_free_plan(&g_cudnn_plans[i]);
     g_cudnn_nplans = 0;
+}
+
+static void cudnn_att_destroy(void) {
+    cudnn_att_forget_plans();
     if (g_cudnn_workspace) cudaCheck(cudaFree(g_cudnn_workspace));
     g_cudnn_workspace = NULL;
     g_cudnn_workspace_bytes = 0;

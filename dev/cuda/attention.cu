@@ -1234,16 +1234,90 @@ static void benchmark_fp8(Shape s) {
 }
 #endif // ENABLE_CUDNN
 
+#ifdef ENABLE_CUDNN
+// 5. (./attention configs) every engine config cuDNN's heuristics offer for the bf16 forward and the fast
+//    backward, timed against the config the trainer takes (the first that finalizes: "default"), each
+//    config's outputs checked against the default's with section 1's tolerances (a faster config is of
+//    use only if it computes the same). Which configs there are, and their knobs, is cuDNN's to say:
+//    the sweep prints them.
+static void sweep_configs(Shape s) {
+    printf("\nB=%d T=%d NH=%d NKV=%d HS=%d: cuDNN's engine configs, bf16 forward and fast backward (median of 20)\n",
+           s.B, s.T, s.NH, s.NKV, s.HS);
+    cudnn_att_set_deterministic(0);
+    Buffers d = buffers_alloc(s);
+    fill_uniform(d.qkv, d.n_qkv, 1234u, 1.0f);
+    fill_uniform(d.dout, d.n_out, 5678u, 1.0f);
+    HostResults ref = results_alloc(&d), got = results_alloc(&d);
+    const char *dirs[2] = {"forward", "backward"};
+    for (int backward = 0; backward < 2; backward++) {
+        float base = 0.0f;
+        int offered = 1;
+        for (int k = -1; k < offered; k++) {
+            cudnn_att_forget_plans();
+            cudnn_att_set_config(-1);
+            if (backward) run_forward(PATH_CUDNN_FAST, &d); // the backward's out and stats: the default forward's
+            cudnn_att_set_config(k);
+            if (!cudnn_att_plan_ready(s.B, s.T, s.NH, s.NKV, s.HS, backward, ATT_MASK_CAUSAL)) {
+                printf("  %-8s config %2d: no plan\n", dirs[backward], k);
+                if (k < 0) break;
+                continue;
+            }
+            if (k < 0) offered = g_cudnn_att_configs_offered;
+            const float ms = time_median_ms([&] {
+                if (backward) cudnn_att_backward(d.dqkv, d.dout, d.qkv, d.out, d.stats, NULL, s.B, s.T, s.NH, s.NKV, s.HS, 0);
+                else cudnn_att_forward(d.out, d.stats, d.qkv, NULL, s.B, s.T, s.NH, s.NKV, s.HS, 0);
+            }, 20, 2);
+            HostResults *r = k < 0 ? &ref : &got;
+            if (backward) download(r->dqkv, d.dqkv, d.n_qkv);
+            else download(r->out, d.out, d.n_out);
+            if (k < 0) base = ms;
+            printf("  %-8s config %2d of %d: %8.3f ms (%.3fx the default) | %s\n", dirs[backward], k, offered, ms,
+                   base / ms, g_cudnn_att_config_desc);
+            if (k < 0) continue;
+            if (backward) {
+                double *refd = to_double_bf16(ref.dqkv, d.n_qkv);
+                check_dqkv(got.dqkv, refd, s);
+                free(refd);
+            } else {
+                double *a = to_double_bf16(got.out, d.n_out), *b = to_double_bf16(ref.out, d.n_out);
+                check_close("out", a, b, d.n_out);
+                free(a); free(b);
+            }
+        }
+    }
+    cudnn_att_set_config(-1);
+    cudnn_att_forget_plans();
+    cudnn_att_set_deterministic(1);
+    results_free(&ref); results_free(&got);
+    buffers_free(&d);
+}
+#endif // ENABLE_CUDNN
+
 // ---------------------------------------------------------------------------------------------------
 
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "all";
     int use[NUM_PATHS] = {1, 1, 1}, use_fp8 = 1;
+    if (strcmp(mode, "configs") == 0) {
+#ifdef ENABLE_CUDNN
+        cudaDeviceProp prop = device_properties();
+        printf("device: %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
+        attention_init(1, 1);
+        const Shape shapes[2] = {{2, 4096, 32, 32, 128}, {1, 8192, 32, 8, 128}}; // Llama-2-7B's, Llama-3-8B's
+        for (int i = 0; i < 2; i++) sweep_configs(shapes[i]);
+        attention_destroy();
+        printf("\nattention configs: %d checks, %d failed: %s\n", g_checks, g_failed, g_failed == 0 ? "PASS" : "FAIL");
+        return g_failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+#else
+        printf("attention configs: SKIP (built without ENABLE_CUDNN)\n");
+        return EXIT_SUCCESS;
+#endif
+    }
     if (strcmp(mode, "plain") == 0) use[PATH_CUDNN] = use[PATH_CUDNN_FAST] = use_fp8 = 0;
     else if (strcmp(mode, "cudnn") == 0) use[PATH_PLAIN] = 0;
     else if (strcmp(mode, "fp8") == 0) use[PATH_PLAIN] = use[PATH_CUDNN] = use[PATH_CUDNN_FAST] = 0;
     else if (strcmp(mode, "all") != 0) {
-        fprintf(stderr, "usage: %s [all|plain|cudnn|fp8]\n", argv[0]);
+        fprintf(stderr, "usage: %s [all|plain|cudnn|fp8|configs]\n", argv[0]);
         return EXIT_FAILURE;
     }
     const int use_bf16 = use[PATH_PLAIN] || use[PATH_CUDNN];
