@@ -1235,7 +1235,7 @@ static void benchmark_fp8(Shape s) {
 #endif // ENABLE_CUDNN
 
 #ifdef ENABLE_CUDNN
-// 5. (./attention configs) every engine config cuDNN's heuristics offer for the bf16 forward and the fast
+// 5. (./attention configs) every engine config cuDNN's heuristics mode A offers for the bf16 forward and the fast
 //    backward, timed against the config the trainer takes (the first that finalizes: "default"), each
 //    config's outputs checked against the default's with section 1's tolerances (a faster config is of
 //    use only if it computes the same). Which configs there are, and their knobs, is cuDNN's to say:
