@@ -154,6 +154,8 @@ out = ["## Training speed: %s, B %d x T %d%s (%d tokens/step)%s, %s" % (
 for r in rows:
     ok = r["tok"] is not None
     busy = "{:,.0f} MHz, {:.0f} W ({:.0%} at the power cap)".format(*r["busy"]) if r["busy"] else "-"
+    if r["busy"] and ok:
+        busy += ", %.1f mJ per token" % (1000.0 * r["busy"][1] / r["tok"])
     out.append("| %s | %s | %s | %s | %s | %s | %s |" % (
         r["label"], "{:,.0f}".format(r["tok"]) if ok else r["cell"], f(r["tflops"], "%.0f"), f(r["peak"], "%.1f"),
         f(r["dev"], "%.1f"), "%.2fx" % (r["tok"] / base) if ok and base else "-", busy))
@@ -164,7 +166,9 @@ out += ["",
         "allocates up front (its 'device memory allocated' line). Device memory: what the GPU has in use (cudaMemGetInfo: allocator "
         "cache, workspaces and CUDA context included), after our first step / after PyTorch's last. "
         "Busy GPU: means over the nvidia-smi samples (every 250 ms) with the GPU at least 90%% busy during the run "
-        "(compilation and start-up mostly fall outside); the share of those with the clock held down by the power cap."
+        "(compilation and start-up mostly fall outside); the share of those with the clock held down by the power cap; "
+        "energy per token: that mean power over tokens/s (at the power cap a step takes its energy over the power, so "
+        "only a run that needs fewer joules per token can be faster there)."
         % (steps, warmup, "; with tied embeddings the lm_head is the embedding, so its GEMMs are not counted" if tied else "")]
 for who, extra in (("our trainer", trainer_args), ("bench_torch.py", torch_args), ("bench_hf.py", hf_args)):
     if extra.strip():

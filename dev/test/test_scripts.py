@@ -199,9 +199,9 @@ def test_benchmark_table(tmp):
     # the logs: median step line 12942 tok/s, 134.07 GiB allocated, 134.76 GiB in use; RESULT tok_s=12893 ...
     check(ours[1:6] == ["12,942", "555", "134.1", "134.8", "1.00x"], f"our row from our log: {ours[1:6]}")
     check(torch[1:6] == ["12,893", "553", "74.7", "76.5", "1.00x"], f"PyTorch's row from its log: {torch[1:6]}")
-    mhz = (6 * 1410 + 2 * 1980) / 8
-    want = f"{mhz:,.0f} MHz, {(6 * 696 + 2 * 520) / 8:.0f} W (75% at the power cap)"
-    check(ours[6] == want, f"busy clock and power from the samples: '{ours[6]}' (want '{want}')")
+    mhz, watts = (6 * 1410 + 2 * 1980) / 8, (6 * 696 + 2 * 520) / 8
+    want = f"{mhz:,.0f} MHz, {watts:.0f} W (75% at the power cap), {1000 * watts / 12942:.1f} mJ per token"
+    check(ours[6] == want, f"busy clock, power and energy per token from the samples and tokens/s: '{ours[6]}' (want '{want}')")
     check(torch[6] == "-", f"samples without the fields give '-': '{torch[6]}'")
     # its log: "AdamW moments bf16" in the config line; median step line 20102 tok/s (20102 / 12893 = 1.56x),
     # 104.81 GiB allocated
