@@ -149,7 +149,7 @@ out = ["## Training speed: %s, B %d x T %d%s (%d tokens/step)%s, %s" % (
            model, B, T, " x %d micro-steps" % accum if accum > 1 else "", B * T * accum, ", " + gpu if gpu else "",
            datetime.date.today().isoformat()),
        "",
-       "| system | tokens/s | model TFLOP/s | peak memory GiB | device memory GiB | speedup vs %s | busy GPU: SM clock, power |" % base_name,
+       "| system | tokens/s | model TFLOP/s | peak memory GiB | device memory GiB | speedup vs %s | busy GPU: SM clock, power, energy |" % base_name,
        "|---|---|---|---|---|---|---|"]
 for r in rows:
     ok = r["tok"] is not None
