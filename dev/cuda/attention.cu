@@ -1037,12 +1037,17 @@ static void validate_fp8(Shape s, uint64_t seed) {
 }
 
 // fp8 vs bf16 (cuDNN, the trainer's fast backward form for both) at one shape
+// NVML's energy counter (bench_common.h), opened once in main; NULL: energy not measured
+static GpuEnergy g_energy_state;
+static const GpuEnergy *g_energy = NULL;
+#define ENERGY_SECONDS 2.0 // per variant: long enough for the clock to settle under the power cap
+
 // What TE's split (the fp8 forward with the bf16 backward) adds to the forward in the trainer, and takes
 // away: Q, K and V cast to E4M3 from the bf16 qkv that RoPE wrote (as a separate pass, the trainer's
 // fp8_cast with its fused amax; fused into RoPE it would cost less); O back to bf16 for the bf16
 // backward's rowsum(dO * O); minus the cast of the bf16 O to E4M3 for wo's fprop, which the fp8 forward's
 // O replaces. Medians in ms, on d's fp8 buffers.
-typedef struct { float cast_qkv, o_to_bf16, cast_o; } SplitForward;
+typedef struct { float cast_qkv, o_to_bf16, cast_o; double mj[3]; } SplitForward; // mj: the same three, with NVML
 
 __global__ void e4m3_to_bf16_kernel(floatX *out, const fp8e4 *in, size_t n, const float *descale) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
@@ -1063,6 +1068,14 @@ static SplitForward time_split_forward(Fp8Buffers *d, size_t n_qkv, size_t n_out
     t.o_to_bf16 = time_median_ms([&] { e4m3_to_bf16_kernel<<<grid, 256>>>(o16, d->out, n_out, descale_o); }, 20, 2);
     cudaCheck(cudaGetLastError());
     t.cast_o = time_median_ms([&] { fp8_cast(o8, FP8_E4M3, o16, n_out, amax, NULL, scale, 0); }, 20, 2);
+    if (g_energy) {
+        t.mj[0] = energy_per_call(g_energy, [&] { fp8_cast(d->qkv, FP8_E4M3, qkv16, n_qkv, amax, NULL, scale, 0); },
+                                  ENERGY_SECONDS).mj;
+        t.mj[1] = energy_per_call(g_energy, [&] { e4m3_to_bf16_kernel<<<grid, 256>>>(o16, d->out, n_out, descale_o); },
+                                  ENERGY_SECONDS).mj;
+        t.mj[2] = energy_per_call(g_energy, [&] { fp8_cast(o8, FP8_E4M3, o16, n_out, amax, NULL, scale, 0); },
+                                  ENERGY_SECONDS).mj;
+    }
     cudaCheck(cudaFree(qkv16)); cudaCheck(cudaFree(o16)); cudaCheck(cudaFree(o8));
     cudaCheck(cudaFree(amax)); cudaCheck(cudaFree(scale));
     return t;
@@ -1170,8 +1183,9 @@ static void benchmark_fp8(Shape s) {
            s.NKV, s.HS);
     const double fwd_flops = 4.0 * s.B * s.NH * (double)s.T * s.T * s.HS / 2.0, bwd_flops = 2.5 * fwd_flops;
     float ms[2][2] = {{0, 0}, {0, 0}}; // [bf16, fp8][forward, backward]
+    EnergyPerCall en[2][2];            // the same, back to back under the power cap (with NVML)
     int ran[2] = {0, 0};
-    SplitForward split = {0, 0, 0};
+    SplitForward split = {0, 0, 0, {0, 0, 0}};
     const char *why = path_unavailable(PATH_CUDNN_FAST, s);
     if (why != NULL) {
         printf("  %-10s SKIP (%s)\n", "bf16", why);
@@ -1181,6 +1195,10 @@ static void benchmark_fp8(Shape s) {
         fill_uniform(d.dout, d.n_out, 5678u, 1.0f);
         ms[0][0] = time_median_ms([&] { run_forward(PATH_CUDNN_FAST, &d); }, 20, 2);
         ms[0][1] = time_median_ms([&] { run_backward(PATH_CUDNN_FAST, &d); }, 20, 2);
+        if (g_energy) {
+            en[0][0] = energy_per_call(g_energy, [&] { run_forward(PATH_CUDNN_FAST, &d); }, ENERGY_SECONDS);
+            en[0][1] = energy_per_call(g_energy, [&] { run_backward(PATH_CUDNN_FAST, &d); }, ENERGY_SECONDS);
+        }
         ran[0] = 1;
         buffers_free(&d);
     }
@@ -1212,6 +1230,14 @@ static void benchmark_fp8(Shape s) {
         ms[1][1] = time_median_ms([&] {
             cudnn_att_fp8_backward(d.dqkv, d.dout, d.qkv, d.out, d.stats, &ba, s.B, s.T, s.NH, s.NKV, s.HS, 0);
         }, 20, 2);
+        if (g_energy) {
+            en[1][0] = energy_per_call(g_energy, [&] {
+                cudnn_att_fp8_forward(d.out, d.stats, d.qkv, &fa, s.B, s.T, s.NH, s.NKV, s.HS, 0);
+            }, ENERGY_SECONDS);
+            en[1][1] = energy_per_call(g_energy, [&] {
+                cudnn_att_fp8_backward(d.dqkv, d.dout, d.qkv, d.out, d.stats, &ba, s.B, s.T, s.NH, s.NKV, s.HS, 0);
+            }, ENERGY_SECONDS);
+        }
         ran[1] = 1;
         split = time_split_forward(&d, n_qkv, n_out);
         fp8_buffers_free(&d);
@@ -1225,6 +1251,17 @@ static void benchmark_fp8(Shape s) {
     }
     if (ran[0] && ran[1]) {
         printf("  fp8 / bf16 speed: forward %.2fx, backward %.2fx\n", ms[0][0] / ms[1][0], ms[0][1] / ms[1][1]);
+        if (g_energy) {
+            for (int i = 0; i < 2; i++)
+                printf("  %-10s %.0f s back to back each: forward %.3f ms, %.2f mJ, %.0f W | backward %.3f ms, %.2f mJ, %.0f W\n",
+                       names[i], ENERGY_SECONDS, en[i][0].ms, en[i][0].mj, en[i][0].watts, en[i][1].ms, en[i][1].mj, en[i][1].watts);
+            printf("  fp8 / bf16 energy per call: forward %.2f, backward %.2f (under the power cap the step's time follows"
+                   " the energy: below 1, fp8 takes fewer joules)\n", en[1][0].mj / en[0][0].mj, en[1][1].mj / en[0][1].mj);
+            const double split_mj = split.mj[0] + en[1][0].mj + split.mj[1] - split.mj[2];
+            printf("  TE's split per layer in energy: %.2f + %.2f + %.2f - %.2f = %.2f mJ against bf16's forward %.2f: %+.2f mJ"
+                   " (%+.2f J over 32 layers)\n", split.mj[0], en[1][0].mj, split.mj[1], split.mj[2], split_mj, en[0][0].mj,
+                   split_mj - en[0][0].mj, 32.0 * (split_mj - en[0][0].mj) / 1000.0);
+        }
         const float fwd = split.cast_qkv + ms[1][0] + split.o_to_bf16 - split.cast_o;
         printf("  TE's split (fp8 forward, bf16 backward) per layer: Q, K, V to E4M3 %.3f + fp8 forward %.3f + O to bf16"
                " %.3f - wo's E4M3 cast of O, no longer needed %.3f = %.3f ms against bf16's forward %.3f: %+.3f ms"
@@ -1341,6 +1378,7 @@ int main(int argc, char **argv) {
     //    backward must be refused), then timed against bf16 at three shapes, with TE's split forward
     if (use_fp8) {
 #ifdef ENABLE_CUDNN
+        if (gpu_energy_open(&g_energy_state)) g_energy = &g_energy_state;
         const Shape fp8_shapes[3] = {{2, 256, 4, 2, 128}, {2, 256, 4, 4, 128}, {2, 256, 4, 2, 64}};
         for (int i = 0; i < 3; i++) validate_fp8(fp8_shapes[i], 99 + i);
         const Shape split_shapes[2] = {{1, 2048, 32, 8, 128}, {2, 1024, 16, 16, 128}};

@@ -2,7 +2,7 @@
 What every dev/cuda program shares, whatever form its checks take: the host's view of bf16 and fp32
 bits, device buffers, a fill kernel for timing inputs, CUDA-event timers that report the median of
 many runs, the bandwidth line against the H200's copy bandwidth, and the GPU's clock and power
-(nvidia-smi's) after a timing. kernel_test.h adds the
+(nvidia-smi's) after a timing, and the energy per call from NVML's counter. kernel_test.h adds the
 validation conventions (random inputs, NaN poisoning, comparisons, PASS/FAIL counting) on top of it;
 attention and nccl_check print their own verdicts and include only this file.
 */
@@ -16,6 +16,7 @@ attention and nccl_check print their own verdicts and include only this file.
 #include <math.h>
 #include <vector>
 #include <algorithm>
+#include <dlfcn.h>
 #include "llmc/cuda_common.cuh"
 
 #define H200_COPY_GBPS 4170.0 // measured device-to-device copy bandwidth, the roofline for these kernels
@@ -175,6 +176,83 @@ static float time_median_ms_queued(F f, int reps = 25, int warmup = 5) {
     for (int i = 0; i < reps; i++) cudaCheck(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
     for (auto &e : ev) cudaCheck(cudaEventDestroy(e));
     return median(ms);
+}
+
+// ----------------------------------------------------------------------------------------------
+// energy: NVML's counter of the GPU's total energy (mJ since the driver loaded; it moves every 20-100
+// ms), opened with dlopen so that no program needs NVML to build or to run. Under the power cap a
+// kernel's time in the trainer follows from its energy, not from its speed on a cool GPU, so the
+// energy per call is what decides between two kernels there (dev/results/bench_defaults_h200_1206).
+
+typedef struct {
+    void *dev;                                           // nvmlDevice_t of the current CUDA device
+    int (*total_energy)(void *dev, unsigned long long *mj); // nvmlDeviceGetTotalEnergyConsumption
+} GpuEnergy;
+
+// 1 with e ready, else 0 (no NVML, or it cannot read this GPU's energy) with the reason printed.
+static int gpu_energy_open(GpuEnergy *e) {
+    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    int (*init)(void) = lib ? (int (*)(void))dlsym(lib, "nvmlInit_v2") : NULL;
+    int (*by_bus)(const char *, void **) = lib ? (int (*)(const char *, void **))dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2") : NULL;
+    e->total_energy = lib ? (int (*)(void *, unsigned long long *))dlsym(lib, "nvmlDeviceGetTotalEnergyConsumption") : NULL;
+    if (!init || !by_bus || !e->total_energy || init() != 0) {
+        printf("energy: NVML not available (%s): energy not measured\n", lib ? "a symbol is missing or nvmlInit failed" : dlerror());
+        return 0;
+    }
+    int cuda_dev = 0;
+    char bus[32];
+    cudaCheck(cudaGetDevice(&cuda_dev));
+    cudaCheck(cudaDeviceGetPCIBusId(bus, sizeof(bus), cuda_dev));
+    unsigned long long mj = 0;
+    if (by_bus(bus, &e->dev) != 0 || e->total_energy(e->dev, &mj) != 0) {
+        printf("energy: NVML cannot read the energy of the GPU at %s: energy not measured\n", bus);
+        return 0;
+    }
+    return 1;
+}
+
+typedef struct { float ms; double mj, watts; int calls; } EnergyPerCall;
+
+// f run back to back for at least `seconds` (long enough for the clock to settle where the power cap
+// holds it), after as long again of the same work untimed so that the counter's lag covers busy time at
+// both ends: the mean ms and mJ per call and the mean power. mj < 0 without NVML.
+template <typename F>
+static EnergyPerCall energy_per_call(const GpuEnergy *e, F f, double seconds) {
+    EnergyPerCall r = {0.0f, -1.0, -1.0, 0};
+    const float one = time_median_ms(f, 5, 2);
+    const int batch = std::max(1, (int)(20.0 / std::max(one, 1e-3f))); // ~20 ms between host checks
+    cudaEvent_t start, stop;
+    cudaCheck(cudaEventCreate(&start));
+    cudaCheck(cudaEventCreate(&stop));
+    unsigned long long e0 = 0, e1 = 0;
+    for (int phase = 0; phase < 2; phase++) { // 0: the untimed lead-in, 1: measured
+        if (phase == 1) {
+            if (e) e->total_energy(e->dev, &e0);
+            cudaCheck(cudaEventRecord(start));
+        }
+        const double t0 = monotonic_seconds();
+        int calls = 0;
+        do {
+            for (int i = 0; i < batch; i++) f();
+            calls += batch;
+            cudaCheck(cudaDeviceSynchronize());
+        } while (monotonic_seconds() - t0 < seconds);
+        if (phase == 1) {
+            cudaCheck(cudaEventRecord(stop));
+            cudaCheck(cudaEventSynchronize(stop));
+            if (e) e->total_energy(e->dev, &e1);
+            cudaCheck(cudaEventElapsedTime(&r.ms, start, stop));
+            r.ms /= calls;
+            r.calls = calls;
+            if (e) {
+                r.mj = (double)(e1 - e0) / calls;
+                r.watts = r.mj / r.ms;
+            }
+        }
+    }
+    cudaCheck(cudaEventDestroy(start));
+    cudaCheck(cudaEventDestroy(stop));
+    return r;
 }
 
 static void report_bandwidth(const char *name, float ms, double bytes) {
