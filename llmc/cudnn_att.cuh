@@ -644,6 +644,7 @@ static void cudnn_att_fp8_backward_graph(CudnnGraph *g, int64_t B, int64_t T, in
 
 static int g_cudnn_att_config = -1;       // -1: the first that finalizes; k >= 0: the k-th offered, or no plan
 static int g_cudnn_att_configs_offered;   // how many the last plan's heuristics offered (both modes)
+static int g_cudnn_att_config_taken;      // which of them (counted as above) the last plan was built from
 static char g_cudnn_att_config_desc[160]; // the last plan's config: its engine and knob choices
 
 static void cudnn_att_set_config(int k) { g_cudnn_att_config = k; }
@@ -729,9 +730,9 @@ static int cudnn_att_make_plan(CudnnGraph *g, int deterministic, int64_t *engine
         }
         if (!cg_ok(g)) return 0;
         g_cudnn_att_configs_offered += (int)got;
-        for (int64_t i = 0; i < got; i++) {
+        for (int64_t i = 0; i < got; i++, offered++) {
             int64_t engine_index = -1;
-            if (g_cudnn_att_config >= 0 && offered++ != g_cudnn_att_config) continue;
+            if (g_cudnn_att_config >= 0 && offered != g_cudnn_att_config) continue;
             if (deterministic && cudnn_att_config_is_nondeterministic(cfgs[i], &engine_index)) {
                 skipped_nondet++;
                 continue;
@@ -749,6 +750,7 @@ static int cudnn_att_make_plan(CudnnGraph *g, int deterministic, int64_t *engine
                 p->nondeterministic = cudnn_att_config_is_nondeterministic(cfgs[i], &engine_index);
                 *engine = engine_index;
                 cudnn_att_describe_config(cfgs[i], engine_index, g_cudnn_att_config_desc, sizeof(g_cudnn_att_config_desc));
+                g_cudnn_att_config_taken = offered;
                 return 1;
             }
             char detail[200] = "";

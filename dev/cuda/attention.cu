@@ -1300,6 +1300,11 @@ static void sweep_configs(Shape s) {
                 continue;
             }
             if (k < 0) offered = g_cudnn_att_configs_offered;
+            if (k >= 0) { // the time below must be config k's
+                const int ok = g_cudnn_att_config_taken == k;
+                if (!ok) printf("  %-8s config %2d: the plan was built from config %d  FAIL\n", dirs[backward], k, g_cudnn_att_config_taken);
+                report(ok);
+            }
             const float ms = time_median_ms([&] {
                 if (backward) cudnn_att_backward(d.dqkv, d.dout, d.qkv, d.out, d.stats, NULL, s.B, s.T, s.NH, s.NKV, s.HS, 0);
                 else cudnn_att_forward(d.out, d.stats, d.qkv, NULL, s.B, s.T, s.NH, s.NKV, s.HS, 0);
