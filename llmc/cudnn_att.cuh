@@ -659,7 +659,7 @@ static void cudnn_att_describe_config(cudnnBackendDescriptor_t cfg, int64_t engi
     if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR, made, &count,
                                  choices) != CUDNN_STATUS_SUCCESS) count = 0;
     for (int64_t i = 0; i < count && len > 0 && (size_t)len < n; i++) {
-        cudnnBackendKnobType_t type;
+        cudnnBackendKnobType_t type = (cudnnBackendKnobType_t)0;
         int64_t value = 0, got = 0;
         cudnnBackendGetAttribute(choices[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &got, &type);
         cudnnBackendGetAttribute(choices[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &got, &value);
