@@ -24,14 +24,17 @@ L2 doesn't hold them. For each of fprop, dgrad, wgrad: bf16 GEMM, fp8 GEMM, and 
   fprop: fp8_cast(X); dgrad: fp8_cast_transpose(dY) (dY and dY^T); wgrad: fp8_transpose(X fp8).
 TFLOP/s = 2 M K N / time.
 
-Build (from dev/cuda):  nvcc -O3 -arch=sm_90 -std=c++17 --use_fast_math -I../.. fp8_gemm.cu -lcublasLt -lcublas -o fp8_gemm
+Build (from dev/cuda):  nvcc -O3 -arch=sm_90 -std=c++17 --use_fast_math -I../.. fp8_gemm.cu -lcublasLt -lcublas -ldl -o fp8_gemm
                         (or: make -C dev/cuda fp8_gemm)
 Run:                    ./fp8_gemm [shape] [-tune | -sustained]   shape 1..8 times only that docs/baselines.md
                         shape (default all);
                         -tune: every GEMM (bf16 and fp8) uses the fastest of cuBLASLt's candidates,
                         timed at its first call, as the trainer does with -deterministic 0;
                         -sustained: instead of the tables, every candidate of the shape's six GEMMs
-                        timed in a burst (as the tuner) and hot, at the power cap (sustained_study)
+                        timed in a burst (as the tuner) and hot, at the power cap (sustained_study);
+                        -energy: also each shape's fprop, bf16 and fp8, run back to back for 2 s with
+                        NVML's energy counter: mJ per GEMM, pJ per FLOP and bf16 / fp8 energy per FLOP,
+                        the measure that counts at the power cap
 The last line is "fp8_gemm: ALL PASS" or "fp8_gemm: N FAILED"; exit status 0 / 1.
 */
 #include "llmc/fp8.h"           // fp8_encode, fp8_decode, fp8_compute_scale: the CPU side
@@ -229,6 +232,11 @@ enum { FPROP, DGRAD, WGRAD };
 struct Times { float bf16, fp8, lin, sep; };
 
 #define COPIES 3
+// -energy: NVML's energy counter (bench_common.h), else NULL
+static GpuEnergy g_energy_state;
+static const GpuEnergy *g_energy = NULL;
+#define ENERGY_SECONDS 2.0
+
 static void bench_shape(const Shape &s, Times out[3]) {
     const int N = s.M, IN = s.K, OUT = s.N;
     const size_t nx = (size_t)N * IN, nw = (size_t)OUT * IN, ndy = (size_t)N * OUT;
@@ -295,6 +303,17 @@ static void bench_shape(const Shape &s, Times out[3]) {
     out[WGRAD].sep = time_median_ms_queued([&](int i) { int c = i % COPIES;
         fp8_transpose(xq_t[c], xq[c], N, IN, 0);
         matmul_fp8_wgrad(dw, (const fp8e5 *)dyq_t[c], (const fp8e4 *)xq_t[c], SI(c) + 8, SI(c) + 0, N, IN, OUT, 0, 0); });
+    if (g_energy) { // fprop, bf16 against fp8, each back to back (bench_common.h energy_per_call)
+        int i = 0;
+        const EnergyPerCall eb = energy_per_call(g_energy, [&] { int c = i++ % COPIES; matmul_forward(y, x[c], w[c], N, IN, OUT, 0); },
+                                                 ENERGY_SECONDS);
+        const EnergyPerCall ef = energy_per_call(g_energy, [&] { int c = i++ % COPIES;
+            matmul_fp8_fprop(y, (const fp8e4 *)xq[c], (const fp8e4 *)wq[c], SI(c) + 0, SI(c) + 4, N, IN, OUT, 0); }, ENERGY_SECONDS);
+        const double flops = 2.0 * N * IN * OUT;
+        printf("  energy, fprop %d s back to back: bf16 %.3f ms %.2f mJ %.0f W (%.3f pJ/FLOP) | fp8 %.3f ms %.2f mJ %.0f W"
+               " (%.3f pJ/FLOP) | bf16 / fp8 energy per FLOP %.2f\n", (int)ENERGY_SECONDS, eb.ms, eb.mj, eb.watts,
+               eb.mj * 1e9 / flops, ef.ms, ef.mj, ef.watts, ef.mj * 1e9 / flops, eb.mj / ef.mj);
+    }
 #undef SC
 #undef SI
 #undef AM
@@ -417,11 +436,12 @@ static void print_table(const char *title, const std::vector<int> &which, const 
 }
 
 int main(int argc, char **argv) {
-    int only = 0, tune = 0, sustained = 0;
+    int only = 0, tune = 0, sustained = 0, energy = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-tune") == 0) tune = 1;
         else if (strcmp(argv[i], "-sustained") == 0) sustained = 1;
-        else if ((only = atoi(argv[i])) < 1 || only > 8) FATAL("usage: %s [shape 1..8] [-tune | -sustained]", argv[0]);
+        else if (strcmp(argv[i], "-energy") == 0) energy = 1;
+        else if ((only = atoi(argv[i])) < 1 || only > 8) FATAL("usage: %s [shape 1..8] [-tune | -sustained] [-energy]", argv[0]);
     }
     if (tune && sustained) FATAL("-tune and -sustained exclude each other (-sustained times every candidate itself)");
     cudaDeviceProp prop = device_properties();
@@ -429,6 +449,7 @@ int main(int argc, char **argv) {
     if (prop.major * 10 + prop.minor < 89) FATAL("fp8 GEMMs need compute capability 8.9+ (this is %d.%d)", prop.major, prop.minor);
     matmul_init();
     matmul_set_tuning(tune);
+    if (energy && gpu_energy_open(&g_energy_state)) g_energy = &g_energy_state;
     printf("GEMM algorithms: %s\n", tune ? "the fastest of cuBLASLt's candidates, timed at first use (-tune; the trainer's"
                                            " -deterministic 0)" : "cuBLASLt's heuristic's first (the trainer's -deterministic 1)");
 
