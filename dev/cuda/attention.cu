@@ -1348,7 +1348,7 @@ int main(int argc, char **argv) {
         const Shape shapes[2] = {{2, 4096, 32, 32, 128}, {1, 8192, 32, 8, 128}}; // Llama-2-7B's, Llama-3-8B's
         for (int i = 0; i < 2; i++) sweep_configs(shapes[i]);
         attention_destroy();
-        printf("\nattention configs: %d checks, %d failed: %s\n", g_checks, g_failed, g_failed == 0 ? "PASS" : "FAIL");
+        printf("\nattention: %d passed, %d failed\n", g_checks - g_failed, g_failed);
         return g_failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 #else
         printf("attention configs: SKIP (built without ENABLE_CUDNN)\n");
@@ -1397,6 +1397,6 @@ int main(int argc, char **argv) {
     }
 
     attention_destroy();
-    printf("\nattention: %d checks, %d failed: %s\n", g_checks, g_failed, g_failed == 0 ? "PASS" : "FAIL");
+    printf("\nattention: %d passed, %d failed\n", g_checks - g_failed, g_failed);
     return g_failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
