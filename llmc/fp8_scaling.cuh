@@ -6,6 +6,7 @@ dev/test/README.md "fp8 emulation"):
   fp8_cast_transpose  one read of a bf16 (rows, cols) matrix -> fp8 (rows, cols) and fp8 (cols, rows)
                       (dY and its transpose for dgrad and wgrad; TE's fused cast+transpose)
   fp8_transpose       byte transpose of an fp8 matrix (X^T from the saved fp8 X, W^T from the fp8 W)
+  fp8_e4m3_to_bf16    E4M3 codes back to the bf16 values they stand for (the fp8 attention's O)
   amax_abs_max        max |x| into an amax slot (live scaling's first pass)
   fp8_scale_from_amax live scaling of one tensor: scale and scale_inv from its amax
   fp8_update_scales   ONE kernel for every tensor of the state buffer: roll the amax histories, zero
@@ -352,6 +353,21 @@ void fp8_transpose(void *out_t, const void *in, int rows, int cols, cudaStream_t
         dim3 grid(CEIL_DIV(cols, 32), CEIL_DIV(rows, 32));
         fp8_transpose_any_kernel<__NV_E4M3, false><<<grid, 256, 0, stream>>>(NULL, (uint8_t *)out_t, in, rows, cols, NULL, NULL, NULL);
     }
+    cudaLaunchCheck();
+}
+
+// ---------------------------------------------------------------------------------------------
+// E4M3 back to bf16
+
+__global__ void fp8_e4m3_to_bf16_kernel(floatX *out, const fp8e4 *in, size_t n, const float *scale_inv) {
+    const float sinv = *scale_inv;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = (floatX)fmul_exact((float)in[i], sinv);
+}
+
+// out (n bf16) = in (n E4M3 codes) * *scale_inv: the values the codes stand for.
+void fp8_e4m3_to_bf16(floatX *out, const fp8e4 *in, size_t n, const float *scale_inv, cudaStream_t stream) {
+    fp8_e4m3_to_bf16_kernel<<<fp8_grid_cap(), 256, 0, stream>>>(out, in, n, scale_inv);
     cudaLaunchCheck();
 }
 

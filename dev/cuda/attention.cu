@@ -1049,11 +1049,6 @@ static const GpuEnergy *g_energy = NULL;
 // O replaces. Medians in ms, on d's fp8 buffers.
 typedef struct { float cast_qkv, o_to_bf16, cast_o; double mj[3]; } SplitForward; // mj: the same three, with NVML
 
-__global__ void e4m3_to_bf16_kernel(floatX *out, const fp8e4 *in, size_t n, const float *descale) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        out[i] = (floatX)((float)in[i] * *descale);
-}
-
 static SplitForward time_split_forward(Fp8Buffers *d, size_t n_qkv, size_t n_out) {
     floatX *qkv16 = device_alloc<floatX>(n_qkv), *o16 = device_alloc<floatX>(n_out);
     uint8_t *o8 = device_alloc<uint8_t>(n_out);
@@ -1062,16 +1057,14 @@ static SplitForward time_split_forward(Fp8Buffers *d, size_t n_qkv, size_t n_out
     set_float(amax, 0.0f);
     set_float(scale, 448.0f);
     const float *descale_o = d->scalars + F_DESCALE_O;
-    const int grid = fp8_grid_cap();
     SplitForward t;
     t.cast_qkv = time_median_ms([&] { fp8_cast(d->qkv, FP8_E4M3, qkv16, n_qkv, amax, NULL, scale, 0); }, 20, 2);
-    t.o_to_bf16 = time_median_ms([&] { e4m3_to_bf16_kernel<<<grid, 256>>>(o16, d->out, n_out, descale_o); }, 20, 2);
-    cudaCheck(cudaGetLastError());
+    t.o_to_bf16 = time_median_ms([&] { fp8_e4m3_to_bf16(o16, d->out, n_out, descale_o, 0); }, 20, 2);
     t.cast_o = time_median_ms([&] { fp8_cast(o8, FP8_E4M3, o16, n_out, amax, NULL, scale, 0); }, 20, 2);
     if (g_energy) {
         t.mj[0] = energy_per_call(g_energy, [&] { fp8_cast(d->qkv, FP8_E4M3, qkv16, n_qkv, amax, NULL, scale, 0); },
                                   ENERGY_SECONDS).mj;
-        t.mj[1] = energy_per_call(g_energy, [&] { e4m3_to_bf16_kernel<<<grid, 256>>>(o16, d->out, n_out, descale_o); },
+        t.mj[1] = energy_per_call(g_energy, [&] { fp8_e4m3_to_bf16(o16, d->out, n_out, descale_o, 0); },
                                   ENERGY_SECONDS).mj;
         t.mj[2] = energy_per_call(g_energy, [&] { fp8_cast(o8, FP8_E4M3, o16, n_out, amax, NULL, scale, 0); },
                                   ENERGY_SECONDS).mj;
@@ -1139,8 +1132,7 @@ static void validate_split(Shape s) {
     const CudnnAttFp8Forward fa = fp8_fwd_args(&d8);
     if (!cudnn_att_fp8_forward(d8.out, split.stats, d8.qkv, &fa, s.B, s.T, s.NH, s.NKV, s.HS, 0))
         FATAL("the cuDNN fp8 forward has no plan for a shape it reported ready");
-    e4m3_to_bf16_kernel<<<fp8_grid_cap(), 256>>>(split.out, d8.out, split.n_out, d8.scalars + F_DESCALE_O);
-    cudaCheck(cudaGetLastError());
+    fp8_e4m3_to_bf16(split.out, d8.out, split.n_out, d8.scalars + F_DESCALE_O, 0);
     run_backward(PATH_CUDNN_FAST, &split);
     cudaCheck(cudaDeviceSynchronize());
 

@@ -310,8 +310,8 @@ static void bench_shape(const Shape &s, Times out[3]) {
         const EnergyPerCall ef = energy_per_call(g_energy, [&] { int c = i++ % COPIES;
             matmul_fp8_fprop(y, (const fp8e4 *)xq[c], (const fp8e4 *)wq[c], SI(c) + 0, SI(c) + 4, N, IN, OUT, 0); }, ENERGY_SECONDS);
         const double flops = 2.0 * N * IN * OUT;
-        printf("  energy, fprop %d s back to back: bf16 %.3f ms %.2f mJ %.0f W (%.3f pJ/FLOP) | fp8 %.3f ms %.2f mJ %.0f W"
-               " (%.3f pJ/FLOP) | bf16 / fp8 energy per FLOP %.2f\n", (int)ENERGY_SECONDS, eb.ms, eb.mj, eb.watts,
+        printf("  %s energy, fprop %d s back to back: bf16 %.3f ms %.2f mJ %.0f W (%.3f pJ/FLOP) | fp8 %.3f ms %.2f mJ %.0f W"
+               " (%.3f pJ/FLOP) | bf16 / fp8 energy per FLOP %.2f\n", s.name, (int)ENERGY_SECONDS, eb.ms, eb.mj, eb.watts,
                eb.mj * 1e9 / flops, ef.ms, ef.mj, ef.watts, ef.mj * 1e9 / flops, eb.mj / ef.mj);
     }
 #undef SC
