@@ -2148,7 +2148,8 @@ static void print_run(const Model *m, const Options *o, const MultiGpu *mg, cons
     const int cudnn = attention_uses_cudnn(mo->B, mo->T, cfg->NH, cfg->NKV, cfg->C / cfg->NH, mo->doc_mask) &&
                       (!mo->doc_mask || m->acts.doc_bias != NULL);
     const char *attention = mo->doc_mask ? (cudnn ? "document-masked cuDNN fused" : "document-masked plain")
-                                         : cudnn ? "cuDNN fused" : "plain";
+                            : mo->attn_fp8 && m->fp8.on ? "fp8-forward cuDNN fused" // model_init stopped it where cuDNN cannot
+                            : cudnn ? "cuDNN fused" : "plain";
     char *options = options_line(OPTION_SPECS, NUM_OPTIONS, o); // main.log's: -d and -x as filled in
     RunHeader h = {prop->name, MG_LAUNCH_NAMES[mg->launch], mg->world, choice_word(PRECISION_WORDS, mo->precision),
                    m->fp8.on ? (m->fp8.live_always ? "current" : "delayed") : NULL, run_model_name(o), cfg,
