@@ -1849,6 +1849,10 @@ static ModelOptions checked_options(Options *o, const LlamaConfig *cfg, const To
     if (mo.attn_fp8 && (!fp8 || mo.fp8_current || mo.fp8_grain != FP8_GRAIN_TENSOR || mo.doc_mask))
         FATAL("-attn_fp8 1 needs -precision fp8 with -fp8_recipe delayed, -fp8_grain tensor and -doc_mask 0 (O's E4M3 scale"
               " is wo's delayed one; the fp8 graph is causal only)");
+    const int HS = cfg->C / cfg->NH;
+    if (mo.attn_fp8 && (mo.T % 128 != 0 || HS % 16 != 0 || HS > 256))
+        FATAL("-attn_fp8 %d needs -t a multiple of 128 and a head size that is a multiple of 16 up to 256 (cuDNN's fp8"
+              " attention on Hopper): -t %d, head size %d", mo.attn_fp8, mo.T, HS);
     Options d = default_options(); // the fallback's settings, given without it, would do nothing
     if (!mo.fp8_fallback && o->fp8_fallback_threshold != d.fp8_fallback_threshold)
         FATAL("-fp8_fallback_threshold %g needs -fp8_fallback block, bf16 or row", o->fp8_fallback_threshold);

@@ -118,19 +118,14 @@ static void test_checkpoint_other_run(void) {
     }
 }
 
-// The shape checked_options sees: the preset of -e or the default (-init_from's file is not read here).
-static LlamaConfig preset_config(const Options *o) {
-    LlamaConfig cfg;
-    if (!config_from_preset(run_preset(o), &cfg)) { fprintf(stderr, "no preset '%s'\n", run_preset(o)); exit(4); }
-    return cfg;
-}
-
 // checked_options as main calls it: with the decode table of -tok if there is one (the default,
 // TinyShakespeare's Llama 2 table, is in the repository).
 static ModelOptions checked_options_of(Options *o, int *grad_accum) {
-    LlamaConfig cfg = preset_config(o);
     Tokenizer tok;
     int have_tok = tokenizer_init_optional(&tok, o->tokenizer_path);
+    LlamaConfig cfg; // main's shape (run_model_config), but -init_from's file is not read here: its preset stands in
+    if (o->init_from[0] == '\0') cfg = run_model_config(o, have_tok ? &tok : NULL);
+    else if (!config_from_preset(run_preset(o), &cfg)) { fprintf(stderr, "no preset '%s'\n", run_preset(o)); exit(4); }
     ModelOptions mo = checked_options(o, &cfg, have_tok ? &tok : NULL, grad_accum);
     if (have_tok) tokenizer_free(&tok);
     return mo;
@@ -431,6 +426,10 @@ static void test_option_rules(void) {
         {"-attn_fp8 1 needs -precision fp8 with -fp8_recipe delayed", "-attn_fp8", "1", "-fp8_recipe", "current"},
         {"-attn_fp8 1 needs -precision fp8 with -fp8_recipe delayed", "-attn_fp8", "1", "-fp8_grain", "row"},
         {"-attn_fp8 1 needs -precision fp8 with -fp8_recipe delayed", "-attn_fp8", "1", "-doc_mask", "1"},
+        {"-attn_fp8 1 needs -t a multiple of 128 and a head size that is a multiple of 16 up to 256 (cuDNN's fp8 attention on"
+         " Hopper): -t 200, head size 64", "-attn_fp8", "1", "-t", "200"},
+        {"-attn_fp8 1 needs -t a multiple of 128 and a head size that is a multiple of 16 up to 256 (cuDNN's fp8 attention on"
+         " Hopper): -t 1024, head size 24", "-attn_fp8", "1", "-NH", "32", "-NKV", "32"},
     };
     char err[2048];
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
