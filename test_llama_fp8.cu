@@ -207,7 +207,6 @@ static void test_memory_plan_is_model_init(void) {
         {"bf16 bf16 master weights", PREC_BF16, [](ModelOptions *o) { o->master_bf16 = 1; }},
         {"fp8 AdamW moments in host memory", PREC_FP8, [](ModelOptions *o) { o->adam_offload = 1; }},
         {"document masks", PREC_FP8, [](ModelOptions *o) { o->doc_mask = 1; o->doc_start_id = 1; }},
-        {"fp8 attention forward", PREC_FP8, [](ModelOptions *o) { o->attn_fp8 = 1; }},
     };
     for (int tied = 0; tied < 2; tied++) {
         for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -1296,90 +1295,6 @@ static void test_fp8_dy_amax_updates(void) {
     model_free(&m);
 }
 
-// -attn_fp8 1 (TE's split): after a first step (live scaling: the bf16 attention), a training forward
-// whose every layer runs cuDNN's fp8 forward. Against the bf16 attention of the layer's own qkv after
-// RoPE (cuDNN's bf16 forward, the path -attn_fp8 0 takes): O not bit for bit (the fp8 path ran) but
-// within 2u RMS of it (u = 2^-4: Q, K, V, P and O each rounded once to E4M3, dev/cuda/attention's rule
-// for the split), the stats (log-sum-exp of scores q.k / sqrt(HS)) within 2u rms(q) rms(k) absolute;
-// wo's X amax slot is max|O| (cuDNN records it before the cast), and the bf16 O the backward
-// reads is the E4M3 codes wo's GEMM read, at wo's X scale_inv, bit for bit (the last layer's codes).
-static void test_attn_fp8_forward(void) {
-    LlamaConfig c = small_config();
-    int B = 2, T = 128, N = B * T, NH = c.NH, NKV = c.NKV, HS = c.C / c.NH;
-    size_t NC = (size_t)N * c.C, NQKV = (size_t)N * config_qkv_width(&c), NS = (size_t)N * NH;
-    Model m;
-    ModelOptions mo = model_options(B, T, PREC_FP8);
-    mo.fp8_history = 4; mo.attn_fp8 = 1;
-    model_init(&m, &c, &mo, NULL);
-    float *w = (float *)mallocCheck(m.num_params * sizeof(float));
-    model_init_weights(&m, 5, w);
-    model_set_weights(&m, w);
-    int *in = (int *)mallocCheck(N * sizeof(int)), *tg = (int *)mallocCheck(N * sizeof(int));
-    random_tokens(in, N, c.V, 21);
-    random_tokens(tg, N, c.V, 22);
-    AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
-    float *losses = (float *)mallocCheck(N * sizeof(float));
-    train_step_on(&m, in, tg, 1, &h, losses);
-    fp8_cast_weights(&m, g_stream);
-    cudaCheck(cudaMemcpy(m.acts.inputs, in, N * sizeof(int), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(m.acts.targets, tg, N * sizeof(int), cudaMemcpyHostToDevice));
-    Pass p = train_pass(&m, 0);
-    CHECK(!p.fp8.live, "the second step's pass scales live: the fp8 attention would not run");
-    model_forward(&m, p, 1, 1.0f / N, g_stream);
-    floatX *ref_out = (floatX *)cudaMallocCheck(NC * sizeof(floatX), "test: bf16 attention output");
-    float *ref_stats = (float *)cudaMallocCheck(NS * sizeof(float), "test: bf16 attention stats");
-    const Fp8State *fs = &m.fp8_state;
-    float *state = download_f32(fs->buffer, fs->layout.total);
-    const double u = 0x1p-4;
-    for (int l = 0; l < c.L; l++) {
-        const floatX *qkv = m.acts.qkv + l * NQKV;
-        attention_forward(ref_out, ref_stats, qkv, NULL, NULL, B, T, NH, NKV, HS, g_stream);
-        float *o = download_bf16(m.acts.atty + l * NC, NC), *ro = download_bf16(ref_out, NC);
-        float *st = download_f32(m.acts.att_stats + l * NS, NS), *rst = download_f32(ref_stats, NS);
-        float *q = download_bf16(qkv, NQKV);
-        double e2 = 0, r2 = 0, s2 = 0, q2[2] = {0, 0}, omax = 0, ref_max = 0;
-        size_t same = 0, nq[2] = {0, 0};
-        for (size_t i = 0; i < NC; i++) {
-            e2 += ((double)o[i] - ro[i]) * ((double)o[i] - ro[i]);
-            r2 += (double)ro[i] * ro[i];
-            same += o[i] == ro[i];
-            omax = fmax(omax, fabs(o[i]));
-            ref_max = fmax(ref_max, fabs(ro[i]));
-        }
-        for (size_t i = 0; i < NS; i++) s2 += ((double)st[i] - rst[i]) * ((double)st[i] - rst[i]);
-        for (size_t i = 0; i < NQKV; i++) { // heads 0..NH-1 are q, the next NKV k
-            int head = (int)((i / HS) % (NH + 2 * NKV)), k = head >= NH;
-            if (head >= NH + NKV) continue;
-            q2[k] += (double)q[i] * q[i];
-            nq[k]++;
-        }
-        double rms_o = sqrt(e2 / r2), rms_s = sqrt(s2 / NS), s_limit = 2 * u * sqrt(q2[0] / nq[0]) * sqrt(q2[1] / nq[1]);
-        float slot = state[fs->layout.amax_slot + fp8_tensor_index(l, LIN_WO, FP8_X)];
-        printf("    layer %d: O rms err/ref %.4f (limit %.4f), %zu of %zu bit for bit; stats rms err %.3g (limit %.3g); "
-               "wo X slot %.6g, max|O| %.6g (bf16 attention's %.6g)\n", l, rms_o, 2 * u, same, NC, rms_s, s_limit, slot, omax, ref_max);
-        CHECK(same < NC, "layer %d: O is the bf16 attention's bit for bit: the fp8 forward did not run", l);
-        CHECK(rms_o <= 2 * u, "layer %d: O rms err/ref %.4f > %.4f against the bf16 attention", l, rms_o, 2 * u);
-        CHECK(rms_s <= s_limit, "layer %d: stats rms err %.3g > %.3g against the bf16 attention", l, rms_s, s_limit);
-        // the codes saturate where O outgrew the delayed scale, so the slot (O's amax before the cast) is
-        // at least their largest value, and within the O rule's 2u of the bf16 attention's max|O|
-        CHECK(slot >= omax * (1 - u) && fabs(slot - ref_max) <= 2 * u * ref_max,
-              "layer %d: wo's X amax slot %g is not max|O| (the codes' %g, the bf16 attention's %g)", l, slot, omax, ref_max);
-        if (l == c.L - 1) { // the codes wo's GEMM read: one layer's scratch, the last layer's now
-            uint8_t *codes = download_u8(m.acts.atty_fp8, NC);
-            float sinv = state[fs->layout.scale_inv + fp8_tensor_index(l, LIN_WO, FP8_X)];
-            size_t differ = 0;
-            for (size_t i = 0; i < NC; i++)
-                differ += (float)(floatX)(fp8_decode(codes[i], FP8_E4M3) * sinv) != o[i];
-            CHECK(differ == 0, "layer %d: %zu of %zu bf16 O values are not the E4M3 codes at wo's X scale_inv", l, differ, NC);
-            free(codes);
-        }
-        free(o); free(ro); free(st); free(rst); free(q);
-    }
-    cudaCheck(cudaFree(ref_out)); cudaCheck(cudaFree(ref_stats));
-    free(state); free(w); free(in); free(tg); free(losses);
-    model_free(&m);
-}
-
 // With gradient accumulation the slot must hold the max over all micro-steps, not the last one's.
 static void test_fp8_amax_max_over_microsteps(void) {
     LlamaConfig c = small_config();
@@ -1440,7 +1355,6 @@ typedef struct {
     int between;        // BETWEEN_*: what runs before step SMALL_EVENT_STEP
     int doc_mask;       // -doc_mask 1
     int fp8_grain;      // -fp8_grain: FP8_GRAIN_BLOCK for every linear block-scaled
-    int attn_fp8;       // -attn_fp8 1
 } SmallRun;
 typedef struct {
     float losses[TRAIN_SMALL_STEPS], *master, *state;
@@ -1528,7 +1442,7 @@ static Trained train_small(SmallRun run) {
     ModelOptions mo = model_options(B, T, run.precision);
     mo.fp8_history = 4; mo.recompute = run.recompute; mo.fp8_weight_cache = run.weight_cache;
     mo.fp8_current = run.current; mo.cuda_graph = run.cuda_graph; mo.fp8_lm_head = run.lm_head;
-    mo.doc_mask = run.doc_mask; mo.doc_start_id = DOC_START; mo.fp8_grain = run.fp8_grain; mo.attn_fp8 = run.attn_fp8;
+    mo.doc_mask = run.doc_mask; mo.doc_start_id = DOC_START; mo.fp8_grain = run.fp8_grain;
     model_init(&m, &c, &mo, NULL);
     float *w = (float *)mallocCheck(m.num_params * sizeof(float));
     model_init_weights(&m, 13, w);
@@ -1663,23 +1577,6 @@ static void test_fp8_weight_cache_off_identical(void) {
     block.fp8_grain = FP8_GRAIN_BLOCK;
     off.fp8_grain = FP8_GRAIN_BLOCK;
     expect_same_training(train_small(off), train_small(block), "-fp8_grain block: -fp8_weight_cache 0 vs 1");
-}
-
-// -attn_fp8 1 over 4 steps: the CUDA graph replays it bit for bit, and the losses stay within 1% of the
-// fp8 run's with the bf16 attention (a loose bound: the forward test above holds the numbers; the first
-// micro-step scales live, with the bf16 attention, the second of step 0 already takes the fp8 one).
-static void test_attn_fp8_training(void) {
-    SmallRun graph = small_run(PREC_FP8), plain = small_run(PREC_FP8), bf16_att = small_run(PREC_FP8);
-    graph.attn_fp8 = plain.attn_fp8 = 1;
-    plain.cuda_graph = 0;
-    Trained a = train_small(graph), b = train_small(bf16_att);
-    for (int s = 0; s < TRAIN_SMALL_STEPS; s++) {
-        double rel = fabs(a.losses[s] - b.losses[s]) / b.losses[s];
-        printf("    step %d loss %.7f, with the bf16 attention %.7f (rel %.2e)\n", s, a.losses[s], b.losses[s], rel);
-        CHECK(rel <= 0.01, "step %d loss %.7f is more than 1%% from the bf16 attention's %.7f", s, a.losses[s], b.losses[s]);
-    }
-    free(b.master); free(b.state);
-    expect_same_training(a, train_small(plain), "-attn_fp8 1: -cuda_graph 1 vs 0");
 }
 
 // -r 1 recomputes SwiGLU in the backward pass (fp8: recast with the forward's scale): the same values,
@@ -2978,9 +2875,6 @@ int main(int argc, char **argv) {
     run_test("fp8 with -fp8_lm_head 1: 6 steps with grad accumulation vs C reference", test_fp8_lm_head_vs_cpu);
     run_test("fp8 dY amax updated by the backward pass", test_fp8_dy_amax_updates);
     run_test("fp8 amax slot is the max over micro-steps", test_fp8_amax_max_over_microsteps);
-    run_test("-attn_fp8 1: every layer's fp8 attention forward vs the bf16 attention (O, stats), wo's X amax slot and codes",
-             test_attn_fp8_forward);
-    run_test("-attn_fp8 1: 4 steps, -cuda_graph 1 vs 0 bit for bit, losses within 1% of the bf16 attention's", test_attn_fp8_training);
     run_test("fp8 linears GEMM by GEMM: codes, amaxes, scales, outputs (delayed, W cast by AdamW)", test_fp8_probed_delayed);
     run_test("fp8 linears GEMM by GEMM: margin 1, W cast per use, fp8 lm_head, -r 1", test_fp8_probed_margin_no_cache);
     run_test("fp8 linears GEMM by GEMM: current recipe", test_fp8_probed_current);

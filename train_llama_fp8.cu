@@ -163,10 +163,6 @@ static const OptSpec OPTION_SPECS[] = {
           "1: a token attends only to its own document (each starts at the decode table's document-start id, -tok)"
           " and RoPE positions restart there; on cuDNN with an additive (B, 1, T, T) mask where it takes the shape,"
           " else the plain kernels (slower: docs/attention.md)"),
-    OPT_B("-attn_fp8", model.attn_fp8, "0",
-          "1: attention's forward in fp8 on cuDNN (Q, K, V in E4M3 at their own current scale, O in E4M3 at wo's delayed"
-          " X scale, straight into wo's fp8 GEMM), its backward in bf16 (TE's split; docs/attention.md); needs -precision fp8,"
-          " the delayed recipe, per-tensor grain and causal attention"),
     OPT_I("-seed", seed, "1337", 0, INT_MAX, "seed for init, data shuffling and sampling"),
     OPT_B("-shuffle", shuffle, "0", "1: shuffle batch order each epoch"),
     OPT_C("-data_changed", data_changed_continue, "refuse", DATA_CHANGED_WORDS,
@@ -253,7 +249,6 @@ typedef struct {
     // fp8 copies of the linear inputs, kept for backward instead of bf16 (half the bytes)
     fp8e4 *ln1_fp8, *ln2_fp8; // (L, B, T, C)
     fp8e4 *atty_fp8;     // (B, T, C) one layer's: the backward recasts the saved bf16 output straight to X^T
-    float *att8_scalars; // (ATT8_SCALARS) -attn_fp8 1: the fp8 attention forward's scales (llmc/attention.cuh)
     fp8e4 *lnf_fp8;      // (B, T, C) X of lm_head with -fp8_lm_head 1
     fp8e4 *swiglu_fp8;   // (L, FF, B*T) X^T of w2 per layer, written by SwiGLU's forward for w2's wgrad;
                          // NULL with -r 1 (the backward recomputes X^T into x_fp8_t)
@@ -520,14 +515,6 @@ static void model_init(Model *m, const LlamaConfig *cfg, const ModelOptions *opt
         a->doc_bias = (floatX *)model_alloc(m, N * opt->T * sizeof(floatX), "document mask bias (cuDNN)");
     encoder_backward_init(&m->enc_bwd, (int)N, (int)C);
     m->norm_device = (float *)model_alloc(m, sizeof(float), "gradient norm");
-    if (fp8 && opt->attn_fp8) { // its plan now, before a CUDA graph is captured: it may grow cuDNN's workspace
-        a->att8_scalars = (float *)model_alloc(m, ATT8_SCALARS * sizeof(float), "fp8 attention scales");
-        int HS = (int)C / c->NH;
-        const char *why = attention_fp8_prepare(a->att8_scalars, opt->B, opt->T, c->NH, c->NKV, HS);
-        if (why != NULL)
-            FATAL("-attn_fp8 1: cuDNN's fp8 attention forward cannot run B=%d T=%d NH=%d NKV=%d HS=%d: %s", opt->B, opt->T,
-                  c->NH, c->NKV, HS, why);
-    }
     linears_start(&m->linears); // every fp8 linear of -fp8_grain's grain from step 0
 }
 
@@ -562,7 +549,6 @@ static size_t model_memory_plan(const LlamaConfig *c, const ModelOptions *o, int
     b += rmsnorm_backward_scratch_floats((int)N, (int)C) * sizeof(float) + 2 * N * sizeof(int) + sizeof(float); // .. gradient norm
     if (o->doc_mask) b += N * sizeof(int);
     if (o->doc_mask && attention_doc_bias_wanted(o->T, c->NH, c->NKV, c->C / c->NH)) b += N * o->T * X;
-    if (f.on && o->attn_fp8) b += ATT8_SCALARS * sizeof(float);
     return b;
 }
 
@@ -737,16 +723,8 @@ static void model_forward(Model *m, Pass p, int with_targets, float dloss, cudaS
 
         linear_forward(lins, l, LIN_QKV, p.fp8, qkv, layer_ptr(a->ln1, l, NC), layer_ptr8(a->ln1_fp8, l, NC), stream);
         rope_forward(qkv, m->rope_freqs, a->doc_pos, B, T, NH, NKV, HS, stream);
-        const float *scale_o, *scale_inv_o;
-        float *amax_o;
-        if (m->opt.attn_fp8 && linear_x_delayed(lins, l, LIN_WO, p.fp8, &scale_o, &scale_inv_o, &amax_o)) {
-            // wo's E4M3 X straight from the fp8 forward; Q, K, V's codes in the dY scratch, idle until the backward
-            attention_forward_fp8(a->atty_fp8, atty, stats, (fp8e4 *)a->dy_fp8, a->att8_scalars, qkv, scale_o, scale_inv_o,
-                                  amax_o, B, T, NH, NKV, HS, stream);
-        } else {
-            attention_forward(atty, stats, qkv, a->doc_pos, a->doc_bias, B, T, NH, NKV, HS, stream);
-            linear_x_existing(lins, l, LIN_WO, p.fp8, a->atty_fp8, atty, stream);
-        }
+        attention_forward(atty, stats, qkv, a->doc_pos, a->doc_bias, B, T, NH, NKV, HS, stream);
+        linear_x_existing(lins, l, LIN_WO, p.fp8, a->atty_fp8, atty, stream);
         linear_forward(lins, l, LIN_WO, p.fp8, a->proj, atty, a->atty_fp8, stream);
 
         s = linear_x_site(lins, l, LIN_W13, p.fp8, layer_ptr8(a->ln2_fp8, l, NC), NULL, layer_ptr(a->ln2, l, NC));
@@ -1846,13 +1824,6 @@ static ModelOptions checked_options(Options *o, const LlamaConfig *cfg, const To
     if (mo.fp8_fallback && !fp8) FATAL("-fp8_fallback %s needs -precision fp8", fallback);
     if (mo.fp8_fallback && mo.fp8_grain != FP8_GRAIN_TENSOR)
         FATAL("-fp8_fallback %s moves per-tensor linears, and -fp8_grain %s leaves none: use one of them", fallback, grain);
-    if (mo.attn_fp8 && (!fp8 || mo.fp8_current || mo.fp8_grain != FP8_GRAIN_TENSOR || mo.doc_mask))
-        FATAL("-attn_fp8 1 needs -precision fp8 with -fp8_recipe delayed, -fp8_grain tensor and -doc_mask 0 (O's E4M3 scale"
-              " is wo's delayed one; the fp8 graph is causal only)");
-    const int HS = cfg->C / cfg->NH;
-    if (mo.attn_fp8 && (mo.T % 128 != 0 || HS % 16 != 0 || HS > 256))
-        FATAL("-attn_fp8 %d needs -t a multiple of 128 and a head size that is a multiple of 16 up to 256 (cuDNN's fp8"
-              " attention on Hopper): -t %d, head size %d", mo.attn_fp8, mo.T, HS);
     Options d = default_options(); // the fallback's settings, given without it, would do nothing
     if (!mo.fp8_fallback && o->fp8_fallback_threshold != d.fp8_fallback_threshold)
         FATAL("-fp8_fallback_threshold %g needs -fp8_fallback block, bf16 or row", o->fp8_fallback_threshold);
@@ -2152,8 +2123,7 @@ static void print_run(const Model *m, const Options *o, const MultiGpu *mg, cons
     const int cudnn = attention_uses_cudnn(mo->B, mo->T, cfg->NH, cfg->NKV, cfg->C / cfg->NH, mo->doc_mask) &&
                       (!mo->doc_mask || m->acts.doc_bias != NULL);
     const char *attention = mo->doc_mask ? (cudnn ? "document-masked cuDNN fused" : "document-masked plain")
-                            : mo->attn_fp8 && m->fp8.on ? "fp8-forward cuDNN fused" // model_init stopped it where cuDNN cannot
-                            : cudnn ? "cuDNN fused" : "plain";
+                                         : cudnn ? "cuDNN fused" : "plain";
     char *options = options_line(OPTION_SPECS, NUM_OPTIONS, o); // main.log's: -d and -x as filled in
     RunHeader h = {prop->name, MG_LAUNCH_NAMES[mg->launch], mg->world, choice_word(PRECISION_WORDS, mo->precision),
                    m->fp8.on ? (m->fp8.live_always ? "current" : "delayed") : NULL, run_model_name(o), cfg,

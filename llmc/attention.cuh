@@ -23,12 +23,6 @@ from its document's start on, ATT_DOC_BIAS_MASKED before it, added to the scaled
 causal mask (llmc/cudnn_att.cuh). attention_forward / attention_backward send a document-masked call to
 cuDNN when it is given doc_bias and cuDNN takes the shape, else to the plain kernels.
 
-The fp8 forward (-attn_fp8 1, TE's split of fp8 forward and bf16 backward; docs/attention.md):
-attention_forward_fp8 casts the bf16 qkv to E4M3 with a scale from its own amax (current scaling),
-runs cuDNN's fp8 forward (P cast to E4M3 at 448 inside it) and writes O as E4M3 codes with the scale of
-the linear that reads O (wo's delayed X scale, its amax recorded into wo's slot), which wo's fprop takes
-as they are; O back in bf16 (the codes' values) and the fp8 forward's stats feed the bf16 backward.
-
 The plain kernels: correct for any T (no tiling constraint on T), any HS <= 256, any NH % NKV == 0.
 They are the reference the fused path is tested against (dev/cuda/attention.cu) and the fallback for
 shapes or machines cuDNN does not cover. Flash-style: nothing T x T is stored. A block stages tiles of
@@ -41,7 +35,6 @@ bitwise deterministic (dK/dV of a kv head loop over its group's query heads insi
 #define LLMC_ATTENTION_CUH
 
 #include "cuda_common.cuh"
-#include "fp8_scaling.cuh" // amax_abs_max, fp8_scale_from_amax, fp8_cast, fp8_e4m3_to_bf16: the fp8 forward's casts
 #ifdef ENABLE_CUDNN
 #include "cudnn_att.cuh" // cudnn_att_forward, cudnn_att_backward: cuDNN backend graphs, cached per shape
 #endif
@@ -558,58 +551,6 @@ void attention_forward(floatX *out, float *stats, const floatX *qkv, const int *
     (void)doc_bias;
 #endif
     attention_forward_plain(out, stats, qkv, doc_pos, B, T, NH, NKV, HS, stream);
-}
-
-// The device floats attention_forward_fp8 keeps between its steps: qkv's amax, scale and scale_inv,
-// P's scale and scale_inv (448, E4M3's largest: P <= 1), and the amaxes cuDNN records that nobody reads.
-enum { ATT8_AMAX_QKV, ATT8_SCALE_QKV, ATT8_DESCALE_QKV, ATT8_SCALE_S, ATT8_DESCALE_S, ATT8_AMAX_S, ATT8_AMAX_O,
-       ATT8_SCALARS };
-
-// Sets the scalars (ATT8_SCALARS device floats) up; returns NULL if cuDNN's fp8 forward runs this
-// shape (its plan built now, before any CUDA graph is captured), else why not.
-const char *attention_fp8_prepare(float *scalars, int B, int T, int NH, int NKV, int HS) {
-#ifdef ENABLE_CUDNN
-    if (!g_att_use_cudnn) return "cuDNN is off";
-    const char *why = cudnn_att_fp8_unsupported(T, NH, NKV, HS, 0);
-    if (why != NULL) return why;
-    if (!cudnn_att_fp8_plan_ready(B, T, NH, NKV, HS, 0)) return "cuDNN built no fp8 forward plan for this shape";
-    const float h[ATT8_SCALARS] = {0.0f, 1.0f, 1.0f, FP8_E4M3_MAX, 1.0f / FP8_E4M3_MAX, 0.0f, 0.0f};
-    cudaCheck(cudaMemcpy(scalars, h, sizeof(h), cudaMemcpyHostToDevice));
-    return NULL;
-#else
-    (void)scalars; (void)B; (void)T; (void)NH; (void)NKV; (void)HS;
-    return "built without cuDNN";
-#endif
-}
-
-// out8 (B, T, NH*HS) E4M3 codes at *scale_o (max|O| max-accumulated into *amax_o, or nowhere if
-// amax_o is NULL), out (the same, bf16: the codes' values at *scale_inv_o), stats (B, NH, T) <- qkv
-// (B, T, NH + 2*NKV, HS) bf16, by way of qkv8 (its E4M3 codes: scratch of the same shape). Causal
-// attention only; attention_fp8_prepare must have accepted the shape.
-void attention_forward_fp8(fp8e4 *out8, floatX *out, float *stats, fp8e4 *qkv8, float *scalars, const floatX *qkv,
-                           const float *scale_o, const float *scale_inv_o, float *amax_o, int B, int T, int NH, int NKV,
-                           int HS, cudaStream_t stream) {
-#ifdef ENABLE_CUDNN
-    const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HS, n_out = (size_t)B * T * NH * HS;
-    float *amax = scalars + ATT8_AMAX_QKV;
-    cudaCheck(cudaMemsetAsync(amax, 0, sizeof(float), stream));
-    amax_abs_max(amax, qkv, n_qkv, stream);
-    fp8_scale_from_amax(scalars + ATT8_SCALE_QKV, scalars + ATT8_DESCALE_QKV, NULL, amax, FP8_E4M3_MAX, 0, stream);
-    fp8_cast(qkv8, FP8_E4M3, qkv, n_qkv, NULL, NULL, scalars + ATT8_SCALE_QKV, stream);
-    CudnnAttFp8Forward a;
-    a.descale_q = a.descale_k = a.descale_v = scalars + ATT8_DESCALE_QKV;
-    a.scale_s = scalars + ATT8_SCALE_S; a.descale_s = scalars + ATT8_DESCALE_S;
-    a.scale_o = scale_o;
-    a.amax_s = scalars + ATT8_AMAX_S;
-    a.amax_o = amax_o != NULL ? amax_o : scalars + ATT8_AMAX_O;
-    if (!cudnn_att_fp8_forward(out8, stats, qkv8, &a, B, T, NH, NKV, HS, stream))
-        FATAL("attention_forward_fp8: cuDNN's fp8 forward declined B=%d T=%d NH=%d NKV=%d HS=%d", B, T, NH, NKV, HS);
-    fp8_e4m3_to_bf16(out, out8, n_out, scale_inv_o, stream);
-#else
-    (void)out8; (void)out; (void)stats; (void)qkv8; (void)scalars; (void)qkv; (void)scale_o; (void)scale_inv_o;
-    (void)amax_o; (void)B; (void)T; (void)NH; (void)NKV; (void)HS; (void)stream;
-    FATAL("attention_forward_fp8: built without cuDNN");
-#endif
 }
 
 // dqkv (B, T, NH + 2*NKV, HS) <- dout (B, T, NH*HS), with the forward's qkv, out, stats, doc_pos and

@@ -6,7 +6,7 @@ each a Linear running the recipe of its grain (llmc/recipe.cuh's contract), and 
   RECIPES          the one table of recipes, indexed by grain
   linears_init / linears_memory_plan / linears_free, linears_use_scratch, linears_start
   linear_set_grain, linears_resumed         a linear leaves per-tensor scaling; a resumed run's grains
-  linear_x_site, linear_x_existing, linear_x_delayed, linear_dy_site, linear_dy_existing, linear_forward, linear_backward,
+  linear_x_site, linear_x_existing, linear_dy_site, linear_dy_existing, linear_forward, linear_backward,
   linear_recompute_x                        the passes, dispatched to the linear's recipe
   linears_cast_weights, linears_regrain, linears_adamw_cast   the E4M3 weights of the next step
   linears_counts_to_host, linears_fallback_step, linear_values_cast   the fallback (llmc/fp8_fallback.h)
@@ -263,21 +263,6 @@ static void linear_x_existing(Linears *L, int l, int lin, Fp8Pass p, fp8e4 *x_fp
                               cudaStream_t stream) {
     const Linear *x = linear_of(L, l, lin);
     if (x->recipe->x_existing) x->recipe->x_existing(x, &L->sh, p, x_fp8, in, stream);
-}
-
-// For a producer outside the recipes (cuDNN's fp8 attention writing wo's X): linear (l, lin)'s X scale,
-// scale_inv and amax slot (NULL when the pass records nothing), if it is per-tensor and the pass delayed;
-// returns 0 (the caller makes bf16 and linear_x_existing casts it) otherwise. Such a producer counts no
-// fp8 health (underflows, saturations) for X.
-static int linear_x_delayed(Linears *L, int l, int lin, Fp8Pass p, const float **scale, const float **scale_inv,
-                            float **amax) {
-    const Linear *x = linear_of(L, l, lin);
-    const Fp8State *fs = L->sh.fs;
-    if (x->recipe != &RECIPE_TENSOR || fs->buffer == NULL || p.live) return 0;
-    *scale = fp8_scale(fs, x->t_x);
-    *scale_inv = fp8_scale_inv(fs, x->t_x);
-    *amax = p.recording ? fp8_amax(fs, x->t_x) : NULL;
-    return 1;
 }
 
 static Fp8Site linear_dy_site(Linears *L, int l, int lin, Fp8Pass p, floatX *bf16) {

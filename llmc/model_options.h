@@ -24,7 +24,6 @@ typedef struct {
     int fp8_fallback_millionths, fp8_fallback_patience;
     int master_bf16;       // -master_weights bf16: no fp32 master, AdamW updates the bf16 weights (llmc/adamw.cuh)
     int adam_offload;      // -adam_offload 1: AdamW's m and v in pinned host memory, which AdamW reads and writes over PCIe
-    int attn_fp8;          // -attn_fp8 1: attention's forward in fp8 (TE's split; llmc/attention.cuh), its backward bf16
 } ModelOptions;
 
 #endif // LLMC_MODEL_OPTIONS_H

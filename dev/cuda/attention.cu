@@ -1044,7 +1044,8 @@ static const GpuEnergy *g_energy = NULL;
 
 // What TE's split (the fp8 forward with the bf16 backward) adds to the forward in the trainer, and takes
 // away: Q, K and V cast to E4M3 from the bf16 qkv that RoPE wrote (as a separate pass, the trainer's
-// fp8_cast with its fused amax; fused into RoPE it would cost less); O back to bf16 for the bf16
+// fp8_cast with its fused amax; fused into RoPE it would cost less) and their codes' values written
+// back over qkv for the bf16 backward (docs/attention.md says why); O back to bf16 for the bf16
 // backward's rowsum(dO * O); minus the cast of the bf16 O to E4M3 for wo's fprop, which the fp8 forward's
 // O replaces. Medians in ms, on d's fp8 buffers.
 typedef struct { float cast_qkv, o_to_bf16, cast_o; double mj[3]; } SplitForward; // mj: the same three, with NVML
@@ -1057,13 +1058,17 @@ static SplitForward time_split_forward(Fp8Buffers *d, size_t n_qkv, size_t n_out
     set_float(amax, 0.0f);
     set_float(scale, 448.0f);
     const float *descale_o = d->scalars + F_DESCALE_O;
+    const float *descale_qkv = d->scalars + F_DESCALE_Q;
+    auto qkv_round_trip = [&] {
+        fp8_cast(d->qkv, FP8_E4M3, qkv16, n_qkv, amax, NULL, scale, 0);
+        fp8_e4m3_to_bf16(qkv16, d->qkv, n_qkv, descale_qkv, 0);
+    };
     SplitForward t;
-    t.cast_qkv = time_median_ms([&] { fp8_cast(d->qkv, FP8_E4M3, qkv16, n_qkv, amax, NULL, scale, 0); }, 20, 2);
+    t.cast_qkv = time_median_ms(qkv_round_trip, 20, 2);
     t.o_to_bf16 = time_median_ms([&] { fp8_e4m3_to_bf16(o16, d->out, n_out, descale_o, 0); }, 20, 2);
     t.cast_o = time_median_ms([&] { fp8_cast(o8, FP8_E4M3, o16, n_out, amax, NULL, scale, 0); }, 20, 2);
     if (g_energy) {
-        t.mj[0] = energy_per_call(g_energy, [&] { fp8_cast(d->qkv, FP8_E4M3, qkv16, n_qkv, amax, NULL, scale, 0); },
-                                  ENERGY_SECONDS).mj;
+        t.mj[0] = energy_per_call(g_energy, qkv_round_trip, ENERGY_SECONDS).mj;
         t.mj[1] = energy_per_call(g_energy, [&] { fp8_e4m3_to_bf16(o16, d->out, n_out, descale_o, 0); },
                                   ENERGY_SECONDS).mj;
         t.mj[2] = energy_per_call(g_energy, [&] { fp8_cast(o8, FP8_E4M3, o16, n_out, amax, NULL, scale, 0); },
@@ -1255,7 +1260,7 @@ static void benchmark_fp8(Shape s) {
                    split_mj - en[0][0].mj, 32.0 * (split_mj - en[0][0].mj) / 1000.0);
         }
         const float fwd = split.cast_qkv + ms[1][0] + split.o_to_bf16 - split.cast_o;
-        printf("  TE's split (fp8 forward, bf16 backward) per layer: Q, K, V to E4M3 %.3f + fp8 forward %.3f + O to bf16"
+        printf("  TE's split (fp8 forward, bf16 backward) per layer: Q, K, V to E4M3 and back %.3f + fp8 forward %.3f + O to bf16"
                " %.3f - wo's E4M3 cast of O, no longer needed %.3f = %.3f ms against bf16's forward %.3f: %+.3f ms"
                " (%+.1f ms over 32 layers)\n", split.cast_qkv, ms[1][0], split.o_to_bf16, split.cast_o, fwd, ms[0][0],
                fwd - ms[0][0], 32.0 * (fwd - ms[0][0]));

@@ -422,14 +422,6 @@ static void test_option_rules(void) {
         {"-fp8_fallback_patience 5 needs -fp8_fallback block, bf16 or row", "-fp8_fallback_patience", "5"},
         {"-fp8_fallback block moves per-tensor linears, and -fp8_grain row leaves none", "-fp8_fallback", "block", "-fp8_grain", "row"},
         {"-fp8_grain row needs -precision fp8", "-fp8_grain", "row", "-precision", "bf16"},
-        {"-attn_fp8 1 needs -precision fp8 with -fp8_recipe delayed", "-attn_fp8", "1", "-precision", "bf16"},
-        {"-attn_fp8 1 needs -precision fp8 with -fp8_recipe delayed", "-attn_fp8", "1", "-fp8_recipe", "current"},
-        {"-attn_fp8 1 needs -precision fp8 with -fp8_recipe delayed", "-attn_fp8", "1", "-fp8_grain", "row"},
-        {"-attn_fp8 1 needs -precision fp8 with -fp8_recipe delayed", "-attn_fp8", "1", "-doc_mask", "1"},
-        {"-attn_fp8 1 needs -t a multiple of 128 and a head size that is a multiple of 16 up to 256 (cuDNN's fp8 attention on"
-         " Hopper): -t 200, head size 64", "-attn_fp8", "1", "-t", "200"},
-        {"-attn_fp8 1 needs -t a multiple of 128 and a head size that is a multiple of 16 up to 256 (cuDNN's fp8 attention on"
-         " Hopper): -t 1024, head size 24", "-attn_fp8", "1", "-NH", "32", "-NKV", "32"},
     };
     char err[2048];
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -441,7 +433,7 @@ static void test_option_rules(void) {
         {"-fp8_lm_head", "1"}, {"-fp8_dump", "1"}, {"-precision", "bf16", "-b", "1", "-t", "8"},
         {"-e", "smollm2-135m", "-precision", "bf16", "-fp8_lm_head", "0"}, {"-hs_preds", "p.txt", "-hs", "h.bin"}, {"-ngpu", "2", "-d", "65536"},
         {"-fp8_grain", "block", "-fp8_lm_head", "1"}, {"-fp8_fallback", "bf16", "-fp8_fallback_threshold", "0.05", "-fp8_fallback_patience", "5"},
-        {"-precision", "bf16", "-fp8_grain", "tensor", "-fp8_fallback", "off"}, {"-attn_fp8", "1", "-fp8_fallback", "bf16"},
+        {"-precision", "bf16", "-fp8_grain", "tensor", "-fp8_fallback", "off"},
     };
     for (size_t i = 0; i < sizeof(fine) / sizeof(fine[0]); i++) {
         const char *argv[10] = {"train_llama_fp8"};
