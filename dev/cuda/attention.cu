@@ -35,7 +35,8 @@ What it checks (every line says PASS or FAIL; the exit status is non-zero if any
   4. fp8 against a CPU emulation of its fp8 roundings (section 4 says how, and how the tolerances
      follow from the formats): out, stats, amax_s, amax_o; dq, dk, dv, amax_dp/dq/dk/dv, at
      (B=2,T=256,NH=4,HS=128) with NKV=2 and NKV=4, the backward in its fast and (if cuDNN has one)
-     deterministic form; (B=2,T=256,NH=4,NKV=2,HS=64): the forward, and the backward must be refused.
+     deterministic form; (B=2,T=256,NH=4,NKV=2,HS=64): the forward, and the backward must be refused;
+     with MHA at T=1024: (B=2,NH=12,HS=64) the forward, (B=2,NH=16,HS=128) both.
      Outputs NaN-poisoned; amaxes must max-accumulate; a shape cuDNN has no plan for prints SKIP with
      cuDNN's status. Then fp8 vs bf16 timing at B=2,T=4096,NH=32,NKV=8,HS=128, Llama-2-7B's
      B=2,T=4096,NH=NKV=32 and Llama-3-8B's B=1,T=8192,NH=32,NKV=8, each with what TE's split (the fp8
@@ -1381,8 +1382,11 @@ int main(int argc, char **argv) {
     if (use_fp8) {
 #ifdef ENABLE_CUDNN
         if (gpu_energy_open(&g_energy_state)) g_energy = &g_energy_state;
-        const Shape fp8_shapes[3] = {{2, 256, 4, 2, 128}, {2, 256, 4, 4, 128}, {2, 256, 4, 2, 64}};
-        for (int i = 0; i < 3; i++) validate_fp8(fp8_shapes[i], 99 + i);
+        // then two at T 1024 with MHA: the 125M preset's heads at B 2 (the model -attn_fp8 1 diverged on) and
+        // the split check's second shape (docs/attention.md: whether cuDNN's fp8 O is right there)
+        const Shape fp8_shapes[5] = {{2, 256, 4, 2, 128}, {2, 256, 4, 4, 128}, {2, 256, 4, 2, 64}, {2, 1024, 12, 12, 64},
+                                     {2, 1024, 16, 16, 128}};
+        for (int i = 0; i < 5; i++) validate_fp8(fp8_shapes[i], 99 + i);
         const Shape split_shapes[2] = {{1, 2048, 32, 8, 128}, {2, 1024, 16, 16, 128}};
         for (int i = 0; i < 2; i++) validate_split(split_shapes[i]);
         // 7B's shape with GQA (the first measurement's), Llama-2-7B's (MHA) and Llama-3-8B's at T 8192
