@@ -6,7 +6,6 @@ dev/test/README.md "fp8 emulation"):
   fp8_cast_transpose  one read of a bf16 (rows, cols) matrix -> fp8 (rows, cols) and fp8 (cols, rows)
                       (dY and its transpose for dgrad and wgrad; TE's fused cast+transpose)
   fp8_transpose       byte transpose of an fp8 matrix (X^T from the saved fp8 X, W^T from the fp8 W)
-  fp8_e4m3_to_bf16    E4M3 codes back to the bf16 values they stand for (dev/cuda/attention's fp8 Q, K, V, O)
   amax_abs_max        max |x| into an amax slot (live scaling's first pass)
   fp8_scale_from_amax live scaling of one tensor: scale and scale_inv from its amax
   fp8_update_scales   ONE kernel for every tensor of the state buffer: roll the amax histories, zero
@@ -353,31 +352,6 @@ void fp8_transpose(void *out_t, const void *in, int rows, int cols, cudaStream_t
         dim3 grid(CEIL_DIV(cols, 32), CEIL_DIV(rows, 32));
         fp8_transpose_any_kernel<__NV_E4M3, false><<<grid, 256, 0, stream>>>(NULL, (uint8_t *)out_t, in, rows, cols, NULL, NULL, NULL);
     }
-    cudaLaunchCheck();
-}
-
-// ---------------------------------------------------------------------------------------------
-// E4M3 back to bf16
-
-// Eight codes per thread and step (one 8-byte load, one 16-byte store) over the first n8 * 8, then the rest.
-__global__ void fp8_e4m3_to_bf16_kernel(floatX *out, const fp8e4 *in, size_t n, size_t n8, const float *scale_inv) {
-    const float sinv = *scale_inv;
-    const size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n8; i += stride) {
-        union { uint2 u; fp8e4 c[8]; } codes;
-        union { uint4 u; floatX v[8]; } vals;
-        codes.u = reinterpret_cast<const uint2 *>(in)[i];
-        for (int k = 0; k < 8; k++) vals.v[k] = (floatX)fmul_exact((float)codes.c[k], sinv);
-        reinterpret_cast<uint4 *>(out)[i] = vals.u;
-    }
-    for (size_t i = n8 * 8 + blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += stride)
-        out[i] = (floatX)fmul_exact((float)in[i], sinv);
-}
-
-// out (n bf16) = in (n E4M3 codes) * *scale_inv: the values the codes stand for.
-void fp8_e4m3_to_bf16(floatX *out, const fp8e4 *in, size_t n, const float *scale_inv, cudaStream_t stream) {
-    const int aligned = (uintptr_t)out % 16 == 0 && (uintptr_t)in % 8 == 0;
-    fp8_e4m3_to_bf16_kernel<<<fp8_grid_cap(), 256, 0, stream>>>(out, in, n, aligned ? n / 8 : 0, scale_inv);
     cudaLaunchCheck();
 }
 
