@@ -1379,7 +1379,19 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "cudnn") == 0) use[PATH_PLAIN] = 0;
     else if (strcmp(mode, "fp8") == 0) use[PATH_PLAIN] = use[PATH_CUDNN] = use[PATH_CUDNN_FAST] = 0;
     else if (strcmp(mode, "all") != 0) {
-        fprintf(stderr, "usage: %s [all|plain|cudnn|fp8|configs]\n", argv[0]);
+        fprintf(stderr, "usage: %s [all|plain|cudnn|fp8 [B T NH NKV HS]|configs]\n", argv[0]);
+        return EXIT_FAILURE;
+    }
+    // fp8 B T NH NKV HS: the fp8 emulation check at that one shape only
+    Shape one = {0, 0, 0, 0, 0};
+    if (use_fp8 && argc == 7) {
+        one = (Shape){atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[6])};
+        if (one.B < 1 || one.T < 1 || one.NH < 1 || one.NKV < 1 || one.NH % one.NKV != 0 || one.HS < 1) {
+            fprintf(stderr, "attention: bad shape B %d T %d NH %d NKV %d HS %d\n", one.B, one.T, one.NH, one.NKV, one.HS);
+            return EXIT_FAILURE;
+        }
+    } else if (argc > 2) {
+        fprintf(stderr, "usage: %s fp8 B T NH NKV HS (the fp8 check at one shape), got %d arguments\n", argv[0], argc - 1);
         return EXIT_FAILURE;
     }
     const int use_bf16 = use[PATH_PLAIN] || use[PATH_CUDNN];
@@ -1403,6 +1415,12 @@ int main(int argc, char **argv) {
     //    backward must be refused), then timed against bf16 at three shapes, with TE's split forward
     if (use_fp8) {
 #ifdef ENABLE_CUDNN
+        if (one.B > 0) {
+            validate_fp8(one, 99);
+            attention_destroy();
+            printf("\nattention: %d passed, %d failed\n", g_checks - g_failed, g_failed);
+            return g_failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+        }
         if (gpu_energy_open(&g_energy_state)) g_energy = &g_energy_state;
         // then two at T 1024 with MHA: the 125M preset's heads at B 2 (the model -attn_fp8 1 diverged on) and
         // the split check's second shape (docs/attention.md: whether cuDNN's fp8 O is right there)
