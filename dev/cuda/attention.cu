@@ -6,6 +6,7 @@ Build and run, from dev/cuda:
   (no cuDNN: drop -DENABLE_CUDNN and -lcudnn; the cuDNN checks then report SKIP)
   ./attention [all|plain|cudnn|fp8]   which versions to validate and time (default all; cudnn: both
                                       forms and fp8; fp8: only section 4)
+  ./attention fp8 B T NH NKV HS       only the fp8 emulation check, at that one shape
 
 Versions:
   plain  the kernels in llmc/attention.cuh: flash-style loops over 32-row shared-memory tiles, one warp
